@@ -1,0 +1,108 @@
+"""Named case presets: the seeds' configurations and small CPU-sized sets.
+
+``preset(name, dtypes=...)`` returns a list of cases; ``dtypes`` replaces each case's dtype
+(one copy of the case per dtype). ``PRESETS`` maps each name to a one-line description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from harness.cases import Case, LinearCase, SoftmaxCase
+
+# The FA papers' sweep keeps batch x seqlen = 16k tokens and hidden = heads x dim = 2048.
+FA_SWEEP_TOKENS = 16 * 1024
+FA_SWEEP_HIDDEN = 2048
+FA_SWEEP_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _fa_sweep() -> list[Case]:
+    cases: list[Case] = []
+    for d in (64, 128):
+        for causal in (False, True):
+            for s in FA_SWEEP_SEQLENS:
+                h = FA_SWEEP_HIDDEN // d
+                cases.append(SoftmaxCase(FA_SWEEP_TOKENS // s, h, h, s, s, d, causal=causal, dtype="bf16"))
+    return cases
+
+
+def _configs() -> list[Case]:
+    """MHA / GQA (32/8) / MQA / MLA-shaped (d 192, d_v 128) at 4k tokens per sequence, causal."""
+    return [
+        SoftmaxCase(2, 32, 32, 4096, 4096, 128, causal=True, dtype="bf16"),
+        SoftmaxCase(2, 32, 8, 4096, 4096, 128, causal=True, dtype="bf16"),
+        SoftmaxCase(2, 32, 1, 4096, 4096, 128, causal=True, dtype="bf16"),
+        SoftmaxCase(2, 16, 16, 4096, 4096, 192, d_v=128, causal=True, dtype="bf16"),
+    ]
+
+
+def _causal_sweep() -> list[Case]:
+    """d in {16, 32, 64, 128} x seqlen 128..8192, causal."""
+    return [
+        SoftmaxCase(4, 16, 16, s, s, d, causal=True, dtype="bf16")
+        for d in (16, 32, 64, 128)
+        for s in (128, 256, 512, 1024, 2048, 4096, 8192)
+    ]
+
+
+def _linear() -> list[Case]:
+    """The seeds' linear-attention configuration: B4 H32 D64 fp16, T 1k..4k."""
+    return [LinearCase(4, 32, t, 64, gate="g_gamma", dtype="fp16") for t in (1024, 2048, 4096)]
+
+
+def _linear_sweep() -> list[Case]:
+    """The kernel issue's sweep: B4 H32, K=V in {64, 128}, T 1k..16k, fp16."""
+    return [
+        LinearCase(4, 32, t, d, gate="g_gamma", dtype="fp16")
+        for d in (64, 128)
+        for t in (1024, 2048, 4096, 8192, 16384)
+    ]
+
+
+def _small() -> list[Case]:
+    """CPU-sized softmax cases covering every feature: masks, GQA/MQA, Sq != Sk, d_v != d, varlen."""
+    return [
+        SoftmaxCase(2, 4, 4, 37, 37, 32),
+        SoftmaxCase(2, 4, 4, 64, 64, 64, causal=True),
+        SoftmaxCase(1, 4, 2, 33, 70, 32, causal=True),
+        SoftmaxCase(1, 4, 1, 70, 33, 16, causal=True),
+        SoftmaxCase(2, 2, 2, 48, 48, 32, window=(8, 4)),
+        SoftmaxCase(1, 2, 2, 40, 40, 32, softcap=5.0),
+        SoftmaxCase(1, 2, 2, 24, 24, 48, d_v=32),
+        SoftmaxCase(1, 4, 2, 0, 0, 32, causal=True, varlen=((17, 17), (0, 5), (40, 40), (9, 30))),
+    ]
+
+
+def _small_linear() -> list[Case]:
+    """CPU-sized linear cases: every gate kind, strengths n = 0.1 / 1 / 10, odd lengths."""
+    return [
+        LinearCase(1, 2, 65, 32, gate="none"),
+        LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1),
+        LinearCase(2, 2, 127, 32, gate="g", gate_n=1.0),
+        LinearCase(1, 2, 33, 64, 32, gate="g", gate_n=10.0),
+        LinearCase(1, 2, 70, 32, gate="g_gamma", initial_state=False, grad_final_state=False),
+    ]
+
+
+_BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
+    "small": (_small, "CPU-sized softmax cases, every feature (fp32)"),
+    "small-linear": (_small_linear, "CPU-sized linear-attention cases, every gate (fp32)"),
+    "fa-sweep": (_fa_sweep, "FA-paper sweep: hd 64/128, seqlen 512..16k at 16k tokens, hidden 2048, bf16"),
+    "configs": (_configs, "MHA / GQA 32/8 / MQA / MLA-shaped (d192 v128), B2 S4096 causal, bf16"),
+    "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),
+    "linear": (_linear, "linear attention: B4 H32 D64 fp16, T 1k..4k"),
+    "linear-sweep": (_linear_sweep, "linear attention: B4 H32 K=V 64/128, T 1k..16k, fp16"),
+}
+PRESETS: dict[str, str] = {name: desc for name, (_, desc) in _BUILDERS.items()}
+
+
+def preset(name: str, dtypes: Iterable[str] | None = None) -> list[Case]:
+    """The cases of preset ``name``; with ``dtypes``, one copy of each case per dtype."""
+    try:
+        build = _BUILDERS[name][0]
+    except KeyError:
+        raise ValueError(f"preset: unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+    cases = build()
+    if dtypes:
+        cases = [c.with_dtype(dt) for c in cases for dt in dtypes]
+    return cases
