@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 
 # Elements of one block's fp64 score tile (batch x heads x block_q x keys). The backward keeps
-# about five tiles alive at once, so 2**22 elements (32 MiB) on a CPU keeps the peak near
-# 160 MiB; a GPU gets 2**26 (512 MiB per tile) so its matmuls are large enough to run near the
-# float64 matmul rate.
-TILE_ELEMENTS = {"cpu": 2**22, "cuda": 2**26}
+# about four tiles alive at once, so 2**21 elements (16 MiB) on a CPU keeps the peak near
+# 64 MiB (measured: tests/oracle, seqlen 8192); a GPU gets 2**26 (512 MiB per tile) so its
+# matmuls are large enough to run near the float64 matmul rate.
+TILE_ELEMENTS = {"cpu": 2**21, "cuda": 2**26}
 
 
 @dataclass

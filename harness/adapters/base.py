@@ -1,0 +1,93 @@
+"""The adapter contract: how the harness runs one attention implementation on one case.
+
+An adapter is a small object with a ``name``, a ``family`` ("softmax" or "linear"), a
+``supports(case, device)`` that returns ``None`` or a reason in plain words, and ``run(...)``.
+
+``run`` receives the harness's layout (flash-attn's (B, S, H, D) for softmax, FLA's (B, T, H, D)
+for linear), converts to whatever the backend wants, and returns the outputs in the harness's
+layout. Gradients are taken by the caller through torch autograd on the returned tensors, so
+``run`` must stay differentiable when ``differentiable`` is True.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+
+from harness.cases import Case, LinearCase, SoftmaxCase
+
+Family = Literal["softmax", "linear"]
+
+
+class Unsupported(Exception):
+    """Raised by ``run`` when the backend finds out late that it cannot run a case.
+
+    The message is the reason, in words a user understands ("head dim 256 not supported").
+    """
+
+
+@dataclass
+class SoftmaxOutput:
+    """out (B, Sq, Hq, Dv) (varlen: (total_q, Hq, Dv)); lse (B, Hq, Sq) (varlen: (Hq, total_q))
+    when the backend returns it, else None."""
+
+    out: torch.Tensor
+    lse: torch.Tensor | None = None
+
+
+@dataclass
+class LinearOutput:
+    """out (B, T, H, V); final_state (B, H, K, V)."""
+
+    out: torch.Tensor
+    final_state: torch.Tensor | None = None
+
+
+class Adapter(abc.ABC):
+    """Base class of every backend adapter. Subclasses set ``name``, ``family``, ``description``."""
+
+    name: ClassVar[str]
+    family: ClassVar[Family]
+    description: ClassVar[str] = ""
+    #: False for inference-only backends: the harness then checks the forward only.
+    differentiable: ClassVar[bool] = True
+    #: False when the backend documents a nondeterministic backward (atomics): determinism is
+    #: then reported with its spread instead of failed.
+    deterministic_backward: ClassVar[bool] = True
+
+    def supports(self, case: Case, device: torch.device) -> str | None:
+        """None when this adapter can run ``case`` on ``device``, else the reason in plain words."""
+        if case.family != self.family:
+            return f"{self.family}-attention backend; this is a {case.family} case"
+        return None
+
+    @abc.abstractmethod
+    def run(self, case: Case, **inputs: torch.Tensor):
+        """Run the forward. Softmax: ``q, k, v`` (and ``cu_seqlens_q``, ``cu_seqlens_k`` for varlen
+        cases) -> :class:`SoftmaxOutput`. Linear: ``q, k, v`` and optional ``g``, ``g_gamma``,
+        ``initial_state`` -> :class:`LinearOutput`."""
+
+    def __repr__(self) -> str:
+        return f"<adapter {self.name} ({self.family})>"
+
+
+class SoftmaxAdapter(Adapter):
+    family: ClassVar[Family] = "softmax"
+
+    @abc.abstractmethod
+    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput: ...
+
+
+class LinearAdapter(Adapter):
+    family: ClassVar[Family] = "linear"
+
+    @abc.abstractmethod
+    def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput: ...
+
+
+def default_scale(case: Case) -> float:
+    """The softmax / linear default scale: head dim ** -0.5."""
+    return (case.d if isinstance(case, SoftmaxCase) else case.d_k) ** -0.5

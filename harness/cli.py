@@ -1,0 +1,61 @@
+"""``python -m harness``: the command line.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``;
+this file only wires them, so ``--help`` lists exactly what exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS = {
+    "run": ("harness.main_job", "main job: oracle self-checks, then every backend that runs here on the presets"),
+    "golden": ("harness.golden", "check or regenerate the golden store (golden/)"),
+    "bench": ("harness.bench", "benchmark backends on a preset: markdown, JSON and PNG reports"),
+    "compare": ("harness.reports.compare", "compare two benchmark JSON files, spread-aware verdict per case"),
+    "accept": ("harness.accept", "vendor-kernel acceptance check of MODULE:CALLABLE"),
+}
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``chosen``'s module is imported (others may pull in heavy optional deps)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description="Reference test harness for attention kernels (FP64 oracle, tolerance engine, adapters, timing).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in SUBCOMMANDS.items():
+        if not _available(module):
+            continue  # not built yet: not listed
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == chosen:
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
+            p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return int(args._module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
