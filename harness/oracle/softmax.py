@@ -164,7 +164,8 @@ def _attention_fp64(q, k, v, grad_out, scale, left, right, softcap) -> SoftmaxRe
         if j1 <= j0:
             continue  # every row of the block sees nothing: out 0, lse -inf, no gradient
         qb, kb, vb = qh[:, :, :, i0:i1], kh[:, :, :, j0:j1], vh[:, :, :, j0:j1]
-        s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(scale)  # (B, Hk, G, bq, bk)
+        # The scale is folded into the (small) query block: one pass over the tile saved.
+        s = torch.matmul(qb * scale, kb.transpose(-1, -2))  # (B, Hk, G, bq, bk)
         if softcap > 0:
             s.div_(softcap).tanh_()
             tanh_s = s.clone() if want_grad else None
@@ -172,13 +173,14 @@ def _attention_fp64(q, k, v, grad_out, scale, left, right, softcap) -> SoftmaxRe
         mask = _block_mask(i0, i1, j0, j1, offset, left, right, dev)
         if mask is not None:
             s.masked_fill_(~mask, -math.inf)
-        m = s.amax(dim=-1, keepdim=True)
-        dead = torch.isneginf(m)  # rows that see no key in this block (hence none at all)
-        m = torch.where(dead, torch.zeros_like(m), m)
-        p = s.sub_(m).exp_()  # in place: s is not needed again
-        denom = p.sum(dim=-1, keepdim=True)
-        lse_b = torch.where(dead, torch.full_like(m, -math.inf), m + denom.log())
-        p.div_(torch.where(dead, torch.ones_like(denom), denom))  # dead rows: p is all zeros already
+        lse_b = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf for rows that see no key
+        # Fused softmax (one read, one write of the tile); rows that see no key come out NaN
+        # and are zeroed by row, which costs a pass only when such rows exist.
+        p = torch.softmax(s, dim=-1)
+        del s
+        dead = torch.isneginf(lse_b)
+        if bool(dead.any()):
+            p.masked_fill_(dead, 0.0)
         ob = torch.matmul(p, vb)
         out[:, :, :, i0:i1] = ob
         lse[:, :, :, i0:i1] = lse_b.squeeze(-1)
