@@ -1,0 +1,279 @@
+"""Eager torch attention: "the reference in the candidate's dtype", and the ``eager`` adapters.
+
+These plain functions compute attention the way a careful eager implementation would in the
+candidate's dtype: matmuls in the input dtype, softmax (resp. the linear-attention state and
+decays) in float32. The tolerance engine measures how far *this* lands from the FP64 oracle to
+learn what error a given dtype costs; a kernel is then judged against that yardstick.
+
+Conventions are flash-attn's / FLA's, exactly as in :mod:`harness.oracle`:
+
+* softmax: q (B, Sq, Hq, D), k (B, Sk, Hk, D), v (B, Sk, Hk, Dv); masks bottom-right aligned
+  (query i sees key j iff ``i + Sk - Sq - left <= j <= i + Sk - Sq + right``, -1 unbounded,
+  ``causal`` sets right = 0); GQA: query head h reads kv head ``h // (Hq // Hk)``; softcap
+  ``cap * tanh(s / cap)`` after the scale; a row with no visible key gives out 0, lse -inf and no
+  gradient (never NaN).
+* linear: q, k (B, T, H, K), v (B, T, H, V); ``S_t = exp(g_t) S_{t-1} + k_t^T v_t``,
+  ``o_t = scale * q_t S_t``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from harness.adapters.base import (
+    LinearAdapter,
+    LinearOutput,
+    SoftmaxAdapter,
+    SoftmaxOutput,
+    Unsupported,
+    default_scale,
+)
+from harness.adapters.registry import register
+from harness.cases import LinearCase, SoftmaxCase
+
+# Chunk length of the eager linear attention: FLA's chunk kernels use 64, so the eager reference
+# rounds its intra-chunk products the same way; the decays are cumulated within a chunk only.
+LINEAR_CHUNK = 64
+
+
+# --------------------------------------------------------------------------------------------
+# Softmax attention
+# --------------------------------------------------------------------------------------------
+
+
+def visibility_mask(sq: int, sk: int, causal: bool, window_size, device) -> torch.Tensor | None:
+    """Boolean (sq, sk), True where query i may see key j under flash-attn's bottom-right
+    convention; None when every key is visible (no causal mask, no window)."""
+    left, right = (int(w) for w in window_size)
+    if causal:
+        right = 0
+    if left < 0 and right < 0:
+        return None
+    i = torch.arange(sq, device=device).unsqueeze(1) + (sk - sq)
+    j = torch.arange(sk, device=device).unsqueeze(0)
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if right >= 0:
+        mask &= j <= i + right
+    if left >= 0:
+        mask &= j >= i - left
+    return mask
+
+
+def eager_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Materialised softmax attention in the input dtype with an fp32 softmax; differentiable.
+
+    Args:
+        q: (B, Sq, Hq, D); k: (B, Sk, Hk, D); v: (B, Sk, Hk, Dv); one float dtype; Hq % Hk == 0.
+        causal: bottom-right aligned causal mask (flash-attn >= 2.1).
+        softmax_scale: defaults to D ** -0.5.
+        window_size: (left, right), -1 unbounded.
+        softcap: > 0 applies ``softcap * tanh(scores / softcap)``.
+
+    Returns:
+        out (B, Sq, Hq, Dv) in the input dtype; lse (B, Hq, Sq) float32, natural log, -inf for rows
+        that see no key (their out is 0 and they pass no gradient).
+
+    Precision: Q K^T in the input dtype; scale, softcap, mask, softmax and lse in float32;
+    probabilities cast back to the input dtype; P V in the input dtype. Memory: Sq x Sk fp32 scores.
+    """
+    _, Sq, Hq, D = q.shape
+    Sk, Hk = k.shape[1], k.shape[2]
+    if Hk == 0 or Hq % Hk:
+        raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
+    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
+    dt = q.dtype
+    if Hk != Hq:
+        k = k.repeat_interleave(Hq // Hk, dim=2)
+        v = v.repeat_interleave(Hq // Hk, dim=2)
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D)
+    s = torch.matmul(qh, kh.transpose(-1, -2)).float() * scale  # (B, H, Sq, Sk) fp32
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    mask = visibility_mask(Sq, Sk, causal, window_size, q.device)
+    if mask is None and Sk > 0:
+        p = torch.softmax(s, dim=-1)
+        lse = torch.logsumexp(s, dim=-1)
+    else:
+        if mask is None:
+            mask = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device)
+        live = mask.any(dim=-1)  # (Sq,) rows that see at least one key
+        # Dead rows are softmaxed over unmasked (finite) scores and then zeroed: masking them to
+        # all -inf would make softmax and its backward produce NaN.
+        s = s.masked_fill(~(mask | ~live.unsqueeze(-1)), -math.inf)
+        p = torch.softmax(s, dim=-1) * live.unsqueeze(-1)
+        lse = torch.logsumexp(s, dim=-1).masked_fill(~live, -math.inf)
+    out = torch.matmul(p.to(dt), vh)  # (B, H, Sq, Dv)
+    return out.transpose(1, 2), lse
+
+
+def eager_attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed variable-length batch, one :func:`eager_attention` per sequence.
+
+    q: (total_q, Hq, D), k: (total_k, Hk, D), v: (total_k, Hk, Dv); cu_seqlens_q / _k: (B + 1,)
+    int offsets from 0. Keyword arguments as :func:`eager_attention`.
+
+    Returns out (total_q, Hq, Dv) in the input dtype and lse (Hq, total_q) float32.
+    """
+    cq = [int(x) for x in cu_seqlens_q.tolist()]
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
+    if len(cq) != len(ck):
+        raise ValueError(f"cu_seqlens_k: expected {len(cq)} entries like cu_seqlens_q, got {len(ck)}")
+    Hq, Dv = q.shape[1], v.shape[2]
+    outs, lses = [], []
+    for b in range(len(cq) - 1):
+        qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        n_q = cq[b + 1] - cq[b]
+        if n_q == 0:
+            continue
+        if ck[b + 1] == ck[b]:
+            # No keys at all: every row is dead. Multiplying q by 0 keeps the graph connected.
+            outs.append(q[qs, :, :1].expand(n_q, Hq, Dv).to(q.dtype) * 0)
+            lses.append(torch.full((Hq, n_q), -math.inf, dtype=torch.float32, device=q.device))
+            continue
+        o, lse = eager_attention(q[qs].unsqueeze(0), k[ks].unsqueeze(0), v[ks].unsqueeze(0), **kwargs)
+        outs.append(o[0])
+        lses.append(lse[0])
+    if not outs:
+        return q.new_zeros(0, Hq, Dv), torch.zeros(Hq, 0, dtype=torch.float32, device=q.device)
+    return torch.cat(outs, dim=0), torch.cat(lses, dim=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Linear attention
+# --------------------------------------------------------------------------------------------
+
+
+def eager_linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    g: torch.Tensor | None = None,
+    g_gamma: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked gated linear attention (FLA's simple_gla), matmuls in the input dtype; differentiable.
+
+    Args:
+        q, k: (B, T, H, K); v: (B, T, H, V), one float dtype.
+        g: (B, T, H) per-step log-decay, or g_gamma: (H,) constant log-decay (at most one).
+        scale: defaults to K ** -0.5.
+        initial_state: (B, H, K, V), float32 preferred.
+
+    Returns:
+        o (B, T, H, V) in the input dtype; final_state (B, H, K, V) float32.
+
+    Precision (mirrors FLA's chunk kernels): Q K^T, P V, Q S and K^T V are matmuls in the input
+    dtype (the state is cast to it for Q S); decays exp(b_i - b_j) use the log-decay cumulated
+    *within a chunk* of ``LINEAR_CHUNK`` steps, masked to -inf above the diagonal before exp,
+    in float32; the state is carried in float32.
+    """
+    if g is not None and g_gamma is not None:
+        raise ValueError("g, g_gamma: give at most one of them")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    dt, f32, dev = q.dtype, torch.float32, q.device
+    scale = K**-0.5 if scale is None else float(scale)
+    C = LINEAR_CHUNK
+    N = max(1, -(-T // C))
+    pad = N * C - T
+
+    def chunks(x):  # (B, T, H, X) -> (B, H, N, C, X), zero-padded at the end
+        x = torch.nn.functional.pad(x.transpose(1, 2), (0, 0, 0, pad))
+        return x.reshape(B, H, N, C, x.shape[-1])
+
+    qc, kc, vc = chunks(q), chunks(k), chunks(v.to(dt))
+    if g is not None:
+        gt = g.to(f32).transpose(1, 2)  # (B, H, T)
+    elif g_gamma is not None:
+        gt = g_gamma.to(f32).view(1, H, 1).expand(B, H, T)
+    else:
+        gt = torch.zeros(B, H, T, dtype=f32, device=dev)
+    # Padded steps: log-decay 0 and zero k, v, so they change nothing.
+    b = torch.nn.functional.pad(gt, (0, pad)).reshape(B, H, N, C).cumsum(-1)
+    b_last = b[..., -1:]
+    causal = torch.ones(C, C, dtype=torch.bool, device=dev).tril()
+    decay = (b.unsqueeze(-1) - b.unsqueeze(-2)).masked_fill(~causal, -math.inf).exp()  # (B, H, N, C, C)
+
+    attn = torch.matmul(qc, kc.transpose(-1, -2)).float() * decay * scale  # intra-chunk
+    o_intra = torch.matmul(attn.to(dt), vc).float()
+    k_out = (kc.float() * (b_last - b).exp().unsqueeze(-1)).to(dt)  # k_j exp(b_L - b_j)
+    update = torch.matmul(k_out.transpose(-1, -2), vc).float()  # (B, H, N, K, V)
+    chunk_decay = b_last.exp().unsqueeze(-1)  # (B, H, N, 1, 1)
+
+    state = (
+        initial_state.to(f32) if initial_state is not None else torch.zeros(B, H, K, V, dtype=f32, device=dev)
+    )
+    states_in = []
+    for n in range(N):
+        states_in.append(state)
+        state = state * chunk_decay[:, :, n] + update[:, :, n]
+    s_in = torch.stack(states_in, dim=2)  # (B, H, N, K, V) state entering each chunk
+    o_inter = torch.matmul(qc, s_in.to(dt)).float() * (b.exp().unsqueeze(-1) * scale)
+    o = (o_intra + o_inter).to(dt).reshape(B, H, N * C, V)[:, :, :T].transpose(1, 2)
+    return o, state
+
+
+# --------------------------------------------------------------------------------------------
+# Adapters
+# --------------------------------------------------------------------------------------------
+
+
+class EagerAdapter(SoftmaxAdapter):
+    name = "eager"
+    description = "materialised torch attention in the input dtype, fp32 softmax (every feature, varlen, lse)"
+
+    def supports(self, case, device):
+        return super().supports(case, device)
+
+    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        kw = dict(
+            causal=case.causal,
+            softmax_scale=default_scale(case),
+            window_size=case.window,
+            softcap=case.softcap,
+        )
+        if case.is_varlen:
+            if cu_seqlens_q is None or cu_seqlens_k is None:
+                raise Unsupported("varlen case given without cu_seqlens_q / cu_seqlens_k")
+            out, lse = eager_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, **kw)
+        else:
+            out, lse = eager_attention(q, k, v, **kw)
+        return SoftmaxOutput(out, lse)
+
+
+class EagerLinearAdapter(LinearAdapter):
+    name = "eager_linear"
+    description = f"chunked torch linear attention (chunk {LINEAR_CHUNK}), input-dtype matmuls, fp32 state"
+
+    def supports(self, case, device):
+        return super().supports(case, device)
+
+    def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput:
+        o, state = eager_linear_attention(
+            q, k, v, g=g, g_gamma=g_gamma, scale=default_scale(case), initial_state=initial_state
+        )
+        return LinearOutput(o, state)
+
+
+register(EagerAdapter)
+register(EagerLinearAdapter)

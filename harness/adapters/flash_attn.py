@@ -1,0 +1,273 @@
+"""The flash-attention packages: ``flash_attn`` (FA2), ``flash_attn3`` (FA3, ``flash_attn_interface``)
+and ``flash_attn_cute`` (flash-attn-4, ``flash_attn.cute``: the FA3-class CuTe kernels).
+
+All three speak the harness's layout natively (q (B, S, H, D), varlen (total, H, D) with int32
+``cu_seqlens``), bottom-right causal / window masks, GQA by head count, and return a natural-log
+lse (B, H, Sq) / (H, total_q). Each package is probed once, on first need.
+
+Two conventions are normalised here, documented rather than hidden:
+* window bounds: flash-attn 2/3 take -1 for "unbounded"; flash-attn-4 takes None (a -1 there
+  would be read as a bound), so -1 is passed to it as None.
+* rows that see no key: FA2 writes lse = +inf for them, the oracle -inf. On rows the case's mask
+  makes empty (and only there) +inf is turned into -inf; anywhere else a +inf is left for the
+  verification runner to flag.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import math
+
+import torch
+
+from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, default_scale
+from harness.adapters.registry import register
+from harness.cases import SoftmaxCase
+
+# FA2's kernels are instantiated for head dims up to 256 (rounded up to a multiple of 8).
+FA2_MAX_HEAD_DIM = 256
+# FA3's Hopper kernels: head dims up to 256.
+FA3_MAX_HEAD_DIM = 256
+
+
+def _import(module: str, attr: str):
+    """(function, None) or (None, reason) for ``module.attr``."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        return None, f"{module} not installed ({e})"
+    except Exception as e:  # a broken install (ABI mismatch, missing CUDA libs) is a reason too
+        return None, f"{module} failed to import: {type(e).__name__}: {e}"
+    fn = getattr(mod, attr, None)
+    if fn is None:
+        return None, f"{module} has no {attr} (not installed, or an unsupported version)"
+    return fn, None
+
+
+@functools.cache
+def _probe_fa2():
+    fn, why = _import("flash_attn", "flash_attn_func")
+    if fn is None:
+        if "not installed" in why:
+            return None, None, "flash_attn not installed"
+        if "has no" in why:  # e.g. only flash-attn-4's flash_attn.cute namespace is installed
+            return (
+                None,
+                None,
+                "flash_attn (FA2) not installed: the flash_attn package found has no flash_attn_func",
+            )
+        return None, None, f"flash_attn (FA2): {why}"
+    varlen, _ = _import("flash_attn", "flash_attn_varlen_func")
+    return fn, varlen, None
+
+
+@functools.cache
+def _probe_fa3():
+    fn, why = _import("flash_attn_interface", "flash_attn_func")
+    if fn is None:
+        if "not installed" in why:
+            return None, None, "flash_attn_interface (FA3) not installed"
+        return None, None, f"flash_attn_interface (FA3): {why}"
+    varlen, _ = _import("flash_attn_interface", "flash_attn_varlen_func")
+    return fn, varlen, None
+
+
+@functools.cache
+def _probe_fa4():
+    fn, why = _import("flash_attn.cute.interface", "flash_attn_func")
+    if fn is None:
+        if "not installed" in why:
+            return None, None, "flash_attn.cute (flash-attn-4) not installed"
+        return None, None, f"flash_attn.cute (flash-attn-4): {why}"
+    varlen, _ = _import("flash_attn.cute.interface", "flash_attn_varlen_func")
+    return fn, varlen, None
+
+
+@functools.cache
+def _params(fn) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def dead_rows(case: SoftmaxCase, device=None) -> torch.Tensor:
+    """Boolean mask of query rows that see no key: (B, Sq), or (total_q,) for varlen."""
+    left, right = case.window
+    if case.causal:
+        right = 0
+
+    def rows(sq: int, sk: int) -> torch.Tensor:
+        i = torch.arange(sq, device=device) + (sk - sq)
+        lo = (i - left).clamp_min(0) if left >= 0 else torch.zeros_like(i)
+        hi = (i + right + 1).clamp_max(sk) if right >= 0 else torch.full_like(i, sk)
+        return hi <= lo
+
+    if case.is_varlen:
+        return (
+            torch.cat([rows(a, b) for a, b in case.varlen])
+            if case.varlen
+            else torch.zeros(0, dtype=torch.bool, device=device)
+        )
+    return rows(case.seqlen_q, case.seqlen_k).unsqueeze(0).expand(case.batch, -1)
+
+
+def _normalise_lse(lse, case: SoftmaxCase, device):
+    """FA's +inf lse on empty rows -> the oracle's -inf, on those rows only."""
+    if lse is None or not (case.causal or case.has_window or case.is_varlen):
+        return lse
+    dead = dead_rows(case, device=device)
+    dead = dead.unsqueeze(-2) if not case.is_varlen else dead.unsqueeze(0)  # broadcast over heads
+    if tuple(lse.shape[-1:]) != tuple(dead.shape[-1:]):
+        return lse
+    return torch.where(dead & torch.isposinf(lse), torch.full_like(lse, -math.inf), lse)
+
+
+def _split(res):
+    """out, or (out, lse, ...), or (out, lse) -> (out, lse or None)."""
+    if isinstance(res, torch.Tensor):
+        return res, None
+    out = res[0]
+    lse = res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None
+    return out, lse
+
+
+class _FlashAdapter(SoftmaxAdapter):
+    """Shared supports / run; subclasses set the probe and limits."""
+
+    deterministic_backward = False  # dq is accumulated with atomics unless deterministic=True
+    package_words: str = ""
+    min_capability: tuple[int, int] = (8, 0)
+    max_capability: tuple[int, int] | None = None
+    dtypes: tuple[str, ...] = ("fp16", "bf16")
+    max_head_dim: int | None = None
+    needs_same_dv: bool = False
+    unbounded_window = -1  # how the package spells "no bound" in window_size
+
+    def _probe(self):
+        raise NotImplementedError
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        fn, varlen_fn, why = self._probe()
+        if fn is None:
+            return why
+        device = torch.device(device)
+        if device.type != "cuda":
+            return f"needs CUDA ({self.package_words} has CUDA kernels only)"
+        if not torch.cuda.is_available():
+            return "CUDA is not available on this machine"
+        cap = torch.cuda.get_device_capability(device)
+        if cap < self.min_capability:
+            return f"needs sm{self.min_capability[0]}{self.min_capability[1]}+"
+        if self.max_capability is not None and cap > self.max_capability:
+            return f"{self.package_words} runs on sm{self.min_capability[0]}{self.min_capability[1]} only"
+        if case.dtype not in self.dtypes:
+            return f"{self.package_words} takes {'/'.join(self.dtypes)} only, not {case.dtype}"
+        if self.max_head_dim is not None and max(case.d, case.d_v) > self.max_head_dim:
+            d = max(case.d, case.d_v)
+            return f"head dim {d} not supported by {self.package_words} (max {self.max_head_dim})"
+        if self.needs_same_dv and case.d_v != case.d:
+            return (
+                f"{self.package_words} needs the value head dim equal to the query's "
+                f"(d_v {case.d_v} != d {case.d})"
+            )
+        if case.softcap and "softcap" not in _params(varlen_fn if case.is_varlen else fn):
+            return f"this {self.package_words} version has no softcap"
+        if case.is_varlen and varlen_fn is None:
+            return f"this {self.package_words} version has no flash_attn_varlen_func"
+        return None
+
+    def _window(self, case: SoftmaxCase):
+        if self.unbounded_window == -1:
+            return tuple(case.window)
+        return tuple(self.unbounded_window if w < 0 else w for w in case.window)
+
+    def _kwargs(self, fn, case: SoftmaxCase) -> dict:
+        params = _params(fn)
+        kw = dict(softmax_scale=default_scale(case), causal=case.causal)
+        if case.has_window or "window_size" in params:
+            kw["window_size"] = self._window(case)
+        if case.softcap:
+            kw["softcap"] = case.softcap
+        if "return_lse" in params:
+            kw["return_lse"] = True
+        elif "return_attn_probs" in params:
+            kw["return_attn_probs"] = True  # with dropout 0 this returns (out, lse, None): no probs computed
+        return kw
+
+    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        fn, varlen_fn, why = self._probe()
+        if fn is None:
+            raise Unsupported(why)
+        try:
+            if case.is_varlen:
+                if varlen_fn is None:
+                    raise Unsupported(f"this {self.package_words} version has no flash_attn_varlen_func")
+                res = varlen_fn(
+                    q,
+                    k,
+                    v,
+                    cu_seqlens_q=cu_seqlens_q.to(torch.int32),
+                    cu_seqlens_k=cu_seqlens_k.to(torch.int32),
+                    max_seqlen_q=case.seqlen_q,
+                    max_seqlen_k=case.seqlen_k,
+                    **self._kwargs(varlen_fn, case),
+                )
+            else:
+                res = fn(q, k, v, **self._kwargs(fn, case))
+        except (AssertionError, NotImplementedError) as e:
+            # flash-attn-4 states its limits as asserts (head dims, dtypes, arch).
+            raise Unsupported(f"unsupported: {self.package_words}: {e}") from None
+        except RuntimeError as e:
+            msg = str(e)
+            if "only support" in msg or "not supported" in msg or "does not support" in msg:
+                raise Unsupported(f"unsupported: {self.package_words}: {msg.strip()}") from None
+            raise
+        out, lse = _split(res)
+        if lse is not None:
+            want = (case.heads_q, q.shape[0]) if case.is_varlen else (case.batch, case.heads_q, case.seqlen_q)
+            if tuple(lse.shape) != want:
+                lse = None  # an older padded lse layout: not comparable, so not reported
+        return SoftmaxOutput(out, _normalise_lse(lse, case, q.device))
+
+
+class FlashAttn2(_FlashAdapter):
+    name = "flash_attn"
+    description = "flash-attn 2 package (flash_attn_func / flash_attn_varlen_func), sm80+"
+    package_words = "flash_attn (FA2)"
+    max_head_dim = FA2_MAX_HEAD_DIM
+    needs_same_dv = True
+
+    def _probe(self):
+        return _probe_fa2()
+
+
+class FlashAttn3(_FlashAdapter):
+    name = "flash_attn3"
+    description = "flash-attn 3 Hopper package (flash_attn_interface), sm90"
+    package_words = "flash_attn_interface (FA3)"
+    min_capability = (9, 0)
+    max_capability = (9, 0)
+    max_head_dim = FA3_MAX_HEAD_DIM
+
+    def _probe(self):
+        return _probe_fa3()
+
+
+class FlashAttnCute(_FlashAdapter):
+    name = "flash_attn_cute"
+    description = "flash-attn-4 CuTe-DSL kernels (flash_attn.cute), FA3-class on sm90/sm100; JIT per shape"
+    package_words = "flash_attn.cute (flash-attn-4)"
+    unbounded_window = None  # FA4 spells "unbounded" None; -1 would be a bound
+
+    def _probe(self):
+        return _probe_fa4()
+
+
+for _cls in (FlashAttn2, FlashAttn3, FlashAttnCute):
+    register(_cls)

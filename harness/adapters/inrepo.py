@@ -1,0 +1,191 @@
+"""The in-repo Triton kernels of ``kernels/``: ``triton_fa`` and ``triton_la_chunk``.
+
+* ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
+  window_size, return_lse=True)`` (and ``flash_attn_varlen_func`` for varlen cases).
+* ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
+  initial_state, output_final_state=True)``.
+
+Both speak the harness's layouts. The kernels are imported on first need, so a kernel module
+that does not import yet (being written, or broken) makes its adapter report why instead of
+taking the registry down. Without CUDA they run only in Triton's CPU interpreter
+(``TRITON_INTERPRET=1``, read by Triton when the kernels are defined: set it before the run).
+The interpreter multiplies bf16 bit patterns in ``tl.dot`` (triton issue 11584), so bf16 is a
+GPU-only check.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+
+import torch
+
+from harness.adapters.base import (
+    LinearAdapter,
+    LinearOutput,
+    SoftmaxAdapter,
+    SoftmaxOutput,
+    Unsupported,
+    default_scale,
+)
+from harness.adapters.registry import register
+from harness.cases import LinearCase, SoftmaxCase
+
+NEEDS_CUDA = "needs CUDA, or TRITON_INTERPRET=1 for the Triton CPU interpreter"
+INTERPRETER_BF16 = (
+    "the Triton interpreter multiplies bf16 bit patterns in tl.dot (triton issue 11584): "
+    "bf16 is checked on the GPU"
+)
+# A kernel's ValueError that states a limit rather than a bad argument: "unsupported: ..." or
+# "<argument>: unsupported: ...".
+_UNSUPPORTED = re.compile(r"^(\w+: )?unsupported\b")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def _import(module: str):
+    """(module, None) or (None, reason). Cached: a kernel module is imported once per process."""
+    try:
+        return importlib.import_module(module), None
+    except Exception as e:  # SyntaxError, ImportError, a Triton error at decoration: all reasons
+        return None, f"in-repo kernel not importable: {module}: {type(e).__name__}: {e}"
+
+
+def _device_reason(case, device) -> str | None:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return None
+    if device.type != "cpu" or not interpreting():
+        return NEEDS_CUDA
+    if case.dtype == "bf16":
+        return INTERPRETER_BF16
+    return None
+
+
+def _as_unsupported(e: ValueError) -> Unsupported | None:
+    """The kernel's "[arg: ]unsupported: <reason>" ValueError as Unsupported, else None."""
+    msg = str(e).strip()
+    m = _UNSUPPORTED.match(msg)
+    return Unsupported(msg[len(m.group(1) or "") :]) if m else None
+
+
+class TritonFA(SoftmaxAdapter):
+    name = "triton_fa"
+    description = "in-repo Triton flash attention (kernels/flash_attn), forward + backward"
+    module = "kernels.flash_attn"
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        mod, why = _import(self.module)
+        if mod is None:
+            return why
+        reason = _device_reason(case, device)
+        if reason:
+            return reason
+        if case.softcap:
+            return "softcap is not supported by triton_fa (it has no softcap parameter)"
+        if case.d_v != case.d:
+            return f"triton_fa needs the value head dim equal to the query's (d_v {case.d_v} != d {case.d})"
+        if case.is_varlen and not hasattr(mod, "flash_attn_varlen_func"):
+            return "triton_fa has no varlen entry point (kernels.flash_attn.flash_attn_varlen_func) yet"
+        check = getattr(mod, "unsupported_reason", None)
+        if check is not None:
+            reason = check(case.d, case.torch_dtype)
+            if reason:
+                return reason
+        return None
+
+    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        mod, why = _import(self.module)
+        if mod is None:
+            raise Unsupported(why)
+        kw = dict(
+            causal=case.causal,
+            softmax_scale=default_scale(case),
+            window_size=tuple(case.window),
+            return_lse=True,
+        )
+        try:
+            if case.is_varlen:
+                fn = getattr(mod, "flash_attn_varlen_func", None)
+                if fn is None:
+                    raise Unsupported("triton_fa has no varlen entry point yet")
+                out, lse = fn(
+                    q,
+                    k,
+                    v,
+                    cu_seqlens_q.to(torch.int32),
+                    cu_seqlens_k.to(torch.int32),
+                    case.seqlen_q,
+                    case.seqlen_k,
+                    **kw,
+                )
+            else:
+                out, lse = mod.flash_attn_func(q, k, v, **kw)
+        except ValueError as e:
+            unsup = _as_unsupported(e)
+            if unsup is None:
+                raise
+            raise unsup from None
+        return SoftmaxOutput(out, lse)
+
+
+class TritonLAChunk(LinearAdapter):
+    name = "triton_la_chunk"
+    description = "in-repo Triton chunked linear attention (kernels/linear_attn), forward + backward"
+    module = "kernels.linear_attn"
+    deterministic_backward = False  # the backward accumulates its row dots (for dg) with atomics
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        mod, why = _import(self.module)
+        if mod is None:
+            return why
+        reason = _device_reason(case, device)
+        if reason:
+            return reason
+        if case.dtype == "fp64":
+            return "triton_la_chunk takes fp16/bf16/fp32, not fp64"
+        cfg, _ = _import(self.module + ".configs")
+        dims = getattr(cfg, "SUPPORTED_DIMS", None) if cfg is not None else None
+        if dims is not None:
+            for label, d in (("K", case.d_k), ("V", case.d_v)):
+                if d not in dims:
+                    supported = ", ".join(map(str, dims))
+                    return f"head dim {label}={d} not supported by triton_la_chunk (supported: {supported})"
+        return None
+
+    def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput:
+        mod, why = _import(self.module)
+        if mod is None:
+            raise Unsupported(why)
+        try:
+            o, final_state = mod.chunk_linear_attn(
+                q,
+                k,
+                v,
+                g,
+                g_gamma,
+                scale=default_scale(case),
+                initial_state=initial_state,
+                output_final_state=True,
+            )
+        except ValueError as e:
+            unsup = _as_unsupported(e)
+            if unsup is None:
+                raise
+            raise unsup from None
+        return LinearOutput(o, final_state)
+
+
+register(TritonFA)
+register(TritonLAChunk)

@@ -1,0 +1,243 @@
+"""A user's callable as an adapter: ``--impl module:function``.
+
+Softmax callables follow flash-attn's signature::
+
+    fn(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0)
+        -> out  or  (out, lse, ...)
+
+with q (B, Sq, Hq, D), k, v (B, Sk, Hk, D/Dv), out (B, Sq, Hq, Dv), lse (B, Hq, Sq) natural log.
+``softcap=`` is passed only when the case has one. Variable-length cases go only to callables
+that declare ``"varlen": True`` (see below); they are called as::
+
+    fn(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+       window_size[, softcap])   with q (total_q, Hq, D), lse (Hq, total_q).
+
+Linear callables follow FLA's::
+
+    fn(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None, output_final_state=True)
+        -> (o, final_state)
+
+Gradients are taken through torch autograd on the returned tensors. A callable raising
+``NotImplementedError`` for a case declares it unsupported (the message is the reason).
+
+Optional capability declaration, read by ``supports`` (every key optional, defaults shown)::
+
+    fn.attn_capabilities = {
+        "causal": True, "window": True, "softcap": True, "gqa": True,
+        "varlen": False,            # the varlen calling convention above
+        "backward": True,           # False: forward-only, gradients are not checked
+        "dtypes": ["fp16", "bf16", "fp32", "fp64"],
+        "devices": ["cpu", "cuda"],
+    }
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import torch
+
+from harness.adapters.base import (
+    Adapter,
+    LinearAdapter,
+    LinearOutput,
+    SoftmaxAdapter,
+    SoftmaxOutput,
+    Unsupported,
+    default_scale,
+)
+from harness.cases import LinearCase, SoftmaxCase
+
+CAPABILITY_ATTR = "attn_capabilities"
+# Defaults when a callable declares nothing: everything but varlen (whose calling convention a
+# callable must opt into).
+DEFAULT_CAPABILITIES: dict[str, Any] = {
+    "causal": True,
+    "window": True,
+    "softcap": True,
+    "gqa": True,
+    "varlen": False,
+    "backward": True,
+    "dtypes": None,  # None: any
+    "devices": None,
+}
+_FEATURE_WORDS = {
+    "causal": "causal",
+    "window": "window",
+    "softcap": "softcap",
+    "gqa": "GQA/MQA",
+    "varlen": "varlen",
+}
+
+
+def load_callable(spec: str):
+    """``"module:function"`` (the function may be a dotted attribute path) -> the callable.
+
+    The module is imported with the current directory on ``sys.path``, so a file ``mykernel.py``
+    next to where the harness runs is found as ``mykernel:attention``. Errors are ValueErrors
+    saying what is wrong.
+    """
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ValueError(f"--impl: expected MODULE:CALLABLE, got {spec!r}")
+    mod_name, attr_path = (part.strip() for part in spec.split(":"))
+    if not mod_name or not attr_path:
+        raise ValueError(f"--impl: expected MODULE:CALLABLE, got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj = importlib.import_module(mod_name)
+    except Exception as e:
+        raise ValueError(f"cannot import module {mod_name}: {type(e).__name__}: {e}") from e
+    owner = mod_name
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(
+                f"module {mod_name} has no attribute {attr_path}"
+                if owner == mod_name
+                else f"{owner} has no attribute {part}"
+            )
+        obj = getattr(obj, part)
+        owner = f"{owner}.{part}"
+    if not callable(obj):
+        raise ValueError(f"{spec} is not callable (it is a {type(obj).__name__})")
+    return obj
+
+
+def capabilities(fn) -> dict[str, Any]:
+    """The callable's declared capabilities merged over :data:`DEFAULT_CAPABILITIES`."""
+    declared = getattr(fn, CAPABILITY_ATTR, None) or {}
+    if not isinstance(declared, dict):
+        raise ValueError(f"{CAPABILITY_ATTR}: expected a dict, got {type(declared).__name__}")
+    unknown = set(declared) - set(DEFAULT_CAPABILITIES)
+    if unknown:
+        raise ValueError(
+            f"{CAPABILITY_ATTR}: unknown keys {sorted(unknown)}; known: {sorted(DEFAULT_CAPABILITIES)}"
+        )
+    return {**DEFAULT_CAPABILITIES, **declared}
+
+
+def _common_reason(caps, case, device) -> str | None:
+    dtypes = caps["dtypes"]
+    if dtypes is not None and case.dtype not in dtypes:
+        return f"declares dtypes {', '.join(dtypes)} only, not {case.dtype}"
+    devices = caps["devices"]
+    dev = torch.device(device).type
+    if devices is not None and dev not in devices:
+        return f"declares devices {', '.join(devices)} only, not {dev}"
+    return None
+
+
+def _declared_unsupported(e: NotImplementedError) -> Unsupported:
+    return Unsupported(
+        f"declared unsupported by the implementation: {str(e).strip() or 'NotImplementedError'}"
+    )
+
+
+def _softmax_result(res) -> SoftmaxOutput:
+    if isinstance(res, torch.Tensor):
+        return SoftmaxOutput(res, None)
+    if isinstance(res, (tuple, list)) and res and isinstance(res[0], torch.Tensor):
+        lse = res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None
+        return SoftmaxOutput(res[0], lse)
+    raise TypeError(
+        f"user callable: expected a Tensor (out) or a tuple (out, lse, ...), got {type(res).__name__}"
+    )
+
+
+class CallableSoftmaxAdapter(SoftmaxAdapter):
+    """Adapter around a flash-attn-style callable (see the module docstring)."""
+
+    name = "user"  # replaced per instance
+
+    def __init__(self, fn, name: str):
+        self.fn = fn
+        self.name = name
+        self.caps = capabilities(fn)
+        self.differentiable = bool(self.caps["backward"])
+        self.description = f"user callable {name}"
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        caps = self.caps
+        needs = {
+            "causal": case.causal,
+            "window": case.has_window,
+            "softcap": bool(case.softcap),
+            "gqa": case.heads_q != case.heads_k,
+            "varlen": case.is_varlen,
+        }
+        for feature, needed in needs.items():
+            if needed and not caps[feature]:
+                return f"declares no {_FEATURE_WORDS[feature]} support"
+        return _common_reason(caps, case, device)
+
+    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        kw: dict[str, Any] = dict(
+            causal=case.causal, softmax_scale=default_scale(case), window_size=tuple(case.window)
+        )
+        if case.softcap:
+            kw["softcap"] = case.softcap
+        if case.is_varlen:
+            if not self.caps["varlen"]:
+                raise Unsupported("declares no varlen support")
+            kw.update(
+                cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_k=cu_seqlens_k,
+                max_seqlen_q=case.seqlen_q,
+                max_seqlen_k=case.seqlen_k,
+            )
+        try:
+            res = self.fn(q, k, v, **kw)
+        except NotImplementedError as e:
+            raise _declared_unsupported(e) from None
+        return _softmax_result(res)
+
+
+class CallableLinearAdapter(LinearAdapter):
+    """Adapter around an FLA-style callable (see the module docstring)."""
+
+    name = "user"
+
+    def __init__(self, fn, name: str):
+        self.fn = fn
+        self.name = name
+        self.caps = capabilities(fn)
+        self.differentiable = bool(self.caps["backward"])
+        self.description = f"user callable {name}"
+
+    def supports(self, case, device):
+        return super().supports(case, device) or _common_reason(self.caps, case, device)
+
+    def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput:
+        try:
+            res = self.fn(
+                q,
+                k,
+                v,
+                g=g,
+                g_gamma=g_gamma,
+                scale=default_scale(case),
+                initial_state=initial_state,
+                output_final_state=True,
+            )
+        except NotImplementedError as e:
+            raise _declared_unsupported(e) from None
+        if not (isinstance(res, (tuple, list)) and len(res) >= 2 and isinstance(res[0], torch.Tensor)):
+            raise TypeError(f"user callable: expected (o, final_state), got {type(res).__name__}")
+        return LinearOutput(res[0], res[1])
+
+
+def make_callable_adapter(fn, family: str = "softmax", name: str | None = None) -> Adapter:
+    """Wrap ``fn`` in an adapter of ``family`` ("softmax" or "linear") registered as ``name``."""
+    name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    if family == "softmax":
+        return CallableSoftmaxAdapter(fn, name)
+    if family == "linear":
+        return CallableLinearAdapter(fn, name)
+    raise ValueError(f"family: expected 'softmax' or 'linear', got {family!r}")

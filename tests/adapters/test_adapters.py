@@ -1,0 +1,829 @@
+"""Adapters: the registry, supports() reasons on a CPU machine, and the CPU-runnable adapters
+against the FP64 oracle (values and autograd gradients), including the conventions that are easy
+to get wrong: bottom-right causal with Sq != Sk, windows, GQA, softcap, varlen, dead rows."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.adapters import Unsupported, all_adapters, from_spec, get, names, registry
+from harness.adapters.eager import eager_attention, eager_attention_varlen, eager_linear_attention
+from harness.cases import LinearCase, SoftmaxCase, make_inputs
+from harness.oracle import linear_attention, softmax_attention, softmax_attention_varlen
+from harness.presets import preset
+
+CPU = torch.device("cpu")
+REPO = Path(__file__).resolve().parents[2]
+# fp32 adapters vs the fp64 oracle on these small shapes land near 3e-7; 1e-5 leaves room for
+# reduction order while still failing any convention error (those are O(1)).
+FP32_RTOL = 1e-5
+
+REQUIRED = {
+    "softmax": [
+        "eager",
+        "sdpa_math",
+        "sdpa_flash",
+        "sdpa_efficient",
+        "sdpa_cudnn",
+        "sdpa",
+        "flex",
+        "flash_attn",
+        "flash_attn3",
+        "flash_attn_cute",
+        "triton_fa",
+    ],
+    "linear": ["eager_linear", "fla_chunk", "fla_fused_chunk", "fla_recurrent", "triton_la_chunk"],
+}
+
+SMALL = preset("small")
+SMALL_LINEAR = preset("small-linear")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def lse_close(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5) -> bool:
+    """Same -inf pattern, finite entries within atol."""
+    dead = torch.isneginf(want)
+    if not torch.equal(torch.isneginf(got), dead):
+        return False
+    return bool(((got.double() - want)[~dead].abs() <= atol).all())
+
+
+def run_softmax(adapter, case, inputs):
+    """Run with autograd; returns (output, dq, dk, dv)."""
+    q, k, v = (t.clone().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
+    extra = {}
+    if case.is_varlen:
+        extra = dict(cu_seqlens_q=inputs.cu_seqlens_q, cu_seqlens_k=inputs.cu_seqlens_k)
+    res = adapter.run(case, q=q, k=k, v=v, **extra)
+    res.out.backward(inputs.grad_out)
+    return res, q.grad, k.grad, v.grad
+
+
+def oracle_softmax(case, inputs):
+    if case.is_varlen:
+        return softmax_attention_varlen(
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            inputs.cu_seqlens_q,
+            inputs.cu_seqlens_k,
+            inputs.grad_out,
+            **case.oracle_kwargs,
+        )
+    return softmax_attention(inputs.q, inputs.k, inputs.v, inputs.grad_out, **case.oracle_kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(REQUIRED))
+def test_registry_has_every_required_adapter_with_its_family(family):
+    registered = names(family)
+    missing = [n for n in REQUIRED[family] if n not in registered]
+    assert not missing, f"missing {family} adapters: {missing}"
+    for n in REQUIRED[family]:
+        assert get(n).family == family
+
+
+def test_every_adapter_refuses_the_other_family_with_words():
+    for adapter in all_adapters():
+        case = SMALL_LINEAR[0] if adapter.family == "softmax" else SMALL[0]
+        reason = adapter.supports(case, CPU)
+        assert isinstance(reason, str) and "case" in reason, (adapter.name, reason)
+
+
+def test_every_cpu_reason_is_plain_words():
+    for adapter in all_adapters():
+        for case in SMALL + SMALL_LINEAR:
+            if case.family != adapter.family:
+                continue
+            reason = adapter.supports(case, CPU)
+            assert reason is None or (isinstance(reason, str) and len(reason) > 8 and "\n" not in reason)
+
+
+def test_importing_the_adapters_imports_no_optional_package():
+    code = (
+        "import sys; from harness.adapters import all_adapters; all_adapters(); "
+        "print([m for m in ('flash_attn', 'flash_attn_interface', 'fla', 'kernels') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("sdpa_cudnn", "needs CUDA"),
+        ("sdpa_efficient", "needs CUDA"),
+        ("flex", "needs CUDA"),
+        ("flash_attn", "not installed"),
+        ("flash_attn3", "not installed"),
+        ("flash_attn_cute", "not installed"),
+    ],
+)
+def test_cpu_reasons_name_the_missing_piece(name, words):
+    assert words in get(name).supports(SMALL[1], CPU)
+
+
+@pytest.mark.parametrize("name", ["fla_chunk", "fla_fused_chunk", "fla_recurrent"])
+def test_fla_on_cpu_says_not_installed_or_needs_cuda(name):
+    reason = get(name).supports(SMALL_LINEAR[1], CPU)
+    assert "fla not installed" in reason or "needs a CUDA device" in reason
+
+
+@pytest.mark.parametrize("name, case", [("triton_fa", SMALL[1]), ("triton_la_chunk", SMALL_LINEAR[1])])
+def test_inrepo_without_cuda_or_interpreter_says_how_to_run(monkeypatch, name, case):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    reason = get(name).supports(case, CPU)
+    assert reason is not None and ("TRITON_INTERPRET=1" in reason or "not importable" in reason)
+
+
+@pytest.mark.parametrize("name, case", [("triton_fa", SMALL[1]), ("triton_la_chunk", SMALL_LINEAR[1])])
+def test_inrepo_kernel_that_does_not_import_is_a_clean_reason(name, case):
+    adapter = type(get(name))()
+    adapter.module = f"kernels.no_such_kernel_{uuid.uuid4().hex[:8]}"
+    reason = adapter.supports(case, CPU)
+    assert reason.startswith("in-repo kernel not importable") and adapter.module in reason
+    with pytest.raises(Unsupported, match="not importable"):
+        inp = make_inputs(case)
+        adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
+
+
+def test_inrepo_interpreter_reasons(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from harness.adapters import inrepo
+
+    assert inrepo._device_reason(SMALL[0].with_dtype("bf16"), CPU).startswith(
+        "the Triton interpreter multiplies bf16"
+    )
+    assert inrepo._device_reason(SMALL[0], CPU) is None
+    assert inrepo._device_reason(SMALL[0], torch.device("meta")) == inrepo.NEEDS_CUDA
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert inrepo._device_reason(SMALL[0], CPU) == inrepo.NEEDS_CUDA
+
+
+def test_inrepo_kernel_unsupported_value_error_becomes_unsupported():
+    from harness.adapters.inrepo import _as_unsupported
+
+    assert str(_as_unsupported(ValueError("q: unsupported: head dim 20"))) == "unsupported: head dim 20"
+    assert str(_as_unsupported(ValueError("unsupported: dtype x"))) == "unsupported: dtype x"
+    assert _as_unsupported(ValueError("q: expected rank 4")) is None  # a bad argument stays an error
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager (the reference in the candidate's dtype)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", SMALL, ids=str)
+def test_eager_matches_oracle_values_lse_and_grads(case):
+    adapter = get("eager")
+    assert adapter.supports(case, CPU) is None
+    inp = make_inputs(case)
+    res, dq, dk, dv = run_softmax(adapter, case, inp)
+    ref = oracle_softmax(case, inp)
+    assert res.out.dtype == inp.q.dtype and res.out.shape == ref.out.shape
+    assert rel(res.out, ref.out) < FP32_RTOL
+    assert res.lse is not None and res.lse.shape == ref.lse.shape and lse_close(res.lse, ref.lse)
+    for got, want in ((dq, ref.dq), (dk, ref.dk), (dv, ref.dv)):
+        assert torch.isfinite(got).all()
+        assert rel(got, want) < FP32_RTOL
+
+
+def test_eager_dead_rows_give_zero_out_neg_inf_lse_and_finite_grads():
+    # Sq > Sk causal (bottom-right): the first Sq - Sk rows see no key; a window adds more.
+    case = SoftmaxCase(1, 2, 2, 12, 5, 8, causal=True, window=(1, 0))
+    inp = make_inputs(case)
+    q, k, v = (t.clone().requires_grad_() for t in (inp.q, inp.k, inp.v))
+    out, lse = eager_attention(q, k, v, **case.oracle_kwargs)
+    (out * inp.grad_out).sum().backward()
+    assert torch.all(out[:, :7] == 0) and torch.isneginf(lse[..., :7]).all()
+    assert torch.isfinite(lse[..., 7:]).all()
+    for g in (q.grad, k.grad, v.grad):
+        assert torch.isfinite(g).all()
+    assert torch.all(q.grad[:, :7] == 0)
+
+
+def test_eager_varlen_with_an_empty_key_sequence():
+    case = SoftmaxCase(1, 2, 1, 0, 0, 8, varlen=((3, 0), (4, 6)))
+    inp = make_inputs(case)
+    q, k, v = (t.clone().requires_grad_() for t in (inp.q, inp.k, inp.v))
+    out, lse = eager_attention_varlen(q, k, v, inp.cu_seqlens_q, inp.cu_seqlens_k)
+    ref = softmax_attention_varlen(inp.q, inp.k, inp.v, inp.cu_seqlens_q, inp.cu_seqlens_k, inp.grad_out)
+    out.backward(inp.grad_out)
+    assert rel(out, ref.out) < FP32_RTOL and lse_close(lse, ref.lse)
+    assert rel(q.grad, ref.dq) < FP32_RTOL and rel(k.grad, ref.dk) < FP32_RTOL
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_eager_keeps_the_input_dtype_and_lands_near_the_oracle(dtype):
+    case = SoftmaxCase(1, 4, 2, 40, 56, 32, causal=True, dtype=dtype)
+    inp = make_inputs(case)
+    out, lse = eager_attention(inp.q, inp.k, inp.v, **case.oracle_kwargs)
+    ref = softmax_attention(inp.q, inp.k, inp.v, **case.oracle_kwargs)
+    assert out.dtype == case.torch_dtype and lse.dtype == torch.float32
+    eps = torch.finfo(case.torch_dtype).eps
+    assert eps / 10 < rel(out, ref.out) < 10 * eps  # rounded like the dtype, no worse
+
+
+@pytest.mark.parametrize("case", SMALL_LINEAR, ids=str)
+def test_eager_linear_matches_oracle_values_state_and_grads(case):
+    adapter = get("eager_linear")
+    assert adapter.supports(case, CPU) is None
+    inp = make_inputs(case)
+    leaves = {
+        n: t.clone().requires_grad_()
+        for n, t in inp.tensors().items()
+        if n not in ("grad_out", "grad_final_state")
+    }
+    res = adapter.run(
+        case,
+        q=leaves["q"],
+        k=leaves["k"],
+        v=leaves["v"],
+        g=leaves.get("g"),
+        g_gamma=leaves.get("g_gamma"),
+        initial_state=leaves.get("initial_state"),
+    )
+    loss = (res.out * inp.grad_out).sum()
+    if inp.grad_final_state is not None:
+        loss = loss + (res.final_state * inp.grad_final_state).sum()
+    loss.backward()
+    ref = linear_attention(
+        inp.q,
+        inp.k,
+        inp.v,
+        inp.grad_out,
+        g=inp.g,
+        g_gamma=inp.g_gamma,
+        initial_state=inp.initial_state,
+        grad_final_state=inp.grad_final_state,
+    )
+    assert res.out.dtype == inp.q.dtype and res.final_state.dtype == torch.float32
+    assert rel(res.out, ref.out) < FP32_RTOL
+    assert rel(res.final_state, ref.final_state) < FP32_RTOL
+    pairs = [
+        ("q", ref.dq),
+        ("k", ref.dk),
+        ("v", ref.dv),
+        ("g", ref.dg),
+        ("g_gamma", ref.dg),
+        ("initial_state", ref.dh0),
+    ]
+    for name, want in pairs:
+        if name in leaves:
+            # dg is a reverse cumulative sum of differences: allow a little more
+            tol = 2e-5 if name.startswith("g") else FP32_RTOL
+            assert rel(leaves[name].grad, want) < tol, name
+
+
+def test_eager_linear_long_sequence_strong_decay_stays_finite():
+    # 40 chunks of strong decay: a whole-sequence cumulative log-decay would underflow exp.
+    case = LinearCase(1, 1, 2560, 32, gate="g", gate_n=0.1)
+    inp = make_inputs(case)
+    o, s = eager_linear_attention(inp.q, inp.k, inp.v, g=inp.g, initial_state=inp.initial_state)
+    ref = linear_attention(inp.q, inp.k, inp.v, g=inp.g, initial_state=inp.initial_state)
+    assert torch.isfinite(o).all() and rel(o, ref.out) < FP32_RTOL and rel(s, ref.final_state) < FP32_RTOL
+
+
+# ---------------------------------------------------------------------------------------------
+# torch SDPA
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sdpa_math", "sdpa", "sdpa_flash"])
+@pytest.mark.parametrize("case", [c for c in SMALL if not c.softcap and not c.is_varlen], ids=str)
+def test_sdpa_matches_oracle_values_and_grads(name, case):
+    adapter = get(name)
+    if name == "sdpa_flash" and case.d_v != case.d:
+        pytest.skip("torch's flash kernel needs d_v == d (tested as unsupported below)")
+    assert adapter.supports(case, CPU) is None
+    inp = make_inputs(case)
+    res, dq, dk, dv = run_softmax(adapter, case, inp)
+    ref = oracle_softmax(case, inp)
+    assert res.out.shape == ref.out.shape
+    assert rel(res.out, ref.out) < FP32_RTOL
+    for got, want in ((dq, ref.dq), (dk, ref.dk), (dv, ref.dv)):
+        assert rel(got, want) < FP32_RTOL
+
+
+@pytest.mark.parametrize("sq, sk", [(24, 40), (40, 24)])
+def test_sdpa_math_causal_is_bottom_right_not_torchs_top_left(sq, sk):
+    case = SoftmaxCase(1, 2, 2, sq, sk, 16, causal=True)
+    inp = make_inputs(case)
+    res = get("sdpa_math").run(case, q=inp.q, k=inp.k, v=inp.v)
+    ref = softmax_attention(inp.q, inp.k, inp.v, **case.oracle_kwargs)
+    assert rel(res.out, ref.out) < FP32_RTOL
+    # The check bites: torch's own is_causal (top-left) lands far from the oracle here.
+    top_left = torch.nn.functional.scaled_dot_product_attention(
+        inp.q.transpose(1, 2), inp.k.transpose(1, 2), inp.v.transpose(1, 2), is_causal=True
+    ).transpose(1, 2)
+    assert rel(top_left, ref.out) > 0.1
+
+
+def test_forced_sdpa_backend_that_cannot_run_reports_torchs_reason():
+    case = SoftmaxCase(1, 2, 2, 16, 16, 32, d_v=16)  # torch's flash kernel needs equal head dims
+    inp = make_inputs(case)
+    with pytest.raises(Unsupported) as err:
+        get("sdpa_flash").run(case, q=inp.q, k=inp.k, v=inp.v)
+    msg = str(err.value)
+    assert (
+        msg.startswith("unsupported: ") and "same last dimension" in msg and "Triggered internally" not in msg
+    )
+
+
+def test_forced_sdpa_backend_without_native_gqa_gets_repeated_kv_on_the_same_backend(monkeypatch):
+    real = torch.nn.functional.scaled_dot_product_attention
+    calls = []
+
+    def no_gqa(q, k, v, **kw):  # a backend that, like some torch builds' cuDNN, refuses enable_gqa
+        calls.append((k.shape[1], kw.get("enable_gqa", False), torch.backends.cuda.math_sdp_enabled()))
+        if kw.get("enable_gqa"):
+            warnings.warn("Both fused kernels require query, key and value to have the same num_heads.")
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_gqa)
+    case = SoftmaxCase(1, 4, 2, 24, 40, 16, causal=True)
+    inp = make_inputs(case)
+    res = get("sdpa_flash").run(case, q=inp.q, k=inp.k, v=inp.v)
+    assert rel(res.out, softmax_attention(inp.q, inp.k, inp.v, **case.oracle_kwargs).out) < FP32_RTOL
+    # Both calls under the forced flash backend (math disabled), the second with repeated kv heads.
+    assert calls == [(2, True, False), (4, False, False)]
+
+
+def test_forced_sdpa_backend_leaves_torchs_backend_state_as_it_was():
+    before = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())
+    case = SoftmaxCase(1, 2, 2, 16, 16, 32, d_v=16)
+    inp = make_inputs(case)
+    with pytest.raises(Unsupported):
+        get("sdpa_flash").run(case, q=inp.q, k=inp.k, v=inp.v)
+    assert (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()) == before
+
+
+@pytest.mark.parametrize("name", ["sdpa_math", "sdpa", "sdpa_flash"])
+def test_sdpa_refuses_softcap_and_varlen_in_words(name):
+    assert (
+        get(name).supports(SoftmaxCase(1, 2, 2, 8, 8, 16, softcap=5.0), CPU)
+        == "softcap is not supported by torch SDPA"
+    )
+    assert "variable-length" in get(name).supports(SMALL[-1], CPU)
+
+
+# ---------------------------------------------------------------------------------------------
+# FlexAttention: the conventions (masks, softcap, GQA, lse base) checked through uncompiled
+# flex_attention on the CPU; the compiled adapter itself is CUDA-only.
+# ---------------------------------------------------------------------------------------------
+
+
+# Bottom-right causal with Sq < Sk and GQA, causal Sq > Sk (dead rows), window, softcap.
+FLEX_CASES = [SMALL[2], SMALL[3], SMALL[4], SMALL[5]]
+
+
+@pytest.mark.parametrize("case", FLEX_CASES, ids=str)
+def test_flex_masks_softcap_gqa_and_natural_log_lse_match_oracle(case):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from harness.adapters.flex import flex_call
+
+    inp = make_inputs(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile"
+        out, lse = flex_call(flex_attention, case, inp.q, inp.k, inp.v)
+    ref = softmax_attention(inp.q, inp.k, inp.v, **case.oracle_kwargs)
+    assert rel(out, ref.out) < FP32_RTOL
+    assert lse_close(lse, ref.lse)
+
+
+def test_compiled_call_that_hits_the_recompile_limit_is_reported_not_run():
+    from harness.adapters.flex import call_without_fallback
+
+    # backend="eager": dynamo's guards and limits without inductor's C++ compile time.
+    fn = torch.compile(lambda x: x.sin() + 1, backend="eager", dynamic=False, fullgraph=True)
+    with torch._dynamo.config.patch(**{_limit_name(): 2}):
+        assert torch.equal(
+            call_without_fallback(fn, torch.ones(1), recompile_limit=2), torch.ones(1).sin() + 1
+        )
+        call_without_fallback(fn, torch.ones(2), recompile_limit=2)
+        with pytest.raises(Unsupported, match="flex fell back to eager: .*(recompile|cache_size)"):
+            call_without_fallback(fn, torch.ones(3), recompile_limit=2)
+
+
+def test_compiled_call_with_a_graph_break_is_reported_not_run():
+    from harness.adapters.flex import call_without_fallback
+
+    def breaks(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    fn = torch.compile(breaks, backend="eager", fullgraph=True)
+    with pytest.raises(Unsupported, match="flex fell back to eager"):
+        call_without_fallback(fn, torch.ones(4))
+
+
+def _limit_name():
+    from harness.adapters.flex import _limit_name
+
+    return _limit_name()
+
+
+# ---------------------------------------------------------------------------------------------
+# flash-attn packages: the convention fix-ups that can be checked without the packages
+# ---------------------------------------------------------------------------------------------
+
+
+def test_flash_lse_plus_inf_on_dead_rows_only_becomes_neg_inf():
+    from harness.adapters.flash_attn import _normalise_lse, dead_rows
+
+    case = SoftmaxCase(2, 3, 3, 6, 4, 8, causal=True)  # rows 0, 1 see no key
+    assert dead_rows(case).tolist() == [[True, True, False, False, False, False]] * 2
+    lse = torch.full((2, 3, 6), math.inf)
+    fixed = _normalise_lse(lse, case, CPU)
+    assert torch.isneginf(fixed[..., :2]).all()
+    assert torch.isposinf(fixed[..., 2:]).all()  # a +inf on a live row is left for the runner to flag
+    varlen = SoftmaxCase(1, 2, 2, 0, 0, 8, causal=True, varlen=((3, 1), (2, 2)))
+    assert dead_rows(varlen).tolist() == [True, True, False, False, False]
+
+
+def test_flash_attn_cute_gets_none_for_unbounded_window_sides():
+    from harness.adapters.flash_attn import FlashAttn2, FlashAttnCute
+
+    case = SoftmaxCase(1, 2, 2, 8, 8, 16, window=(3, -1))
+    assert FlashAttnCute()._window(case) == (3, None)
+    assert FlashAttn2()._window(case) == (3, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# User callables: module:function and the entry-point group
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A fresh importable module in tmp_path (unique name); the current directory is tmp_path."""
+    name = f"userattn_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from harness.adapters.eager import eager_attention, eager_attention_varlen, eager_linear_attention
+
+            CONSTANT = 3
+            CALLS = []
+
+            def attn(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), **kw):
+                CALLS.append(sorted(kw))
+                return eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                                       window_size=window_size, **kw)
+
+            def attn_out_only(q, k, v, **kw):
+                return eager_attention(q, k, v, **kw)[0]
+
+            def no_window(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)):
+                if window_size != (-1, -1):
+                    raise NotImplementedError("no local windows in this kernel")
+                return eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale)
+            no_window.attn_capabilities = {"window": False, "backward": False, "dtypes": ["fp32"]}
+
+            def refuses(q, k, v, **kw):
+                raise NotImplementedError("head dim 32 is not tuned yet")
+
+            def varlen_attn(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                            max_seqlen_k=None, **kw):
+                CALLS.append(("varlen", max_seqlen_q, max_seqlen_k))
+                return eager_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, **kw)
+            varlen_attn.attn_capabilities = {"varlen": True}
+
+            def linear(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None,
+                       output_final_state=False):
+                return eager_linear_attention(q, k, v, g=g, g_gamma=g_gamma, scale=scale,
+                                              initial_state=initial_state)
+
+            class Ns:
+                @staticmethod
+                def attn(q, k, v, **kw):
+                    return eager_attention(q, k, v, **kw)
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # registrations stay in this test
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_user_callable_from_spec_matches_oracle_and_gets_softcap_only_when_set(user_module):
+    adapter = from_spec(f"{user_module}:attn")
+    assert adapter.name == f"{user_module}:attn" and get(f"{user_module}:attn") is adapter
+    mod = sys.modules[user_module]
+    for case in (SMALL[2], SMALL[5]):  # causal Sq != Sk with GQA, then softcap
+        assert adapter.supports(case, CPU) is None
+        inp = make_inputs(case)
+        res, dq, dk, dv = run_softmax(adapter, case, inp)
+        ref = oracle_softmax(case, inp)
+        assert rel(res.out, ref.out) < FP32_RTOL and lse_close(res.lse, ref.lse)
+        for got, want in ((dq, ref.dq), (dk, ref.dk), (dv, ref.dv)):
+            assert rel(got, want) < FP32_RTOL
+    assert mod.CALLS == [[], ["softcap"]]
+
+
+def test_user_callable_returning_out_only_and_dotted_path(user_module):
+    case = SMALL[1]
+    inp = make_inputs(case)
+    for spec in (f"{user_module}:attn_out_only", f"{user_module}:Ns.attn"):
+        res = from_spec(spec).run(case, q=inp.q, k=inp.k, v=inp.v)
+        assert rel(res.out, softmax_attention(inp.q, inp.k, inp.v, **case.oracle_kwargs).out) < FP32_RTOL
+    assert from_spec(f"{user_module}:attn_out_only").run(case, q=inp.q, k=inp.k, v=inp.v).lse is None
+
+
+def test_user_callable_capabilities_and_not_implemented(user_module):
+    adapter = from_spec(f"{user_module}:no_window")
+    assert adapter.differentiable is False
+    assert (
+        adapter.supports(SoftmaxCase(1, 2, 2, 8, 8, 16, window=(2, 2)), CPU) == "declares no window support"
+    )
+    assert "fp16" in adapter.supports(SoftmaxCase(1, 2, 2, 8, 8, 16, dtype="fp16"), CPU)
+    assert adapter.supports(SMALL[0], CPU) is None
+    assert "varlen" in adapter.supports(SMALL[-1], CPU)  # varlen needs an explicit declaration
+    # A callable that refuses at run time: Unsupported with its message.
+    case = SoftmaxCase(1, 2, 2, 8, 8, 32, window=(2, 2))
+    inp = make_inputs(case)
+    with pytest.raises(Unsupported, match="declared unsupported by the implementation: no local windows"):
+        adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
+    with pytest.raises(Unsupported, match="declared unsupported by the implementation: head dim 32"):
+        from_spec(f"{user_module}:refuses").run(case, q=inp.q, k=inp.k, v=inp.v)
+    assert get("eager").differentiable is True  # an instance's capability does not leak to the class
+
+
+def test_user_callable_varlen_convention(user_module):
+    adapter = from_spec(f"{user_module}:varlen_attn")
+    case = SMALL[-1]
+    assert adapter.supports(case, CPU) is None
+    inp = make_inputs(case)
+    res, dq, dk, dv = run_softmax(adapter, case, inp)
+    ref = oracle_softmax(case, inp)
+    assert rel(res.out, ref.out) < FP32_RTOL
+    for got, want in ((dq, ref.dq), (dk, ref.dk), (dv, ref.dv)):
+        assert rel(got, want) < FP32_RTOL
+    assert sys.modules[user_module].CALLS == [("varlen", case.seqlen_q, case.seqlen_k)]
+
+
+def test_user_linear_callable(user_module):
+    adapter = from_spec(f"{user_module}:linear", family="linear")
+    case = SMALL_LINEAR[2]
+    assert adapter.family == "linear" and adapter.supports(case, CPU) is None
+    inp = make_inputs(case)
+    res = adapter.run(case, q=inp.q, k=inp.k, v=inp.v, g=inp.g, initial_state=inp.initial_state)
+    ref = linear_attention(inp.q, inp.k, inp.v, g=inp.g, initial_state=inp.initial_state)
+    assert rel(res.out, ref.out) < FP32_RTOL and rel(res.final_state, ref.final_state) < FP32_RTOL
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_colon_here", "--impl: expected MODULE:CALLABLE"),
+        ("a:b:c", "--impl: expected MODULE:CALLABLE"),
+        (":fn", "--impl: expected MODULE:CALLABLE"),
+        ("no_such_module_zz9:fn", "cannot import module no_such_module_zz9"),
+        ("{mod}:missing", "module {mod} has no attribute missing"),
+        ("{mod}:CONSTANT", "{mod}:CONSTANT is not callable"),
+    ],
+)
+def test_bad_specs_give_clear_errors(user_module, spec, message):
+    from harness.adapters.user import load_callable
+
+    with pytest.raises(ValueError) as err:
+        load_callable(spec.format(mod=user_module))
+    assert message.format(mod=user_module) in str(err.value)
+
+
+def test_entry_point_adapter_is_picked_up(user_module, tmp_path, monkeypatch):
+    vendor = f"vendor_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{vendor}.py").write_text(
+        textwrap.dedent(
+            """
+            from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput
+            from harness.adapters.eager import eager_attention
+
+            class VendorAttention(SoftmaxAdapter):
+                name = "vendor_attn"
+
+                def supports(self, case, device):
+                    return super().supports(case, device) or ("needs CUDA" if device.type != "cuda" else None)
+
+                def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+                    return SoftmaxOutput(*eager_attention(q, k, v, causal=case.causal))
+
+            def broken():
+                raise RuntimeError("vendor library missing")
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [
+        importlib.metadata.EntryPoint("vendor", f"{vendor}:VendorAttention", registry.ENTRY_POINT_GROUP),
+        importlib.metadata.EntryPoint("broken", f"{vendor}:broken", registry.ENTRY_POINT_GROUP),
+    ]
+    real = importlib.metadata.entry_points
+
+    def fake_entry_points(**kw):
+        if kw.get("group") == registry.ENTRY_POINT_GROUP:
+            return eps
+        return real(**kw)
+
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points", fake_entry_points)
+    monkeypatch.setattr(registry, "_loaded", False)
+    with pytest.warns(UserWarning, match="vendor library missing"):
+        adapter = get("vendor_attn")
+    assert adapter.family == "softmax" and adapter.supports(SMALL[0], CPU) == "needs CUDA"
+    assert "eager" in names()  # the built-ins are still there
+    sys.modules.pop(vendor, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# In-repo Triton kernels under the CPU interpreter (a subprocess: TRITON_INTERPRET is read when
+# the kernels are defined, so it must be set before they are imported).
+# ---------------------------------------------------------------------------------------------
+
+_INTERP_SCRIPT = """
+import json, torch
+from harness.adapters import get, Unsupported
+from harness.cases import SoftmaxCase, LinearCase, make_inputs
+from harness.oracle import softmax_attention, linear_attention
+
+def rel(a, b):
+    return ((a.double() - b).norm() / b.norm()).item()
+
+report = {}
+c = SoftmaxCase(1, 4, 2, 20, 33, 16, causal=True)
+a = get("triton_fa")
+report["fa_reason"] = a.supports(c, torch.device("cpu"))
+if report["fa_reason"] is None:
+    i = make_inputs(c)
+    r = a.run(c, q=i.q, k=i.k, v=i.v)  # forward only: the kernels' own tests cover their backward
+    o = softmax_attention(i.q, i.k, i.v, **c.oracle_kwargs)
+    report["fa"] = [rel(r.out, o.out)]
+    report["fa_lse"] = (r.lse.double() - o.lse).abs().max().item()
+    report["fa_bf16"] = a.supports(c.with_dtype("bf16"), torch.device("cpu"))
+lc = LinearCase(1, 2, 40, 32, gate="g")
+b = get("triton_la_chunk")
+report["la_reason"] = b.supports(lc, torch.device("cpu"))
+if report["la_reason"] is None:
+    i = make_inputs(lc)
+    r = b.run(lc, q=i.q, k=i.k, v=i.v, g=i.g, initial_state=i.initial_state)
+    o = linear_attention(i.q, i.k, i.v, g=i.g, initial_state=i.initial_state)
+    report["la"] = [rel(r.out, o.out), rel(r.final_state, o.final_state)]
+print(json.dumps(report))
+"""
+
+
+def test_inrepo_adapters_under_the_triton_interpreter_match_oracle():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERP_SCRIPT],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    not_importable = [
+        report[k] for k in ("fa_reason", "la_reason") if report[k] and "not importable" in report[k]
+    ]
+    if len(not_importable) == 2:
+        pytest.skip(f"in-repo kernels not importable yet: {not_importable}")
+    if report["fa_reason"] is None:
+        assert max(report["fa"]) < FP32_RTOL and report["fa_lse"] < 1e-5
+        assert report["fa_bf16"].startswith("the Triton interpreter multiplies bf16")
+    if report["la_reason"] is None:
+        assert max(report["la"]) < FP32_RTOL
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU smoke (skipped without CUDA): every adapter that says it supports a case on this GPU must
+# land within a few times the error of eager attention in the same dtype. A coarse bound: the
+# tolerance engine owns the real pass rule; this catches layout and convention mistakes (O(1)).
+# ---------------------------------------------------------------------------------------------
+
+GPU_SOFTMAX_CASES = [
+    SoftmaxCase(2, 8, 2, 200, 328, 64, causal=True, dtype="bf16"),  # bottom-right causal, GQA
+    SoftmaxCase(2, 8, 8, 256, 256, 128, causal=True, dtype="fp16"),  # square causal
+    SoftmaxCase(1, 4, 4, 300, 300, 64, window=(64, 16), dtype="bf16"),  # local window
+    SoftmaxCase(1, 4, 4, 256, 256, 128, softcap=30.0, dtype="bf16"),  # softcap
+    SoftmaxCase(1, 8, 4, 0, 0, 64, causal=True, dtype="bf16", varlen=((100, 100), (37, 200), (256, 256))),
+    SoftmaxCase(1, 4, 4, 128, 128, 64, causal=True, dtype="fp32"),
+]
+GPU_LINEAR_CASES = [
+    LinearCase(2, 4, 300, 64, gate="g", dtype="bf16"),
+    LinearCase(2, 4, 512, 128, gate="g_gamma", dtype="fp16"),
+]
+# How many times eager's error (same dtype, same inputs) an adapter may be off, plus a floor.
+GPU_ERROR_FACTOR = 4.0
+GPU_ERROR_FLOOR = 1e-5
+
+
+def _gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    return torch.device("cuda")
+
+
+def _leaf_inputs(case, inp):
+    skip = ("grad_out", "grad_final_state", "cu_seqlens_q", "cu_seqlens_k")
+    return {n: t.clone().requires_grad_() for n, t in inp.tensors().items() if n not in skip}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_SOFTMAX_CASES, ids=str)
+@pytest.mark.parametrize("name", REQUIRED["softmax"])
+def test_gpu_softmax_adapter_within_a_few_times_eager_error(name, case):
+    device = _gpu()
+    adapter = get(name)
+    reason = adapter.supports(case, device)
+    if reason:
+        pytest.skip(f"{name}: {reason}")
+    inp = make_inputs(case).to(device)
+    ref = oracle_softmax(case, inp)
+    extra = {}
+    if case.is_varlen:
+        extra = dict(cu_seqlens_q=inp.cu_seqlens_q, cu_seqlens_k=inp.cu_seqlens_k)
+    results = {}
+    for who in ("eager", name):
+        leaves = _leaf_inputs(case, inp)
+        try:
+            res = get(who).run(case, **leaves, **extra)
+        except Unsupported as e:
+            pytest.skip(f"{who}: {e}")
+        grads = torch.autograd.grad(res.out, [leaves["q"], leaves["k"], leaves["v"]], inp.grad_out)
+        results[who] = (res, grads)
+    (e_res, e_grads), (a_res, a_grads) = results["eager"], results[name]
+    assert a_res.out.shape == ref.out.shape and a_res.out.dtype == case.torch_dtype
+    bound = GPU_ERROR_FACTOR * rel(e_res.out, ref.out) + GPU_ERROR_FLOOR
+    assert rel(a_res.out, ref.out) < bound, f"out: {rel(a_res.out, ref.out):.3g} vs bound {bound:.3g}"
+    for label, got, eager_got, want in zip("qkv", a_grads, e_grads, (ref.dq, ref.dk, ref.dv)):
+        bound = GPU_ERROR_FACTOR * rel(eager_got, want) + GPU_ERROR_FLOOR
+        assert rel(got, want) < bound, f"d{label}: {rel(got, want):.3g} vs bound {bound:.3g}"
+    if a_res.lse is not None:
+        assert a_res.lse.shape == ref.lse.shape
+        assert lse_close(a_res.lse.float(), ref.lse, atol=2e-2 if case.dtype != "fp32" else 1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_LINEAR_CASES, ids=str)
+@pytest.mark.parametrize("name", REQUIRED["linear"])
+def test_gpu_linear_adapter_within_a_few_times_eager_error(name, case):
+    device = _gpu()
+    adapter = get(name)
+    reason = adapter.supports(case, device)
+    if reason:
+        pytest.skip(f"{name}: {reason}")
+    inp = make_inputs(case).to(device)
+    ref = linear_attention(
+        inp.q,
+        inp.k,
+        inp.v,
+        inp.grad_out,
+        g=inp.g,
+        g_gamma=inp.g_gamma,
+        initial_state=inp.initial_state,
+        grad_final_state=inp.grad_final_state,
+    )
+    results = {}
+    for who in ("eager_linear", name):
+        leaves = _leaf_inputs(case, inp)
+        res = get(who).run(case, **leaves)
+        outs, grads_in = [res.out], [inp.grad_out]
+        if inp.grad_final_state is not None:
+            outs.append(res.final_state)
+            grads_in.append(inp.grad_final_state)
+        grads = torch.autograd.grad(outs, [leaves["q"], leaves["k"], leaves["v"]], grads_in)
+        results[who] = (res, grads)
+    (e_res, e_grads), (a_res, a_grads) = results["eager_linear"], results[name]
+    for label, got, eager_got, want in [
+        ("out", a_res.out, e_res.out, ref.out),
+        ("final_state", a_res.final_state, e_res.final_state, ref.final_state),
+        *zip(("dq", "dk", "dv"), a_grads, e_grads, (ref.dq, ref.dk, ref.dv)),
+    ]:
+        bound = GPU_ERROR_FACTOR * rel(eager_got, want) + GPU_ERROR_FLOOR
+        assert rel(got, want) < bound, f"{label}: {rel(got, want):.3g} vs bound {bound:.3g}"
