@@ -1,0 +1,301 @@
+"""``python -m harness accept``: the vendor-kernel acceptance check, one command, one verdict.
+
+    python -m harness accept --impl MODULE:CALLABLE [--family softmax|linear] [--device cpu|cuda]
+        [--dtypes ...] [--profile NAME] [--out DIR] [--case ID] [--seed N] [--timeout S] ...
+
+The callable follows the adapters' contract (flash-attn's signature for softmax, FLA's for linear;
+:mod:`harness.adapters.user`). Every case of the profile runs in its own child process
+(:mod:`.isolation`): :func:`harness.verify.verify` on several fresh seeds, then the anti-cheat
+checks (:mod:`.anticheat`); on CUDA the speed section follows (:mod:`.speed`). The report
+(:mod:`.report`) goes to ``--out`` as report.md and report.json.
+
+Exit status: 0 accepted, 1 rejected, 2 usage error (bad arguments, a callable that does not
+import; the message says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.accept import report as R
+from harness.accept.isolation import DEFAULT_TIMEOUT_S, Isolator
+from harness.accept.profiles import PROFILES, resolve
+
+EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+DEFAULT_PROFILE = "training-gqa"
+DEFAULT_OUT = "accept-report"
+#: --seed bound: seeds are drawn below this so any seed fits an int64 with offsets added.
+MAX_SEED = 2**31
+
+
+def _dtypes(text: str) -> list[str]:
+    from harness.cases import DTYPES
+
+    names = [t for t in text.replace(",", " ").split() if t]
+    bad = [t for t in names if t not in DTYPES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown dtype(s) {', '.join(bad) or text!r}; known: {', '.join(DTYPES)}")
+    return names
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return v
+
+    return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--impl", metavar="MODULE:CALLABLE",
+                        help="the implementation: a callable importable from the current directory (required)")
+    parser.add_argument("--family", choices=("softmax", "linear"), default="softmax",
+                        help="softmax (flash-attn's signature, default) or linear (FLA's)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="default: cuda when available, else cpu (cpu selects the profile's CPU-sized variant)")
+    parser.add_argument("--dtypes", type=_dtypes, default=None, metavar="DTYPES",
+                        help="replace the profile's dtypes, e.g. 'bf16,fp16' or 'bf16 fp16' (quoted)")
+    parser.add_argument("--profile", choices=tuple(PROFILES), default=DEFAULT_PROFILE,
+                        help=f"what must work (default {DEFAULT_PROFILE}); see --list")
+    parser.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"report directory (default {DEFAULT_OUT}/)")
+    parser.add_argument("--case", action="append", default=None, metavar="CASE_ID",
+                        help="run only this case id (repeatable): replaying a failure")
+    parser.add_argument("--seed", type=_seed, default=None,
+                        help="run only this seed per case (replaying a failure; the anti-cheat seeds derive from it)")
+    parser.add_argument("--base-seed", type=_seed, default=None,
+                        help="seeds are base, base+1, ...: reproduce a whole run (default: drawn fresh, in the report)")
+    parser.add_argument("--seeds", type=_positive(int), default=None, help="seeds per case (default: the profile's)")
+    parser.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT_S,
+                        help=f"seconds per case before the child is killed as hung (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--jobs", type=_positive(int), default=1,
+                        help="cases run in parallel (default 1; the speed section always runs alone)")
+    parser.add_argument("--no-speed", action="store_true", help="skip the speed section (CUDA)")
+    parser.add_argument("--start-method", choices=("forkserver", "spawn"), default=None,
+                        help="child processes: spawn (default with --device cuda) or forkserver (default on CPU: fast)")
+    parser.add_argument("--list", action="store_true", help="list the profile's cases (after --device) and exit")
+
+
+class _Usage(Exception):
+    pass
+
+
+def _device(name: str | None) -> str:
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise _Usage("--device cuda: torch.cuda.is_available() is False on this machine")
+    return name
+
+
+def _git_commit() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=False, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    if not head:
+        return "unknown (not a git checkout)"
+    return head + (" with uncommitted changes" if dirty else "")
+
+
+def _command(args, *, case: str | None = None, seed: int | None = None, base_seed: int | None = None,
+             out: Path | None = None) -> str:
+    parts = ["python", "-m", "harness", "accept", "--impl", args.impl, "--family", args.family,
+             "--device", args.device_resolved, "--profile", args.profile]
+    if args.dtypes:
+        parts += ["--dtypes", ",".join(args.dtypes)]
+    if args.timeout != DEFAULT_TIMEOUT_S:
+        parts += ["--timeout", f"{args.timeout:g}"]
+    if case is not None:
+        parts += ["--case", case]
+    elif args.case:
+        for c in args.case:
+            parts += ["--case", c]
+    if seed is not None:
+        parts += ["--seed", str(seed)]
+    elif base_seed is not None:
+        parts += ["--base-seed", str(base_seed)]
+        if args.seeds:
+            parts += ["--seeds", str(args.seeds)]
+    parts += ["--out", str(out if out is not None else args.out)]
+    return shlex.join(parts)
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def main(args) -> int:
+    try:
+        return _main(args)
+    except _Usage as e:
+        print(f"python -m harness accept: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _main(args) -> int:
+    t_start = time.perf_counter()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    device = _device(args.device)
+    args.device_resolved = device
+    profile, note = resolve(args.profile, device)
+    cases = profile.cases(args.family, args.dtypes)
+    if args.list:
+        if note:
+            _say(note)
+        for c in cases:
+            tag = "required" if profile.is_required(c) else f"optional ({', '.join(profile.optional_features(c))})"
+            _say(f"{c.id}  [{tag}]")
+        return 0
+    if not args.impl:
+        raise _Usage("--impl MODULE:CALLABLE is required")
+    if args.impl.count(":") != 1 or not all(p.strip() for p in args.impl.split(":")):
+        raise _Usage(f"--impl: expected MODULE:CALLABLE (e.g. mykernel:attention), got {args.impl!r}")
+    if args.case:
+        known = {c.id: c for c in cases}
+        missing = [c for c in args.case if c not in known]
+        if missing:
+            raise _Usage(
+                f"--case: {', '.join(repr(m) for m in missing)} not in profile {profile.name!r} "
+                f"({args.family}{', dtypes ' + ','.join(args.dtypes) if args.dtypes else ''}); "
+                f"its cases: {', '.join(known)}"
+            )
+        cases = [known[c] for c in dict.fromkeys(args.case)]
+    if not cases:
+        raise _Usage(f"profile {profile.name!r} has no {args.family} case")
+    if device == "cpu":
+        # The in-repo Triton kernels run on CPU tensors only under Triton's interpreter, which
+        # Triton reads when a kernel is defined: set before any child imports them.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # CUDA runs spawn each child: a fork server that ever touched the CUDA driver (an import
+    # calling cuInit) would hand its children a broken driver, and a GPU case's own cost (context,
+    # JIT, oracle) dwarfs spawn's ~3 s. CPU runs fork from a preloaded server: ~0.2 s a case.
+    method = args.start_method or ("spawn" if device == "cuda" else None)
+    iso = Isolator(out_dir, start_method=method)
+
+    # The callable is imported in a child too: a module that crashes or hangs on import cannot
+    # take the command down, and the parent never imports vendor code.
+    probe = iso.run({"task": "probe", "impl": args.impl, "family": args.family, "device": device},
+                    timeout=args.timeout, name="probe")
+    if probe.kind == "usage_error":
+        raise _Usage(f"--impl {args.impl}: {probe.reason}")
+    if not probe.ok:
+        raise _Usage(f"--impl {args.impl}: loading the callable failed: {probe.reason}"
+                     + (f"\n{probe.traceback.strip()}" if probe.traceback else f"\n{probe.log_tail}"))
+    info = probe.result
+    n_seeds = 1 if args.seed is not None else (args.seeds or profile.seeds)
+    base_seed = args.base_seed if args.base_seed is not None else secrets.randbelow(MAX_SEED)
+    seeds = [args.seed] if args.seed is not None else [base_seed + i for i in range(n_seeds)]
+    dev = info["device"]
+    device_words = f"{dev['name']} ({dev.get('capability', '')}, cuda)" if dev["type"] == "cuda" else f"cpu ({dev['name']})"
+    _say(f"accept {args.impl} ({args.family}) on {device_words}: profile {profile.name}, {len(cases)} case(s), "
+         f"seeds {seeds if len(seeds) < 4 else f'{seeds[0]}..{seeds[-1]}'}")
+    if note:
+        _say(note)
+
+    # CPU cases are tiny: one thread per parallel child avoids oversubscribing the cores.
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if device == "cpu" else None
+
+    def run_case(i_case):
+        i, case = i_case
+        from harness.accept.worker import case_to_dict
+
+        req = {"task": "case", "impl": args.impl, "family": args.family, "case": case_to_dict(case),
+               "device": device, "seeds": seeds, "backward": profile.backward, "threads": threads}
+        outcome = iso.run(req, timeout=args.timeout, name=f"{i:03d}-{case.id}")
+
+        def replay(seed):
+            return _command(args, case=case.id, seed=seeds[0] if seed is None else seed,
+                            out=out_dir / "replay")
+
+        entry = R.judge_case(case, outcome, profile, replay)
+        try:
+            entry["log"] = os.path.relpath(outcome.log_path, out_dir)
+        except ValueError:
+            pass
+        _say(f"[{i + 1}/{len(cases)}] {case.id}: {entry['status'].upper()}"
+             + (f" - {entry['reason'][:160]}" if entry["reason"] else "") + f" ({outcome.seconds:.1f} s)")
+        return entry
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        entries = list(pool.map(run_case, enumerate(cases)))
+
+    speed = _speed_section(args, iso, profile, device, base_seed, out_dir)
+    run = {
+        "impl": args.impl, "family": args.family, "device": device, "device_words": device_words,
+        "device_info": dev, "profile_requested": args.profile, "profile_note": note,
+        "dtypes": args.dtypes, "base_seed": base_seed, "seeds": seeds, "seeds_per_case": len(seeds),
+        "filters": ", ".join(f for f in (
+            f"--case {' '.join(args.case)}" if args.case else "", f"--seed {args.seed}" if args.seed is not None else "",
+        ) if f),
+        "command": _command(args, base_seed=None if args.seed is not None else base_seed),
+        "argv": sys.argv, "cwd": os.getcwd(), "timeout_s": args.timeout, "start_method": iso.start_method,
+        "started": started, "seconds": round(time.perf_counter() - t_start, 1),
+        "versions": info["versions"], "harness": f"attn-harness {_harness_version()}, git {_git_commit()}",
+        "module_file": info.get("module_file"), "module_sha256": info.get("module_sha256"),
+        "module_version": info.get("module_version"), "capabilities": info.get("capabilities"),
+        "differentiable": info.get("differentiable"),
+    }
+    rep = R.build(run=run, profile=profile, cases=entries, speed=speed)
+    j, m = R.write(out_dir, rep)
+    iso.cleanup()
+    _say(f"{rep['verdict']}" + (f" ({len(rep['reasons'])} reason(s))" if rep["reasons"] else "") + f"; report: {m} and {j}")
+    for r in rep["reasons"][:10]:
+        _say(f"  - {r[:300]}")
+    return EXIT_ACCEPTED if rep["verdict"] == R.ACCEPTED else EXIT_REJECTED
+
+
+def _harness_version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("attn-harness")
+    except md.PackageNotFoundError:
+        return "(source checkout)"
+
+
+def _speed_section(args, iso, profile, device, base_seed, out_dir) -> dict:
+    if device != "cuda":
+        return {"status": "not measured", "reason": "CPU run: the speed section needs CUDA (device time)"}
+    if args.no_speed:
+        return {"status": "not measured", "reason": "--no-speed"}
+    if args.case or args.seed is not None:
+        return {"status": "not measured", "reason": "filtered replay run (--case / --seed)"}
+    from harness.accept import speed
+
+    cases = profile.bench_cases(args.family, args.dtypes)
+    return speed.run_speed(
+        iso, impl=args.impl, family=args.family, device=device, cases=cases, backward=profile.backward,
+        base_seed=base_seed, timeout=max(args.timeout, speed.BENCH_TIMEOUT_S), out_dir=out_dir, log=_say,
+    )

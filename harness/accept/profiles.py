@@ -1,0 +1,265 @@
+"""Acceptance profiles: what a team uses, as a case matrix per family plus what is required.
+
+A profile names, per family, the cases to check against the FP64 oracle, which *features* the
+team relies on (``required``), whether gradients are checked (``backward``), how many fresh seeds
+each case gets, and the benchmark cases of the speed section (GPU only).
+
+A case is *required* when every feature it exercises is required by the profile: a kernel that
+declares such a case unsupported is rejected. Other cases are optional: unsupported there is
+reported, not failed. ``training-gqa`` requires causal + GQA + backward, so a window case in it is
+optional; ``full`` requires everything.
+
+Each GPU profile has a CPU-sized variant (``<name>-cpu``) that ``--device cpu`` selects
+automatically (the report says so): the same features on sequences of tens of tokens, so CI and
+the harness's own tests run them in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.cases import Case, LinearCase, SoftmaxCase
+
+#: Feature name -> words for the report. Linear-attention cases exercise none of these: FLA's
+#: signature has no optional parts the harness varies (gates and states are always passed).
+FEATURES: dict[str, str] = {
+    "causal": "causal mask (bottom-right aligned)",
+    "gqa": "GQA/MQA (fewer kv heads than query heads)",
+    "window": "sliding-window (local) attention",
+    "softcap": "logit softcapping",
+    "varlen": "packed variable-length batches (zero-length sequences included)",
+    "dv": "value head dim different from the query's (MLA-shaped)",
+    "backward": "gradients through autograd (dq, dk, dv; linear: dg, dh0)",
+}
+
+# Seeds per case. Every seed is a full forward + backward against the oracle on fresh inputs, so
+# the cost is linear in it. One seed can hide a data-dependent bug (a mask error only shows when
+# a large score lands on the wrong key) and lets a kernel be tuned to a known input; seeds are
+# drawn fresh every run (recorded in the report for replay).
+GPU_SEEDS = 3
+# The CPU variants serve CI and the harness's own tests: two seeds already catch a fixed or
+# cached output (the caching detector adds two more inputs of its own).
+CPU_SEEDS = 2
+
+
+def case_features(case: Case) -> frozenset[str]:
+    """The optional features ``case`` exercises (empty for a dense non-causal MHA case)."""
+    if not isinstance(case, SoftmaxCase):
+        return frozenset()
+    f = set()
+    if case.causal:
+        f.add("causal")
+    if case.heads_q != case.heads_k:
+        f.add("gqa")
+    if case.has_window:
+        f.add("window")
+    if case.softcap:
+        f.add("softcap")
+    if case.is_varlen:
+        f.add("varlen")
+    if case.d_v != case.d:
+        f.add("dv")
+    return frozenset(f)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One named profile. ``softmax`` / ``linear``: the correctness cases (with their dtypes);
+    ``bench_softmax`` / ``bench_linear``: the speed section's cases (GPU only)."""
+
+    name: str
+    description: str
+    required: frozenset[str]
+    backward: bool
+    seeds: int
+    softmax: tuple[Case, ...]
+    linear: tuple[Case, ...]
+    bench_softmax: tuple[Case, ...] = ()
+    bench_linear: tuple[Case, ...] = ()
+    cpu_variant: str | None = None  # the profile --device cpu switches to
+    sized_for: str = "cuda"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def cases(self, family: str, dtypes: list[str] | None = None) -> list[Case]:
+        """The family's cases; ``dtypes`` replaces each case's dtype (one copy per dtype)."""
+        base = list(self.softmax if family == "softmax" else self.linear)
+        if dtypes:
+            base = [c.with_dtype(dt) for c in base for dt in dtypes]
+        seen, out = set(), []
+        for c in base:
+            if c.id not in seen:
+                seen.add(c.id)
+                out.append(c)
+        return out
+
+    def bench_cases(self, family: str, dtypes: list[str] | None = None) -> list[Case]:
+        base = list(self.bench_softmax if family == "softmax" else self.bench_linear)
+        if dtypes:
+            base = [c.with_dtype(dt) for c in base for dt in dtypes if dt in ("fp16", "bf16")] or base
+        return base
+
+    def is_required(self, case: Case) -> bool:
+        return case_features(case) <= self.required
+
+    def optional_features(self, case: Case) -> list[str]:
+        """Features of ``case`` the profile does not require (why the case is optional)."""
+        return sorted(case_features(case) - self.required)
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "required_features": sorted(self.required),
+            "backward": self.backward,
+            "seeds_per_case": self.seeds,
+            "sized_for": self.sized_for,
+            "notes": list(self.notes),
+        }
+
+
+def _dt(cases, dtypes) -> tuple[Case, ...]:
+    return tuple(c.with_dtype(dt) for c in cases for dt in dtypes)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU-sized matrices. bf16 is what training and serving run; fp16 is the other dtype kernels
+# ship. Lengths: a few thousand tokens reach every tile loop and the causal diagonal many times
+# while the FP64 oracle and the materialised reference stay at seconds per case; odd lengths
+# (1000, 300) leave partial tiles at every block size.
+# --------------------------------------------------------------------------------------------
+
+GPU_DTYPES = ("bf16", "fp16")
+
+_SM_BASE = (
+    SoftmaxCase(2, 16, 16, 1024, 1024, 128),  # dense MHA: every kernel must do this
+    SoftmaxCase(2, 16, 16, 1024, 1024, 64, causal=True),  # causal MHA, head dim 64
+)
+_SM_GQA = (
+    SoftmaxCase(2, 32, 8, 2048, 2048, 128, causal=True),  # GQA 4:1 (Llama-3 style)
+    SoftmaxCase(1, 16, 1, 1000, 1000, 128, causal=True),  # MQA, length not a multiple of any tile
+    SoftmaxCase(2, 16, 4, 512, 1536, 128, causal=True),  # Sq < Sk: bottom-right causal (chunked prefill)
+    SoftmaxCase(1, 8, 2, 300, 200, 64, causal=True),  # Sq > Sk: 100 rows see no key (out 0, no grad)
+)
+_SM_DECODE = (
+    SoftmaxCase(4, 32, 8, 1, 4096, 128, causal=True),  # decode: one query sees all 4096 keys
+    SoftmaxCase(2, 32, 8, 128, 4096, 128, causal=True),  # chunked prefill against a long cache
+)
+_SM_WINDOW = (SoftmaxCase(2, 16, 4, 1024, 1024, 128, causal=True, window=(256, 0)),)  # local causal
+_SM_EXTRA = (
+    SoftmaxCase(2, 16, 16, 1024, 1024, 128, window=(128, 128)),  # two-sided sliding window
+    SoftmaxCase(2, 16, 16, 1024, 1024, 128, causal=True, softcap=30.0),  # Gemma-2's attention softcap
+    SoftmaxCase(1, 16, 16, 1024, 1024, 192, d_v=128, causal=True),  # MLA-shaped (d 192, d_v 128)
+    SoftmaxCase(1, 16, 4, 0, 0, 128, causal=True, varlen=((1000, 1000), (0, 17), (513, 513), (77, 1024))),
+)
+_LIN = (
+    LinearCase(2, 16, 1024, 64, gate="g", gate_n=1.0),
+    LinearCase(1, 8, 2048, 64, gate="g", gate_n=0.1),  # strong decay: exp of large cumulative sums
+    LinearCase(2, 16, 1000, 128, gate="g_gamma"),  # partial last chunk
+    LinearCase(2, 16, 1024, 64, gate="none", initial_state=False, grad_final_state=False),
+)
+_LIN_DTYPES = ("fp16", "bf16")
+
+# Benchmark cases: the shapes the claims are about (16k-token batches as in the FA papers / the
+# configs preset), bf16.
+_BENCH_TRAIN = (
+    SoftmaxCase(2, 32, 8, 4096, 4096, 128, causal=True, dtype="bf16"),  # GQA 32/8, the configs preset
+    SoftmaxCase(2, 16, 16, 8192, 8192, 128, causal=True, dtype="bf16"),  # FA sweep point, hd128
+    SoftmaxCase(4, 32, 32, 4096, 4096, 64, causal=True, dtype="bf16"),  # FA sweep point, hd64
+)
+_BENCH_INFER = (
+    SoftmaxCase(2, 32, 8, 4096, 4096, 128, causal=True, dtype="bf16"),  # prefill
+    SoftmaxCase(32, 32, 8, 1, 8192, 128, causal=True, dtype="bf16"),  # decode: memory bound
+)
+_BENCH_LIN = (LinearCase(4, 32, 4096, 64, gate="g_gamma", dtype="fp16"),)  # the linear preset
+
+
+# --------------------------------------------------------------------------------------------
+# CPU-sized matrices: tens of tokens, fp32 plus one fp16 case (where a low-precision accumulator
+# shows), every feature of the GPU matrix.
+# --------------------------------------------------------------------------------------------
+
+_CPU_BASE = (
+    SoftmaxCase(2, 4, 4, 37, 37, 32),  # dense MHA, 37 rows: a partial last tile
+    SoftmaxCase(2, 4, 2, 40, 40, 32, causal=True),  # causal GQA 2:1
+    SoftmaxCase(1, 4, 1, 33, 70, 16, causal=True),  # MQA, Sq < Sk (bottom-right)
+    SoftmaxCase(1, 4, 2, 70, 33, 32, causal=True),  # Sq > Sk: 37 rows see no key
+    SoftmaxCase(1, 4, 2, 32, 256, 32, causal=True, dtype="fp16"),  # ~240 keys per row in fp16: where an fp16 accumulator drifts
+)
+_CPU_DECODE = (SoftmaxCase(2, 4, 2, 1, 50, 32, causal=True),)  # one query, all keys
+_CPU_WINDOW = (SoftmaxCase(2, 2, 2, 48, 48, 32, causal=True, window=(8, 0)),)
+_CPU_EXTRA = (
+    SoftmaxCase(2, 2, 2, 48, 48, 32, window=(8, 4)),
+    SoftmaxCase(1, 2, 2, 40, 40, 32, softcap=5.0),
+    SoftmaxCase(1, 2, 2, 24, 24, 48, d_v=32),
+    SoftmaxCase(1, 4, 2, 0, 0, 32, causal=True, varlen=((17, 17), (0, 5), (40, 40), (9, 30))),
+)
+_CPU_LIN = (
+    LinearCase(1, 2, 65, 32, gate="none"),
+    LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1),
+    LinearCase(2, 2, 40, 32, gate="g_gamma", initial_state=False, grad_final_state=False),
+    LinearCase(1, 2, 33, 32, gate="g", gate_n=1.0, dtype="fp16"),
+)
+
+_ALL = frozenset(FEATURES)
+
+PROFILES: dict[str, Profile] = {}
+
+
+def _add(p: Profile) -> None:
+    PROFILES[p.name] = p
+
+
+_add(Profile(
+    "inference", "serving: forward only; causal and GQA/MQA required (prefill, decode, chunked prefill)",
+    required=frozenset({"causal", "gqa"}), backward=False, seeds=GPU_SEEDS,
+    softmax=_dt(_SM_BASE + _SM_GQA + _SM_DECODE + _SM_WINDOW, GPU_DTYPES), linear=_dt(_LIN, _LIN_DTYPES),
+    bench_softmax=_BENCH_INFER, bench_linear=_BENCH_LIN, cpu_variant="inference-cpu",
+))
+_add(Profile(
+    "training-gqa", "training with GQA: causal, GQA/MQA and backward required; windows optional",
+    required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=GPU_SEEDS,
+    softmax=_dt(_SM_BASE + _SM_GQA + _SM_WINDOW, GPU_DTYPES), linear=_dt(_LIN, _LIN_DTYPES),
+    bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="training-gqa-cpu",
+))
+_add(Profile(
+    "full", "everything the harness knows: every feature required, forward and backward",
+    required=_ALL, backward=True, seeds=GPU_SEEDS,
+    softmax=_dt(_SM_BASE + _SM_GQA + _SM_DECODE + _SM_WINDOW + _SM_EXTRA, GPU_DTYPES), linear=_dt(_LIN, _LIN_DTYPES),
+    bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="full-cpu",
+))
+_CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
+             "no speed section on CPU"),)
+_add(Profile(
+    "inference-cpu", "CPU-sized inference: forward only; causal and GQA/MQA required",
+    required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
+    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", notes=_CPU_NOTE,
+))
+_add(Profile(
+    "training-gqa-cpu", "CPU-sized training-gqa: causal, GQA/MQA and backward required; windows optional",
+    required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=CPU_SEEDS,
+    softmax=_CPU_BASE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", notes=_CPU_NOTE,
+))
+_add(Profile(
+    "full-cpu", "CPU-sized full: every feature required, forward and backward",
+    required=_ALL, backward=True, seeds=CPU_SEEDS,
+    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW + _CPU_EXTRA, linear=_CPU_LIN, sized_for="cpu", notes=_CPU_NOTE,
+))
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"--profile: unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def resolve(name: str, device_type: str) -> tuple[Profile, str | None]:
+    """The profile to run for ``name`` on ``device_type`` and, when it was switched to the CPU
+    variant, a sentence saying so (for the report)."""
+    p = get_profile(name)
+    if device_type == "cpu" and p.cpu_variant:
+        return get_profile(p.cpu_variant), (
+            f"--device cpu: the CPU-sized variant {p.cpu_variant!r} of {name!r} was used "
+            "(same features, tens of tokens; GPU-sized cases would take hours on a CPU)"
+        )
+    return p, None

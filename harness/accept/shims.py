@@ -1,0 +1,70 @@
+"""Shims: packages whose signature is not flash-attn 2's, adapted for ``--impl``.
+
+``harness.accept.shims:flash_attn_cute`` is flash-attn-4 (``flash_attn.cute.interface``) in the
+user-callable contract of :mod:`harness.adapters.user`:
+
+* window bounds: the contract's -1 ("unbounded") is flash-attn-4's None (a -1 there is a bound);
+* lse: requested when the function has ``return_lse``; the +inf flash-attn writes for rows that
+  see no key becomes the oracle's -inf on those rows only (as the ``flash_attn_cute`` adapter does);
+* flash-attn-4 states its limits with asserts: they become NotImplementedError ("unsupported");
+* ``deterministic=True`` is passed when the function takes it: its default backward accumulates
+  dq with atomics, which the acceptance determinism check (two runs bitwise equal) fails, and the
+  user-callable contract has no way yet to declare a nondeterministic backward.
+  ``flash_attn_cute_fast`` is the default (atomic) backward, for the speed numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.cases import SoftmaxCase
+
+
+def _cute(q, k, v, *, causal, softmax_scale, window_size, softcap, deterministic):
+    from harness.adapters.flash_attn import _normalise_lse, _params, _probe_fa4, _split
+
+    fn, _, why = _probe_fa4()
+    if fn is None:
+        raise NotImplementedError(why)
+    params = _params(fn)
+    left, right = (int(w) for w in window_size)
+    kw = {"softmax_scale": softmax_scale, "causal": causal}
+    if (left, right) != (-1, -1) or "window_size" in params:
+        kw["window_size"] = (None if left < 0 else left, None if right < 0 else right)
+    if softcap:
+        kw["softcap"] = softcap
+    if "return_lse" in params:
+        kw["return_lse"] = True
+    if deterministic and "deterministic" in params:
+        kw["deterministic"] = True
+    try:
+        res = fn(q, k, v, **kw)
+    except (AssertionError, NotImplementedError) as e:
+        raise NotImplementedError(f"flash_attn.cute (flash-attn-4): {e}") from None
+    out, lse = _split(res)
+    B, Sq, Hq, D = q.shape
+    Sk, Hk, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if lse is not None and tuple(lse.shape) != (B, Hq, Sq):
+        lse = None  # another layout: not comparable, so not returned
+    if lse is not None:
+        case = SoftmaxCase(B, Hq, Hk, Sq, Sk, D, d_v=Dv, causal=causal, window=(left, right),
+                           dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(q.dtype, "fp32"))
+        lse = _normalise_lse(lse, case, q.device)
+    return (out, lse) if lse is not None else out
+
+
+def flash_attn_cute(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+    """flash-attn-4 with a deterministic backward where available; q (B, Sq, Hq, D) -> (out, lse)."""
+    return _cute(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                 deterministic=True)
+
+
+def flash_attn_cute_fast(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+    """flash-attn-4 with its default (atomic, nondeterministic) backward."""
+    return _cute(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap,
+                 deterministic=False)
+
+
+_CAPS = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"], "varlen": False}
+flash_attn_cute.attn_capabilities = dict(_CAPS)
+flash_attn_cute_fast.attn_capabilities = dict(_CAPS)

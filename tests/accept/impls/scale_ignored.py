@@ -1,0 +1,10 @@
+"""Wrong: softmax_scale is ignored (scores are q.k, not q.k / sqrt(d))."""
+
+try:
+    from ._reference import flash_attn_func as _ref
+except ImportError:  # imported as a top-level module from this directory, as a vendor module is
+    from _reference import flash_attn_func as _ref
+
+
+def flash_attn_func(q, k, v, **kw):
+    return _ref(q, k, v, ignore_scale=True, **kw)
