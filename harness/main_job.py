@@ -1,0 +1,508 @@
+"""``python -m harness run``: the main job.
+
+1. Oracle self-checks: the FP64 oracles (forward and analytic gradients) against the independent
+   naive formulas of :mod:`harness.oracle.naive` (autograd) on tiny cases; OK / FAIL each.
+2. Every registered adapter that supports a case on this machine, across the presets (default
+   ``small`` and ``small-linear``) and dtypes, judged by :func:`harness.verify.verify` with the
+   tolerance engine; a progress bar on stderr.
+3. A table on stdout (backend x case: status, max error ratio, reason for skips), and
+   ``report.md`` + ``report.json`` in ``--out`` (default ``reports/run-<UTC timestamp>``).
+
+Exit status: 0 when every self-check and every supported (backend, case) passed; 1 when anything
+that should pass failed or raised; 2 on bad arguments. Without CUDA the in-repo Triton kernels
+run in Triton's interpreter: ``TRITON_INTERPRET=1`` is set here before any kernel is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DEFAULT_PRESETS = ("small", "small-linear")
+DEFAULT_DTYPES_CPU = ("fp32", "fp16")
+DEFAULT_DTYPES_CUDA = ("fp16", "bf16", "fp32")
+#: The oracles are float64 throughout and so are the naive formulas: they agree to rounding
+#: (~1e-16); anything above this is a bug in one of them.
+SELF_CHECK_RTOL = 1e-10
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        default=",".join(DEFAULT_PRESETS),
+        help="comma-separated case presets (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backends", default=None, help="comma-separated registered backends (default: every registered one)"
+    )
+    parser.add_argument(
+        "--dtypes",
+        default=None,
+        help="comma-separated dtypes (default: fp32,fp16 on CPU; fp16,bf16,fp32 with CUDA)",
+    )
+    parser.add_argument(
+        "--seed", default="0", help="input seed, a non-negative integer (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out", default=None, type=Path, help="report directory (default: reports/run-<UTC timestamp>)"
+    )
+    parser.add_argument("--forward-only", action="store_true", help="do not check gradients")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+# --------------------------------------------------------------------------------------------
+# Oracle self-checks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SelfCheck:
+    name: str
+    max_rel_error: float
+    ok: bool
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _rel(a, b) -> float:
+    import torch
+
+    keep = torch.isfinite(b)
+    if not bool((torch.isfinite(a) == keep).all()):
+        return float("inf")  # non-finite in different places (e.g. lse -inf vs a number)
+    a, b = a[keep], b[keep]
+    if b.numel() == 0:
+        return 0.0
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+
+def _softmax_self_checks() -> list[tuple[str, float]]:
+    import torch
+
+    from harness.oracle import softmax_attention, softmax_attention_varlen
+    from harness.oracle.naive import naive_softmax_attention
+
+    gen = torch.Generator().manual_seed(1234)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    configs = [
+        ("softmax B2-H2-S5x7-D4", dict(sq=5, sk=7, hq=2, hk=2, kw={})),
+        ("softmax B2-H4/2-S5x7-D4-causal", dict(sq=5, sk=7, hq=4, hk=2, kw=dict(causal=True))),
+        ("softmax B2-H2/1-S7x5-D4-causal (masked rows)", dict(sq=7, sk=5, hq=2, hk=1, kw=dict(causal=True))),
+        ("softmax B2-H2-S9x9-D4-win2x1", dict(sq=9, sk=9, hq=2, hk=2, kw=dict(window_size=(2, 1)))),
+        ("softmax B2-H2-S6x6-D4-cap2", dict(sq=6, sk=6, hq=2, hk=2, kw=dict(softcap=2.0))),
+    ]
+    out = []
+    for name, c in configs:
+        q = rnd(2, c["sq"], c["hq"], 4).requires_grad_()
+        k = rnd(2, c["sk"], c["hk"], 4).requires_grad_()
+        v = rnd(2, c["sk"], c["hk"], 3).requires_grad_()
+        do = rnd(2, c["sq"], c["hq"], 3)
+        o_ref, lse_ref = naive_softmax_attention(q, k, v, **c["kw"])
+        grads = torch.autograd.grad(o_ref, (q, k, v), do)
+        r = softmax_attention(q.detach(), k.detach(), v.detach(), do, **c["kw"])
+        errs = [_rel(r.out, o_ref.detach()), _rel(r.lse, lse_ref.detach())]
+        errs += [_rel(a, b) for a, b in zip((r.dq, r.dk, r.dv), grads)]
+        out.append((name, max(errs)))
+    # varlen against one naive call per sequence (a zero-length query sequence included)
+    lens = [(3, 5), (0, 2), (4, 4)]
+    q, k, v = rnd(7, 2, 4), rnd(11, 1, 4), rnd(11, 1, 3)
+    do = rnd(7, 2, 3)
+    cq = torch.tensor([0, 3, 3, 7], dtype=torch.int32)
+    ck = torch.tensor([0, 5, 7, 11], dtype=torch.int32)
+    r = softmax_attention_varlen(q, k, v, cq, ck, do, causal=True)
+    errs = []
+    for b, (lq, lk) in enumerate(lens):
+        if lq == 0:
+            continue
+        qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
+        o_ref, lse_ref = naive_softmax_attention(q[qs][None], k[ks][None], v[ks][None], causal=True)
+        errs += [_rel(r.out[qs], o_ref[0]), _rel(r.lse[:, qs], lse_ref[0])]
+    out.append(("softmax varlen[3x5,0x2,4x4]-causal (forward)", max(errs)))
+    return out
+
+
+def _linear_self_checks() -> list[tuple[str, float]]:
+    import torch
+
+    from harness.oracle import linear_attention
+    from harness.oracle.naive import naive_linear_attention
+
+    gen = torch.Generator().manual_seed(4321)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    B, T, H, K, V = 2, 70, 2, 4, 3  # T crosses the oracle's 64-step chunk boundary
+    out = []
+    for gate in ("none", "g", "g_gamma"):
+        q, k, v = (
+            rnd(B, T, H, K).requires_grad_(),
+            rnd(B, T, H, K).requires_grad_(),
+            rnd(B, T, H, V).requires_grad_(),
+        )
+        g = torch.nn.functional.logsigmoid(rnd(B, T, H)).requires_grad_() if gate == "g" else None
+        gg = torch.nn.functional.logsigmoid(3 + rnd(H)).requires_grad_() if gate == "g_gamma" else None
+        h0 = rnd(B, H, K, V).requires_grad_()
+        do, dht = rnd(B, T, H, V), rnd(B, H, K, V)
+        o_ref, s_ref = naive_linear_attention(q, k, v, g=g, g_gamma=gg, initial_state=h0)
+        leaves = [t for t in (q, k, v, g if g is not None else gg, h0) if t is not None]
+        grads = torch.autograd.grad((o_ref, s_ref), leaves, (do, dht))
+        r = linear_attention(
+            q.detach(),
+            k.detach(),
+            v.detach(),
+            do,
+            g=None if g is None else g.detach(),
+            g_gamma=None if gg is None else gg.detach(),
+            initial_state=h0.detach(),
+            grad_final_state=dht,
+        )
+        mine = [r.dq, r.dk, r.dv] + ([r.dg] if gate != "none" else []) + [r.dh0]
+        errs = [_rel(r.out, o_ref.detach()), _rel(r.final_state, s_ref.detach())]
+        errs += [_rel(a, b) for a, b in zip(mine, grads)]
+        out.append((f"linear B{B}-H{H}-T{T}-K{K}V{V}-{gate}-h0-dhT", max(errs)))
+    return out
+
+
+def self_checks() -> list[SelfCheck]:
+    """The oracles against the naive formulas: forward and gradients, float64, tiny shapes."""
+    results = []
+    for group in (_softmax_self_checks, _linear_self_checks):
+        try:
+            for name, err in group():
+                ok = err <= SELF_CHECK_RTOL
+                results.append(
+                    SelfCheck(name, err, ok, "" if ok else f"max rel error {err:.3g} > {SELF_CHECK_RTOL:g}")
+                )
+        except Exception as e:  # an oracle that crashes is a failed self-check, not a crashed job
+            results.append(
+                SelfCheck(group.__name__.strip("_"), float("inf"), False, f"{type(e).__name__}: {e}")
+            )
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _parse(args) -> tuple[list, list, int, Path]:
+    """Validate the arguments; raises ValueError naming the option."""
+    import torch
+
+    from harness.adapters import registry
+    from harness.cases import DTYPES
+    from harness.presets import PRESETS, preset
+
+    dtypes = _split(args.dtypes) or list(
+        DEFAULT_DTYPES_CUDA if torch.cuda.is_available() else DEFAULT_DTYPES_CPU
+    )
+    for dt in dtypes:
+        if dt not in DTYPES:
+            raise ValueError(f"--dtypes: unknown dtype {dt!r}; expected some of {', '.join(DTYPES)}")
+    presets = _split(args.preset)
+    if not presets:
+        raise ValueError("--preset: give at least one preset")
+    cases, seen = [], set()
+    for name in presets:
+        if name not in PRESETS:
+            raise ValueError(f"--preset: unknown preset {name!r}; known: {', '.join(PRESETS)}")
+        for c in preset(name, dtypes):
+            if c.id not in seen:
+                seen.add(c.id)
+                cases.append(c)
+    try:
+        seed = int(args.seed)
+        if seed < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"--seed: expected a non-negative integer, got {args.seed!r}") from None
+    names = _split(args.backends)
+    if names:
+        known = registry.names()
+        for n in names:
+            if n not in known:
+                raise ValueError(f"--backends: unknown backend {n!r}; known: {', '.join(known)}")
+        adapters = [registry.get(n) for n in names]
+    else:
+        adapters = registry.all_adapters()
+    out = args.out or Path("reports") / f"run-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
+    return cases, adapters, seed, Path(out)
+
+
+def _supports(adapter, case, device) -> str | None:
+    try:
+        return adapter.supports(case, device)
+    except Exception:
+        return None  # let verify run it and report the exception as an error
+
+
+def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True):
+    """Verify every (adapter, case): the oracle and reference of a case are built once, only
+    when some adapter supports it. Returns a list of CaseResult, case-major."""
+    from tqdm import tqdm
+
+    from harness.verify import CaseResult, prepare, verify
+
+    results = []
+    bar = tqdm(
+        total=len(cases) * len(adapters),
+        desc="verify",
+        unit="run",
+        disable=None if progress else True,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    try:
+        for case in cases:
+            mine = [a for a in adapters if a.family == case.family]
+            bar.update(len(adapters) - len(mine))
+            baseline = None
+            for adapter in mine:
+                bar.set_postfix_str(f"{adapter.name} {case.id}", refresh=False)
+                reason = _supports(adapter, case, device)
+                if reason:
+                    results.append(
+                        CaseResult(
+                            adapter.name,
+                            case.id,
+                            case.family,
+                            case.dtype,
+                            str(device),
+                            seed,
+                            "unsupported",
+                            str(reason),
+                        )
+                    )
+                else:
+                    if baseline is None:
+                        baseline = prepare(case, seed=seed, device=device)
+                    results.append(verify(adapter, case, baseline=baseline, check_backward=check_backward))
+                bar.update(1)
+    finally:
+        bar.close()
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+
+def _ratio(r) -> str:
+    m = r.max_ratio
+    if m is None:
+        return ""
+    return "inf" if m == float("inf") else f"{m:.2f}"
+
+
+def _rows(results) -> list[tuple[str, str, str, str, str]]:
+    """(backend, case, status, max ratio, reason); a backend unsupported on every case collapses
+    into one row per distinct reason."""
+    by_backend: dict[str, list] = {}
+    for r in results:
+        by_backend.setdefault(r.backend, []).append(r)
+    rows = []
+    for backend, rs in by_backend.items():
+        if all(r.status == "unsupported" for r in rs):
+            reasons = sorted({r.reason for r in rs})
+            for reason in reasons:
+                n = sum(r.reason == reason for r in rs)
+                rows.append(
+                    (backend, f"(all {n} cases)" if len(reasons) == 1 else f"({n} cases)", "skip", "", reason)
+                )
+            continue
+        for r in rs:
+            status = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "unsupported": "skip"}[r.status]
+            rows.append((backend, r.case, status, _ratio(r), "" if r.status == "pass" else r.reason))
+    return rows
+
+
+def format_table(results, *, width: int = 100) -> str:
+    rows = [("backend", "case", "status", "ratio", "reason")] + _rows(results)
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = []
+    for i, r in enumerate(rows):
+        reason = r[4] if len(r[4]) <= width else r[4][: width - 3] + "..."
+        lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:>{w[3]}}  {reason}".rstrip())
+        if i == 0:
+            lines.append("-" * min(200, sum(w) + 8 + min(width, max(len(x[4]) for x in rows))))
+    return "\n".join(lines)
+
+
+def _summary(results) -> dict[str, int]:
+    out = {"pass": 0, "fail": 0, "error": 0, "unsupported": 0}
+    for r in results:
+        out[r.status] += 1
+    return out
+
+
+def _meta(args, device, seed, cases, adapters, started, seconds) -> dict:
+    import torch
+
+    import harness
+
+    try:
+        import triton
+
+        tri = triton.__version__
+    except ImportError:
+        tri = None
+    return {
+        "harness": harness.__version__,
+        "torch": torch.__version__,
+        "triton": tri,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(0)
+        if device.type == "cuda"
+        else f"{platform.machine()} CPU",
+        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        "seed": seed,
+        "presets": _split(args.preset),
+        "dtypes": sorted({c.dtype for c in cases}),
+        "backends": [a.name for a in adapters],
+        "check_backward": not args.forward_only,
+        "started_utc": started,
+        "seconds": round(seconds, 2),
+        "replay": f"python -m harness run --preset {args.preset} --seed {seed} "
+        f"--dtypes {','.join(sorted({c.dtype for c in cases}))}"
+        + (f" --backends {args.backends}" if args.backends else ""),
+    }
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def write_reports(
+    out: Path, meta: dict, checks: list[SelfCheck], results, exit_code: int
+) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    summary = _summary(results)
+    doc = {
+        "meta": meta,
+        "self_checks": [c.to_dict() for c in checks],
+        "summary": summary,
+        "exit_code": exit_code,
+        "results": [r.to_dict() for r in results],
+    }
+    json_path = out / "report.json"
+    json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    md = [
+        "# attn-harness main job",
+        "",
+        f"- verdict: **{'PASS' if exit_code == 0 else 'FAIL'}** "
+        f"({summary['pass']} pass, {summary['fail']} fail, "
+        f"{summary['error']} error, {summary['unsupported']} unsupported)",
+        f"- harness {meta['harness']}, torch {meta['torch']}, triton {meta['triton']}, "
+        f"python {meta['python']}",
+        f"- device {meta['device']} ({meta['device_name']}), "
+        f"TRITON_INTERPRET={int(meta['triton_interpret'])}",
+        f"- seed {meta['seed']}, presets {', '.join(meta['presets'])}, dtypes {', '.join(meta['dtypes'])}, "
+        f"backward {'checked' if meta['check_backward'] else 'not checked'}",
+        f"- started {meta['started_utc']}, {meta['seconds']} s; replay: `{meta['replay']}`",
+        "",
+        "## Oracle self-checks (oracle vs naive formulas, float64)",
+        "",
+        "| check | max rel error | result |",
+        "|---|---|---|",
+    ]
+    md += [
+        f"| {_md_escape(c.name)} | {c.max_rel_error:.2e} | "
+        f"{'OK' if c.ok else 'FAIL ' + _md_escape(c.detail)} |"
+        for c in checks
+    ]
+    md += [
+        "",
+        "## Results",
+        "",
+        "ratio: the largest candidate error / reference error over the compared tensors (the reference is "
+        "the eager path in the case's dtype with an fp32 softmax).",
+        "",
+        "| backend | case | status | ratio | reason |",
+        "|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {b} | {_md_escape(c)} | {s} | {r} | {_md_escape(reason)} |"
+        for b, c, s, r, reason in _rows(results)
+    ]
+    bad = [r for r in results if r.status in ("fail", "error")]
+    if bad:
+        md += ["", "## Failures", ""]
+        for r in bad:
+            md += [f"### {r.backend} on {r.case}", "", "```", r.message(), "```", ""]
+    md_path = out / "report.md"
+    md_path.write_text("\n".join(md) + "\n")
+    return md_path, json_path
+
+
+# --------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------
+
+
+def main(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        # Read by Triton when the kernels are defined: must precede the first kernel import.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        cases, adapters, seed, out = _parse(args)
+    except ValueError as e:
+        print(f"python -m harness run: error: {e}", file=sys.stderr)
+        return 2
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+
+    print("Oracle self-checks (oracle vs naive formulas, float64):")
+    checks = self_checks()
+    for c in checks:
+        print(
+            f"  {'OK  ' if c.ok else 'FAIL'} {c.name}  (max rel error {c.max_rel_error:.2e})"
+            f"{'  ' + c.detail if c.detail else ''}"
+        )
+    print(
+        f"\n{len(adapters)} backends x {len(cases)} cases on {device}, seed {seed}"
+        f"{' (Triton interpreter)' if os.environ.get('TRITON_INTERPRET') == '1' else ''}:",
+        flush=True,
+    )
+    results = run_all(
+        cases,
+        adapters,
+        seed=seed,
+        device=device,
+        check_backward=not args.forward_only,
+        progress=not args.no_progress,
+    )
+    print(format_table(results))
+    summary = _summary(results)
+    failed = summary["fail"] + summary["error"] + sum(not c.ok for c in checks)
+    exit_code = 1 if failed else 0
+    meta = _meta(args, device, seed, cases, adapters, started, time.perf_counter() - t0)
+    md, js = write_reports(out, meta, checks, results, exit_code)
+    print(
+        f"\n{summary['pass']} pass, {summary['fail']} fail, {summary['error']} error, "
+        f"{summary['unsupported']} unsupported; self-checks {sum(c.ok for c in checks)}/{len(checks)} OK"
+    )
+    print(f"reports: {md} and {js}")
+    print("verdict: " + ("PASS" if exit_code == 0 else "FAIL (something that should pass did not)"))
+    return exit_code

@@ -1,0 +1,1004 @@
+"""The verification runner: one adapter on one case, judged against the FP64 oracle.
+
+``verify(adapter, case)`` validates the inputs, runs the candidate with NaN-poisoned memory
+(forward, then gradients through ``torch.autograd.grad``), runs it a second time for determinism,
+and returns a :class:`CaseResult`: one :class:`~harness.tolerance.TensorReport` per output tensor
+and one :class:`PropertyResult` per property (contract, inputs not mutated, fully-masked rows,
+determinism), a status ("pass", "fail", "unsupported", "error") and a one-line reason.
+
+The oracle and the eager reference in the candidate's dtype depend only on (case, seed, device):
+:func:`prepare` builds them once as a :class:`Baseline` that any number of adapters reuse (the
+main job, the pytest plugin's session cache, the benchmark's correctness gate).
+Results are plain dataclasses; ``to_dict`` gives JSON-ready dicts, ``from_dict`` reads them back
+(the acceptance command ships them out of a child process).
+
+Adapter attributes read here besides the contract's (all optional, via ``getattr``):
+
+* ``differentiable`` (False: forward only) and ``deterministic_backward`` (False: a backward
+  that differs between two runs is reported with its spread, not failed);
+* ``masked_rows``: a sentence documenting how the backend treats rows that see no key when that
+  differs from the oracle's (out 0, lse -inf); those rows are then left out of out / lse and the
+  difference is reported as "documented";
+* ``nondifferentiable_inputs``: input names the backend treats as constants (FLA's ``g_gamma``);
+  their gradients are not compared and the "backward" property says so. Without the declaration
+  a gradient that never reaches an input fails, with that reason.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PROPERTIES",
+    "Baseline",
+    "CaseResult",
+    "PropertyResult",
+    "TensorReport",
+    "bitwise_equal",
+    "check_inputs",
+    "default_device",
+    "oracle_for",
+    "poisoned_memory",
+    "prepare",
+    "verify",
+]
+
+import contextlib
+import math
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import torch
+
+from harness import tolerance
+from harness.adapters.base import Adapter, LinearOutput, SoftmaxOutput, Unsupported
+from harness.cases import Case, LinearCase, LinearInputs, SoftmaxCase, SoftmaxInputs, make_inputs
+from harness.tolerance import TensorReport, WorstElement
+
+Status = Literal["pass", "fail", "unsupported", "error"]
+PropertyStatus = Literal["pass", "fail", "documented", "skipped"]
+
+#: Property names, in report order ("backward" appears only when gradients were not all checked).
+PROPERTIES = ("contract", "inputs_unchanged", "masked_rows", "determinism", "backward")
+
+#: Gradient name of each differentiable input.
+GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "g_gamma": "dg", "initial_state": "dh0"}
+
+#: Poisoning on CUDA fills at most this many bytes of the caching allocator's free blocks with NaN
+#: (filling costs a memset per block; more than this is not worth the time per case).
+CUDA_POISON_MAX_BYTES = 16 << 30
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PropertyResult:
+    """One checked property. ``status``: "pass", "fail", "documented" (differs from the oracle's
+    convention in the way the backend documents: reported, not failed) or "skipped"."""
+
+    name: str
+    status: PropertyStatus
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CaseResult:
+    """The verdict for one (backend, case, seed, device).
+
+    ``tensors``: one report per compared tensor (out, lse, final_state, dq, ...);
+    ``properties``: contract, inputs_unchanged, masked_rows, determinism;
+    ``failures``: names of the failed tensors / properties (empty unless status is "fail");
+    ``reason``: one line (the first failure, the unsupported reason, or the exception).
+    """
+
+    backend: str
+    case: str
+    family: str
+    dtype: str
+    device: str
+    seed: int
+    status: Status
+    reason: str = ""
+    tensors: list[TensorReport] = field(default_factory=list)
+    properties: list[PropertyResult] = field(default_factory=list)
+    seconds: float = 0.0
+    error_traceback: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def failures(self) -> list[str]:
+        return [t.name for t in self.tensors if not t.passed] + [p.name for p in self.properties if p.failed]
+
+    @property
+    def max_ratio(self) -> float | None:
+        """Largest error / reference-error over the tensors (None when nothing was compared)."""
+        return max((t.ratio for t in self.tensors), default=None)
+
+    @property
+    def max_budget(self) -> float | None:
+        """Largest error / allowed over the tensors (<= 1 means every tensor is inside its bound)."""
+        return max((t.budget for t in self.tensors), default=None)
+
+    def tensor(self, name: str) -> TensorReport | None:
+        return next((t for t in self.tensors if t.name == name), None)
+
+    def property(self, name: str) -> PropertyResult | None:
+        return next((p for p in self.properties if p.name == name), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "backend": self.backend,
+            "case": self.case,
+            "family": self.family,
+            "dtype": self.dtype,
+            "device": self.device,
+            "seed": self.seed,
+            "status": self.status,
+            "reason": self.reason,
+            "failures": self.failures,
+            "max_ratio": tolerance._json_number(self.max_ratio),
+            "max_budget": tolerance._json_number(self.max_budget),
+            "seconds": round(self.seconds, 4),
+            "tensors": [t.to_dict() for t in self.tensors],
+            "properties": [p.to_dict() for p in self.properties],
+            "error_traceback": self.error_traceback,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CaseResult:
+        def num(v):
+            if v == "inf":
+                return math.inf
+            if v == "-inf":
+                return -math.inf
+            return math.nan if v is None else v
+
+        tensors = []
+        for t in d.get("tensors", []):
+            t = dict(t)
+            w = t.pop("worst")
+            worst = (
+                WorstElement(tuple(w["index"]), *(num(w[k]) for k in ("value", "expected", "abs_error")))
+                if w
+                else None
+            )
+            for k in (
+                "error",
+                "reference_error",
+                "factor",
+                "floor",
+                "allowed",
+                "ratio",
+                "budget",
+                "max_abs_error",
+            ):
+                t[k] = num(t[k])
+            tensors.append(TensorReport(**{**t, "shape": tuple(t["shape"]), "worst": worst}))
+        return cls(
+            backend=d["backend"],
+            case=d["case"],
+            family=d["family"],
+            dtype=d["dtype"],
+            device=d["device"],
+            seed=d["seed"],
+            status=d["status"],
+            reason=d.get("reason", ""),
+            tensors=tensors,
+            properties=[PropertyResult(**p) for p in d.get("properties", [])],
+            seconds=d.get("seconds", 0.0),
+            error_traceback=d.get("error_traceback", ""),
+        )
+
+    def message(self) -> str:
+        """Readable multi-line report: the verdict, then one line per tensor and property."""
+        head = f"{self.backend} on {self.case} (seed {self.seed}, {self.device}): {self.status.upper()}"
+        lines = [head + (f" - {self.reason}" if self.reason else "")]
+        for t in self.tensors:
+            lines.append(f"  [{'ok' if t.passed else 'FAIL'}] {t.summary()}")
+        for p in self.properties:
+            mark = {"pass": "ok", "fail": "FAIL", "documented": "doc", "skipped": "--"}[p.status]
+            lines.append(f"  [{mark}] {p.name}: {p.detail}")
+        if self.error_traceback:
+            lines.append(self.error_traceback.rstrip())
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Input validation
+# --------------------------------------------------------------------------------------------
+
+
+def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, layout words) of every input the case needs."""
+    if isinstance(case, SoftmaxCase):
+        if case.is_varlen:
+            tq = sum(a for a, _ in case.varlen)
+            tk = sum(b for _, b in case.varlen)
+            lay = "(total_tokens, heads, dim)"
+            return {
+                "q": ((tq, case.heads_q, case.d), lay),
+                "k": ((tk, case.heads_k, case.d), lay),
+                "v": ((tk, case.heads_k, case.d_v), lay),
+                "grad_out": ((tq, case.heads_q, case.d_v), lay),
+                "cu_seqlens_q": ((case.batch + 1,), "(batch + 1,)"),
+                "cu_seqlens_k": ((case.batch + 1,), "(batch + 1,)"),
+            }
+        lay = "(batch, seqlen, heads, dim)"
+        B = case.batch
+        return {
+            "q": ((B, case.seqlen_q, case.heads_q, case.d), lay),
+            "k": ((B, case.seqlen_k, case.heads_k, case.d), lay),
+            "v": ((B, case.seqlen_k, case.heads_k, case.d_v), lay),
+            "grad_out": ((B, case.seqlen_q, case.heads_q, case.d_v), lay),
+        }
+    B, T, H, K, V = case.batch, case.seqlen, case.heads, case.d_k, case.d_v
+    lay = "(batch, seqlen, heads, dim)"
+    shapes = {
+        "q": ((B, T, H, K), lay),
+        "k": ((B, T, H, K), lay),
+        "v": ((B, T, H, V), lay),
+        "grad_out": ((B, T, H, V), lay),
+    }
+    if case.gate == "g":
+        shapes["g"] = ((B, T, H), "(batch, seqlen, heads)")
+    if case.gate == "g_gamma":
+        shapes["g_gamma"] = ((H,), "(heads,)")
+    if case.initial_state:
+        shapes["initial_state"] = ((B, H, K, V), "(batch, heads, d_k, d_v)")
+    if case.grad_final_state:
+        shapes["grad_final_state"] = ((B, H, K, V), "(batch, heads, d_k, d_v)")
+    return shapes
+
+
+_FP32_INPUTS = ("g", "g_gamma", "initial_state", "grad_final_state")
+_INT_INPUTS = ("cu_seqlens_q", "cu_seqlens_k")
+
+
+def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> None:
+    """Raise ``ValueError`` naming the argument when ``inputs`` do not fit ``case``.
+
+    Checks, in order: every needed tensor present and no stray one; rank and layout (a (B, H, S, D)
+    tensor is recognised and named); heads_q a multiple of heads_k; shapes against the case;
+    dtypes (q, k, v, grad_out in the case's dtype; gates and states float32; cu_seqlens int32);
+    one device; every float element finite.
+    """
+    if not isinstance(case, (SoftmaxCase, LinearCase)):
+        raise ValueError(f"case: expected a SoftmaxCase or LinearCase, got {type(case).__name__}")
+    tensors = inputs if isinstance(inputs, dict) else getattr(inputs, "tensors", lambda: None)()
+    if not isinstance(tensors, dict):
+        raise ValueError(
+            f"inputs: expected SoftmaxInputs / LinearInputs or a dict of tensors, got {type(inputs).__name__}"
+        )
+    tensors = {k: v for k, v in tensors.items() if v is not None}
+    if "q" in tensors:
+        tensors = {"q": tensors["q"], **tensors}
+    want = _expected_input_shapes(case)
+    for name in want:
+        if name not in tensors:
+            raise ValueError(f"{name}: missing; case {case.id} needs {', '.join(want)}")
+    for name in tensors:
+        if name not in want:
+            raise ValueError(f"{name}: not an input of case {case.id} (expected {', '.join(want)})")
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        shape, layout = want[name]
+        if t.dim() != len(shape):
+            raise ValueError(f"{name}: expected rank {len(shape)} {layout}, got shape {tuple(t.shape)}")
+    for name, t in tensors.items():  # q first (dict order of the inputs' fields)
+        shape, layout = want[name]
+        got = tuple(t.shape)
+        if got != shape:
+            hint = ""
+            if len(shape) == 4 and got == (shape[0], shape[2], shape[1], shape[3]):
+                hint = (
+                    " (this looks like (batch, heads, seqlen, dim); "
+                    "the harness uses (batch, seqlen, heads, dim))"
+                )
+            raise ValueError(f"{name}: expected shape {shape} {layout} for case {case.id}, got {got}{hint}")
+        if name == "q" and isinstance(case, SoftmaxCase):
+            hq, hk = t.shape[-2], tensors["k"].shape[-2]
+            if hk == 0 or hq % hk:
+                raise ValueError(
+                    f"k: heads_q ({hq}) must be a multiple of heads_k ({hk}) (GQA/MQA group size)"
+                )
+    dt = case.torch_dtype
+    for name, t in tensors.items():
+        if name in _INT_INPUTS:
+            if t.dtype != torch.int32:
+                raise ValueError(f"{name}: expected dtype torch.int32, got {t.dtype}")
+        elif name in _FP32_INPUTS:
+            if t.dtype != torch.float32:
+                raise ValueError(
+                    f"{name}: expected dtype torch.float32 (log-decays and states stay fp32), got {t.dtype}"
+                )
+        elif t.dtype != dt:
+            raise ValueError(f"{name}: dtype {t.dtype} does not match the case's {case.dtype} ({dt})")
+    dev = tensors["q"].device
+    for name, t in tensors.items():
+        if t.device != dev:
+            raise ValueError(f"{name}: device {t.device} does not match q's {dev}")
+    for name, t in tensors.items():
+        if t.is_floating_point():
+            bad = ~torch.isfinite(t)
+            n = int(bad.sum())
+            if n:
+                first = tolerance._unravel(int(bad.reshape(-1).nonzero()[0]), tuple(t.shape))
+                raise ValueError(
+                    f"{name}: {n} non-finite element(s) (NaN or Inf), first at {list(first)}; "
+                    "inputs must be finite"
+                )
+
+
+def _check_options(seed, device) -> torch.device:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' asked for, but torch.cuda.is_available() is False")
+    return dev
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# --------------------------------------------------------------------------------------------
+# Oracle and reference (the baseline)
+# --------------------------------------------------------------------------------------------
+
+
+def oracle_for(case: Case, inputs, seed: int = 0):
+    """The FP64 oracle result for ``case`` on ``inputs``: from the golden store when it holds
+    them (``harness.golden.oracle_result``), else computed."""
+    try:
+        from harness.golden import oracle_result
+    except ImportError:  # the golden store is optional: compute directly
+        return _compute_oracle(case, inputs)
+    return oracle_result(case, inputs, seed)
+
+
+def _compute_oracle(case: Case, inputs):
+    from harness import oracle
+
+    if isinstance(case, SoftmaxCase):
+        kw = case.oracle_kwargs
+        if case.is_varlen:
+            return oracle.softmax_attention_varlen(
+                inputs.q, inputs.k, inputs.v, inputs.cu_seqlens_q, inputs.cu_seqlens_k, inputs.grad_out, **kw
+            )
+        return oracle.softmax_attention(inputs.q, inputs.k, inputs.v, inputs.grad_out, **kw)
+    return oracle.linear_attention(
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        inputs.grad_out,
+        g=inputs.g,
+        g_gamma=inputs.g_gamma,
+        initial_state=inputs.initial_state,
+        grad_final_state=inputs.grad_final_state,
+    )
+
+
+class _ReferenceAdapter:
+    """The eager reference in the candidate's dtype, run through the same path as a candidate.
+
+    fp64 cases use the naive float64 formulas (:mod:`harness.oracle.naive`) instead: the eager
+    path keeps its softmax / state in fp32, which would make the fp64 "reference" 1e-7 accurate
+    and let an fp32-internal candidate pass as fp64. The naive formulas are fp64 throughout,
+    materialised and share no code with the oracle, so their error is fp64 rounding (~1e-16).
+    """
+
+    name = "reference"
+    differentiable = True
+
+    def run(self, case, **inputs):
+        from harness.adapters.base import default_scale
+        from harness.adapters.eager import eager_attention, eager_attention_varlen, eager_linear_attention
+
+        if case.dtype == "fp64":
+            return self._run_fp64(case, **inputs)
+        if isinstance(case, SoftmaxCase):
+            kw = dict(
+                causal=case.causal,
+                softmax_scale=default_scale(case),
+                window_size=case.window,
+                softcap=case.softcap,
+            )
+            if case.is_varlen:
+                out, lse = eager_attention_varlen(
+                    inputs["q"],
+                    inputs["k"],
+                    inputs["v"],
+                    inputs["cu_seqlens_q"],
+                    inputs["cu_seqlens_k"],
+                    **kw,
+                )
+            else:
+                out, lse = eager_attention(inputs["q"], inputs["k"], inputs["v"], **kw)
+            return SoftmaxOutput(out, lse)
+        o, state = eager_linear_attention(
+            inputs["q"],
+            inputs["k"],
+            inputs["v"],
+            g=inputs.get("g"),
+            g_gamma=inputs.get("g_gamma"),
+            scale=default_scale(case),
+            initial_state=inputs.get("initial_state"),
+        )
+        return LinearOutput(o, state)
+
+    @staticmethod
+    def _run_fp64(case, **inputs):
+        from harness.adapters.base import default_scale
+        from harness.oracle.naive import naive_linear_attention, naive_softmax_attention
+
+        if isinstance(case, LinearCase):
+            # The fp32 gates and state are promoted so that exp(g) is taken in fp64 too.
+            f64 = {
+                n: (inputs[n].double() if inputs.get(n) is not None else None)
+                for n in ("g", "g_gamma", "initial_state")
+            }
+            o, state = naive_linear_attention(
+                inputs["q"],
+                inputs["k"],
+                inputs["v"],
+                g=f64["g"],
+                g_gamma=f64["g_gamma"],
+                scale=default_scale(case),
+                initial_state=f64["initial_state"],
+            )
+            return LinearOutput(o, state)
+        kw = dict(
+            causal=case.causal,
+            softmax_scale=default_scale(case),
+            window_size=case.window,
+            softcap=case.softcap,
+        )
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        if not case.is_varlen:
+            return SoftmaxOutput(*naive_softmax_attention(q, k, v, **kw))
+        cq, ck = inputs["cu_seqlens_q"].tolist(), inputs["cu_seqlens_k"].tolist()
+        outs, lses = [], []
+        for b in range(len(cq) - 1):
+            qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+            if cq[b + 1] == cq[b]:
+                continue
+            if ck[b + 1] == ck[b]:  # no keys: dead rows (q * 0 keeps the graph connected)
+                outs.append(q[qs, :, :1].expand(-1, -1, v.shape[-1]) * 0)
+                lses.append(
+                    torch.full((q.shape[1], cq[b + 1] - cq[b]), -math.inf, dtype=q.dtype, device=q.device)
+                )
+                continue
+            o, lse = naive_softmax_attention(q[qs][None], k[ks][None], v[ks][None], **kw)
+            outs.append(o[0])
+            lses.append(lse[0])
+        return SoftmaxOutput(torch.cat(outs), torch.cat(lses, dim=1))
+
+
+@dataclass
+class Baseline:
+    """Everything about (case, seed, device) that does not depend on the candidate.
+
+    ``oracle``: the FP64 result (``.tensors()``); ``reference_errors``: rel-RMS error of the
+    eager reference in the case's dtype, per tensor name (computed on first use).
+    """
+
+    case: Case
+    seed: int
+    device: torch.device
+    inputs: SoftmaxInputs | LinearInputs
+    oracle: object
+    _reference_errors: dict[str, float] | None = None
+
+    def oracle_tensors(self) -> dict[str, torch.Tensor]:
+        return self.oracle.tensors()
+
+    @property
+    def reference_errors(self) -> dict[str, float]:
+        if self._reference_errors is None:
+            self._reference_errors = self._compute_reference_errors()
+        return self._reference_errors
+
+    def _compute_reference_errors(self) -> dict[str, float]:
+        run = _run_once(_ReferenceAdapter(), self.case, self.inputs, want_grad=True, poison=False)
+        expected = self.oracle_tensors()
+        return {
+            name: tolerance.rel_rms_error(t, expected[name])
+            for name, t in run.tensors.items()
+            if name in expected and tuple(t.shape) == tuple(expected[name].shape)
+        }
+
+
+def prepare(case: Case, *, seed: int = 0, device=None, inputs=None, oracle=None) -> Baseline:
+    """Validate and build the :class:`Baseline` of (case, seed, device).
+
+    ``inputs`` default to ``make_inputs(case, seed, device)``; ``oracle`` (a SoftmaxResult /
+    LinearResult on the same inputs) defaults to :func:`oracle_for`. Raises ``ValueError`` naming
+    the argument on bad input.
+    """
+    if not isinstance(case, (SoftmaxCase, LinearCase)):
+        raise ValueError(f"case: expected a SoftmaxCase or LinearCase, got {type(case).__name__}")
+    dev = _check_options(seed, default_device() if device is None else device)
+    if inputs is None:
+        inputs = make_inputs(case, seed, dev)
+    check_inputs(case, inputs)
+    dev = inputs.q.device
+    if oracle is None:
+        oracle = oracle_for(case, inputs, seed)
+    elif not callable(getattr(oracle, "tensors", None)):
+        raise ValueError(f"oracle: expected a SoftmaxResult / LinearResult, got {type(oracle).__name__}")
+    return Baseline(case, seed, dev, inputs, oracle)
+
+
+# --------------------------------------------------------------------------------------------
+# Running a candidate
+# --------------------------------------------------------------------------------------------
+
+
+def _poison_cuda_cache(device: torch.device) -> None:
+    """Fill the caching allocator's free blocks with NaN: a kernel that reads or returns memory
+    it never wrote then sees NaN, not a previous run's (correct-looking) values. Each free block
+    is taken by one allocation of exactly its size (the allocator's best fit returns that block)."""
+    try:
+        sizes = sorted(
+            (
+                b["size"]
+                for seg in torch.cuda.memory_snapshot()
+                if seg.get("device", device.index or 0) == (device.index or 0)
+                for b in seg["blocks"]
+                if b["state"] == "inactive"
+            ),
+            reverse=True,
+        )
+    except Exception:  # older torch or allocator without snapshots: nothing to fill
+        return
+    held, total = [], 0
+    try:
+        for size in sizes:
+            if total + size > CUDA_POISON_MAX_BYTES or size < 4:
+                continue
+            held.append(torch.full((size // 4,), math.nan, dtype=torch.float32, device=device))
+            total += size
+    except torch.cuda.OutOfMemoryError:
+        pass
+    finally:
+        del held
+
+
+@contextlib.contextmanager
+def poisoned_memory(device: torch.device):
+    """Within: ``torch.empty`` returns NaN-filled memory (deterministic mode with
+    ``fill_uninitialized_memory``), and on CUDA the allocator's free blocks hold NaN. Every global
+    setting is restored on exit."""
+    import torch.utils.deterministic as det
+
+    prev_on = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_fill = det.fill_uninitialized_memory
+    try:
+        with warnings.catch_warnings():
+            # warn_only: an op without a deterministic implementation still runs, it only warns.
+            warnings.filterwarnings("ignore", message=".*deterministic.*")
+            warnings.filterwarnings("ignore", message=".*CUBLAS_WORKSPACE_CONFIG.*")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            det.fill_uninitialized_memory = True
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                _poison_cuda_cache(device)
+            yield
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    finally:
+        torch.use_deterministic_algorithms(prev_on, warn_only=prev_warn)
+        det.fill_uninitialized_memory = prev_fill
+
+
+@dataclass
+class _Run:
+    output: object  # SoftmaxOutput | LinearOutput as returned
+    tensors: dict[str, torch.Tensor]  # out, lse / final_state, grads; detached
+    passed_inputs: dict[str, torch.Tensor]  # what the candidate received (to check mutation)
+    missing_grads: tuple[str, ...] = ()  # inputs no gradient reached (their grads are zeros)
+
+
+def _run_inputs(case: Case, inputs) -> dict[str, torch.Tensor]:
+    """The tensors ``adapter.run`` receives (no grad_out / grad_final_state)."""
+    t = inputs.tensors()
+    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state")
+    return {n: t[n] for n in names if n in t}
+
+
+def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> _Run:
+    """Forward (and gradients) of ``adapter`` on fresh copies of ``inputs``."""
+    originals = _run_inputs(case, inputs)
+    constant = set(getattr(adapter, "nondifferentiable_inputs", ()))
+    leaves = {
+        n: t.detach().clone().requires_grad_(want_grad and n in GRAD_NAMES and n not in constant)
+        for n, t in originals.items()
+    }
+    # The candidate gets non-leaf copies: an in-place write then shows up as a mutated input
+    # instead of autograd's "leaf variable used in an in-place operation" error.
+    passed = {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()}
+    dev = inputs.q.device
+    ctx = poisoned_memory(dev) if poison else contextlib.nullcontext()
+    with ctx:
+        with torch.set_grad_enabled(want_grad):
+            output = adapter.run(case, **passed)
+        tensors = _output_tensors(case, output)
+        # A wrong output shape would surface as autograd's shape error: name it as the contract.
+        want_out = tuple(inputs.grad_out.shape)
+        if tuple(tensors["out"].shape) != want_out:
+            raise _ContractError(f"out: shape {tuple(tensors['out'].shape)}, the contract says {want_out}")
+        missing: list[str] = []
+        if want_grad:
+            tensors.update(_gradients(case, inputs, output, leaves, missing))
+    return _Run(output, {n: t.detach() for n, t in tensors.items()}, passed, tuple(missing))
+
+
+def _output_tensors(case: Case, output) -> dict[str, torch.Tensor]:
+    want = SoftmaxOutput if isinstance(case, SoftmaxCase) else LinearOutput
+    if not isinstance(output, want):
+        raise _ContractError(f"run returned {type(output).__name__}; the contract asks for {want.__name__}")
+    if not isinstance(output.out, torch.Tensor):
+        raise _ContractError(f"out: expected a torch.Tensor, got {type(output.out).__name__}")
+    res = {"out": output.out}
+    extra = "lse" if isinstance(case, SoftmaxCase) else "final_state"
+    value = getattr(output, extra)
+    if value is not None:
+        if not isinstance(value, torch.Tensor):
+            raise _ContractError(f"{extra}: expected a torch.Tensor or None, got {type(value).__name__}")
+        res[extra] = value
+    return res
+
+
+class _ContractError(Exception):
+    """The adapter returned something the contract does not allow."""
+
+
+def _gradients(case: Case, inputs, output, leaves: dict[str, torch.Tensor], missing: list | None = None):
+    """{grad name: gradient} via torch.autograd.grad of <out, grad_out> (+ <final_state, dhT>).
+
+    Inputs no gradient reached get zeros; their names are appended to ``missing`` when given.
+    (harness.accept uses this helper: keep the signature.)"""
+    outs, grads_out = [output.out], [inputs.grad_out]
+    if (
+        isinstance(case, LinearCase)
+        and output.final_state is not None
+        and inputs.grad_final_state is not None
+    ):
+        # loss = <o, dO> + <final_state, dhT>
+        outs.append(output.final_state)
+        grads_out.append(inputs.grad_final_state.to(output.final_state.dtype))
+    if not any(o.requires_grad for o in outs):
+        raise _ContractError("out does not require grad although the adapter declares differentiable=True")
+    names = [n for n in leaves if n in GRAD_NAMES and leaves[n].requires_grad]
+    pairs = [(o, g) for o, g in zip(outs, grads_out) if o.requires_grad]
+    grads = torch.autograd.grad(
+        [o for o, _ in pairs], [leaves[n] for n in names], [g for _, g in pairs], allow_unused=True
+    )
+    # An input the candidate's graph does not reach gets a zero gradient, so the comparison
+    # shows the damage (and the reason says why).
+    if missing is not None:
+        missing.extend(n for n, g in zip(names, grads) if g is None)
+    return {
+        GRAD_NAMES[n]: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, grads)
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+
+def _contract_dtypes(case: Case) -> dict[str, tuple[torch.dtype, ...]]:
+    """Allowed dtypes of each output tensor (gradients follow their inputs)."""
+    dt = case.torch_dtype
+    # fp64 cases: lse / final_state in fp64 (an fp32 one could not reach fp64 accuracy anyway).
+    wide = (torch.float64,) if dt == torch.float64 else (torch.float32,)
+    d = {"out": (dt,), "lse": wide, "final_state": wide, "dq": (dt,), "dk": (dt,), "dv": (dt,)}
+    d.update(dg=(torch.float32,), dh0=(torch.float32,))
+    return d
+
+
+def _compare_dtype(name: str, case: Case) -> torch.dtype:
+    """The dtype whose rounding sets a tensor's floor (the contract's first choice)."""
+    return _contract_dtypes(case)[name][0]
+
+
+def _check_contract(case: Case, run: _Run, expected: dict[str, torch.Tensor], device) -> PropertyResult:
+    problems = []
+    allowed = _contract_dtypes(case)
+    for name, t in run.tensors.items():
+        if name in expected and tuple(t.shape) != tuple(expected[name].shape):
+            problems.append(f"{name} shape {tuple(t.shape)} != {tuple(expected[name].shape)}")
+        if t.dtype not in allowed.get(name, (t.dtype,)):
+            problems.append(f"{name} dtype {t.dtype} not in {[str(x) for x in allowed[name]]}")
+        if t.device.type != device.type:
+            problems.append(f"{name} on {t.device}, inputs on {device}")
+    if isinstance(case, LinearCase) and "final_state" not in run.tensors:
+        problems.append("final_state not returned (LinearOutput.final_state is None)")
+    if problems:
+        return PropertyResult("contract", "fail", "; ".join(problems))
+    return PropertyResult(
+        "contract", "pass", "shapes, dtypes and device of every output as the contract says"
+    )
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous()
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.view(ints[t.element_size()]) if t.is_floating_point() else t
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bit pattern (NaN == NaN, -0.0 != 0.0)."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def _check_unchanged(case: Case, inputs, runs: list[_Run]) -> PropertyResult:
+    originals = _run_inputs(case, inputs)
+    changed: dict[str, str] = {}
+    for run in runs:
+        for name, t in run.passed_inputs.items():
+            if name not in changed and not bitwise_equal(t, originals[name]):
+                same_shape = t.shape == originals[name].shape and t.dtype == originals[name].dtype
+                n = int((_bits(t) != _bits(originals[name])).sum()) if same_shape else t.numel()
+                changed[name] = f"{name} ({n} element(s) changed)"
+    if changed:
+        detail = "the candidate wrote into its inputs: " + ", ".join(changed.values())
+        return PropertyResult("inputs_unchanged", "fail", detail)
+    return PropertyResult("inputs_unchanged", "pass", "every input bitwise equal after the run")
+
+
+def _masked_rows(case: Case, expected: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """Boolean mask in out's leading shape ((B, Sq, Hq) or (total_q, Hq)) of rows that see no key."""
+    if not isinstance(case, SoftmaxCase):
+        return None
+    lse = expected["lse"]
+    dead = torch.isneginf(lse)
+    if not bool(dead.any()):
+        return None
+    return dead.movedim(-2, -1)  # (B, Hq, Sq) -> (B, Sq, Hq); (Hq, total) -> (total, Hq)
+
+
+def _check_masked_rows(adapter, case: Case, run: _Run, dead: torch.Tensor | None) -> PropertyResult:
+    if dead is None:
+        return PropertyResult("masked_rows", "skipped", "no fully-masked rows in this case")
+    n = int(dead.sum())
+    out = run.tensors["out"]
+    problems = []
+    if tuple(out.shape[:-1]) == tuple(dead.shape):
+        rows = out[dead.to(out.device)]
+        if not bool((rows == 0).all()):
+            bad = int((rows != 0).any(-1).sum())
+            sample = rows[(rows != 0).any(-1)][0, :3].tolist()
+            problems.append(f"out is not 0 on {bad} of {n} masked rows (e.g. {sample})")
+    lse = run.tensors.get("lse")
+    if lse is not None and tuple(lse.movedim(-2, -1).shape) == tuple(dead.shape):
+        vals = lse.movedim(-2, -1)[dead.to(lse.device)]
+        if not bool(torch.isneginf(vals).all()):
+            problems.append(
+                f"lse is not -inf on masked rows (e.g. {vals[~torch.isneginf(vals)][:3].tolist()})"
+            )
+    if not problems:
+        return PropertyResult(
+            "masked_rows", "pass", f"{n} fully-masked row(s): out 0, lse -inf as the oracle"
+        )
+    documented = getattr(adapter, "masked_rows", None)
+    if documented:
+        return PropertyResult(
+            "masked_rows", "documented", "; ".join(problems) + f" - documented: {documented}"
+        )
+    return PropertyResult("masked_rows", "fail", "; ".join(problems) + " (oracle: out 0, lse -inf)")
+
+
+def _check_determinism(adapter, first: _Run, second: _Run, checked_backward: bool) -> PropertyResult:
+    fwd_names = [n for n in first.tensors if n in ("out", "lse", "final_state")]
+    diffs = {}
+    for name, a in first.tensors.items():
+        b = second.tensors.get(name)
+        if b is None or not bitwise_equal(a, b):
+            spread = math.inf
+            if b is not None and a.shape == b.shape:
+                spread = (
+                    float((a.double() - b.double()).abs().nan_to_num(math.inf).max()) if a.numel() else 0.0
+                )
+            diffs[name] = spread
+    if not diffs:
+        what = "forward and backward" if checked_backward else "forward"
+        return PropertyResult("determinism", "pass", f"two runs bitwise equal ({what})")
+    text = ", ".join(f"{n} (max |run1 - run2| {s:.3g})" for n, s in diffs.items())
+    if any(n in fwd_names for n in diffs):
+        return PropertyResult("determinism", "fail", f"forward differs between two runs: {text}")
+    if not getattr(adapter, "deterministic_backward", True):
+        return PropertyResult("determinism", "documented", f"nondeterministic backward (documented): {text}")
+    return PropertyResult("determinism", "fail", f"backward differs between two runs: {text}")
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_adapter(adapter) -> Adapter:
+    if isinstance(adapter, str):
+        from harness.adapters import registry
+
+        try:
+            return registry.get(adapter)
+        except KeyError as e:
+            raise ValueError(f"adapter: {e.args[0]}") from None
+    if not (callable(getattr(adapter, "run", None)) and hasattr(adapter, "name")):
+        raise ValueError(f"adapter: expected an Adapter (or a registered name), got {type(adapter).__name__}")
+    return adapter
+
+
+def verify(
+    adapter: Adapter | str,
+    case: Case,
+    *,
+    seed: int = 0,
+    device=None,
+    oracle=None,
+    inputs=None,
+    baseline: Baseline | None = None,
+    check_backward: bool = True,
+    check_determinism: bool = True,
+) -> CaseResult:
+    """Run ``adapter`` on ``case`` and judge it against the FP64 oracle.
+
+    Args:
+        adapter: an :class:`~harness.adapters.base.Adapter` or a registered name.
+        case: a SoftmaxCase or LinearCase.
+        seed: input seed (``make_inputs(case, seed)``).
+        device: where to run; default CUDA when available, else CPU.
+        oracle: a precomputed SoftmaxResult / LinearResult on the same inputs (else golden store
+            or computed).
+        inputs: precomputed inputs (default: seeded).
+        baseline: a :func:`prepare` result to reuse (overrides seed / device / oracle / inputs).
+        check_backward: compare gradients too (ignored for non-differentiable adapters).
+        check_determinism: run twice and compare bitwise.
+
+    Returns:
+        :class:`CaseResult`. Bad arguments raise ``ValueError`` naming the argument, before
+        anything runs; a candidate that raises gives status "error" (``Unsupported``:
+        "unsupported").
+    """
+    adapter = _resolve_adapter(adapter)
+    if baseline is None:
+        baseline = prepare(case, seed=seed, device=device, inputs=inputs, oracle=oracle)
+    elif baseline.case != case:
+        raise ValueError(f"baseline: built for case {baseline.case.id}, not {getattr(case, 'id', case)}")
+    case, dev = baseline.case, baseline.device
+    result = CaseResult(
+        backend=adapter.name,
+        case=case.id,
+        family=case.family,
+        dtype=case.dtype,
+        device=str(dev),
+        seed=baseline.seed,
+        status="pass",
+    )
+    t0 = time.perf_counter()
+    try:
+        want_grad = bool(check_backward and getattr(adapter, "differentiable", True))
+        try:
+            reason = adapter.supports(case, dev) if hasattr(adapter, "supports") else None
+            if reason:
+                result.status, result.reason = "unsupported", str(reason)
+                return result
+            first = _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
+            second = (
+                _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
+                if check_determinism
+                else None
+            )
+        except Unsupported as e:
+            result.status, result.reason = "unsupported", str(e) or type(e).__name__
+            return result
+        except _ContractError as e:
+            result.status, result.reason = "fail", f"contract: {e}"
+            result.properties.append(PropertyResult("contract", "fail", str(e)))
+            return result
+        except Exception as e:  # the candidate crashed: an error, with its traceback
+            result.status = "error"
+            result.reason = (
+                f"run raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            )
+            result.error_traceback = traceback.format_exc(limit=-6)
+            return result
+        _judge(result, adapter, baseline, first, second, want_grad)
+        return result
+    finally:
+        result.seconds = time.perf_counter() - t0
+
+
+def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second, want_grad: bool) -> None:
+    case = baseline.case
+    expected = baseline.oracle_tensors()
+    ref_errors = baseline.reference_errors
+    contract = _check_contract(case, first, expected, baseline.device)
+    dead = _masked_rows(case, expected)
+    masked = _check_masked_rows(adapter, case, first, dead)
+    for name in tolerance.TENSOR_NAMES:
+        if name not in first.tensors or name not in expected:
+            continue
+        if not want_grad and name not in ("out", "lse", "final_state"):
+            continue
+        exp = expected[name]
+        if masked.status == "documented" and name in ("out", "lse") and dead is not None:
+            # The backend documents another convention for rows that see no key: leave those
+            # rows out of the numbers (the property reports the difference).
+            exp = exp.clone()
+            if name == "out":
+                exp[dead] = math.nan
+            else:
+                exp.movedim(-2, -1)[dead] = math.nan
+        result.tensors.append(
+            tolerance.compare_tensor(
+                name,
+                first.tensors[name],
+                exp,
+                reference_error=ref_errors.get(name, 0.0),
+                dtype=_compare_dtype(name, case),
+                case_dtype=case.dtype,
+            )
+        )
+    runs = [first] + ([second] if second is not None else [])
+    result.properties = [contract, _check_unchanged(case, baseline.inputs, runs), masked]
+    if second is not None:
+        result.properties.append(_check_determinism(adapter, first, second, want_grad))
+    else:
+        result.properties.append(
+            PropertyResult("determinism", "skipped", "not checked (check_determinism=False)")
+        )
+    if not want_grad:
+        why = "check_backward=False" if getattr(adapter, "differentiable", True) else "inference-only backend"
+        result.properties.append(PropertyResult("backward", "skipped", f"gradients not checked ({why})"))
+    else:
+        constant = [
+            n for n in getattr(adapter, "nondifferentiable_inputs", ()) if GRAD_NAMES.get(n) in expected
+        ]
+        if constant:
+            text = ", ".join(f"{n} (no {GRAD_NAMES[n]})" for n in constant)
+            result.properties.append(
+                PropertyResult("backward", "documented", f"declared constant by the backend: {text}")
+            )
+    for t in result.tensors:
+        lost = [n for n in first.missing_grads if GRAD_NAMES[n] == t.name]
+        if lost and not t.passed:
+            t.reason = (
+                f"{t.name}: no gradient reaches {lost[0]} (the candidate's graph does not depend on it); "
+                + t.reason
+            )
+    failed = [p for p in result.properties if p.failed]
+    bad_tensors = [t for t in result.tensors if not t.passed]
+    if failed or bad_tensors:
+        result.status = "fail"
+        # Properties that explain the numbers first (a mutated input or a wrong shape is the
+        # cause; the tensor errors are its symptoms).
+        causes = [p for p in failed if p.name in ("contract", "inputs_unchanged")]
+        reasons = [(p.name, f"{p.name}: {p.detail}") for p in causes] + [
+            (t.name, t.reason) for t in bad_tensors
+        ]
+        reasons += [(p.name, f"{p.name}: {p.detail}") for p in failed if p not in causes]
+        others = [name for name, _ in reasons[1:]]
+        result.reason = reasons[0][1] + (f" (also failed: {', '.join(others)})" if others else "")

@@ -1,0 +1,183 @@
+"""The pytest plugin, driven through pytester: options, ids, header, markers, a failing backend's message."""
+
+import importlib.metadata
+
+import pytest
+import torch
+
+from harness.adapters import registry
+
+# Import the built-in adapters now, before pytester snapshots sys.modules: a module it drops and
+# an inner run re-imports would register its adapters a second time.
+registry.all_adapters()
+
+
+def _plugin_args() -> list[str]:
+    """``-p harness.plugin`` unless the entry point already loads it (loading both is an error)."""
+    installed = any(ep.value == "harness.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", "harness.plugin"]
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    # --attn-impl registers callables: keep them out of this session's registry.
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    pytester.syspathinsert()
+
+    def _run(*args):
+        return pytester.runpytest(*_plugin_args(), "-p", "no:cacheprovider", *args)
+
+    return _run
+
+
+CASE_TEST = """
+def test_case(attn_case, attn_inputs, attn_oracle):
+    assert attn_case.dtype in ("fp32", "fp16")
+    assert attn_inputs.q.dtype == attn_case.torch_dtype
+    assert attn_oracle.out.dtype.is_floating_point
+"""
+
+
+def test_case_ids_are_test_ids(pytester, run):
+    pytester.makepyfile(test_case=CASE_TEST)
+    res = run("--attn-preset", "small", "--attn-dtypes", "fp32", "--collect-only", "-q")
+    out = res.stdout.str()
+    assert "test_case.py::test_case[B2-H4-S37x37-D32-fp32]" in out
+    assert "test_case.py::test_case[B4-H4/2-varlen[17x17,0x5,40x40,9x30]-D32-causal-fp32]" in out
+    assert "8 tests collected" in out
+
+
+def test_backend_case_pairs_match_family_and_seeds_parametrise(pytester, run):
+    pytester.makepyfile(test_pair="def test_pair(attn_backend, attn_case, attn_seed):\n    pass\n")
+    res = run(
+        "--attn-backends",
+        "eager,eager_linear",
+        "--attn-preset",
+        "small,small-linear",
+        "--attn-dtypes",
+        "fp16",
+        "--attn-seed",
+        "0,3",
+        "--collect-only",
+        "-q",
+    )
+    out = res.stdout.str()
+    assert "test_pair[eager-B2-H4-S37x37-D32-fp16-seed3]" in out
+    assert "test_pair[eager_linear-B1-H2-T65-K32V32-nogate-h0-dhT-fp16-seed0]" in out
+    assert "eager-B1-H2-T65" not in out and "eager_linear-B2-H4" not in out  # no family mismatch
+    assert f"{(8 + 5) * 2} tests collected" in out
+
+
+def test_header_prints_seeds_versions_device(pytester, run):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    res = run("--attn-seed", "7")
+    out = res.stdout.str()
+    assert f"torch {torch.__version__}" in out
+    assert "seeds 7 (replay: --attn-seed 7)" in out
+    assert ("device cuda" if torch.cuda.is_available() else "device cpu") in out
+    res.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("--attn-dtypes", "fp8", "--attn-dtypes: unknown dtype 'fp8'"),
+        ("--attn-preset", "tiny", "--attn-preset: unknown preset 'tiny'"),
+        ("--attn-seed", "x", "--attn-seed: expected non-negative integers"),
+        ("--attn-backends", "nope", "--attn-backends: unknown backend 'nope'"),
+        ("--attn-impl", "no_such_module:fn", "--attn-impl: cannot load 'no_such_module:fn'"),
+    ],
+)
+def test_bad_option_is_a_usage_error_naming_it(pytester, run, option, value, message):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    res = run(option, value)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in res.stderr.str()
+
+
+def test_markers_registered_and_gpu_skips_with_reason(pytester, run):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpu
+        def test_on_gpu():
+            pass
+
+        @pytest.mark.slow
+        def test_slow():
+            pass
+    """)
+    res = run("--strict-markers", "-rs")
+    if torch.cuda.is_available():
+        res.assert_outcomes(passed=2)
+    else:
+        res.assert_outcomes(passed=1, skipped=1)
+        res.stdout.fnmatch_lines(
+            ["*needs a CUDA device; none is visible (torch.cuda.is_available() is False)*"]
+        )
+
+
+WRONG_MODULE = """
+import torch
+
+def scale_ignored(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)):
+    # deliberately wrong: softmax_scale ignored (scores are q.k)
+    from harness.adapters.eager import eager_attention
+    return eager_attention(q, k, v, causal=causal, softmax_scale=1.0, window_size=window_size)
+"""
+
+
+def test_failing_vendor_impl_gives_a_readable_message(pytester, run):
+    pytester.makepyfile(vendor=WRONG_MODULE)
+    pytester.makepyfile(
+        test_vendor="""
+        def test_backend(attn_check, attn_backend, attn_case):
+            attn_check(attn_backend, attn_case)
+    """
+    )
+    case = "B2-H4-S37x37-D32-fp32"
+    res = run(
+        "--attn-impl",
+        "vendor:scale_ignored",
+        "--attn-backends",
+        "eager",
+        "--attn-preset",
+        "small",
+        "--attn-dtypes",
+        "fp32",
+        "-k",
+        case,
+        "-rfs",
+    )
+    res.assert_outcomes(passed=1, failed=1)
+    out = res.stdout.str()
+    assert f"FAILED test_vendor.py::test_backend[vendor:scale_ignored-{case}]" in out
+    # tensor, error, ratio, worst element, all on readable lines
+    res.stdout.fnmatch_lines(
+        [
+            f"*vendor:scale_ignored on {case} (seed 0, *): FAIL - out: error * the reference's *",
+            "*[[]FAIL[]] out: rel-RMS error * = *x the reference's * (allowed 3x + floor *); "
+            "max abs error * at [[]*[]]: got *, expected *",
+        ]
+    )
+    assert "Traceback" not in out  # pytrace=False: the message, not the plugin's internals
+
+
+def test_unsupported_pair_is_skipped_with_the_adapter_reason(pytester, run):
+    pytester.makepyfile("""
+        def test_backend(attn_check, attn_backend, attn_case):
+            attn_check(attn_backend, attn_case)
+    """)
+    res = run(
+        "--attn-backends",
+        "sdpa_math",
+        "--attn-preset",
+        "small",
+        "--attn-dtypes",
+        "fp32",
+        "-k",
+        "varlen",
+        "-rs",
+    )
+    res.assert_outcomes(skipped=1)
+    res.stdout.fnmatch_lines(["*sdpa_math: variable-length*"])

@@ -1,0 +1,241 @@
+"""Deliberately wrong attention implementations: each one carries one bug seen in real kernels.
+
+The suite asserts that the verification runner rejects every one of them *for the right reason*
+(``EXPECTED`` names the tensor or property that must fail). They are adapters, so they go through
+exactly the path a vendor kernel takes. Not registered: tests pass the instances directly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from harness.adapters.base import LinearAdapter, LinearOutput, SoftmaxAdapter, SoftmaxOutput, default_scale
+from harness.adapters.eager import eager_attention, eager_linear_attention
+
+
+def _attention(q, k, v, *, causal, scale, window=(-1, -1), mask_shift=0, gqa="interleave", acc_dtype=None):
+    """Materialised attention, fp32 softmax, with the knobs the bugs below turn.
+
+    mask_shift: the causal diagonal moves right by this many keys (off-by-one);
+    gqa: "interleave" (query head h reads kv head h // G, right) or "repeat" (h % Hk, wrong);
+    acc_dtype: when set, P V is accumulated one key at a time in this dtype.
+    """
+    B, Sq, Hq, _ = q.shape
+    Sk, Hk = k.shape[1], k.shape[2]
+    G = Hq // Hk
+    if G > 1:
+        if gqa == "interleave":
+            k, v = k.repeat_interleave(G, dim=2), v.repeat_interleave(G, dim=2)
+        else:
+            k, v = k.repeat(1, 1, G, 1), v.repeat(1, 1, G, 1)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k).float() * scale
+    i = torch.arange(Sq).unsqueeze(1) + (Sk - Sq)
+    j = torch.arange(Sk).unsqueeze(0)
+    mask = torch.ones(Sq, Sk, dtype=torch.bool)
+    if causal:
+        mask &= j <= i + mask_shift
+    if window[0] >= 0:
+        mask &= j >= i - window[0]
+    if window[1] >= 0 and not causal:
+        mask &= j <= i + window[1]
+    s = s.masked_fill(~mask.to(s.device), -math.inf)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    if acc_dtype is None:
+        return torch.einsum("bhqk,bkhd->bqhd", p.to(q.dtype), v)
+    pv = p.to(acc_dtype)
+    acc = torch.zeros(B, Hq, Sq, v.shape[-1], dtype=acc_dtype, device=q.device)
+    vv = v.to(acc_dtype).transpose(1, 2)  # (B, H, Sk, Dv)
+    for jj in range(Sk):
+        acc = acc + pv[..., jj : jj + 1] * vv[:, :, jj : jj + 1, :]  # rounded to acc_dtype each step
+    return acc.transpose(1, 2).to(q.dtype)
+
+
+class _Wrong(SoftmaxAdapter):
+    description = "deliberately wrong (tests only)"
+    knobs: ClassVar[dict] = {}
+
+    def knobs_for(self, case) -> dict:
+        return self.knobs
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        kw = dict(causal=case.causal, scale=default_scale(case), window=case.window)
+        kw.update(self.knobs_for(case))
+        return SoftmaxOutput(_attention(q, k, v, **kw))
+
+
+class OffByOneCausal(_Wrong):
+    """Causal mask one key too wide: query i also sees key i + 1."""
+
+    name = "wrong_causal_off_by_one"
+    knobs: ClassVar[dict] = {"mask_shift": 1}
+
+
+class ScaleIgnored(_Wrong):
+    """softmax_scale dropped: scores are q.k, not q.k / sqrt(d)."""
+
+    name = "wrong_scale_ignored"
+    knobs: ClassVar[dict] = {"scale": 1.0}
+
+
+class LowPrecisionAccumulation(_Wrong):
+    """P V accumulated in the input dtype (fp16) instead of an fp32 accumulator."""
+
+    name = "wrong_low_precision_accumulation"
+
+    def knobs_for(self, case):
+        # fp16 / bf16 cases accumulate in their own dtype; an fp32 case in bf16 (the bug on a
+        # kernel that downcasts its accumulator).
+        return {"acc_dtype": case.torch_dtype if case.dtype in ("fp16", "bf16") else torch.bfloat16}
+
+
+class GQAWrongHeads(_Wrong):
+    """GQA head mapping wrong: query head h reads kv head h % Hk instead of h // (Hq / Hk)."""
+
+    name = "wrong_gqa_heads"
+    knobs: ClassVar[dict] = {"gqa": "repeat"}
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.factor, None
+
+
+class _Jitter(torch.autograd.Function):
+    """Identity forward; backward scales by ``factor`` in float64 and rounds back (~0.5 ulp)."""
+
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g.double() * ctx.factor).to(g.dtype), None
+
+
+class DqScaled(SoftmaxAdapter):
+    """Forward right, dq 1% too large (a stray factor in the backward kernel)."""
+
+    name = "wrong_dq_scaled_1.01"
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        out, lse = eager_attention(
+            _ScaleGrad.apply(q, 1.01),
+            k,
+            v,
+            causal=case.causal,
+            softmax_scale=default_scale(case),
+            window_size=case.window,
+            softcap=case.softcap,
+        )
+        return SoftmaxOutput(out, lse)
+
+
+class LastBlockUnwritten(SoftmaxAdapter):
+    """Writes its output in blocks of 16 query rows and forgets the last partial block."""
+
+    name = "wrong_last_block_unwritten"
+    BLOCK = 16
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        full, _ = eager_attention(
+            q, k, v, causal=case.causal, softmax_scale=default_scale(case), window_size=case.window
+        )
+        out = torch.empty_like(full)  # poisoned with NaN by the runner
+        n_full = (full.shape[1] // self.BLOCK) * self.BLOCK
+        out[:, :n_full] = full[:, :n_full]
+        return SoftmaxOutput(out)
+
+
+class InputMutated(SoftmaxAdapter):
+    """Pre-scales q in place (an "optimisation"): the output is right, the caller's q is not."""
+
+    name = "wrong_input_mutated"
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        with torch.no_grad():
+            q.mul_(default_scale(case))
+        out, lse = eager_attention(q, k, v, causal=case.causal, softmax_scale=1.0, window_size=case.window)
+        return SoftmaxOutput(out, lse)
+
+
+class MaskedRowsNaN(SoftmaxAdapter):
+    """Rows that see no key come out NaN (a plain softmax over all -inf), undocumented."""
+
+    name = "wrong_masked_rows_nan"
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        out, lse = eager_attention(
+            q, k, v, causal=case.causal, softmax_scale=default_scale(case), window_size=case.window
+        )
+        dead = torch.isneginf(lse).transpose(1, 2).unsqueeze(-1)  # (B, Sq, H, 1)
+        return SoftmaxOutput(out.masked_fill(dead, math.nan), lse)
+
+
+class MaskedRowsNaNDocumented(MaskedRowsNaN):
+    """The same behaviour, documented by the backend: reported, not failed."""
+
+    name = "documented_masked_rows_nan"
+    masked_rows = "fully-masked rows return NaN (like a plain softmax over -inf)"
+
+
+class NoisyBackward(SoftmaxAdapter):
+    """Backward adds a tiny run-to-run jitter to dk, as atomics-based accumulation does."""
+
+    name = "wrong_nondeterministic_backward"
+    deterministic_backward = True  # claims determinism: must fail
+
+    def __init__(self):
+        self.calls = 0
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        # Like a different summation order each call: every other call scales dk by one unit
+        # roundoff of the dtype, enough to flip bits, far inside the tolerance (only determinism
+        # may fail).
+        self.calls += 1
+        jitter = 1.0 + torch.finfo(k.dtype).eps / 2 * (self.calls % 2)
+        out, lse = eager_attention(
+            q,
+            _Jitter.apply(k, jitter),
+            v,
+            causal=case.causal,
+            softmax_scale=default_scale(case),
+            window_size=case.window,
+        )
+        return SoftmaxOutput(out, lse)
+
+
+class NoisyBackwardDocumented(NoisyBackward):
+    name = "documented_nondeterministic_backward"
+    deterministic_backward = False
+
+
+class LinearGateIgnored(LinearAdapter):
+    """Linear attention that drops the decay (g treated as 0)."""
+
+    name = "wrong_linear_gate_ignored"
+
+    def run(self, case, *, q, k, v, g=None, g_gamma=None, initial_state=None):
+        o, s = eager_linear_attention(q, k, v, scale=default_scale(case), initial_state=initial_state)
+        return LinearOutput(o, s)
+
+
+class LinearNoFinalState(LinearAdapter):
+    """Returns no final state although the contract asks for it."""
+
+    name = "wrong_linear_no_final_state"
+
+    def run(self, case, *, q, k, v, g=None, g_gamma=None, initial_state=None):
+        o, _ = eager_linear_attention(
+            q, k, v, g=g, g_gamma=g_gamma, scale=default_scale(case), initial_state=initial_state
+        )
+        return LinearOutput(o, None)
