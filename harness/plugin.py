@@ -84,6 +84,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="a vendor callable joins the run: module:function (softmax) or "
         "linear=module:function; repeatable",
     )
+    group.addoption(
+        "--attn-shard",
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N of the collected tests (stable by test id); nox -s bench "
+        "starts one process per GPU, each on its own shard",
+    )
 
 
 @dataclass
@@ -200,6 +207,10 @@ def _state(config: pytest.Config) -> _State:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # An xdist worker of a multi-GPU run pins itself to one GPU before anything touches CUDA.
+    from harness.multigpu import pin_xdist_worker
+
+    pin_xdist_worker()
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[_STATE] = _State(config)
@@ -286,6 +297,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("attn_shard")
+    if shard:
+        from harness.multigpu import in_shard, parse_shard
+
+        try:
+            where = parse_shard(shard)
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+        keep = [it for it in items if in_shard(it.nodeid, where)]
+        config.hook.pytest_deselected(items=[it for it in items if not in_shard(it.nodeid, where)])
+        items[:] = keep
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     import torch

@@ -22,25 +22,8 @@ def _interpreted(adapter, device) -> bool:
     )
 
 
-def _undeclared_constant_g_gamma(adapter, case) -> bool:
-    # FLA (and triton_la_chunk) treat g_gamma as a constant: no dg. An adapter says so with
-    # ``nondifferentiable_inputs = ("g_gamma",)``; until it does, the harness rightly fails dg.
-    return (
-        getattr(case, "gate", None) == "g_gamma"
-        and adapter.name == "triton_la_chunk"
-        and "g_gamma" not in getattr(adapter, "nondifferentiable_inputs", ())
-    )
-
-
 def test_backend_matches_oracle(attn_check, attn_adapter, attn_case, attn_device):
     kw = {"check_determinism": not _interpreted(attn_adapter, attn_device)}
-    if _undeclared_constant_g_gamma(attn_adapter, attn_case):
-        result = attn_check.run(attn_adapter, attn_case, **kw)
-        if result.status == "fail" and result.failures == ["dg"]:
-            pytest.xfail(
-                "triton_la_chunk gives g_gamma no gradient without declaring "
-                "nondifferentiable_inputs = ('g_gamma',) (harness/adapters/inrepo.py)"
-            )
     result = attn_check(attn_adapter, attn_case, **kw)
     assert result.status == "pass"
     assert result.tensors, "a passing result compared at least one tensor"

@@ -38,3 +38,40 @@ def test_required_backends_table():
     assert "sdpa_flash" not in REQUIRED[("sm90", "fp32")]  # FA2 has no fp32 path
     with pytest.raises(ValueError, match="arch"):
         required_backends("sm70", "bf16")
+
+
+def test_shards_partition_the_tests():
+    from harness.multigpu import in_shard, parse_shard
+
+    ids = [f"tests/x.py::test[{i}]" for i in range(200)]
+    shards = [[t for t in ids if in_shard(t, (i, 3))] for i in range(3)]
+    assert sorted(sum(shards, [])) == sorted(ids) and all(shards)
+    assert parse_shard("1/4") == (1, 4)
+    with pytest.raises(ValueError, match="--attn-shard"):
+        parse_shard("4/4")
+
+
+def test_xdist_worker_pins_its_gpu(monkeypatch):
+    from harness.multigpu import pin_xdist_worker
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.setenv("ATTN_HARNESS_PIN_GPUS", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    assert pin_xdist_worker() == "5"
+    import os
+
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_merge_benchmark_json(tmp_path):
+    import json
+
+    from harness.multigpu import merge_benchmark_json
+
+    for i in range(2):
+        (tmp_path / f"p{i}.json").write_text(json.dumps({"machine_info": {"i": i}, "benchmarks": [{"fullname": f"t{i}"}]}))
+    out = merge_benchmark_json([tmp_path / "p0.json", tmp_path / "p1.json"], tmp_path / "m.json")
+    data = json.loads(out.read_text())
+    assert [b["fullname"] for b in data["benchmarks"]] == ["t0", "t1"] and data["machine_info"] == {"i": 0}
+    with pytest.raises(ValueError, match="two shards"):
+        merge_benchmark_json([tmp_path / "p0.json", tmp_path / "p0.json"], tmp_path / "m2.json")

@@ -58,11 +58,26 @@ def test_fp64_path_has_fp64_reference_and_sane_bounds():
         assert 0 < t.floor < 1e-15 and t.allowed < 1e-13
 
 
+class _Fp32Inside(SoftmaxAdapter):
+    """Takes fp64 inputs, computes in fp32, returns fp64: looks right, is not fp64-accurate."""
+
+    name = "fp32_inside"
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        from harness.adapters.eager import eager_attention
+
+        out, lse = eager_attention(q.float(), k.float(), v.float(), **case.oracle_kwargs)
+        return SoftmaxOutput(out.double(), lse.double())
+
+
 def test_fp64_candidate_computing_in_fp32_fails():
-    # eager keeps its softmax in fp32 even for fp64 inputs: not fp64-accurate, and must be caught.
-    r = verify("eager", ODD.with_dtype("fp64"))
+    r = verify(_Fp32Inside(), ODD.with_dtype("fp64"))
     assert r.status == "fail"
     assert "out" in r.failures and "lse" in r.failures
+
+
+def test_eager_is_fp64_accurate_on_fp64_inputs():
+    assert verify("eager", ODD.with_dtype("fp64")).status == "pass"
 
 
 # --------------------------------------------------------------------------------------------

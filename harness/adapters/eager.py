@@ -93,11 +93,13 @@ def eager_attention(
         raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
     scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
     dt = q.dtype
+    # Softmax precision: float32, or the input's own when wider (an fp64 run stays fp64).
+    acc = torch.promote_types(dt, torch.float32)
     if Hk != Hq:
         k = k.repeat_interleave(Hq // Hk, dim=2)
         v = v.repeat_interleave(Hq // Hk, dim=2)
     qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D)
-    s = torch.matmul(qh, kh.transpose(-1, -2)).float() * scale  # (B, H, Sq, Sk) fp32
+    s = torch.matmul(qh, kh.transpose(-1, -2)).to(acc) * scale  # (B, H, Sq, Sk) fp32 (or fp64)
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
     mask = visibility_mask(Sq, Sk, causal, window_size, q.device)
@@ -191,7 +193,8 @@ def eager_linear_attention(
         raise ValueError("g, g_gamma: give at most one of them")
     B, T, H, K = q.shape
     V = v.shape[-1]
-    dt, f32, dev = q.dtype, torch.float32, q.device
+    # State and decays in float32, or the input's own precision when wider (fp64 stays fp64).
+    dt, f32, dev = q.dtype, torch.promote_types(q.dtype, torch.float32), q.device
     scale = K**-0.5 if scale is None else float(scale)
     C = LINEAR_CHUNK
     N = max(1, -(-T // C))
@@ -214,10 +217,10 @@ def eager_linear_attention(
     causal = torch.ones(C, C, dtype=torch.bool, device=dev).tril()
     decay = (b.unsqueeze(-1) - b.unsqueeze(-2)).masked_fill(~causal, -math.inf).exp()  # (B, H, N, C, C)
 
-    attn = torch.matmul(qc, kc.transpose(-1, -2)).float() * decay * scale  # intra-chunk
-    o_intra = torch.matmul(attn.to(dt), vc).float()
-    k_out = (kc.float() * (b_last - b).exp().unsqueeze(-1)).to(dt)  # k_j exp(b_L - b_j)
-    update = torch.matmul(k_out.transpose(-1, -2), vc).float()  # (B, H, N, K, V)
+    attn = torch.matmul(qc, kc.transpose(-1, -2)).to(f32) * decay * scale  # intra-chunk
+    o_intra = torch.matmul(attn.to(dt), vc).to(f32)
+    k_out = (kc.to(f32) * (b_last - b).exp().unsqueeze(-1)).to(dt)  # k_j exp(b_L - b_j)
+    update = torch.matmul(k_out.transpose(-1, -2), vc).to(f32)  # (B, H, N, K, V)
     chunk_decay = b_last.exp().unsqueeze(-1)  # (B, H, N, 1, 1)
 
     state = (
@@ -228,7 +231,7 @@ def eager_linear_attention(
         states_in.append(state)
         state = state * chunk_decay[:, :, n] + update[:, :, n]
     s_in = torch.stack(states_in, dim=2)  # (B, H, N, K, V) state entering each chunk
-    o_inter = torch.matmul(qc, s_in.to(dt)).float() * (b.exp().unsqueeze(-1) * scale)
+    o_inter = torch.matmul(qc, s_in.to(dt)).to(f32) * (b.exp().unsqueeze(-1) * scale)
     o = (o_intra + o_inter).to(dt).reshape(B, H, N * C, V)[:, :, :T].transpose(1, 2)
     return o, state
 

@@ -48,6 +48,8 @@ def _params(fn) -> frozenset[str]:
 
 class _FLAAdapter(LinearAdapter):
     function: str = ""
+    # FLA's simple_gla kernels treat g_gamma as a constant decay: no gradient reaches it.
+    nondifferentiable_inputs = ("g_gamma",)
 
     def supports(self, case, device):
         reason = super().supports(case, device)

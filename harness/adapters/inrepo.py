@@ -142,6 +142,9 @@ class TritonLAChunk(LinearAdapter):
     description = "in-repo Triton chunked linear attention (kernels/linear_attn), forward + backward"
     module = "kernels.linear_attn"
     deterministic_backward = False  # the backward accumulates its row dots (for dg) with atomics
+    # g_gamma is a fixed per-head decay (RetNet-style), not a learned input: like FLA's
+    # chunk_simple_gla, the kernel is differentiable in q, k, v, g and initial_state only.
+    nondifferentiable_inputs = ("g_gamma",)
 
     def supports(self, case, device):
         reason = super().supports(case, device)

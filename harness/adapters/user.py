@@ -28,6 +28,9 @@ Optional capability declaration, read by ``supports`` (every key optional, defau
         "backward": True,           # False: forward-only, gradients are not checked
         "dtypes": ["fp16", "bf16", "fp32", "fp64"],
         "devices": ["cpu", "cuda"],
+        "deterministic_backward": True,   # False: a documented nondeterministic backward (atomics)
+                                          # is reported with its spread, not failed
+        "nondifferentiable_inputs": [],   # inputs treated as constants, e.g. ["g_gamma"] (FLA)
     }
 """
 
@@ -63,6 +66,8 @@ DEFAULT_CAPABILITIES: dict[str, Any] = {
     "backward": True,
     "dtypes": None,  # None: any
     "devices": None,
+    "deterministic_backward": True,
+    "nondifferentiable_inputs": (),
 }
 _FEATURE_WORDS = {
     "causal": "causal",
@@ -158,6 +163,8 @@ class CallableSoftmaxAdapter(SoftmaxAdapter):
         self.name = name
         self.caps = capabilities(fn)
         self.differentiable = bool(self.caps["backward"])
+        self.deterministic_backward = bool(self.caps["deterministic_backward"])
+        self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
         self.description = f"user callable {name}"
 
     def supports(self, case, device):
@@ -209,6 +216,8 @@ class CallableLinearAdapter(LinearAdapter):
         self.name = name
         self.caps = capabilities(fn)
         self.differentiable = bool(self.caps["backward"])
+        self.deterministic_backward = bool(self.caps["deterministic_backward"])
+        self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
         self.description = f"user callable {name}"
 
     def supports(self, case, device):
