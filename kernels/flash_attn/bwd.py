@@ -1,0 +1,407 @@
+"""Backward flash-attention kernels (Triton) and their launcher.
+
+FA2's structure. Default ("split", deterministic, no atomics), two launches:
+- `_bwd_dq_kernel` first: one program per (query block, batch * query head), looping over key
+  blocks as the forward does: dQ += dS K. It also computes delta = rowsum(dO * O) for its rows
+  (FUSE_DELTA) and stores it for the next kernel, so there is no separate preprocess pass.
+- `_bwd_dkdv_kernel`: one program per (key block, batch * kv head). K and V stay resident; it loops
+  over the query heads of its GQA group and over the query blocks that see the key block,
+  recomputing P^T = exp2(K Q^T * scale - lse) and accumulating dV += P^T dO and dK += dS^T Q.
+  Summing over the group inside the program is what makes GQA/MQA need no atomics.
+Alternative ("atomic", FLASH_ATTN_BWD=atomic; slower on the H100, see docs/perf/flash_attn.md):
+`_bwd_preprocess` computes delta, then the dK/dV kernel also adds dS K into an fp32 dQ buffer.
+Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import configs
+from .fwd import _key_range, _load_rows, _make_desc, arch_of, precision_of
+
+
+@triton.jit
+def _bwd_preprocess(Out, DO, Delta, stride_ob, stride_os, stride_oh, stride_db, stride_ds, stride_dh,
+                    stride_lb, stride_lh, CuSeqQ, seqlen_q, num_heads,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_VARLEN: tl.constexpr,
+                    BLOCK_M: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
+    else:
+        q_start = tl.full([], 0, tl.int32)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    b64 = b.to(tl.int64)
+    o = tl.load(Out + b64 * stride_ob + h * stride_oh + (q_start + offs_m[:, None]).to(tl.int64) * stride_os
+                + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + b64 * stride_db + h * stride_dh + (q_start + offs_m[:, None]).to(tl.int64) * stride_ds
+                 + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    delta = tl.sum(o * do, axis=1)
+    tl.store(Delta + b64 * stride_lb + h * stride_lh + q_start + offs_m, delta, mask=offs_m < seqlen_q)
+
+
+@triton.jit
+def _query_range(n0, seqlen_q, seqlen_k, off, left, right,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Query blocks that see keys [n0, n0 + BLOCK_N): [lo, hi), unmasked part [mid_lo, mid_hi).
+
+    Query i sees key j iff j - off - right <= i <= j - off + left. A block is unmasked only when all
+    its rows are < seqlen_q and all the key block's columns are < seqlen_k.
+    """
+    col_last = tl.minimum(n0 + BLOCK_N, seqlen_k) - 1
+    lo = 0
+    hi = seqlen_q
+    full_lo = 0
+    full_hi = (seqlen_q // BLOCK_M) * BLOCK_M
+    if HAS_RIGHT:
+        lo = tl.maximum(n0 - off - right, 0)
+        lo = (lo // BLOCK_M) * BLOCK_M
+        full_lo = tl.maximum(col_last - off - right, 0)
+        full_lo = ((full_lo + BLOCK_M - 1) // BLOCK_M) * BLOCK_M
+    if HAS_LEFT:
+        hi = tl.minimum(hi, tl.maximum(col_last - off + left + 1, 0))
+        full_hi = tl.minimum(full_hi, (tl.maximum(n0 - off + left + 1, 0) // BLOCK_M) * BLOCK_M)
+    if n0 + BLOCK_N > seqlen_k:
+        full_hi = 0
+    hi = tl.maximum(hi, lo)
+    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    mid_hi = tl.maximum(tl.minimum(full_hi, hi), mid_lo)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
+def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base,
+                stride_qs, stride_dos, stride_dqs,
+                start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
+                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d[None, :] < HEAD_DIM
+    for start in tl.range(start_m, end_m, BLOCK_M):
+        offs_m = start + offs_m0
+        q = _load_rows(q_base, q_desc, start, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        do = _load_rows(do_base, do_desc, start, seqlen_q, stride_dos, BLOCK_M, BLOCK_D, HEAD_DIM, MASKED,
+                        USE_TMA)
+        if MASKED:
+            row_ok = offs_m < seqlen_q
+            lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
+            delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        else:
+            lse = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        # Fully masked rows carry lse = -inf; +inf makes their P exactly 0 instead of NaN.
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+        # S^T = K Q^T: P^T is born in the accumulator layout that the dV dot takes as its A operand.
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [BLOCK_N, BLOCK_M]
+        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        if MASKED:
+            keep = (offs_n[:, None] < seqlen_k) & (offs_m[None, :] < seqlen_q)
+            if HAS_RIGHT:
+                keep = keep & (offs_n[:, None] <= offs_m[None, :] + off + right)
+            if HAS_LEFT:
+                keep = keep & (offs_n[:, None] >= offs_m[None, :] + off - left)
+            p_t = tl.where(keep, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+        if ATOMIC_DQ:
+            # FA2's dQ: this key block's share dS K goes straight into an fp32 buffer (sm_scale
+            # folded in here; dK gets it once at the end).
+            dq_part = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION) * sm_scale
+            dq_ptrs = dq_base + offs_m[:, None] * stride_dqs + offs_d[None, :]
+            if MASKED:
+                tl.atomic_add(dq_ptrs, dq_part, mask=(offs_m[:, None] < seqlen_q) & d_mask, sem="relaxed")
+            elif BLOCK_D != HEAD_DIM:
+                tl.atomic_add(dq_ptrs, dq_part, mask=d_mask, sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq_part, sem="relaxed")
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
+                     stride_qb, stride_qs, stride_qh,
+                     stride_kb, stride_ks, stride_kh,
+                     stride_vb, stride_vs, stride_vh,
+                     stride_dob, stride_dos, stride_doh,
+                     stride_dkb, stride_dks, stride_dkh,
+                     stride_dvb, stride_dvs, stride_dvh,
+                     stride_lb, stride_lh, stride_dqab, stride_dqas, stride_dqah,
+                     seqlen_q, seqlen_k, num_kv_heads, group, left, right, sm_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
+                     SEQ_BUCKET, ARCH,
+                     ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     USE_TMA: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // num_kv_heads
+    hk = pid_bh % num_kv_heads
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        k_start = tl.load(CuSeqK + b)
+        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
+        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = tl.full([], 0, tl.int32)
+        k_start = tl.full([], 0, tl.int32)
+    n_n = tl.cdiv(seqlen_k, BLOCK_N)
+    if pid_n >= n_n:
+        return
+    n0 = pid_n * BLOCK_N
+    off = seqlen_k - seqlen_q
+    b64 = b.to(tl.int64)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    k_rows = (k_start + offs_n[:, None]).to(tl.int64)
+    k = tl.load(K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_rows * stride_ks + offs_d[None, :],
+                mask=kv_mask, other=0.0)
+    v = tl.load(V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_rows * stride_vs + offs_d[None, :],
+                mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    lo, mid_lo, mid_hi, hi = _query_range(n0, seqlen_q, seqlen_k, off, left, right,
+                                          BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    for g in range(group):
+        h = (hk * group + g).to(tl.int64)
+        q_base = Q + b64 * stride_qb + h * stride_qh + q_start.to(tl.int64) * stride_qs
+        do_base = DO + b64 * stride_dob + h * stride_doh + q_start.to(tl.int64) * stride_dos
+        lse_base = Lse + b64 * stride_lb + h * stride_lh + q_start
+        delta_base = Delta + b64 * stride_lb + h * stride_lh + q_start
+        dq_base = DQacc + b64 * stride_dqab + h * stride_dqah + q_start.to(tl.int64) * stride_dqas
+        q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+        do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+        if HAS_RIGHT:
+            dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
+                                 stride_dos, stride_dqas,
+                                 lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
+                                 True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
+                             stride_dos, stride_dqas,
+                             mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
+                             False, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
+        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
+                             stride_dos, stride_dqas,
+                             mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
+                             True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
+    dk = dk * sm_scale
+    dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
+    tl.store(DK + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks + offs_d[None, :],
+             dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+              start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale,
+              MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+              PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start in tl.range(start_n, end_n, BLOCK_N):
+        offs_n = start + offs_n0
+        k = _load_rows(k_base, k_desc, start, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        if MASKED:
+            keep = offs_n[None, :] < seqlen_k
+            if HAS_RIGHT:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + off + right)
+            if HAS_LEFT:
+                keep = keep & (offs_n[None, :] >= offs_m[:, None] + off - left)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
+                   stride_qb, stride_qs, stride_qh,
+                   stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh,
+                   stride_dob, stride_dos, stride_doh,
+                   stride_dqb, stride_dqs, stride_dqh,
+                   stride_ob, stride_os, stride_oh,
+                   stride_lb, stride_lh,
+                   seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                   IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
+                   SEQ_BUCKET, ARCH,
+                   FUSE_DELTA: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    hk = h // group
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        k_start = tl.load(CuSeqK + b)
+        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
+        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = tl.full([], 0, tl.int32)
+        k_start = tl.full([], 0, tl.int32)
+    n_m = tl.cdiv(seqlen_q, BLOCK_M)
+    if pid_m >= n_m:
+        return
+    if HAS_RIGHT:
+        pid_m = n_m - 1 - pid_m
+    m0 = pid_m * BLOCK_M
+    off = seqlen_k - seqlen_q
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < seqlen_q
+    q_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    q_rows = (q_start + offs_m[:, None]).to(tl.int64)
+    do = tl.load(DO + b64 * stride_dob + h64 * stride_doh + q_rows * stride_dos + offs_d[None, :],
+                 mask=q_mask, other=0.0)
+    if FUSE_DELTA:
+        # This kernel runs first and owns these rows: compute delta = rowsum(dO * O) here (dO is
+        # already loaded) and publish it for the dK/dV kernel, instead of a separate pass.
+        o = tl.load(Out + b64 * stride_ob + h64 * stride_oh + q_rows * stride_os + offs_d[None, :],
+                    mask=q_mask, other=0.0)
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+        tl.store(Delta + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, delta, mask=row_ok)
+    else:
+        delta = tl.load(Delta + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, mask=row_ok, other=0.0)
+    # Q after delta: O is dead by then, which keeps the peak register count down.
+    q = tl.load(Q + b64 * stride_qb + h64 * stride_qh + q_rows * stride_qs + offs_d[None, :],
+                mask=q_mask, other=0.0)
+    lse = tl.load(Lse + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, mask=row_ok, other=float("inf"))
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    k_base = K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
+    v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+    k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    qk_scale = sm_scale * 1.4426950408889634
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
+                                        BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    if HAS_LEFT:
+        dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                       lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale,
+                       True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+    dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                   mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale,
+                   False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+    dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                   mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale,
+                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+    dq = dq * sm_scale
+    tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + q_rows * stride_dqs + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=q_mask)
+
+
+# The atomic variant accumulates into DQacc, so every timing run of the tuner must start from 0.
+_bwd_dkdv_tuned = configs.autotuned(configs.BWD_SPACE, configs.prune_bwd, reset_to_zero=["DQacc"])(_bwd_dkdv_kernel)
+_bwd_dq_tuned = configs.autotuned(configs.BWD_SPACE, configs.prune_bwd)(_bwd_dq_kernel)
+
+# Rows per program of the delta preprocess: a pure bandwidth pass, 64 rows x D keeps loads wide.
+PREPROCESS_BLOCK_M = 64
+
+
+def _s3(t, varlen):
+    """(batch, seq, head) strides; batch stride 0 for the packed varlen layout."""
+    return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
+
+
+def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right,
+                   allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                   max_seqlen_k=None):
+    """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (same dtype).
+
+    lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp.
+    """
+    varlen = cu_seqlens_q is not None
+    if varlen:
+        batch = cu_seqlens_q.numel() - 1
+        _, hq, d = q.shape
+        hk = k.shape[1]
+        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
+        slb, slh = 0, lse.stride(0)
+        cuq, cuk = cu_seqlens_q, cu_seqlens_k
+    else:
+        batch, sq, hq, d = q.shape
+        sk, hk = k.shape[1], k.shape[2]
+        slb, slh = lse.stride(0), lse.stride(1)
+        cuq = cuk = q
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    delta = torch.empty_like(lse)
+    bd = configs.block_d(d)
+    sob, sos, soh = _s3(out, varlen)
+    sdb, sds, sdh = _s3(do, varlen)
+    atomic = configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
+    if atomic:  # no dQ kernel to fold delta into
+        _bwd_preprocess[(triton.cdiv(sq, PREPROCESS_BLOCK_M), batch * hq)](
+            out, do, delta, sob, sos, soh, sdb, sds, sdh, slb, slh, cuq, sq, hq,
+            HEAD_DIM=d, BLOCK_D=bd, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M)
+
+    right = 0 if causal else window_right
+    sqb, sqs, sqh = _s3(q, varlen)
+    skb, sks, skh = _s3(k, varlen)
+    svb, svs, svh = _s3(v, varlen)
+    common = {
+        "stride_qb": sqb, "stride_qs": sqs, "stride_qh": sqh,
+        "stride_kb": skb, "stride_ks": sks, "stride_kh": skh,
+        "stride_vb": svb, "stride_vs": svs, "stride_vh": svh,
+        "stride_dob": sdb, "stride_dos": sds, "stride_doh": sdh,
+        "stride_lb": slb, "stride_lh": slh,
+        "seqlen_q": sq, "seqlen_k": sk, "group": hq // hk,
+        "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
+        "HEAD_DIM": d, "BLOCK_D": bd, "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
+        "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
+        "SEQ_BUCKET": configs.seq_bucket(sq, sk), "ARCH": arch_of(q),
+    }
+    dkb, dks, dkh = _s3(dk, varlen)
+    dvb, dvs, dvh = _s3(dv, varlen)
+    if not atomic:
+        # split: the dQ kernel runs first (it also computes delta), then dK/dV. Deterministic.
+        dqb, dqs, dqh = _s3(dq, varlen)
+        dq_args = dict(common, stride_dqb=dqb, stride_dqs=dqs, stride_dqh=dqh, stride_ob=sob, stride_os=sos,
+                       stride_oh=soh, num_heads=hq, RESIDENT_N=False, FUSE_DELTA=True)
+        configs.launch(_bwd_dq_kernel, _bwd_dq_tuned, configs.BWD_SPACE, configs.prune_bwd,
+                       lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
+                       dict(Q=q, K=k, V=v, DO=do, Out=out, Lse=lse, Delta=delta, DQ=dq, CuSeqQ=cuq, CuSeqK=cuk,
+                            **dq_args))
+    # atomic: the dK/dV kernel also adds dS K into an fp32 dQ buffer (5 matmuls instead of 7, not
+    # bitwise deterministic).
+    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else \
+        torch.zeros(1, device=q.device, dtype=torch.float32)
+    dqab, dqas, dqah = _s3(dq_acc, varlen) if atomic else (0, 0, 0)
+    dkdv_args = dict(common, stride_dkb=dkb, stride_dks=dks, stride_dkh=dkh,
+                     stride_dvb=dvb, stride_dvs=dvs, stride_dvh=dvh, num_kv_heads=hk, RESIDENT_N=True,
+                     stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic)
+    configs.launch(_bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
+                   lambda bm, bn: (triton.cdiv(sk, bn), batch * hk),
+                   dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, DQacc=dq_acc,
+                        CuSeqQ=cuq, CuSeqK=cuk, **dkdv_args))
+    if atomic:
+        dq = dq_acc.to(q.dtype)
+    return dq, dk, dv

@@ -1,0 +1,301 @@
+"""Autotune config space for the flash-attention kernels, and the pruning filters.
+
+Every number here has its reason beside it. The autotuner key of each kernel is
+(HEAD_DIM, IS_CAUSAL, SEQ_BUCKET, ARCH) plus the dtypes of the tensor arguments (Triton appends those
+itself), so the chosen config is cached per (head dim, dtype, causal, arch, seqlen bucket) for the
+life of the process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import triton
+
+# The interpreter (TRITON_INTERPRET=1, CPU) runs every program serially in numpy: autotuning there
+# would only multiply the runtime, so it uses one small config. 16 is the smallest tile tl.dot takes.
+INTERPRET_BLOCK_M = 16
+INTERPRET_BLOCK_N = 16
+# The interpreter runs tensor descriptors too (zero fill and clipping included); tests flip this to
+# check the TMA code path on the CPU.
+INTERPRET_USE_TMA = False
+
+# Shared memory a Hopper block may use (227 KiB opt-in). Read off the device when there is one.
+H100_SMEM_BYTES = 232448
+# Triton's own buffers (barriers, layout conversions, the reduction scratch) come on top of the
+# tiles we count; keep this much headroom so a config we keep never hits OutOfResources.
+SMEM_HEADROOM_BYTES = 16 * 1024
+
+# Head dims the kernels take: tl.arange needs a power of two, so the tile is padded to BLOCK_D and
+# the tail masked; tl.dot needs K >= 16. 256 is the largest flash-attn supports, and its fp32
+# backward tiles are the largest we have checked still fit in 227 KiB.
+MAX_HEAD_DIM = 256
+HEAD_DIM_MULTIPLE = 8
+
+# Autotune timing per config, in ms: enough for a stable median on shapes that fill the GPU,
+# short enough that tuning a whole benchmark sweep takes seconds, not minutes.
+TUNE_WARMUP_MS = 5
+TUNE_REP_MS = 25
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def patch_interpreter_scalar_index() -> None:
+    """Triton 3.6's interpreter converts a scalar tensor to a Python int with int(ndarray) on a
+    1-element 1-D array, which numpy >= 2.4 refuses ("only 0-dimensional arrays can be converted"),
+    so any loop with run-time bounds fails under TRITON_INTERPRET=1. Wrap its tensor patcher so
+    __index__ reads the single element. Interpreter only; compiled kernels are untouched."""
+    from triton.runtime import interpreter
+
+    if getattr(interpreter, "_flash_attn_index_patched", False):
+        return
+    original = interpreter._patch_lang_tensor
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patched
+    interpreter._flash_attn_index_patched = True
+
+
+if interpreting():
+    patch_interpreter_scalar_index()
+
+
+def block_d(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
+    """Coarse seqlen class for the autotune key: short sequences want smaller tiles (more programs
+    to fill 132 SMs), long ones the largest tile that fits. 0: <= 1k, 1: <= 4k, 2: longer."""
+    s = max(seqlen_q, seqlen_k)
+    return 0 if s <= 1024 else (1 if s <= 4096 else 2)
+
+
+@functools.cache
+def device_smem_bytes(device_index: int) -> int:
+    try:
+        props = triton.runtime.driver.active.utils.get_device_properties(device_index)
+        return int(props["max_shared_mem"])
+    except Exception:  # noqa: BLE001 - no driver (CPU): the kernels do not use this path there
+        return H100_SMEM_BYTES
+
+
+def _elt(args) -> int:
+    q = args["Q"]
+    return q.element_size()
+
+
+def _smem_fwd(cfg, head_dim_padded: int, elt: int) -> int:
+    bm, bn, st = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_stages
+    # Q tile once, K and V tiles per pipeline stage.
+    return bm * head_dim_padded * elt + max(st, 1) * 2 * bn * head_dim_padded * elt
+
+
+def _smem_bwd(cfg, head_dim_padded: int, elt: int) -> int:
+    bm, bn, st = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_stages
+    # The resident tiles (K,V for dK/dV; Q,dO for dQ) plus the streamed pair per stage, plus the
+    # P / dS tile staged through shared memory for the second operand of a dot.
+    resident = 2 * max(bm, bn) * head_dim_padded * elt
+    streamed = max(st, 1) * 2 * max(bm, bn) * head_dim_padded * elt
+    return resident + streamed + bm * bn * elt
+
+
+def _fits(cfg, smem_fn, args) -> bool:
+    q = args["Q"]
+    limit = device_smem_bytes(q.device.index or 0) if q.is_cuda else H100_SMEM_BYTES
+    return smem_fn(cfg, args["BLOCK_D"], _elt(args)) + SMEM_HEADROOM_BYTES <= limit
+
+
+def _cfg(bm, bn, w, s, tma=False):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "USE_TMA": tma}, num_warps=w, num_stages=s)
+
+
+# Full spaces; the filters below cut each to a handful per key so a sweep tunes in seconds.
+FWD_SPACE = [_cfg(bm, bn, w, s, t) for bm in (32, 64, 128) for bn in (32, 64, 128) for w in (4, 8)
+             for s in (1, 2, 3, 4) for t in (False, True)]
+BWD_SPACE = [_cfg(bm, bn, w, s, t) for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128) for w in (4, 8)
+             for s in (1, 2, 3) for t in (False, True)]
+
+
+def _merged(named_args, kwargs):
+    return {**named_args, **kwargs}
+
+
+def _tma_ok(args) -> bool:
+    """TMA (tensor descriptors) needs sm90+, 16-byte aligned bases and 16-byte multiple strides for
+    every tensor it touches; anything else (odd views) falls back to pointer loads."""
+    if interpreting() or args.get("ARCH", 0) < 90:
+        return False
+    elt = _elt(args)
+    for name in ("Q", "K", "V", "Out", "DO", "DK", "DV", "DQ"):
+        t = args.get(name)
+        if t is not None and t.data_ptr() % 16:
+            return False
+    for name, val in args.items():
+        if (name.startswith("stride_") and not name.startswith(("stride_l", "stride_dqa"))
+                and isinstance(val, int) and (val * elt) % 16):
+            return False
+    return True
+
+
+def _select(configs, keep, smem_fn, args):
+    """The configs named in `keep` (ordered by preference, first = the untuned default) that fit.
+    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma)."""
+    by_key = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["USE_TMA"]): c
+              for c in configs}
+    tma_ok = _tma_ok(args)
+    out = []
+    for k in keep:
+        k = tuple(k) + (False,) * (5 - len(k))
+        if k[4] and not tma_ok:
+            continue
+        c = by_key.get(k)
+        if c is not None and c not in out and _fits(c, smem_fn, args):
+            out.append(c)
+    return out
+
+
+T, P = True, False  # USE_TMA: tensor-descriptor (TMA) loads, or pointer loads
+
+
+def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
+    """Forward (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA) per (head dim, dtype, arch), best
+    guess first. Reasons (sm90 ptxas reports, bf16; registers per thread / spill bytes):
+    - TMA loads first: no per-thread address tensors, so hd 128 128x64 on 8 warps drops from 255
+      registers to 160 and 128x128 fits (221, no spill); pointer loads kept as the fallback.
+    - hd <= 64: 128x64 tiles, 3 stages (small accumulators; deep pipelines hide loads); 8 warps won
+      the measurements (v1, v2), 4 warps close behind.
+    - hd 128: 64x64 on 4 warps won every measured shape (v1, v2): ~160 registers with TMA, so three
+      CTAs share an SM and one's softmax overlaps another's matmuls; 64x128 and 128x64 kept as
+      challengers.
+    - hd 256: 64x64 / 64x32: the accumulator alone is 64x256 fp32; 1-2 stages.
+    - fp32: ieee dots run on the FMA units, not the tensor cores: small tiles, 1-2 stages; at hd 256
+      32 rows (64 spills 11 KB).
+    - pre-Hopper: no TMA, at most 3 stages.
+    Causal and non-causal share the list; the masked diagonal is a separate loop either way.
+    """
+    if elt == 4:
+        keep = ([(32, 32, 4, 1, P), (64, 32, 4, 1, P)] if d > 128 else
+                [(64, 32, 4, 2, T), (64, 32, 4, 2, P), (64, 32, 4, 1, P)])
+    elif d <= 64:
+        keep = [(128, 64, 8, 3, T), (128, 64, 8, 3, P), (128, 64, 4, 3, P), (128, 64, 4, 3, T),
+                (128, 128, 8, 3, T)]
+    elif d <= 128:
+        keep = [(64, 64, 4, 3, T), (64, 64, 4, 3, P), (64, 128, 4, 2, T), (64, 64, 4, 4, T),
+                (128, 64, 8, 2, T)]
+    else:
+        keep = [(64, 64, 4, 2, T), (64, 32, 4, 2, T), (64, 64, 4, 2, P), (64, 32, 4, 1, P)]
+    if arch and arch < 90:
+        keep = [(bm, bn, w, min(s, 3), P) for bm, bn, w, s, _ in keep]
+    return keep
+
+
+def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
+    """Backward (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA), best guess first, for the dK/dV
+    kernel (resident_is_n: K, V and the fp32 accumulators dK, dV stay for BLOCK_N key rows while
+    Q/dO stream) or the dQ kernel (Q, dO and dQ stay for BLOCK_M rows while K/V stream).
+    Register budget (sm90 ptxas reports, bf16): the resident side's fp32 accumulators plus the S / dP
+    tiles must fit in 255 registers per thread:
+    - dK/dV hd 128: 128 resident key rows on 8 warps won (v1: 32x128 with pointers despite 368 B of
+      spills; v2: 64x128 with TMA); 64x64 on 8 warps is the spill-free alternative.
+    - dK/dV hd 64: 32x128 (TMA) or 64x64 on 4 warps won depending on seqlen (v2).
+    - dQ: 64x64 on 4 warps won everywhere (v1, v2), TMA or pointers by a hair.
+    - hd 256 and fp32: small tiles, 1 stage (registers and shared memory are the limit).
+    """
+    if elt == 4:
+        pairs = ([(32, 16, 4, 1, P), (16, 16, 4, 1, P)] if d > 128 else
+                 [(64, 32, 4, 1, P), (32, 32, 4, 1, P), (64, 16, 4, 1, P)])
+        keep = [(s_, r, w, st, t) if resident_is_n else (r, s_, w, st, t) for r, s_, w, st, t in pairs]
+    elif d <= 64:
+        keep = ([(32, 128, 8, 2, T), (64, 64, 4, 2, T), (64, 64, 4, 2, P), (64, 128, 8, 2, T)] if resident_is_n
+                else [(64, 64, 4, 2, T), (64, 64, 4, 2, P), (128, 64, 8, 3, P), (128, 64, 8, 2, T)])
+    elif d <= 128:
+        keep = ([(64, 128, 8, 2, T), (32, 128, 8, 2, T), (64, 64, 8, 2, T)] if resident_is_n
+                else [(64, 64, 4, 2, T), (64, 64, 4, 2, P), (64, 128, 4, 2, T)])
+    else:
+        keep = ([(32, 32, 4, 1, T), (32, 64, 4, 1, T), (32, 32, 4, 1, P), (32, 64, 8, 1, P)] if resident_is_n else
+                [(32, 32, 4, 1, T), (64, 32, 4, 1, T), (32, 32, 4, 1, P), (64, 32, 8, 1, P)])
+    if arch and arch < 90:
+        keep = [(bm, bn, w, min(st, 2), P) for bm, bn, w, st, _ in keep]
+    return keep
+
+
+def prune_fwd(configs, named_args, **kwargs):
+    """Named pruning filter of the forward (see fwd_keep for the reasons)."""
+    args = _merged(named_args, kwargs)
+    keep = fwd_keep(args["HEAD_DIM"], _elt(args), args["ARCH"])
+    return _select(configs, keep, _smem_fwd, args) or [_cfg(32, 32, 4, 1)]
+
+
+def prune_bwd(configs, named_args, **kwargs):
+    """Named pruning filter of both backward kernels (see bwd_keep for the reasons)."""
+    args = _merged(named_args, kwargs)
+    keep = bwd_keep(args["HEAD_DIM"], _elt(args), args["ARCH"], args["RESIDENT_N"])
+    return _select(configs, keep, _smem_bwd, args) or [_cfg(16, 16, 4, 1)]
+
+
+def tuning_enabled() -> bool:
+    """FLASH_ATTN_AUTOTUNE=0 takes the first config of each pruned list instead of timing them all
+    (GPU test runs: many shapes, each would otherwise compile and time every config)."""
+    return os.environ.get("FLASH_ATTN_AUTOTUNE", "1") != "0"
+
+
+def _tune_bench(kernel_call, quantiles):
+    return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
+
+
+TUNE_KEY = ["HEAD_DIM", "IS_CAUSAL", "HAS_LEFT", "SEQ_BUCKET", "ARCH", "ATOMIC_DQ"]
+
+
+def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
+    """'split' (dK/dV kernel + dQ kernel, deterministic) or 'atomic' (one kernel, dQ by fp32 atomics).
+    FLASH_ATTN_BWD=split|atomic forces one; the default is 'split' until measured otherwise."""
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if forced in ("split", "atomic"):
+        return forced
+    return "split"
+
+
+def autotuned(space, prune, reset_to_zero=None):
+    """Decorator: autotune over `space` cut by `prune`, keyed on TUNE_KEY (+ dtypes)."""
+    return triton.autotune(configs=space, key=TUNE_KEY, prune_configs_by={"early_config_prune": prune},
+                           do_bench=_tune_bench, reset_to_zero=reset_to_zero)
+
+
+def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
+    """Run a kernel three ways: interpreter (one small config), untuned (the filter's first pick),
+    or autotuned (Triton times the pruned configs once per key and caches the winner).
+    grid_of(BLOCK_M, BLOCK_N) -> grid. kwargs: every kernel argument except the tuned meta-params."""
+    if interpreting():
+        bm, bn = INTERPRET_BLOCK_M, INTERPRET_BLOCK_N
+        raw_kernel[grid_of(bm, bn)](**kwargs, BLOCK_M=bm, BLOCK_N=bn, USE_TMA=INTERPRET_USE_TMA)
+        return
+    _ensure_allocator()
+    if not tuning_enabled():
+        cfg = prune(space, {}, **kwargs)[0]
+        bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
+        raw_kernel[grid_of(bm, bn)](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    else:
+        tuned_kernel[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](**kwargs)
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator():
+    """Device-side TMA descriptors need global scratch from triton's allocator. It is a ContextVar,
+    and autograd runs backward on its own thread, so check on every launch (cheap) and install one
+    only where none is set, leaving anyone else's allocator alone."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        triton.set_allocator(_tma_scratch)

@@ -1,0 +1,269 @@
+"""Forward flash-attention kernel (Triton) and its launcher.
+
+One program per (query block, batch * query head). It streams the key/value blocks that the
+mask lets the query block see, keeping the running max `m` and sum `l` of the online softmax in
+base 2 (the scale is folded with log2(e) so each score costs one multiply-add before exp2).
+
+The key range splits into at most three loops: masked blocks left of the window, blocks that every
+query row of the tile sees in full (no mask, no bounds check), and masked blocks on the right
+(the causal diagonal, the window's right edge, the last partial key block). Only the masked loops
+pay for the index arithmetic.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import configs
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _key_range(m0, seqlen_q, seqlen_k, off, left, right,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Key blocks seen by query rows [m0, m0 + BLOCK_M): [lo, hi), and the unmasked part [mid_lo, mid_hi).
+
+    Query i sees key j iff i + off - left <= j <= i + off + right (flash-attn's bottom-right window).
+    """
+    row_last = tl.minimum(m0 + BLOCK_M, seqlen_q) - 1
+    lo = 0
+    hi = seqlen_k
+    full_lo = 0
+    full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
+    if HAS_LEFT:
+        lo = tl.maximum(m0 + off - left, 0)
+        lo = (lo // BLOCK_N) * BLOCK_N
+        full_lo = tl.maximum(row_last + off - left, 0)
+        full_lo = ((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    if HAS_RIGHT:
+        hi = tl.minimum(hi, tl.maximum(row_last + off + right + 1, 0))
+        full_hi = tl.minimum(full_hi, (tl.maximum(m0 + off + right + 1, 0) // BLOCK_N) * BLOCK_N)
+    hi = tl.maximum(hi, lo)
+    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    mid_hi = tl.maximum(tl.minimum(full_hi, hi), mid_lo)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
+def _make_desc(base, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+               USE_TMA: tl.constexpr):
+    """A TMA descriptor over one (batch, head)'s [nrows, HEAD_DIM] rows when USE_TMA, else the pointer.
+    The descriptor's bounds are this sequence's: TMA zero-fills rows past nrows and columns past
+    HEAD_DIM on loads and drops them on stores, so no mask is computed."""
+    if USE_TMA:
+        out = tl.make_tensor_descriptor(base, shape=[nrows, HEAD_DIM], strides=[stride, 1],
+                                        block_shape=[BLOCK_R, BLOCK_D])
+    else:
+        out = base
+    return out
+
+
+@triton.jit
+def _load_rows(base, desc, row0, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+               HEAD_DIM: tl.constexpr, MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows [row0, row0 + BLOCK_R) x [0, BLOCK_D) of one (batch, head); zeros outside the tensor."""
+    if USE_TMA:
+        x = desc.load([row0, 0])
+    else:
+        offs_r = row0 + tl.arange(0, BLOCK_R)
+        offs_d = tl.arange(0, BLOCK_D)
+        ptrs = base + offs_r[:, None] * stride + offs_d[None, :]
+        if MASK_ROWS:
+            x = tl.load(ptrs, mask=(offs_r[:, None] < nrows) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        elif BLOCK_D != HEAD_DIM:
+            x = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stride_vn,
+               start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale,
+               MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+               PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start in tl.range(start_n, end_n, BLOCK_N):
+        offs_n = start + offs_n0
+        k = _load_rows(k_base, k_desc, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if MASKED:
+            keep = offs_n[None, :] < seqlen_k
+            if HAS_RIGHT:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + off + right)
+            if HAS_LEFT:
+                keep = keep & (offs_n[None, :] >= offs_m[:, None] + off - left)
+            s = tl.where(keep, s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row with nothing visible yet keeps m = -inf; subtract 0 there so exp2 gives 0, not NaN.
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_sub[:, None])
+            alpha = tl.math.exp2(m_i - m_sub)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            p = tl.math.exp2(s * qk_scale - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
+                stride_qb, stride_qs, stride_qh,
+                stride_kb, stride_ks, stride_kh,
+                stride_vb, stride_vs, stride_vh,
+                stride_ob, stride_os, stride_oh,
+                stride_lb, stride_lh,
+                seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
+                SEQ_BUCKET, ARCH,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    hk = h // group
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        k_start = tl.load(CuSeqK + b)
+        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
+        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = tl.full([], 0, tl.int32)
+        k_start = tl.full([], 0, tl.int32)
+    n_m = tl.cdiv(seqlen_q, BLOCK_M)
+    if pid_m >= n_m:
+        return
+    # Heaviest query blocks first under a causal mask (they see the most keys): less tail at the end.
+    if HAS_RIGHT:
+        pid_m = n_m - 1 - pid_m
+    m0 = pid_m * BLOCK_M
+    off = seqlen_k - seqlen_q
+    b64 = b.to(tl.int64)
+    q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh + q_start.to(tl.int64) * stride_qs
+    k_base = K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
+    v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+    o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh + q_start.to(tl.int64) * stride_os
+    l_base = Lse + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+    k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    q = _load_rows(q_base, q_desc, m0, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, True, USE_TMA)
+
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
+                                        BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    if HAS_LEFT:
+        acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                                   lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale,
+                                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                               mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale,
+                               False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                               mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale,
+                               True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+
+    # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    row_ok = offs_m < seqlen_q
+    tl.store(l_base + offs_m, lse, mask=row_ok)
+    if USE_TMA:
+        o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+        o_desc.store([m0, 0], acc.to(Out.dtype.element_ty))
+    else:
+        tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :], acc.to(Out.dtype.element_ty),
+                 mask=q_mask)
+
+
+_fwd_kernel_tuned = configs.autotuned(configs.FWD_SPACE, configs.prune_fwd)(_fwd_kernel)
+
+
+def arch_of(t: torch.Tensor) -> int:
+    if t.is_cuda:
+        major, minor = torch.cuda.get_device_capability(t.device)
+        return major * 10 + minor
+    return 0
+
+
+def precision_of(dtype: torch.dtype, allow_tf32: bool) -> str:
+    # fp32 inputs use a full-precision (ieee) dot unless tf32 is asked for; fp16/bf16 ignore it.
+    if dtype == torch.float32 and not allow_tf32:
+        return "ieee"
+    return "tf32"
+
+
+def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, allow_tf32=False,
+                   cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+    """Launch the forward kernel. Inputs already validated by the public function.
+
+    Dense: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] -> out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32.
+    Varlen: q [Tq, Hq, D], k/v [Tk, Hk, D], cu_seqlens [B+1] int32 -> out [Tq, Hq, D], lse [Hq, Tq].
+    window_left / window_right: -1 for unbounded; causal is window_right = 0.
+    """
+    varlen = cu_seqlens_q is not None
+    if varlen:
+        batch = cu_seqlens_q.numel() - 1
+        total_q, hq, d = q.shape
+        hk = k.shape[1]
+        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
+        out = torch.empty_like(q)
+        lse = torch.empty((hq, total_q), device=q.device, dtype=torch.float32)
+        sqb, sqs, sqh = 0, q.stride(0), q.stride(1)
+        skb, sks, skh = 0, k.stride(0), k.stride(1)
+        svb, svs, svh = 0, v.stride(0), v.stride(1)
+        sob, sos, soh = 0, out.stride(0), out.stride(1)
+        slb, slh = 0, lse.stride(0)
+        cuq, cuk = cu_seqlens_q, cu_seqlens_k
+    else:
+        batch, sq, hq, d = q.shape
+        sk, hk = k.shape[1], k.shape[2]
+        out = torch.empty_like(q)
+        lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
+        sqb, sqs, sqh = q.stride(0), q.stride(1), q.stride(2)
+        skb, sks, skh = k.stride(0), k.stride(1), k.stride(2)
+        svb, svs, svh = v.stride(0), v.stride(1), v.stride(2)
+        sob, sos, soh = out.stride(0), out.stride(1), out.stride(2)
+        slb, slh = lse.stride(0), lse.stride(1)
+        cuq = cuk = q  # unused placeholders (IS_VARLEN is a constexpr)
+    if out.numel() == 0:
+        return out, lse
+    right = 0 if causal else window_right
+    args = {
+        "stride_qb": sqb, "stride_qs": sqs, "stride_qh": sqh,
+        "stride_kb": skb, "stride_ks": sks, "stride_kh": skh,
+        "stride_vb": svb, "stride_vs": svs, "stride_vh": svh,
+        "stride_ob": sob, "stride_os": sos, "stride_oh": soh,
+        "stride_lb": slb, "stride_lh": slh,
+        "seqlen_q": sq, "seqlen_k": sk, "num_heads": hq, "group": hq // hk,
+        "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
+        "HEAD_DIM": d, "BLOCK_D": configs.block_d(d),
+        "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
+        "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
+        "SEQ_BUCKET": configs.seq_bucket(sq, sk), "ARCH": arch_of(q),
+    }
+    configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
+                   lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
+                   dict(Q=q, K=k, V=v, Out=out, Lse=lse, CuSeqQ=cuq, CuSeqK=cuk, **args))
+    return out, lse

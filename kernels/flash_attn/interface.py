@@ -1,0 +1,164 @@
+"""Autograd function and public entry points: `flash_attn_func` and `flash_attn_varlen_func`.
+
+Only the public functions validate inputs; the launchers in fwd.py / bwd.py trust them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from . import configs
+from .bwd import flash_attn_bwd
+from .fwd import flash_attn_fwd
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def unsupported_reason(head_dim: int, dtype: torch.dtype) -> str | None:
+    """Why (head_dim, dtype) cannot run, or None when it can."""
+    if dtype not in SUPPORTED_DTYPES:
+        return f"unsupported: dtype {dtype} (the kernels take float16, bfloat16, float32)"
+    if head_dim < 1 or head_dim > configs.MAX_HEAD_DIM:
+        return (f"unsupported: head dim {head_dim} (the kernels keep a [block, head_dim] tile per operand in "
+                f"shared memory and registers; at most {configs.MAX_HEAD_DIM})")
+    if head_dim % configs.HEAD_DIM_MULTIPLE:
+        return (f"unsupported: head dim {head_dim} is not a multiple of {configs.HEAD_DIM_MULTIPLE} "
+                "(rows must be 16-byte aligned for vector loads, as in flash-attn)")
+    return None
+
+
+def _check_window(window_size) -> tuple[int, int]:
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size: expected a pair of ints (left, right), got {window_size!r}") from None
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size: each bound must be >= 0 or -1 (unbounded), got {window_size!r}")
+    return left, right
+
+
+def _check_common(q, k, v, rank, layout, softmax_scale, window_size):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            # ValueError, not TypeError: the project's contract is one exception type for bad input.
+            raise ValueError(  # noqa: TRY004
+                f"{name}: expected a torch.Tensor of shape {layout}, got {type(t).__name__}")
+        if t.dim() != rank:
+            raise ValueError(f"{name}: expected rank {rank} {layout}, got shape {tuple(t.shape)}")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"q: expected dtype float16, bfloat16 or float32, got {q.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} does not match q's {q.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: device {t.device} does not match q's {q.device}")
+    if not q.is_cuda and not configs.interpreting():
+        raise ValueError(f"q: expected a CUDA tensor, got device {q.device} "
+                         "(CPU runs only under TRITON_INTERPRET=1)")
+    d = q.shape[-1]
+    if k.shape[-1] != d or v.shape[-1] != d:
+        raise ValueError(f"k, v: head dim must equal q's {d}, got k {k.shape[-1]} and v {v.shape[-1]}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    hq, hk = q.shape[-2], k.shape[-2]
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k: heads_k ({hk}) must divide heads_q ({hq}) (GQA/MQA)")
+    reason = unsupported_reason(d, q.dtype)
+    if reason:
+        raise ValueError(f"q: {reason}")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(d)
+    softmax_scale = float(softmax_scale)
+    if not (softmax_scale > 0 and math.isfinite(softmax_scale)):
+        raise ValueError(f"softmax_scale: expected a finite positive float, got {softmax_scale}")
+    left, right = _check_window(window_size)
+    return softmax_scale, left, right
+
+
+def _last_dim_contiguous(t):
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+class FlashAttnFunc(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, left, right, allow_tf32, cu_q, cu_k, max_q, max_k):
+        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        kw = {"softmax_scale": softmax_scale, "causal": causal, "window_left": left, "window_right": right,
+                  "allow_tf32": allow_tf32, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
+                  "max_seqlen_q": max_q, "max_seqlen_k": max_k}
+        out, lse = flash_attn_fwd(q, k, v, **kw)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.kw = kw
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        kw = dict(ctx.kw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        dout = _last_dim_contiguous(dout)
+        dq, dk, dv = flash_attn_bwd(dout, q, k, v, out, lse, **kw)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
+                    allow_tf32=False):
+    """Softmax attention, flash-attn's layout and conventions, differentiable (dq, dk, dv).
+
+    q: [B, Sq, Hq, D]; k, v: [B, Sk, Hk, D] with Hk dividing Hq (GQA/MQA: query head h reads kv
+    head h // (Hq // Hk)); dtype float16, bfloat16 or float32, all on one CUDA device (or CPU
+    under TRITON_INTERPRET=1). D a multiple of 8, at most 256.
+    causal: bottom-right aligned (query i sees keys j <= i + Sk - Sq), i.e. window right = 0.
+    softmax_scale: default 1 / sqrt(D).
+    window_size: (left, right), query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right;
+        -1 is unbounded.
+    return_lse: also return lse [B, Hq, Sq] float32 (natural log; -inf for rows that see no key).
+    allow_tf32: float32 inputs only: use tf32 tensor-core dots (about 1e-3 relative error) instead
+        of the default full-precision ones.
+    Returns out [B, Sq, Hq, D] in q's dtype (rows that see no key are 0), or (out, lse).
+    Raises ValueError naming the argument for bad input, "unsupported: <reason>" before any launch.
+    """
+    scale, left, right = _check_common(q, k, v, 4, "[B, S, H, D]", softmax_scale, window_size)
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"k: batch {k.shape[0]} does not match q's {q.shape[0]} (expected [B, Sk, Hk, D])")
+    out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
+                                   None, None, None, None)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                           softmax_scale=None, window_size=(-1, -1), return_lse=False, allow_tf32=False):
+    """Variable-length (packed) attention, flash-attn's varlen convention, differentiable.
+
+    q: [Tq, Hq, D]; k, v: [Tk, Hk, D]; cu_seqlens_q / cu_seqlens_k: [B + 1] int32 on q's device,
+    non-decreasing from 0 to Tq / Tk; sequence b is q[cu_q[b]:cu_q[b+1]] against
+    k/v[cu_k[b]:cu_k[b+1]]. max_seqlen_q / max_seqlen_k: ints >= the longest sequence (they size the
+    grid). Masks are per sequence, as in flash_attn_func. Returns out [Tq, Hq, D] or
+    (out, lse [Hq, Tq] float32).
+    """
+    scale, left, right = _check_common(q, k, v, 3, "[T, H, D]", softmax_scale, window_size)
+    for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, q.shape[0]), ("cu_seqlens_k", cu_seqlens_k, k.shape[0])):
+        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1:
+            raise ValueError(f"{name}: expected a 1-D int32 tensor [B + 1]")
+        if cu.dtype != torch.int32:
+            raise ValueError(f"{name}: expected dtype int32, got {cu.dtype}")
+        if cu.device != q.device:
+            raise ValueError(f"{name}: device {cu.device} does not match q's {q.device}")
+        vals = cu.tolist()
+        if vals[0] != 0 or vals[-1] != total or any(a > b for a, b in itertools.pairwise(vals)):
+            raise ValueError(f"{name}: expected non-decreasing offsets from 0 to {total}, got {vals}")
+    if cu_seqlens_k.numel() != cu_seqlens_q.numel():
+        raise ValueError(f"cu_seqlens_k: expected {cu_seqlens_q.numel()} entries like cu_seqlens_q, "
+                         f"got {cu_seqlens_k.numel()}")
+    lens_q = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).tolist()
+    lens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
+    if max(lens_q, default=0) > int(max_seqlen_q):
+        raise ValueError(f"max_seqlen_q: {max_seqlen_q} is less than the longest query sequence {max(lens_q)}")
+    if max(lens_k, default=0) > int(max_seqlen_k):
+        raise ValueError(f"max_seqlen_k: {max_seqlen_k} is less than the longest key sequence {max(lens_k)}")
+    out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
+                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+    return (out, lse) if return_lse else out
