@@ -1,0 +1,133 @@
+"""Launch configurations for the linear-attention chunk kernels, and why each limit is what it is.
+
+Every number that shapes a launch lives here. The kernels keep the running state S ([K, BV] fp32)
+in registers for the whole sequence walk, so the register file, not shared memory, is the first
+limit; shared memory holds the (pipelined) q/k/v/do tiles the tensor cores read.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+
+# Dimensions the kernels are written for: powers of two so that tiles need no masking along K/V,
+# and at least 32 so a tile feeds the tensor cores (tl.dot needs every dimension >= 16).
+SUPPORTED_DIMS = (32, 64, 128, 256)
+# Chunk sizes: tl.dot needs >= 16 rows; 128 rows of [128, K] tiles already overflow registers at K=256.
+SUPPORTED_CHUNKS = (16, 32, 64, 128)
+# Past this many state elements per program (fp32 in registers) the backward walk splits V into
+# blocks: 128 x 128 fp32 over 8 warps is 64 registers a thread, the most that still leaves room for
+# the q/k/v/do tiles and the two [BT, BT] score blocks without spilling.
+MAX_STATE_ELEMS = 128 * 128
+# H100 / H200 allow 227 KiB of shared memory per block; keep a margin for Triton's own scratch
+# (layout conversions, reductions), which the estimate below does not model.
+SMEM_BUDGET = 200 * 1024
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# fp32 inputs on the GPU: "ieee" dots go through FMA loops that ptxas leaves at 32 registers with
+# 15-97 KB of spill a thread (sm_90, K=V=64..128); "tf32x3" (three tf32 MMAs, ~2^-21 relative
+# per product) keeps the tensor cores at 255 registers / 300 bytes. Unmeasured on the GPU.
+FP32_DOT_PRECISION = "tf32x3"
+
+# Autotune search on the GPU (off: the default configs below, no search; for quick correctness runs).
+# Read at every launch, so a script may flip it.
+AUTOTUNE = os.environ.get("KERNELS_LINEAR_ATTN_AUTOTUNE", "1") == "1"
+
+
+def internal_chunk(chunk_size: int, K: int, V: int) -> int:
+    """Rows per tile. The result does not depend on it (only rounding does); at K or V = 256 a
+    64-row chunk's [64, 256] q/k/do tiles and [256, BV] state leave no registers, so use 32."""
+    return min(chunk_size, 32) if max(K, V) >= 256 else chunk_size
+
+
+def _smem_bytes(BT: int, KD: int, BV: int, elt: int, stages: int, extra_tiles: int) -> int:
+    # q, k ([BT, KD]) and v (and do for the backward: extra_tiles) [BT, BV] per pipeline stage,
+    # plus the [BT, BT] score block and the state operand staged for the tensor cores.
+    per_stage = (2 * BT * KD + (1 + extra_tiles) * BT * BV) * elt
+    return stages * per_stage + BT * BT * elt + KD * BV * elt
+
+
+def prune_by_resources(configs, named_args, **kwargs):
+    """Autotune pruning: drop configs that cannot fit; keeps at least one (the smallest)."""
+    a = {**named_args, **kwargs}
+    KD, BT = a["KD"], a["BT"]
+    elt = a["q"].element_size()
+    ok = []
+    for c in configs:
+        BV = c.kwargs.get("BV", a.get("BV"))
+        if BV is None or BV > a["VD"]:
+            continue
+        # fp32 state registers per thread; ptxas (sm_90, docs/perf/linear_attn.md): over 32 or
+        # 4 warps at K=128 spill (250-900 bytes a thread), everything else is spill-free
+        regs_state = KD * BV / (32 * c.num_warps)
+        if regs_state > 32 or (c.num_warps == 4 and KD > 64):
+            continue
+        if BT * BT / (32 * c.num_warps) > 64:  # the [BT, BT] score block: BT=128 needs 8 warps
+            continue
+        if _smem_bytes(BT, KD, BV, elt, max(c.num_stages, 1), 1) > SMEM_BUDGET:
+            continue
+        ok.append(c)
+    if not ok:
+        ok = [min(configs, key=lambda c: (c.kwargs.get("BV", 0), c.num_stages))]
+    return ok
+
+
+def _fwd_list():
+    # from ptxas -v on sm_90 (docs/perf/linear_attn.md): K=V=64 runs spill-free at BV=32/4 warps
+    # and BV=64/8 warps; at 128 every choice spills some, least with 8 warps.
+    return [(32, 4, 2), (32, 4, 3), (64, 8, 2), (32, 8, 2), (64, 4, 2), (128, 8, 2)]
+
+
+def fwd_configs():
+    """Forward walk: BV (state columns per program), warps, pipeline depth. More V blocks mean more
+    programs (B*H*V/BV) to fill 132 SMs, at the price of re-reading q and k once per block (from L2
+    when the blocks of one head run together, which adjacent program ids make likely)."""
+    return [triton.Config({"BV": BV}, num_warps=w, num_stages=s) for BV, w, s in _fwd_list()]
+
+
+def bwd_configs():
+    """Backward (dq walk + dk/dv walk in one launch): BV is fixed by the launcher (it sizes the
+    partial-dk buffer), so only warps and pipeline depth are searched."""
+    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((8, 1), (8, 2), (4, 1), (4, 2), (16, 1))]
+
+
+def prune_bwd(configs, named_args, **kwargs):
+    """The backward walks hold a dS block and two [BT, BT] blocks in fp32: 4 warps only while a
+    program's state is at most 64 x 64 (ptxas, fused 64 x 64: 260-528 bytes of spill at 4 warps,
+    16 at 8), else 8."""
+    a = {**named_args, **kwargs}
+    big = (a["K"] * a["V"] if not a["SPLIT"] else a["K"] * a["BV"]) > 64 * 64
+    # 16 warps at 128 x 64: 128 registers a thread, 1.1 KB spilled (ptxas); 8 warps: 20-64 bytes
+    ok = [c for c in configs if (c.num_warps == 8 if big else c.num_warps <= 8)]
+    return ok or configs[:1]
+
+
+def bwd_plan(K: int, V: int, BT: int = 64) -> dict:
+    """How the backward splits its state among programs (fixed before launch: the grid and the
+    kernel's branches depend on it, so autotune searches warps and stages only).
+    SPLIT=0: one dk+dv walk per head holding all of dS [K, V]; only for K, V <= 64
+    (ptxas at 128 x 128: 255 registers and 1.8-3 KB of spill a thread at 8 or 16 warps).
+    SPLIT=1: a dv walk per V block (dS[:, BV]) and a dk walk per K block (dS[BKD, :]), each
+    complete (no partial sums to add up), at the price of computing dS twice.
+    BK: dq's columns per dq walk (state S^T [V, BK]); 64 keeps it at most 128 x 64."""
+    if PLAN_OVERRIDE is not None:
+        return dict(PLAN_OVERRIDE)
+    if K <= 64 and V <= 64 and BT <= 64:  # (K, V) = (128, 32) fused: 1.1 KB spill (ptxas); BT=128: 440 B
+        return {"SPLIT": False, "BV": V, "BKD": K, "BK": K}
+    blk = 64 if max(K, V) <= 128 and BT <= 64 else 32
+    return {"SPLIT": True, "BV": min(V, blk), "BKD": min(K, blk), "BK": min(K, blk)}
+
+
+# The benchmark sets this to compare plans in one process (dict like bwd_plan's result).
+PLAN_OVERRIDE = None
+
+
+# Used under the interpreter (no autotune search there) and as the GPU fallback.
+def default_fwd_config(K: int, V: int, BT: int = 64) -> dict:
+    if K <= 64 and V <= 64 and BT <= 64:
+        return {"BV": min(V, 32), "num_warps": 4, "num_stages": 2}
+    return {"BV": min(V, 64) if K <= 128 else 32, "num_warps": 8, "num_stages": 2}
+
+
+def default_bwd_config(K: int, V: int, BT: int = 64) -> dict:
+    return {"num_warps": 4 if max(K, V) <= 32 and BT <= 64 else 8, "num_stages": 1}
