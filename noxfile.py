@@ -93,7 +93,8 @@ def gpu_tests(session: nox.Session, dtype: str, arch: str) -> None:
         "ATTN_HARNESS_DTYPE": dtype,
         "ATTN_HARNESS_REQUIRE": ",".join(required_backends(arch, dtype)),
     }
-    args = ["-m", "pytest", "-q", "-m", "gpu", "--attn-dtypes", dtype, "-p", "no:cacheprovider"]
+    args = ["-m", "pytest", "-q", "-rfE", "--tb=short", "--durations=10", "-m", "gpu", "--attn-dtypes", dtype,
+            "-p", "no:cacheprovider"]
     if len(ids) > 1:  # one xdist worker per GPU, each pinned to its device
         env["ATTN_HARNESS_PIN_GPUS"] = str(len(ids))
         args += ["-n", str(len(ids)), "--benchmark-disable"]
