@@ -398,99 +398,19 @@ def _compute_oracle(case: Case, inputs):
 
 
 class _ReferenceAdapter:
-    """The eager reference in the candidate's dtype, run through the same path as a candidate.
-
-    fp64 cases use the naive float64 formulas (:mod:`harness.oracle.naive`) instead: the eager
-    path keeps its softmax / state in fp32, which would make the fp64 "reference" 1e-7 accurate
-    and let an fp32-internal candidate pass as fp64. The naive formulas are fp64 throughout,
-    materialised and share no code with the oracle, so their error is fp64 rounding (~1e-16).
-    """
+    """The eager reference in the candidate's dtype, run through the same path as a candidate:
+    the registered ``eager`` / ``eager_linear`` adapters (matmuls in the input dtype, softmax and
+    state in fp32, or in the input's own precision when wider, so an fp64 reference is fp64
+    throughout and an fp32-internal candidate cannot pass as fp64)."""
 
     name = "reference"
     differentiable = True
 
     def run(self, case, **inputs):
-        from harness.adapters.base import default_scale
-        from harness.adapters.eager import eager_attention, eager_attention_varlen, eager_linear_attention
+        from harness.adapters.eager import EagerAdapter, EagerLinearAdapter
 
-        if case.dtype == "fp64":
-            return self._run_fp64(case, **inputs)
-        if isinstance(case, SoftmaxCase):
-            kw = dict(
-                causal=case.causal,
-                softmax_scale=default_scale(case),
-                window_size=case.window,
-                softcap=case.softcap,
-            )
-            if case.is_varlen:
-                out, lse = eager_attention_varlen(
-                    inputs["q"],
-                    inputs["k"],
-                    inputs["v"],
-                    inputs["cu_seqlens_q"],
-                    inputs["cu_seqlens_k"],
-                    **kw,
-                )
-            else:
-                out, lse = eager_attention(inputs["q"], inputs["k"], inputs["v"], **kw)
-            return SoftmaxOutput(out, lse)
-        o, state = eager_linear_attention(
-            inputs["q"],
-            inputs["k"],
-            inputs["v"],
-            g=inputs.get("g"),
-            g_gamma=inputs.get("g_gamma"),
-            scale=default_scale(case),
-            initial_state=inputs.get("initial_state"),
-        )
-        return LinearOutput(o, state)
-
-    @staticmethod
-    def _run_fp64(case, **inputs):
-        from harness.adapters.base import default_scale
-        from harness.oracle.naive import naive_linear_attention, naive_softmax_attention
-
-        if isinstance(case, LinearCase):
-            # The fp32 gates and state are promoted so that exp(g) is taken in fp64 too.
-            f64 = {
-                n: (inputs[n].double() if inputs.get(n) is not None else None)
-                for n in ("g", "g_gamma", "initial_state")
-            }
-            o, state = naive_linear_attention(
-                inputs["q"],
-                inputs["k"],
-                inputs["v"],
-                g=f64["g"],
-                g_gamma=f64["g_gamma"],
-                scale=default_scale(case),
-                initial_state=f64["initial_state"],
-            )
-            return LinearOutput(o, state)
-        kw = dict(
-            causal=case.causal,
-            softmax_scale=default_scale(case),
-            window_size=case.window,
-            softcap=case.softcap,
-        )
-        q, k, v = inputs["q"], inputs["k"], inputs["v"]
-        if not case.is_varlen:
-            return SoftmaxOutput(*naive_softmax_attention(q, k, v, **kw))
-        cq, ck = inputs["cu_seqlens_q"].tolist(), inputs["cu_seqlens_k"].tolist()
-        outs, lses = [], []
-        for b in range(len(cq) - 1):
-            qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-            if cq[b + 1] == cq[b]:
-                continue
-            if ck[b + 1] == ck[b]:  # no keys: dead rows (q * 0 keeps the graph connected)
-                outs.append(q[qs, :, :1].expand(-1, -1, v.shape[-1]) * 0)
-                lses.append(
-                    torch.full((q.shape[1], cq[b + 1] - cq[b]), -math.inf, dtype=q.dtype, device=q.device)
-                )
-                continue
-            o, lse = naive_softmax_attention(q[qs][None], k[ks][None], v[ks][None], **kw)
-            outs.append(o[0])
-            lses.append(lse[0])
-        return SoftmaxOutput(torch.cat(outs), torch.cat(lses, dim=1))
+        adapter = EagerAdapter() if isinstance(case, SoftmaxCase) else EagerLinearAdapter()
+        return adapter.run(case, **inputs)
 
 
 @dataclass
