@@ -13,12 +13,11 @@ declare it get ``head_first=False``. The Triton kernels need a CUDA device; fla 
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 
 import torch
 
 from harness.adapters.base import LinearAdapter, LinearOutput, Unsupported, default_scale
+from harness.adapters.optional import call_params, import_attr
 from harness.adapters.registry import register
 from harness.cases import LinearCase
 
@@ -26,24 +25,7 @@ from harness.cases import LinearCase
 @functools.cache
 def _probe(attr: str):
     """(function, None) or (None, reason) for ``fla.ops.simple_gla.<attr>``."""
-    try:
-        mod = importlib.import_module("fla.ops.simple_gla")
-    except ImportError as e:
-        return None, f"fla not installed ({e})"
-    except Exception as e:
-        return None, f"fla failed to import: {type(e).__name__}: {e}"
-    fn = getattr(mod, attr, None)
-    if fn is None:
-        return None, f"this fla version has no fla.ops.simple_gla.{attr}"
-    return fn, None
-
-
-@functools.cache
-def _params(fn) -> frozenset[str]:
-    try:
-        return frozenset(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
+    return import_attr("fla.ops.simple_gla", attr, label="fla")
 
 
 class _FLAAdapter(LinearAdapter):
@@ -72,10 +54,10 @@ class _FLAAdapter(LinearAdapter):
         if g is not None:
             kw["g"] = g
         if g_gamma is not None:
-            if "g_gamma" not in _params(fn):
+            if "g_gamma" not in call_params(fn):
                 raise Unsupported(f"this fla version's {self.function} has no g_gamma")
             kw["g_gamma"] = g_gamma
-        if "head_first" in _params(fn):
+        if "head_first" in call_params(fn):
             kw["head_first"] = False
         o, final_state = fn(q, k, v, **kw)
         return LinearOutput(o, final_state)

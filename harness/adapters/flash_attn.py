@@ -16,13 +16,12 @@ Two conventions are normalised here, documented rather than hidden:
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 import math
 
 import torch
 
 from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, default_scale
+from harness.adapters.optional import call_params, import_attr
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
 
@@ -32,23 +31,9 @@ FA2_MAX_HEAD_DIM = 256
 FA3_MAX_HEAD_DIM = 256
 
 
-def _import(module: str, attr: str):
-    """(function, None) or (None, reason) for ``module.attr``."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        return None, f"{module} not installed ({e})"
-    except Exception as e:  # a broken install (ABI mismatch, missing CUDA libs) is a reason too
-        return None, f"{module} failed to import: {type(e).__name__}: {e}"
-    fn = getattr(mod, attr, None)
-    if fn is None:
-        return None, f"{module} has no {attr} (not installed, or an unsupported version)"
-    return fn, None
-
-
 @functools.cache
 def _probe_fa2():
-    fn, why = _import("flash_attn", "flash_attn_func")
+    fn, why = import_attr("flash_attn", "flash_attn_func")
     if fn is None:
         if "not installed" in why:
             return None, None, "flash_attn not installed"
@@ -59,38 +44,30 @@ def _probe_fa2():
                 "flash_attn (FA2) not installed: the flash_attn package found has no flash_attn_func",
             )
         return None, None, f"flash_attn (FA2): {why}"
-    varlen, _ = _import("flash_attn", "flash_attn_varlen_func")
+    varlen, _ = import_attr("flash_attn", "flash_attn_varlen_func")
     return fn, varlen, None
 
 
 @functools.cache
 def _probe_fa3():
-    fn, why = _import("flash_attn_interface", "flash_attn_func")
+    fn, why = import_attr("flash_attn_interface", "flash_attn_func")
     if fn is None:
         if "not installed" in why:
             return None, None, "flash_attn_interface (FA3) not installed"
         return None, None, f"flash_attn_interface (FA3): {why}"
-    varlen, _ = _import("flash_attn_interface", "flash_attn_varlen_func")
+    varlen, _ = import_attr("flash_attn_interface", "flash_attn_varlen_func")
     return fn, varlen, None
 
 
 @functools.cache
 def _probe_fa4():
-    fn, why = _import("flash_attn.cute.interface", "flash_attn_func")
+    fn, why = import_attr("flash_attn.cute.interface", "flash_attn_func")
     if fn is None:
         if "not installed" in why:
             return None, None, "flash_attn.cute (flash-attn-4) not installed"
         return None, None, f"flash_attn.cute (flash-attn-4): {why}"
-    varlen, _ = _import("flash_attn.cute.interface", "flash_attn_varlen_func")
+    varlen, _ = import_attr("flash_attn.cute.interface", "flash_attn_varlen_func")
     return fn, varlen, None
-
-
-@functools.cache
-def _params(fn) -> frozenset[str]:
-    try:
-        return frozenset(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
 
 
 def dead_rows(case: SoftmaxCase, device=None) -> torch.Tensor:
@@ -176,7 +153,7 @@ class _FlashAdapter(SoftmaxAdapter):
                 f"{self.package_words} needs the value head dim equal to the query's "
                 f"(d_v {case.d_v} != d {case.d})"
             )
-        if case.softcap and "softcap" not in _params(varlen_fn if case.is_varlen else fn):
+        if case.softcap and "softcap" not in call_params(varlen_fn if case.is_varlen else fn):
             return f"this {self.package_words} version has no softcap"
         if case.is_varlen and varlen_fn is None:
             return f"this {self.package_words} version has no flash_attn_varlen_func"
@@ -188,7 +165,7 @@ class _FlashAdapter(SoftmaxAdapter):
         return tuple(self.unbounded_window if w < 0 else w for w in case.window)
 
     def _kwargs(self, fn, case: SoftmaxCase) -> dict:
-        params = _params(fn)
+        params = call_params(fn)
         kw = dict(softmax_scale=default_scale(case), causal=case.causal)
         if case.has_window or "window_size" in params:
             kw["window_size"] = self._window(case)
