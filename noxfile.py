@@ -126,7 +126,7 @@ def _run_sharded(session: nox.Session, count: int, extra: list[str]) -> list[Pat
         log = open(outdir / f"part-{i}.log", "w")
         procs.append((subprocess.Popen(cmd + extra, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), part, log))
     failed = []
-    for i, (proc, part, log) in enumerate(procs):
+    for i, (proc, _part, log) in enumerate(procs):
         rc = proc.wait()
         log.close()
         session.log(f"shard {i}/{count} on GPU {i}: exit {rc} (log: {outdir / f'part-{i}.log'})")

@@ -7,10 +7,14 @@ Times are CUDA-event medians after a warm-up.
 """
 
 import argparse
+import functools
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: python3 benchmarks/...
 from harness.oracle import softmax_attention
 from harness.presets import FA_SWEEP_HIDDEN, FA_SWEEP_TOKENS
 
@@ -48,12 +52,12 @@ def main():
                 b, h = FA_SWEEP_TOKENS // s, FA_SWEEP_HIDDEN // d
                 q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
                 flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
-                tf = cuda_time(lambda: softmax_attention(q, k, v, causal=causal), a.reps)
-                tb = cuda_time(lambda: softmax_attention(q, k, v, do, causal=causal), a.reps)
+                tf = cuda_time(functools.partial(softmax_attention, q, k, v, causal=causal), a.reps)
+                tb = cuda_time(functools.partial(softmax_attention, q, k, v, do, causal=causal), a.reps)
                 rows.append((d, causal, s, flops / tf / 1e12, 3.5 * flops / tb / 1e12, tb))
                 del q, k, v, do
                 torch.cuda.empty_cache()
-    print(f"\n| hd | causal | seqlen | fwd TFLOP/s | fwd+bwd TFLOP/s | fwd+bwd / matmul | fwd+bwd s |")
+    print("\n| hd | causal | seqlen | fwd TFLOP/s | fwd+bwd TFLOP/s | fwd+bwd / matmul | fwd+bwd s |")
     print("|---|---|---|---|---|---|---|")
     for d, c, s, f, fb, tb in rows:
         print(f"| {d} | {c} | {s} | {f:.1f} | {fb:.1f} | {fb / mm:.2f} | {tb:.3f} |")

@@ -123,7 +123,7 @@ def _softmax_self_checks() -> list[tuple[str, float]]:
     ck = torch.tensor([0, 5, 7, 11], dtype=torch.int32)
     r = softmax_attention_varlen(q, k, v, cq, ck, do, causal=True)
     errs = []
-    for b, (lq, lk) in enumerate(lens):
+    for b, (lq, _lk) in enumerate(lens):
         if lq == 0:
             continue
         qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
@@ -242,7 +242,7 @@ def _parse(args) -> tuple[list, list, int, Path]:
         adapters = [registry.get(n) for n in names]
     else:
         adapters = registry.all_adapters()
-    out = args.out or Path("reports") / f"run-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
+    out = args.out or Path("reports") / f"run-{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}"
     return cases, adapters, seed, Path(out)
 
 
@@ -470,7 +470,7 @@ def main(args) -> int:
         print(f"python -m harness run: error: {e}", file=sys.stderr)
         return 2
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
 
     print("Oracle self-checks (oracle vs naive formulas, float64):")

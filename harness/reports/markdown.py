@@ -6,8 +6,8 @@ speedup, memory). A cell that is not a plain measurement says what it is instead
 
 from __future__ import annotations
 
-from harness.reports import group_of
 from harness.flops import LINEAR_BWD_FACTOR, LINEAR_CHUNK, SOFTMAX_BWD_FACTOR
+from harness.reports import group_of
 from harness.roofline import BWD_MIN_FRACTION, E2E_MIN_FRACTION, IMPLAUSIBLE, PEAK_MARGIN
 
 MODES = ("fwd", "bwd", "fwd+bwd")
