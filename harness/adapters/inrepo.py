@@ -23,6 +23,7 @@ import re
 import torch
 
 from harness.adapters.base import (
+    Adapter,
     LinearAdapter,
     LinearOutput,
     SoftmaxAdapter,
@@ -67,6 +68,18 @@ def _device_reason(case, device) -> str | None:
     return None
 
 
+def _module_and_reason(adapter, case, device):
+    """(kernel module, None), or (module or None, the reason) from the checks both in-repo
+    adapters share: the case's family, the kernel importing, and the device / interpreter."""
+    reason = Adapter.supports(adapter, case, device)  # the family check every adapter makes
+    if reason:
+        return None, reason
+    mod, why = _import(adapter.module)
+    if mod is None:
+        return None, why
+    return mod, _device_reason(case, device)
+
+
 def _as_unsupported(e: ValueError) -> Unsupported | None:
     """The kernel's "[arg: ]unsupported: <reason>" ValueError as Unsupported, else None."""
     msg = str(e).strip()
@@ -80,13 +93,7 @@ class TritonFA(SoftmaxAdapter):
     module = "kernels.flash_attn"
 
     def supports(self, case, device):
-        reason = super().supports(case, device)
-        if reason:
-            return reason
-        mod, why = _import(self.module)
-        if mod is None:
-            return why
-        reason = _device_reason(case, device)
+        mod, reason = _module_and_reason(self, case, device)
         if reason:
             return reason
         if case.softcap:
@@ -147,13 +154,7 @@ class TritonLAChunk(LinearAdapter):
     nondifferentiable_inputs = ("g_gamma",)
 
     def supports(self, case, device):
-        reason = super().supports(case, device)
-        if reason:
-            return reason
-        mod, why = _import(self.module)
-        if mod is None:
-            return why
-        reason = _device_reason(case, device)
+        mod, reason = _module_and_reason(self, case, device)
         if reason:
             return reason
         if case.dtype == "fp64":
