@@ -69,15 +69,16 @@ def _device_reason(case, device) -> str | None:
 
 
 def _module_and_reason(adapter, case, device):
-    """(kernel module, None), or (module or None, the reason) from the checks both in-repo
-    adapters share: the case's family, the kernel importing, and the device / interpreter."""
-    reason = Adapter.supports(adapter, case, device)  # the family check every adapter makes
+    """(kernel module, None), or (None, the reason) from the checks both in-repo adapters share:
+    the case's family, the device / interpreter, then the kernel importing. The device comes
+    before the import on purpose: Triton fixes a kernel's interpreter mode when its module is
+    imported, so importing it where it cannot run would leave a compiled-mode kernel behind for
+    a later interpreter run in the same process."""
+    reason = Adapter.supports(adapter, case, device) or _device_reason(case, device)
     if reason:
         return None, reason
     mod, why = _import(adapter.module)
-    if mod is None:
-        return None, why
-    return mod, _device_reason(case, device)
+    return mod, why
 
 
 def _as_unsupported(e: ValueError) -> Unsupported | None:
