@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-# Elements of one block's fp64 score tile (batch x heads x block_q x keys). The backward keeps
-# about four tiles alive at once, so 2**21 elements (16 MiB) on a CPU keeps the peak near
-# 64 MiB (measured: tests/oracle, seqlen 8192); a GPU gets 2**26 (512 MiB per tile) so its
-# matmuls are large enough to run near the float64 matmul rate.
-TILE_ELEMENTS = {"cpu": 2**21, "cuda": 2**26}
+# Elements of one block's fp64 score tile (batch x heads x block_q x keys). About six tiles are
+# alive at the peak of the backward (scores, probabilities, dP/dS, logsumexp's and the mask's
+# temporaries), so 2**20 elements (8 MiB) on a CPU keep the live peak near 60 MiB at seqlen 8192
+# (measured: tests/oracle, test_memory_is_linear_in_sequence_length); a GPU gets 2**26 (512 MiB
+# per tile) so its matmuls are large enough to run near the float64 matmul rate.
+TILE_ELEMENTS = {"cpu": 2**20, "cuda": 2**26}
 
 
 @dataclass
