@@ -153,8 +153,8 @@ def _softmax_result(res) -> SoftmaxOutput:
     )
 
 
-class CallableSoftmaxAdapter(SoftmaxAdapter):
-    """Adapter around a flash-attn-style callable (see the module docstring)."""
+class _FromCallable:
+    """What both callable adapters read off the callable: its name and declared capabilities."""
 
     name = "user"  # replaced per instance
 
@@ -166,6 +166,10 @@ class CallableSoftmaxAdapter(SoftmaxAdapter):
         self.deterministic_backward = bool(self.caps["deterministic_backward"])
         self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
         self.description = f"user callable {name}"
+
+
+class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
+    """Adapter around a flash-attn-style callable (see the module docstring)."""
 
     def supports(self, case, device):
         reason = super().supports(case, device)
@@ -206,19 +210,8 @@ class CallableSoftmaxAdapter(SoftmaxAdapter):
         return _softmax_result(res)
 
 
-class CallableLinearAdapter(LinearAdapter):
+class CallableLinearAdapter(_FromCallable, LinearAdapter):
     """Adapter around an FLA-style callable (see the module docstring)."""
-
-    name = "user"
-
-    def __init__(self, fn, name: str):
-        self.fn = fn
-        self.name = name
-        self.caps = capabilities(fn)
-        self.differentiable = bool(self.caps["backward"])
-        self.deterministic_backward = bool(self.caps["deterministic_backward"])
-        self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
-        self.description = f"user callable {name}"
 
     def supports(self, case, device):
         return super().supports(case, device) or _common_reason(self.caps, case, device)
