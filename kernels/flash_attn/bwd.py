@@ -143,7 +143,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
-                     SEQ_BUCKET, ARCH,
+                     SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      USE_TMA: tl.constexpr):
     pid_n = tl.program_id(0)
@@ -246,7 +246,7 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
-                   SEQ_BUCKET, ARCH,
+                   SEQ_BUCKET, FILL_BUCKET, ARCH,
                    FUSE_DELTA: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -377,7 +377,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
         "HEAD_DIM": d, "BLOCK_D": bd, "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
-        "SEQ_BUCKET": configs.seq_bucket(sq, sk), "ARCH": arch_of(q),
+        "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
+        "ARCH": arch_of(q),
     }
     dkb, dks, dkh = _s3(dk, varlen)
     dvb, dvs, dvh = _s3(dv, varlen)

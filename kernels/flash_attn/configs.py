@@ -1,9 +1,9 @@
 """Autotune config space for the flash-attention kernels, and the pruning filters.
 
 Every number here has its reason beside it. The autotuner key of each kernel is
-(HEAD_DIM, IS_CAUSAL, SEQ_BUCKET, ARCH) plus the dtypes of the tensor arguments (Triton appends those
-itself), so the chosen config is cached per (head dim, dtype, causal, arch, seqlen bucket) for the
-life of the process.
+(HEAD_DIM, IS_CAUSAL, SEQ_BUCKET, FILL_BUCKET, ARCH) plus the dtypes of the tensor arguments (Triton appends those
+itself), so the chosen config is cached per (head dim, dtype, causal, arch, seqlen bucket, fill bucket) for
+the life of the process.
 """
 
 from __future__ import annotations
@@ -75,6 +75,20 @@ def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
     to fill 132 SMs), long ones the largest tile that fits. 0: <= 1k, 1: <= 4k, 2: longer."""
     s = max(seqlen_q, seqlen_k)
     return 0 if s <= 1024 else (1 if s <= 4096 else 2)
+
+
+# Query rows (batch x heads x seqlen) that one 128-row program per SM covers on an H100: the
+# fill bucket's unit. Below it the grid leaves SMs idle and small tiles win; far above it the
+# largest tile that fits wins.
+FILL_UNIT_ROWS = 132 * 128
+
+
+def fill_bucket(rows: int) -> int:
+    """Coarse size class of the whole launch for the autotune key: 0 when the grid cannot fill the
+    GPU once, 1 up to 4 waves, 2 beyond. Without it the first shape that reaches a (head dim,
+    seqlen bucket) key decides the tile for all later ones: a one-head check at seqlen 16k tuned
+    for 16 programs then ran a 256-program benchmark of the same seqlen with its tile."""
+    return 0 if rows < FILL_UNIT_ROWS else (1 if rows < 4 * FILL_UNIT_ROWS else 2)
 
 
 @functools.cache
@@ -250,7 +264,7 @@ def _tune_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
 
 
-TUNE_KEY = ["HEAD_DIM", "IS_CAUSAL", "HAS_LEFT", "SEQ_BUCKET", "ARCH", "ATOMIC_DQ"]
+TUNE_KEY = ["HEAD_DIM", "IS_CAUSAL", "HAS_LEFT", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ"]
 
 
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:

@@ -126,7 +126,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                 IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
-                SEQ_BUCKET, ARCH,
+                SEQ_BUCKET, FILL_BUCKET, ARCH,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -261,7 +261,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "HEAD_DIM": d, "BLOCK_D": configs.block_d(d),
         "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
-        "SEQ_BUCKET": configs.seq_bucket(sq, sk), "ARCH": arch_of(q),
+        "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
+        "ARCH": arch_of(q),
     }
     configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
                    lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),

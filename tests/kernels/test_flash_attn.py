@@ -306,3 +306,16 @@ def test_gpu_matches_oracle(case, dtype):
 def test_bf16_is_gpu_only():
     pytest.skip("bf16 tl.dot is wrong in Triton's CPU interpreter (it multiplies raw bit patterns, "
                 "triton issue 11584); bf16 is checked by test_gpu_matches_oracle on a GPU")
+
+
+def test_autotune_key_separates_a_one_head_check_from_a_full_launch():
+    """The tuned tile is cached per key: a one-head correctness run at seqlen 16k must not pick
+    the tile of the 16-head, 16k-token benchmark of the same seqlen (it did: the benchmark ran
+    the small launch's tile, 0.76x of its own best)."""
+    from kernels.flash_attn import configs
+
+    assert set(configs.TUNE_KEY) >= {"SEQ_BUCKET", "FILL_BUCKET"}
+    one_head = configs.fill_bucket(1 * 1 * 16384)
+    benchmark = configs.fill_bucket(1 * 16 * 16384)
+    assert (one_head, benchmark) == (0, 2)
+    assert configs.fill_bucket(32 * 16 * 512) == benchmark  # same tokens x heads, other seqlen
