@@ -29,6 +29,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from harness.arch import ARCHS, DTYPES, required_backends  # noqa: E402  (pure Python, no torch)
+from harness.multigpu import PIN_ENV  # noqa: E402  (pure Python)
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
@@ -38,6 +39,9 @@ CPU_TORCH = ("torch==2.13.0", "triton==3.6.0")
 BENCH_STORAGE = ROOT / ".benchmarks"
 # The regression gate: a benchmark whose median got slower than this fails bench-compare.
 COMPARE_FAIL = "median:5%"
+# Correctness tests per GPU at once in gpu-tests: most of their time is Triton / torch.compile /
+# CuTe compiles on the CPU, so a few workers keep the GPU busy (timing tests run alone afterwards).
+WORKERS_PER_GPU = 4
 
 
 def _offline(session: nox.Session) -> bool:
@@ -54,6 +58,14 @@ def _install(session: nox.Session, extras: str, *, torch_spec=CPU_TORCH) -> None
         return
     session.install(*torch_spec)
     session.install("-e", f".[{extras}]")
+
+
+def _workers_per_gpu() -> int:
+    """xdist workers per GPU for the correctness part of gpu-tests (ATTN_HARNESS_WORKERS_PER_GPU)."""
+    raw = os.environ.get("ATTN_HARNESS_WORKERS_PER_GPU", str(WORKERS_PER_GPU))
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"ATTN_HARNESS_WORKERS_PER_GPU must be a positive integer, got {raw!r}")
+    return int(raw)
 
 
 def _gpu_probe(session: nox.Session) -> dict:
@@ -92,14 +104,29 @@ def gpu_tests(session: nox.Session, dtype: str, arch: str) -> None:
         "ATTN_HARNESS_ARCH": arch,
         "ATTN_HARNESS_DTYPE": dtype,
         "ATTN_HARNESS_REQUIRE": ",".join(required_backends(arch, dtype)),
+        # Correctness, not speed: the in-repo kernels take their first pruned config instead of
+        # timing every config of every shape (the benchmarks tune).
+        "FLASH_ATTN_AUTOTUNE": "0",
+        "KERNELS_LINEAR_ATTN_AUTOTUNE": "0",
     }
-    args = ["-m", "pytest", "-q", "-rfE", "--tb=short", "--durations=10", "-m", "gpu", "--attn-dtypes", dtype,
+    base = ["-m", "pytest", "-q", "-rfE", "--tb=short", "--durations=15", "--attn-dtypes", dtype,
             "-p", "no:cacheprovider"]
-    if len(ids) > 1:  # one xdist worker per GPU, each pinned to its device
-        env["ATTN_HARNESS_PIN_GPUS"] = str(len(ids))
-        args += ["-n", str(len(ids)), "--benchmark-disable"]
-    session.log(f"{arch} x {dtype}: required backends {env['ATTN_HARNESS_REQUIRE']}; GPUs {env['CUDA_VISIBLE_DEVICES']}")
-    session.run(_python(session), *args, *session.posargs, env=env, external=True)
+    workers = len(ids) * _workers_per_gpu()
+    env[PIN_ENV] = str(len(ids))
+    session.log(
+        f"{arch} x {dtype}: required backends {env['ATTN_HARNESS_REQUIRE']}; GPUs {env['CUDA_VISIBLE_DEVICES']}; "
+        f"{workers} xdist workers ({workers // len(ids)} per GPU)"
+    )
+    # 1. correctness: every GPU test and the adapter matrix, spread over the GPUs (compiles and
+    #    autotuning are CPU-bound, so several workers share a GPU).
+    correctness = [*base, "-m", "(gpu or matrix) and not timing", "-n", str(workers), "--benchmark-disable"]
+    # pytest exit 5 (nothing collected) is fine only when the user narrowed the run (-k / a path).
+    codes = [0, 5] if session.posargs else [0]
+    session.run(_python(session), *correctness, *session.posargs, env=env, external=True, success_codes=codes)
+    # 2. timing: the device-time checks alone, one process on one GPU (no neighbour to disturb them).
+    timing = [*base, "-m", "gpu and timing"]
+    session.run(_python(session), *timing, *session.posargs, env={**env, "CUDA_VISIBLE_DEVICES": ids[0], PIN_ENV: ""},
+                external=True, success_codes=codes)
 
 
 def _bench_args(session: nox.Session) -> list[str]:

@@ -9,6 +9,10 @@ adapter's own reason; the parametrisation (--attn-backends / --attn-dtypes / --a
 
 import os
 
+import pytest
+
+pytestmark = pytest.mark.matrix
+
 
 def _interpreted(adapter, device) -> bool:
     """The in-repo Triton kernels on CPU run in Triton's interpreter, one program at a time: a

@@ -87,6 +87,7 @@ def test_measured_cpu_peaks_are_positive(tmp_path, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_backward_timed_without_synchronisation_is_flagged():
     """The seeds' mistake: a host clock around an asynchronous backward measures the launch."""
     from harness.adapters import registry

@@ -134,6 +134,7 @@ def _event_median(fn, reps=50, flush=True):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.benchmark(timer=timing.device_time_replay)
 def test_stored_median_matches_cuda_events_matmul(benchmark):
     skip_unless_enabled(benchmark)
@@ -150,6 +151,7 @@ def test_stored_median_matches_cuda_events_matmul(benchmark):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
 @pytest.mark.benchmark(timer=timing.device_time_replay)
 def test_stored_median_matches_cuda_events_attention(benchmark, mode):
@@ -178,6 +180,7 @@ def test_stored_median_matches_cuda_events_attention(benchmark, mode):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_cuda_graph_option_replays_or_says_why():
     case = SoftmaxCase(2, 4, 4, 256, 256, 64, dtype="bf16")
     t = timing.time_adapter(Counting(), case, "fwd", device="cuda",

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The GPU shows of the issues, one step per device call (docs/device-runbook.md says why the steps
+# are cut this way: 64 MiB carried, 8 files back, 600 s a call, /tmp lost when the machine idles).
+#
+#   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
+#
+# Steps: fa4a | correctness | fa-sweep | fa-sweep-rest | linear | gpu-tests | gate
+# Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
+# back) and prints a short summary last.
+set -u
+OUT=${OUT:-$PWD/reports/device}
+mkdir -p "$OUT"
+step=${1:?usage: device_show.sh STEP}
+
+setup() {
+    if [ ! -d /tmp/site/nox ] && [ -d .whl ]; then
+        python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
+    fi
+    if [ ! -d /tmp/site/flash_attn ] && [ -d .whl-fa4b ] && [ -d /tmp/fa4a ]; then
+        bash .whl-fa4b/install.sh >/dev/null 2>&1
+    fi
+    export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
+    python3 - <<'PY'
+import importlib.util as u
+print("installed:", {m: bool(u.find_spec(m)) for m in ("nox", "fla", "flash_attn")})
+PY
+}
+
+tarred() {  # tarred NAME: pack $OUT/NAME into $OUT/NAME.tgz
+    (cd "$OUT" && tar czf "$1.tgz" "$1" && rm -rf "$1")
+}
+
+summary() {  # summary FILE N: the last N lines of a log, to read in the call's output
+    echo "---- $1"; tail -n "${2:-15}" "$1"
+}
+
+case "$step" in
+fa4a)  # part A of flash-attn-4 (carry .whl-fa4a alone)
+    mkdir -p /tmp/fa4a && cp .whl-fa4a/* /tmp/fa4a/ && ls /tmp/fa4a | wc -l
+    ;;
+correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (acceptance on the H100)
+    setup
+    timeout 300 python3 -m harness run --dtypes fp16,bf16 --no-progress --out "$OUT/run" > "$OUT/run.log" 2>&1
+    echo "harness run exit $?" >> "$OUT/run.log"
+    for impl in harness.accept.shims:flash_attn_cute kernels.flash_attn:flash_attn_func; do
+        name=acc-${impl##*:}
+        timeout 170 python3 -m harness accept --impl "$impl" --profile training-gqa --device cuda \
+            --dtypes fp16,bf16 --jobs 4 --timeout 150 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+        echo "accept $impl exit $?" >> "$OUT/$name.log"
+        tarred "$name"
+    done
+    tarred run
+    summary "$OUT/run.log" 30; summary "$OUT/acc-flash_attn_cute.log" 8; summary "$OUT/acc-flash_attn_func.log" 8
+    ;;
+fa-sweep)  # issues 4 and 6: the FA-paper sweep, the fast backends, hd 64 and 128, with memory
+    setup
+    timeout 560 python3 -m harness bench --preset fa-sweep --dtypes bf16 \
+        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --modes fwd,bwd,fwd+bwd \
+        --target-ms 25 --time-limit 520 --quiet --out "$OUT/fa" > "$OUT/fa.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fa.log"
+    tarred fa; summary "$OUT/fa.log" 40
+    ;;
+fa-sweep-rest)  # issue 6: the slow backends on the same sweep, and the seeds' MHA/GQA/MQA/MLA configs
+    setup
+    timeout 560 python3 -m harness bench --preset fa-sweep,configs --dtypes bf16 \
+        --backends eager,sdpa_efficient,flex,sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --modes fwd,bwd \
+        --cases 'S(512|2048|8192)x|^B2-' \
+        --target-ms 20 --time-limit 520 --quiet --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fa2.log"
+    tarred fa2; summary "$OUT/fa2.log" 40
+    ;;
+linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel benchmark with FLA
+    setup
+    timeout 200 python3 -m harness bench --preset linear-sweep --dtypes bf16 \
+        --backends eager_linear,fla_chunk,fla_fused_chunk,triton_la_chunk --modes fwd,fwd+bwd \
+        --target-ms 20 --time-limit 180 --quiet --out "$OUT/lin" > "$OUT/lin.log" 2>&1
+    echo "bench exit $?" >> "$OUT/lin.log"
+    tarred lin
+    timeout 360 python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 \
+        --dtypes fp16 bf16 --gate gamma --skip-check --time-budget 330 \
+        --backends ours ours_bt128 fla_chunk fla_fused --out "$OUT/la" > "$OUT/la.log" 2>&1
+    echo "bench_linear_attn exit $?" >> "$OUT/la.log"
+    tarred la
+    summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
+    ;;
+gpu-tests)  # issue 7: the whole sm90 matrix
+    setup
+    start=$(date +%s)
+    timeout 570 python3 -m nox --no-venv -s gpu-tests > "$OUT/gpu-tests.log" 2>&1
+    echo "nox gpu-tests exit $? after $(( $(date +%s) - start )) s" >> "$OUT/gpu-tests.log"
+    grep -E "^nox > (Session|Ran)|passed|failed|error" "$OUT/gpu-tests.log" | tail -n 40
+    ;;
+gate)  # issue 7: bench saves a baseline; a slowed backend fails bench-compare; a re-run passes
+    setup
+    opts=(--attn-impl benchmarks.slowed_backend:attention --attn-backends benchmarks.slowed_backend:attention
+          --attn-preset configs --attn-dtypes bf16 -k "fwd and not fwd+bwd")
+    rm -rf .benchmarks
+    python3 -m nox --no-venv -s bench -- "${opts[@]}" > "$OUT/gate-1-baseline.log" 2>&1
+    echo "baseline exit $?" | tee -a "$OUT/gate-1-baseline.log"
+    SLOWED_BACKEND_EXTRA_RUNS=1 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate-2-slowed.log" 2>&1
+    echo "slowed exit $? (must be non-zero)" | tee -a "$OUT/gate-2-slowed.log"
+    python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate-3-rerun.log" 2>&1
+    echo "rerun exit $? (must be 0)" | tee -a "$OUT/gate-3-rerun.log"
+    mkdir -p "$OUT/gate" && mv "$OUT"/gate-*.log "$OUT/gate/" && cp -r .benchmarks "$OUT/gate/" && tarred gate
+    ;;
+*)
+    echo "unknown step $step" >&2; exit 2
+    ;;
+esac
