@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | correctness | fa-sweep | fa-sweep-rest | linear | gpu-tests | gate
+# Steps: fa4a | correctness | accept-ours | fa-sweep | fa-sweep-rest | linear | gpu-tests
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -34,23 +34,46 @@ summary() {  # summary FILE N: the last N lines of a log, to read in the call's 
     echo "---- $1"; tail -n "${2:-15}" "$1"
 }
 
+accept() {  # accept IMPL SECONDS: the training-gqa profile in fp16 and bf16, with the speed section
+    local name=acc-${1##*:}
+    timeout "$2" python3 -m harness accept --impl "$1" --profile training-gqa --device cuda \
+        --dtypes fp16,bf16 --jobs 4 --timeout 200 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+    echo "accept $1 exit $?" >> "$OUT/$name.log"
+    tarred "$name"
+}
+
+gate() {  # issue 7: bench saves a baseline; a slowed backend fails bench-compare; a re-run passes
+    local opts=(--attn-impl benchmarks.slowed_backend:attention --attn-backends benchmarks.slowed_backend:attention
+                --attn-preset configs --attn-dtypes bf16 -k "fwd and not fwd+bwd")
+    rm -rf .benchmarks
+    mkdir -p "$OUT/gate"
+    timeout 150 python3 -m nox --no-venv -s bench -- "${opts[@]}" > "$OUT/gate/1-baseline.log" 2>&1
+    echo "baseline exit $?" | tee -a "$OUT/gate/1-baseline.log"
+    SLOWED_BACKEND_EXTRA_RUNS=1 timeout 100 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" \
+        > "$OUT/gate/2-slowed.log" 2>&1
+    echo "slowed exit $? (must be non-zero)" | tee -a "$OUT/gate/2-slowed.log"
+    timeout 100 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate/3-rerun.log" 2>&1
+    echo "rerun exit $? (must be 0)" | tee -a "$OUT/gate/3-rerun.log"
+    cp -r .benchmarks "$OUT/gate/" 2>/dev/null; tarred gate
+}
+
 case "$step" in
 fa4a)  # part A of flash-attn-4 (carry .whl-fa4a alone)
     mkdir -p /tmp/fa4a && cp .whl-fa4a/* /tmp/fa4a/ && ls /tmp/fa4a | wc -l
     ;;
-correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (acceptance on the H100)
+correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-attn-4 accepted)
     setup
-    timeout 300 python3 -m harness run --dtypes fp16,bf16 --no-progress --out "$OUT/run" > "$OUT/run.log" 2>&1
+    timeout 290 python3 -m harness run --dtypes fp16,bf16 --jobs 6 --out "$OUT/run" > "$OUT/run.log" 2>&1
     echo "harness run exit $?" >> "$OUT/run.log"
-    for impl in harness.accept.shims:flash_attn_cute kernels.flash_attn:flash_attn_func; do
-        name=acc-${impl##*:}
-        timeout 170 python3 -m harness accept --impl "$impl" --profile training-gqa --device cuda \
-            --dtypes fp16,bf16 --jobs 4 --timeout 150 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
-        echo "accept $impl exit $?" >> "$OUT/$name.log"
-        tarred "$name"
-    done
     tarred run
-    summary "$OUT/run.log" 30; summary "$OUT/acc-flash_attn_cute.log" 8; summary "$OUT/acc-flash_attn_func.log" 8
+    accept harness.accept.shims:flash_attn_cute 270
+    summary "$OUT/run.log" 12; summary "$OUT/acc-flash_attn_cute.log" 6
+    ;;
+accept-ours)  # issue 8 (the in-repo kernel accepted, with its speed section) and issue 7 (the gate)
+    setup
+    accept kernels.flash_attn:flash_attn_func 300
+    gate
+    summary "$OUT/acc-flash_attn_func.log" 6
     ;;
 fa-sweep)  # issues 4 and 6: the FA-paper sweep, the fast backends, hd 64 and 128, with memory
     setup
@@ -89,19 +112,6 @@ gpu-tests)  # issue 7: the whole sm90 matrix
     timeout 570 python3 -m nox --no-venv -s gpu-tests > "$OUT/gpu-tests.log" 2>&1
     echo "nox gpu-tests exit $? after $(( $(date +%s) - start )) s" >> "$OUT/gpu-tests.log"
     grep -E "^nox > (Session|Ran)|passed|failed|error" "$OUT/gpu-tests.log" | tail -n 40
-    ;;
-gate)  # issue 7: bench saves a baseline; a slowed backend fails bench-compare; a re-run passes
-    setup
-    opts=(--attn-impl benchmarks.slowed_backend:attention --attn-backends benchmarks.slowed_backend:attention
-          --attn-preset configs --attn-dtypes bf16 -k "fwd and not fwd+bwd")
-    rm -rf .benchmarks
-    python3 -m nox --no-venv -s bench -- "${opts[@]}" > "$OUT/gate-1-baseline.log" 2>&1
-    echo "baseline exit $?" | tee -a "$OUT/gate-1-baseline.log"
-    SLOWED_BACKEND_EXTRA_RUNS=1 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate-2-slowed.log" 2>&1
-    echo "slowed exit $? (must be non-zero)" | tee -a "$OUT/gate-2-slowed.log"
-    python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate-3-rerun.log" 2>&1
-    echo "rerun exit $? (must be 0)" | tee -a "$OUT/gate-3-rerun.log"
-    mkdir -p "$OUT/gate" && mv "$OUT"/gate-*.log "$OUT/gate/" && cp -r .benchmarks "$OUT/gate/" && tarred gate
     ;;
 *)
     echo "unknown step $step" >&2; exit 2

@@ -20,6 +20,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -54,7 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", default=None, type=Path, help="report directory (default: reports/run-<UTC timestamp>)"
     )
     parser.add_argument("--forward-only", action="store_true", help="do not check gradients")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--jobs",
+        default="1",
+        help="worker processes verifying (backend, case) pairs at once (default 1; compiles are "
+        "CPU-bound, so a few workers sharing one GPU finish sooner)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (and no per-result lines when not on a terminal)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,51 +262,128 @@ def _supports(adapter, case, device) -> str | None:
         return None  # let verify run it and report the exception as an error
 
 
-def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True):
-    """Verify every (adapter, case): the oracle and reference of a case are built once, only
-    when some adapter supports it. Returns a list of CaseResult, case-major."""
-    from tqdm import tqdm
+class _Progress:
+    """A tqdm bar on a terminal; one line per finished (backend, case) otherwise (logs, CI)."""
 
+    def __init__(self, total: int, enabled: bool):
+        from tqdm import tqdm
+
+        self.total, self.done, self.t0 = total, 0, time.perf_counter()
+        self.lines = enabled and not sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc="verify", unit="run", disable=True if (not enabled or self.lines) else None,
+                        file=sys.stderr, dynamic_ncols=True)
+
+    def skip(self, n: int) -> None:
+        self.done += n
+        self.bar.update(n)
+
+    def result(self, r, seconds: float) -> None:
+        self.done += 1
+        self.bar.set_postfix_str(f"{r.backend} {r.case}", refresh=False)
+        self.bar.update(1)
+        if self.lines and r.status != "unsupported":
+            elapsed = time.perf_counter() - self.t0
+            print(f"[{self.done}/{self.total} {elapsed:6.0f}s] {r.backend} {r.case}: {r.status} ({seconds:.1f} s)",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _pairs(cases, adapters):
+    """(case index, adapter index) of every same-family pair, case-major (the report's order)."""
+    return [(ci, ai) for ci, c in enumerate(cases) for ai, a in enumerate(adapters) if a.family == c.family]
+
+
+_BASELINES: dict = {}  # per process: (case id, seed, device) -> Baseline
+
+
+def _verify_one(adapter, case, seed, device, check_backward):
     from harness.verify import CaseResult, prepare, verify
 
-    results = []
-    bar = tqdm(
-        total=len(cases) * len(adapters),
-        desc="verify",
-        unit="run",
-        disable=None if progress else True,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    reason = _supports(adapter, case, device)
+    if reason:
+        return CaseResult(adapter.name, case.id, case.family, case.dtype, str(device), seed, "unsupported", str(reason))
+    key = (case.id, seed, str(device))
+    if key not in _BASELINES:
+        _BASELINES.clear()  # case-major order: the previous case's oracle is no longer needed
+        _BASELINES[key] = prepare(case, seed=seed, device=device)
+    return verify(adapter, case, baseline=_BASELINES[key], check_backward=check_backward)
+
+
+def _worker(task):
+    """One (adapter, case) in a worker process (spawned: CUDA must not be forked)."""
+    import torch
+
+    from harness.adapters import registry
+
+    name, case, seed, device, check_backward = task
+    t0 = time.perf_counter()
+    r = _verify_one(registry.get(name), case, seed, torch.device(device), check_backward)
+    return r, time.perf_counter() - t0
+
+
+def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True,
+            jobs: int = 1):
+    """Verify every (adapter, case): the oracle and reference of a case are built once (per worker),
+    only when some adapter supports it. Returns a list of CaseResult, case-major. An interrupt
+    (Ctrl-C, SIGTERM from a time limit) stops the run and returns what finished, each missing
+    pair as an "error" saying it was not run."""
+    from harness.verify import CaseResult
+
+    pairs = _pairs(cases, adapters)
+    bar = _Progress(len(cases) * len(adapters), progress)
+    bar.skip(len(cases) * len(adapters) - len(pairs))
+    done: dict[tuple[int, int], object] = {}
     try:
-        for case in cases:
-            mine = [a for a in adapters if a.family == case.family]
-            bar.update(len(adapters) - len(mine))
-            baseline = None
-            for adapter in mine:
-                bar.set_postfix_str(f"{adapter.name} {case.id}", refresh=False)
-                reason = _supports(adapter, case, device)
-                if reason:
-                    results.append(
-                        CaseResult(
-                            adapter.name,
-                            case.id,
-                            case.family,
-                            case.dtype,
-                            str(device),
-                            seed,
-                            "unsupported",
-                            str(reason),
-                        )
-                    )
-                else:
-                    if baseline is None:
-                        baseline = prepare(case, seed=seed, device=device)
-                    results.append(verify(adapter, case, baseline=baseline, check_backward=check_backward))
-                bar.update(1)
+        if jobs <= 1:
+            for ci, ai in pairs:
+                t0 = time.perf_counter()
+                done[ci, ai] = _verify_one(adapters[ai], cases[ci], seed, device, check_backward)
+                bar.result(done[ci, ai], time.perf_counter() - t0)
+        else:
+            _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar)
+    except KeyboardInterrupt:
+        print("\ninterrupted: reporting what finished", file=sys.stderr, flush=True)
     finally:
         bar.close()
+    results = []
+    for ci, ai in pairs:
+        c, a = cases[ci], adapters[ai]
+        results.append(done.get((ci, ai)) or CaseResult(
+            a.name, c.id, c.family, c.dtype, str(device), seed, "error", "not run: the run was interrupted first"))
     return results
+
+
+def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar):
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    from harness.adapters import registry
+    from harness.verify import CaseResult
+
+    local = [a.name for a in adapters if a.name not in registry.names()]
+    if local:
+        raise ValueError(f"--jobs: adapters registered only in this process cannot run in workers: {local}")
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {
+            pool.submit(_worker, (adapters[ai].name, cases[ci], seed, str(device), check_backward)): (ci, ai)
+            for ci, ai in pairs
+        }
+        try:
+            for fut in cf.as_completed(futures):
+                ci, ai = futures[fut]
+                try:
+                    r, seconds = fut.result()
+                except Exception as e:  # a worker that died (crash, abort) fails its pair, not the run
+                    c = cases[ci]
+                    r, seconds = CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error",
+                                            f"worker process failed: {type(e).__name__}: {e}"), 0.0
+                done[ci, ai] = r
+                bar.result(r, seconds)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 # --------------------------------------------------------------------------------------------
@@ -458,6 +544,13 @@ def write_reports(
 # --------------------------------------------------------------------------------------------
 
 
+def _interrupt(signum, frame):
+    # GNU timeout signals the process and then its whole group: only the first one interrupts,
+    # the report is written while the rest are ignored.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(args) -> int:
     import torch
 
@@ -466,6 +559,9 @@ def main(args) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         cases, adapters, seed, out = _parse(args)
+        jobs = int(args.jobs) if str(args.jobs).isdigit() and int(args.jobs) >= 1 else None
+        if jobs is None:
+            raise ValueError(f"--jobs: expected a positive integer, got {args.jobs!r}")
     except ValueError as e:
         print(f"python -m harness run: error: {e}", file=sys.stderr)
         return 2
@@ -485,6 +581,8 @@ def main(args) -> int:
         f"{' (Triton interpreter)' if os.environ.get('TRITON_INTERPRET') == '1' else ''}:",
         flush=True,
     )
+    # A time limit (timeout, a CI job's cancel) sends SIGTERM: report what finished instead of nothing.
+    signal.signal(signal.SIGTERM, _interrupt)
     results = run_all(
         cases,
         adapters,
@@ -492,6 +590,7 @@ def main(args) -> int:
         device=device,
         check_backward=not args.forward_only,
         progress=not args.no_progress,
+        jobs=jobs,
     )
     print(format_table(results))
     summary = _summary(results)

@@ -109,6 +109,7 @@ def test_failed_self_check_fails_the_job(tmp_path, capsys, monkeypatch):
         (("--dtypes", "fp8"), "--dtypes: unknown dtype 'fp8'"),
         (("--backends", "eager,nope"), "--backends: unknown backend 'nope'"),
         (("--seed", "-1"), "--seed: expected a non-negative integer"),
+        (("--jobs", "0"), "--jobs: expected a positive integer"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_option(argv, message, capsys, tmp_path):
@@ -132,3 +133,33 @@ def test_cli_lists_and_parses_run():
 
     args = build_parser("run").parse_args(["run", "--preset", "small", "--seed", "3"])
     assert args._module is main_job and args.seed == "3"
+
+
+def test_parallel_workers_give_the_same_verdicts_in_the_same_order():
+    from harness.presets import preset
+
+    cases = preset("small", ["fp32"])[:3]
+    adapters = [registry.get("eager"), registry.get("sdpa_math")]
+    serial = main_job.run_all(cases, adapters, seed=0, device=torch.device("cpu"), progress=False)
+    parallel = main_job.run_all(cases, adapters, seed=0, device=torch.device("cpu"), progress=False, jobs=2)
+    assert [(r.backend, r.case, r.status) for r in parallel] == [(r.backend, r.case, r.status) for r in serial]
+    assert {r.status for r in parallel} == {"pass"}
+
+
+def test_an_interrupted_run_reports_what_finished(monkeypatch):
+    from harness.presets import preset
+
+    cases = preset("small", ["fp32"])[:3]
+    calls = []
+
+    def stop_after_two(adapter, case, seed, device, check_backward):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what SIGTERM from a time limit becomes (main_job._interrupt)
+        calls.append(case.id)
+        return real(adapter, case, seed, device, check_backward)
+
+    real = main_job._verify_one
+    monkeypatch.setattr(main_job, "_verify_one", stop_after_two)
+    results = main_job.run_all(cases, [registry.get("eager")], seed=0, device=torch.device("cpu"), progress=False)
+    assert [r.status for r in results] == ["pass", "pass", "error"]
+    assert results[2].reason == "not run: the run was interrupted first"

@@ -21,12 +21,13 @@ from harness.cases import SoftmaxCase
 
 
 def _cute(q, k, v, *, causal, softmax_scale, window_size, softcap, deterministic):
-    from harness.adapters.flash_attn import _normalise_lse, _params, _probe_fa4, _split
+    from harness.adapters.flash_attn import _normalise_lse, _probe_fa4, _split
+    from harness.adapters.optional import call_params
 
     fn, _, why = _probe_fa4()
     if fn is None:
         raise NotImplementedError(why)
-    params = _params(fn)
+    params = call_params(fn)
     left, right = (int(w) for w in window_size)
     kw = {"softmax_scale": softmax_scale, "causal": causal}
     if (left, right) != (-1, -1) or "window_size" in params:

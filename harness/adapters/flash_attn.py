@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import torch
 
@@ -67,6 +68,11 @@ def _probe_fa4():
             return None, None, "flash_attn.cute (flash-attn-4) not installed"
         return None, None, f"flash_attn.cute (flash-attn-4): {why}"
     varlen, _ = import_attr("flash_attn.cute.interface", "flash_attn_varlen_func")
+    # flash-attn-4 4.0.0b36 with cutlass-dsl 4.8 warns on every compile that an internal argument
+    # (aux_data) is not a JIT argument: ~1 KB per shape, which buried the run logs on the H100.
+    # Its own internals, nothing a user can act on; only that message is silenced.
+    warnings.filterwarnings("ignore", message=r"Argument aux_data .*cannot be converted to a JitArgument",
+                            category=UserWarning)
     return fn, varlen, None
 
 
