@@ -108,6 +108,7 @@ def gpu_tests(session: nox.Session, dtype: str, arch: str) -> None:
         # timing every config of every shape (the benchmarks tune).
         "FLASH_ATTN_AUTOTUNE": "0",
         "KERNELS_LINEAR_ATTN_AUTOTUNE": "0",
+        "ATTN_HARNESS_FLA_AUTOTUNE": "0",  # FLA's tuners take their first config (harness/adapters/fla.py)
     }
     base = ["-m", "pytest", "-q", "-rfE", "--tb=short", "--durations=15", "--attn-dtypes", dtype,
             "-p", "no:cacheprovider"]

@@ -13,6 +13,7 @@ declare it get ``head_first=False``. The Triton kernels need a CUDA device; fla 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -26,6 +27,57 @@ from harness.cases import LinearCase
 def _probe(attr: str):
     """(function, None) or (None, reason) for ``fla.ops.simple_gla.<attr>``."""
     return import_attr("fla.ops.simple_gla", attr, label="fla")
+
+
+#: ``ATTN_HARNESS_FLA_AUTOTUNE=0``: FLA's autotuners take their first (pruned) config instead of
+#: compiling and timing every one. For correctness runs (``nox -s gpu-tests`` sets it): on the
+#: H100, first-time tuning cost ~100 s per small case (fla_chunk: 651 s for 6 cases of
+#: ``python -m harness run``), far more than the check itself. Never set it for benchmarks.
+AUTOTUNE_ENV = "ATTN_HARNESS_FLA_AUTOTUNE"
+
+
+@functools.cache
+def pin_first_configs() -> bool:
+    """Make FLA's Triton autotuners choose their first pruned config without compiling the others
+    (only autotuners of functions defined in ``fla``; everyone else's tuning is untouched)."""
+    from triton.runtime.autotuner import Autotuner
+
+    original = Autotuner.prune_configs
+
+    def prune_configs(self, *args, **kwargs):
+        pruned = original(self, *args, **kwargs)
+        if getattr(self.base_fn, "__module__", "").startswith("fla.") and len(pruned) > 1:
+            return pruned[:1]  # the tuner then compiles and times this one only
+        return pruned
+
+    Autotuner.prune_configs = prune_configs
+    return True
+
+
+def _maybe_pin() -> None:
+    if os.environ.get(AUTOTUNE_ENV, "1") == "0":
+        pin_first_configs()
+
+
+@functools.cache
+def gated_chunk_backward_refusal() -> str | None:
+    """fla-core 0.6 refuses the per-step-gate backward of its chunk kernels on Hopper with Triton
+    3.4 to 3.7.0 (wrong results, its issue #640) unless tilelang is installed: say so up front, in
+    FLA's own terms, instead of erroring mid-backward."""
+    try:
+        from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+    except ImportError:
+        return None  # another fla version: let it run and speak for itself
+    if not (IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1):
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("tilelang") is not None:
+        return None
+    import triton
+
+    return (f"fla refuses the per-step-gate (g) chunk backward on Hopper with Triton {triton.__version__} "
+            "(wrong results, fla issue #640): needs Triton >= 3.7.1 or tilelang")
 
 
 class _FLAAdapter(LinearAdapter):
@@ -44,12 +96,15 @@ class _FLAAdapter(LinearAdapter):
             return "fla needs a CUDA device (its Triton kernels run on the GPU)"
         if case.dtype == "fp64":
             return "fla's Triton kernels take fp16/bf16/fp32, not fp64"
+        if self.function == "chunk_simple_gla" and case.gate == "g":
+            return gated_chunk_backward_refusal()
         return None
 
     def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput:
         fn, why = _probe(self.function)
         if fn is None:
             raise Unsupported(why)
+        _maybe_pin()
         kw = dict(scale=default_scale(case), initial_state=initial_state, output_final_state=True)
         if g is not None:
             kw["g"] = g

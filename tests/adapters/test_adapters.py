@@ -439,6 +439,19 @@ def test_compiled_call_with_a_graph_break_is_reported_not_run():
         call_without_fallback(fn, torch.ones(4))
 
 
+def test_compile_with_no_valid_kernel_choice_is_unsupported():
+    from harness.adapters.flex import call_without_fallback
+
+    class NoValidChoicesError(RuntimeError):  # the shape of inductor's error (its class is private)
+        pass
+
+    def refuses(x):
+        raise RuntimeError("LoweringException: NoValidChoicesError: No choices to select") from NoValidChoicesError()
+
+    with pytest.raises(Unsupported, match="FlexAttention cannot compile this case"):
+        call_without_fallback(refuses, torch.ones(1))
+
+
 def _limit_name():
     from harness.adapters.flex import _limit_name
 
@@ -827,3 +840,38 @@ def test_gpu_linear_adapter_within_a_few_times_eager_error(name, case):
     ]:
         bound = GPU_ERROR_FACTOR * rel(eager_got, want) + GPU_ERROR_FLOOR
         assert rel(got, want) < bound, f"{label}: {rel(got, want):.3g} vs bound {bound:.3g}"
+
+
+def _tuner(module: str):
+    import triton
+    import triton.language as tl
+
+    def kernel(X, N: tl.constexpr):
+        pass
+
+    kernel.__module__ = module
+    configs = [triton.Config({}, num_warps=w) for w in (2, 4, 8)]
+    return triton.autotune(configs=configs, key=[])(triton.jit(kernel))
+
+
+def test_fla_correctness_mode_pins_fla_autotuners_to_their_first_config():
+    """ATTN_HARNESS_FLA_AUTOTUNE=0 (gpu-tests): FLA's tuners compile one config, others untouched."""
+    from harness.adapters import fla
+
+    fla.pin_first_configs()
+    theirs, ours = _tuner("fla.ops.simple_gla.fake"), _tuner("kernels.fake")
+    theirs.nargs = ours.nargs = {}
+    assert [c.num_warps for c in theirs.prune_configs({})] == [2]
+    assert [c.num_warps for c in ours.prune_configs({})] == [2, 4, 8]
+
+
+def test_fla_gated_chunk_backward_refusal_is_unsupported_not_an_error(monkeypatch):
+    from harness.adapters import fla
+
+    case = LinearCase(1, 2, 64, 32, gate="g", dtype="bf16")
+    monkeypatch.setattr(fla, "_probe", lambda attr: (lambda *a, **k: None, None))
+    monkeypatch.setattr(fla, "gated_chunk_backward_refusal", lambda: "fla refuses the per-step-gate (g) chunk backward")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    reason = get("fla_chunk").supports(case, torch.device("cuda"))
+    assert reason and "fla refuses" in reason
+    assert get("fla_fused_chunk").supports(case, torch.device("cuda")) is None
