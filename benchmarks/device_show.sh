@@ -48,12 +48,12 @@ gate() {  # issue 7: bench saves a baseline; a slowed backend fails bench-compar
                 --attn-preset configs --attn-dtypes bf16 -k "fwd and not fwd+bwd")
     rm -rf .benchmarks
     mkdir -p "$OUT/gate"
-    timeout 150 python3 -m nox --no-venv -s bench -- "${opts[@]}" > "$OUT/gate/1-baseline.log" 2>&1
+    timeout 140 python3 -m nox --no-venv -s bench -- "${opts[@]}" > "$OUT/gate/1-baseline.log" 2>&1
     echo "baseline exit $?" | tee -a "$OUT/gate/1-baseline.log"
-    SLOWED_BACKEND_EXTRA_RUNS=1 timeout 100 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" \
+    SLOWED_BACKEND_EXTRA_RUNS=1 timeout 90 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" \
         > "$OUT/gate/2-slowed.log" 2>&1
     echo "slowed exit $? (must be non-zero)" | tee -a "$OUT/gate/2-slowed.log"
-    timeout 100 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate/3-rerun.log" 2>&1
+    timeout 90 python3 -m nox --no-venv -s bench-compare -- "${opts[@]}" > "$OUT/gate/3-rerun.log" 2>&1
     echo "rerun exit $? (must be 0)" | tee -a "$OUT/gate/3-rerun.log"
     cp -r .benchmarks "$OUT/gate/" 2>/dev/null; tarred gate
 }
@@ -108,6 +108,16 @@ linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel 
     echo "bench_linear_attn exit $?" >> "$OUT/la.log"
     tarred la
     summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
+    ;;
+gate-linear)  # issue 7's gate, then the linear kernel benchmark with FLA (issue 5), in one call
+    setup
+    gate
+    timeout 230 python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 \
+        --dtypes fp16 bf16 --gate gamma --skip-check --time-budget 210 \
+        --backends ours fla_chunk fla_fused --out "$OUT/la" > "$OUT/la.log" 2>&1
+    echo "bench_linear_attn exit $?" >> "$OUT/la.log"
+    tarred la
+    summary "$OUT/la.log" 45
     ;;
 gpu-tests)  # issue 7: the whole sm90 matrix
     setup
