@@ -38,14 +38,14 @@ accept() {  # accept IMPL SECONDS: the training-gqa profile in bf16, with the sp
     # (fp16 too would not fit one call: the speed section takes ~100 s per dtype)
     local name=acc-${1##*:}
     timeout "$2" python3 -m harness accept --impl "$1" --profile training-gqa --device cuda \
-        --dtypes bf16 --jobs 4 --timeout 200 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+        --dtypes bf16 --jobs 7 --timeout 200 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
     echo "accept $1 exit $?" >> "$OUT/$name.log"
     tarred "$name"
 }
 
 gate() {  # issue 7: bench saves a baseline; a slowed backend fails bench-compare; a re-run passes
     local opts=(--attn-impl benchmarks.slowed_backend:attention --attn-backends benchmarks.slowed_backend:attention
-                --attn-preset configs --attn-dtypes bf16 -k "fwd and not fwd+bwd")
+                --attn-preset configs --attn-dtypes bf16 -k "H32- and fwd and not fwd+bwd")
     rm -rf .benchmarks
     mkdir -p "$OUT/gate"
     timeout 140 python3 -m nox --no-venv -s bench -- "${opts[@]}" > "$OUT/gate/1-baseline.log" 2>&1
@@ -108,6 +108,16 @@ linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel 
     echo "bench_linear_attn exit $?" >> "$OUT/la.log"
     tarred la
     summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
+    ;;
+accept-fa4)  # issue 8: flash-attn-4 accepted (bf16, with the speed section), alone
+    setup
+    accept harness.accept.shims:flash_attn_cute 345
+    summary "$OUT/acc-flash_attn_cute.log" 12
+    ;;
+gate)  # issue 7's gate alone
+    setup
+    gate
+    for f in "$OUT"/gate.tgz; do tar xzf "$f" -O --wildcards '*.log' | grep -E "exit|passed|failed|regressed" ; done
     ;;
 gate-linear)  # issue 7's gate, then the linear kernel benchmark with FLA (issue 5), in one call
     setup
