@@ -416,7 +416,10 @@ def _rows(results) -> list[tuple[str, str, str, str, str]]:
             continue
         for r in rs:
             status = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "unsupported": "skip"}[r.status]
-            rows.append((backend, r.case, status, _ratio(r), "" if r.status == "pass" else r.reason))
+            if r.status == "fail" and r.known_issue:
+                status = "known"
+            reason = "" if r.status == "pass" else (f"{r.reason}; {r.known_issue}" if r.known_issue else r.reason)
+            rows.append((backend, r.case, status, _ratio(r), reason))
     return rows
 
 
@@ -433,10 +436,22 @@ def format_table(results, *, width: int = 100) -> str:
 
 
 def _summary(results) -> dict[str, int]:
-    out = {"pass": 0, "fail": 0, "error": 0, "unsupported": 0}
+    out = {"pass": 0, "fail": 0, "error": 0, "unsupported": 0, "known": 0}
     for r in results:
-        out[r.status] += 1
+        out["known" if (r.status == "fail" and r.known_issue) else r.status] += 1
     return out
+
+
+def mark_known_issues(results, cases, device) -> None:
+    """Failures that match a recorded third-party defect (harness.known_issues) get its text."""
+    from harness.known_issues import lookup
+
+    by_id = {c.id: c for c in cases}
+    for r in results:
+        if r.status == "fail" and r.case in by_id:
+            issue = lookup(r.backend, by_id[r.case], device)
+            if issue:
+                r.known_issue = issue.describe()
 
 
 def _meta(args, device, seed, cases, adapters, started, seconds) -> dict:
@@ -496,7 +511,8 @@ def write_reports(
         "",
         f"- verdict: **{'PASS' if exit_code == 0 else 'FAIL'}** "
         f"({summary['pass']} pass, {summary['fail']} fail, "
-        f"{summary['error']} error, {summary['unsupported']} unsupported)",
+        f"{summary['error']} error, {summary['unsupported']} unsupported, "
+        f"{summary['known']} known third-party defects)",
         f"- harness {meta['harness']}, torch {meta['torch']}, triton {meta['triton']}, "
         f"python {meta['python']}",
         f"- device {meta['device']} ({meta['device_name']}), "
@@ -592,6 +608,7 @@ def main(args) -> int:
         progress=not args.no_progress,
         jobs=jobs,
     )
+    mark_known_issues(results, cases, device)
     print(format_table(results))
     summary = _summary(results)
     failed = summary["fail"] + summary["error"] + sum(not c.ok for c in checks)
@@ -600,7 +617,8 @@ def main(args) -> int:
     md, js = write_reports(out, meta, checks, results, exit_code)
     print(
         f"\n{summary['pass']} pass, {summary['fail']} fail, {summary['error']} error, "
-        f"{summary['unsupported']} unsupported; self-checks {sum(c.ok for c in checks)}/{len(checks)} OK"
+        f"{summary['unsupported']} unsupported, {summary['known']} known third-party defects "
+        f"(harness/known_issues.py); self-checks {sum(c.ok for c in checks)}/{len(checks)} OK"
     )
     print(f"reports: {md} and {js}")
     print("verdict: " + ("PASS" if exit_code == 0 else "FAIL (something that should pass did not)"))

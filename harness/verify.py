@@ -114,6 +114,8 @@ class CaseResult:
     properties: list[PropertyResult] = field(default_factory=list)
     seconds: float = 0.0
     error_traceback: str = ""
+    #: set when the failure is a recorded third-party defect (harness.known_issues); status stays "fail"
+    known_issue: str = ""
 
     @property
     def passed(self) -> bool:
@@ -156,6 +158,7 @@ class CaseResult:
             "tensors": [t.to_dict() for t in self.tensors],
             "properties": [p.to_dict() for p in self.properties],
             "error_traceback": self.error_traceback,
+            "known_issue": self.known_issue,
         }
 
     @classmethod
@@ -201,6 +204,7 @@ class CaseResult:
             properties=[PropertyResult(**p) for p in d.get("properties", [])],
             seconds=d.get("seconds", 0.0),
             error_traceback=d.get("error_traceback", ""),
+            known_issue=d.get("known_issue", ""),
         )
 
     def message(self) -> str:
