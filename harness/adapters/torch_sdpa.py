@@ -69,12 +69,26 @@ def _backend(name: str):
 
 
 def _torch_reasons(caught: list[warnings.WarningMessage], err: Exception) -> str:
-    """torch's reasons for refusing a kernel, one sentence each, from its warnings and error."""
-    reasons = []
+    """torch's reasons for refusing a kernel, one sentence each, from its warnings and error.
+
+    torch explains every backend it skipped; the ones skipped only because the harness forced
+    another ("X kernel not used because:" + "X has been runtime disabled.") are dropped, so the
+    reason names what the forced backend itself lacks."""
+    msgs = []
     for w in caught:
         msg = _TRIGGERED.sub("", str(w.message)).strip()
-        if msg and msg not in reasons:
-            reasons.append(msg)
+        if msg and msg not in msgs:
+            msgs.append(msg)
+    reasons, header = [], None
+    for msg in msgs:
+        if msg.endswith("not used because:"):
+            header = msg
+            continue
+        if "has been runtime disabled" in msg:
+            header = None
+            continue
+        reasons.append(f"{header} {msg}" if header else msg)
+        header = None
     text = " ".join(r if r.endswith((".", ":")) else r + "." for r in reasons)
     return text or str(err).strip()
 

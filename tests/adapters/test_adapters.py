@@ -875,3 +875,17 @@ def test_fla_gated_chunk_backward_refusal_is_unsupported_not_an_error(monkeypatc
     reason = get("fla_chunk").supports(case, torch.device("cuda"))
     assert reason and "fla refuses" in reason
     assert get("fla_fused_chunk").supports(case, torch.device("cuda")) is None
+
+
+def test_sdpa_refusal_names_what_the_forced_backend_lacks():
+    """torch explains every skipped backend; the ones the harness disabled itself are noise (the
+    H100 report once read "Memory efficient kernel not used because: ... runtime disabled" first)."""
+    from harness.adapters.torch_sdpa import _torch_reasons
+
+    msgs = ["Memory efficient kernel not used because: (Triggered internally at a.cpp:1.)",
+            "Memory Efficient attention has been runtime disabled.",
+            "Flash attention kernel not used because:", "Flash Attention does not support non-null attn_mask.",
+            "cuDNN attention kernel not used because:", "cuDNN attention has been runtime disabled."]
+    caught = [warnings.WarningMessage(m, UserWarning, "x.py", 1) for m in msgs]
+    assert _torch_reasons(caught, RuntimeError("No available kernel")) == (
+        "Flash attention kernel not used because: Flash Attention does not support non-null attn_mask.")
