@@ -10,8 +10,10 @@ from harness.verify import CaseResult
 CUDNN_CASE = SoftmaxCase(1, 4, 1, 70, 33, 16, causal=True, dtype="bf16")
 
 
-def test_entries_cover_what_was_measured_and_nothing_else():
+def test_entries_cover_what_was_measured_and_nothing_else(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert lookup("sdpa_cudnn", CUDNN_CASE, cuda) and lookup("sdpa", CUDNN_CASE, cuda)
     assert lookup("sdpa_cudnn", CUDNN_CASE, cpu) is None  # measured on the GPU only
     assert lookup("sdpa_flash", CUDNN_CASE, cuda) is None
@@ -21,11 +23,15 @@ def test_entries_cover_what_was_measured_and_nothing_else():
     strong = LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1)
     assert lookup("fla_fused_chunk", strong, cuda) and not lookup("fla_chunk", strong, cuda)
     assert lookup("fla_fused_chunk", LinearCase(1, 2, 63, 32, gate="g", gate_n=1.0), cuda) is None
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert lookup("sdpa_cudnn", CUDNN_CASE, cuda) is None  # measured on sm90 only
     # never the in-repo kernels: their failures are ours to fix
     assert not any({"triton_fa", "triton_la_chunk"} & set(k.backends) for k in KNOWN)
 
 
-def test_main_job_reports_a_known_defect_without_failing_the_run():
+def test_main_job_reports_a_known_defect_without_failing_the_run(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     r = CaseResult("sdpa_cudnn", CUDNN_CASE.id, "softmax", "bf16", "cuda:0", 0, "fail", "out: error 0.7")
     ok = CaseResult("eager", CUDNN_CASE.id, "softmax", "bf16", "cuda:0", 0, "pass")
     main_job.mark_known_issues([r, ok], [CUDNN_CASE], torch.device("cuda", 0))
