@@ -58,6 +58,14 @@ gate() {  # issue 7: bench saves a baseline; a slowed backend fails bench-compar
     cp -r .benchmarks "$OUT/gate/" 2>/dev/null; tarred gate
 }
 
+linear_kernels() {  # linear_kernels SECONDS BUDGET: the in-repo linear kernels against FLA (issue 5)
+    timeout "$1" python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 \
+        --dtypes fp16 bf16 --gate gamma --skip-check --time-budget "$2" \
+        --backends ours fla_chunk fla_fused --out "$OUT/la" > "$OUT/la.log" 2>&1
+    echo "bench_linear_attn exit $?" >> "$OUT/la.log"
+    tarred la
+}
+
 case "$step" in
 fa4a)  # part A of flash-attn-4 (carry .whl-fa4a alone)
     mkdir -p /tmp/fa4a && cp .whl-fa4a/* /tmp/fa4a/ && ls /tmp/fa4a | wc -l
@@ -102,11 +110,7 @@ linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel 
         --target-ms 15 --time-limit 110 --quiet --out "$OUT/lin" > "$OUT/lin.log" 2>&1
     echo "bench exit $?" >> "$OUT/lin.log"
     tarred lin
-    timeout 250 python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 \
-        --dtypes fp16 bf16 --gate gamma --skip-check --time-budget 230 \
-        --backends ours fla_chunk fla_fused --out "$OUT/la" > "$OUT/la.log" 2>&1
-    echo "bench_linear_attn exit $?" >> "$OUT/la.log"
-    tarred la
+    linear_kernels 250 230
     summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
     ;;
 accept-fa4)  # issue 8: flash-attn-4 accepted (bf16, with the speed section), alone
@@ -122,11 +126,7 @@ gate)  # issue 7's gate alone
 gate-linear)  # issue 7's gate, then the linear kernel benchmark with FLA (issue 5), in one call
     setup
     gate
-    timeout 230 python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 \
-        --dtypes fp16 bf16 --gate gamma --skip-check --time-budget 210 \
-        --backends ours fla_chunk fla_fused --out "$OUT/la" > "$OUT/la.log" 2>&1
-    echo "bench_linear_attn exit $?" >> "$OUT/la.log"
-    tarred la
+    linear_kernels 230 210
     summary "$OUT/la.log" 45
     ;;
 gpu-tests)  # issue 7: the whole sm90 matrix
