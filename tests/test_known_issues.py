@@ -1,5 +1,6 @@
 """The list of known third-party defects: what each entry covers, and how a run reports one."""
 
+import pytest
 import torch
 
 from harness import main_job
@@ -10,10 +11,15 @@ from harness.verify import CaseResult
 CUDNN_CASE = SoftmaxCase(1, 4, 1, 70, 33, 16, causal=True, dtype="bf16")
 
 
-def test_entries_cover_what_was_measured_and_nothing_else(monkeypatch):
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+@pytest.fixture
+def on_sm90(monkeypatch):
+    """A CUDA device of the architecture the entries were measured on (an H100), on any machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+
+def test_entries_cover_what_was_measured_and_nothing_else(on_sm90, monkeypatch):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert lookup("sdpa_cudnn", CUDNN_CASE, cuda) and lookup("sdpa", CUDNN_CASE, cuda)
     assert lookup("sdpa_cudnn", CUDNN_CASE, cpu) is None  # measured on the GPU only
     assert lookup("sdpa_flash", CUDNN_CASE, cuda) is None
@@ -29,9 +35,7 @@ def test_entries_cover_what_was_measured_and_nothing_else(monkeypatch):
     assert not any({"triton_fa", "triton_la_chunk"} & set(k.backends) for k in KNOWN)
 
 
-def test_main_job_reports_a_known_defect_without_failing_the_run(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+def test_main_job_reports_a_known_defect_without_failing_the_run(on_sm90):
     r = CaseResult("sdpa_cudnn", CUDNN_CASE.id, "softmax", "bf16", "cuda:0", 0, "fail", "out: error 0.7")
     ok = CaseResult("eager", CUDNN_CASE.id, "softmax", "bf16", "cuda:0", 0, "pass")
     main_job.mark_known_issues([r, ok], [CUDNN_CASE], torch.device("cuda", 0))
