@@ -215,6 +215,22 @@ def time_case(fn, x, mode):
     return do_bench(run, warmup=50, rep=300, return_mode="median")
 
 
+def outputs(fn, x):
+    """out, dq, dk, dv of one fwd+bwd (fp32 copies)."""
+    leaves = [x[n].detach().clone().requires_grad_() for n in ("q", "k", "v")]
+    o, _ = fn(*leaves, g=x["g"], g_gamma=x["g_gamma"])
+    grads = torch.autograd.grad(o, leaves, x["do"])
+    return [t.detach().float() for t in (o, *grads)]
+
+
+def disagreement(fn, ref, x):
+    """Largest rel-RMS difference of out / dq / dk / dv between fn and ref (FLA) at a timed shape.
+    The correctness slice runs default configs at one small shape; this checks the configs that
+    autotune picked for the timed shapes (two fp16 results differ by ~1e-3; a broken config by ~1)."""
+    a, b = outputs(fn, x), outputs(ref, x)
+    return max(float((u - w).norm() / w.norm()) for u, w in zip(a, b))
+
+
 def peak_memory(fn, x):
     """MiB above the inputs: forward peak, activations saved for the backward, backward peak."""
     MiB = 2**20
@@ -299,6 +315,14 @@ def main():
                         row[f"{name}_{mode}_TBps"] = bm[mode] / (ms * 1e-3) / 1e12
                         log(f"  {name:9s} {mode:6s} D={D} {dn} T={T:6d}: {ms:.3f} ms "
                             f"({bm[mode] / (ms * 1e-3) / bw:.0%} of copy bw) [{time.time() - t1:.1f}s]")
+                    ref = next((fns[n] for n in ("fla_chunk", "fla_fused") if n in fns), None)
+                    if name.startswith("ours") and ref is not None:
+                        try:
+                            row[f"{name}_vs_fla"] = d = disagreement(fn, ref, x)
+                            log(f"  {name:9s} vs FLA (out, dq, dk, dv): max rel-RMS difference {d:.1e}"
+                                + ("  <-- DISAGREES" if d > 1e-2 else ""))
+                        except Exception as e:  # noqa: BLE001
+                            log(f"  {name} vs FLA: FAILED {type(e).__name__}: {str(e)[:200]}")
                     if T == max(args.T) and name in ("ours", "fla_chunk", "fla_fused"):
                         try:
                             row.update({f"{name}_{k}": v for k, v in peak_memory(fn, x).items()})
@@ -326,15 +350,16 @@ def main():
     # the short table, last
     names = list(fns)
     fla_names = [n for n in names if n.startswith("fla")]
-    log("\n| D | dtype | T | ours fwd | ours f+b | FLA fwd | FLA f+b | fwd x | f+b x | ours f+b %bw |")
-    log("|---|---|---|---|---|---|---|---|---|---|")
+    log("\n| D | dtype | T | ours fwd | ours f+b | FLA fwd | FLA f+b | fwd x | f+b x | ours fwd %bw | ours f+b %bw | vs FLA |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         of, ob = r.get("ours_fwd_ms", float("nan")), r.get("ours_fwdbwd_ms", float("nan"))
         ff = min((r[f"{n}_fwd_ms"] for n in fla_names), default=float("nan"))
         fb = min((r[f"{n}_fwdbwd_ms"] for n in fla_names), default=float("nan"))
+        pf = r.get("ours_fwd_TBps", float("nan")) * 1e12 / bw
         pct = r.get("ours_fwdbwd_TBps", float("nan")) * 1e12 / bw
         log(f"| {r['D']} | {r['dtype']} | {r['T']} | {of:.3f} | {ob:.3f} | {ff:.3f} | {fb:.3f} | "
-            f"{ff / of:.2f} | {fb / ob:.2f} | {pct:.0%} |")
+            f"{ff / of:.2f} | {fb / ob:.2f} | {pf:.0%} | {pct:.0%} | {r.get('ours_vs_fla', float('nan')):.0e} |")
     variants = [n for n in names if n.startswith("ours_")]
     if variants:
         log("\n| D | dtype | T | " + " | ".join(f"{n} fwd | {n} f+b | f+b x FLA" for n in variants) + " |")

@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | correctness | accept-ours | fa-sweep | fa-sweep-rest | linear | gpu-tests
+# Steps: fa4a | correctness | accept-ours | accept-fa4 | gate | gate-linear | fa-sweep | fa-sweep-rest |
+#        linear | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -58,8 +59,9 @@ gate() {  # issue 7: bench saves a baseline; a slowed backend fails bench-compar
     cp -r .benchmarks "$OUT/gate/" 2>/dev/null; tarred gate
 }
 
-linear_kernels() {  # linear_kernels SECONDS BUDGET: the in-repo linear kernels against FLA (issue 5)
-    timeout "$1" python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 \
+linear_kernels() {  # linear_kernels SECONDS BUDGET [DIMS]: the in-repo linear kernels against FLA (issue 5)
+    # shellcheck disable=SC2086  # DIMS is a list
+    timeout "$1" python3 benchmarks/bench_linear_attn.py --dims ${3:-64 128} --T 1024 2048 4096 8192 16384 \
         --dtypes fp16 bf16 --gate gamma --skip-check --time-budget "$2" \
         --backends ours fla_chunk fla_fused --out "$OUT/la" > "$OUT/la.log" 2>&1
     echo "bench_linear_attn exit $?" >> "$OUT/la.log"
@@ -113,6 +115,11 @@ linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel 
     linear_kernels 250 230
     summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
     ;;
+linear-kernels)  # issue 5 alone: `linear-kernels 64` or `linear-kernels 128`, fp16 + bf16, T 1k-16k, with FLA
+    setup
+    linear_kernels 570 540 "${2:-64}"
+    summary "$OUT/la.log" 40
+    ;;
 accept-fa4)  # issue 8: flash-attn-4 accepted (bf16, with the speed section), alone
     setup
     accept harness.accept.shims:flash_attn_cute 345
@@ -129,12 +136,15 @@ gate-linear)  # issue 7's gate, then the linear kernel benchmark with FLA (issue
     linear_kernels 230 210
     summary "$OUT/la.log" 45
     ;;
-gpu-tests)  # issue 7: the whole sm90 matrix
+gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup
     start=$(date +%s)
-    timeout 570 python3 -m nox --no-venv -s gpu-tests > "$OUT/gpu-tests.log" 2>&1
-    echo "nox gpu-tests exit $? after $(( $(date +%s) - start )) s" >> "$OUT/gpu-tests.log"
-    grep -E "^nox > (Session|Ran)|passed|failed|error" "$OUT/gpu-tests.log" | tail -n 40
+    session=gpu-tests
+    [ -n "${2:-}" ] && session="gpu-tests(dtype='$2', arch='sm90')"
+    # SIGINT, not SIGTERM, at the limit: pytest then still prints its summary and the slowest tests
+    timeout -s INT 560 python3 -m nox --no-venv -s "$session" -- --durations=40 > "$OUT/gpu-tests.log" 2>&1
+    echo "nox $session exit $? after $(( $(date +%s) - start )) s" >> "$OUT/gpu-tests.log"
+    grep -E "^nox > (Session|Ran)|passed|failed|error|^[0-9.]+s (call|setup)" "$OUT/gpu-tests.log" | tail -n 60
     ;;
 *)
     echo "unknown step $step" >&2; exit 2

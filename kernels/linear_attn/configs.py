@@ -48,7 +48,7 @@ def _smem_bytes(BT: int, KD: int, BV: int, elt: int, stages: int, extra_tiles: i
 
 
 def prune_by_resources(configs, named_args, **kwargs):
-    """Autotune pruning: drop configs that cannot fit; keeps at least one (the smallest)."""
+    """Autotune pruning of the forward: drop configs that cannot fit; keeps at least one (the smallest)."""
     a = {**named_args, **kwargs}
     KD, BT = a["KD"], a["BT"]
     elt = a["q"].element_size()
@@ -57,14 +57,14 @@ def prune_by_resources(configs, named_args, **kwargs):
         BV = c.kwargs.get("BV", a.get("BV"))
         if BV is None or BV > a["VD"]:
             continue
-        # fp32 state registers per thread; ptxas (sm_90, docs/perf/linear_attn.md): over 32 or
-        # 4 warps at K=128 spill (250-900 bytes a thread), everything else is spill-free
-        regs_state = KD * BV / (32 * c.num_warps)
-        if regs_state > 32 or (c.num_warps == 4 and KD > 64):
+        # the fp32 state [KD, BV] in registers; ptxas for sm_90a (benchmarks/ptxas_report.py): spill-free
+        # up to 128 x 64 elements and 64 a thread (4 warps at 128 x 64: 255 regs, 0 spill); 128 x 128
+        # (8 warps) and 256 x 64 spill 4-576 bytes a thread
+        if KD * BV > 128 * 64 or KD * BV / (32 * c.num_warps) > 64:
             continue
         if BT * BT / (32 * c.num_warps) > 64:  # the [BT, BT] score block: BT=128 needs 8 warps
             continue
-        if _smem_bytes(BT, KD, BV, elt, max(c.num_stages, 1), 1) > SMEM_BUDGET:
+        if _smem_bytes(BT, KD, BV, elt, max(c.num_stages, 1), 0) > SMEM_BUDGET:
             continue
         ok.append(c)
     if not ok:
@@ -73,9 +73,12 @@ def prune_by_resources(configs, named_args, **kwargs):
 
 
 def _fwd_list():
-    # from ptxas -v on sm_90 (docs/perf/linear_attn.md): K=V=64 runs spill-free at BV=32/4 warps
-    # and BV=64/8 warps; at 128 every choice spills some, least with 8 warps.
-    return [(32, 4, 2), (32, 4, 3), (64, 8, 2), (32, 8, 2), (64, 4, 2), (128, 8, 2)]
+    # (BV, warps, stages). Every one spill-free at K = V = 64 and 128 on sm_90a with its loads
+    # pipelined (benchmarks/ptxas_report.py, table in docs/perf/linear_attn.md). BV = V (one program
+    # per head: q, k read once, as FLA's fused kernel) against BV = V/2 (twice the programs, q and k
+    # read twice, the second time from L2); 3-4 stages keep 2-3 chunks of loads in flight.
+    return [(32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 2), (64, 8, 3),
+            (32, 8, 3), (128, 8, 2)]
 
 
 def fwd_configs():
@@ -88,17 +91,17 @@ def fwd_configs():
 def bwd_configs():
     """Backward (dq walk + dk/dv walk in one launch): BV is fixed by the launcher (it sizes the
     partial-dk buffer), so only warps and pipeline depth are searched."""
-    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((8, 1), (8, 2), (4, 1), (4, 2), (16, 1))]
+    # 16 warps cap a thread at 128 registers: 136-1008 bytes of spill in every plan (ptxas_report.py)
+    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((8, 1), (8, 2), (4, 1), (4, 2))]
 
 
 def prune_bwd(configs, named_args, **kwargs):
-    """The backward walks hold a dS block and two [BT, BT] blocks in fp32: 4 warps only while a
-    program's state is at most 64 x 64 (ptxas, fused 64 x 64: 260-528 bytes of spill at 4 warps,
-    16 at 8), else 8."""
+    """The fused walk holds dS [K, V] and two [BT, BT] blocks in fp32: 4 warps spill from 64 x 64
+    (16-112 bytes a thread, benchmarks/ptxas_report.py), so only 8 there. The split walks (dS
+    [K, 64] or [64, V]) are spill-free at 4 and 8 warps."""
     a = {**named_args, **kwargs}
-    big = (a["K"] * a["V"] if not a["SPLIT"] else a["K"] * a["BV"]) > 64 * 64
-    # 16 warps at 128 x 64: 128 registers a thread, 1.1 KB spilled (ptxas); 8 warps: 20-64 bytes
-    ok = [c for c in configs if (c.num_warps == 8 if big else c.num_warps <= 8)]
+    big_fused = not a["SPLIT"] and a["K"] * a["V"] > 32 * 32
+    ok = [c for c in configs if c.num_warps == 8 or not big_fused]
     return ok or configs[:1]
 
 
