@@ -254,6 +254,63 @@ def peak_memory(fn, x):
     return {"fwd_peak_MiB": fwd_peak / MiB, "saved_MiB": saved / MiB, "bwd_peak_MiB": bwd_peak / MiB}
 
 
+def sweep(args, fns):
+    """--sweep: every launch config of ours, forced one at a time (no autotune), forward with each
+    decay placement and fwd+bwd per backward config, beside FLA, at each D / dtype / T; prints
+    the ranking. Which config autotune should find, measured in one run."""
+    from kernels.linear_attn import configs as cfg
+
+    gate = {"gamma": "gamma", "g": 1.0, "none": None}[args.gate]
+    ours, ref = ours_fn(), next((fns[n] for n in ("fla_chunk", "fla_fused") if n in fns), None)
+    out = []
+    for D in args.dims:
+        for dn in args.dtypes:
+            for T in args.T:
+                x = inputs(args.B, T, args.H, D, D, DTYPES[dn], gate, seed=T)
+                res = {n: time_case(f, x, m) for n, f in fns.items() if n.startswith("fla") for m in ("fwd",)}
+                for n, f in fns.items():
+                    if n.startswith("fla"):
+                        res[f"{n} fwd+bwd"] = time_case(f, x, "fwdbwd")
+                plan = cfg.bwd_plan(D, D)
+                fwd_list = [c for c in cfg.fwd_configs() if c.kwargs["BV"] <= D]
+                try:
+                    for c in fwd_list:
+                        for dv in (True, False):
+                            cfg.FWD_DECAY_V = dv
+                            over = dict(BV=c.kwargs["BV"], num_warps=c.num_warps, num_stages=c.num_stages)
+                            cfg.CONFIG_OVERRIDE = {"fwd": over}
+                            name = f"ours fwd BV{over['BV']} w{c.num_warps} s{c.num_stages} decay-{'v' if dv else 'k'}"
+                            try:
+                                res[name] = time_case(ours, x, "fwd")
+                                if ref is not None:
+                                    d = disagreement(ours, ref, x)
+                                    if d > 1e-2:
+                                        name_bad = name + f" DISAGREES {d:.1e}"
+                                        res[name_bad] = res.pop(name)
+                            except Exception as e:  # noqa: BLE001
+                                log(f"{name}: FAILED {type(e).__name__}: {str(e)[:150]}")
+                    cfg.FWD_DECAY_V = True
+                    for c in cfg.bwd_configs():
+                        if c.num_warps == 4 and not plan["SPLIT"] and D * D > 64 * 64:
+                            continue
+                        cfg.CONFIG_OVERRIDE = {"bwd": dict(num_warps=c.num_warps, num_stages=c.num_stages)}
+                        name = f"ours fwd+bwd (bwd w{c.num_warps} s{c.num_stages})"
+                        try:
+                            res[name] = time_case(ours, x, "fwdbwd")
+                        except Exception as e:  # noqa: BLE001
+                            log(f"{name}: FAILED {type(e).__name__}: {str(e)[:150]}")
+                finally:
+                    cfg.CONFIG_OVERRIDE = None
+                    cfg.FWD_DECAY_V = True
+                log(f"sweep D={D} {dn} T={T}:")
+                for name, ms in sorted(res.items(), key=lambda kv: (("fwd+bwd" in kv[0]), kv[1])):
+                    log(f"  {ms:8.3f} ms  {name}")
+                out.append(dict(D=D, dtype=dn, T=T, ms=res))
+                with open(os.path.join(args.out, "sweep_linear_attn.json"), "w") as fh:
+                    json.dump(out, fh, indent=1)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dims", type=int, nargs="+", default=[64, 128])
@@ -274,6 +331,8 @@ def main():
     ap.add_argument("--backends", nargs="+", default=["ours", "fla_chunk", "fla_fused"],
                     help="also: ours_alt (backward all split, 32-wide blocks), ours_bt128 (128-row chunks)")
     ap.add_argument("--out", default=os.environ.get("OUT", "reports"), help="folder for the JSON results")
+    ap.add_argument("--sweep", action="store_true",
+                    help="time every launch config of ours (forced, no autotune) beside FLA instead of the table")
     args = ap.parse_args()
 
     import triton
@@ -285,6 +344,9 @@ def main():
                cuda=torch.version.cuda)
     log("env:", json.dumps(env))
     os.makedirs(args.out, exist_ok=True)
+    if args.sweep:
+        sweep(args, fns)
+        return
     t0 = time.time()
     check = [] if args.skip_check else correctness(args, fns)
     log(f"correctness slice: {time.time() - t0:.0f}s")

@@ -64,7 +64,7 @@ def _fwd_walk(
     scale, T, i_v, i_b, i_h, s_h0k, s_h0v,
     H: tl.constexpr, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, DECAY_V: tl.constexpr = False,
 ):
     """o[:, block i_v] for one (batch, head): q, k [T, KD], v, o [T, VD] rows H*dim apart.
     ROW_DOT (the dq walk when g needs a gradient): also adds the inter-chunk q.dq term
@@ -123,14 +123,21 @@ def _fwd_walk(
             p_r = rdot + (i_b * T + t0 + o_t).to(tl.int64) * H + i_h
             tl.atomic_add(p_r, b_rd, mask=t0 + o_t < T, sem="relaxed")
 
-        if GATE > 0:
+        if GATE > 0 and ROW_DOT:
             b_kd32 = b_k * tl.exp(b_last - b_b)[:, None]
             b_kd = b_kd32.to(dt)
-            b_S = b_S * tl.exp(b_last) + tl.dot(tl.trans(b_kd), b_v, input_precision=PREC)
-            if ROW_DOT:
-                # the gate gradient's terms cancel over the sequence: they need the state exact to
-                # fp32, so add what rounding the decayed keys to the input dtype dropped
-                b_S += tl.dot(tl.trans((b_kd32 - b_kd.to(tl.float32)).to(dt)), b_v, input_precision=PREC)
+            b_S = tl.dot(tl.trans(b_kd), b_v, b_S * tl.exp(b_last), input_precision=PREC)
+            # the gate gradient's terms cancel over the sequence: they need the state exact to
+            # fp32, so add what rounding the decayed keys to the input dtype dropped
+            b_S = tl.dot(tl.trans((b_kd32 - b_kd.to(tl.float32)).to(dt)), b_v, b_S, input_precision=PREC)
+        elif GATE > 0 and DECAY_V:
+            # decay the values ([BT, BV]) rather than the keys ([BT, KD]): k stays the operand it was
+            # loaded as, and the state accumulates in the tensor cores
+            b_vd = (b_v * tl.exp(b_last - b_b)[:, None]).to(dt)
+            b_S = tl.dot(tl.trans(b_k), b_vd, b_S * tl.exp(b_last), input_precision=PREC)
+        elif GATE > 0:
+            b_kd = (b_k * tl.exp(b_last - b_b)[:, None]).to(dt)
+            b_S = tl.dot(tl.trans(b_kd), b_v, b_S * tl.exp(b_last), input_precision=PREC)
         else:
             b_S = tl.dot(tl.trans(b_k), b_v, b_S, input_precision=PREC)
 
@@ -372,14 +379,14 @@ def _fwd_kernel(
     scale, T, TB, s_h0k, s_h0v,
     H: tl.constexpr, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, DECAY_V: tl.constexpr,
 ):
     # TB (a power-of-two bucket of T) is only an autotune key. Adjacent programs share a head, so the q/k tiles re-read per V block come from L2
     NV: tl.constexpr = VD // BV
     pid = tl.program_id(0)
     i_v, i_bh = pid % NV, pid // NV
     _fwd_walk(q, k, v, g, g_gamma, h0, o, ht, x, rdot, scale, T, i_v, i_bh // H, i_bh % H,
-              s_h0k, s_h0v, H, KD, VD, BT, BV, GATE, USE_H0, STORE_HT, ROW_DOT, PREC, NT_INTERP)
+              s_h0k, s_h0v, H, KD, VD, BT, BV, GATE, USE_H0, STORE_HT, ROW_DOT, PREC, NT_INTERP, DECAY_V)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -435,7 +442,7 @@ def _zero_rdot(nargs, reset_only=False):
 
 if not cfg.INTERPRET:
     _fwd_kernel_tuned = triton.autotune(
-        configs=cfg.fwd_configs(), key=["TB", "H", "KD", "VD", "BT", "GATE", "USE_H0", "STORE_HT"],
+        configs=cfg.fwd_configs(), key=["TB", "H", "KD", "VD", "BT", "GATE", "USE_H0", "STORE_HT", "DECAY_V"],
         prune_configs_by={"early_config_prune": cfg.prune_by_resources},
     )(_fwd_kernel)
     _bwd_kernel_tuned = triton.autotune(
@@ -512,9 +519,12 @@ def chunk_linear_attn_fwd(q, k, v, g, g_gamma, scale, initial_state, output_fina
     ht = q.new_empty(B, H, K, V, dtype=torch.float32) if output_final_state else None
     args = dict(scale=scale, T=T, TB=_t_bucket(T), s_h0k=V, s_h0v=1, H=H, KD=K, VD=V, BT=BT, GATE=GATE,
                 USE_H0=initial_state is not None, STORE_HT=output_final_state, ROW_DOT=False,
-                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT))
+                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), DECAY_V=cfg.FWD_DECAY_V)
     ptrs = (q, k, v, gp, gg, initial_state, o, ht, None, None)
-    if cfg.INTERPRET or not cfg.AUTOTUNE:
+    if cfg.CONFIG_OVERRIDE is not None and "fwd" in cfg.CONFIG_OVERRIDE:
+        c = cfg.CONFIG_OVERRIDE["fwd"]
+        _fwd_kernel[(B * H * (V // c["BV"]),)](*ptrs, **args, **c)
+    elif cfg.INTERPRET or not cfg.AUTOTUNE:
         c = cfg.default_fwd_config(K, V, BT)
         _fwd_kernel[(B * H * (V // c["BV"]),)](*ptrs, **args, **c)
     else:
@@ -543,7 +553,9 @@ def chunk_linear_attn_bwd(q, k, v, g, g_gamma, scale, initial_state, do, dht, ch
     hT = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32) if need_dg else None
     ptrs = (q, k, v, gp, gg, initial_state, do, dht, dq, dk, dv, dh0, rdot, hT)
     grid = (B * H * (NV + NKD + NK),)
-    if cfg.INTERPRET or not cfg.AUTOTUNE:
+    if cfg.CONFIG_OVERRIDE is not None and "bwd" in cfg.CONFIG_OVERRIDE:
+        _bwd_kernel[grid](*ptrs, **args, **cfg.CONFIG_OVERRIDE["bwd"])
+    elif cfg.INTERPRET or not cfg.AUTOTUNE:
         _bwd_kernel[grid](*ptrs, **args, **cfg.default_bwd_config(K, V, BT))
     else:
         _bwd_kernel_tuned[grid](*ptrs, **args)

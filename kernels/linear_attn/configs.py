@@ -96,11 +96,12 @@ def bwd_configs():
 
 
 def prune_bwd(configs, named_args, **kwargs):
-    """The fused walk holds dS [K, V] and two [BT, BT] blocks in fp32: 4 warps spill from 64 x 64
-    (16-112 bytes a thread, benchmarks/ptxas_report.py), so only 8 there. The split walks (dS
-    [K, 64] or [64, V]) are spill-free at 4 and 8 warps."""
+    """The fused walk holds dS [K, V] and two [BT, BT] blocks in fp32. At 64 x 64, 4 warps spill 16-112
+    bytes a thread (benchmarks/ptxas_report.py) but fit 2 programs an SM: session 3 dropped them and
+    fwd+bwd went from 1.54 to 2.10 ms (T=16k, docs/perf/linear_attn.md), so they stay; past 64 x 64
+    (never planned: bwd_plan splits) 8 only. The split walks are spill-free at 4 and 8 warps."""
     a = {**named_args, **kwargs}
-    big_fused = not a["SPLIT"] and a["K"] * a["V"] > 32 * 32
+    big_fused = not a["SPLIT"] and a["K"] * a["V"] > 64 * 64
     ok = [c for c in configs if c.num_warps == 8 or not big_fused]
     return ok or configs[:1]
 
@@ -121,8 +122,14 @@ def bwd_plan(K: int, V: int, BT: int = 64) -> dict:
     return {"SPLIT": True, "BV": min(V, blk), "BKD": min(K, blk), "BK": min(K, blk)}
 
 
-# The benchmark sets this to compare plans in one process (dict like bwd_plan's result).
+# The benchmark sets these to compare launch choices in one process: PLAN_OVERRIDE a dict like
+# bwd_plan's result; CONFIG_OVERRIDE {"fwd": {"BV", "num_warps", "num_stages"}, "bwd": {"num_warps",
+# "num_stages"}} (either key) launches that config instead of autotuning.
 PLAN_OVERRIDE = None
+CONFIG_OVERRIDE = None
+# Forward state update with a decay: scale the values (True) or the keys (False) by the decay to the
+# chunk's end before k^T v. Same arithmetic; which is faster is measured (docs/perf/linear_attn.md).
+FWD_DECAY_V = True
 
 
 # Used under the interpreter (no autotune search there) and as the GPU fallback.
