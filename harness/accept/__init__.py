@@ -9,8 +9,15 @@ The callable follows the adapters' contract (flash-attn's signature for softmax,
 checks (:mod:`.anticheat`); on CUDA the speed section follows (:mod:`.speed`). The report
 (:mod:`.report`) goes to ``--out`` as report.md and report.json.
 
-Exit status: 0 accepted, 1 rejected, 2 usage error (bad arguments, a callable that does not
-import; the message says which).
+Exit status: 0 accepted, 1 rejected or incomplete, 2 usage error (bad arguments, a callable that
+does not import; the message says which).
+
+Interrupts. An outer time limit (GNU ``timeout``, a CI job's cancel: SIGTERM) or Ctrl-C stops the
+run as the main job's does (``harness/main_job.py``): no case starts any more, the running ones'
+children are killed, and the report is still written, the finished cases as they are and every
+other case "not run"; its verdict is INCOMPLETE (never ACCEPTED) and the exit status 1. Only the
+first SIGTERM interrupts (GNU timeout signals the process, then its whole group); the previous
+SIGTERM handler is back when :func:`main` returns.
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ import argparse
 import os
 import secrets
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +40,8 @@ from harness.accept.isolation import DEFAULT_TIMEOUT_S, Isolator
 from harness.accept.profiles import PROFILES, resolve
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+#: An interrupted run (SIGTERM, Ctrl-C): 1, as the main job's (``python -m harness run``).
+EXIT_INCOMPLETE = EXIT_REJECTED
 DEFAULT_PROFILE = "training-gqa"
 DEFAULT_OUT = "accept-report"
 #: --seed bound: seeds are drawn below this so any seed fits an int64 with offsets added.
@@ -154,15 +165,49 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+class _Sigterm:
+    """After :meth:`install` (main thread only): the first SIGTERM raises KeyboardInterrupt("SIGTERM")
+    as long as :attr:`armed`, later ones are ignored. GNU timeout signals the process and then its
+    whole group, a CI cancel may signal twice: only the first interrupts, the report is written while
+    the rest are ignored (``harness/main_job.py``'s ``_interrupt``). :meth:`restore` puts the previous
+    handler back: the command may run in-process (tests)."""
+
+    def __init__(self):
+        self.armed = True
+        self.received = False
+        self._previous = None
+        self._installed = False
+
+    def _handle(self, signum, frame):
+        if self.received:
+            return
+        self.received = True
+        if self.armed:
+            raise KeyboardInterrupt("SIGTERM")
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # signal.signal's requirement
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+
+    def restore(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
+            self._installed = False
+
+
 def main(args) -> int:
+    sigterm = _Sigterm()
     try:
-        return _main(args)
+        return _main(args, sigterm)
     except _Usage as e:
         print(f"python -m harness accept: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        sigterm.restore()
 
 
-def _main(args) -> int:
+def _main(args, sigterm: _Sigterm) -> int:
     t_start = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     device = _device(args.device)
@@ -204,28 +249,16 @@ def _main(args) -> int:
     method = args.start_method or ("spawn" if device == "cuda" else None)
     iso = Isolator(out_dir, start_method=method)
 
-    # The callable is imported in a child too: a module that crashes or hangs on import cannot
-    # take the command down, and the parent never imports vendor code.
-    probe = iso.run({"task": "probe", "impl": args.impl, "family": args.family, "device": device},
-                    timeout=args.timeout, name="probe")
-    if probe.kind == "usage_error":
-        raise _Usage(f"--impl {args.impl}: {probe.reason}")
-    if not probe.ok:
-        raise _Usage(f"--impl {args.impl}: loading the callable failed: {probe.reason}"
-                     + (f"\n{probe.traceback.strip()}" if probe.traceback else f"\n{probe.log_tail}"))
-    info = probe.result
     n_seeds = 1 if args.seed is not None else (args.seeds or profile.seeds)
     base_seed = args.base_seed if args.base_seed is not None else secrets.randbelow(MAX_SEED)
     seeds = [args.seed] if args.seed is not None else [base_seed + i for i in range(n_seeds)]
-    dev = info["device"]
-    device_words = f"{dev['name']} ({dev.get('capability', '')}, cuda)" if dev["type"] == "cuda" else f"cpu ({dev['name']})"
-    _say(f"accept {args.impl} ({args.family}) on {device_words}: profile {profile.name}, {len(cases)} case(s), "
-         f"seeds {seeds if len(seeds) < 4 else f'{seeds[0]}..{seeds[-1]}'}")
-    if note:
-        _say(note)
-
     # CPU cases are tiny: one thread per parallel child avoids oversubscribing the cores.
     threads = max(1, (os.cpu_count() or 1) // args.jobs) if device == "cpu" else None
+
+    def replay_of(case):
+        def replay(seed):
+            return _command(args, case=case.id, seed=seeds[0] if seed is None else seed, out=out_dir / "replay")
+        return replay
 
     def run_case(i_case):
         i, case = i_case
@@ -234,24 +267,80 @@ def _main(args) -> int:
         req = {"task": "case", "impl": args.impl, "family": args.family, "case": case_to_dict(case),
                "device": device, "seeds": seeds, "backward": profile.backward, "threads": threads}
         outcome = iso.run(req, timeout=args.timeout, name=f"{i:03d}-{case.id}")
-
-        def replay(seed):
-            return _command(args, case=case.id, seed=seeds[0] if seed is None else seed,
-                            out=out_dir / "replay")
-
-        entry = R.judge_case(case, outcome, profile, replay)
-        try:
-            entry["log"] = os.path.relpath(outcome.log_path, out_dir)
-        except ValueError:
-            pass
-        _say(f"[{i + 1}/{len(cases)}] {case.id}: {entry['status'].upper()}"
-             + (f" - {entry['reason'][:160]}" if entry["reason"] else "") + f" ({outcome.seconds:.1f} s)")
+        if outcome.kind == "interrupted":
+            entry = R.not_run_case(case, profile, outcome.reason, replay_of(case), seconds=outcome.seconds)
+        else:
+            entry = R.judge_case(case, outcome, profile, replay_of(case))
+        entry["log"] = None
+        if outcome.log_path:
+            try:
+                entry["log"] = os.path.relpath(outcome.log_path, out_dir)
+            except ValueError:
+                entry["log"] = outcome.log_path
+        if outcome.kind != "interrupted" or outcome.seconds:
+            _say(f"[{i + 1}/{len(cases)}] {case.id}: {entry['status'].upper()}"
+                 + (f" - {entry['reason'][:160]}" if entry["reason"] else "") + f" ({outcome.seconds:.1f} s)")
         return entry
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        entries = list(pool.map(run_case, enumerate(cases)))
+    info: dict = {}
+    device_words = f"{device} (not probed: the run was interrupted first)"
+    futures: list = []  # index i: case i's
+    speed = None
+    interrupted = None
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        # A time limit (timeout, a CI job's cancel) sends SIGTERM: report what finished instead of nothing.
+        sigterm.install()
+        # The callable is imported in a child too: a module that crashes or hangs on import cannot
+        # take the command down, and the parent never imports vendor code.
+        probe = iso.run({"task": "probe", "impl": args.impl, "family": args.family, "device": device},
+                        timeout=args.timeout, name="probe")
+        if probe.kind == "interrupted":
+            raise KeyboardInterrupt(iso.interrupted)
+        if probe.kind == "usage_error":
+            raise _Usage(f"--impl {args.impl}: {probe.reason}")
+        if not probe.ok:
+            raise _Usage(f"--impl {args.impl}: loading the callable failed: {probe.reason}"
+                         + (f"\n{probe.traceback.strip()}" if probe.traceback else f"\n{probe.log_tail}"))
+        info = probe.result
+        dev = info["device"]
+        device_words = (f"{dev['name']} ({dev.get('capability', '')}, cuda)" if dev["type"] == "cuda"
+                        else f"cpu ({dev['name']})")
+        _say(f"accept {args.impl} ({args.family}) on {device_words}: profile {profile.name}, {len(cases)} case(s), "
+             f"seeds {seeds if len(seeds) < 4 else f'{seeds[0]}..{seeds[-1]}'}")
+        if note:
+            _say(note)
 
-    speed = _speed_section(args, iso, profile, device, base_seed, out_dir)
+        for ic in enumerate(cases):
+            futures.append(pool.submit(run_case, ic))
+        pending = set(futures)
+        while pending:
+            # A timed wait: the main thread gets to run a signal handler within a fraction of a second.
+            _, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+        speed = _speed_section(args, iso, profile, device, base_seed, out_dir)
+        sigterm.armed = False  # done: a SIGTERM from now on is ignored while the report is written
+    except KeyboardInterrupt as e:
+        sigterm.armed = False  # a later SIGTERM must not break the report
+        why = str(e.args[0]) if e.args else ""
+        interrupted = why if why.startswith("interrupted") else \
+            "interrupted (SIGTERM)" if why == "SIGTERM" else "interrupted (Ctrl-C)"
+        iso.interrupt(interrupted)  # no case starts any more; the running children are killed
+        _say(f"\n{interrupted}: stopping; the report marks every unfinished case as not run")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    entries = []
+    for i, case in enumerate(cases):
+        f = futures[i] if i < len(futures) else None
+        if f is not None and f.done() and not f.cancelled() and (interrupted is None or f.exception() is None):
+            entries.append(f.result())
+        else:
+            why = f"not run: {interrupted}" if f is None or f.cancelled() or f.exception() is None else \
+                f"not run: {interrupted} ({type(f.exception()).__name__}: {f.exception()})"
+            entries.append(R.not_run_case(case, profile, why, replay_of(case)))
+    if speed is None:
+        speed = {"status": "not measured", "reason": interrupted or "not run"}
+    dev = info.get("device") or {"type": device, "name": "not probed"}
     run = {
         "impl": args.impl, "family": args.family, "device": device, "device_words": device_words,
         "device_info": dev, "profile_requested": args.profile, "profile_note": note,
@@ -262,18 +351,20 @@ def _main(args) -> int:
         "command": _command(args, base_seed=None if args.seed is not None else base_seed),
         "argv": sys.argv, "cwd": os.getcwd(), "timeout_s": args.timeout, "start_method": iso.start_method,
         "started": started, "seconds": round(time.perf_counter() - t_start, 1),
-        "versions": info["versions"], "harness": f"attn-harness {_harness_version()}, git {_git_commit()}",
+        "versions": info.get("versions") or {}, "harness": f"attn-harness {_harness_version()}, git {_git_commit()}",
         "module_file": info.get("module_file"), "module_sha256": info.get("module_sha256"),
         "module_version": info.get("module_version"), "capabilities": info.get("capabilities"),
-        "differentiable": info.get("differentiable"),
+        "differentiable": info.get("differentiable"), "interrupted": interrupted,
     }
-    rep = R.build(run=run, profile=profile, cases=entries, speed=speed)
+    rep = R.build(run=run, profile=profile, cases=entries, speed=speed, interrupted=interrupted)
     j, m = R.write(out_dir, rep)
     iso.cleanup()
     _say(f"{rep['verdict']}" + (f" ({len(rep['reasons'])} reason(s))" if rep["reasons"] else "") + f"; report: {m} and {j}")
     for r in rep["reasons"][:10]:
         _say(f"  - {r[:300]}")
-    return EXIT_ACCEPTED if rep["verdict"] == R.ACCEPTED else EXIT_REJECTED
+    if rep["verdict"] == R.ACCEPTED:
+        return EXIT_ACCEPTED
+    return EXIT_INCOMPLETE if rep["verdict"] == R.INCOMPLETE else EXIT_REJECTED
 
 
 def _harness_version() -> str:

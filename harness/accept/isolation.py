@@ -13,7 +13,16 @@ and stderr go to a log file per task, whose tail explains a crash.
 
 Outcomes: the child's result; or ``crash`` (killed by a signal, e.g. SIGABRT / SIGSEGV, or exited
 without a result), ``timeout`` (no result within the limit: killed with SIGKILL), ``exception``
-(the task raised; the traceback is kept).
+(the task raised; the traceback is kept), ``interrupted`` (the run was stopped, :meth:`Isolator.interrupt`:
+the child was killed, or never started).
+
+Interrupts. An outer time limit (GNU ``timeout``, a CI job's cancel) or Ctrl-C stops the command:
+:meth:`Isolator.interrupt` (called by the command, from any thread) refuses every later task and
+kills every running child, whose waiting thread then returns ``interrupted``. GNU timeout also
+signals the whole process group and a terminal's Ctrl-C reaches it too, so a child may die of
+SIGTERM (or raise KeyboardInterrupt, or lose its fork server to that signal) a moment before the
+parent has handled its own signal: such an outcome waits up to :data:`INTERRUPT_GRACE_S` for the
+interrupt and is then ``interrupted``, not a crash.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import os
 import re
 import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +49,19 @@ KILL_GRACE_S = 10.0
 PRELOAD = ["torch", "torch._inductor", "harness.verify", "harness.accept.worker"]
 #: Characters of the child's log kept in a failure's reason / the report.
 LOG_TAIL_CHARS = 2000
+#: Seconds a child that died of SIGTERM / SIGINT (or raised KeyboardInterrupt) waits for the
+#: parent's own interrupt: the signal of a time limit reaches the whole process group at once.
+INTERRUPT_GRACE_S = 2.0
+#: Exit statuses of a child the signal of an interrupt may have stopped: SIGTERM (a time limit), SIGINT
+#: (Ctrl-C), and 255: what multiprocessing reports when the fork server (in the same process group)
+#: died before it could pass the child's status on.
+_INTERRUPT_EXITCODES = (-signal.SIGTERM, -signal.SIGINT, 255)
 
 
 @dataclass
 class ChildOutcome:
-    """What came back from one child. ``kind``: "ok", "usage_error", "exception", "crash", "timeout"."""
+    """What came back from one child. ``kind``: "ok", "usage_error", "exception", "crash", "timeout",
+    "interrupted" (the run was stopped: the child was killed, or never started)."""
 
     kind: str
     result: dict | None
@@ -85,6 +103,13 @@ def _signal_name(code: int) -> str:
         return f"signal {code}"
 
 
+def _kill(proc) -> None:
+    try:
+        proc.kill()
+    except (OSError, ValueError, AttributeError):  # already reaped / closed / not started
+        pass
+
+
 class Isolator:
     """Runs worker tasks in child processes. ``workdir`` receives logs/ and the result files."""
 
@@ -97,6 +122,26 @@ class Isolator:
         self.ctx = mp.get_context(self.start_method)
         if self.start_method == "forkserver":
             self.ctx.set_forkserver_preload(PRELOAD)
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._lock = threading.Lock()
+        self._live: set = set()  # children started and not yet reaped
+
+    @property
+    def interrupted(self) -> str | None:
+        """Why the run was stopped (:meth:`interrupt`), or None."""
+        return self._stop_reason if self._stop.is_set() else None
+
+    def interrupt(self, reason: str = "interrupted") -> None:
+        """Stop the run, from any thread: no child starts any more, every running child is killed
+        (SIGKILL; the thread waiting for it reaps it and returns an ``interrupted`` outcome)."""
+        with self._lock:
+            if not self._stop.is_set():
+                self._stop_reason = reason
+                self._stop.set()
+            live = list(self._live)
+        for proc in live:
+            _kill(proc)
 
     def cleanup(self) -> None:
         """Remove the (empty) result folder; logs stay."""
@@ -121,12 +166,27 @@ class Isolator:
         req = dict(request, log_path=log_path, result_path=result_path, timeout=timeout, scratch=str(scratch))
         t0 = time.perf_counter()
         proc = self.ctx.Process(target=child_main, args=(json.dumps(req),), name=f"accept:{stem}")
-        proc.start()
-        proc.join(timeout)
-        timed_out = proc.is_alive()
-        if timed_out:
-            proc.kill()
+        with self._lock:  # interrupt() either sees this child in _live or stops it from starting
+            if self._stop.is_set():
+                return ChildOutcome("interrupted", None, f"not run: {self._stop_reason}", None, 0.0, "")
+            proc.start()
+            self._live.add(proc)
+        try:
+            proc.join(timeout)
+            # Set before the child ended: interrupt() killed it (or the same signal did).
+            stopped = self._stop.is_set()
+            timed_out = proc.is_alive()
+            if timed_out:
+                proc.kill()
+                proc.join(KILL_GRACE_S)
+        except BaseException:  # KeyboardInterrupt while waiting in the main thread: no orphan
+            _kill(proc)
             proc.join(KILL_GRACE_S)
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        finally:
+            with self._lock:
+                self._live.discard(proc)
         seconds = time.perf_counter() - t0
         shutil.rmtree(scratch, ignore_errors=True)
         code = proc.exitcode
@@ -141,6 +201,14 @@ class Isolator:
             finally:
                 os.unlink(result_path)
         common = {"exitcode": code, "seconds": seconds, "log_path": log_path, "log_tail": tail}
+        if payload is None or "error" in payload:
+            by_signal = code in _INTERRUPT_EXITCODES or str((payload or {}).get("error", "")).startswith(
+                "KeyboardInterrupt")
+            if (stopped and payload is None) or (by_signal and self._stop.wait(INTERRUPT_GRACE_S)):
+                return ChildOutcome(
+                    "interrupted", None,
+                    f"not run: {self._stop_reason}; the running case was stopped after {seconds:.1f} s", **common,
+                )
         if timed_out and payload is None:
             return ChildOutcome(
                 "timeout", None,

@@ -1,7 +1,9 @@
 """The acceptance report: a verdict first, then every failed check with what is needed to act on it.
 
 :func:`judge_case` turns one child's outcome into a case entry (status, failed checks, each with
-its replay command); :func:`build` assembles the run; :func:`write` writes ``report.json`` and
+its replay command), :func:`not_run_case` the entry of a case an interrupt (SIGTERM, Ctrl-C) left
+unfinished; :func:`build` assembles the run (verdict ACCEPTED, REJECTED, or INCOMPLETE when it was
+interrupted: never an acceptance); :func:`write` writes ``report.json`` and
 ``report.md`` (and the speed plot on GPU) into ``--out``. Everything needed to reproduce a run is in
 the report: the command line, the seeds, versions, the device and the callable's file hash.
 """
@@ -18,9 +20,13 @@ from harness.verify import CaseResult
 
 ACCEPTED = "ACCEPTED"
 REJECTED = "REJECTED"
+#: The run was interrupted (a time limit's SIGTERM, Ctrl-C) before every case finished: not an acceptance.
+INCOMPLETE = "INCOMPLETE"
 
 #: Case statuses that reject the implementation.
 FAILING = ("fail", "error", "crash", "timeout")
+#: Status of a case that an interrupt left unfinished (never started, or its child was killed).
+NOT_RUN = "not run"
 
 #: Rows of the failed-checks table in the markdown (all of them are in the JSON).
 MD_MAX_FAILED_ROWS = 60
@@ -150,19 +156,42 @@ def judge_case(case, outcome, profile: Profile, replay) -> dict:
     return entry
 
 
-def verdict_of(cases: list[dict], speed: dict | None) -> tuple[str, list[str]]:
-    """(ACCEPTED | REJECTED, reasons). Rejected when any case fails, errors, crashes or hangs,
-    a required feature is unsupported, the speed section's checks fail, or nothing passed."""
+def not_run_case(case, profile: Profile, reason: str, replay, *, seconds: float = 0.0) -> dict:
+    """The entry of a case that did not finish: the run was interrupted before it started, or while
+    it ran (its child was killed). ``reason``: why, e.g. "not run: interrupted (SIGTERM)"."""
+    return {
+        "case": case.id, "family": case.family, "dtype": case.dtype,
+        "features": sorted(case_features(case)), "required": profile.is_required(case),
+        "optional_because": profile.optional_features(case),
+        "status": NOT_RUN, "reason": reason, "failed_checks": [], "unsupported": None,
+        "seeds": [], "anticheat": [], "seconds": round(seconds, 3), "log": None, "replay": replay(None),
+    }
+
+
+def verdict_of(cases: list[dict], speed: dict | None, interrupted: str | None = None) -> tuple[str, list[str]]:
+    """(ACCEPTED | REJECTED | INCOMPLETE, reasons). Rejected when any case fails, errors, crashes or
+    hangs, a required feature is unsupported, the speed section's checks fail, or nothing passed.
+    Incomplete when the run was ``interrupted`` (why, e.g. "interrupted (SIGTERM)") or a case did not
+    run, whatever the finished cases say: its reasons start with that, then list what failed so far."""
     reasons = [f"{c['case']}: {c['reason']}" for c in cases if c["status"] in FAILING]
     for s in (speed or {}).get("failed_checks", []):
         reasons.append(f"speed {s.get('case', '')}: {s['check']}: {s['detail']}")
+    not_run = sum(c["status"] == NOT_RUN for c in cases)
+    if interrupted or not_run:
+        done = len(cases) - not_run
+        head = (f"{interrupted or 'incomplete run'}: {done} of {len(cases)} case(s) finished, {not_run} not run"
+                + (f"; {len(reasons)} failure(s) among what finished (listed below)" if reasons else "")
+                + ": not an acceptance run (every case must finish)")
+        return INCOMPLETE, [head, *reasons]
     if not reasons and not any(c["status"] == "pass" for c in cases):
         reasons.append("no case passed (every case was unsupported)")
     return (REJECTED if reasons else ACCEPTED), reasons
 
 
-def build(*, run: dict, profile: Profile, cases: list[dict], speed: dict | None) -> dict:
-    verdict, reasons = verdict_of(cases, speed)
+def build(*, run: dict, profile: Profile, cases: list[dict], speed: dict | None,
+          interrupted: str | None = None) -> dict:
+    """The report. ``interrupted``: why the run stopped early (e.g. "interrupted (SIGTERM)"), or None."""
+    verdict, reasons = verdict_of(cases, speed, interrupted)
     counts: dict[str, int] = {}
     for c in cases:
         counts[c["status"]] = counts.get(c["status"], 0) + 1
@@ -170,6 +199,7 @@ def build(*, run: dict, profile: Profile, cases: list[dict], speed: dict | None)
     return _num({
         "verdict": verdict,
         "reasons": reasons,
+        "interrupted": interrupted,
         "counts": counts,
         "failed_checks": failed,
         "run": run,
@@ -220,6 +250,10 @@ def markdown(rep: dict) -> str:
     head = f"**{rep['verdict']}**: `{run['impl']}` ({run['family']}) on {run['device_words']}, profile `{prof['name']}`"
     if rep["verdict"] == REJECTED:
         head += f": {bad} of {n} case(s) failed." if bad else "."
+    elif rep["verdict"] == INCOMPLETE:
+        not_run = rep["counts"].get(NOT_RUN, 0)
+        head += (f": {rep.get('interrupted') or 'the run did not finish'}; {n - not_run} of {n} case(s) finished, "
+                 f"{not_run} not run" + (f", {bad} failed" if bad else "") + ". Not an acceptance run.")
     else:
         head += f": {rep['counts'].get('pass', 0)} of {n} case(s) passed every check."
     L += [head, ""]
@@ -266,6 +300,14 @@ def markdown(rep: dict) -> str:
         for c in unsup:
             req = "yes (rejects)" if c["required"] else f"no (optional: {', '.join(c['optional_because'])})"
             L.append(f"| `{c['case']}` | {req} | {_cell(c['unsupported'])} |")
+        L.append("")
+
+    not_run = [c for c in rep["cases"] if c["status"] == NOT_RUN]
+    if not_run:
+        L += ["## Not run", "", f"The run was {rep.get('interrupted') or 'stopped'} before these case(s) finished; "
+              "each row's command runs it alone.", "", "| case | reason | replay |", "|---|---|---|"]
+        for c in not_run:
+            L.append(f"| `{c['case']}` | {_cell(c['reason'])} | `{_cell(c['replay'])}` |")
         L.append("")
 
     L += ["## Cases", "", "| case | features | required | status | seeds | max error / allowed | anti-cheat | time (s) |",

@@ -1,0 +1,221 @@
+"""An interrupted acceptance run (an outer time limit's SIGTERM, a CI cancel, Ctrl-C) still writes its
+report: the finished cases as they are, every other case "not run", verdict INCOMPLETE, exit 1, and
+no child process left behind.
+
+The implementation (impls/hangs_unless_mha.py) passes the first case (MHA) and hangs on the next
+(GQA): the signal is sent once the first case's line is printed, while the second one's child hangs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+
+IMPLS = Path(__file__).resolve().parent / "impls"
+ROOT = Path(__file__).resolve().parents[2]
+
+MHA = "B2-H4-S37x37-D32-fp32"  # passes
+GQA = "B2-H4/2-S40x40-D32-causal-fp32"  # hangs: running when the signal comes
+MQA = "B1-H4/1-S33x70-D16-causal-fp32"  # hangs: never started
+ARGS = ["accept", "--device", "cpu", "--jobs", "1", "--impl", "hangs_unless_mha:flash_attn_func",
+        "--case", MHA, "--case", GQA, "--case", MQA]
+#: Seconds to wait for the first case (a cold start imports torch twice: parent and fork server).
+START_S = 90
+#: Seconds the interrupted command may take to write its report and exit.
+EXIT_S = 15
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc") or sys.platform != "linux", reason="reads /proc (Linux)")
+
+
+def _live_in_group(pgid: int) -> list[str]:
+    """Processes of process group ``pgid`` that are not zombies: "pid state cmdline" each."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            found.append(f"{d} {state} {cmd[:200]}")
+    return found
+
+
+def _lines(stream) -> queue.Queue:
+    q: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in stream:
+            q.put(line)
+        q.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def _wait_for(q: queue.Queue, prefix: str, timeout: float, seen: list[str]) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            line = q.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no line starting {prefix!r} within {timeout} s:\n{''.join(seen)}") from None
+        if line is None:
+            raise AssertionError(f"the command ended before a line starting {prefix!r}:\n{''.join(seen)}")
+        seen.append(line)
+        if line.startswith(prefix):
+            return
+
+
+def _check_report(out: Path, reason: str) -> dict:
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == "INCOMPLETE" and rep["interrupted"] == reason
+    status = {c["case"]: c["status"] for c in rep["cases"]}
+    assert status == {MHA: "pass", GQA: "not run", MQA: "not run"}, [c["reason"] for c in rep["cases"]]
+    cases = {c["case"]: c for c in rep["cases"]}
+    assert cases[MHA]["seeds"] and cases[MHA]["reason"] == ""  # finished: kept as it is
+    for c in (GQA, MQA):
+        assert cases[c]["reason"].startswith(f"not run: {reason}") and cases[c]["replay"]
+    assert rep["counts"] == {"pass": 1, "not run": 2}
+    assert rep["reasons"][0].startswith(f"{reason}: 1 of 3 case(s) finished, 2 not run")
+    assert rep["speed"]["status"] == "not measured"
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Acceptance check: INCOMPLETE") and "## Not run" in md
+    assert f"| `{GQA}` | not run: {reason}" in md and f"| `{MQA}` | not run: {reason}" in md
+    return rep
+
+
+@needs_proc
+@pytest.mark.parametrize("how", ["sigterm-process", "sigterm-group", "ctrl-c-group"])
+def test_interrupted_command_writes_an_incomplete_report_and_leaves_no_child(how, tmp_path):
+    """sigterm-process: `kill PID` (the command must kill its running child itself);
+    sigterm-group: GNU timeout (the process, then at once its whole group, children included);
+    ctrl-c-group: a terminal's Ctrl-C (SIGINT to the whole group)."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *ARGS, "--out", str(out)], cwd=IMPLS, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,  # its own process group
+    )
+    pgid = proc.pid
+    seen: list[str] = []
+    try:
+        lines = _lines(proc.stdout)
+        _wait_for(lines, f"[1/3] {MHA}: PASS", START_S, seen)
+        time.sleep(0.5)  # the GQA case's child is started and hangs
+        t0 = time.monotonic()
+        if how == "ctrl-c-group":
+            os.killpg(pgid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+            if how == "sigterm-group":
+                os.killpg(pgid, signal.SIGTERM)
+        code = proc.wait(timeout=EXIT_S)
+        took = time.monotonic() - t0
+        _wait_for(lines, "INCOMPLETE", 5, seen)
+        assert code == 1, "".join(seen)
+        assert took < 10, took
+        _check_report(out, "interrupted (Ctrl-C)" if how == "ctrl-c-group" else "interrupted (SIGTERM)")
+        # No child outlives the command (the fork server leaves once its parent is gone).
+        deadline = time.monotonic() + 10
+        while (left := _live_in_group(pgid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.killpg(pgid, signal.SIGKILL)  # whatever a failed run left
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_in_process_run_interrupted_by_sigterm_restores_the_previous_handler(tmp_path, monkeypatch, capsys):
+    """``cli.main`` in-process (the main thread, as tests call it): SIGTERM once the GQA case's child
+    runs; the report is written, exit 1, and the caller's SIGTERM handler is back afterwards."""
+    monkeypatch.chdir(IMPLS)
+    out = tmp_path / "out"
+    hang_log = out / "logs" / f"001-{GQA.replace('/', '_')}.log"  # written by the hanging case's child
+    caught = []
+
+    def caller_handler(signum, frame):
+        caught.append(signum)
+
+    def send_sigterm():
+        deadline = time.monotonic() + START_S
+        while not hang_log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    original = signal.signal(signal.SIGTERM, caller_handler)
+    try:
+        sender = threading.Thread(target=send_sigterm, daemon=True)
+        sender.start()
+        code = cli.main([*ARGS, "--out", str(out), "--timeout", "60"])
+        sender.join(5)
+        assert signal.getsignal(signal.SIGTERM) is caller_handler
+        assert caught == []  # the command's handler took it, not the caller's
+    finally:
+        signal.signal(signal.SIGTERM, original)
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert "interrupted (SIGTERM): stopping" in printed
+    rep = _check_report(out, "interrupted (SIGTERM)")
+    assert "stopped after" in {c["case"]: c for c in rep["cases"]}[GQA]["reason"]  # killed while it ran
+
+
+def test_child_killed_by_the_group_signal_before_the_interrupt_is_not_a_crash(tmp_path, monkeypatch):
+    """GNU timeout signals the command and its whole group at once: a child may die of SIGTERM before
+    the command has handled its own. Such a child waits for the interrupt (INTERRUPT_GRACE_S): it
+    is "interrupted" when the interrupt comes in that time, a crash when none comes."""
+    from harness.accept import isolation
+    from harness.accept.worker import case_to_dict
+    from harness.cases import SoftmaxCase
+
+    monkeypatch.chdir(IMPLS)
+    monkeypatch.setattr(isolation, "INTERRUPT_GRACE_S", 1.0)
+    iso = isolation.Isolator(tmp_path)
+    case = SoftmaxCase(batch=1, heads_q=2, heads_k=2, seqlen_q=8, seqlen_k=8, d=16)
+    req = {"task": "case", "impl": "sigterm_self:flash_attn_func", "family": "softmax", "case": case_to_dict(case),
+           "device": "cpu", "seeds": [0], "backward": False, "threads": 1}
+
+    alone = iso.run(req, timeout=60, name="alone")  # no interrupt: a crash, as before
+    assert alone.kind == "crash" and "SIGTERM" in alone.reason
+
+    def interrupt_once_reaped():  # after the child is gone and its outcome being decided
+        seen = False
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if iso._live:
+                seen = True
+            elif seen:
+                break
+            time.sleep(0.005)
+        iso.interrupt("interrupted (SIGTERM)")
+
+    t = threading.Thread(target=interrupt_once_reaped, daemon=True)
+    t.start()
+    outcome = iso.run(req, timeout=60, name="raced")
+    t.join(5)
+    assert outcome.kind == "interrupted", outcome.reason
+    assert outcome.reason.startswith("not run: interrupted (SIGTERM); the running case was stopped after")
+    after = iso.run(req, timeout=60, name="after")  # nothing starts once interrupted
+    assert after.kind == "interrupted" and after.seconds == 0.0 and not os.path.exists(tmp_path / "logs" / "after.log")
+    iso.cleanup()
