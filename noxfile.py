@@ -109,7 +109,16 @@ def gpu_tests(session: nox.Session, dtype: str, arch: str) -> None:
         "FLASH_ATTN_AUTOTUNE": "0",
         "KERNELS_LINEAR_ATTN_AUTOTUNE": "0",
         "ATTN_HARNESS_FLA_AUTOTUNE": "0",  # FLA's tuners take their first config (harness/adapters/fla.py)
+        # inductor (flex) compiles in-process: each xdist worker would otherwise start its own pool
+        # of compile subprocesses (one per CPU) on a box the workers already keep busy
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
+    # Every test's outcome and seconds stream to reports/ as they finish (a run cut by a time
+    # limit, or hung in xdist's teardown, still says what passed, what failed and what was slow).
+    logs = ROOT / "reports" / f"gpu-tests-{arch}-{dtype}"
+    logs.mkdir(parents=True, exist_ok=True)
+    for old in logs.glob("*.jsonl"):
+        old.unlink()
     base = ["-m", "pytest", "-q", "-rfE", "--tb=short", "--durations=15", "--attn-dtypes", dtype,
             "-p", "no:cacheprovider"]
     workers = len(ids) * _workers_per_gpu()
@@ -120,12 +129,13 @@ def gpu_tests(session: nox.Session, dtype: str, arch: str) -> None:
     )
     # 1. correctness: every GPU test and the adapter matrix, spread over the GPUs (compiles and
     #    autotuning are CPU-bound, so several workers share a GPU).
-    correctness = [*base, "-m", "(gpu or matrix) and not timing", "-n", str(workers), "--benchmark-disable"]
+    correctness = [*base, "-m", "(gpu or matrix) and not timing", "-n", str(workers), "--benchmark-disable",
+                   f"--attn-result-log={logs / 'correctness.jsonl'}"]
     # pytest exit 5 (nothing collected) is fine only when the user narrowed the run (-k / a path).
     codes = [0, 5] if session.posargs else [0]
     session.run(_python(session), *correctness, *session.posargs, env=env, external=True, success_codes=codes)
     # 2. timing: the device-time checks alone, one process on one GPU (no neighbour to disturb them).
-    timing = [*base, "-m", "gpu and timing"]
+    timing = [*base, "-m", "gpu and timing", f"--attn-result-log={logs / 'timing.jsonl'}"]
     session.run(_python(session), *timing, *session.posargs, env={**env, "CUDA_VISIBLE_DEVICES": ids[0], PIN_ENV: ""},
                 external=True, success_codes=codes)
 

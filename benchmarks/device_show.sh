@@ -144,7 +144,9 @@ gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per 
     # SIGINT, not SIGTERM, at the limit: pytest then still prints its summary and the slowest tests
     timeout -s INT 560 python3 -m nox --no-venv -s "$session" -- --durations=40 > "$OUT/gpu-tests.log" 2>&1
     echo "nox $session exit $? after $(( $(date +%s) - start )) s" >> "$OUT/gpu-tests.log"
-    grep -E "^nox > (Session|Ran)|passed|failed|error|^[0-9.]+s (call|setup)" "$OUT/gpu-tests.log" | tail -n 60
+    (cd reports && tar czf "$OUT/gpu-tests-logs.tgz" gpu-tests-*)
+    grep -E "^nox > (Session|Ran)|exit" "$OUT/gpu-tests.log" | tail -n 8
+    python3 -m harness.result_log reports/gpu-tests-*/*.jsonl --slowest 25
     ;;
 *)
     echo "unknown step $step" >&2; exit 2

@@ -11,6 +11,9 @@ Options (one group, ``attn-harness``):
     --attn-seed SEEDS       comma-separated input seeds (default: 0); printed in the header
     --attn-impl SPEC        a vendor callable joins the run: ``module:function``, or
                             ``linear=module:function`` for a linear-attention callable (repeatable)
+    --attn-result-log PATH  every test's outcome, duration and failure text, one JSON line each,
+                            written as it finishes (with xdist, by the controller): what ran
+                            survives a run killed by a time limit or hung at teardown
 
 Fixtures: ``attn_case`` (parametrised from the presets; the case id is the test id),
 ``attn_backend`` (parametrised adapter name), ``attn_seed``, ``attn_device``, ``attn_inputs``,
@@ -83,6 +86,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SPEC",
         help="a vendor callable joins the run: module:function (softmax) or "
         "linear=module:function; repeatable",
+    )
+    group.addoption(
+        "--attn-result-log",
+        default=None,
+        metavar="PATH",
+        help="append one JSON line per finished test (id, outcome, seconds, failure text) as it "
+        "finishes, so a run that is killed or hangs still leaves its results",
     )
     group.addoption(
         "--attn-shard",
@@ -214,6 +224,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[_STATE] = _State(config)
+    log = config.getoption("attn_result_log")
+    if log and not hasattr(config, "workerinput"):  # xdist workers send their reports to the controller
+        from harness.result_log import ResultLog
+
+        config.pluginmanager.register(ResultLog(log), "attn-result-log")
     given = [config.getoption(o) for o in ("attn_backends", "attn_dtypes", "attn_preset", "attn_seed")]
     if any(v is not None for v in given) or config.getoption("attn_impl"):
         _ = _state(config).settings  # validate now: a bad option is a usage error before collection

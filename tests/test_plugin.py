@@ -1,6 +1,7 @@
 """The pytest plugin, driven through pytester: options, ids, header, markers, a failing backend's message."""
 
 import importlib.metadata
+import json
 
 import pytest
 import torch
@@ -181,3 +182,42 @@ def test_unsupported_pair_is_skipped_with_the_adapter_reason(pytester, run):
     )
     res.assert_outcomes(skipped=1)
     res.stdout.fnmatch_lines(["*sdpa_math: variable-length*"])
+
+
+def test_result_log_streams_every_outcome_with_failure_text(pytester, run):
+    # what a killed or hung run leaves behind: one line per test, written as it finishes
+    pytester.makepyfile(test_mixed="""
+        import pytest
+
+        def test_ok():
+            pass
+
+        def test_bad():
+            assert 1 == 2, "the failure text"
+
+        def test_skipped():
+            pytest.skip("no GPU here")
+
+        @pytest.mark.xfail(reason="known defect", strict=True)
+        def test_known():
+            assert False
+    """)
+    log = pytester.path / "results.jsonl"
+    res = run("--attn-result-log", str(log))
+    res.assert_outcomes(passed=1, failed=1, skipped=1, xfailed=1)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert lines[0]["event"] == "start" and lines[-1] == {**lines[-1], "event": "finish", "exitstatus": 1}
+    by_name = {r["id"].split("::")[-1]: r for r in lines[1:-1]}
+    assert set(by_name) == {"test_ok", "test_bad", "test_skipped", "test_known"}
+    assert by_name["test_ok"]["outcome"] == "passed" and "text" not in by_name["test_ok"]
+    assert by_name["test_bad"]["outcome"] == "failed" and "the failure text" in by_name["test_bad"]["text"]
+    assert by_name["test_skipped"]["outcome"] == "skipped" and "no GPU here" in by_name["test_skipped"]["text"]
+    assert by_name["test_known"]["xfail"] == "known defect"
+    from harness.result_log import load, summarize
+
+    text = summarize(load(log))
+    assert "1 failed" in text and "1 passed" in text and "1 xfailed" in text and "run finished" in text
+    assert "FAILED (call)" in text and "the failure text" in text
+    # a run cut before its end says so
+    log.write_text("\n".join(log.read_text().splitlines()[:-1]))
+    assert "did NOT finish" in summarize(load(log))
