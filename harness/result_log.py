@@ -68,7 +68,7 @@ def summarize(recs: list[dict], slowest: int = 20) -> str:
                else f"run did NOT finish (last report at {max((r['elapsed'] for r in tests), default=0):.0f} s)")
     for r in tests:
         if r["outcome"] == "failed":
-            first = next((ln for ln in r.get("text", "").splitlines()[::-1] if ln.startswith("E ")), "")
+            first = next((ln for ln in r.get("text", "").splitlines() if ln.startswith("E ")), "")
             out.append(f"FAILED ({r['when']}) {r['id']}: {first[:300]}")
     out.append(f"slowest {slowest}:")
     for r in sorted(tests, key=lambda r: -r["seconds"])[:slowest]:
