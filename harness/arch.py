@@ -37,6 +37,14 @@ WHEN_INSTALLED = (
 )
 
 
+# The linear gate a required backend is held to in tests/test_required_backends.py when it is not
+# the per-step gate "g", and why. fla_chunk: fla-core 0.6 refuses its per-step-gate chunk backward on
+# Hopper with Triton < 3.7.1 (its issue #640, wrong results; the adapter reports it unsupported, and
+# the adapter matrix covers every gate it does run): required for the constant per-head decay.
+REPRESENTATIVE_GATE = {"fla_chunk": ("g_gamma", "fla-core 0.6 refuses the per-step-gate chunk backward "
+                                     "on Hopper with Triton < 3.7.1 (fla issue #640)")}
+
+
 def arch_of(capability: tuple[int, int]) -> str:
     """(9, 0) -> 'sm90'; (12, 0) -> 'sm120'."""
     major, minor = capability

@@ -25,3 +25,34 @@ pytest_plugins = ["pytester"]  # tests/test_plugin.py drives the plugin in throw
 # Imported already means the entry point (or `-p harness.plugin`) registered it.
 if "harness.plugin" not in sys.modules:
     pytest_plugins.append("harness.plugin")
+
+
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def _param_dtypes(item) -> set[str]:
+    """The dtypes a parametrised test runs in (torch dtypes, dtype names, cases with a dtype)."""
+    found = set()
+    for v in getattr(getattr(item, "callspec", None), "params", {}).values():
+        v = getattr(v, "dtype", v)
+        if isinstance(v, torch.dtype) and v in _DTYPE_NAMES:
+            found.add(_DTYPE_NAMES[v])
+        elif isinstance(v, str) and v in _DTYPE_NAMES.values():
+            found.add(v)
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    # `nox -s "gpu-tests(dtype=..., arch=...)"` is one session per dtype: tests parametrised over
+    # dtypes outside the attn plugin's --attn-dtypes (the kernel tests) run in their own dtype's
+    # session only, not three times
+    session_dtype = os.environ.get("ATTN_HARNESS_DTYPE")
+    if not session_dtype:
+        return
+    keep, drop = [], []
+    for item in items:
+        dts = _param_dtypes(item)
+        (drop if dts and session_dtype not in dts else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
