@@ -26,9 +26,13 @@ def test_entries_cover_what_was_measured_and_nothing_else(on_sm90, monkeypatch):
     assert lookup("sdpa_cudnn", SoftmaxCase(1, 4, 1, 33, 70, 16, causal=True, dtype="bf16"), cuda) is None
     assert lookup("flash_attn_cute", CUDNN_CASE, cuda)
     assert lookup("flash_attn_cute", SoftmaxCase(1, 4, 1, 70, 33, 32, causal=True), cuda) is None
-    strong = LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1)
+    assert lookup("sdpa", SoftmaxCase(1, 4, 1, 70, 33, 16, causal=True, dtype="fp32"), cuda) is None  # no cuDNN in fp32
+    strong = LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1, dtype="fp16")
     assert lookup("fla_fused_chunk", strong, cuda) and not lookup("fla_chunk", strong, cuda)
-    assert lookup("fla_fused_chunk", LinearCase(1, 2, 63, 32, gate="g", gate_n=1.0), cuda) is None
+    assert lookup("fla_fused_chunk", LinearCase(1, 2, 63, 32, gate="g", gate_n=1.0, dtype="bf16"), cuda) is None
+    fp32 = LinearCase(1, 2, 70, 32, gate="g_gamma", dtype="fp32")  # TF32 products
+    assert lookup("fla_chunk", fp32, cuda) and lookup("fla_fused_chunk", fp32, cuda)
+    assert lookup("fla_recurrent", fp32, cuda) is None and lookup("fla_chunk", LinearCase(1, 2, 70, 32, dtype="fp16"), cuda) is None
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert lookup("sdpa_cudnn", CUDNN_CASE, cuda) is None  # measured on sm90 only
     # never the in-repo kernels: their failures are ours to fix
