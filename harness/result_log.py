@@ -39,9 +39,10 @@ class ResultLog:
                "seconds": round(report.duration, 3), "elapsed": round(time.time() - self.t0, 1)}
         if hasattr(report, "wasxfail"):
             rec["xfail"] = report.wasxfail or True
-        if report.outcome != "passed":
-            text = report.longreprtext or ""
-            rec["text"] = text[-3000:]
+        if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+            rec["text"] = str(report.longrepr[2])  # (file, line, "Skipped: reason"): the reason is the news
+        elif report.outcome != "passed":
+            rec["text"] = (report.longreprtext or "")[-3000:]
         self.fh.write(json.dumps(rec) + "\n")
 
     @pytest.hookimpl(tryfirst=True)  # before xdist tears its workers down (which can hang)
@@ -68,7 +69,10 @@ def summarize(recs: list[dict], slowest: int = 20) -> str:
                else f"run did NOT finish (last report at {max((r['elapsed'] for r in tests), default=0):.0f} s)")
     for r in tests:
         if r["outcome"] == "failed":
-            first = next((ln for ln in r.get("text", "").splitlines() if ln.startswith("E ")), "")
+            lines = r.get("text", "").splitlines()
+            # pytest's "E   ..." line, or the harness's one-line verdict ("... FAIL - out: error ...")
+            first = next((ln for ln in lines if ln.startswith("E ")), None) or \
+                next((ln for ln in lines if " FAIL - " in ln), lines[0] if lines else "")
             out.append(f"FAILED ({r['when']}) {r['id']}: {first[:300]}")
     out.append(f"slowest {slowest}:")
     for r in sorted(tests, key=lambda r: -r["seconds"])[:slowest]:

@@ -313,3 +313,28 @@ def test_benchmark_script_smoke(tmp_path, monkeypatch, capsys):
     assert res["timing"][0]["ours_fwdbwd_ms"] > 0
     assert all(r["ours_over_eager"] < 3 for r in res["check"])
     assert "| 32 | fp32 | 70 |" in capsys.readouterr().out
+
+
+def test_launch_lists_keep_what_ptxas_allows():
+    # the pruning rules encode ptxas measurements (benchmarks/ptxas_report.py, docs/perf/linear_attn.md)
+    from kernels.linear_attn import configs as cfg
+
+    q = torch.empty(1, dtype=torch.float16)
+
+    def fwd(KD, VD, BT=64):
+        kept = cfg.prune_by_resources(cfg.fwd_configs(), {"q": q, "KD": KD, "VD": VD, "BT": BT})
+        return {(c.kwargs["BV"], c.num_warps, c.num_stages) for c in kept}
+
+    d64 = fwd(64, 64)
+    assert {(32, 4, 3), (64, 4, 3), (64, 8, 2)} <= d64 and all(bv <= 64 for bv, _, _ in d64)
+    d128 = fwd(128, 128)
+    assert (64, 4, 2) in d128 and all(bv <= 64 for bv, _, _ in d128)  # 128 x 64 at 4 warps: spill-free
+    d256 = fwd(256, 256, BT=32)
+    assert d256 and all(bv == 32 for bv, _, _ in d256)  # 256 x 64 spills at 4 and 8 warps
+
+    def bwd(K, V):
+        plan = cfg.bwd_plan(K, V)
+        return {(c.num_warps, c.num_stages) for c in cfg.prune_bwd(cfg.bwd_configs(), {"K": K, "V": V, **plan})}
+
+    assert (4, 2) in bwd(64, 64)  # 25% faster than 8 warps at T=16k on the H100, despite 16 B of spill
+    assert all(w in (4, 8) for w, _ in bwd(128, 128))  # 16 warps spill in every plan
