@@ -37,12 +37,12 @@ WHEN_INSTALLED = (
 )
 
 
-# The linear gate a required backend is held to in tests/test_required_backends.py when it is not
-# the per-step gate "g", and why. fla_chunk: fla-core 0.6 refuses its per-step-gate chunk backward on
-# Hopper with Triton < 3.7.1 (its issue #640, wrong results; the adapter reports it unsupported, and
-# the adapter matrix covers every gate it does run): required for the constant per-head decay.
-REPRESENTATIVE_GATE = {"fla_chunk": ("g_gamma", "fla-core 0.6 refuses the per-step-gate chunk backward "
-                                     "on Hopper with Triton < 3.7.1 (fla issue #640)")}
+# Required linear backends are held to a per-step-gate case ("g"); one listed here that refuses it
+# on the machine at hand (its supports() gives a reason) is held to the gate named here instead,
+# for the reason given. fla_chunk: fla-core 0.6 refuses its per-step-gate chunk backward on Hopper
+# with Triton < 3.7.1 (its issue #640, wrong results); the adapter matrix covers every gate it runs.
+GATE_FALLBACK = {"fla_chunk": ("g_gamma", "fla-core 0.6 refuses the per-step-gate chunk backward "
+                               "on Hopper with Triton < 3.7.1 (fla issue #640)")}
 
 
 def arch_of(capability: tuple[int, int]) -> str:
