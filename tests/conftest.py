@@ -27,17 +27,16 @@ if "harness.plugin" not in sys.modules:
     pytest_plugins.append("harness.plugin")
 
 
-_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-
-
 def _param_dtypes(item) -> set[str]:
     """The dtypes a parametrised test runs in (torch dtypes, dtype names, cases with a dtype)."""
+    from harness.cases import DTYPE_NAMES
+
     found = set()
     for v in getattr(getattr(item, "callspec", None), "params", {}).values():
         v = getattr(v, "dtype", v)
-        if isinstance(v, torch.dtype) and v in _DTYPE_NAMES:
-            found.add(_DTYPE_NAMES[v])
-        elif isinstance(v, str) and v in _DTYPE_NAMES.values():
+        if isinstance(v, torch.dtype) and v in DTYPE_NAMES:
+            found.add(DTYPE_NAMES[v])
+        elif isinstance(v, str) and v in DTYPE_NAMES.values():
             found.add(v)
     return found
 

@@ -54,7 +54,9 @@ def pin_first_configs() -> bool:
     return True
 
 
-def _maybe_pin() -> None:
+def pin_if_requested() -> None:
+    """Pin FLA's tuners (pin_first_configs) when ATTN_HARNESS_FLA_AUTOTUNE=0 asks for it: the adapter
+    and any test that calls FLA directly go through here."""
     if os.environ.get(AUTOTUNE_ENV, "1") == "0":
         pin_first_configs()
 
@@ -104,7 +106,7 @@ class _FLAAdapter(LinearAdapter):
         fn, why = _probe(self.function)
         if fn is None:
             raise Unsupported(why)
-        _maybe_pin()
+        pin_if_requested()
         kw = dict(scale=default_scale(case), initial_state=initial_state, output_final_state=True)
         if g is not None:
             kw["g"] = g

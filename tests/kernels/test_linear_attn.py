@@ -269,9 +269,9 @@ def test_gpu_matches_oracle(dtype, D, gate):
 @pytest.mark.parametrize("gate", GATES, ids=GATE_IDS)
 def test_gpu_error_within_1p5x_of_fla(dtype, gate):
     fla = pytest.importorskip("fla.ops.simple_gla", reason="FLA (fla-core) is not installed")
-    from harness.adapters.fla import _maybe_pin
+    from harness.adapters.fla import pin_if_requested
 
-    _maybe_pin()  # gpu-tests pins FLA's autotuners (ATTN_HARNESS_FLA_AUTOTUNE=0): 100-150 s a test otherwise
+    pin_if_requested()  # gpu-tests pins FLA's autotuners (ATTN_HARNESS_FLA_AUTOTUNE=0): 100-150 s a test otherwise
     x = make_inputs(2, 1000, 4, 64, 64, dtype, gate, seed=7)
 
     def fla_fn(q, k, v, g, g_gamma, **kw):
