@@ -29,7 +29,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from harness.arch import ARCHS, DTYPES, required_backends  # noqa: E402  (pure Python, no torch)
-from harness.multigpu import PIN_ENV  # noqa: E402  (pure Python)
+from harness.multigpu import PIN_ENV, visible_gpus  # noqa: E402  (pure Python)
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
@@ -97,8 +97,10 @@ def gpu_tests(session: nox.Session, dtype: str, arch: str) -> None:
         )
     if arch not in gpus["archs"]:
         session.skip(f"this session is for {arch}; the GPU here is {gpus['archs'][0]} ({gpus['names'][0]})")
-    # Only this arch's devices take part.
-    ids = [str(i) for i, a in enumerate(gpus["archs"]) if a == arch]
+    # Only this arch's devices take part (ids as the caller names them: CUDA_VISIBLE_DEVICES=1
+    # must stay on physical GPU 1, not become the first GPU of the host).
+    names = visible_gpus(gpus["count"])
+    ids = [names[i] for i, a in enumerate(gpus["archs"]) if a == arch]
     env = {
         "CUDA_VISIBLE_DEVICES": ",".join(ids),
         "ATTN_HARNESS_ARCH": arch,
@@ -157,17 +159,18 @@ def _run_sharded(session: nox.Session, count: int, extra: list[str]) -> list[Pat
     outdir = ROOT / "reports" / f"bench-shards-{time.strftime('%Y%m%d-%H%M%S')}"
     outdir.mkdir(parents=True, exist_ok=True)
     procs = []
+    devices = visible_gpus(count)
     for i in range(count):
         part = outdir / f"part-{i}.json"
         cmd = [_python(session), *_bench_args(session), f"--attn-shard={i}/{count}", f"--benchmark-json={part}"]
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[i]}
         log = open(outdir / f"part-{i}.log", "w")
         procs.append((subprocess.Popen(cmd + extra, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), part, log))
     failed = []
     for i, (proc, _part, log) in enumerate(procs):
         rc = proc.wait()
         log.close()
-        session.log(f"shard {i}/{count} on GPU {i}: exit {rc} (log: {outdir / f'part-{i}.log'})")
+        session.log(f"shard {i}/{count} on GPU {devices[i]}: exit {rc} (log: {outdir / f'part-{i}.log'})")
         if rc != 0:
             failed.append(i)
     if failed:

@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | correctness | accept-ours | accept-fa4 | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        linear | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32]
+#        linear | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -135,6 +135,30 @@ gate-linear)  # issue 7's gate, then the linear kernel benchmark with FLA (issue
     gate
     linear_kernels 230 210
     summary "$OUT/la.log" 45
+    ;;
+multi-gpu)  # issue 7 on a host with several GPUs: gpu-tests and bench on all GPUs, then on GPU 0 alone
+    setup
+    dt=${2:-fp16}
+    nvidia-smi -L
+    for run in all one; do
+        [ "$run" = one ] && export CUDA_VISIBLE_DEVICES=0
+        start=$(date +%s)
+        timeout -s INT 250 python3 -m nox --no-venv -s "gpu-tests(dtype='$dt', arch='sm90')" > "$OUT/mg-tests-$run.log" 2>&1
+        echo "gpu-tests on $run GPU(s): exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/mg-tests-$run.log"
+        rm -rf "reports/mg-$run" && mv "reports/gpu-tests-sm90-$dt" "reports/mg-$run"
+        rm -rf .benchmarks; start=$(date +%s)
+        timeout 100 python3 -m nox --no-venv -s bench -- --attn-backends sdpa_flash,sdpa_cudnn --attn-preset configs \
+            --attn-dtypes bf16 > "$OUT/mg-bench-$run.log" 2>&1
+        echo "bench on $run GPU(s): exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/mg-bench-$run.log"
+        cp -r .benchmarks "reports/mg-$run/benchmarks" 2>/dev/null
+    done
+    unset CUDA_VISIBLE_DEVICES
+    (cd reports && tar czf "$OUT/mg-logs.tgz" mg-all mg-one)
+    for phase in correctness timing; do
+        echo "== $phase: all GPUs vs GPU 0 alone"
+        python3 -m harness.result_log --compare "reports/mg-all/$phase.jsonl" "reports/mg-one/$phase.jsonl" | head -n 20
+    done
+    grep -hE "passed|failed|shard|merged" "$OUT"/mg-bench-*.log | tail -n 8
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

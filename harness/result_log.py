@@ -8,6 +8,11 @@ line as tests finish (by the controller under xdist), so it always says what pas
     python -m harness.result_log reports/gpu-tests-sm90-fp16/correctness.jsonl [--slowest 20]
 
 prints the counts, the failures, the slowest tests, and whether the run reached its end.
+
+    python -m harness.result_log --compare ONE.jsonl OTHER.jsonl
+
+says whether two runs of the same suite (e.g. on one GPU and on all GPUs) gave every test the same
+outcome, with both wall times; exit status 1 when an outcome differs or a test ran in one only.
 """
 
 from __future__ import annotations
@@ -62,8 +67,7 @@ def load(path: str | Path) -> list[dict]:
 def summarize(recs: list[dict], slowest: int = 20) -> str:
     tests = [r for r in recs if "id" in r]
     finish = next((r for r in recs if r.get("event") == "finish"), None)
-    outcome = Counter("xfailed" if r.get("xfail") and r["outcome"] == "skipped" else
-                      ("xpassed" if r.get("xfail") else r["outcome"]) for r in tests)
+    outcome = Counter(_outcome(r) for r in tests)
     out = [f"{len(tests)} test reports: " + ", ".join(f"{n} {k}" for k, n in sorted(outcome.items()))]
     out.append(f"run finished after {finish['elapsed']:.0f} s, exit status {finish['exitstatus']}" if finish
                else f"run did NOT finish (last report at {max((r['elapsed'] for r in tests), default=0):.0f} s)")
@@ -80,11 +84,41 @@ def summarize(recs: list[dict], slowest: int = 20) -> str:
     return "\n".join(out)
 
 
+def _outcome(r: dict) -> str:
+    if r.get("xfail"):
+        return "xfailed" if r["outcome"] == "skipped" else "xpassed"
+    return r["outcome"]
+
+
+def compare(one: list[dict], other: list[dict]) -> tuple[bool, str]:
+    """(same, text): every test's outcome in two runs of one suite, and the runs' wall times."""
+    def by_id(recs):
+        return {r["id"]: _outcome(r) for r in recs if "id" in r}
+
+    def wall(recs):
+        fin = next((r for r in recs if r.get("event") == "finish"), None)
+        return f"{fin['elapsed']:.0f} s (exit {fin['exitstatus']})" if fin else "did NOT finish"
+
+    a, b = by_id(one), by_id(other)
+    out = [f"first:  {len(a)} tests, {wall(one)}", f"second: {len(b)} tests, {wall(other)}"]
+    diff = [f"  {t}: {a.get(t, 'not run')} -> {b.get(t, 'not run')}" for t in sorted(a.keys() | b.keys())
+            if a.get(t) != b.get(t)]
+    out.append(f"{len(diff)} tests differ" + (":" if diff else " (same outcome for every test)"))
+    return not diff, "\n".join(out + diff)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="summarise a --attn-result-log file")
+    ap = argparse.ArgumentParser(description="summarise a --attn-result-log file, or compare two")
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--slowest", type=int, default=20)
+    ap.add_argument("--compare", action="store_true", help="compare the outcomes of two logs (exit 1 if any differ)")
     a = ap.parse_args(argv)
+    if a.compare:
+        if len(a.paths) != 2:
+            ap.error(f"--compare takes exactly two logs, got {len(a.paths)}")
+        same, text = compare(load(a.paths[0]), load(a.paths[1]))
+        print(text)
+        return 0 if same else 1
     for p in a.paths:
         print(f"== {p}")
         print(summarize(load(p), a.slowest))

@@ -221,3 +221,24 @@ def test_result_log_streams_every_outcome_with_failure_text(pytester, run):
     # a run cut before its end says so
     log.write_text("\n".join(log.read_text().splitlines()[:-1]))
     assert "did NOT finish" in summarize(load(log))
+
+
+def test_result_log_compare_says_whether_two_runs_agree(tmp_path):
+    # the several-GPUs check: the same suite on one GPU and on all gives every test the same outcome
+    from harness.result_log import main
+
+    def write(name, outcomes, finish=True):
+        recs = [{"event": "start", "time": 0, "argv": []}]
+        recs += [{"id": t, "when": "call", "outcome": o, "seconds": 1.0, "elapsed": 1.0} for t, o in outcomes.items()]
+        if finish:
+            recs.append({"event": "finish", "exitstatus": 0, "elapsed": 12.0})
+        (tmp_path / name).write_text("\n".join(json.dumps(r) for r in recs))
+        return str(tmp_path / name)
+
+    one = write("one.jsonl", {"t::a": "passed", "t::b": "skipped"})
+    same = write("same.jsonl", {"t::b": "skipped", "t::a": "passed"})
+    other = write("other.jsonl", {"t::a": "failed", "t::c": "passed"}, finish=False)
+    assert main(["--compare", one, same]) == 0
+    assert main(["--compare", one, other]) == 1
+    with pytest.raises(SystemExit):
+        main(["--compare", one])
