@@ -142,6 +142,8 @@ multi-gpu)  # issue 7 on a host with several GPUs: gpu-tests and bench on all GP
     nvidia-smi -L
     for run in all one; do
         [ "$run" = one ] && export CUDA_VISIBLE_DEVICES=0
+        # both runs start cold: a second run would otherwise reuse the first one's compiles
+        export TRITON_CACHE_DIR=/tmp/mg-cache-$run/triton TORCHINDUCTOR_CACHE_DIR=/tmp/mg-cache-$run/inductor
         start=$(date +%s)
         timeout -s INT 250 python3 -m nox --no-venv -s "gpu-tests(dtype='$dt', arch='sm90')" > "$OUT/mg-tests-$run.log" 2>&1
         echo "gpu-tests on $run GPU(s): exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/mg-tests-$run.log"
@@ -152,7 +154,7 @@ multi-gpu)  # issue 7 on a host with several GPUs: gpu-tests and bench on all GP
         echo "bench on $run GPU(s): exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/mg-bench-$run.log"
         cp -r .benchmarks "reports/mg-$run/benchmarks" 2>/dev/null
     done
-    unset CUDA_VISIBLE_DEVICES
+    unset CUDA_VISIBLE_DEVICES TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
     (cd reports && tar czf "$OUT/mg-logs.tgz" mg-all mg-one)
     for phase in correctness timing; do
         echo "== $phase: all GPUs vs GPU 0 alone"
