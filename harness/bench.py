@@ -192,6 +192,9 @@ def environment(device: torch.device) -> dict:
 
 
 def _cell(status: str, reason: str = "", **more) -> dict:
+    # adapters word their refusals "unsupported: <why>"; the cell keeps <why> (reports add the word)
+    if status == "unsupported":
+        reason = reason.removeprefix("unsupported: ")
     return {"status": status, "reason": reason, **more}
 
 

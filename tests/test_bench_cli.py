@@ -170,3 +170,14 @@ def test_time_limit_leaves_the_rest_not_run(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["status"] for r in data["results"]] == ["not-timed", "not-timed"]
     assert "not run: --time-limit" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_unsupported_reason_is_worded_once():
+    # torch's refusal reaches the bench as "unsupported: <why>": the cell keeps <why>, the report
+    # and the pytest skip add the word once ("unsupported: unsupported: ..." was seen on an H200)
+    from harness.bench import _cell
+    from harness.reports.markdown import row_status_text
+
+    cell = _cell("unsupported", "unsupported: Flash attention requires q,k,v to have the same last dimension")
+    assert cell["reason"].startswith("Flash attention")
+    assert row_status_text(cell).count("unsupported") == 1
