@@ -116,7 +116,10 @@ def test_pytest_benchmark_without_the_replay_timer_is_refused(benchmark):
 # --------------------------------------------------------------------------------------------
 
 
-def _event_times(fn, reps=50, flush=True):
+REF_REPS = 50  # repetitions of each round of the hand-written reference (and of the harness's)
+
+
+def _event_times(fn, reps=REF_REPS, flush=True):
     """A plain CUDA-event loop (the reference): L2 flushed before each repetition, one sync."""
     buf = torch.empty(timing.L2_FLUSH_FACTOR * timing.l2_bytes(torch.device("cuda")) // 4, dtype=torch.int32,
                       device="cuda")
@@ -134,11 +137,15 @@ def _event_times(fn, reps=50, flush=True):
     return [s.elapsed_time(e) for s, e in ev]
 
 
-def _interleaved(harness_timing, reference_times, rounds=3):
-    """(the harness's Timing over all rounds, the reference's median): the two measurements
-    alternate, so a clock that drifts during the test (a power-bound matmul heats the card and
-    slows it by several %) moves both alike instead of separating a run measured first from one
-    measured second."""
+def _interleaved(fn, harness_timing, reference_times, rounds=5, heat_ms=300):
+    """(the harness's Timing over all rounds, the reference's median): the card is first brought
+    to its steady clock (``fn`` run for ``heat_ms``), then the two measurements alternate in rounds
+    of the same length, so the clock's drift (a power-bound matmul on an H200 slowed by 3-5%
+    between a run measured first and one measured second) moves both alike."""
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < heat_ms:
+        fn()
+        torch.cuda.synchronize()
     runs, ref = [], []
     for _ in range(rounds):
         runs.append(harness_timing())
@@ -154,8 +161,8 @@ def test_stored_median_matches_cuda_events_matmul(benchmark):
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     fn = lambda: a @ b
-    t, ref = _interleaved(lambda: timing.time_callable(fn, "cuda", options=timing.TimerOptions(target_ms=50), flush=True),
-                          lambda: _event_times(fn))
+    same = timing.TimerOptions(reps=REF_REPS, warmup_ms=0)
+    t, ref = _interleaved(fn, lambda: timing.time_callable(fn, "cuda", options=same, flush=True), lambda: _event_times(fn))
     timing.record_in_benchmark(benchmark, t)
     stored = benchmark.stats.stats.median * 1e3
     assert t.clock == "cuda-events"
@@ -184,7 +191,8 @@ def test_stored_median_matches_cuda_events_attention(benchmark, mode):
     else:
         out = adapter.run(case, q=q, k=k, v=v).out
         fn = lambda: torch.autograd.grad(out, (q, k, v), inputs.grad_out, retain_graph=True)
-    t, ref = _interleaved(lambda: timing.time_adapter(adapter, case, mode, device="cuda"),
+    same = timing.TimerOptions(reps=REF_REPS, warmup_ms=0)
+    t, ref = _interleaved(fn, lambda: timing.time_adapter(adapter, case, mode, device="cuda", options=same),
                           lambda: _event_times(fn, flush=timing.wants_flush(case, torch.device("cuda"))))
     timing.record_in_benchmark(benchmark, t)
     stored = benchmark.stats.stats.median * 1e3
