@@ -40,22 +40,54 @@ from . import configs as cfg
 
 
 @triton.jit
-def _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H: tl.constexpr, BT: tl.constexpr, GATE: tl.constexpr):
-    """Chunk-local cumulative log-decay b [BT] and its value at the chunk's last valid row."""
+def _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H: tl.constexpr, BT: tl.constexpr, GATE: tl.constexpr,
+                EXACT: tl.constexpr):
+    """Chunk-local cumulative log-decay b [BT] and its value at the chunk's last valid row, each as
+    (fp32 value, low part). With EXACT (fp32 inputs) the sum runs in fp64 and the low part keeps
+    what rounding it to fp32 dropped: at strong decay b reaches -500 in a chunk, where one fp32
+    ulp is 3e-5, and b_i - b_j of two such sums would carry that as a relative error of the decay
+    (12x the fp32 reference's error, measured on an H100). Without EXACT the low parts are 0."""
     o_t = tl.arange(0, BT)
+    n_valid = tl.minimum(T - t0, BT)
     if GATE == 1:
         b_g = tl.load(g + (i_b * T + t0 + o_t).to(tl.int64) * H + i_h, mask=t0 + o_t < T, other=0.0)
-        b_g = b_g.to(tl.float32)
-        b_b = tl.cumsum(b_g, axis=0)
         # b at the last valid row, bit for bit: a separately rounded sum would leave
         # exp(b_last - b_last') != 1 on the chunk's most weighted row (1e-5 off at strong decay)
-        b_last = tl.sum(tl.where(o_t == tl.minimum(T - t0, BT) - 1, b_b, 0.0), axis=0)
+        last = o_t == n_valid - 1
+        if EXACT:
+            b_b64 = tl.cumsum(b_g.to(tl.float64), axis=0)
+            b_b = b_b64.to(tl.float32)
+            b_lo = (b_b64 - b_b.to(tl.float64)).to(tl.float32)
+            b_last_lo = tl.sum(tl.where(last, b_lo, 0.0), axis=0)
+        else:
+            b_b = tl.cumsum(b_g.to(tl.float32), axis=0)
+        b_last = tl.sum(tl.where(last, b_b, 0.0), axis=0)
     else:
-        gam = tl.load(g_gamma + i_h).to(tl.float32)
-        n_valid = tl.minimum(T - t0, BT)
-        b_b = tl.minimum(o_t + 1, n_valid).to(tl.float32) * gam
-        b_last = n_valid.to(tl.float32) * gam
-    return b_b, b_last
+        gam = tl.load(g_gamma + i_h)
+        if EXACT:  # exact in fp64 (an integer times an fp32), then split
+            b_b64 = tl.minimum(o_t + 1, n_valid).to(tl.float64) * gam.to(tl.float64)
+            b_b = b_b64.to(tl.float32)
+            b_lo = (b_b64 - b_b.to(tl.float64)).to(tl.float32)
+            b_last64 = n_valid.to(tl.float64) * gam.to(tl.float64)
+            b_last = b_last64.to(tl.float32)
+            b_last_lo = (b_last64 - b_last.to(tl.float64)).to(tl.float32)
+        else:
+            b_b = tl.minimum(o_t + 1, n_valid).to(tl.float32) * gam.to(tl.float32)
+            b_last = n_valid.to(tl.float32) * gam.to(tl.float32)
+    if not EXACT:
+        b_lo = tl.zeros([BT], dtype=tl.float32)
+        b_last_lo = 0.0
+    return b_b, b_lo, b_last, b_last_lo
+
+
+@triton.jit
+def _minus(x, x_lo, y, y_lo, EXACT: tl.constexpr):
+    """x - y for log-decays given as (fp32 value, low part) by _chunk_gate: two close large sums
+    subtract exactly in fp32 (Sterbenz), and the low parts add back what their rounding dropped."""
+    d = x - y
+    if EXACT:
+        d += x_lo - y_lo
+    return d
 
 
 @triton.jit
@@ -72,6 +104,7 @@ def _fwd_walk(
     stores the final state for <S_T, dS_T> (see _assemble_dg)."""
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
+    EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
     q += row0 * KD
     k += row0 * KD
     v += row0 * VD
@@ -107,9 +140,10 @@ def _fwd_walk(
             b_x = tl.load(p_x, boundary_check=(0,)).to(tl.float32)
             b_rd = tl.sum((b_o + b_lo) * b_x, axis=1) * scale
         if GATE > 0:
-            b_b, b_last = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE)
+            b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
             # mask before exp: above the diagonal b_i - b_j > 0 could overflow
-            b_A *= tl.exp(tl.where(m_s, b_b[:, None] - b_b[None, :], float("-inf")))
+            b_seg = _minus(b_b[:, None], b_bl[:, None], b_b[None, :], b_bl[None, :], EXACT)
+            b_A *= tl.exp(tl.where(m_s, b_seg, float("-inf")))
             b_o *= tl.exp(b_b)[:, None]
             if ROW_DOT:
                 b_rd *= tl.exp(b_b)
@@ -124,7 +158,7 @@ def _fwd_walk(
             tl.atomic_add(p_r, b_rd, mask=t0 + o_t < T, sem="relaxed")
 
         if GATE > 0 and ROW_DOT:
-            b_kd32 = b_k * tl.exp(b_last - b_b)[:, None]
+            b_kd32 = b_k * tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))[:, None]
             b_kd = b_kd32.to(dt)
             b_S = tl.dot(tl.trans(b_kd), b_v, b_S * tl.exp(b_last), input_precision=PREC)
             # the gate gradient's terms cancel over the sequence: they need the state exact to
@@ -133,10 +167,10 @@ def _fwd_walk(
         elif GATE > 0 and DECAY_V:
             # decay the values ([BT, BV]) rather than the keys ([BT, KD]): k stays the operand it was
             # loaded as, and the state accumulates in the tensor cores
-            b_vd = (b_v * tl.exp(b_last - b_b)[:, None]).to(dt)
+            b_vd = (b_v * tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))[:, None]).to(dt)
             b_S = tl.dot(tl.trans(b_k), b_vd, b_S * tl.exp(b_last), input_precision=PREC)
         elif GATE > 0:
-            b_kd = (b_k * tl.exp(b_last - b_b)[:, None]).to(dt)
+            b_kd = (b_k * tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))[:, None]).to(dt)
             b_S = tl.dot(tl.trans(b_kd), b_v, b_S * tl.exp(b_last), input_precision=PREC)
         else:
             b_S = tl.dot(tl.trans(b_k), b_v, b_S, input_precision=PREC)
@@ -161,6 +195,7 @@ def _dkv_walk(
     i_v = 0
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
+    EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
     q += row0 * K
     k += row0 * K
     v += row0 * V
@@ -195,10 +230,10 @@ def _dkv_walk(
         b_dv = tl.dot(b_k, b_dSc, input_precision=PREC)  # [BT, BV]
         b_dk = tl.dot(b_v, tl.trans(b_dSc), input_precision=PREC)  # [BT, K]
         if GATE > 0:
-            b_b, b_last = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE)
-            b_M = tl.exp(tl.where(m_t, b_b[None, :] - b_b[:, None], float("-inf")))
+            b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
+            b_M = tl.exp(tl.where(m_t, _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT), float("-inf")))
             b_Akq *= b_M
-            b_dec = tl.exp(b_last - b_b)
+            b_dec = tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))
             if ROW_DOT:
                 # gate gradient, this walk's share (see _assemble_dg): for each row t, the pairs
                 # j < t <= i inside the chunk, sum_{i >= t} sum_{j < t} W_ij with
@@ -253,6 +288,7 @@ def _dv_walk(
     head), backwards with dS[:, block] [K, BV]: the split form of _dkv_walk for large K x V."""
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
+    EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
     q += row0 * K
     k += row0 * K
     v += row0 * V
@@ -282,10 +318,10 @@ def _dv_walk(
         b_dSc = b_dS.to(dt)
         b_dv = tl.dot(b_k, b_dSc, input_precision=PREC)  # [BT, BV]
         if GATE > 0:
-            b_b, b_last = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE)
-            b_M = tl.exp(tl.where(m_t, b_b[None, :] - b_b[:, None], float("-inf")))
+            b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
+            b_M = tl.exp(tl.where(m_t, _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT), float("-inf")))
             b_Akq *= b_M
-            b_dec = tl.exp(b_last - b_b)
+            b_dec = tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))
             if ROW_DOT:  # as in _dkv_walk, over this block of V (the terms add up over blocks)
                 p_v = tl.make_block_ptr(v, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
                 b_v = tl.load(p_v, boundary_check=(0,))
@@ -330,6 +366,7 @@ def _dk_walk(
     dk sums over V only through v dS^T and (v do^T), both whole here."""
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
+    EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
     q += row0 * K
     v += row0 * V
     do += row0 * V
@@ -357,9 +394,9 @@ def _dk_walk(
         b_Avd = tl.dot(b_v, tl.trans(b_do), input_precision=PREC)  # [j, i]
         b_dk = tl.dot(b_v, tl.trans(b_dS.to(dt)), input_precision=PREC)  # [BT, BK]
         if GATE > 0:
-            b_b, b_last = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE)
-            b_Avd *= tl.exp(tl.where(m_t, b_b[None, :] - b_b[:, None], float("-inf"))) * scale
-            b_dk *= tl.exp(b_last - b_b)[:, None]
+            b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
+            b_Avd *= tl.exp(tl.where(m_t, _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT), float("-inf"))) * scale
+            b_dk *= tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))[:, None]
         else:
             b_Avd = tl.where(m_t, b_Avd * scale, 0.0)
         b_dk += tl.dot(b_Avd.to(dt), b_q, input_precision=PREC)

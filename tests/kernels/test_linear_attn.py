@@ -338,3 +338,53 @@ def test_launch_lists_keep_what_ptxas_allows():
 
     assert (4, 2) in bwd(64, 64)  # 25% faster than 8 warps at T=16k on the H100, despite 16 B of spill
     assert all(w in (4, 8) for w, _ in bwd(128, 128))  # 16 warps spill in every plan
+
+
+# --------------------------------------------------------------------------------------------
+# The chunk-local log-decay at strong decay (fp32 inputs)
+# --------------------------------------------------------------------------------------------
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from kernels.linear_attn import chunk as _chunk  # noqa: E402
+
+
+@triton.jit
+def _segment_kernel(g, g_gamma, out, T, H: tl.constexpr, BT: tl.constexpr, GATE: tl.constexpr,
+                    EXACT: tl.constexpr):
+    # out[i, j] = b_i - b_j and out[BT, j] = b_last - b_j, as the walks form them
+    o_t = tl.arange(0, BT)
+    b_b, b_bl, b_last, b_lastl = _chunk._chunk_gate(g, g_gamma, 0, 0, 0, T, H, BT, GATE, EXACT)
+    seg = _chunk._minus(b_b[:, None], b_bl[:, None], b_b[None, :], b_bl[None, :], EXACT)
+    tl.store(out + o_t[:, None] * BT + o_t[None, :], seg)
+    tl.store(out + BT * BT + o_t, _chunk._minus(b_last, b_lastl, b_b, b_bl, EXACT))
+
+
+@pytest.mark.parametrize("gate", ["g", "g_gamma"])
+@pytest.mark.parametrize("exact", [True, False], ids=["fp32-inputs", "16-bit-inputs"])
+def test_decay_differences_keep_fp32_accuracy_at_strong_decay(gate, exact):
+    # At n = 0.1 the cumulative log-decay reaches about -500 in a 64-row chunk, where one fp32 ulp
+    # is 3e-5: b_i - b_j of two fp32 sums carried that as a relative error of exp(b_i - b_j), and
+    # an H100 run of fp32 inputs failed final_state / dq / dk / dv by 5-12x the reference's error.
+    # fp32 inputs (EXACT) must get every difference to fp32 rounding; 16-bit inputs need not (and
+    # this shows the error the fp32 path removes is real).
+    BT, T = 64, 61
+    gen = torch.Generator().manual_seed(3)
+    g = F.logsigmoid(torch.randn(T, generator=gen)) / 0.1
+    g_gamma = torch.tensor([-7.3])
+    if gate == "g_gamma":
+        g64 = torch.full((T,), float(g_gamma), dtype=torch.float64)
+    else:
+        g64 = g.double()
+    b = torch.cat([g64.cumsum(0), g64.sum().expand(BT - T)])  # rows past T repeat the last
+    want = torch.cat([b[:, None] - b[None, :], (b[T - 1] - b)[None, :]])
+    out = torch.full((BT + 1, BT), float("nan"), device=DEVICE)
+    _segment_kernel[(1,)](g.to(DEVICE), g_gamma.to(DEVICE), out, T, 1, BT, 1 if gate == "g" else 2, exact)
+    got = out.cpu().double()
+    near = want.abs() < 80  # the differences whose exp is not 0 or inf in fp32
+    rel = ((got - want).abs() / want.abs().clamp_min(1.0))[near].max().item()
+    if exact:
+        assert rel < 2 ** -22, f"b_i - b_j off by {rel:.2e} relative (fp32 rounding is 1.2e-7)"
+    else:
+        assert rel > 1e-6, f"the fp32 sum was expected to lose accuracy here (rel {rel:.2e})"
