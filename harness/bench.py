@@ -369,7 +369,8 @@ class Bench:
 
 
 def add_speedups(results: list[dict], baselines: list[str]) -> None:
-    """``speedup`` = baseline median / this median, per case and mode, both timed and plausible."""
+    """``speedup`` = baseline median / this median, per case and mode, both timed and plausible;
+    None, with ``speedup_launch_bound`` set, when either number is mostly launch latency."""
     by_case: dict[str, dict[str, dict]] = {}
     for r in results:
         by_case.setdefault(r["case"], {})[r["backend"]] = r
@@ -380,7 +381,9 @@ def add_speedups(results: list[dict], baselines: list[str]) -> None:
             for mode, cell in r["modes"].items():
                 ref = base["modes"].get(mode) if base else None
                 ok = cell.get("status") == "ok" and ref is not None and ref.get("status") == "ok"
-                cell["speedup"] = ref["median_ms"] / cell["median_ms"] if ok else None
+                bound = ok and bool(cell.get("launch_bound") or ref.get("launch_bound"))
+                cell["speedup"] = ref["median_ms"] / cell["median_ms"] if ok and not bound else None
+                cell["speedup_launch_bound"] = bound
 
 
 def report_data(results: list[dict], device: torch.device, settings: dict, peaks, command: str,

@@ -11,8 +11,10 @@ Method on CUDA (``clock = "cuda-events"``), the same as ``triton.testing.do_benc
    the events time the device, not the host. One ``torch.cuda.synchronize`` after the last
    repetition; ``start.elapsed_time(end)`` gives each repetition's device milliseconds.
    The flush kernel keeps the device busy while the host enqueues the work, so launch latency
-   does not land between the events (it does when the host is slower than the kernels: a
-   launch-bound backend's real cost; ``cuda_graph=True`` removes it).
+   does not land between the events -- unless the host is slower than the kernels. The loop
+   therefore also takes the host's enqueue time and the flush's device time per repetition, and
+   :attr:`Timing.launch_bound` says when the number is mostly launch latency (reports mark it,
+   give it no speedup and leave it out of plots); ``cuda_graph=True`` removes the launches.
 3. **Input rotation**: when the working set fits in L2, :data:`ROTATE_SETS` seeded input sets
    are used in turn, so even a partially effective flush cannot leave a repetition's own inputs
    hot, and values differ between repetitions (never zeros).
@@ -70,6 +72,10 @@ ROTATE_SETS = 4
 FALLBACK_L2_BYTES = 50 << 20
 #: Warm-up iterations on a side stream before CUDA-graph capture (torch's documented recipe).
 GRAPH_WARMUP_CALLS = 3
+#: A repetition is launch-bound when the host's time to enqueue it, less the flush the device runs
+#: meanwhile, reaches this fraction of the time measured: the device then waits for launches
+#: between the events, and the number is mostly host time (see Timing.launch_bound).
+LAUNCH_BOUND_FRACTION = 0.8
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,6 +99,8 @@ class Timing:
     flush_l2: bool = False
     rotate: int = 1
     cuda_graph: bool | str = False
+    enqueue_ms: float | None = None  # median host time to enqueue one repetition's work (CUDA)
+    flush_ms: float | None = None  # median device time of the L2 flush before each repetition
 
     @property
     def reps(self) -> int:
@@ -124,12 +132,34 @@ class Timing:
     def is_device_time(self) -> bool:
         return self.clock == CLOCK_DEVICE
 
+    @property
+    def launch_bound(self) -> str | None:
+        """Why the median is mostly launch latency, or None.
+
+        The device runs ahead of the host only while the host enqueues faster than the device
+        works. Per repetition the host spends ``enqueue_ms`` launching the work while the device
+        has only the flush (``flush_ms``) to run; when what is left, ``enqueue - flush``, reaches
+        :data:`LAUNCH_BOUND_FRACTION` of the measured time, the device waited for launches between
+        the two events. The number is then an upper bound of the device time (the host's cost
+        per call, real for a loop that launches this way), not the kernels' speed: time it with
+        CUDA graphs (``--cuda-graphs``) for device time."""
+        if self.clock != CLOCK_DEVICE or self.enqueue_ms is None or self.cuda_graph is True:
+            return None
+        m, left = self.median_ms, self.enqueue_ms - (self.flush_ms or 0.0)
+        if m <= 0 or left < LAUNCH_BOUND_FRACTION * m:
+            return None
+        flush = f" while the device flushed L2 for {self.flush_ms:.3g} ms" if self.flush_ms else ""
+        return (f"launch-bound: the host took {self.enqueue_ms:.3g} ms to enqueue each repetition{flush}, "
+                f"against {m:.3g} ms measured; the number is mostly launch latency (time with CUDA graphs "
+                "for device time)")
+
     def to_dict(self) -> dict:
         q1, q3 = self.quartiles()
         d = asdict(self)
         d.update(
             median_ms=self.median_ms, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, spread=self.spread,
             min_ms=min(self.times_ms), mean_ms=statistics.fmean(self.times_ms), reps=self.reps,
+            launch_bound=self.launch_bound,
         )
         return d
 
@@ -298,26 +328,41 @@ def rotation_count(case: Case, device: torch.device, flush_l2: str = "auto") -> 
     return ROTATE_SETS if wants_flush(case, device, flush_l2) else 1
 
 
-def _time_loop(call: Callable[[int], object], n_sets: int, reps: int, device: torch.device, flush) -> list[float]:
-    """Per-repetition times in ms: CUDA events on CUDA, perf_counter on a CPU."""
+@dataclass
+class _Loop:
+    times: list[float]  # per repetition, ms (device on CUDA, host on a CPU)
+    enqueue_ms: float | None = None  # median host time spent in call() (CUDA)
+    flush_ms: float | None = None  # median device time of the flush (CUDA, when flushing)
+
+
+def _time_loop(call: Callable[[int], object], n_sets: int, reps: int, device: torch.device, flush) -> _Loop:
+    """Per-repetition times in ms: CUDA events on CUDA, perf_counter on a CPU. On CUDA it also
+    takes the host time spent enqueueing each repetition and the device time of each flush
+    (one more event, recorded before the flush), for Timing.launch_bound."""
     if device.type == "cuda":
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        before = [torch.cuda.Event(enable_timing=True) for _ in range(reps)] if flush is not None else None
+        enqueue = []
         torch.cuda.synchronize(device)
         for r in range(reps):
             if flush is not None:
+                before[r].record()
                 flush.zero_()
             starts[r].record()
+            t0 = time.perf_counter()
             call(r % n_sets)
+            enqueue.append((time.perf_counter() - t0) * 1e3)
             ends[r].record()
         torch.cuda.synchronize(device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        flush_ms = statistics.median(b.elapsed_time(s) for b, s in zip(before, starts)) if before else None
+        return _Loop([s.elapsed_time(e) for s, e in zip(starts, ends)], statistics.median(enqueue), flush_ms)
     times = []
     for r in range(reps):
         t0 = time.perf_counter()
         call(r % n_sets)
         times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    return _Loop(times)
 
 
 def _capture_graphs(work: Workload, device: torch.device):
@@ -375,15 +420,16 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
             reps = max(1, int(opt.reps))
         else:
             probe = _time_loop(call, n, min(3, opt.max_reps), device, flush)
-            est = max(statistics.median(probe), 1e-4)
+            est = max(statistics.median(probe.times), 1e-4)
             reps = int(min(opt.max_reps, max(opt.min_reps, math.ceil(opt.target_ms / est))))
-        times = _time_loop(call, n, reps, device, flush)
+        loop = _time_loop(call, n, reps, device, flush)
     finally:
         work.release()
         del keep
     return Timing(
-        mode=work.mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=times,
+        mode=work.mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
         warmup_calls=calls, flush_l2=flush is not None, rotate=n, cuda_graph=graph_state,
+        enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms,
     )
 
 
@@ -411,11 +457,11 @@ def time_callable(fn: Callable[[], object], device, *, mode: str = "fwd", option
     if opt.reps is not None:
         reps = max(1, int(opt.reps))
     else:
-        est = max(statistics.median(_time_loop(lambda i: fn(), 1, 3, device, buf)), 1e-4)
+        est = max(statistics.median(_time_loop(lambda i: fn(), 1, 3, device, buf).times), 1e-4)
         reps = int(min(opt.max_reps, max(opt.min_reps, math.ceil(opt.target_ms / est))))
-    times = _time_loop(lambda i: fn(), 1, reps, device, buf)
-    return Timing(mode=mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=times,
-                  warmup_calls=calls, flush_l2=buf is not None)
+    loop = _time_loop(lambda i: fn(), 1, reps, device, buf)
+    return Timing(mode=mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
+                  warmup_calls=calls, flush_l2=buf is not None, enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms)
 
 
 # --------------------------------------------------------------------------------------------

@@ -65,3 +65,10 @@ def test_cli_exit_codes(tmp_path, capsys):
     bad.write_text(json.dumps({"benchmarks": []}))  # a pytest-benchmark file, not ours
     assert cli.main(["compare", str(bad), str(new)]) == 2
     assert "not an attn-harness benchmark JSON" in capsys.readouterr().err
+
+
+def test_launch_bound_change_says_so():
+    old, new = data({K: (1.0, 0.01)}), data({K: (1.2, 0.01)})
+    new["results"][0]["modes"]["fwd"]["launch_bound"] = "launch-bound: ..."
+    r = compare.compare(old, new)[0]
+    assert r["verdict"] == "slower (launch-bound: host time)" and r["counted"]

@@ -76,3 +76,26 @@ def test_reports_with_plots(tmp_path):
     assert {"results.json", "report.md", "tflops_vs_seqlen.png", "bars_fwd.png", "memory_vs_seqlen.png"} <= names
     assert all(p.stat().st_size > 0 for p in paths.values())
     assert "![memory_vs_seqlen](memory_vs_seqlen.png)" in (tmp_path / "report.md").read_text()
+
+
+def test_launch_bound_numbers_are_marked_not_plotted_and_get_no_speedup():
+    # T=1k-4k linear attention on an H100: FLA's fwd+bwd took the same 1.5 ms at 1k, 2k and 4k
+    # (the host's launches, not the kernels): such a number must not read as device speed
+    from harness.bench import add_speedups
+    from harness.reports.plots import _tflops
+
+    why = "launch-bound: the host took 1.5 ms to enqueue each repetition, against 1.55 ms measured"
+    base = rec("sdpa_flash", 512, modes={"fwd": {**ok(1.55, 10.0), "launch_bound": why}})
+    mine = rec("mykernel", 512, modes={"fwd": ok(0.5, 31.0)})
+    add_speedups([base, mine], ["sdpa_flash"])
+    assert mine["modes"]["fwd"]["speedup"] is None and mine["modes"]["fwd"]["speedup_launch_bound"]
+    notes = []
+    cell = base["modes"]["fwd"]
+    assert markdown.cell_text(cell, "ms", notes) == "1.55 ±1% launch-bound [1]" and notes == [why]
+    assert markdown.cell_text(cell, "tflops").startswith(">=")
+    assert markdown.cell_text(mine["modes"]["fwd"], "speedup") == "launch-bound"
+    assert _tflops("fwd")(base) is None and _tflops("fwd")(mine) == 31.0
+    data = sweep()
+    data["results"] += [base, mine]
+    md = markdown.render(data)
+    assert "- launch-bound: " in md and why in md

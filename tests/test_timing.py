@@ -111,6 +111,23 @@ def test_pytest_benchmark_without_the_replay_timer_is_refused(benchmark):
         timing.record_in_benchmark(benchmark, measured)
 
 
+def test_launch_bound_rule():
+    # the device waits for launches when the host's enqueue, less the flush the device runs
+    # meanwhile, reaches LAUNCH_BOUND_FRACTION of the measured time
+    def t(enqueue, flush=None, clock=timing.CLOCK_DEVICE, graph=False):
+        return timing.Timing(mode="fwd", clock=clock, times_ms=[0.1] * 5, enqueue_ms=enqueue, flush_ms=flush,
+                             cuda_graph=graph)
+
+    assert "launch-bound" in t(0.2).launch_bound and "0.2 ms to enqueue" in t(0.2).launch_bound
+    assert t(0.2).to_dict()["launch_bound"] == t(0.2).launch_bound
+    assert t(0.05).launch_bound is None  # the host runs ahead: device time
+    assert t(0.2, flush=0.15).launch_bound is None  # the flush covered the launches
+    assert "flushed L2 for 0.05 ms" in t(0.2, flush=0.05).launch_bound
+    assert t(0.2, graph=True).launch_bound is None  # a graph replay is one launch
+    assert t(0.2, clock=timing.CLOCK_HOST).launch_bound is None  # host time is labelled as such anyway
+    assert t(None).launch_bound is None
+
+
 # --------------------------------------------------------------------------------------------
 # GPU
 # --------------------------------------------------------------------------------------------
@@ -208,3 +225,18 @@ def test_cuda_graph_option_replays_or_says_why():
                             options=timing.TimerOptions(cuda_graph=True, reps=10, warmup_ms=0))
     assert t.cuda_graph is True or (isinstance(t.cuda_graph, str) and t.cuda_graph.startswith("capture failed"))
     assert t.reps == 10 and t.clock == "cuda-events"
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_launch_bound_is_detected_on_the_device():
+    # a call that spends 2 ms on the host before one tiny launch is host time; a 4096^3 matmul
+    # (~0.2 ms of device work enqueued in microseconds) is device time
+    x = torch.randn(1024, device="cuda")
+    slow_host = lambda: (time.sleep(0.002), x.add_(1.0))
+    t = timing.time_callable(slow_host, "cuda", options=timing.TimerOptions(reps=10, warmup_ms=0))
+    assert t.enqueue_ms >= 2.0 and t.launch_bound and "launch-bound" in t.launch_bound
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t = timing.time_callable(lambda: a @ a, "cuda", options=timing.TimerOptions(reps=20, warmup_ms=0), flush=True)
+    assert t.flush_ms is not None and t.flush_ms > 0
+    assert t.launch_bound is None, t.launch_bound

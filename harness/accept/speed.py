@@ -96,6 +96,7 @@ def bench_task(req: dict) -> dict:
             cells[mode] = {
                 "median_ms": ms, "spread": t.spread, "reps": t.reps, "clock": t.clock,
                 "tflops": flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf,
+                "launch_bound": t.launch_bound,
             }
         for mode, reasons in roofline.check(case, ms_by_mode, peaks).items():
             if mode in cells:
@@ -162,13 +163,14 @@ def run_speed(isolator, *, impl: str, family: str, device: str, cases, backward:
 
 def _cand_tflops(row_by, cand, mode):
     c = (row_by.get(cand) or {}).get("modes", {}).get(mode, {})
-    return c.get("tflops") if not c.get("flags") else None
+    return c.get("tflops") if not (c.get("flags") or c.get("launch_bound")) else None
 
 
 def _markdown(results: list[dict], failed: list[dict]) -> list[str]:
     L = [("Device time (CUDA events, warm-up, L2 flush / input rotation when the working set is small), "
          "TFLOP/s from `harness/flops.py` (visible pairs counted exactly), ratio = candidate / baseline. "
-         "Flagged rates (roofline rules) print as implausible, never as a number."), ""]
+         "Flagged rates (roofline rules) print as implausible, never as a number; a launch-bound time (the "
+         "host's launches, not the kernels) is marked and gets no ratio."), ""]
     for r in results:
         cand = next((row["backend"] for row in r["rows"] if row["candidate"]), None)
         row_by = {row["backend"]: row for row in r["rows"]}
@@ -191,7 +193,10 @@ def _markdown(results: list[dict], failed: list[dict]) -> list[str]:
                 else:
                     ct = _cand_tflops(row_by, cand, m)
                     ratio = "-" if row["candidate"] or not ct or not c["tflops"] else f"{ct / c['tflops']:.2f}x"
-                    cells += [f"{c['median_ms']:.4g} (±{100 * c['spread']:.0f}%)", f"{c['tflops']:.1f}", ratio]
+                    ms = f"{c['median_ms']:.4g} (±{100 * c['spread']:.0f}%)"
+                    if c.get("launch_bound"):  # mostly the host's launches (harness.timing.Timing.launch_bound)
+                        ms, ratio = ms + " launch-bound", "-"
+                    cells += [ms, f"{c['tflops']:.1f}", ratio]
             L.append(f"| {name} | " + " | ".join(cells) + " |")
         unsup = [f"{row['backend']}: {row['unsupported']}" for row in r["rows"] if "unsupported" in row]
         if unsup:

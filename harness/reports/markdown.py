@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness.flops import LINEAR_BWD_FACTOR, LINEAR_CHUNK, SOFTMAX_BWD_FACTOR
 from harness.reports import group_of
 from harness.roofline import BWD_MIN_FRACTION, E2E_MIN_FRACTION, IMPLAUSIBLE, PEAK_MARGIN
+from harness.timing import LAUNCH_BOUND_FRACTION
 
 MODES = ("fwd", "bwd", "fwd+bwd")
 #: Reasons are cut to this length in table cells (the JSON has them whole).
@@ -66,13 +67,21 @@ def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> s
         return f"error: {_short(cell.get('reason', ''))}" if what == "ms" else DASH
     if st != "ok":
         return DASH
+    # launch-bound: the number is an upper bound of the device time, mostly the host's launches
+    bound = cell.get("launch_bound")
     if what == "ms":
-        return f"{fmt_ms(cell['median_ms'])} ±{100 * cell.get('spread', 0) / 2:.0f}%"
+        text = f"{fmt_ms(cell['median_ms'])} ±{100 * cell.get('spread', 0) / 2:.0f}%"
+        if bound:
+            text += " launch-bound"
+            if notes is not None:
+                notes.append(bound)
+                text += f" [{len(notes)}]"
+        return text
     if what == "tflops":
-        return fmt_rate(cell["tflops"])
+        return ">=" + fmt_rate(cell["tflops"]) if bound else fmt_rate(cell["tflops"])
     if what == "speedup":
         s = cell.get("speedup")
-        return f"{s:.2f}x" if s else DASH
+        return "launch-bound" if bound or cell.get("speedup_launch_bound") else (f"{s:.2f}x" if s else DASH)
     raise ValueError(f"what: expected ms, tflops or speedup, got {what!r}")
 
 
@@ -114,6 +123,11 @@ def header_lines(data: dict) -> list[str]:
         "- versions: " + ", ".join(f"{k} {v}" for k, v in ver.items() if v),
         f"- timing: {_clock_words(data)}",
     ]
+    if data.get("settings", {}).get("clock") != "host":
+        lines.append(f"- launch-bound: a number whose repetition the host took longer to enqueue (less the L2 flush "
+                     f"the device ran meanwhile) than {LAUNCH_BOUND_FRACTION:g}x the time measured is mostly launch "
+                     "latency: it reads \"launch-bound\" with a note, its TFLOP/s is a lower bound (\">=\"), it has no "
+                     "speedup and is left out of the plots; `--cuda-graphs` times the device alone.")
     if peaks:
         mm = ", ".join(f"{k} {v:.3g} TFLOP/s" for k, v in peaks.get("matmul_tflops", {}).items())
         lines.append(f"- measured ceilings ({peaks.get('measured_at', '')}): dense matmul {mm}; copy "

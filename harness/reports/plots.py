@@ -45,7 +45,9 @@ def _series(data: dict, value):
 def _tflops(mode):
     def get(rec):
         c = rec.get("modes", {}).get(mode)
-        return c["tflops"] if c and c.get("status") == "ok" else ("OOM" if c and c.get("status") == "oom" else None)
+        if c and c.get("status") == "ok":
+            return None if c.get("launch_bound") else c["tflops"]  # a launch-bound rate is not the kernel's
+        return "OOM" if c and c.get("status") == "oom" else None
     return get
 
 

@@ -16,6 +16,8 @@ A measurement that breaks a roofline rule fails the test and is kept out of the 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from harness.roofline import IMPLAUSIBLE
@@ -55,8 +57,12 @@ def test_attention(benchmark, bench_session, attn_adapter, attn_case, mode):
         case=case.id, backend=adapter.name, mode=mode, clock=timing.clock, tflops=cell["tflops"], gbps=cell["gbps"],
         flops=cell["flops"], min_bytes=cell["bytes"], spread=cell["spread"], reps=timing.reps,
         flush_l2=timing.flush_l2, rotate=timing.rotate, cuda_graph=timing.cuda_graph, memory=rec["memory"],
+        enqueue_ms=timing.enqueue_ms, launch_bound=timing.launch_bound,
         verified_on=rec["verify"].get("case"), device=env["device"], versions=env["versions"],
     )
+
+    if timing.launch_bound:  # shown in the warnings summary; the number is still stored
+        warnings.warn(f"{case.id} {adapter.name} {mode}: {timing.launch_bound}", stacklevel=1)
 
     ms = {mode: cell["median_ms"]}
     if mode != "fwd":
