@@ -12,7 +12,8 @@ Method on CUDA (``clock = "cuda-events"``), the same as ``triton.testing.do_benc
    repetition; ``start.elapsed_time(end)`` gives each repetition's device milliseconds.
    The flush kernel keeps the device busy while the host enqueues the work, so launch latency
    does not land between the events -- unless the host is slower than the kernels. The loop
-   therefore also takes the host's enqueue time and the flush's device time per repetition, and
+   therefore also takes the host's enqueue time and the flush's device time per repetition (and
+   how much work was still queued when the host finished), and
    :attr:`Timing.launch_bound` says when the number is mostly launch latency (reports mark it,
    give it no speedup and leave it out of plots); ``cuda_graph=True`` removes the launches.
 3. **Input rotation**: when the working set fits in L2, :data:`ROTATE_SETS` seeded input sets
@@ -76,6 +77,11 @@ GRAPH_WARMUP_CALLS = 3
 #: meanwhile, reaches this fraction of the time measured: the device then waits for launches
 #: between the events, and the number is mostly host time (see Timing.launch_bound).
 LAUNCH_BOUND_FRACTION = 0.8
+#: ... and when the device had caught up with the host by the end of the loop: less than this many
+#: repetitions (or LAUNCH_BOUND_MIN_DRAIN_MS) still queued when the host finished enqueueing. A host
+#: far ahead blocks on a full launch queue, which inflates its enqueue time without any idle device.
+LAUNCH_BOUND_MAX_DRAIN_REPS = 2
+LAUNCH_BOUND_MIN_DRAIN_MS = 0.1
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +107,7 @@ class Timing:
     cuda_graph: bool | str = False
     enqueue_ms: float | None = None  # median host time to enqueue one repetition's work (CUDA)
     flush_ms: float | None = None  # median device time of the L2 flush before each repetition
+    drain_ms: float | None = None  # host time from the loop's last enqueue to the device finishing
 
     @property
     def reps(self) -> int:
@@ -140,7 +147,9 @@ class Timing:
         works. Per repetition the host spends ``enqueue_ms`` launching the work while the device
         has only the flush (``flush_ms``) to run; when what is left, ``enqueue - flush``, reaches
         :data:`LAUNCH_BOUND_FRACTION` of the measured time, the device waited for launches between
-        the two events. The number is then an upper bound of the device time (the host's cost
+        the two events -- provided the device had caught up by the loop's end (``drain_ms``: a
+        host far ahead blocks on the full launch queue, which inflates its enqueue time while the
+        device never waits). The number is then an upper bound of the device time (the host's cost
         per call, real for a loop that launches this way), not the kernels' speed: time it with
         CUDA graphs (``--cuda-graphs``) for device time."""
         if self.clock != CLOCK_DEVICE or self.enqueue_ms is None or self.cuda_graph is True:
@@ -148,6 +157,8 @@ class Timing:
         m, left = self.median_ms, self.enqueue_ms - (self.flush_ms or 0.0)
         if m <= 0 or left < LAUNCH_BOUND_FRACTION * m:
             return None
+        if self.drain_ms is not None and self.drain_ms > max(LAUNCH_BOUND_MAX_DRAIN_REPS * m, LAUNCH_BOUND_MIN_DRAIN_MS):
+            return None  # the host was ahead (blocked on a full queue), the device never waited
         flush = f" while the device flushed L2 for {self.flush_ms:.3g} ms" if self.flush_ms else ""
         return (f"launch-bound: the host took {self.enqueue_ms:.3g} ms to enqueue each repetition{flush}, "
                 f"against {m:.3g} ms measured; the number is mostly launch latency (time with CUDA graphs "
@@ -333,6 +344,7 @@ class _Loop:
     times: list[float]  # per repetition, ms (device on CUDA, host on a CPU)
     enqueue_ms: float | None = None  # median host time spent in call() (CUDA)
     flush_ms: float | None = None  # median device time of the flush (CUDA, when flushing)
+    drain_ms: float | None = None  # host time from the last enqueue to the device finishing (CUDA)
 
 
 def _time_loop(call: Callable[[int], object], n_sets: int, reps: int, device: torch.device, flush) -> _Loop:
@@ -354,9 +366,12 @@ def _time_loop(call: Callable[[int], object], n_sets: int, reps: int, device: to
             call(r % n_sets)
             enqueue.append((time.perf_counter() - t0) * 1e3)
             ends[r].record()
+        t0 = time.perf_counter()
         torch.cuda.synchronize(device)
+        drain_ms = (time.perf_counter() - t0) * 1e3
         flush_ms = statistics.median(b.elapsed_time(s) for b, s in zip(before, starts)) if before else None
-        return _Loop([s.elapsed_time(e) for s, e in zip(starts, ends)], statistics.median(enqueue), flush_ms)
+        return _Loop([s.elapsed_time(e) for s, e in zip(starts, ends)], statistics.median(enqueue), flush_ms,
+                     drain_ms)
     times = []
     for r in range(reps):
         t0 = time.perf_counter()
@@ -429,7 +444,7 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
     return Timing(
         mode=work.mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
         warmup_calls=calls, flush_l2=flush is not None, rotate=n, cuda_graph=graph_state,
-        enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms,
+        enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms,
     )
 
 
@@ -461,7 +476,7 @@ def time_callable(fn: Callable[[], object], device, *, mode: str = "fwd", option
         reps = int(min(opt.max_reps, max(opt.min_reps, math.ceil(opt.target_ms / est))))
     loop = _time_loop(lambda i: fn(), 1, reps, device, buf)
     return Timing(mode=mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
-                  warmup_calls=calls, flush_l2=buf is not None, enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms)
+                  warmup_calls=calls, flush_l2=buf is not None, enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms)
 
 
 # --------------------------------------------------------------------------------------------

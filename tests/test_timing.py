@@ -114,9 +114,9 @@ def test_pytest_benchmark_without_the_replay_timer_is_refused(benchmark):
 def test_launch_bound_rule():
     # the device waits for launches when the host's enqueue, less the flush the device runs
     # meanwhile, reaches LAUNCH_BOUND_FRACTION of the measured time
-    def t(enqueue, flush=None, clock=timing.CLOCK_DEVICE, graph=False):
+    def t(enqueue, flush=None, clock=timing.CLOCK_DEVICE, graph=False, drain=0.05):
         return timing.Timing(mode="fwd", clock=clock, times_ms=[0.1] * 5, enqueue_ms=enqueue, flush_ms=flush,
-                             cuda_graph=graph)
+                             cuda_graph=graph, drain_ms=drain)
 
     assert "launch-bound" in t(0.2).launch_bound and "0.2 ms to enqueue" in t(0.2).launch_bound
     assert t(0.2).to_dict()["launch_bound"] == t(0.2).launch_bound
@@ -126,6 +126,9 @@ def test_launch_bound_rule():
     assert t(0.2, graph=True).launch_bound is None  # a graph replay is one launch
     assert t(0.2, clock=timing.CLOCK_HOST).launch_bound is None  # host time is labelled as such anyway
     assert t(None).launch_bound is None
+    # a host 100 repetitions ahead blocks on the full launch queue: its enqueue time grows, but
+    # the device never waited
+    assert t(0.2, drain=10.0).launch_bound is None
 
 
 # --------------------------------------------------------------------------------------------
