@@ -40,6 +40,24 @@ from . import configs as cfg
 
 
 @triton.jit
+def _minus(x, x_lo, y, y_lo, EXACT: tl.constexpr):
+    """x - y for log-decays given as (fp32 value, low part) by _chunk_gate: two close large sums
+    subtract exactly in fp32 (Sterbenz), and the low parts add back what their rounding dropped."""
+    d = x - y
+    if EXACT:
+        d += x_lo - y_lo
+    return d
+
+
+@triton.jit
+def _decay_ji(b_b, b_bl, m_t, EXACT: tl.constexpr):
+    """The backward walks' intra-chunk decay at [j, i]: exp(b_i - b_j) where i >= j (m_t), else 0
+    (masked before exp: b_i - b_j > 0 above the diagonal could overflow)."""
+    b_seg = _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT)
+    return tl.exp(tl.where(m_t, b_seg, float("-inf")))
+
+
+@triton.jit
 def _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H: tl.constexpr, BT: tl.constexpr, GATE: tl.constexpr,
                 EXACT: tl.constexpr):
     """Chunk-local cumulative log-decay b [BT] and its value at the chunk's last valid row, each as
@@ -78,16 +96,6 @@ def _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H: tl.constexpr, BT: tl.constexpr, 
         b_lo = tl.zeros([BT], dtype=tl.float32)
         b_last_lo = 0.0
     return b_b, b_lo, b_last, b_last_lo
-
-
-@triton.jit
-def _minus(x, x_lo, y, y_lo, EXACT: tl.constexpr):
-    """x - y for log-decays given as (fp32 value, low part) by _chunk_gate: two close large sums
-    subtract exactly in fp32 (Sterbenz), and the low parts add back what their rounding dropped."""
-    d = x - y
-    if EXACT:
-        d += x_lo - y_lo
-    return d
 
 
 @triton.jit
@@ -231,7 +239,7 @@ def _dkv_walk(
         b_dk = tl.dot(b_v, tl.trans(b_dSc), input_precision=PREC)  # [BT, K]
         if GATE > 0:
             b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
-            b_M = tl.exp(tl.where(m_t, _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT), float("-inf")))
+            b_M = _decay_ji(b_b, b_bl, m_t, EXACT)
             b_Akq *= b_M
             b_dec = tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))
             if ROW_DOT:
@@ -319,7 +327,7 @@ def _dv_walk(
         b_dv = tl.dot(b_k, b_dSc, input_precision=PREC)  # [BT, BV]
         if GATE > 0:
             b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
-            b_M = tl.exp(tl.where(m_t, _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT), float("-inf")))
+            b_M = _decay_ji(b_b, b_bl, m_t, EXACT)
             b_Akq *= b_M
             b_dec = tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))
             if ROW_DOT:  # as in _dkv_walk, over this block of V (the terms add up over blocks)
@@ -395,7 +403,7 @@ def _dk_walk(
         b_dk = tl.dot(b_v, tl.trans(b_dS.to(dt)), input_precision=PREC)  # [BT, BK]
         if GATE > 0:
             b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
-            b_Avd *= tl.exp(tl.where(m_t, _minus(b_b[None, :], b_bl[None, :], b_b[:, None], b_bl[:, None], EXACT), float("-inf"))) * scale
+            b_Avd *= _decay_ji(b_b, b_bl, m_t, EXACT) * scale
             b_dk *= tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))[:, None]
         else:
             b_Avd = tl.where(m_t, b_Avd * scale, 0.0)
