@@ -48,17 +48,21 @@ def row_status_text(rec: dict) -> str | None:
     return None
 
 
+def _note(notes: list[str] | None, text: str) -> str:
+    """Append ``text`` to the report's numbered notes; the cell's " [n]" mark ("" without notes)."""
+    if notes is None:
+        return ""
+    notes.append(text)
+    return f" [{len(notes)}]"
+
+
 def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> str:
     """One mode's cell as table text: ``what`` is "ms", "tflops" or "speedup"."""
     if cell is None:
         return DASH
     st = cell.get("status")
     if st == "implausible":
-        mark = ""
-        if notes is not None and what == "ms":
-            notes.append(cell.get("reason", ""))
-            mark = f" [{len(notes)}]"
-        return IMPLAUSIBLE + mark
+        return IMPLAUSIBLE + (_note(notes, cell.get("reason", "")) if what == "ms" else "")
     if st == "oom":
         return f"OOM: {_short(cell.get('reason', ''))}" if what == "ms" else "OOM"
     if st == "unsupported":
@@ -71,12 +75,7 @@ def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> s
     bound = cell.get("launch_bound")
     if what == "ms":
         text = f"{fmt_ms(cell['median_ms'])} ±{100 * cell.get('spread', 0) / 2:.0f}%"
-        if bound:
-            text += " launch-bound"
-            if notes is not None:
-                notes.append(bound)
-                text += f" [{len(notes)}]"
-        return text
+        return text + " launch-bound" + _note(notes, bound) if bound else text
     if what == "tflops":
         return ">=" + fmt_rate(cell["tflops"]) if bound else fmt_rate(cell["tflops"])
     if what == "speedup":
