@@ -20,11 +20,12 @@ import datetime as _dt
 import json
 import os
 import platform
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from harness.interrupts import SigtermInterrupt
 
 DEFAULT_PRESETS = ("small", "small-linear")
 DEFAULT_DTYPES_CPU = ("fp32", "fp16")
@@ -560,13 +561,6 @@ def write_reports(
 # --------------------------------------------------------------------------------------------
 
 
-def _interrupt(signum, frame):
-    # GNU timeout signals the process and then its whole group: only the first one interrupts,
-    # the report is written while the rest are ignored.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(args) -> int:
     import torch
 
@@ -598,28 +592,32 @@ def main(args) -> int:
         flush=True,
     )
     # A time limit (timeout, a CI job's cancel) sends SIGTERM: report what finished instead of nothing.
-    signal.signal(signal.SIGTERM, _interrupt)
-    results = run_all(
-        cases,
-        adapters,
-        seed=seed,
-        device=device,
-        check_backward=not args.forward_only,
-        progress=not args.no_progress,
-        jobs=jobs,
-    )
-    mark_known_issues(results, cases, device)
-    print(format_table(results))
-    summary = _summary(results)
-    failed = summary["fail"] + summary["error"] + sum(not c.ok for c in checks)
-    exit_code = 1 if failed else 0
-    meta = _meta(args, device, seed, cases, adapters, started, time.perf_counter() - t0)
-    md, js = write_reports(out, meta, checks, results, exit_code)
-    print(
-        f"\n{summary['pass']} pass, {summary['fail']} fail, {summary['error']} error, "
-        f"{summary['unsupported']} unsupported, {summary['known']} known third-party defects "
-        f"(harness/known_issues.py); self-checks {sum(c.ok for c in checks)}/{len(checks)} OK"
-    )
-    print(f"reports: {md} and {js}")
-    print("verdict: " + ("PASS" if exit_code == 0 else "FAIL (something that should pass did not)"))
-    return exit_code
+    sigterm = SigtermInterrupt()
+    sigterm.install()
+    try:  # until the report is written: a second SIGTERM (timeout's to the group) must not kill it
+        results = run_all(
+            cases,
+            adapters,
+            seed=seed,
+            device=device,
+            check_backward=not args.forward_only,
+            progress=not args.no_progress,
+            jobs=jobs,
+        )
+        mark_known_issues(results, cases, device)
+        print(format_table(results))
+        summary = _summary(results)
+        failed = summary["fail"] + summary["error"] + sum(not c.ok for c in checks)
+        exit_code = 1 if failed else 0
+        meta = _meta(args, device, seed, cases, adapters, started, time.perf_counter() - t0)
+        md, js = write_reports(out, meta, checks, results, exit_code)
+        print(
+            f"\n{summary['pass']} pass, {summary['fail']} fail, {summary['error']} error, "
+            f"{summary['unsupported']} unsupported, {summary['known']} known third-party defects "
+            f"(harness/known_issues.py); self-checks {sum(c.ok for c in checks)}/{len(checks)} OK"
+        )
+        print(f"reports: {md} and {js}")
+        print("verdict: " + ("PASS" if exit_code == 0 else "FAIL (something that should pass did not)"))
+        return exit_code
+    finally:
+        sigterm.restore()

@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import signal
 
 import pytest
 import torch
@@ -33,6 +34,7 @@ def test_oracle_self_checks_pass():
 
 
 def test_run_passes_writes_reports_and_prints_table(tmp_path, capsys):
+    handler = signal.getsignal(signal.SIGTERM)
     code = main_job.main(
         _args(
             "--backends",
@@ -46,6 +48,7 @@ def test_run_passes_writes_reports_and_prints_table(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert code == 0, out
+    assert signal.getsignal(signal.SIGTERM) is handler  # the run's SIGTERM handler is put back
     assert "OK   softmax" in out and "OK   linear" in out
     assert any(line.split()[:3] == ["eager", "B2-H4-S37x37-D32-fp32", "pass"] for line in out.splitlines())
     assert "softcap is not supported by torch SDPA" in out  # skip reason column
@@ -154,7 +157,7 @@ def test_an_interrupted_run_reports_what_finished(monkeypatch):
 
     def stop_after_two(adapter, case, seed, device, check_backward):
         if len(calls) == 2:
-            raise KeyboardInterrupt  # what SIGTERM from a time limit becomes (main_job._interrupt)
+            raise KeyboardInterrupt  # what SIGTERM from a time limit becomes (harness/interrupts.py)
         calls.append(case.id)
         return real(adapter, case, seed, device, check_backward)
 

@@ -16,8 +16,8 @@ Interrupts. An outer time limit (GNU ``timeout``, a CI job's cancel: SIGTERM) or
 run as the main job's does (``harness/main_job.py``): no case starts any more, the running ones'
 children are killed, and the report is still written, the finished cases as they are and every
 other case "not run"; its verdict is INCOMPLETE (never ACCEPTED) and the exit status 1. Only the
-first SIGTERM interrupts (GNU timeout signals the process, then its whole group); the previous
-SIGTERM handler is back when :func:`main` returns.
+first SIGTERM interrupts (``harness/interrupts.py``); the previous SIGTERM handler is back when
+:func:`main` returns.
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ import argparse
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -38,6 +36,7 @@ from pathlib import Path
 from harness.accept import report as R
 from harness.accept.isolation import DEFAULT_TIMEOUT_S, Isolator
 from harness.accept.profiles import PROFILES, resolve
+from harness.interrupts import SigtermInterrupt
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 #: An interrupted run (SIGTERM, Ctrl-C): 1, as the main job's (``python -m harness run``).
@@ -165,39 +164,8 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-class _Sigterm:
-    """After :meth:`install` (main thread only): the first SIGTERM raises KeyboardInterrupt("SIGTERM")
-    as long as :attr:`armed`, later ones are ignored. GNU timeout signals the process and then its
-    whole group, a CI cancel may signal twice: only the first interrupts, the report is written while
-    the rest are ignored (``harness/main_job.py``'s ``_interrupt``). :meth:`restore` puts the previous
-    handler back: the command may run in-process (tests)."""
-
-    def __init__(self):
-        self.armed = True
-        self.received = False
-        self._previous = None
-        self._installed = False
-
-    def _handle(self, signum, frame):
-        if self.received:
-            return
-        self.received = True
-        if self.armed:
-            raise KeyboardInterrupt("SIGTERM")
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():  # signal.signal's requirement
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-            self._installed = True
-
-    def restore(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
-            self._installed = False
-
-
 def main(args) -> int:
-    sigterm = _Sigterm()
+    sigterm = SigtermInterrupt()
     try:
         return _main(args, sigterm)
     except _Usage as e:
@@ -207,7 +175,7 @@ def main(args) -> int:
         sigterm.restore()
 
 
-def _main(args, sigterm: _Sigterm) -> int:
+def _main(args, sigterm: SigtermInterrupt) -> int:
     t_start = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     device = _device(args.device)
