@@ -76,18 +76,6 @@ def ours_alt_fn():
     return f
 
 
-def ours_bt128_fn():
-    """Ours with 128-row chunks (half the sequential steps, twice the work per step)."""
-    from kernels.linear_attn import chunk_linear_attn
-    from kernels.linear_attn import configs as cfg
-
-    def f(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None, output_final_state=False):
-        cfg.PLAN_OVERRIDE = None
-        return chunk_linear_attn(q, k, v, g, g_gamma, scale=scale, initial_state=initial_state,
-                                 output_final_state=output_final_state, chunk_size=128)
-    return f
-
-
 def inputs(B, T, H, K, V, dtype, gate, seed=0, h0=False):
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=DEVICE, generator=gen)
@@ -215,19 +203,20 @@ def time_case(fn, x, mode):
     return do_bench(run, warmup=50, rep=300, return_mode="median")
 
 
-def outputs(fn, x):
-    """out, dq, dk, dv of one fwd+bwd (fp32 copies)."""
-    leaves = [x[n].detach().clone().requires_grad_() for n in ("q", "k", "v")]
+def outputs(fn, x, fwd_only=False):
+    """out, dq, dk, dv of one fwd+bwd (fp32 copies); out alone with fwd_only."""
+    leaves = [x[n].detach().clone().requires_grad_(not fwd_only) for n in ("q", "k", "v")]
     o, _ = fn(*leaves, g=x["g"], g_gamma=x["g_gamma"])
-    grads = torch.autograd.grad(o, leaves, x["do"])
+    grads = () if fwd_only else torch.autograd.grad(o, leaves, x["do"])
     return [t.detach().float() for t in (o, *grads)]
 
 
-def disagreement(fn, ref, x):
-    """Largest rel-RMS difference of out / dq / dk / dv between fn and ref (FLA) at a timed shape.
-    The correctness slice runs default configs at one small shape; this checks the configs that
-    autotune picked for the timed shapes (two fp16 results differ by ~1e-3; a broken config by ~1)."""
-    a, b = outputs(fn, x), outputs(ref, x)
+def disagreement(fn, ref, x, fwd_only=False):
+    """Largest rel-RMS difference of out / dq / dk / dv (out alone with fwd_only) between fn and ref
+    (FLA) at a timed shape. The correctness slice runs default configs at one small shape; this
+    checks the configs that autotune picked for the timed shapes (two fp16 results differ by ~1e-3;
+    a broken config by ~1)."""
+    a, b = outputs(fn, x, fwd_only), outputs(ref, x, fwd_only)
     return max(float((u - w).norm() / w.norm()) for u, w in zip(a, b))
 
 
@@ -254,14 +243,36 @@ def peak_memory(fn, x):
     return {"fwd_peak_MiB": fwd_peak / MiB, "saved_MiB": saved / MiB, "bwd_peak_MiB": bwd_peak / MiB}
 
 
+def ours_chunk_fn(chunk_size):
+    """Ours with a given chunk size (rows per step of the walks)."""
+    from kernels.linear_attn import chunk_linear_attn
+    from kernels.linear_attn import configs as cfg
+
+    def f(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None, output_final_state=False):
+        cfg.PLAN_OVERRIDE = None
+        return chunk_linear_attn(q, k, v, g, g_gamma, scale=scale, initial_state=initial_state,
+                                 output_final_state=output_final_state, chunk_size=chunk_size)
+    return f
+
+
+# Forward configs the --sweep times beside the launch list (configs.fwd_configs): BV = 16 gives 4
+# programs a head (512 at B4 H32 K=V=64); with tensor descriptors it compiles to 104-128 registers
+# (ptxas_report.py), so 4 programs fit an SM and all 512 run in one wave.
+SWEEP_EXTRA_FWD = [(16, 4, 2), (16, 4, 3)]
+
+
 def sweep(args, fns):
-    """--sweep: every launch config of ours, forced one at a time (no autotune), forward with each
-    decay placement and fwd+bwd per backward config, beside FLA, at each D / dtype / T; prints
-    the ranking. Which config autotune should find, measured in one run."""
+    """--sweep: every launch config of ours, forced one at a time (no autotune), beside FLA, at each
+    D / dtype / T: the forward per (chunk size, BV, warps, stages) and fwd+bwd per backward config
+    (the forward autotuned; --sweep-only picks one part), each with its tiles through block pointers and
+    through tensor descriptors (TMA); prints the ranking. Which config autotune should find, measured in one run."""
+    import triton
+
     from kernels.linear_attn import configs as cfg
 
     gate = {"gamma": "gamma", "g": 1.0, "none": None}[args.gate]
     ours, ref = ours_fn(), next((fns[n] for n in ("fla_chunk", "fla_fused") if n in fns), None)
+    tma_defaults = cfg.FWD_TMA, cfg.BWD_TMA
     out = []
     for D in args.dims:
         for dn in args.dtypes:
@@ -271,38 +282,51 @@ def sweep(args, fns):
                 for n, f in fns.items():
                     if n.startswith("fla"):
                         res[n] = time_case(f, x, "fwd")
-                        res[f"{n} fwd+bwd"] = time_case(f, x, "fwdbwd")
+                        if args.sweep_only != "fwd":
+                            res[f"{n} fwd+bwd"] = time_case(f, x, "fwdbwd")
                 plan = cfg.bwd_plan(D, D)
-                fwd_list = [c for c in cfg.fwd_configs() if c.kwargs["BV"] <= D]
                 try:
-                    for c in fwd_list:
-                        for dv in (True, False):
-                            cfg.FWD_DECAY_V = dv
-                            over = dict(BV=c.kwargs["BV"], num_warps=c.num_warps, num_stages=c.num_stages)
-                            cfg.CONFIG_OVERRIDE = {"fwd": over}
-                            name = f"ours fwd BV{over['BV']} w{c.num_warps} s{c.num_stages} decay-{'v' if dv else 'k'}"
+                    for bt in ([] if args.sweep_only == "bwd" else args.sweep_chunks):
+                        fn_bt = ours_chunk_fn(bt)
+                        BT = cfg.internal_chunk(bt, D, D)
+                        cands = cfg.fwd_configs() + [triton.Config({"BV": bv}, num_warps=w, num_stages=st)
+                                                     for bv, w, st in SWEEP_EXTRA_FWD]
+                        fwd_list = cfg.prune_by_resources(cands, dict(KD=D, VD=D, BT=BT, q=x["q"]))
+                        for c in fwd_list:
+                            for tma in (False, True):
+                                cfg.FWD_TMA = tma
+                                over = dict(BV=c.kwargs["BV"], num_warps=c.num_warps, num_stages=c.num_stages)
+                                cfg.CONFIG_OVERRIDE = {"fwd": over}
+                                name = (f"ours fwd BT{BT} BV{over['BV']} w{c.num_warps} s{c.num_stages} "
+                                        f"{'tma' if tma else 'ptr'}")
+                                try:
+                                    res[name] = time_case(fn_bt, x, "fwd")
+                                    if ref is not None:
+                                        d = disagreement(fn_bt, ref, x, fwd_only=True)
+                                        if d > 1e-2:
+                                            name_bad = name + f" DISAGREES {d:.1e}"
+                                            res[name_bad] = res.pop(name)
+                                except Exception as e:  # noqa: BLE001
+                                    log(f"{name}: FAILED {type(e).__name__}: {str(e)[:150]}")
+                    cfg.FWD_TMA = tma_defaults[0]  # the fwd+bwd rows: the default forward, autotuned
+                    for c in ([] if args.sweep_only == "fwd" else cfg.bwd_configs()):
+                        if c.num_warps == 4 and not plan["SPLIT"] and D * D > 64 * 64:
+                            continue
+                        for tma in (False, True):
+                            cfg.BWD_TMA = tma
+                            cfg.CONFIG_OVERRIDE = {"bwd": dict(num_warps=c.num_warps, num_stages=c.num_stages)}
+                            name = f"ours fwd+bwd (bwd w{c.num_warps} s{c.num_stages} {'tma' if tma else 'ptr'})"
                             try:
-                                res[name] = time_case(ours, x, "fwd")
+                                res[name] = time_case(ours, x, "fwdbwd")
                                 if ref is not None:
                                     d = disagreement(ours, ref, x)
                                     if d > 1e-2:
-                                        name_bad = name + f" DISAGREES {d:.1e}"
-                                        res[name_bad] = res.pop(name)
+                                        res[name + f" DISAGREES {d:.1e}"] = res.pop(name)
                             except Exception as e:  # noqa: BLE001
                                 log(f"{name}: FAILED {type(e).__name__}: {str(e)[:150]}")
-                    cfg.FWD_DECAY_V = True
-                    for c in cfg.bwd_configs():
-                        if c.num_warps == 4 and not plan["SPLIT"] and D * D > 64 * 64:
-                            continue
-                        cfg.CONFIG_OVERRIDE = {"bwd": dict(num_warps=c.num_warps, num_stages=c.num_stages)}
-                        name = f"ours fwd+bwd (bwd w{c.num_warps} s{c.num_stages})"
-                        try:
-                            res[name] = time_case(ours, x, "fwdbwd")
-                        except Exception as e:  # noqa: BLE001
-                            log(f"{name}: FAILED {type(e).__name__}: {str(e)[:150]}")
                 finally:
                     cfg.CONFIG_OVERRIDE = None
-                    cfg.FWD_DECAY_V = True
+                    cfg.FWD_TMA, cfg.BWD_TMA = tma_defaults
                 log(f"sweep D={D} {dn} T={T}:")
                 for name, ms in sorted(res.items(), key=lambda kv: (("fwd+bwd" in kv[0]), kv[1])):
                     log(f"  {ms:8.3f} ms  {name}")
@@ -334,11 +358,15 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "reports"), help="folder for the JSON results")
     ap.add_argument("--sweep", action="store_true",
                     help="time every launch config of ours (forced, no autotune) beside FLA instead of the table")
+    ap.add_argument("--sweep-chunks", type=int, nargs="+", default=[64, 128],
+                    help="chunk sizes of the --sweep's forward configs")
+    ap.add_argument("--sweep-only", choices=["fwd", "bwd"],
+                    help="--sweep: only the forward configs, or only the backward configs (fwd+bwd rows)")
     args = ap.parse_args()
 
     import triton
     fla_fns, fla_version = load_fla()
-    fns = {"ours": ours_fn(), "ours_alt": ours_alt_fn(), "ours_bt128": ours_bt128_fn(), **fla_fns}
+    fns = {"ours": ours_fn(), "ours_alt": ours_alt_fn(), "ours_bt128": ours_chunk_fn(128), **fla_fns}
     fns = {n: f for n, f in fns.items() if n in args.backends}
     env = dict(torch=torch.__version__, triton=triton.__version__, fla=fla_version,
                device=torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)",

@@ -58,6 +58,36 @@ def _decay_ji(b_b, b_bl, m_t, EXACT: tl.constexpr):
 
 
 @triton.jit
+def _rows(base, T, D: tl.constexpr, H, BT: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr):
+    """One head's [T, D] rows (H*D apart) as _tile/_put read and write them in [BT, BD] tiles: with
+    TMA a tensor descriptor (the copy engine moves the tiles, zero-fills past T on loads and clips
+    stores), else the base pointer (block pointers, cp.async loads). Made once, before a walk."""
+    if TMA:
+        return tl.make_tensor_descriptor(base, shape=[T, D], strides=[H * D, 1], block_shape=[BT, BD])
+    else:
+        return base
+
+
+@triton.jit
+def _tile(rows, t0, c0, T, D: tl.constexpr, H, BT: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr):
+    """The [BT, BD] tile at row t0, column c0 of _rows' view (rows past T read 0)."""
+    if TMA:
+        return rows.load([t0, c0])
+    else:
+        return tl.load(tl.make_block_ptr(rows, (T, D), (H * D, 1), (t0, c0), (BT, BD), (1, 0)), boundary_check=(0,))
+
+
+@triton.jit
+def _put(rows, t0, c0, x, T, D: tl.constexpr, H, BT: tl.constexpr, BD: tl.constexpr, TMA: tl.constexpr):
+    """Store x as the [BT, BD] tile at (t0, c0) of _rows' view, in its dtype (rows past T dropped)."""
+    if TMA:
+        rows.store([t0, c0], x.to(rows.dtype))
+    else:
+        p = tl.make_block_ptr(rows, (T, D), (H * D, 1), (t0, c0), (BT, BD), (1, 0))
+        tl.store(p, x.to(p.dtype.element_ty), boundary_check=(0,))
+
+
+@triton.jit
 def _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H: tl.constexpr, BT: tl.constexpr, GATE: tl.constexpr,
                 EXACT: tl.constexpr):
     """Chunk-local cumulative log-decay b [BT] and its value at the chunk's last valid row, each as
@@ -104,19 +134,22 @@ def _fwd_walk(
     scale, T, i_v, i_b, i_h, s_h0k, s_h0v,
     H: tl.constexpr, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr, DECAY_V: tl.constexpr = False,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, DECAY_V: tl.constexpr, TMA: tl.constexpr,
 ):
     """o[:, block i_v] for one (batch, head): q, k [T, KD], v, o [T, VD] rows H*dim apart.
+    TMA: tiles through tensor descriptors (see _rows).
     ROW_DOT (the dq walk when g needs a gradient): also adds the inter-chunk q.dq term
     scale * exp(b) * rowsum((q S) * x) into rdot[0] [B, T, H], keeps S exact to fp32, and
     stores the final state for <S_T, dS_T> (see _assemble_dg)."""
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
     EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
-    q += row0 * KD
-    k += row0 * KD
-    v += row0 * VD
-    o += row0 * VD
+    r_q = _rows(q + row0 * KD, T, KD, H, BT, KD, TMA)
+    r_k = _rows(k + row0 * KD, T, KD, H, BT, KD, TMA)
+    r_v = _rows(v + row0 * VD, T, VD, H, BT, BV, TMA)
+    r_o = _rows(o + row0 * VD, T, VD, H, BT, BV, TMA)
+    if ROW_DOT:
+        r_x = _rows(x + row0 * VD, T, VD, H, BT, BV, TMA)
     o_t = tl.arange(0, BT)
     o_kd = tl.arange(0, KD)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -129,12 +162,9 @@ def _fwd_walk(
 
     for i_t in range(NT_INTERP if NT_INTERP > 0 else tl.cdiv(T, BT)):
         t0 = i_t * BT
-        p_q = tl.make_block_ptr(q, (T, KD), (H * KD, 1), (t0, 0), (BT, KD), (1, 0))
-        p_k = tl.make_block_ptr(k, (T, KD), (H * KD, 1), (t0, 0), (BT, KD), (1, 0))
-        p_v = tl.make_block_ptr(v, (T, VD), (H * VD, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_q = tl.load(p_q, boundary_check=(0,))
-        b_k = tl.load(p_k, boundary_check=(0,))
-        b_v = tl.load(p_v, boundary_check=(0,))
+        b_q = _tile(r_q, t0, 0, T, KD, H, BT, KD, TMA)
+        b_k = _tile(r_k, t0, 0, T, KD, H, BT, KD, TMA)
+        b_v = _tile(r_v, t0, i_v * BV, T, VD, H, BT, BV, TMA)
         dt = b_q.dtype
 
         b_A = tl.dot(b_q, tl.trans(b_k), input_precision=PREC)
@@ -144,8 +174,7 @@ def _fwd_walk(
             # inter-chunk part of the gate gradient's q.dq term, with the state's low half too
             # (fp32-accurate: these terms cancel against k.dk ones over the sequence)
             b_lo = tl.dot(b_q, (b_S - b_Shi.to(tl.float32)).to(dt), input_precision=PREC)
-            p_x = tl.make_block_ptr(x + row0 * VD, (T, VD), (H * VD, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-            b_x = tl.load(p_x, boundary_check=(0,)).to(tl.float32)
+            b_x = _tile(r_x, t0, i_v * BV, T, VD, H, BT, BV, TMA).to(tl.float32)
             b_rd = tl.sum((b_o + b_lo) * b_x, axis=1) * scale
         if GATE > 0:
             b_b, b_bl, b_last, b_lastl = _chunk_gate(g, g_gamma, i_b, i_h, t0, T, H, BT, GATE, EXACT)
@@ -159,8 +188,7 @@ def _fwd_walk(
             b_A = tl.where(m_s, b_A, 0.0)
         b_o += tl.dot(b_A.to(dt), b_v, input_precision=PREC)
         b_o *= scale
-        p_o = tl.make_block_ptr(o, (T, VD), (H * VD, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_o, b_o.to(p_o.dtype.element_ty), boundary_check=(0,))
+        _put(r_o, t0, i_v * BV, b_o, T, VD, H, BT, BV, TMA)
         if ROW_DOT:
             p_r = rdot + (i_b * T + t0 + o_t).to(tl.int64) * H + i_h
             tl.atomic_add(p_r, b_rd, mask=t0 + o_t < T, sem="relaxed")
@@ -195,7 +223,7 @@ def _dkv_walk(
     scale, T, i_b, i_h, s_r,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
     GATE: tl.constexpr, USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, TMA: tl.constexpr,
 ):
     """dk and dv for one (batch, head), walking the chunks backwards with the whole state
     gradient dS [K, V] in fp32 registers (small K x V only: see SPLIT in _bwd_kernel)."""
@@ -204,12 +232,12 @@ def _dkv_walk(
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
     EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
-    q += row0 * K
-    k += row0 * K
-    v += row0 * V
-    do += row0 * V
-    dv += row0 * V
-    dk += row0 * K
+    r_q = _rows(q + row0 * K, T, K, H, BT, K, TMA)
+    r_k = _rows(k + row0 * K, T, K, H, BT, K, TMA)
+    r_v = _rows(v + row0 * V, T, V, H, BT, V, TMA)
+    r_do = _rows(do + row0 * V, T, V, H, BT, V, TMA)
+    r_dv = _rows(dv + row0 * V, T, V, H, BT, V, TMA)
+    r_dk = _rows(dk + row0 * K, T, K, H, BT, K, TMA)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -222,14 +250,10 @@ def _dkv_walk(
     NT = tl.cdiv(T, BT)
     for i in range(NT_INTERP if NT_INTERP > 0 else tl.cdiv(T, BT)):
         t0 = (NT - 1 - i) * BT
-        p_q = tl.make_block_ptr(q, (T, K), (H * K, 1), (t0, 0), (BT, K), (1, 0))
-        p_k = tl.make_block_ptr(k, (T, K), (H * K, 1), (t0, 0), (BT, K), (1, 0))
-        p_v = tl.make_block_ptr(v, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        p_do = tl.make_block_ptr(do, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_q = tl.load(p_q, boundary_check=(0,))
-        b_k = tl.load(p_k, boundary_check=(0,))
-        b_v = tl.load(p_v, boundary_check=(0,))
-        b_do = tl.load(p_do, boundary_check=(0,))
+        b_q = _tile(r_q, t0, 0, T, K, H, BT, K, TMA)
+        b_k = _tile(r_k, t0, 0, T, K, H, BT, K, TMA)
+        b_v = _tile(r_v, t0, 0, T, V, H, BT, V, TMA)
+        b_do = _tile(r_do, t0, 0, T, V, H, BT, V, TMA)
         dt = b_q.dtype
 
         b_Akq = tl.dot(b_k, tl.trans(b_q), input_precision=PREC) * scale  # [j, i]
@@ -265,10 +289,8 @@ def _dkv_walk(
         b_dv += tl.dot(b_Akq.to(dt), b_do, input_precision=PREC)
         b_dk += tl.dot(b_Avd.to(dt), b_q, input_precision=PREC)
 
-        p_dv = tl.make_block_ptr(dv, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), boundary_check=(0,))
-        p_dk = tl.make_block_ptr(dk, (T, K), (H * K, 1), (t0, 0), (BT, K), (1, 0))
-        tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), boundary_check=(0,))
+        _put(r_dv, t0, 0, b_dv, T, V, H, BT, V, TMA)
+        _put(r_dk, t0, 0, b_dk, T, K, H, BT, K, TMA)
 
         if GATE > 0:
             b_qd32 = b_q * (scale * tl.exp(b_b))[:, None]
@@ -290,18 +312,19 @@ def _dv_walk(
     scale, T, i_v, i_b, i_h, s_r,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, TMA: tl.constexpr,
 ):
     """dv[:, block i_v] (and dh0's columns, and the gate gradient's walk terms) for one (batch,
     head), backwards with dS[:, block] [K, BV]: the split form of _dkv_walk for large K x V."""
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
     EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
-    q += row0 * K
-    k += row0 * K
-    v += row0 * V
-    do += row0 * V
-    dv += row0 * V
+    r_q = _rows(q + row0 * K, T, K, H, BT, K, TMA)
+    r_k = _rows(k + row0 * K, T, K, H, BT, K, TMA)
+    r_do = _rows(do + row0 * V, T, V, H, BT, BV, TMA)
+    r_dv = _rows(dv + row0 * V, T, V, H, BT, BV, TMA)
+    if ROW_DOT:
+        r_v = _rows(v + row0 * V, T, V, H, BT, BV, TMA)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -314,12 +337,9 @@ def _dv_walk(
     NT = tl.cdiv(T, BT)
     for i in range(NT_INTERP if NT_INTERP > 0 else tl.cdiv(T, BT)):
         t0 = (NT - 1 - i) * BT
-        p_q = tl.make_block_ptr(q, (T, K), (H * K, 1), (t0, 0), (BT, K), (1, 0))
-        p_k = tl.make_block_ptr(k, (T, K), (H * K, 1), (t0, 0), (BT, K), (1, 0))
-        p_do = tl.make_block_ptr(do, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        b_q = tl.load(p_q, boundary_check=(0,))
-        b_k = tl.load(p_k, boundary_check=(0,))
-        b_do = tl.load(p_do, boundary_check=(0,))
+        b_q = _tile(r_q, t0, 0, T, K, H, BT, K, TMA)
+        b_k = _tile(r_k, t0, 0, T, K, H, BT, K, TMA)
+        b_do = _tile(r_do, t0, i_v * BV, T, V, H, BT, BV, TMA)
         dt = b_q.dtype
 
         b_Akq = tl.dot(b_k, tl.trans(b_q), input_precision=PREC) * scale  # [j, i]
@@ -331,8 +351,7 @@ def _dv_walk(
             b_Akq *= b_M
             b_dec = tl.exp(_minus(b_last, b_lastl, b_b, b_bl, EXACT))
             if ROW_DOT:  # as in _dkv_walk, over this block of V (the terms add up over blocks)
-                p_v = tl.make_block_ptr(v, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-                b_v = tl.load(p_v, boundary_check=(0,))
+                b_v = _tile(r_v, t0, i_v * BV, T, V, H, BT, BV, TMA)
                 b_W = b_Akq * tl.dot(b_v, tl.trans(b_do), input_precision=PREC)  # [j, i]
                 b_Wx = tl.cumsum(b_W, axis=0) - b_W
                 b_loc = tl.sum(tl.where(m_t, b_Wx, 0.0), axis=1)
@@ -346,8 +365,7 @@ def _dv_walk(
         else:
             b_Akq = tl.where(m_t, b_Akq, 0.0)
         b_dv += tl.dot(b_Akq.to(dt), b_do, input_precision=PREC)
-        p_dv = tl.make_block_ptr(dv, (T, V), (H * V, 1), (t0, i_v * BV), (BT, BV), (1, 0))
-        tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), boundary_check=(0,))
+        _put(r_dv, t0, i_v * BV, b_dv, T, V, H, BT, BV, TMA)
 
         if GATE > 0:
             b_qd32 = b_q * (scale * tl.exp(b_b))[:, None]
@@ -368,17 +386,17 @@ def _dk_walk(
     q, v, g, g_gamma, do, dht, dk,
     scale, T, i_k, i_b, i_h,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, NT_INTERP: tl.constexpr,
+    GATE: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, NT_INTERP: tl.constexpr, TMA: tl.constexpr,
 ):
     """dk[:, block i_k] for one (batch, head), backwards with dS[block, :] [BK, V]: complete, as
     dk sums over V only through v dS^T and (v do^T), both whole here."""
     i_bh = i_b * H + i_h
     row0 = (i_b * T * H + i_h).to(tl.int64)
     EXACT: tl.constexpr = q.dtype.element_ty == tl.float32  # fp32 inputs: see _chunk_gate
-    q += row0 * K
-    v += row0 * V
-    do += row0 * V
-    dk += row0 * K
+    r_q = _rows(q + row0 * K, T, K, H, BT, BK, TMA)
+    r_v = _rows(v + row0 * V, T, V, H, BT, V, TMA)
+    r_do = _rows(do + row0 * V, T, V, H, BT, V, TMA)
+    r_dk = _rows(dk + row0 * K, T, K, H, BT, BK, TMA)
     o_t = tl.arange(0, BT)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = tl.arange(0, V)
@@ -391,12 +409,9 @@ def _dk_walk(
     NT = tl.cdiv(T, BT)
     for i in range(NT_INTERP if NT_INTERP > 0 else tl.cdiv(T, BT)):
         t0 = (NT - 1 - i) * BT
-        p_q = tl.make_block_ptr(q, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        p_v = tl.make_block_ptr(v, (T, V), (H * V, 1), (t0, 0), (BT, V), (1, 0))
-        p_do = tl.make_block_ptr(do, (T, V), (H * V, 1), (t0, 0), (BT, V), (1, 0))
-        b_q = tl.load(p_q, boundary_check=(0,))
-        b_v = tl.load(p_v, boundary_check=(0,))
-        b_do = tl.load(p_do, boundary_check=(0,))
+        b_q = _tile(r_q, t0, i_k * BK, T, K, H, BT, BK, TMA)
+        b_v = _tile(r_v, t0, 0, T, V, H, BT, V, TMA)
+        b_do = _tile(r_do, t0, 0, T, V, H, BT, V, TMA)
         dt = b_q.dtype
 
         b_Avd = tl.dot(b_v, tl.trans(b_do), input_precision=PREC)  # [j, i]
@@ -408,8 +423,7 @@ def _dk_walk(
         else:
             b_Avd = tl.where(m_t, b_Avd * scale, 0.0)
         b_dk += tl.dot(b_Avd.to(dt), b_q, input_precision=PREC)
-        p_dk = tl.make_block_ptr(dk, (T, K), (H * K, 1), (t0, i_k * BK), (BT, BK), (1, 0))
-        tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), boundary_check=(0,))
+        _put(r_dk, t0, i_k * BK, b_dk, T, K, H, BT, BK, TMA)
 
         if GATE > 0:
             b_qd = (b_q * (scale * tl.exp(b_b))[:, None]).to(dt)
@@ -424,14 +438,14 @@ def _fwd_kernel(
     scale, T, TB, s_h0k, s_h0v,
     H: tl.constexpr, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr, DECAY_V: tl.constexpr,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, DECAY_V: tl.constexpr, TMA: tl.constexpr,
 ):
     # TB (a power-of-two bucket of T) is only an autotune key. Adjacent programs share a head, so the q/k tiles re-read per V block come from L2
     NV: tl.constexpr = VD // BV
     pid = tl.program_id(0)
     i_v, i_bh = pid % NV, pid // NV
     _fwd_walk(q, k, v, g, g_gamma, h0, o, ht, x, rdot, scale, T, i_v, i_bh // H, i_bh % H,
-              s_h0k, s_h0v, H, KD, VD, BT, BV, GATE, USE_H0, STORE_HT, ROW_DOT, PREC, NT_INTERP, DECAY_V)
+              s_h0k, s_h0v, H, KD, VD, BT, BV, GATE, USE_H0, STORE_HT, ROW_DOT, PREC, NT_INTERP, DECAY_V, TMA)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -441,7 +455,7 @@ def _bwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
     SPLIT: tl.constexpr, BV: tl.constexpr, BKD: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, USE_H0: tl.constexpr, USE_DHT: tl.constexpr, ROW_DOT: tl.constexpr,
-    PREC: tl.constexpr, NT_INTERP: tl.constexpr,
+    PREC: tl.constexpr, NT_INTERP: tl.constexpr, TMA: tl.constexpr,
 ):
     # One launch, independent programs, the heaviest first:
     #   SPLIT=0: [0, NBH) dk+dv walks (backwards, whole dS), then NBH*NK dq walks (forwards);
@@ -461,22 +475,22 @@ def _bwd_kernel(
         if SPLIT:
             i_v, i_bh = pid % NV, pid // NV
             _dv_walk(q, k, v, g, g_gamma, do, dht, dv, dh0, rdot, scale, T, i_v, i_bh // H, i_bh % H, s_r,
-                     H, K, V, BT, BV, GATE, USE_DHT, USE_H0, ROW_DOT, PREC, NT_INTERP)
+                     H, K, V, BT, BV, GATE, USE_DHT, USE_H0, ROW_DOT, PREC, NT_INTERP, TMA)
         else:
             _dkv_walk(q, k, v, g, g_gamma, do, dht, dk, dv, dh0, rdot, scale, T, pid // H, pid % H, s_r,
-                      H, K, V, BT, GATE, USE_DHT, USE_H0, ROW_DOT, PREC, NT_INTERP)
+                      H, K, V, BT, GATE, USE_DHT, USE_H0, ROW_DOT, PREC, NT_INTERP, TMA)
     elif pid < N2:
         pid -= N1
         i_k, i_bh = pid % NKD, pid // NKD
         _dk_walk(q, v, g, g_gamma, do, dht, dk, scale, T, i_k, i_bh // H, i_bh % H,
-                 H, K, V, BT, BKD, GATE, USE_DHT, PREC, NT_INTERP)
+                 H, K, V, BT, BKD, GATE, USE_DHT, PREC, NT_INTERP, TMA)
     else:
         pid -= N2
         i_k, i_bh = pid % NK, pid // NK
         # dq is the forward walk over (do, v, k) with state S^T [V, K]: h0^T via swapped strides;
         # with the gate gradient it also stores its final state, exact to fp32, for <S_T, dS_T>
         _fwd_walk(do, v, k, g, g_gamma, h0, dq, hT, q, rdot, scale, T, i_k, i_bh // H, i_bh % H,
-                  1, V, H, V, K, BT, BK, GATE, USE_H0, ROW_DOT, ROW_DOT, PREC, NT_INTERP)
+                  1, V, H, V, K, BT, BK, GATE, USE_H0, ROW_DOT, ROW_DOT, PREC, NT_INTERP, False, TMA)
 
 
 def _zero_rdot(nargs, reset_only=False):
@@ -487,11 +501,11 @@ def _zero_rdot(nargs, reset_only=False):
 
 if not cfg.INTERPRET:
     _fwd_kernel_tuned = triton.autotune(
-        configs=cfg.fwd_configs(), key=["TB", "H", "KD", "VD", "BT", "GATE", "USE_H0", "STORE_HT", "DECAY_V"],
+        configs=cfg.fwd_configs(), key=["TB", "H", "KD", "VD", "BT", "GATE", "USE_H0", "STORE_HT", "DECAY_V", "TMA"],
         prune_configs_by={"early_config_prune": cfg.prune_by_resources},
     )(_fwd_kernel)
     _bwd_kernel_tuned = triton.autotune(
-        configs=cfg.bwd_configs(), key=["TB", "H", "K", "V", "BT", "SPLIT", "BV", "BKD", "BK", "GATE", "USE_H0", "USE_DHT", "ROW_DOT"],
+        configs=cfg.bwd_configs(), key=["TB", "H", "K", "V", "BT", "SPLIT", "BV", "BKD", "BK", "GATE", "USE_H0", "USE_DHT", "ROW_DOT", "TMA"],
         prune_configs_by={"early_config_prune": cfg.prune_bwd}, pre_hook=_zero_rdot,
     )(_bwd_kernel)
 
@@ -519,6 +533,23 @@ def _t_bucket(T: int) -> int:
     # the best config moves with T (launch-bound at 1k, latency per step at 16k): tune per
     # power-of-two bucket, not per T, so varying lengths do not retune every call
     return min(triton.next_power_of_2(T), 1 << 16)
+
+
+def _use_tma(flag: bool, device: torch.device) -> bool:
+    """Whether a launch takes its tiles through tensor descriptors: configs.FWD_TMA / BWD_TMA, on
+    hardware with the copy engine for them (sm_90+); the interpreter runs either path. Descriptors
+    made inside a kernel need a little global scratch per launch from Triton's allocator: one
+    backed by torch's caching allocator (stream-ordered, in a CUDA graph's pool when captured) is
+    installed unless the caller has set their own."""
+    if not flag or cfg.INTERPRET:
+        return flag
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return False
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    return True
 
 
 def _gate_args(g, g_gamma):
@@ -564,7 +595,8 @@ def chunk_linear_attn_fwd(q, k, v, g, g_gamma, scale, initial_state, output_fina
     ht = q.new_empty(B, H, K, V, dtype=torch.float32) if output_final_state else None
     args = dict(scale=scale, T=T, TB=_t_bucket(T), s_h0k=V, s_h0v=1, H=H, KD=K, VD=V, BT=BT, GATE=GATE,
                 USE_H0=initial_state is not None, STORE_HT=output_final_state, ROW_DOT=False,
-                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), DECAY_V=cfg.FWD_DECAY_V)
+                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), DECAY_V=cfg.FWD_DECAY_V,
+                TMA=_use_tma(cfg.FWD_TMA, q.device))
     ptrs = (q, k, v, gp, gg, initial_state, o, ht, None, None)
     if cfg.CONFIG_OVERRIDE is not None and "fwd" in cfg.CONFIG_OVERRIDE:
         c = cfg.CONFIG_OVERRIDE["fwd"]
@@ -592,7 +624,7 @@ def chunk_linear_attn_bwd(q, k, v, g, g_gamma, scale, initial_state, do, dht, ch
     rdot = torch.zeros(3, B, T, H, device=q.device, dtype=torch.float32) if need_dg else None
     args = dict(scale=scale, T=T, TB=_t_bucket(T), NBH=B * H, s_r=B * T * H, H=H, K=K, V=V, BT=BT, **plan, GATE=GATE,
                 USE_H0=initial_state is not None, USE_DHT=dht is not None, ROW_DOT=need_dg,
-                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT))
+                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), TMA=_use_tma(cfg.BWD_TMA, q.device))
     # the forward's final state has the input dtype's rounding of the decayed keys (~1e-4): too
     # coarse for <S_T, dS_T>, which every dg_t holds; the dq walk recomputes it exactly
     hT = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32) if need_dg else None

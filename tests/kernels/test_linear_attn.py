@@ -146,6 +146,23 @@ def test_chunk_size_changes_only_rounding(chunk_size):
     assert_pass(judge(x, fn))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("T", [1, 65, 127])
+@pytest.mark.parametrize("gate", [None, ("g", 0.1), "gamma"], ids=["nogate", "g-n0.1", "gamma"])
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+def test_other_tile_io_matches_oracle(dtype, T, gate, split, monkeypatch):
+    # the tile path (block pointers or tensor descriptors, configs.FWD_TMA / BWD_TMA) the defaults
+    # do not take; with descriptors the copy engine zero-fills and clips the last partial chunk
+    # instead of boundary checks, so odd lengths are the point; both backward plans' walks
+    from kernels.linear_attn import configs as cfg
+    monkeypatch.setattr(cfg, "FWD_TMA", not cfg.FWD_TMA)
+    monkeypatch.setattr(cfg, "BWD_TMA", not cfg.BWD_TMA)
+    if split:
+        monkeypatch.setattr(cfg, "PLAN_OVERRIDE", dict(SPLIT=True, BV=32, BKD=32, BK=32))
+    x = make_inputs(1, T, 2, 32, 64, dtype, gate, seed=T + 1)
+    assert_pass(judge(x))
+
+
 @pytest.mark.parametrize("plan", [
     dict(SPLIT=True, BV=32, BKD=32, BK=32),  # dv walks per V block, dk walks per K block
     dict(SPLIT=True, BV=64, BKD=32, BK=64),
@@ -260,6 +277,20 @@ def test_invalid_inputs_raise_value_error(over, match):
 @pytest.mark.parametrize("gate", GATES, ids=GATE_IDS)
 def test_gpu_matches_oracle(dtype, D, gate):
     x = make_inputs(2, 1000, 4, D, D, dtype, gate, seed=D)
+    assert_pass(judge(x))
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("gate", [None, ("g", 0.1), "gamma"], ids=["nogate", "g-n0.1", "gamma"])
+def test_gpu_other_tile_io_matches_oracle(dtype, D, gate, monkeypatch):
+    # the tile path the defaults do not take (block pointers or tensor descriptors)
+    from kernels.linear_attn import configs as cfg
+    monkeypatch.setattr(cfg, "FWD_TMA", not cfg.FWD_TMA)
+    monkeypatch.setattr(cfg, "BWD_TMA", not cfg.BWD_TMA)
+    x = make_inputs(2, 1000, 4, D, D, dtype, gate, seed=D + 1)
     assert_pass(judge(x))
 
 
