@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | correctness | accept-ours | accept-fa4 | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        linear | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+#        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -114,6 +114,18 @@ linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel 
     tarred lin
     linear_kernels 250 230
     summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
+    ;;
+linear-graphs)  # issues 5 and 6: the linear sweep through the harness, one dtype, device time (CUDA graphs)
+    setup
+    dt=${2:-bf16}
+    timeout 575 python3 -m harness bench --preset linear-sweep --dtypes "$dt" \
+        --backends fla_chunk,fla_fused_chunk,triton_la_chunk --modes fwd,fwd+bwd --cuda-graphs \
+        --target-ms 15 --time-limit 540 --quiet --out "$OUT/lin-$dt" > "$OUT/lin-$dt.log" 2>&1
+    echo "bench exit $?" >> "$OUT/lin-$dt.log"
+    cp "$OUT/lin-$dt/report.md" "$OUT/report-$dt.md" 2>/dev/null
+    tarred "lin-$dt"
+    summary "$OUT/lin-$dt.log" 8
+    grep -E "^### B4|^\| (fla_|triton_la)" "$OUT/report-$dt.md" | cut -d'|' -f2,3,5 | cut -c1-150
     ;;
 linear-kernels)  # issue 5 alone: `linear-kernels 64` or `linear-kernels 128`, fp16 + bf16, T 1k-16k, with FLA
     setup
