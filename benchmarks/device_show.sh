@@ -115,12 +115,15 @@ linear)  # issues 5 and 6: the linear sweep through the harness, and the kernel 
     linear_kernels 250 230
     summary "$OUT/lin.log" 25; summary "$OUT/la.log" 45
     ;;
-linear-graphs)  # issues 5 and 6: the linear sweep through the harness, one dtype, device time (CUDA graphs)
+linear-graphs)  # issues 5 and 6: the linear sweep through the harness, device time (CUDA graphs):
+    # `linear-graphs DTYPES [CASES-REGEX] [BACKENDS] [SECONDS]`, e.g. `linear-graphs fp16,bf16 K64V64 fla_fused_chunk,triton_la_chunk 330`
     setup
-    dt=${2:-bf16}
-    timeout 575 python3 -m harness bench --preset linear-sweep --dtypes "$dt" \
-        --backends fla_chunk,fla_fused_chunk,triton_la_chunk --modes fwd,fwd+bwd --cuda-graphs \
-        --target-ms 15 --time-limit 540 --quiet --out "$OUT/lin-$dt" > "$OUT/lin-$dt.log" 2>&1
+    dt=$(echo "${2:-bf16}" | tr , -)
+    secs=${5:-540}
+    timeout $((secs + 35)) python3 -m harness bench --preset linear-sweep --dtypes "${2:-bf16}" --cases "${3:-.}" \
+        --backends "${4:-fla_chunk,fla_fused_chunk,triton_la_chunk}" --baseline fla_chunk,fla_fused_chunk \
+        --modes fwd,fwd+bwd --cuda-graphs \
+        --target-ms 15 --time-limit "$secs" --quiet --out "$OUT/lin-$dt" > "$OUT/lin-$dt.log" 2>&1
     echo "bench exit $?" >> "$OUT/lin-$dt.log"
     cp "$OUT/lin-$dt/report.md" "$OUT/report-$dt.md" 2>/dev/null
     tarred "lin-$dt"

@@ -4,7 +4,12 @@ Method on CUDA (``clock = "cuda-events"``), the same as ``triton.testing.do_benc
 
 1. **Warm-up** outside the numbers: at least :data:`WARMUP_MIN_CALLS` calls and
    :data:`WARMUP_MS` of wall time, so JIT compilation, autotuning, ``torch.compile`` and handle
-   creation are over before the first timed repetition.
+   creation are over before the first timed repetition. Then, on CUDA, **settling**: windows of
+   back-to-back repetitions (:data:`SETTLE_WINDOW_MS` each, timed as below) until one window's
+   median is within :data:`SETTLE_TOL` of the previous window's (at most :data:`SETTLE_MAX_MS`),
+   so the clocks have ramped up after whatever idled the device before (the warm-up synchronises
+   after every call; verification and memory runs come between cells). The window medians are
+   kept (``Timing.settle_ms``).
 2. **Per repetition**: (untimed) zero a buffer of :data:`L2_FLUSH_FACTOR` x the device's L2 when
    the working set is small enough to stay cached (:data:`FLUSH_BELOW_L2_MULTIPLE`); then a CUDA
    event, the work, a CUDA event, all enqueued on the current stream without synchronising, so
@@ -71,6 +76,15 @@ FLUSH_BELOW_L2_MULTIPLE = 4
 ROTATE_SETS = 4
 #: L2 size used when torch cannot report it (H100 SXM: 50 MiB).
 FALLBACK_L2_BYTES = 50 << 20
+#: Settling (CUDA): an H100 ran a forward at 0.47 ms for the first ~20 repetitions of a loop, then
+#: at 0.367 ms for the rest (the same for FLA's kernel in the same run: the clocks were still ramping
+#: after the device idled), a 13% interquartile range and a median 28% high. Windows of
+#: SETTLE_WINDOW_MS of back-to-back repetitions run until a window's median is within SETTLE_TOL
+#: of the previous window's, or SETTLE_MAX_MS have gone.
+SETTLE_WINDOW_MS = 10.0
+SETTLE_TOL = 0.02
+SETTLE_MAX_MS = 300.0
+SETTLE_MAX_WINDOW_REPS = 500
 #: Warm-up iterations on a side stream before CUDA-graph capture (torch's documented recipe).
 GRAPH_WARMUP_CALLS = 3
 #: A repetition is launch-bound when the host's time to enqueue it, less the flush the device runs
@@ -108,6 +122,7 @@ class Timing:
     enqueue_ms: float | None = None  # median host time to enqueue one repetition's work (CUDA)
     flush_ms: float | None = None  # median device time of the L2 flush before each repetition
     drain_ms: float | None = None  # host time from the loop's last enqueue to the device finishing
+    settle_ms: list[float] = field(default_factory=list)  # median of each settling window (CUDA), in order
 
     @property
     def reps(self) -> int:
@@ -323,6 +338,7 @@ class TimerOptions:
     reps: int | None = None  # fixed number of repetitions (overrides target_ms)
     flush_l2: str = "auto"  # "auto" (when the working set is small), "always", "never"
     cuda_graph: bool = False
+    settle_max_ms: float = SETTLE_MAX_MS  # 0: no settling windows
     extra: dict = field(default_factory=dict)
 
 
@@ -380,6 +396,22 @@ def _time_loop(call: Callable[[int], object], n_sets: int, reps: int, device: to
     return _Loop(times)
 
 
+def _settle(call: Callable[[int], object], n_sets: int, device: torch.device, flush, est_ms: float,
+            max_ms: float) -> tuple[list[float], int]:
+    """Settling windows (see the module docstring): (each window's median ms, calls made)."""
+    if device.type != "cuda" or max_ms <= 0:
+        return [], 0
+    reps = int(min(SETTLE_MAX_WINDOW_REPS, max(3, math.ceil(SETTLE_WINDOW_MS / max(est_ms, 1e-4)))))
+    medians: list[float] = []
+    calls, t0 = 0, time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < max_ms:
+        medians.append(statistics.median(_time_loop(call, n_sets, reps, device, flush).times))
+        calls += reps
+        if len(medians) >= 2 and abs(medians[-1] - medians[-2]) <= SETTLE_TOL * medians[-2]:
+            break
+    return medians, calls
+
+
 def _capture_graphs(work: Workload, device: torch.device):
     """One CUDA graph per input set, or raise. torch's recipe: warm up on a side stream first, and
     capture on it (``work.stream``: the bwd-mode forward graphs were built there)."""
@@ -431,21 +463,31 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
             except Exception as e:  # capture is an option: report why it was not used
                 torch.cuda.synchronize(device)
                 graph_state = f"capture failed: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        if opt.reps is not None:
-            reps = max(1, int(opt.reps))
-        else:
-            probe = _time_loop(call, n, min(3, opt.max_reps), device, flush)
-            est = max(statistics.median(probe.times), 1e-4)
-            reps = int(min(opt.max_reps, max(opt.min_reps, math.ceil(opt.target_ms / est))))
+        reps, settled, more = _repetitions(call, n, device, flush, opt)
         loop = _time_loop(call, n, reps, device, flush)
     finally:
         work.release()
         del keep
     return Timing(
         mode=work.mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
-        warmup_calls=calls, flush_l2=flush is not None, rotate=n, cuda_graph=graph_state,
-        enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms,
+        warmup_calls=calls + more, flush_l2=flush is not None, rotate=n, cuda_graph=graph_state,
+        enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms, settle_ms=settled,
     )
+
+
+def _repetitions(call, n: int, device: torch.device, flush, opt: TimerOptions) -> tuple[int, list[float], int]:
+    """How many timed repetitions (fixed, or TARGET_MS over a probe's estimate), after settling on
+    CUDA: (reps, the settling windows' medians, calls made by the probe and the windows)."""
+    if opt.reps is not None and device.type != "cuda":
+        return max(1, int(opt.reps)), [], 0
+    probe = _time_loop(call, n, min(3, opt.max_reps), device, flush)
+    settled, more = _settle(call, n, device, flush, statistics.median(probe.times), opt.settle_max_ms)
+    est = max(settled[-1] if settled else statistics.median(probe.times), 1e-4)
+    if opt.reps is not None:
+        reps = max(1, int(opt.reps))
+    else:
+        reps = int(min(opt.max_reps, max(opt.min_reps, math.ceil(opt.target_ms / est))))
+    return reps, settled, len(probe.times) + more
 
 
 def time_adapter(adapter, case: Case, mode: str, *, seed: int = 0, device=None, inputs=None,
@@ -469,14 +511,11 @@ def time_callable(fn: Callable[[], object], device, *, mode: str = "fwd", option
         fn()
         calls += 1
         synchronize(device)
-    if opt.reps is not None:
-        reps = max(1, int(opt.reps))
-    else:
-        est = max(statistics.median(_time_loop(lambda i: fn(), 1, 3, device, buf).times), 1e-4)
-        reps = int(min(opt.max_reps, max(opt.min_reps, math.ceil(opt.target_ms / est))))
+    reps, settled, more = _repetitions(lambda i: fn(), 1, device, buf, opt)
     loop = _time_loop(lambda i: fn(), 1, reps, device, buf)
     return Timing(mode=mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
-                  warmup_calls=calls, flush_l2=buf is not None, enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms)
+                  warmup_calls=calls + more, flush_l2=buf is not None, enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms,
+                  drain_ms=loop.drain_ms, settle_ms=settled)
 
 
 # --------------------------------------------------------------------------------------------

@@ -111,6 +111,29 @@ def test_pytest_benchmark_without_the_replay_timer_is_refused(benchmark):
         timing.record_in_benchmark(benchmark, measured)
 
 
+def test_settling_runs_windows_until_two_agree(monkeypatch):
+    # the H100's pattern (session 5): slow windows while the clocks ramp, then steady ones
+    windows = iter([[0.47] * 5, [0.40] * 5, [0.367] * 5, [0.366] * 5, [0.2] * 5])
+    monkeypatch.setattr(timing, "_time_loop", lambda call, n, reps, device, flush: timing._Loop(next(windows)))
+    medians, calls = timing._settle(lambda i: None, 1, torch.device("cuda"), None, est_ms=2.0, max_ms=1e4)
+    assert medians == [0.47, 0.40, 0.367, 0.366]  # stops at the first window within 2% of the previous
+    assert calls == 4 * 5  # 10 ms windows of a 2 ms call
+
+
+def test_settling_is_bounded_in_time_and_off_on_request(monkeypatch):
+    def never_steady(call, n, reps, device, flush):
+        time.sleep(0.002)
+        never_steady.k += 1
+        return timing._Loop([1.0 if never_steady.k % 2 else 2.0] * reps)
+    never_steady.k = 0
+    monkeypatch.setattr(timing, "_time_loop", never_steady)
+    t0 = time.perf_counter()
+    medians, _ = timing._settle(lambda i: None, 1, torch.device("cuda"), None, est_ms=1.0, max_ms=20)
+    assert 3 <= len(medians) == never_steady.k and time.perf_counter() - t0 < 1.0  # ran until max_ms
+    assert timing._settle(lambda i: None, 1, torch.device("cuda"), None, est_ms=1.0, max_ms=0) == ([], 0)
+    assert timing._settle(lambda i: None, 1, torch.device("cpu"), None, est_ms=1.0, max_ms=100) == ([], 0)
+
+
 def test_launch_bound_rule():
     # the device waits for launches when the host's enqueue, less the flush the device runs
     # meanwhile, reaches LAUNCH_BOUND_FRACTION of the measured time
@@ -228,6 +251,7 @@ def test_cuda_graph_option_replays_or_says_why():
                             options=timing.TimerOptions(cuda_graph=True, reps=10, warmup_ms=0))
     assert t.cuda_graph is True or (isinstance(t.cuda_graph, str) and t.cuda_graph.startswith("capture failed"))
     assert t.reps == 10 and t.clock == "cuda-events"
+    assert t.settle_ms and t.warmup_calls > 3  # settling windows ran before the timed loop
 
 
 @pytest.mark.gpu
