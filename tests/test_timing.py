@@ -115,9 +115,23 @@ def test_settling_runs_windows_until_two_agree(monkeypatch):
     # the H100's pattern (session 5): slow windows while the clocks ramp, then steady ones
     windows = iter([[0.47] * 5, [0.40] * 5, [0.367] * 5, [0.366] * 5, [0.2] * 5])
     monkeypatch.setattr(timing, "_time_loop", lambda call, n, reps, device, flush: timing._Loop(next(windows)))
+    monkeypatch.setattr(timing, "SETTLE_MIN_MS", 0.0)
     medians, calls = timing._settle(lambda i: None, 1, torch.device("cuda"), None, est_ms=2.0, max_ms=1e4)
     assert medians == [0.47, 0.40, 0.367, 0.366]  # stops at the first window within 2% of the previous
     assert calls == 4 * 5  # 10 ms windows of a 2 ms call
+
+
+def test_settling_lasts_at_least_its_minimum(monkeypatch):
+    # two slow windows that agree (a slow phase longer than two windows) do not end it early
+    def loop(call, n, reps, device, flush):
+        time.sleep(0.004)
+        loop.k += 1
+        return timing._Loop([0.46 if loop.k <= 3 else 0.40] * reps)
+    loop.k = 0
+    monkeypatch.setattr(timing, "_time_loop", loop)
+    monkeypatch.setattr(timing, "SETTLE_MIN_MS", 30.0)
+    medians, _ = timing._settle(lambda i: None, 1, torch.device("cuda"), None, est_ms=2.0, max_ms=1e4)
+    assert medians[:3] == [0.46] * 3 and medians[-2:] == [0.40, 0.40]
 
 
 def test_settling_is_bounded_in_time_and_off_on_request(monkeypatch):
