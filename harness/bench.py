@@ -39,6 +39,7 @@ import torch
 from harness import flops as flop_model
 from harness import roofline
 from harness.cases import Case, SoftmaxCase, make_inputs
+from harness.provenance import source_digest
 from harness.reports.schema import SCHEMA, SCHEMA_VERSION
 from harness.timing import MODES, TimerOptions, Timing, time_adapter
 
@@ -164,6 +165,8 @@ def environment(device: torch.device) -> dict:
         versions["git"] = commit + ("+dirty" if dirty else "") if commit else None
     except (OSError, subprocess.SubprocessError):
         versions["git"] = None
+    # the code itself, for when .git is stale (a copied working tree): python -m harness.provenance --find
+    versions["source"] = source_digest()
     dev: dict = {"type": device.type, "host": platform.node(), "platform": platform.platform()}
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()

@@ -37,6 +37,7 @@ from harness.accept import report as R
 from harness.accept.isolation import DEFAULT_TIMEOUT_S, Isolator
 from harness.accept.profiles import PROFILES, resolve
 from harness.interrupts import SigtermInterrupt
+from harness.provenance import source_digest
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 #: An interrupted run (SIGTERM, Ctrl-C): 1, as the main job's (``python -m harness run``).
@@ -319,7 +320,7 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
         "command": _command(args, base_seed=None if args.seed is not None else base_seed),
         "argv": sys.argv, "cwd": os.getcwd(), "timeout_s": args.timeout, "start_method": iso.start_method,
         "started": started, "seconds": round(time.perf_counter() - t_start, 1),
-        "versions": info.get("versions") or {}, "harness": f"attn-harness {_harness_version()}, git {_git_commit()}",
+        "versions": info.get("versions") or {}, "harness": f"attn-harness {_harness_version()}, git {_git_commit()}, source {source_digest()}",
         "module_file": info.get("module_file"), "module_sha256": info.get("module_sha256"),
         "module_version": info.get("module_version"), "capabilities": info.get("capabilities"),
         "differentiable": info.get("differentiable"), "interrupted": interrupted,

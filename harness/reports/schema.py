@@ -5,7 +5,8 @@ Outline of version 1 (``results.json``)::
     schema: "attn-harness-bench", schema_version: 1, created (UTC ISO), command, seconds
     device:   type, name, capability, sm_count, memory_gib, l2_bytes, clocks {source, sm_mhz,
               mem_mhz, max_sm_mhz, max_mem_mhz, power_w, temperature_c}
-    versions: python, torch, cuda, cudnn, triton, harness, git, pytest-benchmark, flash-attn-4, fla-core
+    versions: python, torch, cuda, cudnn, triton, harness, git, source (harness.provenance), pytest-benchmark,
+              flash-attn-4, fla-core
     settings: presets, backends, modes, seed, dtypes, cases, target_ms, warmup_ms, min_reps,
               max_reps, reps, flush_l2, cuda_graphs, clock ("cuda-events" | "host"), baseline
     peaks:    device, clock, matmul_tflops {dtype: TFLOP/s}, copy_gbps, measured_at, method
