@@ -535,15 +535,19 @@ def _t_bucket(T: int) -> int:
     return min(triton.next_power_of_2(T), 1 << 16)
 
 
-def _use_tma(flag: bool, device: torch.device) -> bool:
+def _use_tma(flag: bool, *tiles: torch.Tensor) -> bool:
     """Whether a launch takes its tiles through tensor descriptors: configs.FWD_TMA / BWD_TMA, on
-    hardware with the copy engine for them (sm_90+); the interpreter runs either path. Descriptors
-    made inside a kernel need a little global scratch per launch from Triton's allocator: one
-    backed by torch's caching allocator (stream-ordered, in a CUDA graph's pool when captured) is
-    installed unless the caller has set their own."""
-    if not flag or cfg.INTERPRET:
-        return flag
-    if torch.cuda.get_device_capability(device)[0] < 9:
+    hardware with the copy engine for them (sm_90+) and when every tiled tensor starts on a 16-byte
+    boundary, as the copy engine requires (a contiguous view can start anywhere: x[1:] of a flat
+    buffer); else block pointers. The interpreter runs either path. Descriptors made inside a
+    kernel need a little global scratch per launch from Triton's allocator: one backed by torch's
+    caching allocator (stream-ordered, in a CUDA graph's pool when captured) is installed unless
+    the caller has set their own."""
+    if not flag or any(t.data_ptr() % 16 for t in tiles):
+        return False
+    if cfg.INTERPRET:
+        return True
+    if torch.cuda.get_device_capability(tiles[0].device)[0] < 9:
         return False
     from triton.runtime import _allocation
 
@@ -596,7 +600,7 @@ def chunk_linear_attn_fwd(q, k, v, g, g_gamma, scale, initial_state, output_fina
     args = dict(scale=scale, T=T, TB=_t_bucket(T), s_h0k=V, s_h0v=1, H=H, KD=K, VD=V, BT=BT, GATE=GATE,
                 USE_H0=initial_state is not None, STORE_HT=output_final_state, ROW_DOT=False,
                 PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), DECAY_V=cfg.FWD_DECAY_V,
-                TMA=_use_tma(cfg.FWD_TMA, q.device))
+                TMA=_use_tma(cfg.FWD_TMA, q, k, v, o))
     ptrs = (q, k, v, gp, gg, initial_state, o, ht, None, None)
     if cfg.CONFIG_OVERRIDE is not None and "fwd" in cfg.CONFIG_OVERRIDE:
         c = cfg.CONFIG_OVERRIDE["fwd"]
@@ -624,7 +628,7 @@ def chunk_linear_attn_bwd(q, k, v, g, g_gamma, scale, initial_state, do, dht, ch
     rdot = torch.zeros(3, B, T, H, device=q.device, dtype=torch.float32) if need_dg else None
     args = dict(scale=scale, T=T, TB=_t_bucket(T), NBH=B * H, s_r=B * T * H, H=H, K=K, V=V, BT=BT, **plan, GATE=GATE,
                 USE_H0=initial_state is not None, USE_DHT=dht is not None, ROW_DOT=need_dg,
-                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), TMA=_use_tma(cfg.BWD_TMA, q.device))
+                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), TMA=_use_tma(cfg.BWD_TMA, q, k, v, do, dq, dk, dv))
     # the forward's final state has the input dtype's rounding of the decayed keys (~1e-4): too
     # coarse for <S_T, dS_T>, which every dg_t holds; the dq walk recomputes it exactly
     hT = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32) if need_dg else None

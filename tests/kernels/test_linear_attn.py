@@ -419,3 +419,26 @@ def test_decay_differences_keep_fp32_accuracy_at_strong_decay(gate, exact):
         assert rel < 2 ** -22, f"b_i - b_j off by {rel:.2e} relative (fp32 rounding is 1.2e-7)"
     else:
         assert rel > 1e-6, f"the fp32 sum was expected to lose accuracy here (rel {rel:.2e})"
+
+
+def test_inputs_off_a_16_byte_boundary_take_block_pointers(monkeypatch):
+    # tensor descriptors need 16-byte aligned bases; a contiguous view can start anywhere
+    from kernels.linear_attn import chunk
+    from kernels.linear_attn import configs as cfg
+
+    monkeypatch.setattr(cfg, "FWD_TMA", True)
+    monkeypatch.setattr(cfg, "BWD_TMA", True)
+    seen = []
+
+    def shift(t):  # the same values, contiguous, one element past an aligned start (differentiable)
+        flat = torch.cat([t.new_zeros(1), t.reshape(-1)])
+        return flat[1:].view_as(t)
+
+    def ours_shifted(q, k, v, g, g_gamma, **kw):
+        q, k, v = shift(q), shift(k), shift(v)
+        seen.append((q.is_contiguous(), q.data_ptr() % 16 != 0, chunk._use_tma(True, q, k, v)))
+        return chunk_linear_attn(q, k, v, g, g_gamma, **kw)
+
+    x = make_inputs(1, 65, 2, 32, 32, torch.float32, ("g", 1.0), seed=2)
+    assert_pass(judge(x, ours_shifted))
+    assert seen == [(True, True, False)]
