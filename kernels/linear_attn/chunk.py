@@ -537,13 +537,13 @@ def _t_bucket(T: int) -> int:
 
 def _use_tma(flag: bool, *tiles: torch.Tensor) -> bool:
     """Whether a launch takes its tiles through tensor descriptors: configs.FWD_TMA / BWD_TMA, on
-    hardware with the copy engine for them (sm_90+) and when every tiled tensor starts on a 16-byte
-    boundary, as the copy engine requires (a contiguous view can start anywhere: x[1:] of a flat
+    hardware with the copy engine for them (sm_90+), for head dims up to configs.TMA_MAX_DIM, and
+    when every tiled tensor starts on a 16-byte boundary, as the copy engine requires (a contiguous view can start anywhere: x[1:] of a flat
     buffer); else block pointers. The interpreter runs either path. Descriptors made inside a
     kernel need a little global scratch per launch from Triton's allocator: one backed by torch's
     caching allocator (stream-ordered, in a CUDA graph's pool when captured) is installed unless
     the caller has set their own."""
-    if not flag or any(t.data_ptr() % 16 for t in tiles):
+    if not flag or any(t.data_ptr() % 16 for t in tiles) or max(t.shape[-1] for t in tiles) > cfg.TMA_MAX_DIM:
         return False
     if cfg.INTERPRET:
         return True

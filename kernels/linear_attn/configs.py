@@ -140,6 +140,10 @@ FWD_DECAY_V = True
 # 2 stages, bf16 T=16k): 1.398 ms instead of 1.476 at K=V=64, 3.622 instead of 3.857 at 128.
 FWD_TMA = True
 BWD_TMA = True
+# ... for K and V up to this: measured at 64 and 128; at 256 (32-row chunks) ptxas reports more
+# spill with descriptors than without (bf16: forward 4 warps 84 B instead of 0, backward 8 warps
+# 476 B instead of 0; benchmarks/ptxas_report.py --tma), so 256 keeps block pointers.
+TMA_MAX_DIM = 128
 
 
 # Used under the interpreter (no autotune search there) and as the GPU fallback.
