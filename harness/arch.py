@@ -38,11 +38,11 @@ WHEN_INSTALLED = (
 
 
 # Required linear backends are held to a per-step-gate case ("g"); one listed here that refuses it
-# on the machine at hand (its supports() gives a reason) is held to the gate named here instead,
-# for the reason given. fla_chunk: fla-core 0.6 refuses its per-step-gate chunk backward on Hopper
-# with Triton < 3.7.1 (its issue #640, wrong results); the adapter matrix covers every gate it runs.
-GATE_FALLBACK = {"fla_chunk": ("g_gamma", "fla-core 0.6 refuses the per-step-gate chunk backward "
-                               "on Hopper with Triton < 3.7.1 (fla issue #640)")}
+# on the machine at hand (its supports() gives the reason, which the test reports) is held to the
+# gate named here instead. fla_chunk: harness.adapters.fla.gated_chunk_backward_refusal says when
+# and why (not imported here: this module stays torch-free for nox); the adapter matrix covers
+# every gate it runs.
+GATE_FALLBACK = {"fla_chunk": "g_gamma"}
 
 
 def arch_of(capability: tuple[int, int]) -> str:

@@ -416,9 +416,7 @@ def _rows(results) -> list[tuple[str, str, str, str, str]]:
                 )
             continue
         for r in rs:
-            status = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "unsupported": "skip"}[r.status]
-            if r.status == "fail" and r.known_issue:
-                status = "known"
+            status = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "unsupported": "skip", "known": "known"}[_outcome(r)]
             reason = "" if r.status == "pass" else (f"{r.reason}; {r.known_issue}" if r.known_issue else r.reason)
             rows.append((backend, r.case, status, _ratio(r), reason))
     return rows
@@ -436,10 +434,15 @@ def format_table(results, *, width: int = 100) -> str:
     return "\n".join(lines)
 
 
+def _outcome(r) -> str:
+    """A result's status, with "known" for a failure that matches a recorded third-party defect."""
+    return "known" if (r.status == "fail" and r.known_issue) else r.status
+
+
 def _summary(results) -> dict[str, int]:
     out = {"pass": 0, "fail": 0, "error": 0, "unsupported": 0, "known": 0}
     for r in results:
-        out["known" if (r.status == "fail" and r.known_issue) else r.status] += 1
+        out[_outcome(r)] += 1
     return out
 
 
