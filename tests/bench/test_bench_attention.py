@@ -57,7 +57,7 @@ def test_attention(benchmark, bench_session, attn_adapter, attn_case, mode):
         case=case.id, backend=adapter.name, mode=mode, clock=timing.clock, tflops=cell["tflops"], gbps=cell["gbps"],
         flops=cell["flops"], min_bytes=cell["bytes"], spread=cell["spread"], reps=timing.reps,
         flush_l2=timing.flush_l2, rotate=timing.rotate, cuda_graph=timing.cuda_graph, memory=rec["memory"],
-        enqueue_ms=timing.enqueue_ms, launch_bound=timing.launch_bound,
+        enqueue_ms=timing.enqueue_ms, launch_bound=timing.launch_bound, settle_ms=timing.settle_ms,
         verified_on=rec["verify"].get("case"), device=env["device"], versions=env["versions"],
     )
 
