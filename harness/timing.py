@@ -183,13 +183,24 @@ class Timing:
                 f"against {m:.3g} ms measured; the number is mostly launch latency (time with CUDA graphs "
                 "for device time)")
 
+    @property
+    def unsteady(self) -> str | None:
+        """Why the device may not have been steady when the timed loop began, or None: settling
+        ran out of time (SETTLE_MAX_MS) before two windows agreed within SETTLE_TOL."""
+        w = self.settle_ms
+        if len(w) < 2 or abs(w[-1] - w[-2]) <= SETTLE_TOL * w[-2]:
+            return None
+        return (f"unsteady: settling stopped at its time limit with its last two windows at {w[-2]:.3g} and "
+                f"{w[-1]:.3g} ms ({len(w)} windows); the median may mix device states (clocks, power, "
+                "other work on the device)")
+
     def to_dict(self) -> dict:
         q1, q3 = self.quartiles()
         d = asdict(self)
         d.update(
             median_ms=self.median_ms, q1_ms=q1, q3_ms=q3, iqr_ms=q3 - q1, spread=self.spread,
             min_ms=min(self.times_ms), mean_ms=statistics.fmean(self.times_ms), reps=self.reps,
-            launch_bound=self.launch_bound,
+            launch_bound=self.launch_bound, unsteady=self.unsteady,
         )
         return d
 

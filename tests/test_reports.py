@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from harness import timing
 from harness.reports import group_of, markdown, write_json, write_reports
 
 
@@ -99,3 +100,17 @@ def test_launch_bound_numbers_are_marked_not_plotted_and_get_no_speedup():
     data["results"] += [base, mine]
     md = markdown.render(data)
     assert "- launch-bound: " in md and why in md
+
+
+def test_unsteady_cells_keep_their_number_with_a_note():
+    # settling that ran out of time before two windows agreed: the number is shown, with why
+    t = timing.Timing(mode="fwd", clock=timing.CLOCK_DEVICE, times_ms=[0.40, 0.41, 0.40],
+                      settle_ms=[0.47, 0.46, 0.40])
+    assert t.unsteady and "0.46 and 0.4 ms" in t.unsteady
+    assert timing.Timing(mode="fwd", clock=timing.CLOCK_DEVICE, times_ms=[0.4], settle_ms=[0.47, 0.401, 0.40]).unsteady is None
+    assert timing.Timing(mode="fwd", clock=timing.CLOCK_DEVICE, times_ms=[0.4], settle_ms=[0.47]).unsteady is None
+    cell = {**ok(0.40, 10.0), "unsteady": t.unsteady}
+    notes = []
+    assert markdown.cell_text(cell, "ms", notes) == "0.4 ±1% unsteady [1]" and notes == [t.unsteady]
+    assert markdown.cell_text(cell, "tflops") == markdown.fmt_rate(10.0)
+    assert t.to_dict()["unsteady"] == t.unsteady

@@ -75,6 +75,8 @@ def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> s
     bound = cell.get("launch_bound")
     if what == "ms":
         text = f"{fmt_ms(cell['median_ms'])} ±{100 * cell.get('spread', 0) / 2:.0f}%"
+        if cell.get("unsteady"):  # the number stands, with why it may be off
+            text += " unsteady" + _note(notes, cell["unsteady"])
         return text + " launch-bound" + _note(notes, bound) if bound else text
     if what == "tflops":
         return ">=" + fmt_rate(cell["tflops"]) if bound else fmt_rate(cell["tflops"])

@@ -20,6 +20,7 @@ Outline of version 1 (``results.json``)::
             spread (IQR / median), min_ms, mean_ms, warmup_calls, flush_l2, rotate, cuda_graph,
             enqueue_ms (host time to enqueue one repetition), flush_ms (device time of its flush), drain_ms,
             settle_ms [..] (median of each settling window before the timed loop: harness.timing),
+            unsteady (null, or why settling did not reach a steady device),
             launch_bound (null, or why the number is mostly launch latency: harness.timing), flops, bytes (minimum traffic), tflops, gbps, speedup (baseline median / median)}},
         memory: {inputs_mib, fwd_peak_mib, out_mib, saved_mib, bwd_peak_mib, peak_mib} | {error} | null
 """

@@ -58,11 +58,13 @@ def test_attention(benchmark, bench_session, attn_adapter, attn_case, mode):
         flops=cell["flops"], min_bytes=cell["bytes"], spread=cell["spread"], reps=timing.reps,
         flush_l2=timing.flush_l2, rotate=timing.rotate, cuda_graph=timing.cuda_graph, memory=rec["memory"],
         enqueue_ms=timing.enqueue_ms, launch_bound=timing.launch_bound, settle_ms=timing.settle_ms,
+        unsteady=timing.unsteady,
         verified_on=rec["verify"].get("case"), device=env["device"], versions=env["versions"],
     )
 
-    if timing.launch_bound:  # shown in the warnings summary; the number is still stored
-        warnings.warn(f"{case.id} {adapter.name} {mode}: {timing.launch_bound}", stacklevel=1)
+    for why in (timing.launch_bound, timing.unsteady):  # in the warnings summary; the number is still stored
+        if why:
+            warnings.warn(f"{case.id} {adapter.name} {mode}: {why}", stacklevel=1)
 
     ms = {mode: cell["median_ms"]}
     if mode != "fwd":
