@@ -72,3 +72,10 @@ def test_launch_bound_change_says_so():
     new["results"][0]["modes"]["fwd"]["launch_bound"] = "launch-bound: ..."
     r = compare.compare(old, new)[0]
     assert r["verdict"] == "slower (launch-bound: host time)" and r["counted"]
+
+
+def test_unsteady_change_says_so():
+    old, new = data({K: (1.0, 0.01)}), data({K: (0.8, 0.01)})
+    old["results"][0]["modes"]["fwd"]["unsteady"] = "unsteady: ..."
+    r = compare.compare(old, new)[0]
+    assert r["verdict"] == "faster (unsteady device: see the report's note)" and r["counted"]

@@ -84,6 +84,8 @@ def verdict(old: dict, new: dict, *, threshold: float = THRESHOLD, k: float = K_
             v, counted = ("slower" if change > 0 else "faster"), True
         if old.get("launch_bound") or new.get("launch_bound"):
             v += " (launch-bound: host time)"  # still counted: the host's cost per call is real
+        if old.get("unsteady") or new.get("unsteady"):
+            v += " (unsteady device: see the report's note)"
         return {"verdict": v, "change": change, "noise": noise, "counted": counted}
     words = {"oom": "OOM", "implausible": "flagged implausible", "not-timed": "fails correctness / not timed",
              "unsupported": "unsupported", "error": "errors", "ok": "timed"}
