@@ -41,7 +41,15 @@ from harness import roofline
 from harness.cases import Case, SoftmaxCase, make_inputs
 from harness.provenance import source_digest
 from harness.reports.schema import SCHEMA, SCHEMA_VERSION
-from harness.timing import MODES, TimerOptions, Timing, time_adapter
+from harness.timing import (
+    MODES,
+    SETTLE_MIN_MS,
+    SETTLE_TOL,
+    SETTLE_WINDOW_MS,
+    TimerOptions,
+    Timing,
+    time_adapter,
+)
 
 #: Backends a plain ``bench`` runs, per device type (those that cannot run here say why in the report).
 DEFAULT_BACKENDS = {
@@ -434,6 +442,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-ms", type=float, default=TimerOptions.target_ms,
                    help=f"timed work per cell, ms (default {TimerOptions.target_ms:g}): sets the repetitions")
     p.add_argument("--warmup-ms", type=float, default=TimerOptions.warmup_ms, help="warm-up per cell, ms")
+    p.add_argument("--settle-max-ms", type=float, default=TimerOptions.settle_max_ms, metavar="MS",
+                   help="most time spent settling before each timed loop (harness/timing.py; 0: none)")
     p.add_argument("--min-reps", type=int, default=TimerOptions.min_reps)
     p.add_argument("--max-reps", type=int, default=TimerOptions.max_reps)
     p.add_argument("--reps", type=int, default=None, help="fixed repetitions (overrides --target-ms)")
@@ -493,6 +503,7 @@ def _settings(args, device: torch.device) -> dict:
         "target_ms": args.target_ms, "warmup_ms": args.warmup_ms, "min_reps": args.min_reps,
         "max_reps": args.max_reps, "reps": args.reps, "flush_l2": args.flush_l2, "cuda_graphs": args.cuda_graphs,
         "time_limit": args.time_limit,
+        "settle": {"window_ms": SETTLE_WINDOW_MS, "min_ms": SETTLE_MIN_MS, "tol": SETTLE_TOL, "max_ms": args.settle_max_ms},
         "clock": "cuda-events" if device.type == "cuda" else "host",
     }
 
@@ -549,7 +560,8 @@ def main(args) -> int:
     pairs = [(c, a) for c in cases for a in adapters if a.family == c.family]
     out = Path(args.out or Path("reports") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     options = TimerOptions(warmup_ms=args.warmup_ms, target_ms=args.target_ms, min_reps=args.min_reps,
-                           max_reps=args.max_reps, reps=args.reps, flush_l2=args.flush_l2, cuda_graph=args.cuda_graphs)
+                           max_reps=args.max_reps, reps=args.reps, flush_l2=args.flush_l2, cuda_graph=args.cuda_graphs,
+                           settle_max_ms=args.settle_max_ms)
 
     started = time.time()
     dtypes = sorted({c.dtype for c in cases})

@@ -114,3 +114,12 @@ def test_unsteady_cells_keep_their_number_with_a_note():
     assert markdown.cell_text(cell, "ms", notes) == "0.4 ±1% unsteady [1]" and notes == [t.unsteady]
     assert markdown.cell_text(cell, "tflops") == markdown.fmt_rate(10.0)
     assert t.to_dict()["unsteady"] == t.unsteady
+
+
+def test_header_says_how_the_device_was_settled():
+    base = {"clock": "cuda-events", "warmup_ms": 25, "target_ms": 100, "min_reps": 5, "max_reps": 200}
+    words = markdown._clock_words({"settings": {**base, "settle": {"window_ms": 10.0, "min_ms": 100.0,
+                                                                    "tol": 0.02, "max_ms": 400.0}}})
+    assert "10 ms windows" in words and "within 2%" in words and "at most 400 ms" in words
+    assert "settling off" in markdown._clock_words({"settings": {**base, "settle": {"max_ms": 0}}})
+    assert "no settling windows" in markdown._clock_words({"settings": base})  # older reports

@@ -102,8 +102,16 @@ def _clock_words(data: dict) -> str:
         return ("**HOST TIME**: `time.perf_counter` around each call on the CPU, not device time "
                 "(the CPU path exists for tests and dry runs)")
     graphs = "CUDA-graph replay" if s.get("cuda_graphs") else "no CUDA graphs"
+    st = s.get("settle")
+    if not st:  # reports from before settling existed
+        settle = "no settling windows"
+    elif st.get("max_ms", 0) <= 0:
+        settle = "settling off"
+    else:
+        settle = (f"then settled: {st['window_ms']:g} ms windows of back-to-back repetitions until two agree within "
+                  f"{100 * st['tol']:g}% (at least {st['min_ms']:g} ms, at most {st['max_ms']:g} ms; else \"unsteady\")")
     return ("**device time**: CUDA events around each repetition on the stream, one synchronise at the end; "
-            f"warm-up {s.get('warmup_ms', '?')} ms (JIT, autotune, torch.compile excluded); L2 flushed and "
+            f"warm-up {s.get('warmup_ms', '?')} ms (JIT, autotune, torch.compile excluded), {settle}; L2 flushed and "
             f"inputs rotated when the working set fits in L2 (flush: {s.get('flush_l2', 'auto')}); {graphs}; "
             f"repetitions for ~{s.get('target_ms', '?')} ms of work ({s.get('min_reps', '?')}..{s.get('max_reps', '?')}); "
             "median shown, ±half the interquartile range")

@@ -8,7 +8,8 @@ Outline of version 1 (``results.json``)::
     versions: python, torch, cuda, cudnn, triton, harness, git, source (harness.provenance), pytest-benchmark,
               flash-attn-4, fla-core
     settings: presets, backends, modes, seed, dtypes, cases, target_ms, warmup_ms, min_reps,
-              max_reps, reps, flush_l2, cuda_graphs, clock ("cuda-events" | "host"), baseline
+              max_reps, reps, flush_l2, cuda_graphs, settle {window_ms, min_ms, tol, max_ms},
+              clock ("cuda-events" | "host"), baseline
     peaks:    device, clock, matmul_tflops {dtype: TFLOP/s}, copy_gbps, measured_at, method
     results:  one per (case, backend):
         case, family, dtype, params {case fields}, backend, baseline,
