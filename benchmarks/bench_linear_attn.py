@@ -51,14 +51,15 @@ def load_fla():
         return {}, None
 
 
-def ours_fn():
+def ours_fn(chunk_size=64):
+    """Ours, autotuned, with the default backward plan and the given chunk size (rows a step)."""
     from kernels.linear_attn import chunk_linear_attn
     from kernels.linear_attn import configs as cfg
 
     def f(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None, output_final_state=False):
         cfg.PLAN_OVERRIDE = None
         return chunk_linear_attn(q, k, v, g, g_gamma, scale=scale, initial_state=initial_state,
-                                 output_final_state=output_final_state)
+                                 output_final_state=output_final_state, chunk_size=chunk_size)
     return f
 
 
@@ -243,18 +244,6 @@ def peak_memory(fn, x):
     return {"fwd_peak_MiB": fwd_peak / MiB, "saved_MiB": saved / MiB, "bwd_peak_MiB": bwd_peak / MiB}
 
 
-def ours_chunk_fn(chunk_size):
-    """Ours with a given chunk size (rows per step of the walks)."""
-    from kernels.linear_attn import chunk_linear_attn
-    from kernels.linear_attn import configs as cfg
-
-    def f(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None, output_final_state=False):
-        cfg.PLAN_OVERRIDE = None
-        return chunk_linear_attn(q, k, v, g, g_gamma, scale=scale, initial_state=initial_state,
-                                 output_final_state=output_final_state, chunk_size=chunk_size)
-    return f
-
-
 # Forward configs the --sweep times beside the launch list (configs.fwd_configs): BV = 16 gives 4
 # programs a head (512 at B4 H32 K=V=64); with tensor descriptors it compiles to 104-128 registers
 # (ptxas_report.py), so 4 programs fit an SM and all 512 run in one wave.
@@ -287,7 +276,7 @@ def sweep(args, fns):
                 plan = cfg.bwd_plan(D, D)
                 try:
                     for bt in ([] if args.sweep_only == "bwd" else args.sweep_chunks):
-                        fn_bt = ours_chunk_fn(bt)
+                        fn_bt = ours_fn(bt)
                         BT = cfg.internal_chunk(bt, D, D)
                         cands = cfg.fwd_configs() + [triton.Config({"BV": bv}, num_warps=w, num_stages=st)
                                                      for bv, w, st in SWEEP_EXTRA_FWD]
@@ -366,7 +355,7 @@ def main():
 
     import triton
     fla_fns, fla_version = load_fla()
-    fns = {"ours": ours_fn(), "ours_alt": ours_alt_fn(), "ours_bt128": ours_chunk_fn(128), **fla_fns}
+    fns = {"ours": ours_fn(), "ours_alt": ours_alt_fn(), "ours_bt128": ours_fn(128), **fla_fns}
     fns = {n: f for n, f in fns.items() if n in args.backends}
     env = dict(torch=torch.__version__, triton=triton.__version__, fla=fla_version,
                device=torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)",

@@ -188,7 +188,7 @@ class Timing:
         """Why the device may not have been steady when the timed loop began, or None: settling
         ran out of time (SETTLE_MAX_MS) before two windows agreed within SETTLE_TOL."""
         w = self.settle_ms
-        if len(w) < 2 or abs(w[-1] - w[-2]) <= SETTLE_TOL * w[-2]:
+        if len(w) < 2 or _windows_agree(w):
             return None
         return (f"unsteady: settling stopped at its time limit with its last two windows at {w[-2]:.3g} and "
                 f"{w[-1]:.3g} ms ({len(w)} windows); the median may mix device states (clocks, power, "
@@ -411,6 +411,11 @@ def _time_loop(call: Callable[[int], object], n_sets: int, reps: int, device: to
     return _Loop(times)
 
 
+def _windows_agree(medians: list[float]) -> bool:
+    """The settling rule: the last window's median is within SETTLE_TOL of the one before."""
+    return len(medians) >= 2 and abs(medians[-1] - medians[-2]) <= SETTLE_TOL * medians[-2]
+
+
 def _settle(call: Callable[[int], object], n_sets: int, device: torch.device, flush, est_ms: float,
             max_ms: float) -> tuple[list[float], int]:
     """Settling windows (see the module docstring): (each window's median ms, calls made)."""
@@ -423,8 +428,7 @@ def _settle(call: Callable[[int], object], n_sets: int, device: torch.device, fl
     while (time.perf_counter() - t0) * 1e3 < max_ms:
         medians.append(statistics.median(_time_loop(call, n_sets, reps, device, flush).times))
         calls += reps
-        if ((time.perf_counter() - t0) * 1e3 >= min(SETTLE_MIN_MS, max_ms) and len(medians) >= 2
-                and abs(medians[-1] - medians[-2]) <= SETTLE_TOL * medians[-2]):
+        if (time.perf_counter() - t0) * 1e3 >= min(SETTLE_MIN_MS, max_ms) and _windows_agree(medians):
             break
     return medians, calls
 
