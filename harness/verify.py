@@ -35,6 +35,7 @@ __all__ = [
     "bitwise_equal",
     "check_inputs",
     "default_device",
+    "judge_runs",
     "oracle_for",
     "poisoned_memory",
     "prepare",
@@ -541,6 +542,9 @@ class _Run:
     tensors: dict[str, torch.Tensor]  # out, lse / final_state, grads; detached
     passed_inputs: dict[str, torch.Tensor]  # what the candidate received (to check mutation)
     missing_grads: tuple[str, ...] = ()  # inputs no gradient reached (their grads are zeros)
+    #: device type of each output where it ran, when the tensors were moved since (the acceptance
+    #: check's parent reads them back from the child's files); None: the tensors' own devices
+    devices: dict[str, str] | None = None
 
 
 def _run_inputs(case: Case, inputs) -> dict[str, torch.Tensor]:
@@ -655,8 +659,9 @@ def _check_contract(case: Case, run: _Run, expected: dict[str, torch.Tensor], de
             problems.append(f"{name} shape {tuple(t.shape)} != {tuple(expected[name].shape)}")
         if t.dtype not in allowed.get(name, (t.dtype,)):
             problems.append(f"{name} dtype {t.dtype} not in {[str(x) for x in allowed[name]]}")
-        if t.device.type != device.type:
-            problems.append(f"{name} on {t.device}, inputs on {device}")
+        where = run.devices.get(name, t.device.type) if run.devices is not None else t.device.type
+        if where != device.type:
+            problems.append(f"{name} on {where}, inputs on {device}")
     if isinstance(case, LinearCase) and "final_state" not in run.tensors:
         problems.append("final_state not returned (LinearOutput.final_state is None)")
     if problems:
@@ -853,6 +858,18 @@ def verify(
         return result
     finally:
         result.seconds = time.perf_counter() - t0
+
+
+def judge_runs(adapter, baseline: Baseline, first: _Run, second: _Run | None, *, want_grad: bool) -> CaseResult:
+    """The verdict on runs made elsewhere: ``first`` (and ``second``, for determinism) of ``adapter``
+    on ``baseline``'s inputs, e.g. read back from the acceptance check's child process. ``adapter``
+    supplies only its declarations (``name``, ``differentiable``, ``deterministic_backward``,
+    ``nondifferentiable_inputs``, ``masked_rows``); nothing of it runs."""
+    case = baseline.case
+    result = CaseResult(backend=adapter.name, case=case.id, family=case.family, dtype=case.dtype,
+                        device=str(baseline.device), seed=baseline.seed, status="pass")
+    _judge(result, adapter, baseline, first, second, want_grad)
+    return result
 
 
 def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second, want_grad: bool) -> None:

@@ -4,10 +4,17 @@
         [--dtypes ...] [--profile NAME] [--out DIR] [--case ID] [--seed N] [--timeout S] ...
 
 The callable follows the adapters' contract (flash-attn's signature for softmax, FLA's for linear;
-:mod:`harness.adapters.user`). Every case of the profile runs in its own child process
-(:mod:`.isolation`): :func:`harness.verify.verify` on several fresh seeds, then the anti-cheat
-checks (:mod:`.anticheat`); on CUDA the speed section follows (:mod:`.speed`). The report
-(:mod:`.report`) goes to ``--out`` as report.md and report.json.
+:mod:`harness.adapters.user`).
+
+Who decides. This process is the judge and never imports the callable. Every case of the profile
+gets its own child process (:mod:`.isolation`), which imports the callable and makes the calls the
+judge asks for (:mod:`.runner`); the judge (:mod:`.judge`) computes inputs, the FP64 oracle and the
+tolerance verdict itself, on several fresh seeds, and judges the raw tensors that come back:
+forward, every gradient, the contract, determinism (two calls compared here), and the anti-cheat
+checks (:mod:`.anticheat`). On CUDA the speed section follows (:mod:`.speed`), with the parent's
+own clock against the candidate's claimed times. The report (:mod:`.report`) goes to ``--out`` as
+report.md and report.json. What a candidate can still influence is written down in the README
+("The trust boundary").
 
 Exit status: 0 accepted, 1 rejected or incomplete, 2 usage error (bad arguments, a callable that
 does not import; the message says which).
@@ -23,6 +30,7 @@ first SIGTERM interrupts (``harness/interrupts.py``); the previous SIGTERM handl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shlex
@@ -34,7 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.accept import report as R
-from harness.accept.isolation import DEFAULT_TIMEOUT_S, Isolator
+from harness.accept.exchange import ExchangeError
+from harness.accept.isolation import DEFAULT_TIMEOUT_S, ChildFailed, ChildOutcome, Isolator
 from harness.accept.profiles import PROFILES, resolve
 from harness.interrupts import SigtermInterrupt
 from harness.provenance import source_digest
@@ -105,6 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=_positive(int), default=1,
                         help="cases run in parallel (default 1; the speed section always runs alone)")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed section (CUDA)")
+    parser.add_argument("--speed", action="store_true",
+                        help="run the speed section on a CPU too (host time, the CPU profile's small bench cases: a dry run)")
     parser.add_argument("--start-method", choices=("forkserver", "spawn"), default=None,
                         help="child processes: spawn (default with --device cuda) or forkserver (default on CPU: fast)")
     parser.add_argument("--list", action="store_true", help="list the profile's cases (after --device) and exit")
@@ -168,7 +179,8 @@ def _say(msg: str) -> None:
 def main(args) -> int:
     sigterm = SigtermInterrupt()
     try:
-        return _main(args, sigterm)
+        with _judge_imports():
+            return _main(args, sigterm)
     except _Usage as e:
         print(f"python -m harness accept: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -176,9 +188,33 @@ def main(args) -> int:
         sigterm.restore()
 
 
+@contextlib.contextmanager
+def _judge_imports():
+    """While the judge runs, modules it imports come from the installed packages, never from the
+    current directory: that is where a vendor runs the command from, and a file there named like a
+    module the judge imports later (``safetensors.py``, ``matplotlib.py``) would otherwise run in
+    the judge. The directory that holds ``harness`` stays reachable (a source checkout); children
+    put the current directory back to import the callable."""
+    import harness
+
+    saved = list(sys.path)
+    here = {"", ".", os.getcwd()}
+    root = str(Path(harness.__file__).resolve().parents[1])
+    sys.path[:] = [p for p in sys.path if p not in here and os.path.abspath(p or ".") != os.getcwd()]
+    if root not in sys.path:
+        sys.path.append(root)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
 def _main(args, sigterm: SigtermInterrupt) -> int:
     t_start = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
+    # The judge's own sources, before any child runs: a candidate process runs as the same user and
+    # could rewrite them on disk for modules imported later (or for the next run).
+    digest_before = source_digest()
     device = _device(args.device)
     args.device_resolved = device
     profile, note = resolve(args.profile, device)
@@ -229,13 +265,27 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
             return _command(args, case=case.id, seed=seeds[0] if seed is None else seed, out=out_dir / "replay")
         return replay
 
+    hello = {"impl": args.impl, "family": args.family, "device": device, "threads": threads}
+    declared = None  # the callable's declarations, from the probe
+
     def run_case(i_case):
         i, case = i_case
-        from harness.accept.worker import case_to_dict
+        from harness.accept import judge as J
 
-        req = {"task": "case", "impl": args.impl, "family": args.family, "case": case_to_dict(case),
-               "device": device, "seeds": seeds, "backward": profile.backward, "threads": threads}
-        outcome = iso.run(req, timeout=args.timeout, name=f"{i:03d}-{case.id}")
+        try:
+            with iso.open(hello, timeout=args.timeout, name=f"{i:03d}-{case.id}") as session:
+                raw = J.run_case(J.Judge(session, declared, device), case, seeds, backward=profile.backward)
+            outcome = session.outcome_ok(raw)
+        except ChildFailed as e:
+            outcome = e.outcome
+        except ExchangeError as e:  # an output file that does not read back: the child's doing
+            outcome = ChildOutcome("exception", None, f"the candidate's process returned {e}", None, 0.0,
+                                   session.log_path)
+        except Exception as e:  # noqa: BLE001 - the judge itself failed (e.g. out of memory): no verdict on the case
+            import traceback
+
+            outcome = ChildOutcome("exception", None, f"the judge could not check this case: {type(e).__name__}: {e}",
+                                   None, 0.0, "", traceback=traceback.format_exc())
         if outcome.kind == "interrupted":
             entry = R.not_run_case(case, profile, outcome.reason, replay_of(case), seconds=outcome.seconds)
         else:
@@ -260,18 +310,22 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
     try:
         # A time limit (timeout, a CI job's cancel) sends SIGTERM: report what finished instead of nothing.
         sigterm.install()
-        # The callable is imported in a child too: a module that crashes or hangs on import cannot
-        # take the command down, and the parent never imports vendor code.
-        probe = iso.run({"task": "probe", "impl": args.impl, "family": args.family, "device": device},
-                        timeout=args.timeout, name="probe")
-        if probe.kind == "interrupted":
-            raise KeyboardInterrupt(iso.interrupted)
-        if probe.kind == "usage_error":
-            raise _Usage(f"--impl {args.impl}: {probe.reason}")
-        if not probe.ok:
-            raise _Usage(f"--impl {args.impl}: loading the callable failed: {probe.reason}"
-                         + (f"\n{probe.traceback.strip()}" if probe.traceback else f"\n{probe.log_tail}"))
-        info = probe.result
+        # The callable is imported in a child only: a module that crashes or hangs on import cannot
+        # take the command down, and nothing of it runs in this process, the judge.
+        try:
+            with iso.open(hello, timeout=args.timeout, name="probe") as probe:
+                info = probe.probe
+        except ChildFailed as e:
+            o = e.outcome
+            if o.kind == "interrupted":
+                raise KeyboardInterrupt(iso.interrupted) from None
+            if o.kind == "usage_error":
+                raise _Usage(f"--impl {args.impl}: {o.reason}") from None
+            raise _Usage(f"--impl {args.impl}: loading the callable failed: {o.reason}"
+                         + (f"\n{o.traceback.strip()}" if o.traceback else f"\n{o.log_tail}")) from None
+        from harness.accept.judge import declared_adapter
+
+        declared = declared_adapter(info["adapter"], args.family, info.get("capabilities") or {})
         dev = info["device"]
         device_words = (f"{dev['name']} ({dev.get('capability', '')}, cuda)" if dev["type"] == "cuda"
                         else f"cpu ({dev['name']})")
@@ -286,7 +340,7 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
         while pending:
             # A timed wait: the main thread gets to run a signal handler within a fraction of a second.
             _, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-        speed = _speed_section(args, iso, profile, device, base_seed, out_dir)
+        speed = _speed_section(args, iso, profile, device, base_seed, out_dir, hello, declared)
         sigterm.armed = False  # done: a SIGTERM from now on is ignored while the report is written
     except KeyboardInterrupt as e:
         sigterm.armed = False  # a later SIGTERM must not break the report
@@ -320,12 +374,17 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
         "command": _command(args, base_seed=None if args.seed is not None else base_seed),
         "argv": sys.argv, "cwd": os.getcwd(), "timeout_s": args.timeout, "start_method": iso.start_method,
         "started": started, "seconds": round(time.perf_counter() - t_start, 1),
-        "versions": info.get("versions") or {}, "harness": f"attn-harness {_harness_version()}, git {_git_commit()}, source {source_digest()}",
+        "versions": info.get("versions") or {}, "harness": f"attn-harness {_harness_version()}, git {_git_commit()}, source {digest_before}",
         "module_file": info.get("module_file"), "module_sha256": info.get("module_sha256"),
         "module_version": info.get("module_version"), "capabilities": info.get("capabilities"),
         "differentiable": info.get("differentiable"), "interrupted": interrupted,
     }
-    rep = R.build(run=run, profile=profile, cases=entries, speed=speed, interrupted=interrupted)
+    digest_after = source_digest()
+    integrity = [] if digest_after == digest_before else [
+        f"the harness's own sources (harness/, kernels/) changed on disk during the run (source digest "
+        f"{digest_before} before, {digest_after} after): the verdict of a run whose judge may have been "
+        "rewritten is not given; rerun from a clean checkout"]
+    rep = R.build(run=run, profile=profile, cases=entries, speed=speed, interrupted=interrupted, integrity=integrity)
     j, m = R.write(out_dir, rep)
     iso.cleanup()
     _say(f"{rep['verdict']}" + (f" ({len(rep['reasons'])} reason(s))" if rep["reasons"] else "") + f"; report: {m} and {j}")
@@ -345,17 +404,17 @@ def _harness_version() -> str:
         return "(source checkout)"
 
 
-def _speed_section(args, iso, profile, device, base_seed, out_dir) -> dict:
-    if device != "cuda":
-        return {"status": "not measured", "reason": "CPU run: the speed section needs CUDA (device time)"}
+def _speed_section(args, iso, profile, device, base_seed, out_dir, hello, declared) -> dict:
+    if device != "cuda" and not args.speed:
+        return {"status": "not measured", "reason": "CPU run: the speed section needs CUDA (device time); --speed runs it with host time"}
     if args.no_speed:
         return {"status": "not measured", "reason": "--no-speed"}
-    if args.case or args.seed is not None:
-        return {"status": "not measured", "reason": "filtered replay run (--case / --seed)"}
+    if (args.case or args.seed is not None) and not args.speed:
+        return {"status": "not measured", "reason": "filtered replay run (--case / --seed; --speed measures anyway)"}
     from harness.accept import speed
 
     cases = profile.bench_cases(args.family, args.dtypes)
     return speed.run_speed(
-        iso, impl=args.impl, family=args.family, device=device, cases=cases, backward=profile.backward,
+        iso, hello=hello, declared=declared, family=args.family, device=device, cases=cases, backward=profile.backward,
         base_seed=base_seed, timeout=max(args.timeout, speed.BENCH_TIMEOUT_S), out_dir=out_dir, log=_say,
     )

@@ -1,4 +1,5 @@
-"""One child process per task, with a timeout: a crash or a hang becomes a result, not our death.
+"""One child process per case, serving the judge's requests, with a deadline: a crash or a hang
+becomes a result, not our death.
 
 Start method. ``forkserver`` (the default of CPU runs): a server process is started once, imports
 torch and the harness (it runs no op), and forks a fresh child per case in ~0.2 s. ``spawn`` (the
@@ -7,18 +8,22 @@ no driver state can be inherited, which matters more than 3 s next to a GPU case
 Either way a case gets its own process: a CUDA context poisoned by an illegal memory access, a
 leaked cache or an abort in one case cannot reach the next.
 
-Exchange: the request goes in as one JSON string; the child writes its result as a JSON file
-(:func:`harness.accept.worker.child_main`). Nothing else crosses the boundary. The child's stdout
-and stderr go to a log file per task, whose tail explains a crash.
+Exchange (:mod:`harness.accept.exchange`): :meth:`Isolator.open` starts a child
+(:func:`harness.accept.runner.child_main`) with a JSON *hello* and one end of a pipe; the child
+imports the callable and answers with what it declares; then :meth:`ChildSession.ask` sends a JSON
+request and waits for the JSON answer. Tensors travel in safetensors files named in the messages.
+No pickle is ever read from the child: what it sends cannot run code in the parent. The child's
+stdout and stderr go to a log file per session, whose tail explains a crash.
 
-Outcomes: the child's result; or ``crash`` (killed by a signal, e.g. SIGABRT / SIGSEGV, or exited
-without a result), ``timeout`` (no result within the limit: killed with SIGKILL), ``exception``
-(the task raised; the traceback is kept), ``interrupted`` (the run was stopped, :meth:`Isolator.interrupt`:
-the child was killed, or never started).
+Outcomes (:class:`ChildOutcome`, carried by :class:`ChildFailed` when a session ends badly):
+``crash`` (killed by a signal, e.g. SIGABRT / SIGSEGV, or exited without answering), ``timeout``
+(no answer before the session's deadline: killed with SIGKILL), ``exception`` (the child's own code
+raised; the traceback is kept), ``usage_error`` (the callable does not import), ``interrupted`` (the
+run was stopped, :meth:`Isolator.interrupt`: the child was killed, or never started).
 
 Interrupts. An outer time limit (GNU ``timeout``, a CI job's cancel) or Ctrl-C stops the command:
-:meth:`Isolator.interrupt` (called by the command, from any thread) refuses every later task and
-kills every running child, whose waiting thread then returns ``interrupted``. GNU timeout also
+:meth:`Isolator.interrupt` (called by the command, from any thread) refuses every later session and
+kills every running child, whose waiting thread then gets ``interrupted``. GNU timeout also
 signals the whole process group and a terminal's Ctrl-C reaches it too, so a child may die of
 SIGTERM (or raise KeyboardInterrupt, or lose its fork server to that signal) a moment before the
 parent has handled its own signal: such an outcome waits up to :data:`INTERRUPT_GRACE_S` for the
@@ -38,15 +43,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Per-task limit, seconds. A GPU case JIT-compiles forward and backward kernels in a fresh process
+#: Per-case limit, seconds. A GPU case JIT-compiles forward and backward kernels in a fresh process
 #: (flash-attn-4's CuTe kernels: tens of seconds per shape and dtype) and runs 3 seeds of fwd+bwd
 #: against an FP64 oracle; five minutes is several times that, and a hang is anything beyond.
 DEFAULT_TIMEOUT_S = 300.0
 #: Seconds to wait for a killed child to be reaped.
 KILL_GRACE_S = 10.0
+#: Seconds a child told "bye" gets to exit on its own before it is killed.
+BYE_GRACE_S = 5.0
 #: Modules the fork server imports once (children inherit them). torch._inductor is what
 #: torch.use_deterministic_algorithms imports on first use: ~1 s saved per case.
-PRELOAD = ["torch", "torch._inductor", "harness.verify", "harness.accept.worker"]
+PRELOAD = ["torch", "torch._inductor", "harness.verify", "harness.accept.runner"]
 #: Characters of the child's log kept in a failure's reason / the report.
 LOG_TAIL_CHARS = 2000
 #: Seconds a child that died of SIGTERM / SIGINT (or raised KeyboardInterrupt) waits for the
@@ -110,14 +117,22 @@ def _kill(proc) -> None:
         pass
 
 
+class ChildFailed(Exception):
+    """A session ended without the answer asked for; ``outcome`` says how (crash, timeout, ...)."""
+
+    def __init__(self, outcome: ChildOutcome):
+        super().__init__(outcome.reason)
+        self.outcome = outcome
+
+
 class Isolator:
-    """Runs worker tasks in child processes. ``workdir`` receives logs/ and the result files."""
+    """Starts child sessions. ``workdir`` receives logs/ and the exchange folder of tensor files."""
 
     def __init__(self, workdir: Path, *, start_method: str | None = None):
         self.workdir = Path(workdir)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        self._results = self.workdir / ".results"
-        self._results.mkdir(parents=True, exist_ok=True)
+        self.exchange_dir = self.workdir / ".exchange"
+        self.exchange_dir.mkdir(parents=True, exist_ok=True)
         self.start_method = start_method or default_start_method()
         self.ctx = mp.get_context(self.start_method)
         if self.start_method == "forkserver":
@@ -134,7 +149,7 @@ class Isolator:
 
     def interrupt(self, reason: str = "interrupted") -> None:
         """Stop the run, from any thread: no child starts any more, every running child is killed
-        (SIGKILL; the thread waiting for it reaps it and returns an ``interrupted`` outcome)."""
+        (SIGKILL; the thread waiting for it gets an ``interrupted`` outcome)."""
         with self._lock:
             if not self._stop.is_set():
                 self._stop_reason = reason
@@ -144,91 +159,187 @@ class Isolator:
             _kill(proc)
 
     def cleanup(self) -> None:
-        """Remove the (empty) result folder; logs stay."""
+        """Remove the exchange folder (tensor files); logs stay."""
+        shutil.rmtree(self.exchange_dir, ignore_errors=True)
+
+    def open(self, hello: dict, *, timeout: float, name: str) -> ChildSession:
+        """Start a child for ``hello`` (impl, family, device, threads) with a deadline ``timeout``
+        seconds away; returns the session once the child has answered its probe. Raises
+        :class:`ChildFailed` when it could not (crash, hang, import error, interrupt)."""
+        return ChildSession(self, hello, timeout=timeout, name=name)
+
+
+class ChildSession:
+    """One child process serving requests until :meth:`close` (or until its deadline passes).
+
+    ``probe``: what the child answered on start (the callable's declarations, versions, device).
+    ``folder``: where this session's tensor files go (removed on close).
+    """
+
+    def __init__(self, iso: Isolator, hello: dict, *, timeout: float, name: str):
+        from harness.accept.runner import child_main
+
+        self.iso = iso
+        self.name = safe_name(name)
+        self.timeout = timeout
+        self.log_path = str(iso.workdir / "logs" / f"{self.name}.log")
+        if os.path.exists(self.log_path):
+            os.unlink(self.log_path)
+        self.folder = iso.exchange_dir / f"{self.name}-{time.monotonic_ns()}"
+        self.folder.mkdir(parents=True)
+        self._files = 0
+        self.t0 = time.perf_counter()
+        self.deadline = time.monotonic() + timeout
+        self.closed = False
+        full = dict(hello, log_path=self.log_path, budget_s=timeout, scratch=str(self.folder / "scratch"))
+        parent_end, child_end = iso.ctx.Pipe(duplex=True)
+        self.conn = parent_end
+        self.proc = iso.ctx.Process(target=child_main, args=(json.dumps(full), child_end), name=f"accept:{self.name}")
+        with iso._lock:  # interrupt() either sees this child in _live or stops it from starting
+            if iso._stop.is_set():
+                self._remove_folder()
+                raise ChildFailed(ChildOutcome("interrupted", None, f"not run: {iso._stop_reason}", None, 0.0, ""))
+            self.proc.start()
+            iso._live.add(self.proc)
+        child_end.close()  # the child's end lives in the child only: its death is then EOF here
+        reply = self._receive()
+        if not reply.get("ok"):
+            self._fail_from_reply(reply, usage=True)
+        self.probe: dict = reply["result"]
+
+    # -- talking ------------------------------------------------------------------------------
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def file(self, stem: str) -> str:
+        """A fresh path in this session's folder, for a tensor file."""
+        self._files += 1
+        return str(self.folder / f"{self._files:04d}-{safe_name(stem)}.safetensors")
+
+    def ask(self, op: str, **fields) -> dict:
+        """Send request ``op`` and return the child's ``result``. Raises :class:`ChildFailed` when the
+        child crashes, hangs past the deadline, is interrupted, or its own code raises."""
+        from harness.accept import exchange
+
         try:
-            shutil.rmtree(self._results)
-        except OSError:
+            exchange.send(self.conn, dict(fields, op=op, budget_s=max(self.remaining(), 0.5)))
+        except (OSError, ValueError):  # the child is already gone: its exit status says why
             pass
+        reply = self._receive()
+        if not reply.get("ok"):
+            self._fail_from_reply(reply)
+        return reply["result"]
 
-    def run(self, request: dict, *, timeout: float, name: str) -> ChildOutcome:
-        """Run ``request`` (a worker task) in a fresh child; at most ``timeout`` seconds."""
-        from harness.accept.worker import child_main
+    def _receive(self) -> dict:
+        from harness.accept import exchange
 
-        stem = safe_name(name)
-        log_path = str(self.workdir / "logs" / f"{stem}.log")
-        result_path = str(self._results / f"{stem}-{os.getpid()}-{time.monotonic_ns()}.json")
-        for p in (log_path, result_path):
-            if os.path.exists(p):
-                os.unlink(p)
-        # Oracle results of fresh random seeds are never looked up again: the child caches them
-        # in a scratch folder removed when it ends, not in the shared harness cache.
-        scratch = self._results / f"scratch-{stem}-{time.monotonic_ns()}"
-        req = dict(request, log_path=log_path, result_path=result_path, timeout=timeout, scratch=str(scratch))
-        t0 = time.perf_counter()
-        proc = self.ctx.Process(target=child_main, args=(json.dumps(req),), name=f"accept:{stem}")
-        with self._lock:  # interrupt() either sees this child in _live or stops it from starting
-            if self._stop.is_set():
-                return ChildOutcome("interrupted", None, f"not run: {self._stop_reason}", None, 0.0, "")
-            proc.start()
-            self._live.add(proc)
+        remaining = self.remaining()
         try:
-            proc.join(timeout)
-            # Set before the child ended: interrupt() killed it (or the same signal did).
-            stopped = self._stop.is_set()
-            timed_out = proc.is_alive()
-            if timed_out:
-                proc.kill()
-                proc.join(KILL_GRACE_S)
-        except BaseException:  # KeyboardInterrupt while waiting in the main thread: no orphan
-            _kill(proc)
-            proc.join(KILL_GRACE_S)
-            shutil.rmtree(scratch, ignore_errors=True)
-            raise
+            ready = remaining > 0 and self.conn.poll(remaining)
+        except (OSError, ValueError):
+            ready = True  # closed under us (interrupt): the read below says so
+        if not ready:
+            self._finish(kill=True)
+            raise ChildFailed(self._outcome(
+                "timeout", f"no result within the {self.timeout:g} s limit: hung; the child was killed (SIGKILL)"))
+        try:
+            return exchange.receive(self.conn)
+        except (EOFError, OSError):
+            self._finish(kill=False)
+            raise ChildFailed(self._gone(None)) from None
+        except exchange.ExchangeError as e:
+            self._finish(kill=True)
+            raise ChildFailed(self._outcome("crash", f"the child process sent {e}; it was killed")) from None
+
+    def _fail_from_reply(self, reply: dict, *, usage: bool = False):
+        if usage and "usage_error" in reply:
+            self._finish(kill=True)
+            raise ChildFailed(self._outcome("usage_error", reply["usage_error"]))
+        error = str(reply.get("error", "?"))
+        if error.startswith("KeyboardInterrupt"):
+            self._finish(kill=True)
+            raise ChildFailed(self._gone(error))
+        self._finish(kill=True)
+        raise ChildFailed(self._outcome("exception", f"the task raised {error}", traceback=reply.get("traceback", "")))
+
+    # -- ending -------------------------------------------------------------------------------
+
+    def _finish(self, *, kill: bool) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if kill:
+            _kill(self.proc)
+        try:
+            self.proc.join(KILL_GRACE_S)
+            if self.proc.is_alive():
+                _kill(self.proc)
+                self.proc.join(KILL_GRACE_S)
         finally:
-            with self._lock:
-                self._live.discard(proc)
-        seconds = time.perf_counter() - t0
-        shutil.rmtree(scratch, ignore_errors=True)
-        code = proc.exitcode
-        tail = _tail(log_path)
-        payload = None
-        if os.path.exists(result_path):
+            with self.iso._lock:
+                self.iso._live.discard(self.proc)
             try:
-                with open(result_path) as f:
-                    payload = json.load(f)
-            except (OSError, ValueError):
-                payload = None
-            finally:
-                os.unlink(result_path)
-        common = {"exitcode": code, "seconds": seconds, "log_path": log_path, "log_tail": tail}
-        if payload is None or "error" in payload:
-            by_signal = code in _INTERRUPT_EXITCODES or str((payload or {}).get("error", "")).startswith(
-                "KeyboardInterrupt")
-            if (stopped and payload is None) or (by_signal and self._stop.wait(INTERRUPT_GRACE_S)):
-                return ChildOutcome(
-                    "interrupted", None,
-                    f"not run: {self._stop_reason}; the running case was stopped after {seconds:.1f} s", **common,
-                )
-        if timed_out and payload is None:
-            return ChildOutcome(
-                "timeout", None,
-                f"no result within the {timeout:g} s limit: hung; the child was killed (SIGKILL)", **common,
-            )
-        if payload is None:
-            if code is not None and code < 0:
-                why = f"the child process was killed by {_signal_name(-code)}"
-            else:
-                why = f"the child process exited with code {code} without a result"
-            last = [ln for ln in tail.splitlines() if ln.strip()]
-            hint = next((ln.strip() for ln in reversed(last) if "error" in ln.lower() or "abort" in ln.lower()), "")
-            if hint:
-                why += f" (log: {hint[:200]})"
-            return ChildOutcome("crash", None, why, **common)
-        if payload.get("ok"):
-            return ChildOutcome("ok", payload["result"], "", **common)
-        if "usage_error" in payload:
-            return ChildOutcome("usage_error", None, payload["usage_error"], **common)
-        return ChildOutcome(
-            "exception", None, f"the task raised {payload.get('error', '?')}", traceback=payload.get("traceback", ""),
-            **common,
-        )
+                self.conn.close()
+            except OSError:
+                pass
+            self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close(self) -> None:
+        """Tell the child to exit, and make sure it has (killed after :data:`BYE_GRACE_S`)."""
+        from harness.accept import exchange
+
+        if self.closed:
+            return
+        try:
+            exchange.send(self.conn, {"op": "bye"})
+            if self.conn.poll(BYE_GRACE_S):
+                exchange.receive(self.conn)
+            self.proc.join(BYE_GRACE_S)
+        except (OSError, EOFError, ValueError, exchange.ExchangeError):
+            pass
+        self._finish(kill=self.proc.is_alive())
+
+    def __enter__(self) -> ChildSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None and not isinstance(exc[1], ChildFailed):
+            self._finish(kill=True)  # KeyboardInterrupt or a parent error: no orphan
+        else:
+            self.close()
+
+    def outcome_ok(self, result: dict) -> ChildOutcome:
+        """The ``ok`` outcome of a finished session, carrying ``result``."""
+        return ChildOutcome("ok", result, "", self.proc.exitcode, self.seconds, self.log_path, _tail(self.log_path))
+
+    def _outcome(self, kind: str, reason: str, *, traceback: str = "") -> ChildOutcome:
+        return ChildOutcome(kind, None, reason, self.proc.exitcode, self.seconds, self.log_path,
+                            _tail(self.log_path), traceback)
+
+    def _gone(self, error: str | None) -> ChildOutcome:
+        """The outcome of a child that died (or raised KeyboardInterrupt) without answering."""
+        code = self.proc.exitcode
+        stopped = self.iso._stop.is_set()
+        by_signal = code in _INTERRUPT_EXITCODES or error is not None
+        if stopped or (by_signal and self.iso._stop.wait(INTERRUPT_GRACE_S)):
+            return self._outcome(
+                "interrupted",
+                f"not run: {self.iso._stop_reason}; the running case was stopped after {self.seconds:.1f} s")
+        if code is not None and code < 0:
+            why = f"the child process was killed by {_signal_name(-code)}"
+        else:
+            why = f"the child process exited with code {code} without a result"
+        tail = _tail(self.log_path)
+        last = [ln for ln in tail.splitlines() if ln.strip()]
+        hint = next((ln.strip() for ln in reversed(last) if "error" in ln.lower() or "abort" in ln.lower()), "")
+        if hint:
+            why += f" (log: {hint[:200]})"
+        return self._outcome("crash", why)

@@ -65,7 +65,7 @@ def case_features(case: Case) -> frozenset[str]:
 @dataclass(frozen=True)
 class Profile:
     """One named profile. ``softmax`` / ``linear``: the correctness cases (with their dtypes);
-    ``bench_softmax`` / ``bench_linear``: the speed section's cases (GPU only)."""
+    ``bench_softmax`` / ``bench_linear``: the speed section's cases (on a CPU only with ``--speed``)."""
 
     name: str
     description: str
@@ -193,6 +193,10 @@ _CPU_EXTRA = (
     SoftmaxCase(1, 2, 2, 24, 24, 48, d_v=32),
     SoftmaxCase(1, 4, 2, 0, 0, 32, causal=True, varlen=((17, 17), (0, 5), (40, 40), (9, 30))),
 )
+# The speed section on a CPU (``--speed``: host time, a dry run and the harness's own tests): one
+# case per family, big enough that a call is well above the host's timer resolution.
+_CPU_BENCH = (SoftmaxCase(1, 4, 2, 128, 128, 32, causal=True),)
+_CPU_BENCH_LIN = (LinearCase(1, 2, 128, 32, gate="g_gamma"),)
 _CPU_LIN = (
     LinearCase(1, 2, 65, 32, gate="none"),
     LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1),
@@ -228,21 +232,24 @@ _add(Profile(
     bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="full-cpu",
 ))
 _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
-             "no speed section on CPU"),)
+             "the speed section only with --speed (host time)"),)
 _add(Profile(
     "inference-cpu", "CPU-sized inference: forward only; causal and GQA/MQA required",
     required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
-    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", notes=_CPU_NOTE,
+    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
+    notes=_CPU_NOTE,
 ))
 _add(Profile(
     "training-gqa-cpu", "CPU-sized training-gqa: causal, GQA/MQA and backward required; windows optional",
     required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=CPU_SEEDS,
-    softmax=_CPU_BASE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", notes=_CPU_NOTE,
+    softmax=_CPU_BASE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
+    notes=_CPU_NOTE,
 ))
 _add(Profile(
     "full-cpu", "CPU-sized full: every feature required, forward and backward",
     required=_ALL, backward=True, seeds=CPU_SEEDS,
-    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW + _CPU_EXTRA, linear=_CPU_LIN, sized_for="cpu", notes=_CPU_NOTE,
+    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW + _CPU_EXTRA, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
+    notes=_CPU_NOTE,
 ))
 
 

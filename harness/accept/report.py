@@ -168,12 +168,14 @@ def not_run_case(case, profile: Profile, reason: str, replay, *, seconds: float 
     }
 
 
-def verdict_of(cases: list[dict], speed: dict | None, interrupted: str | None = None) -> tuple[str, list[str]]:
+def verdict_of(cases: list[dict], speed: dict | None, interrupted: str | None = None,
+               integrity: list[str] | None = None) -> tuple[str, list[str]]:
     """(ACCEPTED | REJECTED | INCOMPLETE, reasons). Rejected when any case fails, errors, crashes or
-    hangs, a required feature is unsupported, the speed section's checks fail, or nothing passed.
+    hangs, a required feature is unsupported, the speed section's checks fail, nothing passed, or
+    ``integrity`` names a problem with the run itself (the judge's sources changed during it).
     Incomplete when the run was ``interrupted`` (why, e.g. "interrupted (SIGTERM)") or a case did not
     run, whatever the finished cases say: its reasons start with that, then list what failed so far."""
-    reasons = [f"{c['case']}: {c['reason']}" for c in cases if c["status"] in FAILING]
+    reasons = list(integrity or []) + [f"{c['case']}: {c['reason']}" for c in cases if c["status"] in FAILING]
     for s in (speed or {}).get("failed_checks", []):
         reasons.append(f"speed {s.get('case', '')}: {s['check']}: {s['detail']}")
     not_run = sum(c["status"] == NOT_RUN for c in cases)
@@ -189,9 +191,10 @@ def verdict_of(cases: list[dict], speed: dict | None, interrupted: str | None = 
 
 
 def build(*, run: dict, profile: Profile, cases: list[dict], speed: dict | None,
-          interrupted: str | None = None) -> dict:
-    """The report. ``interrupted``: why the run stopped early (e.g. "interrupted (SIGTERM)"), or None."""
-    verdict, reasons = verdict_of(cases, speed, interrupted)
+          interrupted: str | None = None, integrity: list[str] | None = None) -> dict:
+    """The report. ``interrupted``: why the run stopped early (e.g. "interrupted (SIGTERM)"), or None;
+    ``integrity``: problems with the run itself, each of which rejects."""
+    verdict, reasons = verdict_of(cases, speed, interrupted, integrity)
     counts: dict[str, int] = {}
     for c in cases:
         counts[c["status"]] = counts.get(c["status"], 0) + 1

@@ -1,29 +1,47 @@
-"""The speed section (CUDA only): the candidate against the baselines present, on the profile's
-benchmark cases, with the harness's timer, FLOP model and roofline rules.
+"""The speed section: the candidate against the baselines present, on the profile's benchmark
+cases, with the harness's timer, FLOP model and roofline rules, and the parent's own clock.
 
-Per benchmark case one child process (:func:`bench_task`) times the candidate and every baseline
-whose adapter ``supports()`` the case, in each mode (fwd; with a backward-checking profile also bwd
-and fwd+bwd) with :func:`harness.timing.time_adapter` (CUDA events on the calling stream, warm-up,
-L2 flush and input rotation, one device sync at the end), converts to TFLOP/s with
-:func:`harness.flops.flops`, and applies :func:`harness.roofline.check` (a rate above the device's
-measured matmul / copy ceilings, a backward faster than half its forward, ...). Right after the
-candidate's timing the same process verifies the case again on fresh inputs: a kernel whose
-results change once timed (a fast path after N calls) is caught.
+Per benchmark case:
 
-Rejects: the candidate's re-check after timing fails, or one of its timings is flagged
-implausible by the roofline rules. Ratios to the baselines are reported, not judged (the profile
-states no speed claim).
+1. the baselines (every adapter of :data:`BASELINES` that ``supports()`` the case) are timed in a
+   child that never imports the candidate (:mod:`harness.accept.runner`, started without one), in
+   each mode (fwd; with a backward-checking profile also bwd and fwd+bwd), with
+   :func:`harness.timing.time_adapter` (CUDA events on the calling stream, warm-up, settling, L2
+   flush and input rotation);
+2. the candidate is timed the same way in its own child. Those numbers are the child's *claims*:
+   the candidate runs in that process and could patch the timer. So the parent then times the
+   child from outside (:func:`_observe`): the child prepares the same workload, and the parent
+   measures with its own clock a request of ``n`` back-to-back repetitions that ends with a device
+   synchronisation (``n`` chosen from a short probe, for :data:`OBSERVE_TARGET_MS` of work). A
+   claimed median below :data:`PLAUSIBLE_FRACTION` of the parent's time per call is "implausible:
+   the candidate's process reported times the parent could not observe";
+3. the parent re-verifies the candidate on fresh inputs right after its timing (inputs, oracle
+   and verdict in the parent): a kernel whose results change once timed (a fast path after N calls)
+   is caught.
+
+The parent measures the device's ceilings itself (:func:`harness.roofline.device_peaks`, not from
+the cache, which the candidate's process could write) and applies the roofline rules to every
+claimed time. Rejects: the re-check fails, or a candidate's time is implausible. Ratios to the
+baselines are reported, not judged (the profile states no speed claim).
+
+On a CPU (``--speed``, for dry runs and the harness's own tests) the same runs with host time and
+the CPU baselines.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 #: Baselines timed beside the candidate when their adapter supports the case on this machine.
 BASELINES = {
-    "softmax": ("sdpa_cudnn", "sdpa_flash", "flash_attn_cute", "flash_attn3", "flash_attn", "triton_fa"),
-    "linear": ("fla_chunk", "fla_fused_chunk", "triton_la_chunk"),
+    "cuda": {
+        "softmax": ("sdpa_cudnn", "sdpa_flash", "flash_attn_cute", "flash_attn3", "flash_attn", "triton_fa"),
+        "linear": ("fla_chunk", "fla_fused_chunk", "triton_la_chunk"),
+    },
+    # host time of plain torch: the in-repo Triton kernels run interpreted there (seconds a call)
+    "cpu": {"softmax": ("eager", "sdpa_math"), "linear": ("eager_linear",)},
 }
 #: Seed offset of the bench inputs and of the re-check after timing (distinct from the
 #: correctness seeds, reproducible from the base seed).
@@ -31,6 +49,19 @@ BENCH_SEED_OFFSET = 2_000_003
 #: Per bench case limit (seconds): JIT of several backends, up to 3 modes each (~0.2 s of timed
 #: work plus warm-up per mode), then a full verification of a large case against the FP64 oracle.
 BENCH_TIMEOUT_S = 600.0
+#: The parent's clock: back-to-back work it times per mode (long enough that the request's own cost,
+#: a pipe round trip and two synchronisations, well under a millisecond, is below 1%), the calls of
+#: the probe that sizes it, and a bound on the calls (a claimed time near 0 cannot make it endless).
+OBSERVE_TARGET_MS = 200.0
+OBSERVE_PROBE_CALLS = 3
+OBSERVE_MAX_CALLS = 5000
+#: A claimed median below this fraction of the parent's time per call is implausible. An honest
+#: claim is near or above the parent's figure: the timer flushes L2 before each repetition and the
+#: parent's loop does not, and a call whose host side is slower than its kernels is marked
+#: launch-bound (then compared to nothing). 0.7 leaves room for clock and scheduling noise; a
+#: timer patched to report less than 0.7x of the truth is caught.
+PLAUSIBLE_FRACTION = 0.7
+PARENT_CLOCK = "implausible: the candidate's process reported times the parent could not observe"
 
 
 def available() -> str | None:
@@ -48,112 +79,144 @@ def modes_for(backward: bool) -> tuple[str, ...]:
     return ("fwd", "bwd", "fwd+bwd") if backward else ("fwd",)
 
 
-def bench_task(req: dict) -> dict:
-    """Child side: time candidate + baselines on one case, then re-check the candidate."""
+def _observe(session, case_dict: dict, mode: str, seed: int) -> dict:
+    """The parent's clock around the candidate's child: ``n`` back-to-back repetitions of ``mode``
+    ending with a device synchronisation, timed from here."""
+    session.ask("loop_setup", case=case_dict, seed=seed, mode=mode)
+    t0 = time.perf_counter()
+    session.ask("loop_run", n=OBSERVE_PROBE_CALLS)
+    probe_ms = (time.perf_counter() - t0) * 1e3 / OBSERVE_PROBE_CALLS
+    n = int(min(OBSERVE_MAX_CALLS, max(OBSERVE_PROBE_CALLS, math.ceil(OBSERVE_TARGET_MS / max(probe_ms, 1e-6)))))
+    t0 = time.perf_counter()
+    session.ask("loop_run", n=n)
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    return {"calls": n, "wall_ms": wall_ms, "per_call_ms": wall_ms / n}
+
+
+def clock_flag(claimed_ms: float, observed: dict) -> str | None:
+    """The parent-clock rule: why ``claimed_ms`` is implausible next to ``observed``, or None."""
+    per_call = observed["per_call_ms"]
+    if claimed_ms >= PLAUSIBLE_FRACTION * per_call:
+        return None
+    return (f"{PARENT_CLOCK}: it claims a median of {claimed_ms:.4g} ms a call; the parent's clock saw "
+            f"{per_call:.4g} ms a call over {observed['calls']} back-to-back calls ({observed['wall_ms']:.0f} ms), "
+            f"and a claim below {PLAUSIBLE_FRACTION:g}x of that is not a measurement")
+
+
+def run_speed(isolator, *, hello: dict, declared, family: str, device: str, cases, backward: bool, base_seed: int,
+              timeout: float, out_dir: Path, log=print, baselines: tuple[str, ...] | None = None) -> dict:
+    """The report's speed section (see the module docstring). ``hello``: how to start the
+    candidate's child; ``declared``: its declarations (:func:`harness.accept.judge.declared_adapter`);
+    ``baselines``: adapter names timed beside it (default :data:`BASELINES` of the device type)."""
     import torch
 
     from harness import flops as flop_model
-    from harness import roofline, timing
+    from harness import roofline
     from harness.accept import anticheat
-    from harness.accept.worker import case_from_dict
-    from harness.adapters import registry
-
-    case = case_from_dict(req["case"])
-    dev = torch.device(req["device"])
-    seed = int(req["seed"])
-    cand = registry.from_spec(req["impl"], req["family"])
-    backward = bool(req["backward"]) and bool(getattr(cand, "differentiable", True))
-    modes = modes_for(backward)
-    peaks = roofline.device_peaks(dev, (case.dtype,))  # from / into the shared cache: a device fact
-    from harness.accept.worker import use_scratch_cache
-
-    use_scratch_cache(req)  # the re-check's oracle below is for a fresh seed: scratch only
-    rows = []
-    candidate_timed = 0
-    for name in (cand.name, *BASELINES.get(case.family, ())):
-        try:
-            adapter = cand if name == cand.name else registry.get(name)
-        except KeyError:
-            continue
-        reason = adapter.supports(case, dev)
-        if reason:
-            rows.append({"backend": name, "candidate": name == cand.name, "unsupported": str(reason)})
-            continue
-        ms_by_mode, cells = {}, {}
-        for mode in modes:
-            if mode != "fwd" and not getattr(adapter, "differentiable", True):
-                continue
-            try:
-                t = timing.time_adapter(adapter, case, mode, seed=seed, device=dev)
-            except Exception as e:  # noqa: BLE001 - a baseline that fails is reported, the run goes on
-                line = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                cells[mode] = {"error": f"{type(e).__name__}: {line}"[:300]}
-                continue
-            ms = t.median_ms
-            ms_by_mode[mode] = ms
-            if name == cand.name:
-                candidate_timed += t.reps + t.warmup_calls
-            cells[mode] = {
-                "median_ms": ms, "spread": t.spread, "reps": t.reps, "clock": t.clock,
-                "tflops": flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf,
-                "launch_bound": t.launch_bound,
-            }
-        for mode, reasons in roofline.check(case, ms_by_mode, peaks).items():
-            if mode in cells:
-                cells[mode]["flags"] = reasons
-        rows.append({"backend": name, "candidate": name == cand.name, "modes": cells})
-    recheck, result = anticheat.recheck_after_calls(
-        cand, case, warm_seed=seed, check_seed=seed + 1, device=dev, backward=backward, calls=0,
-        after=f"timing ({candidate_timed} timed and warm-up calls of the candidate)",
-    )
-    rc = recheck.to_dict()
-    if result is not None and result.status != "pass":
-        rc["result"] = result.to_dict()
-    return {"case": case.id, "modes": list(modes), "rows": rows, "peaks": peaks.to_dict(), "recheck": rc}
-
-
-# --------------------------------------------------------------------------------------------
-# Parent side
-# --------------------------------------------------------------------------------------------
-
-
-def run_speed(isolator, *, impl: str, family: str, device: str, cases, backward: bool, base_seed: int,
-              timeout: float, out_dir: Path, log=print) -> dict:
-    """Run :func:`bench_task` per case in a child; return the report's speed section."""
-    from harness.accept.worker import case_to_dict
+    from harness.accept import judge as J
+    from harness.accept.exchange import case_to_dict
+    from harness.accept.isolation import ChildFailed
 
     why = available()
     if why:
         return {"status": "not measured", "reason": why}
     if not cases:
         return {"status": "not measured", "reason": "the profile has no benchmark case for this family"}
+    dev = torch.device(device)
+    peaks = roofline.device_peaks(dev, tuple(dict.fromkeys(c.dtype for c in cases)), cache=False)
+    cand_backward = bool(backward and getattr(declared, "differentiable", True))
+    modes = modes_for(backward)
+    seed = base_seed + BENCH_SEED_OFFSET
+    if baselines is None:
+        baselines = BASELINES.get(dev.type, {}).get(family, ())
+    base_hello = {"impl": None, "family": family, "device": device, "threads": hello.get("threads")}
     results, failed = [], []
     for case in cases:
-        req = {"task": "bench", "impl": impl, "family": family, "case": case_to_dict(case), "device": device,
-               "backward": backward, "seed": base_seed + BENCH_SEED_OFFSET}
-        o = isolator.run(req, timeout=timeout, name=f"bench-{case.id}")
-        log(f"  speed {case.id}: {o.kind} ({o.seconds:.1f} s)")
-        if not o.ok:
+        cd = case_to_dict(case)
+        rows, notes = [], []
+        t_case = time.perf_counter()
+        # 1. The candidate, in its own child: claimed times, the parent's clock, the re-check.
+        recheck = {"status": "skipped", "detail": "not run"}
+        try:
+            with isolator.open(hello, timeout=timeout, name=f"bench-{case.id}") as s:
+                cand_rows = s.ask("time", case=cd, seed=seed, modes=list(modes_for(cand_backward)))["rows"]
+                for row in cand_rows:
+                    row["backend"], row["candidate"] = declared.name, True
+                    for mode, cell in (row.get("modes") or {}).items():
+                        if "median_ms" in cell:
+                            cell["observed"] = _observe(s, cd, mode, seed)
+                rows += cand_rows
+                if any("modes" in r for r in cand_rows):
+                    judge = J.Judge(s, declared, dev)
+                    check = J.baseline(case, seed + 1, dev)
+                    timed = sum(c.get("reps", 0) + c.get("warmup_calls", 0) + c.get("observed", {}).get("calls", 0)
+                                for r in cand_rows for c in (r.get("modes") or {}).values())
+                    result = judge.verify(check, want_grad=backward, determinism=False)
+                    judge.forget(check)
+                    prop, result = anticheat.recheck_verdict(
+                        result, calls=0, check_seed=seed + 1,
+                        after=f"timing ({timed} timed, warm-up and clock-check calls of the candidate)")
+                    recheck = prop.to_dict()
+                    if result is not None and result.status != "pass":
+                        recheck["result"] = result.to_dict()
+                    del check
+        except ChildFailed as e:
+            o = e.outcome
             failed.append({"case": case.id, "check": "speed_" + o.kind, "kind": "isolation", "detail": o.reason,
                            "log_tail": o.log_tail[-1500:]})
+            log(f"  speed {case.id}: candidate {o.kind} ({o.seconds:.1f} s)")
             continue
-        r = o.result
+        # 2. The baselines, in a child without the candidate.
+        if baselines:
+            try:
+                with isolator.open(base_hello, timeout=timeout, name=f"bench-baselines-{case.id}") as b:
+                    rows += b.ask("time", case=cd, seed=seed, modes=list(modes), backends=list(baselines))["rows"]
+            except ChildFailed as e:
+                notes.append(f"baselines not timed: {e.outcome.kind}: {e.outcome.reason}")
+        # 3. Rates and rules, here.
+        for row in rows:
+            ms_by_mode = {}
+            for mode, cell in (row.get("modes") or {}).items():
+                if "median_ms" not in cell:
+                    continue
+                ms = float(cell["median_ms"])
+                ms_by_mode[mode] = ms
+                cell["tflops"] = flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf
+            for mode, reasons in roofline.check(case, ms_by_mode, peaks).items():
+                if mode in row["modes"] and reasons:
+                    row["modes"][mode]["flags"] = list(reasons)
+            if row.get("candidate"):
+                for cell in (row.get("modes") or {}).values():
+                    obs = cell.get("observed")
+                    if obs and not cell.get("launch_bound"):
+                        flag = clock_flag(float(cell["median_ms"]), obs)
+                        if flag:
+                            cell.setdefault("flags", []).append(flag)
+        r = {"case": case.id, "modes": list(modes), "rows": rows, "peaks": peaks.to_dict(), "recheck": recheck,
+             "notes": notes}
         results.append(r)
-        rc = r["recheck"]
-        if rc["status"] == "fail":
+        log(f"  speed {case.id}: measured ({time.perf_counter() - t_case:.1f} s)")
+        if recheck["status"] == "fail":
             failed.append({"case": case.id, "check": "recheck_after_timing", "kind": "anticheat",
-                           "detail": rc["detail"]})
-        for row in r["rows"]:
-            if not row["candidate"]:
+                           "detail": recheck["detail"]})
+        for row in rows:
+            if not row.get("candidate"):
                 continue
             for mode, cell in (row.get("modes") or {}).items():
-                if cell.get("flags"):
+                flags = cell.get("flags") or []
+                clock = [f for f in flags if f.startswith(PARENT_CLOCK)]
+                other = [f for f in flags if not f.startswith(PARENT_CLOCK)]
+                if clock:
+                    failed.append({"case": case.id, "check": "parent_clock", "kind": "speed",
+                                   "detail": f"{mode}: " + "; ".join(clock)})
+                if other:
                     from harness.roofline import IMPLAUSIBLE
 
                     failed.append({"case": case.id, "check": "roofline", "kind": "speed",
-                                   "detail": f"{mode}: {IMPLAUSIBLE}: " + "; ".join(cell["flags"])})
-    section = {"status": "measured", "cases": results, "failed_checks": failed}
-    section["markdown"] = _markdown(results, failed)
+                                   "detail": f"{mode}: {IMPLAUSIBLE}: " + "; ".join(other)})
+    section = {"status": "measured", "clock": "cuda-events" if dev.type == "cuda" else "host", "cases": results,
+               "failed_checks": failed}
+    section["markdown"] = _markdown(results, failed, host=dev.type != "cuda")
     plot = _plot(results, Path(out_dir) / "speed.png")
     if plot:
         section["plot"] = str(plot)
@@ -166,11 +229,14 @@ def _cand_tflops(row_by, cand, mode):
     return c.get("tflops") if not (c.get("flags") or c.get("launch_bound")) else None
 
 
-def _markdown(results: list[dict], failed: list[dict]) -> list[str]:
-    L = [("Device time (CUDA events, warm-up, L2 flush / input rotation when the working set is small), "
-         "TFLOP/s from `harness/flops.py` (visible pairs counted exactly), ratio = candidate / baseline. "
-         "Flagged rates (roofline rules) print as implausible, never as a number; a launch-bound time (the "
-         "host's launches, not the kernels) is marked and gets no ratio."), ""]
+def _markdown(results: list[dict], failed: list[dict], *, host: bool = False) -> list[str]:
+    clock = ("Host time (a CPU run: `time.perf_counter` around each call, not device time)" if host else
+             "Device time (CUDA events, warm-up, L2 flush / input rotation when the working set is small)")
+    L = [(f"{clock}, TFLOP/s from `harness/flops.py` (visible pairs counted exactly), ratio = candidate / "
+          "baseline. The candidate's times are claims of its own process; the parent timed back-to-back calls of "
+          "it with its own clock (\"parent's clock\" below) and a claim far below that prints as implausible. "
+          "Flagged rates (roofline rules, the parent's clock) print as implausible, never as a number; a "
+          "launch-bound time (the host's launches, not the kernels) is marked and gets no ratio."), ""]
     for r in results:
         cand = next((row["backend"] for row in r["rows"] if row["candidate"]), None)
         row_by = {row["backend"]: row for row in r["rows"]}
@@ -201,6 +267,14 @@ def _markdown(results: list[dict], failed: list[dict]) -> list[str]:
         unsup = [f"{row['backend']}: {row['unsupported']}" for row in r["rows"] if "unsupported" in row]
         if unsup:
             L += ["", "Not timed: " + "; ".join(unsup)]
+        seen = [f"{m} {c['observed']['per_call_ms']:.4g} ms a call over {c['observed']['calls']} calls "
+                f"(claimed {c['median_ms']:.4g})"
+                for row in r["rows"] if row.get("candidate") for m, c in (row.get("modes") or {}).items()
+                if c.get("observed")]
+        if seen:
+            L += ["", "Parent's clock (back-to-back calls of the candidate, no L2 flush): " + "; ".join(seen)]
+        for note in r.get("notes") or []:
+            L += ["", note]
         L += ["", f"Re-check after timing: {r['recheck']['status']} - {r['recheck']['detail']}", ""]
     for f in failed:
         L.append(f"- **{f['check']}** `{f['case']}`: {f['detail']}")
@@ -240,6 +314,7 @@ def _plot(results: list[dict], path: Path) -> Path | None:
     ax.set_ylabel("TFLOP/s")
     ax.legend(fontsize=7)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

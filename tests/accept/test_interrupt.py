@@ -186,17 +186,26 @@ def test_child_killed_by_the_group_signal_before_the_interrupt_is_not_a_crash(tm
     the command has handled its own. Such a child waits for the interrupt (INTERRUPT_GRACE_S): it
     is "interrupted" when the interrupt comes in that time, a crash when none comes."""
     from harness.accept import isolation
-    from harness.accept.worker import case_to_dict
+    from harness.accept import judge as J
     from harness.cases import SoftmaxCase
 
     monkeypatch.chdir(IMPLS)
     monkeypatch.setattr(isolation, "INTERRUPT_GRACE_S", 1.0)
     iso = isolation.Isolator(tmp_path)
     case = SoftmaxCase(batch=1, heads_q=2, heads_k=2, seqlen_q=8, seqlen_k=8, d=16)
-    req = {"task": "case", "impl": "sigterm_self:flash_attn_func", "family": "softmax", "case": case_to_dict(case),
-           "device": "cpu", "seeds": [0], "backward": False, "threads": 1}
+    hello = {"impl": "sigterm_self:flash_attn_func", "family": "softmax", "device": "cpu", "threads": 1}
 
-    alone = iso.run(req, timeout=60, name="alone")  # no interrupt: a crash, as before
+    def one_case(name):
+        """The case as the command runs it: a session, the judge's calls; the outcome."""
+        try:
+            with iso.open(hello, timeout=60, name=name) as session:
+                declared = J.declared_adapter(session.probe["adapter"], "softmax", session.probe["capabilities"])
+                J.run_case(J.Judge(session, declared, "cpu"), case, [0], backward=False)
+        except isolation.ChildFailed as e:
+            return e.outcome
+        raise AssertionError("the child answered although it killed itself")
+
+    alone = one_case("alone")  # no interrupt: a crash, as before
     assert alone.kind == "crash" and "SIGTERM" in alone.reason
 
     def interrupt_once_reaped():  # after the child is gone and its outcome being decided
@@ -212,10 +221,10 @@ def test_child_killed_by_the_group_signal_before_the_interrupt_is_not_a_crash(tm
 
     t = threading.Thread(target=interrupt_once_reaped, daemon=True)
     t.start()
-    outcome = iso.run(req, timeout=60, name="raced")
+    outcome = one_case("raced")
     t.join(5)
     assert outcome.kind == "interrupted", outcome.reason
     assert outcome.reason.startswith("not run: interrupted (SIGTERM); the running case was stopped after")
-    after = iso.run(req, timeout=60, name="after")  # nothing starts once interrupted
+    after = one_case("after")  # nothing starts once interrupted
     assert after.kind == "interrupted" and after.seconds == 0.0 and not os.path.exists(tmp_path / "logs" / "after.log")
     iso.cleanup()
