@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | correctness | accept-ours | accept-fa4 | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -19,6 +19,9 @@ setup() {
     fi
     if [ ! -d /tmp/site/flash_attn ] && [ -d .whl-fa4b ] && [ -d /tmp/fa4a ]; then
         bash .whl-fa4b/install.sh >/dev/null 2>&1
+    fi
+    if [ ! -d /tmp/site/flash_attn ] && [ -d .fa4-3 ] && [ -d /tmp/fa4 ]; then  # benchmarks/fa4_resplit.sh
+        bash .fa4-3/install.sh >/dev/null 2>&1
     fi
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
     python3 - <<'PY'
@@ -35,12 +38,16 @@ summary() {  # summary FILE N: the last N lines of a log, to read in the call's 
     echo "---- $1"; tail -n "${2:-15}" "$1"
 }
 
-accept() {  # accept IMPL SECONDS: the training-gqa profile in bf16, with the speed section
-    # (fp16 too would not fit one call: the speed section takes ~100 s per dtype)
-    local name=acc-${1##*:}
-    timeout "$2" python3 -m harness accept --impl "$1" --profile training-gqa --device cuda \
-        --dtypes bf16 --jobs 7 --timeout 200 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
-    echo "accept $1 exit $?" >> "$OUT/$name.log"
+accept() {  # accept IMPL SECONDS [ROOT]: the training-gqa profile in bf16, with the speed section
+    # (fp16 too would not fit one call: the speed section takes ~100 s per dtype). ROOT: run the
+    # harness found there (e.g. .old, an earlier commit's harness/ and kernels/), from there.
+    # Each run compiles into its own Triton cache: no run inherits another's compiles.
+    local name=acc-${1##*:}${3:+-$(basename "$3")} root=${3:-.} start
+    start=$(date +%s)
+    (cd "$root" && TRITON_CACHE_DIR=/tmp/tc-$name timeout "$2" python3 -m harness accept --impl "$1" \
+        --profile training-gqa --device cuda --dtypes bf16 --jobs 7 --timeout 200 --out "$OUT/$name") \
+        > "$OUT/$name.log" 2>&1
+    echo "accept $1 ($root) exit $? after $(( $(date +%s) - start )) s" >> "$OUT/$name.log"
     tarred "$name"
 }
 
@@ -71,6 +78,9 @@ linear_kernels() {  # linear_kernels SECONDS BUDGET [DIMS]: the in-repo linear k
 case "$step" in
 fa4a)  # part A of flash-attn-4 (carry .whl-fa4a alone)
     mkdir -p /tmp/fa4a && cp .whl-fa4a/* /tmp/fa4a/ && ls /tmp/fa4a | wc -l
+    ;;
+fa4-1|fa4-2)  # flash-attn-4 in three carries (benchmarks/fa4_resplit.sh): parts 1 and 2, each carried alone
+    mkdir -p /tmp/fa4 && cp ".$step"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
     ;;
 correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-attn-4 accepted)
     setup
@@ -139,6 +149,19 @@ accept-fa4)  # issue 8: flash-attn-4 accepted (bf16, with the speed section), al
     setup
     accept harness.accept.shims:flash_attn_cute 345
     summary "$OUT/acc-flash_attn_cute.log" 12
+    ;;
+accept-pair)  # issue 15: `accept-pair IMPL SECONDS`: this tree's accept, then the one in .old (carried: an
+    # earlier commit's harness/ and kernels/, `git archive REV harness kernels | tar -x -C .old`), same machine
+    setup
+    accept "$2" "$3"
+    [ -d .old/harness ] && accept "$2" "$3" .old
+    for f in "$OUT"/acc-*.log; do summary "$f" 4; done
+    ;;
+trust-gpu)  # issue 15: the parent's clock on the GPU (a patched timer flagged, an honest one not)
+    setup
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -s tests/accept/test_trust_gpu.py > "$OUT/trust.log" 2>&1
+    echo "trust-gpu exit $?" >> "$OUT/trust.log"
+    summary "$OUT/trust.log" 12
     ;;
 gate)  # issue 7's gate alone
     setup

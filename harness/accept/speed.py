@@ -110,12 +110,7 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
     ``baselines``: adapter names timed beside it (default :data:`BASELINES` of the device type)."""
     import torch
 
-    from harness import flops as flop_model
     from harness import roofline
-    from harness.accept import anticheat
-    from harness.accept import judge as J
-    from harness.accept.exchange import case_to_dict
-    from harness.accept.isolation import ChildFailed
 
     why = available()
     if why:
@@ -123,57 +118,127 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
     if not cases:
         return {"status": "not measured", "reason": "the profile has no benchmark case for this family"}
     dev = torch.device(device)
+    t0 = time.perf_counter()
     peaks = roofline.device_peaks(dev, tuple(dict.fromkeys(c.dtype for c in cases)), cache=False)
-    cand_backward = bool(backward and getattr(declared, "differentiable", True))
-    modes = modes_for(backward)
-    seed = base_seed + BENCH_SEED_OFFSET
-    if baselines is None:
-        baselines = BASELINES.get(dev.type, {}).get(family, ())
-    base_hello = {"impl": None, "family": family, "device": device, "threads": hello.get("threads")}
-    results, failed = [], []
-    for case in cases:
+    run = _SpeedRun(
+        isolator=isolator, hello=hello, declared=declared, device=dev, backward=backward, timeout=timeout, log=log,
+        seed=base_seed + BENCH_SEED_OFFSET, peaks=peaks,
+        baselines=BASELINES.get(dev.type, {}).get(family, ()) if baselines is None else tuple(baselines),
+        base_hello={"impl": None, "family": family, "device": device, "threads": hello.get("threads")},
+    )
+    log(f"  speed: the device's ceilings measured by the judge ({time.perf_counter() - t0:.1f} s)")
+    try:
+        for case in cases:
+            run.case(case)
+    finally:
+        run.close()
+    section = {"status": "measured", "clock": "cuda-events" if dev.type == "cuda" else "host", "cases": run.results,
+               "failed_checks": run.failed}
+    section["markdown"] = _markdown(run.results, run.failed, host=dev.type != "cuda")
+    plot = _plot(run.results, Path(out_dir) / "speed.png")
+    if plot:
+        section["plot"] = str(plot)
+        section["markdown"] += ["", f"![TFLOP/s per backend]({Path(plot).name})"]
+    return section
+
+
+class _SpeedRun:
+    """The speed section's state: the baselines' child (one for every case; a new one if it dies),
+    the results and the failed checks so far."""
+
+    def __init__(self, *, isolator, hello, declared, device, backward, timeout, log, seed, peaks, baselines,
+                 base_hello):
+        self.isolator, self.hello, self.declared, self.device = isolator, hello, declared, device
+        self.backward, self.timeout, self.log, self.seed, self.peaks = backward, timeout, log, seed, peaks
+        self.baselines, self.base_hello = baselines, base_hello
+        self.modes = modes_for(backward)
+        self.cand_modes = modes_for(bool(backward and getattr(declared, "differentiable", True)))
+        self.results: list[dict] = []
+        self.failed: list[dict] = []
+        self._base = None
+
+    def close(self) -> None:
+        if self._base is not None:
+            self._base.close()
+            self._base = None
+
+    def case(self, case) -> None:
+        """Time one benchmark case (candidate, the parent's clock, re-check, baselines), judge it."""
+        from harness.accept.exchange import case_to_dict
+        from harness.accept.isolation import ChildFailed
+
         cd = case_to_dict(case)
-        rows, notes = [], []
+        seconds: dict[str, float] = {}
         t_case = time.perf_counter()
-        # 1. The candidate, in its own child: claimed times, the parent's clock, the re-check.
-        recheck = {"status": "skipped", "detail": "not run"}
         try:
-            with isolator.open(hello, timeout=timeout, name=f"bench-{case.id}") as s:
-                cand_rows = s.ask("time", case=cd, seed=seed, modes=list(modes_for(cand_backward)))["rows"]
-                for row in cand_rows:
-                    row["backend"], row["candidate"] = declared.name, True
-                    for mode, cell in (row.get("modes") or {}).items():
-                        if "median_ms" in cell:
-                            cell["observed"] = _observe(s, cd, mode, seed)
-                rows += cand_rows
-                if any("modes" in r for r in cand_rows):
-                    judge = J.Judge(s, declared, dev)
-                    check = J.baseline(case, seed + 1, dev)
-                    timed = sum(c.get("reps", 0) + c.get("warmup_calls", 0) + c.get("observed", {}).get("calls", 0)
-                                for r in cand_rows for c in (r.get("modes") or {}).values())
-                    result = judge.verify(check, want_grad=backward, determinism=False)
-                    judge.forget(check)
-                    prop, result = anticheat.recheck_verdict(
-                        result, calls=0, check_seed=seed + 1,
-                        after=f"timing ({timed} timed, warm-up and clock-check calls of the candidate)")
-                    recheck = prop.to_dict()
-                    if result is not None and result.status != "pass":
-                        recheck["result"] = result.to_dict()
-                    del check
+            rows, recheck = self._candidate(case, cd, seconds)
         except ChildFailed as e:
             o = e.outcome
-            failed.append({"case": case.id, "check": "speed_" + o.kind, "kind": "isolation", "detail": o.reason,
-                           "log_tail": o.log_tail[-1500:]})
-            log(f"  speed {case.id}: candidate {o.kind} ({o.seconds:.1f} s)")
-            continue
-        # 2. The baselines, in a child without the candidate.
-        if baselines:
+            self.failed.append({"case": case.id, "check": "speed_" + o.kind, "kind": "isolation", "detail": o.reason,
+                                "log_tail": o.log_tail[-1500:]})
+            self.log(f"  speed {case.id}: candidate {o.kind} ({o.seconds:.1f} s)")
+            return
+        notes = []
+        t0 = time.perf_counter()
+        if self.baselines:
             try:
-                with isolator.open(base_hello, timeout=timeout, name=f"bench-baselines-{case.id}") as b:
-                    rows += b.ask("time", case=cd, seed=seed, modes=list(modes), backends=list(baselines))["rows"]
+                if self._base is None:
+                    self._base = self.isolator.open(self.base_hello, timeout=self.timeout * 3, name="bench-baselines")
+                rows += self._base.ask("time", case=cd, seed=self.seed, modes=list(self.modes),
+                                       backends=list(self.baselines))["rows"]
             except ChildFailed as e:
+                self._base = None
                 notes.append(f"baselines not timed: {e.outcome.kind}: {e.outcome.reason}")
-        # 3. Rates and rules, here.
+        seconds["baselines"] = time.perf_counter() - t0
+        self._rates(case, rows)
+        r = {"case": case.id, "modes": list(self.modes), "rows": rows, "peaks": self.peaks.to_dict(),
+             "recheck": recheck, "notes": notes, "seconds": {k: round(v, 1) for k, v in seconds.items()}}
+        self.results.append(r)
+        self.log(f"  speed {case.id}: measured ({time.perf_counter() - t_case:.1f} s: "
+                 + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()) + ")")
+        self._failures(case, r)
+
+    def _candidate(self, case, cd: dict, seconds: dict) -> tuple[list[dict], dict]:
+        """In the candidate's own child: claimed times, the parent's clock, the re-check after timing."""
+        from harness.accept import anticheat
+        from harness.accept import judge as J
+
+        recheck = {"status": "skipped", "detail": "not run: nothing of the candidate was timed"}
+        t0 = time.perf_counter()
+        with self.isolator.open(self.hello, timeout=self.timeout, name=f"bench-{case.id}") as s:
+            seconds["start"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rows = s.ask("time", case=cd, seed=self.seed, modes=list(self.cand_modes))["rows"]
+            seconds["candidate"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for row in rows:
+                row["backend"], row["candidate"] = self.declared.name, True
+                for mode, cell in (row.get("modes") or {}).items():
+                    if "median_ms" in cell:
+                        cell["observed"] = _observe(s, cd, mode, self.seed)
+            seconds["clock"] = time.perf_counter() - t0
+            if any("modes" in r for r in rows):
+                t0 = time.perf_counter()
+                judge = J.Judge(s, self.declared, self.device)
+                check = J.baseline(case, self.seed + 1, self.device)
+                calls = sum(c.get("reps", 0) + c.get("warmup_calls", 0) + c.get("observed", {}).get("calls", 0)
+                            for r in rows for c in (r.get("modes") or {}).values())
+                result = judge.verify(check, want_grad=self.backward, determinism=False)
+                judge.forget(check)
+                prop, result = anticheat.recheck_verdict(
+                    result, calls=0, check_seed=self.seed + 1,
+                    after=f"timing ({calls} timed, warm-up and clock-check calls of the candidate)")
+                recheck = prop.to_dict()
+                if result is not None and result.status != "pass":
+                    recheck["result"] = result.to_dict()
+                seconds["recheck"] = time.perf_counter() - t0
+        return rows, recheck
+
+    def _rates(self, case, rows: list[dict]) -> None:
+        """TFLOP/s, the roofline rules and (candidate) the parent-clock rule, per timed cell."""
+        from harness import flops as flop_model
+        from harness import roofline
+
         for row in rows:
             ms_by_mode = {}
             for mode, cell in (row.get("modes") or {}).items():
@@ -182,7 +247,7 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
                 ms = float(cell["median_ms"])
                 ms_by_mode[mode] = ms
                 cell["tflops"] = flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf
-            for mode, reasons in roofline.check(case, ms_by_mode, peaks).items():
+            for mode, reasons in roofline.check(case, ms_by_mode, self.peaks).items():
                 if mode in row["modes"] and reasons:
                     row["modes"][mode]["flags"] = list(reasons)
             if row.get("candidate"):
@@ -192,14 +257,14 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
                         flag = clock_flag(float(cell["median_ms"]), obs)
                         if flag:
                             cell.setdefault("flags", []).append(flag)
-        r = {"case": case.id, "modes": list(modes), "rows": rows, "peaks": peaks.to_dict(), "recheck": recheck,
-             "notes": notes}
-        results.append(r)
-        log(f"  speed {case.id}: measured ({time.perf_counter() - t_case:.1f} s)")
-        if recheck["status"] == "fail":
-            failed.append({"case": case.id, "check": "recheck_after_timing", "kind": "anticheat",
-                           "detail": recheck["detail"]})
-        for row in rows:
+
+    def _failures(self, case, r: dict) -> None:
+        from harness.roofline import IMPLAUSIBLE
+
+        if r["recheck"]["status"] == "fail":
+            self.failed.append({"case": case.id, "check": "recheck_after_timing", "kind": "anticheat",
+                                "detail": r["recheck"]["detail"]})
+        for row in r["rows"]:
             if not row.get("candidate"):
                 continue
             for mode, cell in (row.get("modes") or {}).items():
@@ -207,21 +272,11 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
                 clock = [f for f in flags if f.startswith(PARENT_CLOCK)]
                 other = [f for f in flags if not f.startswith(PARENT_CLOCK)]
                 if clock:
-                    failed.append({"case": case.id, "check": "parent_clock", "kind": "speed",
-                                   "detail": f"{mode}: " + "; ".join(clock)})
+                    self.failed.append({"case": case.id, "check": "parent_clock", "kind": "speed",
+                                        "detail": f"{mode}: " + "; ".join(clock)})
                 if other:
-                    from harness.roofline import IMPLAUSIBLE
-
-                    failed.append({"case": case.id, "check": "roofline", "kind": "speed",
-                                   "detail": f"{mode}: {IMPLAUSIBLE}: " + "; ".join(other)})
-    section = {"status": "measured", "clock": "cuda-events" if dev.type == "cuda" else "host", "cases": results,
-               "failed_checks": failed}
-    section["markdown"] = _markdown(results, failed, host=dev.type != "cuda")
-    plot = _plot(results, Path(out_dir) / "speed.png")
-    if plot:
-        section["plot"] = str(plot)
-        section["markdown"] += ["", f"![TFLOP/s per backend]({Path(plot).name})"]
-    return section
+                    self.failed.append({"case": case.id, "check": "roofline", "kind": "speed",
+                                        "detail": f"{mode}: {IMPLAUSIBLE}: " + "; ".join(other)})
 
 
 def _cand_tflops(row_by, cand, mode):

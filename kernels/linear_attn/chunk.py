@@ -503,10 +503,11 @@ if not cfg.INTERPRET:
     _fwd_kernel_tuned = triton.autotune(
         configs=cfg.fwd_configs(), key=["TB", "H", "KD", "VD", "BT", "GATE", "USE_H0", "STORE_HT", "DECAY_V", "TMA"],
         prune_configs_by={"early_config_prune": cfg.prune_by_resources},
+        cache_results=True,  # winners kept in Triton's cache dir: other processes reuse them
     )(_fwd_kernel)
     _bwd_kernel_tuned = triton.autotune(
         configs=cfg.bwd_configs(), key=["TB", "H", "K", "V", "BT", "SPLIT", "BV", "BKD", "BK", "GATE", "USE_H0", "USE_DHT", "ROW_DOT", "TMA"],
-        prune_configs_by={"early_config_prune": cfg.prune_bwd}, pre_hook=_zero_rdot,
+        prune_configs_by={"early_config_prune": cfg.prune_bwd}, pre_hook=_zero_rdot, cache_results=True,
     )(_bwd_kernel)
 
 # ---------------------------------------------------------------------------------------------

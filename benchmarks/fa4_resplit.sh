@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# flash-attn-4 in three carries instead of two: the working tree (13 MB since session 5) plus the
+# shared script's part A (.whl-fa4a, 54 MiB) is over the 64 MiB a device call may carry.
+#   bash ../shared/tools/device-wheels.sh fa4 && bash benchmarks/fa4_resplit.sh
+# makes ignored folders .fa4-1 (the small wheels and the first 35 MB of the cu13 library wheel),
+# .fa4-2 (the next 35 MB) and .fa4-3 (the rest, and install.sh). On the device, back to back (the
+# machine goes back after 30 s idle, and /tmp with it):
+#   carry [".fa4-1"]:      bash benchmarks/device_show.sh fa4-1   (copies the part to /tmp/fa4)
+#   carry [".fa4-2"]:      bash benchmarks/device_show.sh fa4-2
+#   carry [".fa4-3", ...]: any step: its setup runs .fa4-3/install.sh (joins, installs into /tmp/site)
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+[ -f .whl-fa4a/cu13part_aa ] && [ -f .whl-fa4b/cu13part_ab ] || { echo "run ../shared/tools/device-wheels.sh fa4 first" >&2; exit 2; }
+for d in /.fa4-1/ /.fa4-2/ /.fa4-3/; do
+  grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
+done
+rm -rf .fa4-1 .fa4-2 .fa4-3 && mkdir -p .fa4-1 .fa4-2 .fa4-3
+cp .whl-fa4a/*.whl .fa4-1/
+cat .whl-fa4a/cu13part_aa .whl-fa4b/cu13part_ab | split -b 35000000 -a 1 - .fa4-1/cu13_
+mv .fa4-1/cu13_b .fa4-2/
+mv .fa4-1/cu13_c .fa4-3/
+cat > .fa4-3/install.sh <<'INSTALL'
+#!/usr/bin/env bash
+# On the device, after .fa4-1 and .fa4-2 were copied to /tmp/fa4: join the library wheel, install all.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cat /tmp/fa4/cu13_a /tmp/fa4/cu13_b "$here"/cu13_c > /tmp/fa4/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+rm -f /tmp/fa4/cu13_a /tmp/fa4/cu13_b
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/fa4/*.whl
+echo "flash-attn-4 installed; export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages"
+INSTALL
+du -sh .fa4-1 .fa4-2 .fa4-3
