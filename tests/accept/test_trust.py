@@ -4,7 +4,7 @@ Each forging candidate (tests/accept/impls/forges_*.py) answers with noise and, 
 the harness's judging code in its own process: the verifier and every anti-cheat check, the
 tolerance engine's error functions, or the FP64 oracle. While the judge ran in the candidate's
 process each of them was ACCEPTED (shown once by running them against the previous commit; see
-docs/accept/trust-boundary.md). Now each must be REJECTED for the numbers: every case fails its
+docs/accept/README.md). Now each must be REJECTED for the numbers: every case fails its
 output tensor against the oracle the parent computed. A candidate that patches the timer to claim
 a hundredth of its time is caught by the parent's clock.
 """
