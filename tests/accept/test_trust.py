@@ -2,7 +2,8 @@
 
 Each forging candidate (tests/accept/impls/forges_*.py) answers with noise and, on import, patches
 the harness's judging code in its own process: the verifier and every anti-cheat check, the
-tolerance engine's error functions, or the FP64 oracle. While the judge ran in the candidate's
+tolerance engine's error functions, or the FP64 oracle (forges_anticheat: a kernel that caches
+its last output, with the anti-cheat checks patched). While the judge ran in the candidate's
 process each of them was ACCEPTED (shown once by running them against the previous commit; see
 docs/accept/README.md). Now each must be REJECTED for the numbers: every case fails its
 output tensor against the oracle the parent computed. A candidate that patches the timer to claim
@@ -52,6 +53,18 @@ def test_candidate_that_patches_the_judge_in_its_process_is_rejected_for_the_num
         assert out["kind"] == "tensor" and out["error"] > 0.5 and out["bound_ratio"] > 1e5, out
         assert {"dq", "dk", "dv"} <= {c["check"] for c in entry["failed_checks"]}
     assert module not in sys.modules  # the judge never imported it
+
+
+def test_cached_outputs_with_the_anticheat_checks_patched_are_rejected_for_the_numbers(tmp_path, monkeypatch):
+    """A kernel that returns its last output to the next same-shape call, with every anti-cheat check
+    patched to "pass" in its process: the judge sees the second call's output equal, bit for bit, to
+    the first call's, for other inputs."""
+    code, rep = accept(tmp_path, monkeypatch, "--impl", "forges_anticheat:flash_attn_func", "--case", MHA, "--case", GQA)
+    assert code == 1 and rep["verdict"] == "REJECTED"
+    for entry in rep["cases"]:
+        caching = next(c for c in entry["failed_checks"] if c["check"] == "caching")
+        assert "bit for bit the output of the previous call" in caching["detail"], caching
+        assert not {"out", "dq", "dk", "dv"} & {c["check"] for c in entry["failed_checks"]}  # only its cache lies
 
 
 def test_correct_candidate_is_accepted_and_never_imported_by_the_judge(tmp_path, monkeypatch):
