@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,6 +42,50 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+#: How the inputs are laid out in memory when the candidate receives them (same values every time):
+#: "contiguous"; "transposed" (each tensor a transposed view of a (B, H, S, D) buffer, or
+#: (H, total, D) for varlen); "offset" (each tensor starts one element into its buffer: its data
+#: pointer is off every 16-byte boundary for 16-bit dtypes); "qkvpacked" (q, k, v are views
+#: ``packed[:, :, i]`` of one (B, S, 3, H, D) tensor, flash-attn's qkvpacked layout, passed to the
+#: plain entry point; softmax MHA with d == d_v and Sq == Sk only).
+LAYOUTS = ("contiguous", "transposed", "offset", "qkvpacked")
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+
+
+def _check_scale(scale) -> None:
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: expected None (the callee's default) or a finite positive number, got {scale!r}")
+
+
+def apply_layout(case, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` (the inputs a candidate receives) re-laid out as ``case.layout`` says: the same
+    values (and the same autograd graph: gradients reach the given tensors), other strides or
+    storage offsets. Integer tensors (cu_seqlens) and 1-D ones stay as they are."""
+    layout = getattr(case, "layout", "contiguous")
+    if layout == "contiguous":
+        return dict(tensors)
+    if layout == "qkvpacked":
+        q, k, v = tensors["q"], tensors["k"], tensors["v"]
+        packed = torch.stack([q, k, v], dim=2)  # (B, S, 3, H, D)
+        return {**tensors, "q": packed[:, :, 0], "k": packed[:, :, 1], "v": packed[:, :, 2]}
+    out = {}
+    for name, t in tensors.items():
+        if not t.is_floating_point() or t.dim() < 2:
+            out[name] = t
+        elif layout == "transposed":
+            # a buffer with the first two (varlen: the two leading) dims swapped, viewed back
+            a, b = (1, 2) if t.dim() == 4 else (0, 1)
+            out[name] = t.transpose(a, b).contiguous().transpose(a, b)
+        else:  # offset
+            flat = torch.cat([t.new_zeros(1), t.reshape(-1)])
+            out[name] = flat[1:].view(t.shape)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Softmax attention
 # --------------------------------------------------------------------------------------------
@@ -66,6 +111,11 @@ class SoftmaxCase:
     softcap: float = 0.0
     dtype: str = "fp32"
     varlen: tuple[tuple[int, int], ...] | None = None
+    #: None: the ``softmax_scale`` keyword is omitted and the callee's default (d ** -0.5, the
+    #: contract's) must apply; a number: passed explicitly.
+    scale: float | None = None
+    #: memory layout of the inputs as the candidate receives them (:data:`LAYOUTS`)
+    layout: str = "contiguous"
 
     family: Literal["softmax"] = dataclasses.field(default="softmax", init=False, repr=False)
 
@@ -86,6 +136,13 @@ class SoftmaxCase:
             )
         if min(self.batch, self.d, self.d_v) <= 0 or min(self.seqlen_q, self.seqlen_k) < 0:
             raise ValueError(f"case sizes must be positive: {self}")
+        _check_scale(self.scale)
+        _check_layout(self.layout)
+        if self.layout == "qkvpacked" and (
+            self.varlen is not None or self.heads_q != self.heads_k or self.d != self.d_v
+            or self.seqlen_q != self.seqlen_k
+        ):
+            raise ValueError("layout: 'qkvpacked' needs MHA (heads_q == heads_k), d == d_v, Sq == Sk and no varlen")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -114,6 +171,10 @@ class SoftmaxCase:
             parts.append(f"win{self.window[0]}x{self.window[1]}")
         if self.softcap:
             parts.append(f"cap{_num(self.softcap)}")
+        if self.scale is not None:
+            parts.append(f"scale{_num(self.scale)}")
+        if self.layout != "contiguous":
+            parts.append(self.layout)
         parts.append(self.dtype)
         return "-".join(parts)
 
@@ -124,9 +185,15 @@ class SoftmaxCase:
         return dataclasses.replace(self, dtype=dtype)
 
     @property
+    def effective_scale(self) -> float:
+        """The scale the scores are multiplied by: ``scale``, or the contract's default d ** -0.5."""
+        return self.d**-0.5 if self.scale is None else float(self.scale)
+
+    @property
     def oracle_kwargs(self) -> dict:
         """Keyword arguments of ``harness.oracle.softmax_attention`` for this case."""
-        return dict(causal=self.causal, window_size=self.window, softcap=self.softcap)
+        return dict(causal=self.causal, window_size=self.window, softcap=self.softcap,
+                    softmax_scale=self.scale)
 
     def visible_pairs(self) -> int:
         """Exact number of (query, key) pairs a query sees, summed over the batch (one head).
@@ -232,6 +299,10 @@ class LinearCase:
     initial_state: bool = True
     grad_final_state: bool = True
     dtype: str = "fp32"
+    #: None: the ``scale`` keyword is omitted (the callee's default d_k ** -0.5); a number: passed
+    scale: float | None = None
+    #: memory layout of the inputs as the candidate receives them ("contiguous", "transposed", "offset")
+    layout: str = "contiguous"
 
     family: Literal["linear"] = dataclasses.field(default="linear", init=False, repr=False)
 
@@ -243,6 +314,10 @@ class LinearCase:
             raise ValueError(f"gate: expected 'none', 'g' or 'g_gamma', got {self.gate!r}")
         if min(self.batch, self.heads, self.seqlen, self.d_k, self.d_v) <= 0 or self.gate_n <= 0:
             raise ValueError(f"case sizes must be positive: {self}")
+        _check_scale(self.scale)
+        _check_layout(self.layout)
+        if self.layout == "qkvpacked":
+            raise ValueError("layout: 'qkvpacked' is a softmax-attention layout")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -256,8 +331,22 @@ class LinearCase:
             parts.append("h0")
         if self.grad_final_state:
             parts.append("dhT")
+        if self.scale is not None:
+            parts.append(f"scale{_num(self.scale)}")
+        if self.layout != "contiguous":
+            parts.append(self.layout)
         parts.append(self.dtype)
         return "-".join(parts)
+
+    @property
+    def effective_scale(self) -> float:
+        """``scale``, or the contract's default d_k ** -0.5."""
+        return self.d_k**-0.5 if self.scale is None else float(self.scale)
+
+    @property
+    def oracle_kwargs(self) -> dict:
+        """Keyword arguments of ``harness.oracle.linear_attention`` for this case (besides the inputs)."""
+        return dict(scale=self.scale)
 
     def __str__(self) -> str:
         return self.id

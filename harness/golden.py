@@ -96,7 +96,7 @@ def compute_oracle(case: Case, inputs):
     if isinstance(case, LinearCase):
         return linear_attention(
             inputs.q, inputs.k, inputs.v, inputs.grad_out, g=inputs.g, g_gamma=inputs.g_gamma,
-            initial_state=inputs.initial_state, grad_final_state=inputs.grad_final_state,
+            initial_state=inputs.initial_state, grad_final_state=inputs.grad_final_state, **case.oracle_kwargs,
         )
     raise TypeError(f"case: expected SoftmaxCase or LinearCase, got {type(case).__name__}")
 

@@ -60,7 +60,8 @@ def _linear_sweep() -> list[Case]:
 
 
 def _small() -> list[Case]:
-    """CPU-sized softmax cases covering every feature: masks, GQA/MQA, Sq != Sk, d_v != d, varlen."""
+    """CPU-sized softmax cases covering every feature: masks, GQA/MQA, Sq != Sk, d_v != d, varlen,
+    the scale keyword omitted and passed, non-contiguous layouts."""
     return [
         SoftmaxCase(2, 4, 4, 37, 37, 32),
         SoftmaxCase(2, 4, 4, 64, 64, 64, causal=True),
@@ -70,6 +71,14 @@ def _small() -> list[Case]:
         SoftmaxCase(1, 2, 2, 40, 40, 32, softcap=5.0),
         SoftmaxCase(1, 2, 2, 24, 24, 48, d_v=32),
         SoftmaxCase(1, 4, 2, 0, 0, 32, causal=True, varlen=((17, 17), (0, 5), (40, 40), (9, 30))),
+        # The scale keyword passed (every case above omits it: the callee's default must be
+        # 1/sqrt(d)): T5-style 1.0, and 1/16 (Gemma-2's query_pre_attn_scalar 256).
+        SoftmaxCase(2, 4, 2, 40, 40, 32, causal=True, scale=1.0),
+        SoftmaxCase(1, 4, 1, 33, 70, 32, causal=True, scale=0.0625),
+        # The same values in other memory layouts: packed qkv views, transposed views, a storage offset.
+        SoftmaxCase(2, 4, 4, 33, 33, 32, causal=True, layout="qkvpacked"),
+        SoftmaxCase(1, 4, 2, 40, 70, 32, causal=True, layout="transposed"),
+        SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True, layout="offset"),
     ]
 
 
@@ -81,12 +90,15 @@ def _small_linear() -> list[Case]:
         LinearCase(2, 2, 127, 32, gate="g", gate_n=1.0),
         LinearCase(1, 2, 33, 64, 32, gate="g", gate_n=10.0),
         LinearCase(1, 2, 70, 32, gate="g_gamma", initial_state=False, grad_final_state=False),
+        LinearCase(1, 2, 48, 32, gate="g", scale=1.0),  # the scale passed (the others omit it)
+        LinearCase(1, 2, 40, 32, gate="g_gamma", scale=0.0625, layout="transposed"),
+        LinearCase(1, 2, 33, 32, gate="none", layout="offset"),
     ]
 
 
 _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
-    "small": (_small, "CPU-sized softmax cases, every feature (fp32)"),
-    "small-linear": (_small_linear, "CPU-sized linear-attention cases, every gate (fp32)"),
+    "small": (_small, "CPU-sized softmax cases, every feature, scale omitted and passed, strided layouts (fp32)"),
+    "small-linear": (_small_linear, "CPU-sized linear-attention cases, every gate, scale passed, strided layouts (fp32)"),
     "fa-sweep": (_fa_sweep, "FA-paper sweep: hd 64/128, seqlen 512..16k at 16k tokens, hidden 2048, bf16"),
     "configs": (_configs, "MHA / GQA 32/8 / MQA / MLA-shaped (d192 v128), B2 S4096 causal, bf16"),
     "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from harness import flops as flop_model
-from harness.cases import Case, LinearCase, make_inputs
+from harness.cases import Case, LinearCase, apply_layout, make_inputs
 
 MODES = flop_model.MODES
 CLOCK_DEVICE = "cuda-events"
@@ -284,6 +284,8 @@ class Workload:
                         x = x.clone().requires_grad_(True)
                     run_in[n] = x
             self.sets.append((inputs, run_in))
+        #: what the adapter receives: the case's memory layout of the same tensors (leaves above)
+        self._passed = [apply_layout(case, run_in) if case.layout != "contiguous" else run_in for _, run_in in self.sets]
         self._graphs: list = [None] * len(self.sets)
         #: CUDA stream the bwd-mode forward graphs are built on (set for CUDA-graph capture: the
         #: backward runs on its forward's stream, which must then be the capturing stream).
@@ -296,9 +298,11 @@ class Workload:
         return [x for x in run_in.values() if x.requires_grad]
 
     def forward(self, i: int):
-        _, run_in = self.sets[i]
         with torch.set_grad_enabled(self.grad):
-            return self.adapter.run(self.case, **run_in)
+            passed = self._passed[i]
+            if passed is not self.sets[i][1]:  # a laid-out view of the leaves: rebuilt per call (its graph)
+                passed = apply_layout(self.case, self.sets[i][1])
+            return self.adapter.run(self.case, **passed)
 
     def prepare(self) -> None:
         """bwd: build every set's forward graph (outside the timed region)."""

@@ -54,7 +54,15 @@ import torch
 
 from harness import tolerance
 from harness.adapters.base import Adapter, LinearOutput, SoftmaxOutput, Unsupported
-from harness.cases import Case, LinearCase, LinearInputs, SoftmaxCase, SoftmaxInputs, make_inputs
+from harness.cases import (
+    Case,
+    LinearCase,
+    LinearInputs,
+    SoftmaxCase,
+    SoftmaxInputs,
+    apply_layout,
+    make_inputs,
+)
 from harness.tolerance import TensorReport, WorstElement
 
 Status = Literal["pass", "fail", "unsupported", "error"]
@@ -381,25 +389,10 @@ def oracle_for(case: Case, inputs, seed: int = 0):
 
 
 def _compute_oracle(case: Case, inputs):
-    from harness import oracle
+    """The FP64 oracle computed now (no golden store, no cache)."""
+    from harness.golden import compute_oracle
 
-    if isinstance(case, SoftmaxCase):
-        kw = case.oracle_kwargs
-        if case.is_varlen:
-            return oracle.softmax_attention_varlen(
-                inputs.q, inputs.k, inputs.v, inputs.cu_seqlens_q, inputs.cu_seqlens_k, inputs.grad_out, **kw
-            )
-        return oracle.softmax_attention(inputs.q, inputs.k, inputs.v, inputs.grad_out, **kw)
-    return oracle.linear_attention(
-        inputs.q,
-        inputs.k,
-        inputs.v,
-        inputs.grad_out,
-        g=inputs.g,
-        g_gamma=inputs.g_gamma,
-        initial_state=inputs.initial_state,
-        grad_final_state=inputs.grad_final_state,
-    )
+    return compute_oracle(case, inputs)
 
 
 class _ReferenceAdapter:
@@ -563,8 +556,9 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
         for n, t in originals.items()
     }
     # The candidate gets non-leaf copies: an in-place write then shows up as a mutated input
-    # instead of autograd's "leaf variable used in an in-place operation" error.
-    passed = {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()}
+    # instead of autograd's "leaf variable used in an in-place operation" error. They are laid
+    # out in memory as the case says (strides, storage offset, packed qkv): same values.
+    passed = apply_layout(case, {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()})
     dev = inputs.q.device
     ctx = poisoned_memory(dev) if poison else contextlib.nullcontext()
     with ctx:

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 from harness.cases import Case, LinearCase, SoftmaxCase
 
-#: Feature name -> words for the report. Linear-attention cases exercise none of these: FLA's
+#: Feature name -> words for the report. Linear-attention cases exercise only ``layout``: FLA's
 #: signature has no optional parts the harness varies (gates and states are always passed).
+#: The scale is not a feature: every kernel must honour an explicit scale and, when the keyword is
+#: omitted (most cases), default to d ** -0.5; each profile has cases of both.
 FEATURES: dict[str, str] = {
     "causal": "causal mask (bottom-right aligned)",
     "gqa": "GQA/MQA (fewer kv heads than query heads)",
@@ -29,6 +31,7 @@ FEATURES: dict[str, str] = {
     "softcap": "logit softcapping",
     "varlen": "packed variable-length batches (zero-length sequences included)",
     "dv": "value head dim different from the query's (MLA-shaped)",
+    "layout": "inputs as strided views: transposed, at a storage offset, or views of one packed qkv tensor",
     "backward": "gradients through autograd (dq, dk, dv; linear: dg, dh0)",
 }
 
@@ -45,7 +48,7 @@ CPU_SEEDS = 2
 def case_features(case: Case) -> frozenset[str]:
     """The optional features ``case`` exercises (empty for a dense non-causal MHA case)."""
     if not isinstance(case, SoftmaxCase):
-        return frozenset()
+        return frozenset({"layout"}) if case.layout != "contiguous" else frozenset()
     f = set()
     if case.causal:
         f.add("causal")
@@ -59,6 +62,8 @@ def case_features(case: Case) -> frozenset[str]:
         f.add("varlen")
     if case.d_v != case.d:
         f.add("dv")
+    if case.layout != "contiguous":
+        f.add("layout")
     return frozenset(f)
 
 
@@ -140,6 +145,19 @@ _SM_GQA = (
     SoftmaxCase(2, 16, 4, 512, 1536, 128, causal=True),  # Sq < Sk: bottom-right causal (chunked prefill)
     SoftmaxCase(1, 8, 2, 300, 200, 64, causal=True),  # Sq > Sk: 100 rows see no key (out 0, no grad)
 )
+# The scale keyword: every other case omits it (the callee's default must be 1/sqrt(d)); these pass
+# one: T5-style 1.0 (no scaling), and Gemma-2's query_pre_attn_scalar 256 on d 128 (1/16).
+_SM_SCALE = (
+    SoftmaxCase(2, 16, 16, 1024, 1024, 64, scale=1.0),
+    SoftmaxCase(2, 16, 4, 1024, 1024, 128, causal=True, scale=0.0625),
+)
+# Memory layouts of the same values: views of one packed qkv tensor (flash-attn's qkvpacked layout
+# passed to the plain entry point), transposed views, a storage offset off every 16-byte boundary.
+_SM_LAYOUT = (
+    SoftmaxCase(2, 16, 16, 1024, 1024, 128, causal=True, layout="qkvpacked"),
+    SoftmaxCase(1, 16, 4, 1000, 1000, 128, causal=True, layout="transposed"),
+    SoftmaxCase(1, 8, 2, 300, 300, 64, causal=True, layout="offset"),
+)
 _SM_DECODE = (
     SoftmaxCase(4, 32, 8, 1, 4096, 128, causal=True),  # decode: one query sees all 4096 keys
     SoftmaxCase(2, 32, 8, 128, 4096, 128, causal=True),  # chunked prefill against a long cache
@@ -156,6 +174,11 @@ _LIN = (
     LinearCase(1, 8, 2048, 64, gate="g", gate_n=0.1),  # strong decay: exp of large cumulative sums
     LinearCase(2, 16, 1000, 128, gate="g_gamma"),  # partial last chunk
     LinearCase(2, 16, 1024, 64, gate="none", initial_state=False, grad_final_state=False),
+)
+_LIN_EXTRA = (
+    LinearCase(2, 16, 1024, 64, gate="g", scale=1.0),  # scale passed (the others omit it)
+    LinearCase(1, 8, 1000, 64, gate="g_gamma", scale=0.0625, layout="transposed"),
+    LinearCase(1, 8, 512, 64, gate="g", layout="offset"),
 )
 _LIN_DTYPES = ("fp16", "bf16")
 
@@ -185,6 +208,15 @@ _CPU_BASE = (
     SoftmaxCase(1, 4, 2, 70, 33, 32, causal=True),  # Sq > Sk: 37 rows see no key
     SoftmaxCase(1, 4, 2, 32, 256, 32, causal=True, dtype="fp16"),  # ~240 keys per row in fp16: where an fp16 accumulator drifts
 )
+_CPU_SCALE = (  # the scale passed: T5-style 1.0, and 1/16 (Gemma's query_pre_attn_scalar 256)
+    SoftmaxCase(2, 4, 2, 40, 40, 32, causal=True, scale=1.0),
+    SoftmaxCase(1, 4, 1, 33, 70, 32, causal=True, scale=0.0625),
+)
+_CPU_LAYOUT = (  # the same values in other memory layouts
+    SoftmaxCase(2, 4, 4, 33, 33, 32, causal=True, layout="qkvpacked"),
+    SoftmaxCase(1, 4, 2, 40, 70, 32, causal=True, layout="transposed"),
+    SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True, layout="offset"),
+)
 _CPU_DECODE = (SoftmaxCase(2, 4, 2, 1, 50, 32, causal=True),)  # one query, all keys
 _CPU_WINDOW = (SoftmaxCase(2, 2, 2, 48, 48, 32, causal=True, window=(8, 0)),)
 _CPU_EXTRA = (
@@ -202,6 +234,9 @@ _CPU_LIN = (
     LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1),
     LinearCase(2, 2, 40, 32, gate="g_gamma", initial_state=False, grad_final_state=False),
     LinearCase(1, 2, 33, 32, gate="g", gate_n=1.0, dtype="fp16"),
+    LinearCase(1, 2, 48, 32, gate="g", scale=1.0),
+    LinearCase(1, 2, 40, 32, gate="g_gamma", scale=0.0625, layout="transposed"),
+    LinearCase(1, 2, 33, 32, gate="none", layout="offset"),
 )
 
 _ALL = frozenset(FEATURES)
@@ -216,19 +251,20 @@ def _add(p: Profile) -> None:
 _add(Profile(
     "inference", "serving: forward only; causal and GQA/MQA required (prefill, decode, chunked prefill)",
     required=frozenset({"causal", "gqa"}), backward=False, seeds=GPU_SEEDS,
-    softmax=_dt(_SM_BASE + _SM_GQA + _SM_DECODE + _SM_WINDOW, GPU_DTYPES), linear=_dt(_LIN, _LIN_DTYPES),
-    bench_softmax=_BENCH_INFER, bench_linear=_BENCH_LIN, cpu_variant="inference-cpu",
+    softmax=_dt(_SM_BASE + _SM_GQA + _SM_SCALE + _SM_LAYOUT + _SM_DECODE + _SM_WINDOW, GPU_DTYPES),
+    linear=_dt(_LIN + _LIN_EXTRA, _LIN_DTYPES), bench_softmax=_BENCH_INFER, bench_linear=_BENCH_LIN, cpu_variant="inference-cpu",
 ))
 _add(Profile(
     "training-gqa", "training with GQA: causal, GQA/MQA and backward required; windows optional",
     required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=GPU_SEEDS,
-    softmax=_dt(_SM_BASE + _SM_GQA + _SM_WINDOW, GPU_DTYPES), linear=_dt(_LIN, _LIN_DTYPES),
-    bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="training-gqa-cpu",
+    softmax=_dt(_SM_BASE + _SM_GQA + _SM_SCALE + _SM_LAYOUT + _SM_WINDOW, GPU_DTYPES),
+    linear=_dt(_LIN + _LIN_EXTRA, _LIN_DTYPES), bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="training-gqa-cpu",
 ))
 _add(Profile(
     "full", "everything the harness knows: every feature required, forward and backward",
     required=_ALL, backward=True, seeds=GPU_SEEDS,
-    softmax=_dt(_SM_BASE + _SM_GQA + _SM_DECODE + _SM_WINDOW + _SM_EXTRA, GPU_DTYPES), linear=_dt(_LIN, _LIN_DTYPES),
+    softmax=_dt(_SM_BASE + _SM_GQA + _SM_SCALE + _SM_LAYOUT + _SM_DECODE + _SM_WINDOW + _SM_EXTRA, GPU_DTYPES),
+    linear=_dt(_LIN + _LIN_EXTRA, _LIN_DTYPES),
     bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="full-cpu",
 ))
 _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
@@ -236,19 +272,19 @@ _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one
 _add(Profile(
     "inference-cpu", "CPU-sized inference: forward only; causal and GQA/MQA required",
     required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
-    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
+    softmax=_CPU_BASE + _CPU_SCALE + _CPU_LAYOUT + _CPU_DECODE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
     notes=_CPU_NOTE,
 ))
 _add(Profile(
     "training-gqa-cpu", "CPU-sized training-gqa: causal, GQA/MQA and backward required; windows optional",
     required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=CPU_SEEDS,
-    softmax=_CPU_BASE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
+    softmax=_CPU_BASE + _CPU_SCALE + _CPU_LAYOUT + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
     notes=_CPU_NOTE,
 ))
 _add(Profile(
     "full-cpu", "CPU-sized full: every feature required, forward and backward",
     required=_ALL, backward=True, seeds=CPU_SEEDS,
-    softmax=_CPU_BASE + _CPU_DECODE + _CPU_WINDOW + _CPU_EXTRA, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
+    softmax=_CPU_BASE + _CPU_SCALE + _CPU_LAYOUT + _CPU_DECODE + _CPU_WINDOW + _CPU_EXTRA, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
     notes=_CPU_NOTE,
 ))
 

@@ -43,7 +43,7 @@ import torch
 
 from harness.accept import exchange
 from harness.accept.exchange import case_from_dict
-from harness.cases import LinearInputs, SoftmaxCase, SoftmaxInputs
+from harness.cases import LinearInputs, SoftmaxCase, SoftmaxInputs, apply_layout
 
 #: Loaded input files kept on the device (a case's requests reuse a handful of inputs).
 INPUT_CACHE = 4
@@ -293,7 +293,7 @@ def early_and_late(adapter, case, inputs, *, sleep_cycles: int, backward: bool):
     dev = inputs.q.device
     originals = V._run_inputs(case, inputs)
     leaves = {n: t.detach().clone().requires_grad_(backward and n in V.GRAD_NAMES) for n, t in originals.items()}
-    passed = {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()}
+    passed = apply_layout(case, {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()})
     torch.cuda.synchronize(dev)
     with V.poisoned_memory(dev):  # free memory holds NaN: an unfinished output reads as NaN
         stream = torch.cuda.current_stream(dev)

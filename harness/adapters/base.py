@@ -89,5 +89,13 @@ class LinearAdapter(Adapter):
 
 
 def default_scale(case: Case) -> float:
-    """The softmax / linear default scale: head dim ** -0.5."""
-    return (case.d if isinstance(case, SoftmaxCase) else case.d_k) ** -0.5
+    """The scale the case's scores are multiplied by: its ``scale``, else the contract's default
+    head dim ** -0.5 (``case.effective_scale``)."""
+    return case.effective_scale
+
+
+def scale_kwargs(case: Case, name: str) -> dict:
+    """The scale keyword a backend is called with: none when ``case.scale`` is None (the callee's
+    default must then be the contract's d ** -0.5: a kernel with another default fails those cases),
+    else ``{name: case.scale}``."""
+    return {} if case.scale is None else {name: float(case.scale)}

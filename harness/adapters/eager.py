@@ -28,7 +28,7 @@ from harness.adapters.base import (
     SoftmaxAdapter,
     SoftmaxOutput,
     Unsupported,
-    default_scale,
+    scale_kwargs,
 )
 from harness.adapters.registry import register
 from harness.cases import LinearCase, SoftmaxCase
@@ -251,7 +251,7 @@ class EagerAdapter(SoftmaxAdapter):
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
         kw = dict(
             causal=case.causal,
-            softmax_scale=default_scale(case),
+            **scale_kwargs(case, "softmax_scale"),
             window_size=case.window,
             softcap=case.softcap,
         )
@@ -273,7 +273,7 @@ class EagerLinearAdapter(LinearAdapter):
 
     def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput:
         o, state = eager_linear_attention(
-            q, k, v, g=g, g_gamma=g_gamma, scale=default_scale(case), initial_state=initial_state
+            q, k, v, g=g, g_gamma=g_gamma, **scale_kwargs(case, "scale"), initial_state=initial_state
         )
         return LinearOutput(o, state)
 

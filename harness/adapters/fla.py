@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from harness.adapters.base import LinearAdapter, LinearOutput, Unsupported, default_scale
+from harness.adapters.base import LinearAdapter, LinearOutput, Unsupported, scale_kwargs
 from harness.adapters.optional import call_params, import_attr
 from harness.adapters.registry import register
 from harness.cases import LinearCase
@@ -107,7 +107,7 @@ class _FLAAdapter(LinearAdapter):
         if fn is None:
             raise Unsupported(why)
         pin_if_requested()
-        kw = dict(scale=default_scale(case), initial_state=initial_state, output_final_state=True)
+        kw = dict(**scale_kwargs(case, "scale"), initial_state=initial_state, output_final_state=True)
         if g is not None:
             kw["g"] = g
         if g_gamma is not None:

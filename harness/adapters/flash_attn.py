@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, default_scale
+from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, scale_kwargs
 from harness.adapters.optional import call_params, import_attr
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
@@ -172,7 +172,7 @@ class _FlashAdapter(SoftmaxAdapter):
 
     def _kwargs(self, fn, case: SoftmaxCase) -> dict:
         params = call_params(fn)
-        kw = dict(softmax_scale=default_scale(case), causal=case.causal)
+        kw = dict(**scale_kwargs(case, "softmax_scale"), causal=case.causal)
         if case.has_window or "window_size" in params:
             kw["window_size"] = self._window(case)
         if case.softcap:

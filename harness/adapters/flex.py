@@ -24,7 +24,7 @@ import importlib
 
 import torch
 
-from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, default_scale
+from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, scale_kwargs
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
 
@@ -96,7 +96,7 @@ def flex_args(case: SoftmaxCase, q, k, v) -> tuple[tuple, dict]:
     kw = dict(
         score_mod=score_mod_for(case.softcap),
         block_mask=_block_mask(Sq, Sk, case.causal, tuple(case.window), str(q.device)),
-        scale=default_scale(case),
+        **scale_kwargs(case, "scale"),
         return_lse=True,
     )
     if case.heads_q != case.heads_k:

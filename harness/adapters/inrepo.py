@@ -29,7 +29,7 @@ from harness.adapters.base import (
     SoftmaxAdapter,
     SoftmaxOutput,
     Unsupported,
-    default_scale,
+    scale_kwargs,
 )
 from harness.adapters.registry import register
 from harness.cases import LinearCase, SoftmaxCase
@@ -116,7 +116,7 @@ class TritonFA(SoftmaxAdapter):
             raise Unsupported(why)
         kw = dict(
             causal=case.causal,
-            softmax_scale=default_scale(case),
+            **scale_kwargs(case, "softmax_scale"),
             window_size=tuple(case.window),
             return_lse=True,
         )
@@ -180,7 +180,7 @@ class TritonLAChunk(LinearAdapter):
                 v,
                 g,
                 g_gamma,
-                scale=default_scale(case),
+                **scale_kwargs(case, "scale"),
                 initial_state=initial_state,
                 output_final_state=True,
             )

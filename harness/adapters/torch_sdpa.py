@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, default_scale
+from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, scale_kwargs
 from harness.adapters.eager import visibility_mask
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
@@ -149,7 +149,7 @@ class _SDPAAdapter(SoftmaxAdapter):
             raise Unsupported("softcap is not supported by torch SDPA")
         Sq, Sk = q.shape[1], k.shape[1]
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D)
-        kw = dict(scale=default_scale(case))
+        kw = dict(**scale_kwargs(case, "scale"))
         if case.causal and not case.has_window and Sq == Sk:
             kw["is_causal"] = True  # top-left == bottom-right when square; lets every backend run
         else:

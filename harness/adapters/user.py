@@ -6,7 +6,8 @@ Softmax callables follow flash-attn's signature::
         -> out  or  (out, lse, ...)
 
 with q (B, Sq, Hq, D), k, v (B, Sk, Hk, D/Dv), out (B, Sq, Hq, Dv), lse (B, Hq, Sq) natural log.
-``softcap=`` is passed only when the case has one. Variable-length cases go only to callables
+``softcap=`` is passed only when the case has one; ``softmax_scale=`` only when the case sets one
+(``case.scale``): otherwise the keyword is omitted and the callable's default must be d ** -0.5. Variable-length cases go only to callables
 that declare ``"varlen": True`` (see below); they are called as::
 
     fn(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
@@ -16,6 +17,10 @@ Linear callables follow FLA's::
 
     fn(q, k, v, g=None, g_gamma=None, *, scale=None, initial_state=None, output_final_state=True)
         -> (o, final_state)
+
+(``scale=`` likewise: omitted unless the case sets one; the default must be K ** -0.5.)
+Inputs arrive in the layout the case names (``case.layout``: contiguous, transposed views,
+a storage offset, or views of one packed qkv tensor): a callable must honour strides and offsets.
 
 Gradients are taken through torch autograd on the returned tensors. A callable raising
 ``NotImplementedError`` for a case declares it unsupported (the message is the reason).
@@ -50,7 +55,7 @@ from harness.adapters.base import (
     SoftmaxAdapter,
     SoftmaxOutput,
     Unsupported,
-    default_scale,
+    scale_kwargs,
 )
 from harness.cases import LinearCase, SoftmaxCase
 
@@ -190,7 +195,7 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
 
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
         kw: dict[str, Any] = dict(
-            causal=case.causal, softmax_scale=default_scale(case), window_size=tuple(case.window)
+            causal=case.causal, window_size=tuple(case.window), **scale_kwargs(case, "softmax_scale")
         )
         if case.softcap:
             kw["softcap"] = case.softcap
@@ -224,7 +229,7 @@ class CallableLinearAdapter(_FromCallable, LinearAdapter):
                 v,
                 g=g,
                 g_gamma=g_gamma,
-                scale=default_scale(case),
+                **scale_kwargs(case, "scale"),
                 initial_state=initial_state,
                 output_final_state=True,
             )

@@ -30,7 +30,14 @@ MQA = "B1-H4/1-S33x70-D16-causal-fp32"
 DEAD_ROWS = "B1-H4/2-S70x33-D32-causal-fp32"
 FP16 = "B1-H4/2-S32x256-D32-causal-fp16"
 WINDOW = "B2-H2-S48x48-D32-causal-win8x0-fp32"
-ALL = (MHA, GQA, MQA, DEAD_ROWS, FP16, WINDOW)
+SCALE1 = "B2-H4/2-S40x40-D32-causal-scale1-fp32"  # softmax_scale=1.0 passed (T5-style)
+SCALE16 = "B1-H4/1-S33x70-D32-causal-scale0.0625-fp32"  # softmax_scale=1/16 passed
+PACKED = "B2-H4-S33x33-D32-causal-qkvpacked-fp32"  # q, k, v views of one (B, S, 3, H, D) tensor
+TRANSPOSED = "B1-H4/2-S40x70-D32-causal-transposed-fp32"
+OFFSET = "B1-H4/2-S26x26-D32-causal-offset-fp32"  # storage offset of one element
+EXPLICIT_SCALE = (SCALE1, SCALE16)
+LAYOUTS = (PACKED, TRANSPOSED, OFFSET)
+ALL = (MHA, GQA, MQA, DEAD_ROWS, FP16, SCALE1, SCALE16, PACKED, TRANSPOSED, OFFSET, WINDOW)
 
 
 def accept(tmp_path, monkeypatch, *args, out="out"):
@@ -89,15 +96,22 @@ def test_correct_linear_is_accepted(tmp_path, monkeypatch):
 
 # module -> (cases that must fail, a check each of them must fail, checks no case may fail)
 WRONG = {
-    "off_by_one_causal": ({GQA, MQA, DEAD_ROWS, FP16, WINDOW}, "out", set()),
-    "scale_ignored": (set(ALL), "out", set()),
+    "off_by_one_causal": (set(ALL) - {MHA}, "out", set()),
+    "scale_ignored": (set(ALL) - {SCALE1}, "out", set()),  # scale 1: right where 1.0 was asked for
     "scale_one_over_d": (set(ALL), "out", set()),
+    # the default scale wrong (keyword omitted: every case but the two that pass one)
+    "wrong_default_scale": (set(ALL) - set(EXPLICIT_SCALE), "out", set()),
+    # the scale passed ignored for 1/sqrt(d): wrong exactly where another scale is passed
+    "scale_fixed_default": (set(EXPLICIT_SCALE), "out", set()),
+    # right only for dense inputs at offset 0
+    "contiguous_only": (set(LAYOUTS), "out", set()),
     "low_precision_accum": ({FP16}, "out", set()),
     # MQA (one kv head) maps every query head to head 0 either way: correct there.
-    "gqa_mapping_wrong": ({GQA, DEAD_ROWS, FP16}, "out", set()),
+    "gqa_mapping_wrong": ({GQA, DEAD_ROWS, FP16, SCALE1, TRANSPOSED, OFFSET}, "out", set()),
     "grad_slightly_wrong": (set(ALL), "dv", {"out", "dq", "dk"}),
-    "tail_rows_unwritten": ({MHA, GQA, MQA, DEAD_ROWS}, "out", set()),  # the others have Sq % 16 == 0
-    "input_mutated": (set(ALL), "inputs_unchanged", {"out", "dq", "dk", "dv"}),
+    "tail_rows_unwritten": (set(ALL) - {FP16, WINDOW}, "out", set()),  # those two have Sq % 16 == 0
+    # scales q in place by the scale: a no-op where the scale is 1
+    "input_mutated": (set(ALL) - {SCALE1}, "inputs_unchanged", {"out", "dq", "dk", "dv"}),
     "caches_last_output": (set(ALL), "caching", {"out", "dq", "dk", "dv"}),
     "nondeterministic_noise": (set(ALL), "determinism", {"out", "dq", "dk", "dv", "masked_rows"}),
 }

@@ -49,6 +49,7 @@ REQUIRED = {
 
 SMALL = preset("small")
 SMALL_LINEAR = preset("small-linear")
+VARLEN = next(c for c in SMALL if c.is_varlen)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -276,6 +277,7 @@ def test_eager_linear_matches_oracle_values_state_and_grads(case):
         g_gamma=inp.g_gamma,
         initial_state=inp.initial_state,
         grad_final_state=inp.grad_final_state,
+        **case.oracle_kwargs,
     )
     assert res.out.dtype == inp.q.dtype and res.final_state.dtype == torch.float32
     assert rel(res.out, ref.out) < FP32_RTOL
@@ -385,7 +387,7 @@ def test_sdpa_refuses_softcap_and_varlen_in_words(name):
         get(name).supports(SoftmaxCase(1, 2, 2, 8, 8, 16, softcap=5.0), CPU)
         == "softcap is not supported by torch SDPA"
     )
-    assert "variable-length" in get(name).supports(SMALL[-1], CPU)
+    assert "variable-length" in get(name).supports(VARLEN, CPU)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,7 +577,7 @@ def test_user_callable_capabilities_and_not_implemented(user_module):
     )
     assert "fp16" in adapter.supports(SoftmaxCase(1, 2, 2, 8, 8, 16, dtype="fp16"), CPU)
     assert adapter.supports(SMALL[0], CPU) is None
-    assert "varlen" in adapter.supports(SMALL[-1], CPU)  # varlen needs an explicit declaration
+    assert "varlen" in adapter.supports(VARLEN, CPU)  # varlen needs an explicit declaration
     # A callable that refuses at run time: Unsupported with its message.
     case = SoftmaxCase(1, 2, 2, 8, 8, 32, window=(2, 2))
     inp = make_inputs(case)
@@ -588,7 +590,7 @@ def test_user_callable_capabilities_and_not_implemented(user_module):
 
 def test_user_callable_varlen_convention(user_module):
     adapter = from_spec(f"{user_module}:varlen_attn")
-    case = SMALL[-1]
+    case = VARLEN
     assert adapter.supports(case, CPU) is None
     inp = make_inputs(case)
     res, dq, dk, dv = run_softmax(adapter, case, inp)

@@ -12,18 +12,36 @@ import math
 import torch
 
 
+def _as_if_contiguous(t):
+    """The bug of a kernel that indexes its input as a dense array from the tensor's storage start:
+    right for a contiguous tensor at offset 0, wrong for any other view of the same values."""
+    strides, n = [], 1
+    for size in reversed(t.shape):
+        strides.insert(0, n)
+        n *= size
+    return torch.as_strided(t, t.shape, strides, 0)
+
+
 def attention(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-              mask_shift=0, gqa="interleave", acc_dtype=None, ignore_scale=False, scale_power=0.5):
+              mask_shift=0, gqa="interleave", acc_dtype=None, ignore_scale=False, scale_power=0.5,
+              default_power=0.5, ignore_given_scale=False, contiguous_only=False):
     """q (B, Sq, Hq, D), k (B, Sk, Hk, D), v (B, Sk, Hk, Dv) -> (out (B, Sq, Hq, Dv), lse (B, Hq, Sq)).
 
     Knobs (all off by default): mask_shift moves the causal diagonal right; gqa="repeat" maps query
     head h to kv head h % Hk; acc_dtype accumulates P V one key at a time in that dtype;
-    ignore_scale uses scale 1; scale_power sets the default scale d ** -scale_power.
+    ignore_scale uses scale 1; scale_power replaces every scale (given or default) by
+    d ** -scale_power; default_power sets only the default (softmax_scale omitted) to
+    d ** -default_power; ignore_given_scale uses d ** -0.5 whatever scale is given; contiguous_only
+    reads q, k, v as dense arrays from their storage's start (strides and offsets ignored).
     """
+    if contiguous_only:
+        q, k, v = (_as_if_contiguous(t) for t in (q, k, v))
     B, Sq, Hq, D = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
     G = Hq // Hk
-    if softmax_scale is None or scale_power != 0.5:
+    if softmax_scale is None:
+        softmax_scale = D ** -default_power
+    if scale_power != 0.5 or ignore_given_scale:
         softmax_scale = D ** -scale_power
     scale = 1.0 if ignore_scale else float(softmax_scale)
     if G > 1:
