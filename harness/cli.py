@@ -1,7 +1,7 @@
 """``python -m harness``: the command line.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``;
-this file only wires them, so ``--help`` lists exactly what exists.
+Each subcommand lives in its own module of ``harness/commands/`` exposing ``add_arguments(parser)``
+and ``main(args) -> int``; this file only wires them, so ``--help`` lists exactly what exists.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "run": ("harness.main_job", "main job: oracle self-checks, then every backend that runs here on the presets"),
-    "golden": ("harness.golden", "check or regenerate the golden store (golden/)"),
-    "bench": ("harness.bench", "benchmark backends on a preset: markdown, JSON and PNG reports"),
-    "compare": ("harness.reports.compare", "compare two benchmark JSON files, spread-aware verdict per case"),
-    "accept": ("harness.accept", "vendor-kernel acceptance check of MODULE:CALLABLE"),
+    "run": ("harness.commands.run", "main job: oracle self-checks, then every backend that runs here on the presets"),
+    "golden": ("harness.commands.golden", "check or regenerate the golden store (golden/)"),
+    "bench": ("harness.commands.bench", "benchmark backends on a preset: markdown, JSON and PNG reports"),
+    "compare": ("harness.commands.compare", "compare two benchmark JSON files, spread-aware verdict per case"),
+    "accept": ("harness.commands.accept", "vendor-kernel acceptance check of MODULE:CALLABLE"),
 }
 
 

@@ -190,8 +190,8 @@ class _State:
         return self._settings
 
     def baseline(self, case, seed: int, device):
-        """The cached :class:`harness.verify.Baseline` of (case, seed, device)."""
-        from harness.verify import prepare
+        """The cached :class:`harness.check.verify.Baseline` of (case, seed, device)."""
+        from harness.check.verify import prepare
 
         key = (case.id, seed, str(device))
         if key in self.baselines:
@@ -414,7 +414,7 @@ class Checker:
 
     def run(self, adapter, case, *, seed: int | None = None, **kwargs):
         """Verify without asserting; returns the CaseResult."""
-        from harness.verify import verify
+        from harness.check.verify import verify
 
         seed = self._state.settings.seeds[0] if seed is None else seed
         baseline = self._state.baseline(case, seed, self._device)

@@ -46,6 +46,6 @@ def test_digest_follows_the_measuring_code_only(repo):
 def test_bench_environment_records_the_digest():
     import torch
 
-    from harness.bench import environment
+    from harness.perf.bench import environment
 
     assert environment(torch.device("cpu"))["versions"]["source"] == provenance.source_digest()

@@ -14,7 +14,7 @@ import torch
 from harness.adapters import registry
 from harness.arch import DTYPES, GATE_FALLBACK, arch_of, required_backends
 from harness.cases import LinearCase, SoftmaxCase
-from harness.verify import verify
+from harness.check.verify import verify
 
 
 def _params():

@@ -17,19 +17,20 @@ calls, and applies these rules to the tensors that come back.
   there is "right after the call returns"); on CPU there are no streams and the check is a
   recorded no-op.
 
-Each verdict is a :class:`harness.verify.PropertyResult` ("pass", "fail" or "skipped").
+Each verdict is a :class:`harness.check.verify.PropertyResult` ("pass", "fail" or "skipped").
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness import tolerance
-from harness import verify as V
 from harness.cases import Case
-from harness.verify import PropertyResult
+from harness.check import tolerance
+from harness.check import verify as V
+from harness.check.properties import _bits
+from harness.check.verify import PropertyResult
 
-#: Back-to-back calls before the re-check: a timing loop in miniature. harness.timing warms up
+#: Back-to-back calls before the re-check: a timing loop in miniature. harness.perf.timing warms up
 #: with at least 3 calls before its first timed repetition, so a kernel that changes behaviour
 #: after its first calls has changed by then; cheap on the CPU variants.
 RECHECK_CALLS = 3
@@ -125,7 +126,7 @@ def side_stream_verdict(pairs: list[tuple[int, dict, dict]], *, with_grads: bool
         for name, e in early.items():
             l_ = late[name]
             if not V.bitwise_equal(e, l_):
-                n = int((V._bits(e) != V._bits(l_)).sum()) if e.shape == l_.shape and e.dtype == l_.dtype else e.numel()
+                n = int((_bits(e) != _bits(l_)).sum()) if e.shape == l_.shape and e.dtype == l_.dtype else e.numel()
                 nan = int(torch.isnan(e).sum()) if e.is_floating_point() else 0
                 problems.append(f"{name}: {n} element(s) differ ({nan} NaN) ({when})")
     if problems:

@@ -53,7 +53,7 @@ KILL_GRACE_S = 10.0
 BYE_GRACE_S = 5.0
 #: Modules the fork server imports once (children inherit them). torch._inductor is what
 #: torch.use_deterministic_algorithms imports on first use: ~1 s saved per case.
-PRELOAD = ["torch", "torch._inductor", "harness.verify", "harness.accept.runner"]
+PRELOAD = ["torch", "torch._inductor", "harness.check.verify", "harness.accept.runner"]
 #: Characters of the child's log kept in a failure's reason / the report.
 LOG_TAIL_CHARS = 2000
 #: Seconds a child that died of SIGTERM / SIGINT (or raised KeyboardInterrupt) waits for the

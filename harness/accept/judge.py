@@ -3,9 +3,9 @@ candidate.
 
 Per case the parent builds everything that does not depend on the candidate (seeded inputs, the
 FP64 oracle computed afresh, the eager reference's error in the case's dtype: a
-:class:`harness.verify.Baseline`), writes the inputs to a file for the candidate's process
+:class:`harness.check.verify.Baseline`), writes the inputs to a file for the candidate's process
 (:mod:`harness.accept.runner`), asks it for calls, reads back the raw tensors and judges them with
-the tolerance engine and the property checks of :mod:`harness.verify`. Determinism is two calls
+the tolerance engine and the property checks of :mod:`harness.check.verify`. Determinism is two calls
 compared bitwise here; the anti-cheat checks (:mod:`harness.accept.anticheat`) choose the inputs
 of each call and judge its outputs here. The child's answers besides tensors (a reason, a
 traceback, the device an output was on) are shown, never trusted to pass anything: a patched
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from harness import verify as V
 from harness.accept import anticheat, exchange
 from harness.accept.exchange import case_to_dict
 from harness.cases import make_inputs
+from harness.check import verify as V
 
 #: Offset of the anti-cheat checks' seeds from the case's first seed: inputs the verification
 #: seeds never used, yet reproducible from the one seed the report records.
@@ -149,7 +149,7 @@ class Judge:
     # -- one verification ---------------------------------------------------------------------
 
     def verify(self, base: V.Baseline, *, want_grad: bool, determinism: bool = True) -> V.CaseResult:
-        """What :func:`harness.verify.verify` does, with the calls made in the child: two runs
+        """What :func:`harness.check.verify.verify` does, with the calls made in the child: two runs
         (determinism), each judged here against ``base``."""
         case = base.case
         t0 = time.perf_counter()

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 
 from harness.accept.profiles import FEATURES, Profile, case_features
-from harness.tolerance import _json_number
-from harness.verify import CaseResult
+from harness.check.tolerance import _json_number
+from harness.check.verify import CaseResult
 
 ACCEPTED = "ACCEPTED"
 REJECTED = "REJECTED"
@@ -324,7 +324,7 @@ def markdown(rep: dict) -> str:
                  f"{c['status']} | {seeds} | {_f(max(budgets)) if budgets else '-'} | {ac} | {c['seconds']} |")
     L.append("")
     L += [("Checks per case and seed: every output and gradient against the FP64 oracle with the tolerance rule "
-          "(`harness/tolerance.py`: error <= factor x the eager reference's error in the same dtype + a rounding "
+          "(`harness/check/tolerance.py`: error <= factor x the eager reference's error in the same dtype + a rounding "
           "floor), output contract (dtype, shape, device), inputs not mutated, every element written "
           "(NaN-poisoned memory), determinism (two runs bitwise), fully-masked rows. Anti-cheat per case: "
           "caching (back-to-back calls on different inputs), re-check after repeated calls, side-stream work "

@@ -17,7 +17,7 @@ Requests (``op``):
 * ``burst``: that many back-to-back calls (a timing loop in miniature); returns nothing.
 * ``side_stream`` (CUDA): outputs copied on the calling stream right after the call returned, and
   again after a full device sync (the parent compares them).
-* ``time``: the timer of :mod:`harness.timing` on seeded inputs, for the candidate or (in a child
+* ``time``: the timer of :mod:`harness.perf.timing` on seeded inputs, for the candidate or (in a child
   started without a candidate) for named baseline adapters. Its numbers are claims: the parent
   checks the candidate's against its own clock (``loop_setup`` / ``loop_run``).
 * ``loop_setup``, ``loop_run``: a prepared workload, then ``n`` back-to-back repetitions ending with
@@ -160,8 +160,8 @@ class Runner:
         return self.adapter
 
     def op_call(self, req: dict) -> dict:
-        from harness import verify as V
         from harness.adapters.base import Unsupported
+        from harness.check import verify as V
 
         case = case_from_dict(req["case"])
         inputs = self._load(case, req["inputs"])
@@ -185,8 +185,8 @@ class Runner:
         }
 
     def op_burst(self, req: dict) -> dict:
-        from harness import verify as V
         from harness.adapters.base import Unsupported
+        from harness.check import verify as V
 
         case = case_from_dict(req["case"])
         inputs = self._load(case, req["inputs"])
@@ -219,8 +219,8 @@ class Runner:
 
     def op_time(self, req: dict) -> dict:
         """Time the candidate (``backends`` absent) or the named registered adapters."""
-        from harness import timing
         from harness.adapters import registry
+        from harness.perf import timing
 
         case = case_from_dict(req["case"])
         seed = int(req["seed"])
@@ -256,7 +256,7 @@ class Runner:
         return {"status": "ok", "rows": rows}
 
     def op_loop_setup(self, req: dict) -> dict:
-        from harness import timing
+        from harness.perf import timing
 
         case = case_from_dict(req["case"])
         adapter = self._candidate()
@@ -273,7 +273,7 @@ class Runner:
         return {"status": "ok"}
 
     def op_loop_run(self, req: dict) -> dict:
-        from harness import timing
+        from harness.perf import timing
 
         work = self._loop
         if work is None:
@@ -288,7 +288,7 @@ class Runner:
 def early_and_late(adapter, case, inputs, *, sleep_cycles: int, backward: bool):
     """Outputs (and gradients) copied on the calling stream right after the call returned, and the
     same tensors after a full device sync (the side-stream check's two views; the parent compares)."""
-    from harness import verify as V
+    from harness.check import verify as V
 
     dev = inputs.q.device
     originals = V._run_inputs(case, inputs)

@@ -6,7 +6,7 @@ Per benchmark case:
 1. the baselines (every adapter of :data:`BASELINES` that ``supports()`` the case) are timed in a
    child that never imports the candidate (:mod:`harness.accept.runner`, started without one), in
    each mode (fwd; with a backward-checking profile also bwd and fwd+bwd), with
-   :func:`harness.timing.time_adapter` (CUDA events on the calling stream, warm-up, settling, L2
+   :func:`harness.perf.timing.time_adapter` (CUDA events on the calling stream, warm-up, settling, L2
    flush and input rotation);
 2. the candidate is timed the same way in its own child. Those numbers are the child's *claims*:
    the candidate runs in that process and could patch the timer. So the parent then times the
@@ -20,7 +20,7 @@ Per benchmark case:
    and verdict in the parent): a kernel whose results change once timed (a fast path after N calls)
    is caught.
 
-The parent measures the device's ceilings itself (:func:`harness.roofline.device_peaks`, not from
+The parent measures the device's ceilings itself (:func:`harness.perf.roofline.device_peaks`, not from
 the cache, which the candidate's process could write) and applies the roofline rules to every
 claimed time. Rejects: the re-check fails, or a candidate's time is implausible. Ratios to the
 baselines are reported, not judged (the profile states no speed claim).
@@ -72,11 +72,11 @@ PARENT_CLOCK = "implausible: the candidate's process reported times the parent c
 def available() -> str | None:
     """None when the timing modules are importable, else why not."""
     try:
-        import harness.flops
-        import harness.roofline
-        import harness.timing  # noqa: F401
+        import harness.perf.flops
+        import harness.perf.roofline
+        import harness.perf.timing  # noqa: F401
     except ImportError as e:
-        return f"harness.timing / harness.flops / harness.roofline not importable ({e})"
+        return f"harness.perf.timing / harness.perf.flops / harness.perf.roofline not importable ({e})"
     return None
 
 
@@ -123,7 +123,7 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
     ``baselines``: adapter names timed beside it (default :data:`BASELINES` of the device type)."""
     import torch
 
-    from harness import roofline
+    from harness.perf import roofline
 
     why = available()
     if why:
@@ -249,8 +249,8 @@ class _SpeedRun:
 
     def _rates(self, case, rows: list[dict]) -> None:
         """TFLOP/s, the roofline rules and (candidate) the parent-clock rule, per timed cell."""
-        from harness import flops as flop_model
-        from harness import roofline
+        from harness.perf import flops as flop_model
+        from harness.perf import roofline
 
         for row in rows:
             ms_by_mode = {}
@@ -272,7 +272,7 @@ class _SpeedRun:
                             cell.setdefault("flags", []).append(flag)
 
     def _failures(self, case, r: dict) -> None:
-        from harness.roofline import IMPLAUSIBLE
+        from harness.perf.roofline import IMPLAUSIBLE
 
         if r["recheck"]["status"] == "fail":
             self.failed.append({"case": case.id, "check": "recheck_after_timing", "kind": "anticheat",
@@ -300,7 +300,7 @@ def _cand_tflops(row_by, cand, mode):
 def _markdown(results: list[dict], failed: list[dict], *, host: bool = False) -> list[str]:
     clock = ("Host time (a CPU run: `time.perf_counter` around each call, not device time)" if host else
              "Device time (CUDA events, warm-up, L2 flush / input rotation when the working set is small)")
-    L = [(f"{clock}, TFLOP/s from `harness/flops.py` (visible pairs counted exactly), ratio = candidate / "
+    L = [(f"{clock}, TFLOP/s from `harness/perf/flops.py` (visible pairs counted exactly), ratio = candidate / "
           "baseline. The candidate's times are claims of its own process; the parent timed back-to-back calls of "
           "it with its own clock (\"parent's clock\" below) and a claim far below that prints as implausible. "
           "Flagged rates (roofline rules, the parent's clock) print as implausible, never as a number; a "
@@ -328,7 +328,7 @@ def _markdown(results: list[dict], failed: list[dict], *, host: bool = False) ->
                     ct = _cand_tflops(row_by, cand, m)
                     ratio = "-" if row["candidate"] or not ct or not c["tflops"] else f"{ct / c['tflops']:.2f}x"
                     ms = f"{c['median_ms']:.4g} (±{100 * c['spread']:.0f}%)"
-                    if c.get("launch_bound"):  # mostly the host's launches (harness.timing.Timing.launch_bound)
+                    if c.get("launch_bound"):  # mostly the host's launches (harness.perf.timing.Timing.launch_bound)
                         ms, ratio = ms + " launch-bound", "-"
                     cells += [ms, f"{c['tflops']:.1f}", ratio]
             L.append(f"| {name} | " + " | ".join(cells) + " |")

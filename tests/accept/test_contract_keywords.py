@@ -104,7 +104,7 @@ def _callable(spec: str):
 @pytest.mark.parametrize("row", KEYWORDS, ids=[f"{r.family}-{r.keyword}" for r in KEYWORDS])
 def test_ignoring_a_keyword_is_caught(row):
     from harness.adapters.user import make_callable_adapter
-    from harness.verify import verify
+    from harness.check.verify import verify
 
     case = _case(row.case)
     adapter = make_callable_adapter(_callable(row.impl), family=row.family, name=row.impl)

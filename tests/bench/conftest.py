@@ -1,4 +1,4 @@
-"""pytest-benchmark benchmarks of the attention backends (device time; see ``harness.timing``).
+"""pytest-benchmark benchmarks of the attention backends (device time; see ``harness.perf.timing``).
 
 Run them explicitly (they are skipped in a plain test run: timing every backend on every case is
 minutes, not a test)::
@@ -48,7 +48,7 @@ class Session:
     """The harness runner shared by the benchmarks of one session, and the records they fill."""
 
     def __init__(self, device):
-        from harness.bench import Bench
+        from harness.perf.bench import Bench
 
         self.device = device
         self.runner = Bench(device)
@@ -61,13 +61,13 @@ class Session:
     def env(self) -> dict:
         """Device, clocks and versions (queried once per session)."""
         if self._env is None:
-            from harness.bench import environment
+            from harness.perf.bench import environment
 
             self._env = environment(self.device)
         return self._env
 
     def peaks(self, dtype: str):
-        from harness import roofline
+        from harness.perf import roofline
 
         self.runner.peaks = roofline.device_peaks(self.device, [dtype])
         return self.runner.peaks
@@ -81,8 +81,8 @@ class Session:
     def write_reports(self) -> Path | None:
         if not self.records:
             return None
-        from harness.bench import DEFAULT_BASELINE, add_speedups, report_data
-        from harness.reports import write_reports
+        from harness.perf.bench import DEFAULT_BASELINE, add_speedups, report_data
+        from harness.perf.reports import write_reports
 
         results = list(self.records.values())
         for rec in results:

@@ -1,9 +1,9 @@
 """Every backend x case x mode as a pytest-benchmark benchmark whose stored numbers are device time.
 
 How the device time gets into pytest-benchmark: the harness times the work itself with CUDA
-events (``harness.timing``: warm-up, L2 flush, input rotation, median over repetitions), then
+events (``harness.perf.timing``: warm-up, L2 flush, input rotation, median over repetitions), then
 ``record_in_benchmark`` replays the per-repetition device times through ``benchmark.pedantic``
-with the timer ``harness.timing.device_time_replay`` (set by the ``benchmark`` marker below): the
+with the timer ``harness.perf.timing.device_time_replay`` (set by the ``benchmark`` marker below): the
 durations pytest-benchmark stores, compares (``--benchmark-compare``) and gates on
 (``--benchmark-compare-fail=median:5%``) are exactly the CUDA-event times. The saved JSON names
 that timer in ``options.timer`` and carries TFLOP/s, bandwidth, memory, device, clocks and
@@ -20,8 +20,8 @@ import warnings
 
 import pytest
 
-from harness.roofline import IMPLAUSIBLE
-from harness.timing import MODES, device_time_replay, record_in_benchmark
+from harness.perf.roofline import IMPLAUSIBLE
+from harness.perf.timing import MODES, device_time_replay, record_in_benchmark
 
 pytestmark = [pytest.mark.gpu, pytest.mark.benchmark(timer=device_time_replay)]
 
@@ -69,7 +69,7 @@ def test_attention(benchmark, bench_session, attn_adapter, attn_case, mode):
     ms = {mode: cell["median_ms"]}
     if mode != "fwd":
         ms["fwd"] = session.runner.fwd_ms(adapter, case)
-    from harness import roofline
+    from harness.perf import roofline
 
     flags = roofline.check(case, ms, peaks).get(mode)
     if flags:

@@ -16,8 +16,8 @@ if not torch.cuda.is_available():
 import torch.nn.functional as F
 
 from harness.adapters.eager import eager_linear_attention
+from harness.check.tolerance import compare_tensor
 from harness.oracle import linear_attention
-from harness.tolerance import compare_tensor
 from kernels.linear_attn import chunk_linear_attn
 from kernels.linear_attn.naive import naive_chunk_linear_attn, naive_recurrent_linear_attn
 

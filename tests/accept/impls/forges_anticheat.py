@@ -3,7 +3,7 @@ call of the same shape returns the first call's answer) and, on import, every an
 the harness replaced, in this process, by one that reports "pass" (the in-process judge's names
 before issue 15 and the parent judge's rules after it)."""
 
-import harness.verify as V
+import harness.check.verify as V
 from harness.accept import anticheat
 
 try:

@@ -1,7 +1,7 @@
 """Forgery of the speed section: a correct answer, and on import the harness's timer replaced, in
 this process, by one that reports a hundredth of what it measured."""
 
-import harness.timing as timing
+import harness.perf.timing as timing
 
 try:
     from ._reference import flash_attn_func as _ref

@@ -1,7 +1,7 @@
 """Forgery: noise for an answer, and on import the tolerance engine's error functions replaced, in
 this process, by versions that find no error."""
 
-import harness.tolerance as T
+import harness.check.tolerance as T
 
 try:
     from ._forgery import noise

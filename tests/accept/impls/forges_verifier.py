@@ -2,7 +2,7 @@
 check of the harness replaced, in this process, by versions that report "pass" (the names of the
 in-process judge before issue 15 and of the parent's judge after it)."""
 
-import harness.verify as V
+import harness.check.verify as V
 from harness.accept import anticheat
 
 try:

@@ -1,0 +1,285 @@
+"""The main job's second step: every backend on every case it supports, and its report.
+
+:func:`run_all` verifies each same-family (adapter, case) pair with :func:`harness.check.verify.verify`
+(serially, or in ``jobs`` spawned worker processes), building each case's oracle and reference once
+per process; :func:`mark_known_issues` labels failures that match a recorded third-party defect;
+:func:`format_table` and :func:`write_reports` give the table and ``report.md`` / ``report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.check.selfcheck import SelfCheck
+
+
+def _supports(adapter, case, device) -> str | None:
+    try:
+        return adapter.supports(case, device)
+    except Exception:
+        return None  # let verify run it and report the exception as an error
+
+
+class _Progress:
+    """A tqdm bar on a terminal; one line per finished (backend, case) otherwise (logs, CI)."""
+
+    def __init__(self, total: int, enabled: bool):
+        from tqdm import tqdm
+
+        self.total, self.done, self.t0 = total, 0, time.perf_counter()
+        self.lines = enabled and not sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc="verify", unit="run", disable=True if (not enabled or self.lines) else None,
+                        file=sys.stderr, dynamic_ncols=True)
+
+    def skip(self, n: int) -> None:
+        self.done += n
+        self.bar.update(n)
+
+    def result(self, r, seconds: float) -> None:
+        self.done += 1
+        self.bar.set_postfix_str(f"{r.backend} {r.case}", refresh=False)
+        self.bar.update(1)
+        if self.lines and r.status != "unsupported":
+            elapsed = time.perf_counter() - self.t0
+            print(f"[{self.done}/{self.total} {elapsed:6.0f}s] {r.backend} {r.case}: {r.status} ({seconds:.1f} s)",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _pairs(cases, adapters):
+    """(case index, adapter index) of every same-family pair, case-major (the report's order)."""
+    return [(ci, ai) for ci, c in enumerate(cases) for ai, a in enumerate(adapters) if a.family == c.family]
+
+
+_BASELINES: dict = {}  # per process: (case id, seed, device) -> Baseline
+
+
+def _verify_one(adapter, case, seed, device, check_backward):
+    from harness.check.verify import CaseResult, prepare, verify
+
+    reason = _supports(adapter, case, device)
+    if reason:
+        return CaseResult(adapter.name, case.id, case.family, case.dtype, str(device), seed, "unsupported", str(reason))
+    key = (case.id, seed, str(device))
+    if key not in _BASELINES:
+        _BASELINES.clear()  # case-major order: the previous case's oracle is no longer needed
+        _BASELINES[key] = prepare(case, seed=seed, device=device)
+    return verify(adapter, case, baseline=_BASELINES[key], check_backward=check_backward)
+
+
+def _worker(task):
+    """One (adapter, case) in a worker process (spawned: CUDA must not be forked)."""
+    import torch
+
+    from harness.adapters import registry
+
+    name, case, seed, device, check_backward = task
+    t0 = time.perf_counter()
+    r = _verify_one(registry.get(name), case, seed, torch.device(device), check_backward)
+    return r, time.perf_counter() - t0
+
+
+def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True,
+            jobs: int = 1):
+    """Verify every (adapter, case): the oracle and reference of a case are built once (per worker),
+    only when some adapter supports it. Returns a list of CaseResult, case-major. An interrupt
+    (Ctrl-C, SIGTERM from a time limit) stops the run and returns what finished, each missing
+    pair as an "error" saying it was not run."""
+    from harness.check.verify import CaseResult
+
+    pairs = _pairs(cases, adapters)
+    bar = _Progress(len(cases) * len(adapters), progress)
+    bar.skip(len(cases) * len(adapters) - len(pairs))
+    done: dict[tuple[int, int], object] = {}
+    try:
+        if jobs <= 1:
+            for ci, ai in pairs:
+                t0 = time.perf_counter()
+                done[ci, ai] = _verify_one(adapters[ai], cases[ci], seed, device, check_backward)
+                bar.result(done[ci, ai], time.perf_counter() - t0)
+        else:
+            _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar)
+    except KeyboardInterrupt:
+        print("\ninterrupted: reporting what finished", file=sys.stderr, flush=True)
+    finally:
+        bar.close()
+    results = []
+    for ci, ai in pairs:
+        c, a = cases[ci], adapters[ai]
+        results.append(done.get((ci, ai)) or CaseResult(
+            a.name, c.id, c.family, c.dtype, str(device), seed, "error", "not run: the run was interrupted first"))
+    return results
+
+
+def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar):
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    from harness.adapters import registry
+    from harness.check.verify import CaseResult
+
+    local = [a.name for a in adapters if a.name not in registry.names()]
+    if local:
+        raise ValueError(f"--jobs: adapters registered only in this process cannot run in workers: {local}")
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {
+            pool.submit(_worker, (adapters[ai].name, cases[ci], seed, str(device), check_backward)): (ci, ai)
+            for ci, ai in pairs
+        }
+        try:
+            for fut in cf.as_completed(futures):
+                ci, ai = futures[fut]
+                try:
+                    r, seconds = fut.result()
+                except Exception as e:  # a worker that died (crash, abort) fails its pair, not the run
+                    c = cases[ci]
+                    r, seconds = CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error",
+                                            f"worker process failed: {type(e).__name__}: {e}"), 0.0
+                done[ci, ai] = r
+                bar.result(r, seconds)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+
+def _ratio(r) -> str:
+    m = r.max_ratio
+    if m is None:
+        return ""
+    return "inf" if m == float("inf") else f"{m:.2f}"
+
+
+def _rows(results) -> list[tuple[str, str, str, str, str]]:
+    """(backend, case, status, max ratio, reason); a backend unsupported on every case collapses
+    into one row per distinct reason."""
+    by_backend: dict[str, list] = {}
+    for r in results:
+        by_backend.setdefault(r.backend, []).append(r)
+    rows = []
+    for backend, rs in by_backend.items():
+        if all(r.status == "unsupported" for r in rs):
+            reasons = sorted({r.reason for r in rs})
+            for reason in reasons:
+                n = sum(r.reason == reason for r in rs)
+                rows.append(
+                    (backend, f"(all {n} cases)" if len(reasons) == 1 else f"({n} cases)", "skip", "", reason)
+                )
+            continue
+        for r in rs:
+            status = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "unsupported": "skip", "known": "known"}[_outcome(r)]
+            reason = "" if r.status == "pass" else (f"{r.reason}; {r.known_issue}" if r.known_issue else r.reason)
+            rows.append((backend, r.case, status, _ratio(r), reason))
+    return rows
+
+
+def format_table(results, *, width: int = 100) -> str:
+    rows = [("backend", "case", "status", "ratio", "reason")] + _rows(results)
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = []
+    for i, r in enumerate(rows):
+        reason = r[4] if len(r[4]) <= width else r[4][: width - 3] + "..."
+        lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:>{w[3]}}  {reason}".rstrip())
+        if i == 0:
+            lines.append("-" * min(200, sum(w) + 8 + min(width, max(len(x[4]) for x in rows))))
+    return "\n".join(lines)
+
+
+def _outcome(r) -> str:
+    """A result's status, with "known" for a failure that matches a recorded third-party defect."""
+    return "known" if (r.status == "fail" and r.known_issue) else r.status
+
+
+def summary(results) -> dict[str, int]:
+    out = {"pass": 0, "fail": 0, "error": 0, "unsupported": 0, "known": 0}
+    for r in results:
+        out[_outcome(r)] += 1
+    return out
+
+
+def mark_known_issues(results, cases, device) -> None:
+    """Failures that match a recorded third-party defect (harness.check.known_issues) get its text."""
+    from harness.check.known_issues import lookup
+
+    by_id = {c.id: c for c in cases}
+    for r in results:
+        if r.status == "fail" and r.case in by_id:
+            issue = lookup(r.backend, by_id[r.case], device)
+            if issue:
+                r.known_issue = issue.describe()
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def write_reports(
+    out: Path, meta: dict, checks: list[SelfCheck], results, exit_code: int
+) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    counts = summary(results)
+    doc = {
+        "meta": meta,
+        "self_checks": [c.to_dict() for c in checks],
+        "summary": counts,
+        "exit_code": exit_code,
+        "results": [r.to_dict() for r in results],
+    }
+    json_path = out / "report.json"
+    json_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    md = [
+        "# attn-harness main job",
+        "",
+        f"- verdict: **{'PASS' if exit_code == 0 else 'FAIL'}** "
+        f"({counts['pass']} pass, {counts['fail']} fail, "
+        f"{counts['error']} error, {counts['unsupported']} unsupported, "
+        f"{counts['known']} known third-party defects)",
+        f"- harness {meta['harness']}, torch {meta['torch']}, triton {meta['triton']}, "
+        f"python {meta['python']}",
+        f"- device {meta['device']} ({meta['device_name']}), "
+        f"TRITON_INTERPRET={int(meta['triton_interpret'])}",
+        f"- seed {meta['seed']}, presets {', '.join(meta['presets'])}, dtypes {', '.join(meta['dtypes'])}, "
+        f"backward {'checked' if meta['check_backward'] else 'not checked'}",
+        f"- started {meta['started_utc']}, {meta['seconds']} s; replay: `{meta['replay']}`",
+        "",
+        "## Oracle self-checks (oracle vs naive formulas, float64)",
+        "",
+        "| check | max rel error | result |",
+        "|---|---|---|",
+    ]
+    md += [
+        f"| {_md_escape(c.name)} | {c.max_rel_error:.2e} | "
+        f"{'OK' if c.ok else 'FAIL ' + _md_escape(c.detail)} |"
+        for c in checks
+    ]
+    md += [
+        "",
+        "## Results",
+        "",
+        "ratio: the largest candidate error / reference error over the compared tensors (the reference is "
+        "the eager path in the case's dtype with an fp32 softmax).",
+        "",
+        "| backend | case | status | ratio | reason |",
+        "|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {b} | {_md_escape(c)} | {s} | {r} | {_md_escape(reason)} |"
+        for b, c, s, r, reason in _rows(results)
+    ]
+    bad = [r for r in results if r.status in ("fail", "error")]
+    if bad:
+        md += ["", "## Failures", ""]
+        for r in bad:
+            md += [f"### {r.backend} on {r.case}", "", "```", r.message(), "```", ""]
+    md_path = out / "report.md"
+    md_path.write_text("\n".join(md) + "\n")
+    return md_path, json_path

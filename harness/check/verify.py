@@ -1,0 +1,649 @@
+"""The verification runner: one adapter on one case, judged against the FP64 oracle.
+
+``verify(adapter, case)`` validates the inputs, runs the candidate with NaN-poisoned memory
+(forward, then gradients through ``torch.autograd.grad``), runs it a second time for determinism,
+and returns a :class:`CaseResult`: one :class:`~harness.check.tolerance.TensorReport` per output tensor
+and one :class:`PropertyResult` per property (contract, inputs not mutated, fully-masked rows,
+determinism), a status ("pass", "fail", "unsupported", "error") and a one-line reason.
+
+The result types live in :mod:`harness.check.results`, the property checks in
+:mod:`harness.check.properties`; both are re-exported here (``harness.check.verify.CaseResult``).
+
+The oracle and the eager reference in the candidate's dtype depend only on (case, seed, device):
+:func:`prepare` builds them once as a :class:`Baseline` that any number of adapters reuse (the
+main job, the pytest plugin's session cache, the benchmark's correctness gate).
+Results are plain dataclasses; ``to_dict`` gives JSON-ready dicts, ``from_dict`` reads them back
+(the acceptance command ships them out of a child process).
+
+Adapter attributes read here besides the contract's (all optional, via ``getattr``):
+
+* ``differentiable`` (False: forward only) and ``deterministic_backward`` (False: a backward
+  that differs between two runs is reported with its spread, not failed);
+* ``masked_rows``: a sentence documenting how the backend treats rows that see no key when that
+  differs from the oracle's (out 0, lse -inf); those rows are then left out of out / lse and the
+  difference is reported as "documented";
+* ``nondifferentiable_inputs``: input names the backend treats as constants (FLA's ``g_gamma``);
+  their gradients are not compared and the "backward" property says so. Without the declaration
+  a gradient that never reaches an input fails, with that reason.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PROPERTIES",
+    "Baseline",
+    "CaseResult",
+    "PropertyResult",
+    "TensorReport",
+    "bitwise_equal",
+    "check_inputs",
+    "default_device",
+    "judge_runs",
+    "oracle_for",
+    "poisoned_memory",
+    "prepare",
+    "verify",
+]
+
+import contextlib
+import math
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from harness.adapters.base import Adapter, LinearOutput, SoftmaxOutput, Unsupported
+from harness.cases import (
+    Case,
+    LinearCase,
+    LinearInputs,
+    SoftmaxCase,
+    SoftmaxInputs,
+    apply_layout,
+    make_inputs,
+)
+from harness.check import tolerance
+from harness.check.properties import (
+    _check_contract,
+    _check_determinism,
+    _check_masked_rows,
+    _check_unchanged,
+    _compare_dtype,
+    _masked_rows,
+    bitwise_equal,
+)
+from harness.check.results import (
+    GRAD_NAMES,
+    PROPERTIES,
+    CaseResult,
+    PropertyResult,
+    _Run,
+    _run_inputs,
+)
+from harness.check.tolerance import TensorReport
+
+#: Poisoning on CUDA fills at most this many bytes of the caching allocator's free blocks with NaN
+#: (filling costs a memset per block; more than this is not worth the time per case).
+CUDA_POISON_MAX_BYTES = 16 << 30
+
+
+# --------------------------------------------------------------------------------------------
+# Input validation
+# --------------------------------------------------------------------------------------------
+
+
+def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, layout words) of every input the case needs."""
+    if isinstance(case, SoftmaxCase):
+        if case.is_varlen:
+            tq = sum(a for a, _ in case.varlen)
+            tk = sum(b for _, b in case.varlen)
+            lay = "(total_tokens, heads, dim)"
+            return {
+                "q": ((tq, case.heads_q, case.d), lay),
+                "k": ((tk, case.heads_k, case.d), lay),
+                "v": ((tk, case.heads_k, case.d_v), lay),
+                "grad_out": ((tq, case.heads_q, case.d_v), lay),
+                "cu_seqlens_q": ((case.batch + 1,), "(batch + 1,)"),
+                "cu_seqlens_k": ((case.batch + 1,), "(batch + 1,)"),
+            }
+        lay = "(batch, seqlen, heads, dim)"
+        B = case.batch
+        return {
+            "q": ((B, case.seqlen_q, case.heads_q, case.d), lay),
+            "k": ((B, case.seqlen_k, case.heads_k, case.d), lay),
+            "v": ((B, case.seqlen_k, case.heads_k, case.d_v), lay),
+            "grad_out": ((B, case.seqlen_q, case.heads_q, case.d_v), lay),
+        }
+    B, T, H, K, V = case.batch, case.seqlen, case.heads, case.d_k, case.d_v
+    lay = "(batch, seqlen, heads, dim)"
+    shapes = {
+        "q": ((B, T, H, K), lay),
+        "k": ((B, T, H, K), lay),
+        "v": ((B, T, H, V), lay),
+        "grad_out": ((B, T, H, V), lay),
+    }
+    if case.gate == "g":
+        shapes["g"] = ((B, T, H), "(batch, seqlen, heads)")
+    if case.gate == "g_gamma":
+        shapes["g_gamma"] = ((H,), "(heads,)")
+    if case.initial_state:
+        shapes["initial_state"] = ((B, H, K, V), "(batch, heads, d_k, d_v)")
+    if case.grad_final_state:
+        shapes["grad_final_state"] = ((B, H, K, V), "(batch, heads, d_k, d_v)")
+    return shapes
+
+
+_FP32_INPUTS = ("g", "g_gamma", "initial_state", "grad_final_state")
+_INT_INPUTS = ("cu_seqlens_q", "cu_seqlens_k")
+
+
+def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> None:
+    """Raise ``ValueError`` naming the argument when ``inputs`` do not fit ``case``.
+
+    Checks, in order: every needed tensor present and no stray one; rank and layout (a (B, H, S, D)
+    tensor is recognised and named); heads_q a multiple of heads_k; shapes against the case;
+    dtypes (q, k, v, grad_out in the case's dtype; gates and states float32; cu_seqlens int32);
+    one device; every float element finite.
+    """
+    if not isinstance(case, (SoftmaxCase, LinearCase)):
+        raise ValueError(f"case: expected a SoftmaxCase or LinearCase, got {type(case).__name__}")
+    tensors = inputs if isinstance(inputs, dict) else getattr(inputs, "tensors", lambda: None)()
+    if not isinstance(tensors, dict):
+        raise ValueError(
+            f"inputs: expected SoftmaxInputs / LinearInputs or a dict of tensors, got {type(inputs).__name__}"
+        )
+    tensors = {k: v for k, v in tensors.items() if v is not None}
+    if "q" in tensors:
+        tensors = {"q": tensors["q"], **tensors}
+    want = _expected_input_shapes(case)
+    for name in want:
+        if name not in tensors:
+            raise ValueError(f"{name}: missing; case {case.id} needs {', '.join(want)}")
+    for name in tensors:
+        if name not in want:
+            raise ValueError(f"{name}: not an input of case {case.id} (expected {', '.join(want)})")
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        shape, layout = want[name]
+        if t.dim() != len(shape):
+            raise ValueError(f"{name}: expected rank {len(shape)} {layout}, got shape {tuple(t.shape)}")
+    for name, t in tensors.items():  # q first (dict order of the inputs' fields)
+        shape, layout = want[name]
+        got = tuple(t.shape)
+        if got != shape:
+            hint = ""
+            if len(shape) == 4 and got == (shape[0], shape[2], shape[1], shape[3]):
+                hint = (
+                    " (this looks like (batch, heads, seqlen, dim); "
+                    "the harness uses (batch, seqlen, heads, dim))"
+                )
+            raise ValueError(f"{name}: expected shape {shape} {layout} for case {case.id}, got {got}{hint}")
+        if name == "q" and isinstance(case, SoftmaxCase):
+            hq, hk = t.shape[-2], tensors["k"].shape[-2]
+            if hk == 0 or hq % hk:
+                raise ValueError(
+                    f"k: heads_q ({hq}) must be a multiple of heads_k ({hk}) (GQA/MQA group size)"
+                )
+    dt = case.torch_dtype
+    for name, t in tensors.items():
+        if name in _INT_INPUTS:
+            if t.dtype != torch.int32:
+                raise ValueError(f"{name}: expected dtype torch.int32, got {t.dtype}")
+        elif name in _FP32_INPUTS:
+            if t.dtype != torch.float32:
+                raise ValueError(
+                    f"{name}: expected dtype torch.float32 (log-decays and states stay fp32), got {t.dtype}"
+                )
+        elif t.dtype != dt:
+            raise ValueError(f"{name}: dtype {t.dtype} does not match the case's {case.dtype} ({dt})")
+    dev = tensors["q"].device
+    for name, t in tensors.items():
+        if t.device != dev:
+            raise ValueError(f"{name}: device {t.device} does not match q's {dev}")
+    for name, t in tensors.items():
+        if t.is_floating_point():
+            bad = ~torch.isfinite(t)
+            n = int(bad.sum())
+            if n:
+                first = tolerance._unravel(int(bad.reshape(-1).nonzero()[0]), tuple(t.shape))
+                raise ValueError(
+                    f"{name}: {n} non-finite element(s) (NaN or Inf), first at {list(first)}; "
+                    "inputs must be finite"
+                )
+
+
+def _check_options(seed, device) -> torch.device:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' asked for, but torch.cuda.is_available() is False")
+    return dev
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# --------------------------------------------------------------------------------------------
+# Oracle and reference (the baseline)
+# --------------------------------------------------------------------------------------------
+
+
+def oracle_for(case: Case, inputs, seed: int = 0):
+    """The FP64 oracle result for ``case`` on ``inputs``: from the golden store when it holds
+    them (``harness.check.golden.oracle_result``), else computed."""
+    try:
+        from harness.check.golden import oracle_result
+    except ImportError:  # the golden store is optional: compute directly
+        return _compute_oracle(case, inputs)
+    return oracle_result(case, inputs, seed)
+
+
+def _compute_oracle(case: Case, inputs):
+    """The FP64 oracle computed now (no golden store, no cache)."""
+    from harness.check.golden import compute_oracle
+
+    return compute_oracle(case, inputs)
+
+
+class _ReferenceAdapter:
+    """The eager reference in the candidate's dtype, run through the same path as a candidate:
+    the registered ``eager`` / ``eager_linear`` adapters (matmuls in the input dtype, softmax and
+    state in fp32, or in the input's own precision when wider, so an fp64 reference is fp64
+    throughout and an fp32-internal candidate cannot pass as fp64)."""
+
+    name = "reference"
+    differentiable = True
+
+    def run(self, case, **inputs):
+        from harness.adapters.eager import EagerAdapter, EagerLinearAdapter
+
+        adapter = EagerAdapter() if isinstance(case, SoftmaxCase) else EagerLinearAdapter()
+        return adapter.run(case, **inputs)
+
+
+@dataclass
+class Baseline:
+    """Everything about (case, seed, device) that does not depend on the candidate.
+
+    ``oracle``: the FP64 result (``.tensors()``); ``reference_errors``: rel-RMS error of the
+    eager reference in the case's dtype, per tensor name (computed on first use).
+    """
+
+    case: Case
+    seed: int
+    device: torch.device
+    inputs: SoftmaxInputs | LinearInputs
+    oracle: object
+    _reference_errors: dict[str, float] | None = None
+
+    def oracle_tensors(self) -> dict[str, torch.Tensor]:
+        return self.oracle.tensors()
+
+    @property
+    def reference_errors(self) -> dict[str, float]:
+        if self._reference_errors is None:
+            self._reference_errors = self._compute_reference_errors()
+        return self._reference_errors
+
+    def _compute_reference_errors(self) -> dict[str, float]:
+        run = _run_once(_ReferenceAdapter(), self.case, self.inputs, want_grad=True, poison=False)
+        expected = self.oracle_tensors()
+        return {
+            name: tolerance.rel_rms_error(t, expected[name])
+            for name, t in run.tensors.items()
+            if name in expected and tuple(t.shape) == tuple(expected[name].shape)
+        }
+
+
+def prepare(case: Case, *, seed: int = 0, device=None, inputs=None, oracle=None) -> Baseline:
+    """Validate and build the :class:`Baseline` of (case, seed, device).
+
+    ``inputs`` default to ``make_inputs(case, seed, device)``; ``oracle`` (a SoftmaxResult /
+    LinearResult on the same inputs) defaults to :func:`oracle_for`. Raises ``ValueError`` naming
+    the argument on bad input.
+    """
+    if not isinstance(case, (SoftmaxCase, LinearCase)):
+        raise ValueError(f"case: expected a SoftmaxCase or LinearCase, got {type(case).__name__}")
+    dev = _check_options(seed, default_device() if device is None else device)
+    if inputs is None:
+        inputs = make_inputs(case, seed, dev)
+    check_inputs(case, inputs)
+    dev = inputs.q.device
+    if oracle is None:
+        oracle = oracle_for(case, inputs, seed)
+    elif not callable(getattr(oracle, "tensors", None)):
+        raise ValueError(f"oracle: expected a SoftmaxResult / LinearResult, got {type(oracle).__name__}")
+    return Baseline(case, seed, dev, inputs, oracle)
+
+
+# --------------------------------------------------------------------------------------------
+# Running a candidate
+# --------------------------------------------------------------------------------------------
+
+
+def _poison_cuda_cache(device: torch.device) -> None:
+    """Fill the caching allocator's free blocks with NaN: a kernel that reads or returns memory
+    it never wrote then sees NaN, not a previous run's (correct-looking) values. Each free block
+    is taken by one allocation of exactly its size (the allocator's best fit returns that block)."""
+    try:
+        sizes = sorted(
+            (
+                b["size"]
+                for seg in torch.cuda.memory_snapshot()
+                if seg.get("device", device.index or 0) == (device.index or 0)
+                for b in seg["blocks"]
+                if b["state"] == "inactive"
+            ),
+            reverse=True,
+        )
+    except Exception:  # older torch or allocator without snapshots: nothing to fill
+        return
+    held, total = [], 0
+    try:
+        for size in sizes:
+            if total + size > CUDA_POISON_MAX_BYTES or size < 4:
+                continue
+            held.append(torch.full((size // 4,), math.nan, dtype=torch.float32, device=device))
+            total += size
+    except torch.cuda.OutOfMemoryError:
+        pass
+    finally:
+        del held
+
+
+@contextlib.contextmanager
+def poisoned_memory(device: torch.device):
+    """Within: ``torch.empty`` returns NaN-filled memory (deterministic mode with
+    ``fill_uninitialized_memory``), and on CUDA the allocator's free blocks hold NaN. Every global
+    setting is restored on exit."""
+    import torch.utils.deterministic as det
+
+    prev_on = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_fill = det.fill_uninitialized_memory
+    try:
+        with warnings.catch_warnings():
+            # warn_only: an op without a deterministic implementation still runs, it only warns.
+            warnings.filterwarnings("ignore", message=".*deterministic.*")
+            warnings.filterwarnings("ignore", message=".*CUBLAS_WORKSPACE_CONFIG.*")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            det.fill_uninitialized_memory = True
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                _poison_cuda_cache(device)
+            yield
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    finally:
+        torch.use_deterministic_algorithms(prev_on, warn_only=prev_warn)
+        det.fill_uninitialized_memory = prev_fill
+
+
+def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> _Run:
+    """Forward (and gradients) of ``adapter`` on fresh copies of ``inputs``."""
+    originals = _run_inputs(case, inputs)
+    constant = set(getattr(adapter, "nondifferentiable_inputs", ()))
+    leaves = {
+        n: t.detach().clone().requires_grad_(want_grad and n in GRAD_NAMES and n not in constant)
+        for n, t in originals.items()
+    }
+    # The candidate gets non-leaf copies: an in-place write then shows up as a mutated input
+    # instead of autograd's "leaf variable used in an in-place operation" error. They are laid
+    # out in memory as the case says (strides, storage offset, packed qkv): same values.
+    passed = apply_layout(case, {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()})
+    dev = inputs.q.device
+    ctx = poisoned_memory(dev) if poison else contextlib.nullcontext()
+    with ctx:
+        with torch.set_grad_enabled(want_grad):
+            output = adapter.run(case, **passed)
+        tensors = _output_tensors(case, output)
+        # A wrong output shape would surface as autograd's shape error: name it as the contract.
+        want_out = tuple(inputs.grad_out.shape)
+        if tuple(tensors["out"].shape) != want_out:
+            raise _ContractError(f"out: shape {tuple(tensors['out'].shape)}, the contract says {want_out}")
+        missing: list[str] = []
+        if want_grad:
+            tensors.update(_gradients(case, inputs, output, leaves, missing))
+    return _Run(output, {n: t.detach() for n, t in tensors.items()}, passed, tuple(missing))
+
+
+def _output_tensors(case: Case, output) -> dict[str, torch.Tensor]:
+    want = SoftmaxOutput if isinstance(case, SoftmaxCase) else LinearOutput
+    if not isinstance(output, want):
+        raise _ContractError(f"run returned {type(output).__name__}; the contract asks for {want.__name__}")
+    if not isinstance(output.out, torch.Tensor):
+        raise _ContractError(f"out: expected a torch.Tensor, got {type(output.out).__name__}")
+    res = {"out": output.out}
+    extra = "lse" if isinstance(case, SoftmaxCase) else "final_state"
+    value = getattr(output, extra)
+    if value is not None:
+        if not isinstance(value, torch.Tensor):
+            raise _ContractError(f"{extra}: expected a torch.Tensor or None, got {type(value).__name__}")
+        res[extra] = value
+    return res
+
+
+class _ContractError(Exception):
+    """The adapter returned something the contract does not allow."""
+
+
+def _gradients(case: Case, inputs, output, leaves: dict[str, torch.Tensor], missing: list | None = None):
+    """{grad name: gradient} via torch.autograd.grad of <out, grad_out> (+ <final_state, dhT>).
+
+    Inputs no gradient reached get zeros; their names are appended to ``missing`` when given.
+    (harness.accept uses this helper: keep the signature.)"""
+    outs, grads_out = [output.out], [inputs.grad_out]
+    if (
+        isinstance(case, LinearCase)
+        and output.final_state is not None
+        and inputs.grad_final_state is not None
+    ):
+        # loss = <o, dO> + <final_state, dhT>
+        outs.append(output.final_state)
+        grads_out.append(inputs.grad_final_state.to(output.final_state.dtype))
+    if not any(o.requires_grad for o in outs):
+        raise _ContractError("out does not require grad although the adapter declares differentiable=True")
+    names = [n for n in leaves if n in GRAD_NAMES and leaves[n].requires_grad]
+    pairs = [(o, g) for o, g in zip(outs, grads_out) if o.requires_grad]
+    grads = torch.autograd.grad(
+        [o for o, _ in pairs], [leaves[n] for n in names], [g for _, g in pairs], allow_unused=True
+    )
+    # An input the candidate's graph does not reach gets a zero gradient, so the comparison
+    # shows the damage (and the reason says why).
+    if missing is not None:
+        missing.extend(n for n, g in zip(names, grads) if g is None)
+    return {
+        GRAD_NAMES[n]: (g if g is not None else torch.zeros_like(leaves[n])) for n, g in zip(names, grads)
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_adapter(adapter) -> Adapter:
+    if isinstance(adapter, str):
+        from harness.adapters import registry
+
+        try:
+            return registry.get(adapter)
+        except KeyError as e:
+            raise ValueError(f"adapter: {e.args[0]}") from None
+    if not (callable(getattr(adapter, "run", None)) and hasattr(adapter, "name")):
+        raise ValueError(f"adapter: expected an Adapter (or a registered name), got {type(adapter).__name__}")
+    return adapter
+
+
+def verify(
+    adapter: Adapter | str,
+    case: Case,
+    *,
+    seed: int = 0,
+    device=None,
+    oracle=None,
+    inputs=None,
+    baseline: Baseline | None = None,
+    check_backward: bool = True,
+    check_determinism: bool = True,
+) -> CaseResult:
+    """Run ``adapter`` on ``case`` and judge it against the FP64 oracle.
+
+    Args:
+        adapter: an :class:`~harness.adapters.base.Adapter` or a registered name.
+        case: a SoftmaxCase or LinearCase.
+        seed: input seed (``make_inputs(case, seed)``).
+        device: where to run; default CUDA when available, else CPU.
+        oracle: a precomputed SoftmaxResult / LinearResult on the same inputs (else golden store
+            or computed).
+        inputs: precomputed inputs (default: seeded).
+        baseline: a :func:`prepare` result to reuse (overrides seed / device / oracle / inputs).
+        check_backward: compare gradients too (ignored for non-differentiable adapters).
+        check_determinism: run twice and compare bitwise.
+
+    Returns:
+        :class:`CaseResult`. Bad arguments raise ``ValueError`` naming the argument, before
+        anything runs; a candidate that raises gives status "error" (``Unsupported``:
+        "unsupported").
+    """
+    adapter = _resolve_adapter(adapter)
+    if baseline is None:
+        baseline = prepare(case, seed=seed, device=device, inputs=inputs, oracle=oracle)
+    elif baseline.case != case:
+        raise ValueError(f"baseline: built for case {baseline.case.id}, not {getattr(case, 'id', case)}")
+    case, dev = baseline.case, baseline.device
+    result = CaseResult(
+        backend=adapter.name,
+        case=case.id,
+        family=case.family,
+        dtype=case.dtype,
+        device=str(dev),
+        seed=baseline.seed,
+        status="pass",
+    )
+    t0 = time.perf_counter()
+    try:
+        want_grad = bool(check_backward and getattr(adapter, "differentiable", True))
+        try:
+            reason = adapter.supports(case, dev) if hasattr(adapter, "supports") else None
+            if reason:
+                result.status, result.reason = "unsupported", str(reason)
+                return result
+            first = _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
+            second = (
+                _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
+                if check_determinism
+                else None
+            )
+        except Unsupported as e:
+            result.status, result.reason = "unsupported", str(e) or type(e).__name__
+            return result
+        except _ContractError as e:
+            result.status, result.reason = "fail", f"contract: {e}"
+            result.properties.append(PropertyResult("contract", "fail", str(e)))
+            return result
+        except Exception as e:  # the candidate crashed: an error, with its traceback
+            result.status = "error"
+            result.reason = (
+                f"run raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            )
+            result.error_traceback = traceback.format_exc(limit=-6)
+            return result
+        _judge(result, adapter, baseline, first, second, want_grad)
+        return result
+    finally:
+        result.seconds = time.perf_counter() - t0
+
+
+def judge_runs(adapter, baseline: Baseline, first: _Run, second: _Run | None, *, want_grad: bool) -> CaseResult:
+    """The verdict on runs made elsewhere: ``first`` (and ``second``, for determinism) of ``adapter``
+    on ``baseline``'s inputs, e.g. read back from the acceptance check's child process. ``adapter``
+    supplies only its declarations (``name``, ``differentiable``, ``deterministic_backward``,
+    ``nondifferentiable_inputs``, ``masked_rows``); nothing of it runs."""
+    case = baseline.case
+    result = CaseResult(backend=adapter.name, case=case.id, family=case.family, dtype=case.dtype,
+                        device=str(baseline.device), seed=baseline.seed, status="pass")
+    _judge(result, adapter, baseline, first, second, want_grad)
+    return result
+
+
+def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second, want_grad: bool) -> None:
+    case = baseline.case
+    expected = baseline.oracle_tensors()
+    ref_errors = baseline.reference_errors
+    contract = _check_contract(case, first, expected, baseline.device)
+    dead = _masked_rows(case, expected)
+    masked = _check_masked_rows(adapter, case, first, dead)
+    for name in tolerance.TENSOR_NAMES:
+        if name not in first.tensors or name not in expected:
+            continue
+        if not want_grad and name not in ("out", "lse", "final_state"):
+            continue
+        exp = expected[name]
+        if masked.status == "documented" and name in ("out", "lse") and dead is not None:
+            # The backend documents another convention for rows that see no key: leave those
+            # rows out of the numbers (the property reports the difference).
+            exp = exp.clone()
+            if name == "out":
+                exp[dead] = math.nan
+            else:
+                exp.movedim(-2, -1)[dead] = math.nan
+        result.tensors.append(
+            tolerance.compare_tensor(
+                name,
+                first.tensors[name],
+                exp,
+                reference_error=ref_errors.get(name, 0.0),
+                dtype=_compare_dtype(name, case),
+                case_dtype=case.dtype,
+            )
+        )
+    runs = [first] + ([second] if second is not None else [])
+    result.properties = [contract, _check_unchanged(case, baseline.inputs, runs), masked]
+    if second is not None:
+        result.properties.append(_check_determinism(adapter, first, second, want_grad))
+    else:
+        result.properties.append(
+            PropertyResult("determinism", "skipped", "not checked (check_determinism=False)")
+        )
+    if not want_grad:
+        why = "check_backward=False" if getattr(adapter, "differentiable", True) else "inference-only backend"
+        result.properties.append(PropertyResult("backward", "skipped", f"gradients not checked ({why})"))
+    else:
+        constant = [
+            n for n in getattr(adapter, "nondifferentiable_inputs", ()) if GRAD_NAMES.get(n) in expected
+        ]
+        if constant:
+            text = ", ".join(f"{n} (no {GRAD_NAMES[n]})" for n in constant)
+            result.properties.append(
+                PropertyResult("backward", "documented", f"declared constant by the backend: {text}")
+            )
+    for t in result.tensors:
+        lost = [n for n in first.missing_grads if GRAD_NAMES[n] == t.name]
+        if lost and not t.passed:
+            t.reason = (
+                f"{t.name}: no gradient reaches {lost[0]} (the candidate's graph does not depend on it); "
+                + t.reason
+            )
+    failed = [p for p in result.properties if p.failed]
+    bad_tensors = [t for t in result.tensors if not t.passed]
+    if failed or bad_tensors:
+        result.status = "fail"
+        # Properties that explain the numbers first (a mutated input or a wrong shape is the
+        # cause; the tensor errors are its symptoms).
+        causes = [p for p in failed if p.name in ("contract", "inputs_unchanged")]
+        reasons = [(p.name, f"{p.name}: {p.detail}") for p in causes] + [
+            (t.name, t.reason) for t in bad_tensors
+        ]
+        reasons += [(p.name, f"{p.name}: {p.detail}") for p in failed if p not in causes]
+        others = [name for name, _ in reasons[1:]]
+        result.reason = reasons[0][1] + (f" (also failed: {', '.join(others)})" if others else "")

@@ -1,0 +1,183 @@
+"""``python -m harness bench``: end to end on the CPU (host time, labelled), and the result cells
+for every way a backend can end: timed, unsupported, not timed (fails correctness), OOM, error."""
+
+import json
+
+import pytest
+import torch
+from wrong_impls import OffByOneCausal
+
+from harness import cli
+from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, default_scale
+from harness.adapters.eager import eager_attention
+from harness.cases import SoftmaxCase
+from harness.perf.bench import Bench, oom_reason, verification_case
+from harness.perf.timing import TimerOptions
+
+CASE = SoftmaxCase(1, 2, 2, 16, 16, 8, causal=True)
+QUICK = TimerOptions(warmup_ms=0.0, reps=3)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # see tests/perf/test_timing.py: tiny host-timed ops on a shared machine
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setenv("ATTN_HARNESS_CACHE", str(tmp_path_factory.mktemp("cache")))  # measured ceilings go here
+        rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager,sdpa_math",
+                       "--cases", "S37x37|cap5|S33x70", "--reps", "3", "--warmup-ms", "0", "--out", str(out),
+                       "--quiet"])
+    finally:
+        torch.set_num_threads(n)
+        mp.undo()
+    return rc, out
+
+
+def test_cli_writes_json_markdown_and_plots(cli_run):
+    rc, out = cli_run
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema"] == "attn-harness-bench" and data["schema_version"] == 1
+    assert data["settings"]["clock"] == "host" and data["versions"]["torch"] == torch.__version__
+    assert {r["backend"] for r in data["results"]} == {"eager", "sdpa_math"}
+    timed = [r for r in data["results"] if r["status"] == "ok"]
+    assert timed and all(set(r["modes"]) == {"fwd", "bwd", "fwd+bwd"} for r in timed)
+    cell = timed[0]["modes"]["fwd"]
+    assert len(cell["times_ms"]) == 3 and cell["clock"] == "host" and cell["tflops"] > 0
+    assert not (out / "results.partial.json").exists()
+    md = (out / "report.md").read_text()
+    assert "HOST TIME" in md and "ms (host time)" in md
+    assert "unsupported: softcap is not supported by torch SDPA" in md
+    assert "speedup vs sdpa_math" in md
+    assert (out / "tflops_vs_seqlen.png").stat().st_size > 1000 and (out / "bars_fwd_bwd.png").exists()
+
+
+def test_cli_refuses_bad_arguments(tmp_path, capsys):
+    assert cli.main(["bench", "--device", "cpu", "--modes", "sideways", "--out", str(tmp_path)]) == 2
+    assert cli.main(["bench", "--device", "cpu", "--backends", "nope", "--out", str(tmp_path)]) == 2
+    assert cli.main(["bench", "--device", "cpu", "--cases", "no-such-case", "--out", str(tmp_path)]) == 2
+    assert "--backends" in capsys.readouterr().err
+
+
+class Eager(SoftmaxAdapter):
+    name = "eager_copy"
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        out, lse = eager_attention(q, k, v, causal=case.causal, softmax_scale=default_scale(case))
+        return SoftmaxOutput(out, lse)
+
+
+class RaisesAfter(Eager):
+    """Correct while the correctness check runs (2 calls), then raises ``exc`` (as in timing)."""
+
+    def __init__(self, name, exc, after=2):
+        self.name, self.exc, self.after, self.calls = name, exc, after, 0
+
+    def run(self, case, **kw):
+        self.calls += 1
+        if self.calls > self.after:
+            raise self.exc
+        return super().run(case, **kw)
+
+
+def runner():
+    return Bench("cpu", options=QUICK)
+
+
+def test_correct_backend_is_timed():
+    rec = runner().run(Eager(), CASE)
+    assert rec["status"] == "ok" and rec["verify"]["status"] == "pass"
+    assert all(c["status"] == "ok" and c["reps"] == 3 for c in rec["modes"].values())
+
+
+def test_failing_backend_is_not_timed_and_says_why():
+    a = OffByOneCausal()
+    rec = runner().run(a, CASE)
+    assert rec["status"] == "not-timed" and rec["modes"] == {}
+    assert rec["reason"].startswith("failed correctness:") and "out" in rec["reason"]
+
+
+def test_oom_in_the_correctness_check_is_an_oom_cell():
+    a = RaisesAfter("oom_always", torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB"), after=0)
+    rec = runner().run(a, CASE)
+    assert rec["status"] == "oom" and "out of memory" in rec["reason"]
+
+
+def test_oom_while_timing_is_a_cell_and_the_run_continues():
+    b = runner()
+    a = RaisesAfter("oom_later", torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB"))
+    rec = b.run(a, CASE)
+    assert {c["status"] for c in rec["modes"].values()} == {"oom"}
+    assert rec["status"] == "oom" and "OutOfMemoryError" in rec["reason"]
+    assert b.run(Eager(), CASE)["status"] == "ok"  # the next backend still runs
+
+
+def test_triton_out_of_resources_is_an_oom():
+    from triton.runtime.errors import OutOfResources
+
+    e = OutOfResources(262144, 232448, "shared memory")
+    assert "shared memory" in oom_reason(e)
+    assert oom_reason(ValueError("bad shape")) is None
+
+
+def test_unsupported_raised_by_the_backend_is_never_timed():
+    a = RaisesAfter("flex_like", Unsupported("flex fell back to eager: dynamo's recompile_limit was hit"), after=0)
+    rec = runner().run(a, CASE)
+    assert rec["status"] == "unsupported" and rec["modes"] == {}
+    assert "fell back to eager" in rec["reason"]
+    a2 = RaisesAfter("flex_like_late", Unsupported("flex fell back to eager: graph break"))
+    rec2 = runner().run(a2, CASE)
+    assert {c["status"] for c in rec2["modes"].values()} == {"unsupported"}
+    assert all("median_ms" not in c for c in rec2["modes"].values())
+
+
+def test_large_cases_are_verified_on_fewer_heads():
+    big = SoftmaxCase(1, 32, 8, 16384, 16384, 128, causal=True, dtype="bf16")
+    v = verification_case(big)
+    assert (v.batch, v.heads_q, v.heads_k, v.seqlen_q, v.d) == (1, 4, 1, 16384, 128)
+    assert verification_case(CASE) is CASE
+
+
+def test_merge_rebuilds_one_report_from_several_runs(cli_run, tmp_path):
+    _, out = cli_run
+    data = json.loads((out / "results.json").read_text())
+    other = dict(data, results=[dict(r, backend="eager2") for r in data["results"] if r["backend"] == "eager"])
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    assert cli.main(["bench", "--merge", str(out / "results.json"), str(tmp_path / "b.json"),
+                     "--out", str(tmp_path / "m"), "--no-plots"]) == 0
+    merged = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert len(merged["results"]) == len(data["results"]) + len(other["results"])
+    assert len(merged["settings"]["parts"]) == 2
+    assert "eager2" in (tmp_path / "m" / "report.md").read_text()
+
+
+def test_time_limit_leaves_the_rest_not_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--cases", "S37x37|S24x24",
+                   "--reps", "3", "--warmup-ms", "0", "--out", str(tmp_path / "out"), "--quiet", "--no-plots",
+                   "--time-limit", "0"])
+    assert rc == 0
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["status"] for r in data["results"]] == ["not-timed", "not-timed"]
+    assert "not run: --time-limit" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_unsupported_reason_is_worded_once():
+    # torch's refusal reaches the bench as "unsupported: <why>": the cell keeps <why>, the report
+    # and the pytest skip add the word once ("unsupported: unsupported: ..." was seen on an H200)
+    from harness.perf.bench import _cell
+    from harness.perf.reports.markdown import row_status_text
+
+    cell = _cell("unsupported", "unsupported: Flash attention requires q,k,v to have the same last dimension")
+    assert cell["reason"].startswith("Flash attention")
+    assert row_status_text(cell).count("unsupported") == 1

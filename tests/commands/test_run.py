@@ -1,0 +1,169 @@
+"""``python -m harness run``: self-checks, the table, the reports, the exit status, bad arguments."""
+
+import argparse
+import json
+import os
+import signal
+
+import pytest
+import torch
+import wrong_impls as w
+
+from harness.adapters import registry
+from harness.check import matrix, selfcheck
+from harness.commands import run as run_command
+
+
+def _args(*argv):
+    p = argparse.ArgumentParser()
+    run_command.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    registry.all_adapters()
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    return registry
+
+
+def test_oracle_self_checks_pass():
+    checks = selfcheck.self_checks()
+    assert len(checks) >= 8
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    assert any("masked rows" in c.name for c in checks) and any("g_gamma" in c.name for c in checks)
+
+
+def test_run_passes_writes_reports_and_prints_table(tmp_path, capsys):
+    handler = signal.getsignal(signal.SIGTERM)
+    code = run_command.main(
+        _args(
+            "--backends",
+            "eager,eager_linear,sdpa_math",
+            "--dtypes",
+            "fp32",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert signal.getsignal(signal.SIGTERM) is handler  # the run's SIGTERM handler is put back
+    assert "OK   softmax" in out and "OK   linear" in out
+    assert any(line.split()[:3] == ["eager", "B2-H4-S37x37-D32-fp32", "pass"] for line in out.splitlines())
+    assert "softcap is not supported by torch SDPA" in out  # skip reason column
+    assert "verdict: PASS" in out
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["exit_code"] == 0 and doc["summary"]["fail"] == 0
+    assert doc["summary"]["pass"] == 13 + 8 + 11  # sdpa_math: no softcap, no varlen
+    assert doc["meta"]["seed"] == 0 and doc["meta"]["torch"] == torch.__version__
+    assert {r["status"] for r in doc["results"]} == {"pass", "unsupported"}
+    md = (tmp_path / "report.md").read_text()
+    assert "| sdpa_math | B1-H2-S40x40-D32-cap5-fp32 | skip |" in md and "verdict: **PASS**" in md
+
+
+def test_run_fails_with_exit_1_when_a_backend_fails(tmp_path, capsys, scratch_registry):
+    scratch_registry.register(w.ScaleIgnored())
+    code = run_command.main(
+        _args(
+            "--backends",
+            "eager,wrong_scale_ignored",
+            "--preset",
+            "small",
+            "--dtypes",
+            "fp32",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "wrong_scale_ignored" in out and "FAIL" in out and "verdict: FAIL" in out
+    doc = json.loads((tmp_path / "report.json").read_text())
+    bad = [r for r in doc["results"] if r["status"] == "fail"]
+    assert bad and all(r["backend"] == "wrong_scale_ignored" and "out" in r["failures"] for r in bad)
+    assert "## Failures" in (tmp_path / "report.md").read_text()
+
+
+def test_failed_self_check_fails_the_job(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(selfcheck, "_linear_self_checks", lambda: [("linear broken", 1e-3)])
+    code = run_command.main(
+        _args(
+            "--backends",
+            "eager",
+            "--preset",
+            "small",
+            "--dtypes",
+            "fp32",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        )
+    )
+    assert code == 1
+    assert "FAIL linear broken" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (("--preset", "nope"), "--preset: unknown preset 'nope'"),
+        (("--dtypes", "fp8"), "--dtypes: unknown dtype 'fp8'"),
+        (("--backends", "eager,nope"), "--backends: unknown backend 'nope'"),
+        (("--seed", "-1"), "--seed: expected a non-negative integer"),
+        (("--jobs", "0"), "--jobs: expected a positive integer"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_option(argv, message, capsys, tmp_path):
+    assert run_command.main(_args(*argv, "--out", str(tmp_path))) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()  # refused before anything ran
+
+
+def test_cpu_run_turns_on_the_triton_interpreter(monkeypatch, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter is only switched on without CUDA")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    run_command.main(
+        _args("--backends", "eager", "--preset", "nope", "--out", str(tmp_path))
+    )  # exits 2, after setting it
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def test_cli_lists_and_parses_run():
+    from harness.cli import build_parser
+
+    args = build_parser("run").parse_args(["run", "--preset", "small", "--seed", "3"])
+    assert args._module is run_command and args.seed == "3"
+
+
+def test_parallel_workers_give_the_same_verdicts_in_the_same_order():
+    from harness.presets import preset
+
+    cases = preset("small", ["fp32"])[:3]
+    adapters = [registry.get("eager"), registry.get("sdpa_math")]
+    serial = matrix.run_all(cases, adapters, seed=0, device=torch.device("cpu"), progress=False)
+    parallel = matrix.run_all(cases, adapters, seed=0, device=torch.device("cpu"), progress=False, jobs=2)
+    assert [(r.backend, r.case, r.status) for r in parallel] == [(r.backend, r.case, r.status) for r in serial]
+    assert {r.status for r in parallel} == {"pass"}
+
+
+def test_an_interrupted_run_reports_what_finished(monkeypatch):
+    from harness.presets import preset
+
+    cases = preset("small", ["fp32"])[:3]
+    calls = []
+
+    def stop_after_two(adapter, case, seed, device, check_backward):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what SIGTERM from a time limit becomes (harness/interrupts.py)
+        calls.append(case.id)
+        return real(adapter, case, seed, device, check_backward)
+
+    real = matrix._verify_one
+    monkeypatch.setattr(matrix, "_verify_one", stop_after_two)
+    results = matrix.run_all(cases, [registry.get("eager")], seed=0, device=torch.device("cpu"), progress=False)
+    assert [r.status for r in results] == ["pass", "pass", "error"]
+    assert results[2].reason == "not run: the run was interrupted first"
