@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -156,6 +156,14 @@ accept-pair)  # issue 15: `accept-pair IMPL SECONDS`: this tree's accept, then t
     accept "$2" "$3"
     [ -d .old/harness ] && accept "$2" "$3" .old
     for f in "$OUT"/acc-*.log; do summary "$f" 4; done
+    ;;
+audit-measure)  # issue 20: the FA3 chart measured here (FA2 -> sdpa_flash, cuDNN, FA3 -> flash-attn-4, standard -> eager);
+    # the other two tables (RTX 5090, RTX 4060 Laptop) get ordering checks. Needs flash-attn-4 installed (fa4-1, fa4-2, .fa4-3).
+    setup
+    timeout 540 python3 -m harness audit docs/claims/*.csv --measure --out "$OUT/audit" > "$OUT/audit.log" 2>&1
+    echo "audit exit $?" >> "$OUT/audit.log"
+    tarred audit
+    summary "$OUT/audit.log" 30
     ;;
 trust-gpu)  # issue 15: the parent's clock on the GPU (a patched timer flagged, an honest one not)
     setup

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "bench": ("harness.commands.bench", "benchmark backends on a preset: markdown, JSON and PNG reports"),
     "compare": ("harness.commands.compare", "compare two benchmark JSON files, spread-aware verdict per case"),
     "accept": ("harness.commands.accept", "vendor-kernel acceptance check of MODULE:CALLABLE"),
+    "audit": ("harness.commands.audit", "check published benchmark claims: consistency, physics, measurement"),
 }
 
 

@@ -5,5 +5,6 @@
 * :mod:`.golden`: the golden store (:mod:`harness.check.golden`);
 * :mod:`.bench`: benchmarks (:mod:`harness.perf.bench`, :mod:`harness.perf.reports`);
 * :mod:`.compare`: two benchmark runs compared (:mod:`harness.perf.reports.compare`);
-* :mod:`.accept`: the vendor acceptance check (:mod:`harness.accept`).
+* :mod:`.accept`: the vendor acceptance check (:mod:`harness.accept`);
+* :mod:`.audit`: published claims audited (:mod:`harness.perf.claims`, :mod:`harness.perf.audit`).
 """
