@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -164,6 +164,21 @@ audit-measure)  # issue 20: the FA3 chart measured here (FA2 -> sdpa_flash, cuDN
     echo "audit exit $?" >> "$OUT/audit.log"
     tarred audit
     summary "$OUT/audit.log" 30
+    ;;
+fuzz-shrink)  # issue 17: the three known defects shrunk to standalone repros, then the fuzzer on every installed
+    # backend. Needs flash-attn-4 (fa4-1, fa4-2, .fa4-3) and fla (.whl). Cases: harness/check/known_issues.py.
+    setup
+    mkdir -p "$OUT/shrink"
+    timeout 150 python3 -m harness shrink --backend sdpa_cudnn --case 'B1-H4/1-S70x33-D16-causal-bf16' --seed 0 \
+        --out "$OUT/shrink/cudnn" > "$OUT/shrink/cudnn.log" 2>&1
+    timeout 150 python3 -m harness shrink --backend flash_attn_cute --case 'B1-H4/1-S70x33-D16-causal-bf16' --seed 0 \
+        --out "$OUT/shrink/fa4" > "$OUT/shrink/fa4.log" 2>&1
+    ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 150 python3 -m harness shrink --backend fla_fused_chunk \
+        --case 'B1-H2-T63-K32V32-g(n=0.1)-h0-dhT-bf16' --seed 0 --out "$OUT/shrink/fla" > "$OUT/shrink/fla.log" 2>&1
+    timeout 120 python3 -m harness fuzz --backends sdpa_flash,sdpa_cudnn,sdpa_efficient,flash_attn_cute,triton_fa \
+        --dtypes bf16,fp16 --budget 100s --seed 1 --out "$OUT/fuzz" > "$OUT/fuzz.log" 2>&1
+    (cd "$OUT" && tar czf shrink.tgz shrink fuzz && rm -rf shrink fuzz)
+    tail -n 12 "$OUT"/fuzz.log; grep -h "minimal\|needed\|dropped\|repro" "$OUT"/shrink/*.log 2>/dev/null || true
     ;;
 trust-gpu)  # issue 15: the parent's clock on the GPU (a patched timer flagged, an honest one not)
     setup

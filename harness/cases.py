@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -398,6 +399,74 @@ def make_linear_inputs(case: LinearCase, seed: int = 0, device="cpu") -> LinearI
 
 
 Case = SoftmaxCase | LinearCase
+
+_SOFTMAX_ID = re.compile(
+    r"^B(?P<b>\d+)-H(?P<hq>\d+)(?:/(?P<hk>\d+))?-(?:S(?P<sq>\d+)x(?P<sk>\d+)|varlen\[(?P<varlen>[\dx,]*)\])"
+    r"-D(?P<d>\d+)(?:v(?P<dv>\d+))?(?P<rest>(?:-[^-]+)*)$")
+_LINEAR_ID = re.compile(
+    r"^B(?P<b>\d+)-H(?P<h>\d+)-T(?P<t>\d+)-K(?P<k>\d+)V(?P<v>\d+)-(?P<gate>nogate|g_gamma\(n=[^)]+\)|g\(n=[^)]+\))"
+    r"(?P<rest>(?:-[^-]+)*)$")
+
+
+def case_from_id(case_id: str) -> Case:
+    """The case whose :attr:`id` is ``case_id`` (a replay's or a shrink's input); ValueError naming
+    the part that does not parse."""
+    m = _LINEAR_ID.match(case_id)
+    if m:
+        gate = m["gate"]
+        kw: dict = {"gate": "none" if gate == "nogate" else gate.split("(")[0]}
+        if gate != "nogate":
+            kw["gate_n"] = float(gate.split("=", 1)[1].rstrip(")"))
+        kw.update(initial_state=False, grad_final_state=False)
+        parts = [p for p in m["rest"].split("-") if p]
+        if not parts or parts[-1] not in DTYPES:
+            raise ValueError(f"case id {case_id!r}: expected a dtype ({', '.join(DTYPES)}) at the end")
+        kw["dtype"] = parts.pop()
+        for p in parts:
+            if p == "h0":
+                kw["initial_state"] = True
+            elif p == "dhT":
+                kw["grad_final_state"] = True
+            elif p.startswith("scale"):
+                kw["scale"] = float(p[5:])
+            elif p in LAYOUTS:
+                kw["layout"] = p
+            else:
+                raise ValueError(f"case id {case_id!r}: unknown part {p!r}")
+        case = LinearCase(int(m["b"]), int(m["h"]), int(m["t"]), int(m["k"]), int(m["v"]), **kw)
+    else:
+        m = _SOFTMAX_ID.match(case_id)
+        if not m:
+            raise ValueError(f"case id {case_id!r}: neither a softmax (B2-H8/2-S1024x1024-D64-...-bf16) nor a "
+                             "linear (B4-H32-T1024-K64V64-g(n=1)-...-fp16) case id")
+        hq = int(m["hq"])
+        kw = {"d_v": int(m["dv"]) if m["dv"] else None}
+        parts = [p for p in m["rest"].split("-") if p]
+        if not parts or parts[-1] not in DTYPES:
+            raise ValueError(f"case id {case_id!r}: expected a dtype ({', '.join(DTYPES)}) at the end")
+        kw["dtype"] = parts.pop()
+        for p in parts:
+            if p == "causal":
+                kw["causal"] = True
+            elif p.startswith("win"):
+                left, right = p[3:].split("x")
+                kw["window"] = (int(left), int(right))
+            elif p.startswith("cap"):
+                kw["softcap"] = float(p[3:])
+            elif p.startswith("scale"):
+                kw["scale"] = float(p[5:])
+            elif p in LAYOUTS:
+                kw["layout"] = p
+            else:
+                raise ValueError(f"case id {case_id!r}: unknown part {p!r}")
+        if m["varlen"] is not None:
+            lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)
+            case = SoftmaxCase(len(lens), hq, int(m["hk"] or hq), 0, 0, int(m["d"]), varlen=lens, **kw)
+        else:
+            case = SoftmaxCase(int(m["b"]), hq, int(m["hk"] or hq), int(m["sq"]), int(m["sk"]), int(m["d"]), **kw)
+    if case.id != case_id:  # a number written another way ("scale0.50"): the id must be canonical
+        raise ValueError(f"case id {case_id!r} reads back as {case.id!r}: use the id the harness prints")
+    return case
 
 
 def make_inputs(case: Case, seed: int = 0, device="cpu"):

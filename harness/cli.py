@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "bench": ("harness.commands.bench", "benchmark backends on a preset: markdown, JSON and PNG reports"),
     "compare": ("harness.commands.compare", "compare two benchmark JSON files, spread-aware verdict per case"),
     "accept": ("harness.commands.accept", "vendor-kernel acceptance check of MODULE:CALLABLE"),
+    "fuzz": ("harness.commands.fuzz", "random edge cases inside each backend's support, checked against the oracle"),
+    "shrink": ("harness.commands.shrink", "shrink a failing case; write a standalone reproduction script"),
     "audit": ("harness.commands.audit", "check published benchmark claims: consistency, physics, measurement"),
 }
 

@@ -53,3 +53,28 @@ def test_fa_sweep_shape():
     cases = preset("fa-sweep")
     assert len(cases) == 24
     assert all(c.batch * c.seqlen_q == 16384 and c.heads_q * c.d == 2048 for c in cases)
+
+
+def test_every_case_id_reads_back_as_its_case():
+    from harness.accept.profiles import PROFILES
+    from harness.cases import case_from_id
+    from harness.presets import PRESETS, preset
+
+    cases = [c for p in PROFILES.values() for fam in ("softmax", "linear") for c in p.cases(fam) + p.bench_cases(fam)]
+    cases += [c for name in PRESETS for c in preset(name)]
+    assert len(cases) > 200
+    for c in cases:
+        assert case_from_id(c.id) == c, c.id
+
+
+def test_a_case_id_that_does_not_parse_says_which_part():
+    import pytest
+
+    from harness.cases import case_from_id
+
+    with pytest.raises(ValueError, match="unknown part 'sideways'"):
+        case_from_id("B1-H2-S8x8-D16-sideways-fp32")
+    with pytest.raises(ValueError, match="expected a dtype"):
+        case_from_id("B1-H2-S8x8-D16-causal")
+    with pytest.raises(ValueError, match="reads back as"):
+        case_from_id("B1-H2-S8x8-D16-scale0.50-fp32")

@@ -216,6 +216,11 @@ class ChildSession:
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
+    def renew(self, timeout: float) -> None:
+        """A new deadline, ``timeout`` seconds from now (a long-lived child: one deadline per task)."""
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+
     def file(self, stem: str) -> str:
         """A fresh path in this session's folder, for a tensor file."""
         self._files += 1

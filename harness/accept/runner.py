@@ -108,6 +108,7 @@ class Runner:
         self.family = hello["family"]
         self.device = torch.device(hello["device"])
         self.impl = hello.get("impl")
+        self.backend = hello.get("backend")  # a registered adapter instead of a callable (fuzz, shrink)
         self.adapter = None
         self._inputs: dict[str, object] = {}
         self._loop = None
@@ -117,6 +118,15 @@ class Runner:
     def probe(self) -> dict:
         """Import the callable (when there is one) and say what it declares."""
         info = {"versions": versions(), "device": device_info(str(self.device))}
+        if self.backend:
+            from harness.adapters import registry
+
+            try:
+                self.adapter = registry.get(self.backend)
+            except KeyError as e:
+                raise UsageError(str(e.args[0])) from None
+            info["adapter"] = self.adapter.name
+            return info
         if not self.impl:
             return info
         from harness.adapters.registry import from_spec

@@ -9,5 +9,7 @@
 * :mod:`.golden`: the golden store of oracle results (``golden/``) and the oracle cache;
 * :mod:`.known_issues`: recorded defects of third-party backends;
 * :mod:`.selfcheck`, :mod:`.matrix`: the main job's library (the oracles against the naive
-  formulas; every backend on every case, in parallel, with its report).
+  formulas; every backend on every case, in parallel, with its report);
+* :mod:`.fuzz`, :mod:`.shrink`, :mod:`.repro`: random edge cases, a failing case shrunk to the
+  smallest that fails the same way, and the standalone script that reproduces it.
 """

@@ -6,5 +6,7 @@
 * :mod:`.bench`: benchmarks (:mod:`harness.perf.bench`, :mod:`harness.perf.reports`);
 * :mod:`.compare`: two benchmark runs compared (:mod:`harness.perf.reports.compare`);
 * :mod:`.accept`: the vendor acceptance check (:mod:`harness.accept`);
+* :mod:`.fuzz`, :mod:`.shrink`: random edge cases; a failure shrunk to a standalone repro
+  (:mod:`harness.check.fuzz`, :mod:`harness.check.shrink`, :mod:`harness.check.repro`);
 * :mod:`.audit`: published claims audited (:mod:`harness.perf.claims`, :mod:`harness.perf.audit`).
 """

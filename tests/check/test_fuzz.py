@@ -1,0 +1,73 @@
+"""The fuzzer: edge-skewed draws, a run that is a function of its seed, failures found and recorded
+with the command that shrinks them, a crashing candidate that does not stop the run."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from harness import cli
+from harness.check import fuzz as F
+
+IMPLS = Path(__file__).resolve().parents[1] / "accept" / "impls"
+
+
+def _run(tmp_path, monkeypatch, *args, out="out"):
+    monkeypatch.chdir(IMPLS)
+    code = cli.main(["fuzz", "--device", "cpu", "--out", str(tmp_path / out), *args])
+    lines = [json.loads(x) for x in (tmp_path / out / "fuzz.jsonl").read_text().splitlines()] \
+        if (tmp_path / out / "fuzz.jsonl").exists() else []
+    return code, lines
+
+
+def test_draws_reach_the_edges():
+    rng = random.Random(0)
+    soft = [F.draw(rng, "softmax", ["fp32"]) for _ in range(600)]
+    dense = [c for c in soft if not c.is_varlen]
+    assert any(c.seqlen_q == 0 for c in dense) and any(c.seqlen_k == 1 for c in dense)
+    assert any(c.seqlen_q > c.seqlen_k for c in dense) and any(c.seqlen_q < c.seqlen_k for c in dense)
+    assert {c.heads_q // c.heads_k for c in soft} >= {1, 2, 16}
+    assert any(c.is_varlen and any(a == 0 or b == 0 for a, b in c.varlen) for c in soft)
+    assert any(c.has_window and c.causal for c in soft) and any(c.softcap for c in soft)
+    assert {c.layout for c in soft} >= {"contiguous", "transposed", "offset"} and any(c.scale for c in soft)
+    lin = [F.draw(rng, "linear", ["fp32"]) for _ in range(200)]
+    assert {c.gate for c in lin} == {"none", "g", "g_gamma"} and any(c.gate_n == 0.05 for c in lin)
+
+
+def test_a_run_is_a_function_of_its_seed(tmp_path, monkeypatch):
+    args = ("--backends", "eager", "--max-cases", "8", "--seed", "3", "--budget", "5m")
+    code1, a = _run(tmp_path, monkeypatch, *args, out="a")
+    code2, b = _run(tmp_path, monkeypatch, *args, out="b")
+    assert code1 == code2 == 0
+    assert [(x["case"], x["seed"]) for x in a] == [(x["case"], x["seed"]) for x in b] and len(a) == 8
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert rep["seed"] == 3 and "--seed 3" in rep["replay"]
+
+
+def test_finds_a_bug_of_two_features_and_says_how_to_shrink_it(tmp_path, monkeypatch):
+    code, lines = _run(tmp_path, monkeypatch, "--impl", "wrong_combo:attn", "--max-cases", "40", "--seed", "7")
+    assert code == 1
+    failed = [x for x in lines if x["status"] == "fail"]
+    assert failed and all("-causal-" in x["case"] and "-cap" in x["case"] for x in failed)
+    passed = [x for x in lines if x["status"] == "pass"]
+    assert passed and not any("-causal-" in x["case"] and "-cap" in x["case"] for x in passed)
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep["failures"][0]["shrink"].startswith("python -m harness shrink --impl wrong_combo:attn")
+    assert "## Failures" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_crashing_candidate_is_a_failure_per_case_not_a_dead_run(tmp_path, monkeypatch):
+    code, lines = _run(tmp_path, monkeypatch, "--impl", "crashes:flash_attn_func", "--max-cases", "2", "--seed", "1",
+                       "--timeout", "60")
+    assert code == 1 and len(lines) == 2
+    assert all(x["status"] == "error" and "SIGABRT" in x["reason"] for x in lines)
+
+
+def test_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
+    code, _ = _run(tmp_path, monkeypatch, "--backends", "nope")
+    assert code == 2 and "unknown backend 'nope'" in capsys.readouterr().err
+    code, _ = _run(tmp_path, monkeypatch, "--backends", "eager", "--budget", "ten minutes")
+    assert code == 2 and "--budget" in capsys.readouterr().err
+    code, _ = _run(tmp_path, monkeypatch, "--backends", "eager_linear")
+    assert code == 2 and "linear-attention backend" in capsys.readouterr().err

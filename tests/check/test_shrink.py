@@ -1,0 +1,81 @@
+"""The shrinker: a bug that needs two features is shrunk to a case with exactly those two, each
+other feature reported as dropped; the standalone script it writes needs no part of this project,
+fails on the wrong kernel and passes on a correct one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.cases import case_from_id
+
+IMPLS = Path(__file__).resolve().parents[1] / "accept" / "impls"
+START = "B2-H8/2-S40x37-D32-causal-win16x0-cap5-scale0.3-transposed-fp32"
+
+
+@pytest.fixture(scope="module")
+def shrunk(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shrink")
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(IMPLS)
+    try:
+        code = cli.main(["shrink", "--impl", "wrong_combo:attn", "--case", START, "--seed", "3", "--device", "cpu",
+                         "--out", str(out)])
+    finally:
+        os.chdir(cwd)
+    return code, out, json.loads((out / "shrink.json").read_text())
+
+
+def test_finds_both_features_and_drops_the_rest(shrunk):
+    code, _, rep = shrunk
+    assert code == 0
+    minimal = case_from_id(rep["minimal"])
+    assert minimal.causal and minimal.softcap  # the two that make the bug
+    assert not minimal.has_window and minimal.scale is None and minimal.layout == "contiguous"
+    assert minimal.heads_q == minimal.heads_k and minimal.batch == 1
+    assert minimal.seqlen_q <= 4 and minimal.d == 16
+    outcome = {f["feature"]: f["outcome"] for f in rep["features"]}
+    assert outcome["softcap off"].startswith("needed") and outcome["causal off"].startswith("needed")
+    for f in ("GQA -> MHA", "window off", "passed scale off (default)", "transposed layout -> contiguous"):
+        assert outcome[f].startswith("dropped"), (f, outcome[f])
+    assert rep["signature"] == {"status": "fail", "check": "out"}
+
+
+def _repro(script: Path, *args) -> subprocess.CompletedProcess:
+    # harness made unimportable: the script must stand alone (torch and the callable only)
+    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.argv = [sys.argv[1], *sys.argv[2:]]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", boot, str(script), *args], cwd=IMPLS, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_the_repro_script_stands_alone_fails_on_the_bug_and_passes_when_fixed(shrunk):
+    _, out, rep = shrunk
+    script = Path(rep["repro"])
+    assert script.exists() and "import harness" not in script.read_text()
+    bad = _repro(script)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "defect reproduced: out" in bad.stdout
+    good = _repro(script, "--impl", "correct_softmax:flash_attn_func")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "no defect" in good.stdout
+
+
+def test_a_case_that_passes_has_nothing_to_shrink(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(IMPLS)
+    code = cli.main(["shrink", "--impl", "correct_softmax:flash_attn_func", "--case", "B1-H2-S8x8-D16-fp32",
+                     "--seed", "0", "--device", "cpu", "--out", str(tmp_path / "o")])
+    assert code == 1 and "does not fail" in capsys.readouterr().out
+
+
+def test_bad_case_id_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(IMPLS)
+    code = cli.main(["shrink", "--backend", "eager", "--case", "B1-nonsense", "--seed", "0", "--out", str(tmp_path)])
+    assert code == 2 and "--case" in capsys.readouterr().err
