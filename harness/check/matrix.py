@@ -66,10 +66,18 @@ def _verify_one(adapter, case, seed, device, check_backward):
     if reason:
         return CaseResult(adapter.name, case.id, case.family, case.dtype, str(device), seed, "unsupported", str(reason))
     key = (case.id, seed, str(device))
+    built = None
     if key not in _BASELINES:
         _BASELINES.clear()  # case-major order: the previous case's oracle is no longer needed
-        _BASELINES[key] = prepare(case, seed=seed, device=device)
-    return verify(adapter, case, baseline=_BASELINES[key], check_backward=check_backward)
+        t0 = time.perf_counter()
+        base = prepare(case, seed=seed, device=device)
+        base.reference_errors  # noqa: B018 - built here, so that its cost is the baseline's, not a judge's
+        _BASELINES[key] = base
+        built = time.perf_counter() - t0
+    result = verify(adapter, case, baseline=_BASELINES[key], check_backward=check_backward)
+    if built is not None:  # the first backend of a case pays for its oracle and reference
+        result.timings["baseline_s"] = built
+    return result
 
 
 def _worker(task):
@@ -218,6 +226,51 @@ def mark_known_issues(results, cases, device) -> None:
                 r.known_issue = issue.describe()
 
 
+def time_by_backend(results) -> dict[str, dict[str, float]]:
+    """Per backend: cases run, and seconds in first calls, compile / JIT / autotuning (first call less
+    the second), run (second calls), and oracle + reference built for the cases it opened."""
+    out: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r.status == "unsupported" or not r.timings:
+            continue
+        t = out.setdefault(r.backend, {"cases": 0, "seconds": 0.0, "first_call_s": 0.0, "compile_s": 0.0,
+                                       "run_s": 0.0, "baseline_s": 0.0})
+        t["cases"] += 1
+        t["seconds"] += r.seconds + r.timings.get("baseline_s", 0.0)
+        t["first_call_s"] += r.timings.get("first_call_s", 0.0)
+        t["compile_s"] += r.compile_s or 0.0
+        t["run_s"] += r.timings.get("second_call_s", 0.0)
+        t["baseline_s"] += r.timings.get("baseline_s", 0.0)
+    return out
+
+
+def slowest(results, n: int = 10) -> list:
+    """The ``n`` results that took longest (verification and, for the first backend of a case, its baseline)."""
+    timed = [r for r in results if r.status != "unsupported"]
+    return sorted(timed, key=lambda r: r.seconds + r.timings.get("baseline_s", 0.0), reverse=True)[:n]
+
+
+def _where(r) -> str:
+    t = r.timings
+    parts = [f"{name} {t[key]:.1f} s" for key, name in (("baseline_s", "oracle + reference"),
+                                                         ("first_call_s", "first call"),
+                                                         ("second_call_s", "second call"), ("judge_s", "judging"))
+             if key in t]
+    return ", ".join(parts) or "-"
+
+
+def timing_lines(results, *, n: int = 5) -> list[str]:
+    """Short text for the terminal: compile vs run per backend, and the slowest cells."""
+    lines = ["time per backend (compile / JIT / autotuning = first call less the second; run = the second call):"]
+    for name, t in sorted(time_by_backend(results).items(), key=lambda kv: -kv[1]["seconds"]):
+        lines.append(f"  {name:18s} {int(t['cases']):4d} cases  {t['seconds']:7.1f} s  compile {t['compile_s']:6.1f} s  "
+                     f"run {t['run_s']:6.1f} s  oracle {t['baseline_s']:6.1f} s")
+    lines.append(f"slowest {n} cells:")
+    for r in slowest(results, n):
+        lines.append(f"  {r.backend} {r.case}: {r.seconds + r.timings.get('baseline_s', 0.0):.1f} s ({_where(r)})")
+    return lines
+
+
 def _md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
@@ -249,6 +302,7 @@ def write_reports(
         f"TRITON_INTERPRET={int(meta['triton_interpret'])}",
         f"- seed {meta['seed']}, presets {', '.join(meta['presets'])}, dtypes {', '.join(meta['dtypes'])}, "
         f"backward {'checked' if meta['check_backward'] else 'not checked'}",
+        f"- workers: {meta.get('workers', '-')}; {meta.get('tuning', '')}",
         f"- started {meta['started_utc']}, {meta['seconds']} s; replay: `{meta['replay']}`",
         "",
         "## Oracle self-checks (oracle vs naive formulas, float64)",
@@ -275,6 +329,18 @@ def write_reports(
         f"| {b} | {_md_escape(c)} | {s} | {r} | {_md_escape(reason)} |"
         for b, c, s, r, reason in _rows(results)
     ]
+    md += ["", "## Where the time went", "",
+           "First call: the backend's first verification call on the case (compilation, JIT and autotuning land "
+           "here); compile = first call less the second (the same call again); run = the second call; oracle + "
+           "reference: built once per case, by the first backend that ran it.", "",
+           "| backend | cases | seconds | compile / JIT | run | oracle + reference |", "|---|---|---|---|---|---|"]
+    for name, t in sorted(time_by_backend(results).items(), key=lambda kv: -kv[1]["seconds"]):
+        md.append(f"| {name} | {int(t['cases'])} | {t['seconds']:.1f} | {t['compile_s']:.1f} | {t['run_s']:.1f} | "
+                  f"{t['baseline_s']:.1f} |")
+    md += ["", "Slowest cells:", "", "| backend | case | seconds | where |", "|---|---|---|---|"]
+    for r in slowest(results, 10):
+        md.append(f"| {r.backend} | {_md_escape(r.case)} | {r.seconds + r.timings.get('baseline_s', 0.0):.2f} | "
+                  f"{_where(r)} |")
     bad = [r for r in results if r.status in ("fail", "error")]
     if bad:
         md += ["", "## Failures", ""]

@@ -68,6 +68,15 @@ class CaseResult:
     error_traceback: str = ""
     #: set when the failure is a recorded third-party defect (harness.check.known_issues); status stays "fail"
     known_issue: str = ""
+    #: where the seconds went: first_call_s (compiles, JIT and autotuning land here), second_call_s
+    #: (the same call again: run time), judge_s; baseline_s when the caller built the oracle for it
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def compile_s(self) -> float | None:
+        """First call less the second: what compilation, JIT and autotuning cost (None without both)."""
+        a, b = self.timings.get("first_call_s"), self.timings.get("second_call_s")
+        return None if a is None or b is None else max(0.0, a - b)
 
     @property
     def passed(self) -> bool:
@@ -111,6 +120,7 @@ class CaseResult:
             "properties": [p.to_dict() for p in self.properties],
             "error_traceback": self.error_traceback,
             "known_issue": self.known_issue,
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
         }
 
     @classmethod
@@ -157,6 +167,7 @@ class CaseResult:
             seconds=d.get("seconds", 0.0),
             error_traceback=d.get("error_traceback", ""),
             known_issue=d.get("known_issue", ""),
+            timings=dict(d.get("timings") or {}),
         )
 
     def message(self) -> str:

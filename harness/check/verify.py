@@ -538,12 +538,14 @@ def verify(
             if reason:
                 result.status, result.reason = "unsupported", str(reason)
                 return result
+            t_call = time.perf_counter()
             first = _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
-            second = (
-                _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
-                if check_determinism
-                else None
-            )
+            result.timings["first_call_s"] = time.perf_counter() - t_call
+            second = None
+            if check_determinism:
+                t_call = time.perf_counter()
+                second = _run_once(adapter, case, baseline.inputs, want_grad=want_grad, poison=True)
+                result.timings["second_call_s"] = time.perf_counter() - t_call
         except Unsupported as e:
             result.status, result.reason = "unsupported", str(e) or type(e).__name__
             return result
@@ -558,7 +560,9 @@ def verify(
             )
             result.error_traceback = traceback.format_exc(limit=-6)
             return result
+        t_judge = time.perf_counter()
         _judge(result, adapter, baseline, first, second, want_grad)
+        result.timings["judge_s"] = time.perf_counter() - t_judge
         return result
     finally:
         result.seconds = time.perf_counter() - t0

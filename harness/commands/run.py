@@ -23,7 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-from harness.check.matrix import format_table, mark_known_issues, run_all, summary, write_reports
+from harness.check.matrix import (
+    format_table,
+    mark_known_issues,
+    run_all,
+    summary,
+    timing_lines,
+    write_reports,
+)
 from harness.check.selfcheck import self_checks
 from harness.interrupts import SigtermInterrupt
 
@@ -55,13 +62,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward-only", action="store_true", help="do not check gradients")
     parser.add_argument(
         "--jobs",
-        default="1",
-        help="worker processes verifying (backend, case) pairs at once (default 1; compiles are "
-        "CPU-bound, so a few workers sharing one GPU finish sooner)",
+        default="auto",
+        help="worker processes verifying (backend, case) pairs at once (default auto: one on a CPU; with "
+        "GPUs, half the CPU cores up to 8 per GPU: compiles are CPU-bound, so workers sharing a GPU finish sooner)",
+    )
+    parser.add_argument(
+        "--autotune", action="store_true",
+        help="let kernels autotune (default: pinned configs, as correctness does not depend on the tile and "
+        "tuning every new shape costs seconds to minutes)",
     )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar (and no per-result lines when not on a terminal)"
     )
+
+
+#: Environment variables that pin kernels' tuned configs (kernels/flash_attn/configs.py,
+#: kernels/linear_attn/configs.py, harness/adapters/fla.py); set unless --autotune or already set.
+PIN_TUNING = {"FLASH_ATTN_AUTOTUNE": "0", "KERNELS_LINEAR_ATTN_AUTOTUNE": "0", "ATTN_HARNESS_FLA_AUTOTUNE": "0"}
+#: Workers per GPU at most with --jobs auto (the H100 box: 16 cores, --jobs 8 finished every adapter
+#: on the small presets in 103 s; fewer left the GPU idle while kernels compiled).
+MAX_JOBS_PER_GPU = 8
+
+
+def auto_jobs(cpus: int | None, gpus: int) -> tuple[int, str]:
+    """(worker count, why) for --jobs auto."""
+    cpus = cpus or 1
+    if gpus <= 0:
+        return 1, f"1 (auto: no GPU; {cpus} CPU cores run one verification at a time)"
+    n = max(1, min(cpus // 2, MAX_JOBS_PER_GPU * gpus))
+    return n, f"{n} (auto: {cpus} CPU cores, {gpus} GPU(s): half the cores, at most {MAX_JOBS_PER_GPU} per GPU)"
 
 
 def _split(value: str | None) -> list[str]:
@@ -157,11 +186,21 @@ def main(args) -> int:
     if not torch.cuda.is_available():
         # Read by Triton when the kernels are defined: must precede the first kernel import.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    pinned = []
+    if not args.autotune:  # read when the kernels are imported: before any adapter runs (workers inherit it)
+        for k, v in PIN_TUNING.items():
+            if k not in os.environ:
+                os.environ[k] = v
+                pinned.append(k)
     try:
         cases, adapters, seed, out = _parse(args)
-        jobs = int(args.jobs) if str(args.jobs).isdigit() and int(args.jobs) >= 1 else None
+        if str(args.jobs) == "auto":
+            jobs, jobs_why = auto_jobs(os.cpu_count(), torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        else:
+            jobs = int(args.jobs) if str(args.jobs).isdigit() and int(args.jobs) >= 1 else None
+            jobs_why = f"{jobs} (--jobs)"
         if jobs is None:
-            raise ValueError(f"--jobs: expected a positive integer, got {args.jobs!r}")
+            raise ValueError(f"--jobs: expected a positive integer or auto, got {args.jobs!r}")
     except ValueError as e:
         print(f"python -m harness run: error: {e}", file=sys.stderr)
         return 2
@@ -176,9 +215,13 @@ def main(args) -> int:
             f"  {'OK  ' if c.ok else 'FAIL'} {c.name}  (max rel error {c.max_rel_error:.2e})"
             f"{'  ' + c.detail if c.detail else ''}"
         )
+    tuning = ("kernels autotune (--autotune)" if args.autotune else
+              "kernel configs pinned, no autotuning (--autotune to tune)"
+              + ("" if pinned else ": set by the environment"))
     print(
         f"\n{len(adapters)} backends x {len(cases)} cases on {device}, seed {seed}"
-        f"{' (Triton interpreter)' if os.environ.get('TRITON_INTERPRET') == '1' else ''}:",
+        f"{' (Triton interpreter)' if os.environ.get('TRITON_INTERPRET') == '1' else ''}; workers: {jobs_why}; "
+        f"{tuning}:",
         flush=True,
     )
     # A time limit (timeout, a CI job's cancel) sends SIGTERM: report what finished instead of nothing.
@@ -196,10 +239,13 @@ def main(args) -> int:
         )
         mark_known_issues(results, cases, device)
         print(format_table(results))
+        print()
+        print("\n".join(timing_lines(results)))
         counts = summary(results)
         failed = counts["fail"] + counts["error"] + sum(not c.ok for c in checks)
         exit_code = 1 if failed else 0
         meta = _meta(args, device, seed, cases, adapters, started, time.perf_counter() - t0)
+        meta.update(workers=jobs_why, tuning=tuning)
         md, js = write_reports(out, meta, checks, results, exit_code)
         print(
             f"\n{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "
@@ -211,3 +257,5 @@ def main(args) -> int:
         return exit_code
     finally:
         sigterm.restore()
+        for k in pinned:  # an in-process caller (tests) gets its environment back
+            os.environ.pop(k, None)

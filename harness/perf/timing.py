@@ -127,6 +127,9 @@ class Timing:
     flush_ms: float | None = None  # median device time of the L2 flush before each repetition
     drain_ms: float | None = None  # host time from the loop's last enqueue to the device finishing
     settle_ms: list[float] = field(default_factory=list)  # median of each settling window (CUDA), in order
+    #: host time of the first warm-up call, synchronised: what a user's first call costs (compilation,
+    #: JIT, autotuning), apart from the repetitions
+    first_call_ms: float | None = None
 
     @property
     def reps(self) -> int:
@@ -473,10 +476,13 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
         work.prepare()
         # Warm-up: compile, autotune, steady state. Host clock with a sync: only to bound its length.
         calls, t0 = 0, time.perf_counter()
+        first_ms = None
         while calls < WARMUP_MIN_CALLS or (time.perf_counter() - t0) * 1e3 < opt.warmup_ms:
             call(calls % n)
             calls += 1
             synchronize(device)
+            if first_ms is None:
+                first_ms = (time.perf_counter() - t0) * 1e3
         if opt.cuda_graph and device.type == "cuda":
             try:
                 graphs, keep = _capture_graphs(work, device)
@@ -497,6 +503,7 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
         mode=work.mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
         warmup_calls=calls + more, flush_l2=flush is not None, rotate=n, cuda_graph=graph_state,
         enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms, settle_ms=settled,
+        first_call_ms=first_ms,
     )
 
 

@@ -54,11 +54,12 @@ def test_cli_writes_json_markdown_and_plots(cli_run):
     assert timed and all(set(r["modes"]) == {"fwd", "bwd", "fwd+bwd"} for r in timed)
     cell = timed[0]["modes"]["fwd"]
     assert len(cell["times_ms"]) == 3 and cell["clock"] == "host" and cell["tflops"] > 0
+    assert cell["first_call_ms"] > 0  # the first call's cost (compile, JIT), apart from the repetitions
     assert not (out / "results.partial.json").exists()
     md = (out / "report.md").read_text()
     assert "HOST TIME" in md and "ms (host time)" in md
     assert "unsupported: softcap is not supported by torch SDPA" in md
-    assert "speedup vs sdpa_math" in md
+    assert "speedup vs sdpa_math" in md and "first call (fwd, ms)" in md
     assert (out / "tflops_vs_seqlen.png").stat().st_size > 1000 and (out / "bars_fwd_bwd.png").exists()
 
 

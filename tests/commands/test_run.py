@@ -61,6 +61,22 @@ def test_run_passes_writes_reports_and_prints_table(tmp_path, capsys):
     assert {r["status"] for r in doc["results"]} == {"pass", "unsupported"}
     md = (tmp_path / "report.md").read_text()
     assert "| sdpa_math | B1-H2-S40x40-D32-cap5-fp32 | skip |" in md and "verdict: **PASS**" in md
+    # where the time went: per backend, compile (first call less the second) apart from run time
+    assert "workers: 1 (auto: no GPU" in out and "kernel configs pinned" in out
+    assert "time per backend" in out and "slowest 5 cells:" in out
+    assert "## Where the time went" in md and "Slowest cells:" in md
+    timed = [r for r in doc["results"] if r["status"] == "pass"]
+    assert all({"first_call_s", "second_call_s", "judge_s"} <= set(r["timings"]) for r in timed)
+    assert sum("baseline_s" in r["timings"] for r in timed) == len({r["case"] for r in timed})  # once per case
+    assert doc["meta"]["tuning"].startswith("kernel configs pinned")
+    assert "FLASH_ATTN_AUTOTUNE" not in os.environ  # set for the run, put back after it
+
+
+def test_auto_workers_follow_the_gpus_and_cores():
+    assert run_command.auto_jobs(2, 0)[0] == 1
+    assert run_command.auto_jobs(16, 1)[0] == 8 and run_command.auto_jobs(4, 1)[0] == 2
+    assert run_command.auto_jobs(64, 2)[0] == 16 and run_command.auto_jobs(128, 8)[0] == 64
+    assert "16 CPU cores, 1 GPU(s)" in run_command.auto_jobs(16, 1)[1]
 
 
 def test_run_fails_with_exit_1_when_a_backend_fails(tmp_path, capsys, scratch_registry):

@@ -211,7 +211,8 @@ def case_tables(data: dict) -> list[str]:
             lines += [(f"Correctness verified on {', '.join(sorted(verified))} (fewer heads/batch: the full case's "
                        "eager reference would not fit); timed on the full case."), ""]
         head = [f"fwd {unit}", f"bwd {unit}", f"fwd+bwd {unit}", "fwd TFLOP/s", "bwd TFLOP/s", "fwd+bwd TFLOP/s",
-                f"speedup vs {base or 'baseline'} (fwd / bwd / fwd+bwd)", "fwd MiB", "bwd MiB", "saved MiB", "peak MiB"]
+                f"speedup vs {base or 'baseline'} (fwd / bwd / fwd+bwd)", "fwd MiB", "bwd MiB", "saved MiB", "peak MiB",
+                "first call (fwd, ms)"]
         lines += ["| backend | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
         for rec in recs:
             row_text = row_status_text(rec)
@@ -223,6 +224,8 @@ def case_tables(data: dict) -> list[str]:
                 cells += [cell_text(m.get(x), "tflops") for x in MODES]
                 cells.append(" / ".join(cell_text(m.get(x), "speedup") for x in MODES))
                 cells += [_mem(rec, k) for k in ("fwd_peak_mib", "bwd_peak_mib", "saved_mib", "peak_mib")]
+                first = (m.get("fwd") or {}).get("first_call_ms")
+                cells.append(fmt_ms(first) if first is not None else DASH)
             lines.append(f"| {rec['backend']} | " + " | ".join(_esc(c) for c in cells) + " |")
         lines.append("")
     if notes:
