@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -179,6 +179,18 @@ fuzz-shrink)  # issue 17: the three known defects shrunk to standalone repros, t
         --dtypes bf16,fp16 --budget 100s --seed 1 --out "$OUT/fuzz" > "$OUT/fuzz.log" 2>&1
     (cd "$OUT" && tar czf shrink.tgz shrink fuzz && rm -rf shrink fuzz)
     tail -n 12 "$OUT"/fuzz.log; grep -h "minimal\|needed\|dropped\|repro" "$OUT"/shrink/*.log 2>/dev/null || true
+    ;;
+main-job)  # issue 21: `python -m harness run` with no options, cold (empty Triton / inductor caches), then warm
+    setup
+    export TRITON_CACHE_DIR=/tmp/mj-triton TORCHINDUCTOR_CACHE_DIR=/tmp/mj-inductor
+    rm -rf /tmp/mj-triton /tmp/mj-inductor
+    for run in cold warm; do
+        start=$(date +%s)
+        timeout 280 python3 -m harness run --out "$OUT/run-$run" > "$OUT/run-$run.log" 2>&1
+        echo "main job $run: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/run-$run.log"
+        tarred "run-$run"
+    done
+    for run in cold warm; do grep -E "workers|^main job|time per backend" -A 12 "$OUT/run-$run.log" | head -n 30; done
     ;;
 trust-gpu)  # issue 15: the parent's clock on the GPU (a patched timer flagged, an honest one not)
     setup
