@@ -18,7 +18,6 @@ nondeterministic backward, constant inputs) come from the child's probe; they de
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,20 @@ ANTICHEAT_SEED_OFFSET = 1_000_003
 
 #: Outputs a candidate returns, by family (besides the gradients named in verify.GRAD_NAMES).
 _FORWARD_NAMES = {"softmax": ("out", "lse"), "linear": ("out", "final_state")}
+
+
+def read_answer(out_path: str, res: dict, *, device=None) -> dict:
+    """The tensors of a child's answer, from the file *this* process named (``out_path``): the path
+    in the child's message is never opened or deleted (a candidate could name any file of the user's).
+    The file is removed after reading."""
+    claimed = (res.get("outputs") or {}).get("path")
+    path = Path(out_path)
+    try:
+        if claimed != out_path:
+            raise exchange.ExchangeError(f"an answer naming {claimed!r} instead of the file it was given")
+        return exchange.read_tensors(path, (res.get("outputs") or {}).get("sha256") or "-", device=device)
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def declared_adapter(name: str, family: str, capabilities: dict):
@@ -100,19 +113,16 @@ class Judge:
     def call(self, base: V.Baseline, *, want_grad: bool, poison: bool = True, with_inputs: bool = True) -> Answer:
         """One call of the candidate on ``base``'s inputs in the child; its tensors on our device."""
         case = base.case
+        out_path = self.session.file("outputs")
         res = self.session.ask(
             "call", case=case_to_dict(case), inputs=self.inputs_ref(base), want_grad=want_grad, poison=poison,
-            with_inputs=with_inputs, out_path=self.session.file("outputs"),
+            with_inputs=with_inputs, out_path=out_path,
         )
         status = res.get("status")
         if status != "ok":
             status = status if status in ("unsupported", "contract") else "error"
             return Answer(status, str(res.get("reason", "")), str(res.get("traceback", "")))
-        path = Path(res["outputs"]["path"])
-        try:
-            tensors = exchange.read_tensors(path, res["outputs"]["sha256"], device=self.device)
-        finally:
-            path.unlink(missing_ok=True)
+        tensors = read_answer(out_path, res, device=self.device)
         return self._as_run(case, base, tensors, res, want_grad=want_grad, with_inputs=with_inputs)
 
     def _as_run(self, case, base, tensors, res, *, want_grad, with_inputs) -> Answer:
@@ -284,15 +294,12 @@ def _side_stream(judge: Judge, case, seed: int, backward: bool) -> V.PropertyRes
     pairs = []
     try:
         for sleep in (0, anticheat.SIDE_STREAM_SLEEP_CYCLES):
+            out_path = judge.session.file("side")
             res = _ask_status(judge, "side_stream", case=case_to_dict(case), inputs=judge.inputs_ref(base),
-                              sleep_cycles=sleep, want_grad=want_grad, out_path=judge.session.file("side"))
+                              sleep_cycles=sleep, want_grad=want_grad, out_path=out_path)
             if res["status"] == "unsupported":
                 return V.PropertyResult("side_stream", "skipped", f"unsupported: {res.get('reason')}")
-            path = Path(res["outputs"]["path"])
-            try:
-                t = exchange.read_tensors(path, res["outputs"]["sha256"])
-            finally:
-                os.unlink(path)
+            t = read_answer(out_path, res)
             early = {n[len("early."):]: x for n, x in t.items() if n.startswith("early.")}
             late = {n[len("late."):]: x for n, x in t.items() if n.startswith("late.")}
             pairs.append((sleep, early, late))

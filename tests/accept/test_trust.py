@@ -67,6 +67,26 @@ def test_cached_outputs_with_the_anticheat_checks_patched_are_rejected_for_the_n
         assert not {"out", "dq", "dk", "dv"} & {c["check"] for c in entry["failed_checks"]}  # only its cache lies
 
 
+def test_the_judge_reads_and_removes_only_the_files_it_named(tmp_path, monkeypatch):
+    import sys as _sys
+
+    _sys.path.insert(0, str(IMPLS))
+    try:
+        from forges_answer_path import VICTIM
+    finally:
+        _sys.path.remove(str(IMPLS))
+        _sys.modules.pop("forges_answer_path", None)
+        _sys.modules.pop("_reference", None)
+    Path(VICTIM).write_text("a file of the user's")
+    try:
+        code, rep = accept(tmp_path, monkeypatch, "--impl", "forges_answer_path:flash_attn_func", "--case", GQA)
+        assert Path(VICTIM).read_text() == "a file of the user's"  # neither read as tensors nor deleted
+    finally:
+        Path(VICTIM).unlink(missing_ok=True)
+    assert code == 1 and rep["cases"][0]["status"] == "error"
+    assert "naming" in rep["cases"][0]["reason"] and "instead of the file it was given" in rep["cases"][0]["reason"]
+
+
 def test_correct_candidate_is_accepted_and_never_imported_by_the_judge(tmp_path, monkeypatch):
     vendor = tmp_path / "vendor"  # a module name no other test imports
     vendor.mkdir()
