@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -191,6 +191,22 @@ main-job)  # issue 21: `python -m harness run` with no options, cold (empty Trit
         tarred "run-$run"
     done
     for run in cold warm; do grep -E "workers|^main job|time per backend" -A 12 "$OUT/run-$run.log" | head -n 30; done
+    ;;
+decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on the real models' decode steps:
+    # correctness against the FP64 oracle (cache written bit for bit), then the forward timed, GB/s against
+    # decode_bytes and the card's copy rate. flash-attn-4 is the peer when installed (fa4-1, fa4-2, .fa4-3).
+    setup
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_kernel.py tests/check/test_decode.py \
+        > "$OUT/decode-tests.log" 2>&1
+    echo "decode tests exit $?" >> "$OUT/decode-tests.log"
+    timeout 400 python3 -m harness bench --preset decode --modes fwd --no-plots \
+        --backends decode_sdpa,flash_attn_cute_decode,flash_attn_kvcache,flash_attn3_kvcache,triton_decode \
+        --out "$OUT/decode-bench" > "$OUT/decode-bench.log" 2>&1
+    echo "decode bench exit $?" >> "$OUT/decode-bench.log"
+    summary "$OUT/decode-tests.log" 5
+    summary "$OUT/decode-bench.log" 4
+    grep -A 8 "GB/s by cache length" "$OUT/decode-bench/report.md" | head -n 90
+    tarred decode-bench
     ;;
 trust-gpu)  # issue 15: the parent's clock on the GPU (a patched timer flagged, an honest one not)
     setup

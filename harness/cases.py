@@ -398,67 +398,268 @@ def make_linear_inputs(case: LinearCase, seed: int = 0, device="cpu") -> LinearI
     return LinearInputs(q, k, v, do, g, g_gamma, h0, dht).to(device)
 
 
-Case = SoftmaxCase | LinearCase
+# --------------------------------------------------------------------------------------------
+# Decode: attention over a KV cache (flash-attn's flash_attn_with_kvcache convention)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    """One decode step over a KV cache: ``seqlen_q`` new query tokens (1 for decoding, 2-8 for
+    speculative decoding) per sequence attend to that sequence's cache.
+
+    ``cache_len``: the longest cache; with ``ragged`` the sequences' lengths differ
+    (:attr:`cache_seqlens`: the first is ``cache_len``, the second 0, the third exactly one page,
+    the rest uniform in 0..cache_len from a generator seeded by the batch and ``cache_len``), else
+    every one is ``cache_len``.
+    ``page_size``: 0 for a contiguous cache ``[B, Smax, Hk, D]``, else a paged cache
+    ``[num_blocks, page_size, Hk, D]`` addressed through a shuffled ``block_table [B, max_pages]``.
+    ``append``: new k, v ``[B, seqlen_q, Hk, D]`` are written into the cache at ``cache_seqlens``
+    before attending (in place). Masks are bottom-right aligned, so the new tokens see the whole
+    cache: query i of a sequence of L keys (cache + new) sees key j iff j <= L - seqlen_q + i.
+    """
+
+    batch: int
+    heads_q: int
+    heads_k: int
+    seqlen_q: int
+    cache_len: int
+    d: int
+    d_v: int | None = None
+    page_size: int = 0
+    ragged: bool = True
+    append: bool = True
+    causal: bool = True
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    dtype: str = "fp32"
+    scale: float | None = None
+
+    family: Literal["decode"] = dataclasses.field(default="decode", init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "window", tuple(int(w) for w in self.window))
+        if self.d_v is None:
+            object.__setattr__(self, "d_v", self.d)
+        dtype_of(self.dtype)
+        if self.heads_k <= 0 or self.heads_q % self.heads_k:
+            raise ValueError(f"heads_k: heads_q ({self.heads_q}) must be a positive multiple of heads_k ({self.heads_k})")
+        if min(self.batch, self.seqlen_q, self.d, self.d_v) <= 0 or self.cache_len < 0:
+            raise ValueError(f"case sizes must be positive: {self}")
+        if self.page_size < 0:
+            raise ValueError(f"page_size: expected 0 (contiguous) or a positive page size, got {self.page_size}")
+        _check_scale(self.scale)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def layout(self) -> str:
+        return "contiguous"  # the decode contract fixes its tensors' layouts
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+    @property
+    def has_window(self) -> bool:
+        return self.window != (-1, -1)
+
+    @property
+    def capacity(self) -> int:
+        """Slots each sequence needs: its cache plus the appended tokens (whole pages when paged)."""
+        need = self.cache_len + (self.seqlen_q if self.append else 0)
+        if self.paged:
+            return -(-max(need, 1) // self.page_size) * self.page_size
+        return max(need, 1)
+
+    @property
+    def pages_per_seq(self) -> int:
+        return self.capacity // self.page_size if self.paged else 0
+
+    @property
+    def cache_seqlens(self) -> tuple[int, ...]:
+        """Each sequence's cache length before the step (see the class docstring)."""
+        if not self.ragged:
+            return (self.cache_len,) * self.batch
+        # Not seeded by the page size: the same shape paged, with other pages, or contiguous holds the
+        # same lengths, so their timings compare.
+        gen = torch.Generator(device="cpu").manual_seed(_seed_from("cache_seqlens", self.batch, self.cache_len))
+        lens = []
+        for b in range(self.batch):
+            if b == 0:
+                lens.append(self.cache_len)
+            elif b == 1:
+                lens.append(0)
+            elif b == 2:
+                lens.append(min(self.cache_len, self.page_size or 16))
+            else:
+                lens.append(int(torch.randint(0, self.cache_len + 1, (1,), generator=gen)))
+        return tuple(lens)
+
+    @property
+    def kv_lengths(self) -> tuple[int, ...]:
+        """Each sequence's keys during the step: its cache plus the appended tokens."""
+        new = self.seqlen_q if self.append else 0
+        return tuple(n + new for n in self.cache_seqlens)
+
+    def visible_pairs(self) -> int:
+        """Exact (query, key) pairs one head sees, summed over the batch (the FLOP model's count)."""
+        return sum(visible_pairs(self.seqlen_q, n, causal=self.causal, window=self.window) for n in self.kv_lengths)
+
+    @property
+    def effective_scale(self) -> float:
+        return self.d**-0.5 if self.scale is None else float(self.scale)
+
+    @property
+    def id(self) -> str:
+        heads = f"H{self.heads_q}" if self.heads_q == self.heads_k else f"H{self.heads_q}/{self.heads_k}"
+        parts = [f"B{self.batch}", heads, f"Q{self.seqlen_q}", f"L{self.cache_len}" + ("r" if self.ragged else ""),
+                 f"P{self.page_size}" if self.paged else "contig"]
+        if self.append:
+            parts.append("new")
+        parts.append(f"D{self.d}" if self.d_v == self.d else f"D{self.d}v{self.d_v}")
+        if not self.causal:
+            parts.append("nocausal")
+        if self.has_window:
+            parts.append(f"win{self.window[0]}x{self.window[1]}")
+        if self.softcap:
+            parts.append(f"cap{_num(self.softcap)}")
+        if self.scale is not None:
+            parts.append(f"scale{_num(self.scale)}")
+        parts.append(self.dtype)
+        return "-".join(parts)
+
+    def __str__(self) -> str:
+        return self.id
+
+    def with_dtype(self, dtype: str) -> DecodeCase:
+        return dataclasses.replace(self, dtype=dtype)
+
+    @property
+    def oracle_kwargs(self) -> dict:
+        return dict(causal=self.causal, window_size=self.window, softcap=self.softcap, softmax_scale=self.scale)
+
+
+@dataclass
+class DecodeInputs:
+    """q (B, Sq, Hq, D); k_cache, v_cache: contiguous (B, capacity, Hk, D / Dv) or paged
+    (num_blocks, page_size, Hk, D / Dv); cache_seqlens int32 (B,); block_table int32 (B, pages) when
+    paged; k, v (B, Sq, Hk, D / Dv) when appending. Every cache slot holds a finite value, the ones
+    past a sequence's length too: a kernel that reads them gets a wrong answer, not a lucky zero."""
+
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    cache_seqlens: torch.Tensor
+    block_table: torch.Tensor | None = None
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def to(self, device) -> DecodeInputs:
+        return DecodeInputs(**{k: v.to(device) for k, v in self.tensors().items()})
+
+
+#: Pages a paged cache holds beyond what the batch needs (unused pages in the pool, as in serving).
+DECODE_SPARE_PAGES = 3
+
+
+def make_decode_inputs(case: DecodeCase, seed: int = 0, device="cpu") -> DecodeInputs:
+    """Seeded inputs for ``case`` (see :class:`DecodeInputs`); the page table is a seeded shuffle."""
+    gen = torch.Generator(device="cpu").manual_seed(_seed_from(case.id, seed))
+    dt = case.torch_dtype
+    B, Sq, Hq, Hk, D, Dv = case.batch, case.seqlen_q, case.heads_q, case.heads_k, case.d, case.d_v
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dt)
+
+    q = randn(B, Sq, Hq, D)
+    if case.paged:
+        blocks = B * case.pages_per_seq + DECODE_SPARE_PAGES
+        k_cache, v_cache = randn(blocks, case.page_size, Hk, D), randn(blocks, case.page_size, Hk, Dv)
+        order = torch.randperm(blocks, generator=gen)[: B * case.pages_per_seq]
+        block_table = order.view(B, case.pages_per_seq).to(torch.int32)
+    else:
+        k_cache, v_cache = randn(B, case.capacity, Hk, D), randn(B, case.capacity, Hk, Dv)
+        block_table = None
+    k_new = randn(B, Sq, Hk, D) if case.append else None
+    v_new = randn(B, Sq, Hk, Dv) if case.append else None
+    lens = torch.tensor(case.cache_seqlens, dtype=torch.int32)
+    return DecodeInputs(q, k_cache, v_cache, lens, block_table, k_new, v_new).to(device)
+
+
+Case = SoftmaxCase | LinearCase | DecodeCase
 
 _SOFTMAX_ID = re.compile(
     r"^B(?P<b>\d+)-H(?P<hq>\d+)(?:/(?P<hk>\d+))?-(?:S(?P<sq>\d+)x(?P<sk>\d+)|varlen\[(?P<varlen>[\dx,]*)\])"
     r"-D(?P<d>\d+)(?:v(?P<dv>\d+))?(?P<rest>(?:-[^-]+)*)$")
+_DECODE_ID = re.compile(
+    r"^B(?P<b>\d+)-H(?P<hq>\d+)(?:/(?P<hk>\d+))?-Q(?P<q>\d+)-L(?P<l>\d+)(?P<r>r?)-(?:P(?P<p>\d+)|contig)"
+    r"(?P<new>-new)?-D(?P<d>\d+)(?:v(?P<dv>\d+))?(?P<rest>(?:-[^-]+)*)$")
 _LINEAR_ID = re.compile(
     r"^B(?P<b>\d+)-H(?P<h>\d+)-T(?P<t>\d+)-K(?P<k>\d+)V(?P<v>\d+)-(?P<gate>nogate|g_gamma\(n=[^)]+\)|g\(n=[^)]+\))"
     r"(?P<rest>(?:-[^-]+)*)$")
 
 
+def _id_tail(case_id: str, rest: str, flags: dict[str, tuple[str, object]], *, windows: bool = True,
+             layouts: bool = True) -> dict:
+    """The keyword arguments an id's tail spells: ``-<flag>...-<dtype>``, flags being the family's
+    words (``flags``: word -> (field, value)), ``win<l>x<r>``, ``cap<x>``, ``scale<x>`` and a layout."""
+    parts = [p for p in rest.split("-") if p]
+    if not parts or parts[-1] not in DTYPES:
+        raise ValueError(f"case id {case_id!r}: expected a dtype ({', '.join(DTYPES)}) at the end")
+    kw: dict = {"dtype": parts.pop()}
+    for p in parts:
+        if p in flags:
+            field, value = flags[p]
+            kw[field] = value
+        elif windows and p.startswith("win"):
+            left, right = p[3:].split("x")
+            kw["window"] = (int(left), int(right))
+        elif windows and p.startswith("cap"):
+            kw["softcap"] = float(p[3:])
+        elif p.startswith("scale"):
+            kw["scale"] = float(p[5:])
+        elif layouts and p in LAYOUTS:
+            kw["layout"] = p
+        else:
+            raise ValueError(f"case id {case_id!r}: unknown part {p!r}")
+    return kw
+
+
 def case_from_id(case_id: str) -> Case:
-    """The case whose :attr:`id` is ``case_id`` (a replay's or a shrink's input); ValueError naming
+    """The case (softmax, linear or decode) whose :attr:`id` is ``case_id`` (a replay's or a shrink's
+    input); ValueError naming
     the part that does not parse."""
-    m = _LINEAR_ID.match(case_id)
+    m = _DECODE_ID.match(case_id)
     if m:
+        kw = {"d_v": int(m["dv"]) if m["dv"] else None, "ragged": bool(m["r"]), "append": bool(m["new"]),
+              "page_size": int(m["p"] or 0)}
+        kw.update(_id_tail(case_id, m["rest"], {"nocausal": ("causal", False)}, layouts=False))
+        hq = int(m["hq"])
+        case = DecodeCase(int(m["b"]), hq, int(m["hk"] or hq), int(m["q"]), int(m["l"]), int(m["d"]), **kw)
+    elif m := _LINEAR_ID.match(case_id):
         gate = m["gate"]
         kw: dict = {"gate": "none" if gate == "nogate" else gate.split("(")[0]}
         if gate != "nogate":
             kw["gate_n"] = float(gate.split("=", 1)[1].rstrip(")"))
         kw.update(initial_state=False, grad_final_state=False)
-        parts = [p for p in m["rest"].split("-") if p]
-        if not parts or parts[-1] not in DTYPES:
-            raise ValueError(f"case id {case_id!r}: expected a dtype ({', '.join(DTYPES)}) at the end")
-        kw["dtype"] = parts.pop()
-        for p in parts:
-            if p == "h0":
-                kw["initial_state"] = True
-            elif p == "dhT":
-                kw["grad_final_state"] = True
-            elif p.startswith("scale"):
-                kw["scale"] = float(p[5:])
-            elif p in LAYOUTS:
-                kw["layout"] = p
-            else:
-                raise ValueError(f"case id {case_id!r}: unknown part {p!r}")
+        kw.update(_id_tail(case_id, m["rest"], {"h0": ("initial_state", True), "dhT": ("grad_final_state", True)},
+                           windows=False))
         case = LinearCase(int(m["b"]), int(m["h"]), int(m["t"]), int(m["k"]), int(m["v"]), **kw)
     else:
         m = _SOFTMAX_ID.match(case_id)
         if not m:
-            raise ValueError(f"case id {case_id!r}: neither a softmax (B2-H8/2-S1024x1024-D64-...-bf16) nor a "
-                             "linear (B4-H32-T1024-K64V64-g(n=1)-...-fp16) case id")
+            raise ValueError(f"case id {case_id!r}: neither a softmax (B2-H8/2-S1024x1024-D64-...-bf16), a "
+                             "linear (B4-H32-T1024-K64V64-g(n=1)-...-fp16) nor a decode "
+                             "(B16-H32/8-Q1-L4096r-P64-new-D128-bf16) case id")
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
-        parts = [p for p in m["rest"].split("-") if p]
-        if not parts or parts[-1] not in DTYPES:
-            raise ValueError(f"case id {case_id!r}: expected a dtype ({', '.join(DTYPES)}) at the end")
-        kw["dtype"] = parts.pop()
-        for p in parts:
-            if p == "causal":
-                kw["causal"] = True
-            elif p.startswith("win"):
-                left, right = p[3:].split("x")
-                kw["window"] = (int(left), int(right))
-            elif p.startswith("cap"):
-                kw["softcap"] = float(p[3:])
-            elif p.startswith("scale"):
-                kw["scale"] = float(p[5:])
-            elif p in LAYOUTS:
-                kw["layout"] = p
-            else:
-                raise ValueError(f"case id {case_id!r}: unknown part {p!r}")
+        kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True)}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)
             case = SoftmaxCase(len(lens), hq, int(m["hk"] or hq), 0, 0, int(m["d"]), varlen=lens, **kw)
@@ -470,9 +671,11 @@ def case_from_id(case_id: str) -> Case:
 
 
 def make_inputs(case: Case, seed: int = 0, device="cpu"):
-    """Seeded inputs for either family."""
+    """Seeded inputs for any family."""
     if isinstance(case, SoftmaxCase):
         return make_softmax_inputs(case, seed, device)
     if isinstance(case, LinearCase):
         return make_linear_inputs(case, seed, device)
-    raise TypeError(f"case: expected SoftmaxCase or LinearCase, got {type(case).__name__}")
+    if isinstance(case, DecodeCase):
+        return make_decode_inputs(case, seed, device)
+    raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")

@@ -10,7 +10,8 @@ Options (one group, ``attn-harness``):
     --attn-preset NAMES     comma-separated presets (default: small,small-linear)
     --attn-seed SEEDS       comma-separated input seeds (default: 0); printed in the header
     --attn-impl SPEC        a vendor callable joins the run: ``module:function``, or
-                            ``linear=module:function`` for a linear-attention callable (repeatable)
+                            ``linear=module:function`` / ``decode=module:function`` for a
+                            linear-attention / KV-cache decode callable (repeatable)
     --attn-result-log PATH  every test's outcome, duration and failure text, one JSON line each,
                             written as it finishes (with xdist, by the controller): what ran
                             survives a run killed by a time limit or hung at teardown
@@ -84,8 +85,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="a vendor callable joins the run: module:function (softmax) or "
-        "linear=module:function; repeatable",
+        help="a vendor callable joins the run: module:function (softmax), "
+        "linear=module:function or decode=module:function; repeatable",
     )
     group.addoption(
         "--attn-result-log",
@@ -154,9 +155,9 @@ def _parse_settings(config: pytest.Config) -> Settings:
     for spec in config.getoption("attn_impl") or []:
         family, _, target = spec.rpartition("=")
         family = family or "softmax"
-        if family not in ("softmax", "linear") or ":" not in target:
+        if family not in ("softmax", "linear", "decode") or ":" not in target:
             raise pytest.UsageError(
-                f"--attn-impl: expected module:function or linear=module:function, got {spec!r}"
+                f"--attn-impl: expected module:function, linear=module:function or decode=module:function, got {spec!r}"
             )
         try:
             adapter = registry.from_spec(target, family=family)
@@ -358,7 +359,7 @@ def attn_device():
 
 @pytest.fixture
 def attn_case(request):
-    """The case (SoftmaxCase / LinearCase) of this test; its id is the test id."""
+    """The case (SoftmaxCase / LinearCase / DecodeCase) of this test; its id is the test id."""
     return _param(request, "attn_case")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from harness.cases import Case, LinearCase, SoftmaxCase
+from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase
 
 # The FA papers' sweep keeps batch x seqlen = 16k tokens and hidden = heads x dim = 2048.
 FA_SWEEP_TOKENS = 16 * 1024
@@ -96,14 +96,57 @@ def _small_linear() -> list[Case]:
     ]
 
 
+#: Page size of the decode preset's paged caches (vLLM's default block is 16, flash-attn 2 needs a
+#: multiple of 256; 64 is a common middle, one key tile per page). One case per shape family
+#: repeats at 16 to show the cost of small pages.
+DECODE_PAGE = 64
+
+
+def _decode() -> list[Case]:
+    """Decode steps of real models on an H100 (bf16, one new token appended, ragged batches):
+    Llama-3-8B / 70B-per-GPU GQA 32/8 d128 from one long sequence to a full batch, Llama-2-7B MHA 32
+    d128 at contexts 512..16k, pages of 16 / 64 / 256 and a contiguous cache, MQA, speculative
+    decoding (4 new tokens), DeepSeek-V3's absorbed MLA (128 query heads on one
+    576-wide latent head, values 512 wide), and Mistral-style sliding-window decode."""
+    gqa = [DecodeCase(b, 32, 8, 1, n, 128, page_size=DECODE_PAGE, ragged=b > 1, dtype="bf16")
+           for b, n in ((1, 8192), (1, 131072), (16, 4096), (16, 32768), (64, 4096), (256, 1024))]
+    # the seed's inference table in form: a Llama-2-7B attention layer, contexts 512..16k
+    mha = [DecodeCase(8, 32, 32, 1, n, 128, page_size=DECODE_PAGE, dtype="bf16")
+           for n in (512, 1024, 2048, 4096, 8192, 16384)]
+    return gqa + mha + [
+        DecodeCase(16, 32, 8, 1, 32768, 128, page_size=16, dtype="bf16"),  # vLLM's pages
+        DecodeCase(16, 32, 8, 1, 32768, 128, page_size=256, dtype="bf16"),  # flash-attn 2's pages
+        DecodeCase(16, 32, 8, 1, 32768, 128, dtype="bf16"),  # contiguous cache
+        DecodeCase(16, 32, 1, 1, 32768, 128, page_size=DECODE_PAGE, dtype="bf16"),  # MQA
+        DecodeCase(16, 32, 8, 4, 8192, 128, page_size=DECODE_PAGE, dtype="bf16"),  # speculative
+        DecodeCase(32, 128, 1, 1, 4096, 576, d_v=512, page_size=DECODE_PAGE, dtype="bf16"),  # MLA
+        DecodeCase(16, 32, 8, 1, 32768, 128, page_size=DECODE_PAGE, window=(4095, 0), dtype="bf16"),
+    ]
+
+
+def _small_decode() -> list[Case]:
+    """CPU-sized decode cases: paged (pages of 16 and 32) and contiguous caches, GQA / MQA / MHA,
+    1 and 4 new tokens, ragged lengths (an empty cache, one exact page, full), no append, d_v != d,
+    a window, softcap, the scale passed, not causal."""
+    return [
+        DecodeCase(5, 8, 2, 1, 100, 32, page_size=16),
+        DecodeCase(4, 4, 1, 4, 70, 16, d_v=32),
+        DecodeCase(3, 4, 4, 1, 64, 32, page_size=32, append=False),
+        DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0),
+        DecodeCase(3, 4, 2, 3, 33, 16, page_size=16, causal=False, scale=0.0625),
+    ]
+
+
 _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
     "small": (_small, "CPU-sized softmax cases, every feature, scale omitted and passed, strided layouts (fp32)"),
     "small-linear": (_small_linear, "CPU-sized linear-attention cases, every gate, scale passed, strided layouts (fp32)"),
+    "small-decode": (_small_decode, "CPU-sized decode cases: paged and contiguous caches, GQA/MQA, 1-4 new tokens, ragged (fp32)"),
     "fa-sweep": (_fa_sweep, "FA-paper sweep: hd 64/128, seqlen 512..16k at 16k tokens, hidden 2048, bf16"),
     "configs": (_configs, "MHA / GQA 32/8 / MQA / MLA-shaped (d192 v128), B2 S4096 causal, bf16"),
     "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),
     "linear": (_linear, "linear attention: B4 H32 D64 fp16, T 1k..4k"),
     "linear-sweep": (_linear_sweep, "linear attention: B4 H32 K=V 64/128, T 1k..16k, fp16"),
+    "decode": (_decode, "decode of real models: GQA 32/8, MQA, MHA d128, B1..256, caches 512..128k, MLA d576/512, pages 16/64/256, bf16"),
 }
 PRESETS: dict[str, str] = {name: desc for name, (_, desc) in _BUILDERS.items()}
 

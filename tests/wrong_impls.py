@@ -13,6 +13,7 @@ from typing import ClassVar
 import torch
 
 from harness.adapters.base import LinearAdapter, LinearOutput, SoftmaxAdapter, SoftmaxOutput, default_scale
+from harness.adapters.decode import DecodeEagerAdapter, write_new_tokens
 from harness.adapters.eager import eager_attention, eager_linear_attention
 
 
@@ -239,3 +240,66 @@ class LinearNoFinalState(LinearAdapter):
             q, k, v, g=g, g_gamma=g_gamma, scale=default_scale(case), initial_state=initial_state
         )
         return LinearOutput(o, None)
+
+
+# --------------------------------------------------------------------------------------------
+# Decode: attention over a KV cache. Each one is the reference adapter with one bug.
+# --------------------------------------------------------------------------------------------
+
+
+class _WrongDecode(DecodeEagerAdapter):
+    description = "deliberately wrong decode (tests only)"
+
+
+class DecodeWritesWrongSlot(_WrongDecode):
+    """Attends correctly (the new tokens straight from k, v) but writes them into the cache one slot
+    too far: this step's output is right, every later step reads a stale slot."""
+
+    name = "wrong_decode_writes_wrong_slot"
+
+    def run(self, case, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        out = super().run(case, q=q, k_cache=k_cache.clone(), v_cache=v_cache.clone(), cache_seqlens=cache_seqlens,
+                          block_table=block_table, k=k, v=v)
+        if k is not None:
+            write_new_tokens(k_cache, v_cache, k, v, cache_seqlens + 1, block_table)
+        return out
+
+
+class DecodeIgnoresBlockTable(_WrongDecode):
+    """Reads (and writes) a paged cache as if page b * pages + i belonged to sequence b: right only
+    when the pool happens to be in order, which a serving stack's never is."""
+
+    name = "wrong_decode_ignores_block_table"
+
+    def run(self, case, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        if block_table is not None:
+            B, pages = block_table.shape
+            block_table = torch.arange(B * pages, dtype=block_table.dtype, device=block_table.device).view(B, pages)
+        return super().run(case, q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens,
+                           block_table=block_table, k=k, v=v)
+
+
+class DecodeForgetsToWrite(_WrongDecode):
+    """Attends to the new tokens (from k, v directly) but never writes them into the cache."""
+
+    name = "wrong_decode_forgets_to_write"
+
+    def run(self, case, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        return super().run(case, q=q, k_cache=k_cache.clone(), v_cache=v_cache.clone(),
+                           cache_seqlens=cache_seqlens, block_table=block_table, k=k, v=v)
+
+
+class DecodeReadsWholePages(_WrongDecode):
+    """Attends to every slot of a sequence's last page, the unused ones past its length too."""
+
+    name = "wrong_decode_reads_whole_pages"
+
+    def run(self, case, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        new = k.shape[1] if k is not None else 0
+        if block_table is not None and k is not None:  # write the new tokens, then attend to whole pages
+            super().run(case, q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens,
+                        block_table=block_table, k=k, v=v)
+        page = k_cache.shape[1] if block_table is not None else 1
+        rounded = ((cache_seqlens + new + page - 1) // page) * page
+        return super().run(case, q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=rounded.to(cache_seqlens.dtype),
+                           block_table=block_table)

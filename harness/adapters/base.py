@@ -19,7 +19,7 @@ import torch
 
 from harness.cases import Case, LinearCase, SoftmaxCase
 
-Family = Literal["softmax", "linear"]
+Family = Literal["softmax", "linear", "decode"]
 
 
 class Unsupported(Exception):
@@ -44,6 +44,15 @@ class LinearOutput:
 
     out: torch.Tensor
     final_state: torch.Tensor | None = None
+
+
+@dataclass
+class DecodeOutput:
+    """out (B, Sq, Hq, Dv); lse (B, Hq, Sq) when the backend returns it, else None. The cache the
+    backend received is written in place (the new tokens at ``cache_seqlens``)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor | None = None
 
 
 class Adapter(abc.ABC):
@@ -86,6 +95,16 @@ class LinearAdapter(Adapter):
 
     @abc.abstractmethod
     def run(self, case: LinearCase, *, q, k, v, g=None, g_gamma=None, initial_state=None) -> LinearOutput: ...
+
+
+class DecodeAdapter(Adapter):
+    """Attention over a KV cache (flash-attn's ``flash_attn_with_kvcache``); forward only."""
+
+    family: ClassVar[Family] = "decode"
+    differentiable: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def run(self, case, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None) -> DecodeOutput: ...
 
 
 def default_scale(case: Case) -> float:

@@ -1,11 +1,15 @@
-"""The in-repo Triton kernels of ``kernels/``: ``triton_fa`` and ``triton_la_chunk``.
+"""The in-repo Triton kernels of ``kernels/``: ``triton_fa``, ``triton_la_chunk`` and ``triton_decode``.
 
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
   window_size, return_lse=True)`` (and ``flash_attn_varlen_func`` for varlen cases).
 * ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
   initial_state, output_final_state=True)``.
+* ``triton_decode``: ``kernels.decode.decode_attention(q, k_cache, v_cache, k, v, *, cache_seqlens,
+  block_table, causal, softmax_scale, window_size, softcap, return_lse=True, validate=False)``
+  (flash-attn's ``flash_attn_with_kvcache``; the harness validates the inputs itself, so the
+  kernel's device-reading checks are off, as in a timed loop).
 
-Both speak the harness's layouts. The kernels are imported on first need, so a kernel module
+All speak the harness's layouts. The kernels are imported on first need, so a kernel module
 that does not import yet (being written, or broken) makes its adapter report why instead of
 taking the registry down. Without CUDA they run only in Triton's CPU interpreter
 (``TRITON_INTERPRET=1``, read by Triton when the kernels are defined: set it before the run).
@@ -24,6 +28,8 @@ import torch
 
 from harness.adapters.base import (
     Adapter,
+    DecodeAdapter,
+    DecodeOutput,
     LinearAdapter,
     LinearOutput,
     SoftmaxAdapter,
@@ -32,7 +38,7 @@ from harness.adapters.base import (
     scale_kwargs,
 )
 from harness.adapters.registry import register
-from harness.cases import LinearCase, SoftmaxCase
+from harness.cases import DecodeCase, LinearCase, SoftmaxCase
 
 NEEDS_CUDA = "needs CUDA, or TRITON_INTERPRET=1 for the Triton CPU interpreter"
 INTERPRETER_BF16 = (
@@ -192,5 +198,43 @@ class TritonLAChunk(LinearAdapter):
         return LinearOutput(o, final_state)
 
 
+class TritonDecode(DecodeAdapter):
+    name = "triton_decode"
+    description = "in-repo Triton split-K decode over a contiguous or paged KV cache (kernels/decode)"
+    module = "kernels.decode"
+
+    def supports(self, case, device):
+        mod, reason = _module_and_reason(self, case, device)
+        if reason:
+            return reason
+        iface, _ = _import(self.module + ".interface")
+        multiple = getattr(iface, "PAGE_MULTIPLE", 16)
+        if case.paged and case.page_size % multiple:
+            return f"triton_decode needs a page size that is a multiple of {multiple}, not {case.page_size}"
+        top = getattr(iface, "MAX_HEAD_DIM", None)
+        if top is not None and max(case.d, case.d_v) > top:
+            return f"head dim {max(case.d, case.d_v)} not supported by triton_decode (max {top})"
+        return None
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None,
+            v=None) -> DecodeOutput:
+        mod, why = _import(self.module)
+        if mod is None:
+            raise Unsupported(why)
+        try:
+            out, lse = mod.decode_attention(
+                q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
+                causal=case.causal, window_size=tuple(case.window), softcap=case.softcap,
+                **scale_kwargs(case, "softmax_scale"), return_lse=True, validate=False,
+            )
+        except ValueError as e:
+            unsup = _as_unsupported(e)
+            if unsup is None:
+                raise
+            raise unsup from None
+        return DecodeOutput(out, lse)
+
+
 register(TritonFA)
 register(TritonLAChunk)
+register(TritonDecode)

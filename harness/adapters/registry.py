@@ -26,6 +26,7 @@ BUILTIN_MODULES = (
     "harness.adapters.flash_attn",
     "harness.adapters.fla",
     "harness.adapters.inrepo",
+    "harness.adapters.decode",
 )
 
 _REGISTRY: dict[str, Adapter] = {}

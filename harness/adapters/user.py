@@ -19,6 +19,16 @@ Linear callables follow FLA's::
         -> (o, final_state)
 
 (``scale=`` likewise: omitted unless the case sets one; the default must be K ** -0.5.)
+
+Decode callables (``family="decode"``) follow flash-attn's ``flash_attn_with_kvcache``::
+
+    fn(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal,
+       window_size, [softmax_scale], [softcap]) -> out  or  (out, lse, ...)
+
+with q (B, Sq, Hq, D); k_cache, v_cache (B, capacity, Hk, D) or, paged, (num_blocks, page_size,
+Hk, D) with block_table int32 (B, pages); cache_seqlens int32 (B,); k, v (B, Sq, Hk, D) the new
+tokens, which the callable writes into the cache at ``cache_seqlens`` (in place) before attending.
+The harness checks the written cache slot by slot.
 Inputs arrive in the layout the case names (``case.layout``: contiguous, transposed views,
 a storage offset, or views of one packed qkv tensor): a callable must honour strides and offsets.
 
@@ -36,6 +46,8 @@ Optional capability declaration, read by ``supports`` (every key optional, defau
         "deterministic_backward": True,   # False: a documented nondeterministic backward (atomics)
                                           # is reported with its spread, not failed
         "nondifferentiable_inputs": [],   # inputs treated as constants, e.g. ["g_gamma"] (FLA)
+        "paged": True,              # decode: a paged cache (block_table)
+        "append": True,             # decode: new k, v written into the cache by the callable
     }
 """
 
@@ -50,6 +62,8 @@ import torch
 
 from harness.adapters.base import (
     Adapter,
+    DecodeAdapter,
+    DecodeOutput,
     LinearAdapter,
     LinearOutput,
     SoftmaxAdapter,
@@ -57,7 +71,7 @@ from harness.adapters.base import (
     Unsupported,
     scale_kwargs,
 )
-from harness.cases import LinearCase, SoftmaxCase
+from harness.cases import DecodeCase, LinearCase, SoftmaxCase
 
 CAPABILITY_ATTR = "attn_capabilities"
 # Defaults when a callable declares nothing: everything but varlen (whose calling convention a
@@ -73,6 +87,8 @@ DEFAULT_CAPABILITIES: dict[str, Any] = {
     "devices": None,
     "deterministic_backward": True,
     "nondifferentiable_inputs": (),
+    "paged": True,
+    "append": True,
 }
 _FEATURE_WORDS = {
     "causal": "causal",
@@ -80,6 +96,8 @@ _FEATURE_WORDS = {
     "softcap": "softcap",
     "gqa": "GQA/MQA",
     "varlen": "varlen",
+    "paged": "paged-cache",
+    "append": "cache-append",
 }
 
 
@@ -240,11 +258,51 @@ class CallableLinearAdapter(_FromCallable, LinearAdapter):
         return LinearOutput(res[0], res[1])
 
 
+class CallableDecodeAdapter(_FromCallable, DecodeAdapter):
+    """Adapter around a ``flash_attn_with_kvcache``-style callable (see the module docstring).
+    Forward only, whatever ``backward`` declares: decode has no gradients."""
+
+    def __init__(self, fn, name: str):
+        super().__init__(fn, name)
+        self.differentiable = False
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        needs = {
+            "causal": case.causal,
+            "window": case.has_window,
+            "softcap": bool(case.softcap),
+            "gqa": case.heads_q != case.heads_k,
+            "paged": case.paged,
+            "append": case.append,
+        }
+        for feature, needed in needs.items():
+            if needed and not self.caps[feature]:
+                return f"declares no {_FEATURE_WORDS[feature]} support"
+        return _common_reason(self.caps, case, device)
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None,
+            v=None) -> DecodeOutput:
+        kw: dict[str, Any] = dict(cache_seqlens=cache_seqlens, block_table=block_table, causal=case.causal,
+                                  window_size=tuple(case.window), **scale_kwargs(case, "softmax_scale"))
+        if case.softcap:
+            kw["softcap"] = case.softcap
+        try:
+            res = self.fn(q, k_cache, v_cache, k, v, **kw)
+        except NotImplementedError as e:
+            raise _declared_unsupported(e) from None
+        out = _softmax_result(res)
+        return DecodeOutput(out.out, out.lse)
+
+
+FAMILIES = {"softmax": CallableSoftmaxAdapter, "linear": CallableLinearAdapter, "decode": CallableDecodeAdapter}
+
+
 def make_callable_adapter(fn, family: str = "softmax", name: str | None = None) -> Adapter:
-    """Wrap ``fn`` in an adapter of ``family`` ("softmax" or "linear") registered as ``name``."""
+    """Wrap ``fn`` in an adapter of ``family`` ("softmax", "linear" or "decode") registered as ``name``."""
     name = name or getattr(fn, "__qualname__", None) or repr(fn)
-    if family == "softmax":
-        return CallableSoftmaxAdapter(fn, name)
-    if family == "linear":
-        return CallableLinearAdapter(fn, name)
-    raise ValueError(f"family: expected 'softmax' or 'linear', got {family!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"family: expected one of {', '.join(map(repr, FAMILIES))}, got {family!r}")
+    return FAMILIES[family](fn, name)

@@ -20,8 +20,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.cases import Case, LinearCase, SoftmaxCase, make_inputs
-from harness.oracle import ORACLE_VERSION, linear_attention, softmax_attention, softmax_attention_varlen
+from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase, make_inputs
+from harness.oracle import (
+    ORACLE_VERSION,
+    decode_attention,
+    linear_attention,
+    softmax_attention,
+    softmax_attention_varlen,
+)
 
 MANIFEST = "manifest.json"
 # A stored tensor is reproduced when its relative max error against the recomputed one is below
@@ -49,13 +55,14 @@ def golden_cases() -> list[tuple[Case, int]]:
     """The cases kept in the repo, with their seeds: every feature, every dtype, a few KB each."""
     from harness.presets import preset
 
-    cases: list[tuple[Case, int]] = [(c, 0) for c in preset("small") + preset("small-linear")]
+    cases: list[tuple[Case, int]] = [(c, 0) for c in preset("small") + preset("small-linear") + preset("small-decode")]
     cases += [
         (SoftmaxCase(1, 2, 1, 128, 128, 64, causal=True, dtype="bf16"), 0),
         (SoftmaxCase(1, 2, 2, 96, 160, 32, dtype="fp16"), 1),
         (SoftmaxCase(1, 1, 1, 192, 192, 128, window=(64, 0), dtype="bf16"), 0),
         (LinearCase(1, 2, 200, 32, gate="g", gate_n=1.0, dtype="bf16"), 0),
         (LinearCase(1, 4, 130, 32, gate="g_gamma", gate_n=0.1, dtype="fp16"), 0),
+        (DecodeCase(3, 4, 2, 1, 100, 32, page_size=32, dtype="bf16"), 0),
     ]
     return cases
 
@@ -97,13 +104,16 @@ def compute_oracle(case: Case, inputs):
             inputs.q, inputs.k, inputs.v, inputs.grad_out, g=inputs.g, g_gamma=inputs.g_gamma,
             initial_state=inputs.initial_state, grad_final_state=inputs.grad_final_state, **case.oracle_kwargs,
         )
-    raise TypeError(f"case: expected SoftmaxCase or LinearCase, got {type(case).__name__}")
+    if isinstance(case, DecodeCase):
+        return decode_attention(inputs.q, inputs.k_cache, inputs.v_cache, inputs.cache_seqlens, inputs.block_table,
+                                inputs.k, inputs.v, **case.oracle_kwargs)
+    raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
 
 
 def _result_from(case: Case, tensors: dict[str, torch.Tensor]):
-    from harness.oracle import LinearResult, SoftmaxResult
+    from harness.oracle import DecodeResult, LinearResult, SoftmaxResult
 
-    cls = SoftmaxResult if isinstance(case, SoftmaxCase) else LinearResult
+    cls = {SoftmaxCase: SoftmaxResult, LinearCase: LinearResult, DecodeCase: DecodeResult}[type(case)]
     return cls(**tensors)
 
 

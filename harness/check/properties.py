@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from harness.cases import Case, LinearCase, SoftmaxCase
+from harness.cases import Case, LinearCase
 from harness.check.results import PropertyResult, _Run, _run_inputs
 
 
@@ -59,11 +59,17 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
 
 
+#: Inputs a decode step writes (the new tokens into the cache): checked by :func:`_check_cache_write`.
+WRITTEN_INPUTS = ("k_cache", "v_cache")
+
+
 def _check_unchanged(case: Case, inputs, runs: list[_Run]) -> PropertyResult:
     originals = _run_inputs(case, inputs)
     changed: dict[str, str] = {}
     for run in runs:
         for name, t in run.passed_inputs.items():
+            if name in WRITTEN_INPUTS:
+                continue
             if name not in changed and not bitwise_equal(t, originals[name]):
                 same_shape = t.shape == originals[name].shape and t.dtype == originals[name].dtype
                 n = int((_bits(t) != _bits(originals[name])).sum()) if same_shape else t.numel()
@@ -74,9 +80,35 @@ def _check_unchanged(case: Case, inputs, runs: list[_Run]) -> PropertyResult:
     return PropertyResult("inputs_unchanged", "pass", "every input bitwise equal after the run")
 
 
+def _check_cache_write(case: Case, runs: list[_Run], expected: dict[str, torch.Tensor]) -> PropertyResult:
+    """Decode: the caches after the step equal the oracle's bit for bit: the new tokens in exactly
+    their slots (through the page table), every other slot untouched."""
+    if not getattr(case, "append", False):
+        what = "no new tokens: the cache must be left as it was"
+    else:
+        what = f"{case.seqlen_q} new token(s) per sequence written at cache_seqlens"
+    problems = []
+    for run in runs[:1]:
+        for name in WRITTEN_INPUTS:
+            got, want = run.passed_inputs.get(name), expected.get(name)
+            if got is None or want is None:
+                continue
+            got = got.to(want.device)
+            if bitwise_equal(got, want):
+                continue
+            slot_dims = tuple(range(2, want.dim()))
+            wrong = (_bits(got) != _bits(want)).any(dim=slot_dims) if got.shape == want.shape else None
+            n = int(wrong.sum()) if wrong is not None else -1
+            problems.append(f"{name}: {n} slot(s) differ from the expected cache" if n >= 0 else
+                            f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+    if problems:
+        return PropertyResult("cache_write", "fail", "; ".join(problems) + f" ({what}; nothing else may change)")
+    return PropertyResult("cache_write", "pass", f"cache as expected after the step ({what})")
+
+
 def _masked_rows(case: Case, expected: dict[str, torch.Tensor]) -> torch.Tensor | None:
     """Boolean mask in out's leading shape ((B, Sq, Hq) or (total_q, Hq)) of rows that see no key."""
-    if not isinstance(case, SoftmaxCase):
+    if isinstance(case, LinearCase):
         return None
     lse = expected["lse"]
     dead = torch.isneginf(lse)

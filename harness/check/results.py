@@ -20,7 +20,7 @@ Status = Literal["pass", "fail", "unsupported", "error"]
 PropertyStatus = Literal["pass", "fail", "documented", "skipped"]
 
 #: Property names, in report order ("backward" appears only when gradients were not all checked).
-PROPERTIES = ("contract", "inputs_unchanged", "masked_rows", "determinism", "backward")
+PROPERTIES = ("contract", "inputs_unchanged", "masked_rows", "cache_write", "determinism", "backward")
 
 #: Gradient name of each differentiable input.
 GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "g_gamma": "dg", "initial_state": "dh0"}
@@ -203,7 +203,8 @@ class _Run:
 def _run_inputs(case: Case, inputs) -> dict[str, torch.Tensor]:
     """The tensors ``adapter.run`` receives (no grad_out / grad_final_state)."""
     t = inputs.tensors()
-    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state")
+    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state",
+             "k_cache", "v_cache", "cache_seqlens", "block_table")
     return {n: t[n] for n in names if n in t}
 
 

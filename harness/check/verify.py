@@ -54,9 +54,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.adapters.base import Adapter, LinearOutput, SoftmaxOutput, Unsupported
+from harness.adapters.base import Adapter, DecodeOutput, LinearOutput, SoftmaxOutput, Unsupported
 from harness.cases import (
     Case,
+    DecodeCase,
     LinearCase,
     LinearInputs,
     SoftmaxCase,
@@ -66,6 +67,7 @@ from harness.cases import (
 )
 from harness.check import tolerance
 from harness.check.properties import (
+    _check_cache_write,
     _check_contract,
     _check_determinism,
     _check_masked_rows,
@@ -96,6 +98,23 @@ CUDA_POISON_MAX_BYTES = 16 << 30
 
 def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]:
     """name -> (shape, layout words) of every input the case needs."""
+    if isinstance(case, DecodeCase):
+        B, Sq, Hq, Hk, D, Dv = case.batch, case.seqlen_q, case.heads_q, case.heads_k, case.d, case.d_v
+        if case.paged:
+            blocks = B * case.pages_per_seq + _decode_spare()
+            cache = ((blocks, case.page_size, Hk, D), "(num_blocks, page_size, heads, dim)")
+            vcache = ((blocks, case.page_size, Hk, Dv), "(num_blocks, page_size, heads, dim)")
+        else:
+            cache = ((B, case.capacity, Hk, D), "(batch, capacity, heads, dim)")
+            vcache = ((B, case.capacity, Hk, Dv), "(batch, capacity, heads, dim)")
+        shapes = {"q": ((B, Sq, Hq, D), "(batch, seqlen_q, heads, dim)"), "k_cache": cache, "v_cache": vcache,
+                  "cache_seqlens": ((B,), "(batch,)")}
+        if case.paged:
+            shapes["block_table"] = ((B, case.pages_per_seq), "(batch, pages)")
+        if case.append:
+            shapes["k"] = ((B, Sq, Hk, D), "(batch, seqlen_q, heads, dim)")
+            shapes["v"] = ((B, Sq, Hk, Dv), "(batch, seqlen_q, heads, dim)")
+        return shapes
     if isinstance(case, SoftmaxCase):
         if case.is_varlen:
             tq = sum(a for a, _ in case.varlen)
@@ -137,7 +156,13 @@ def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]
 
 
 _FP32_INPUTS = ("g", "g_gamma", "initial_state", "grad_final_state")
-_INT_INPUTS = ("cu_seqlens_q", "cu_seqlens_k")
+_INT_INPUTS = ("cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "block_table")
+
+
+def _decode_spare() -> int:
+    from harness.cases import DECODE_SPARE_PAGES
+
+    return DECODE_SPARE_PAGES
 
 
 def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> None:
@@ -148,8 +173,8 @@ def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> Non
     dtypes (q, k, v, grad_out in the case's dtype; gates and states float32; cu_seqlens int32);
     one device; every float element finite.
     """
-    if not isinstance(case, (SoftmaxCase, LinearCase)):
-        raise ValueError(f"case: expected a SoftmaxCase or LinearCase, got {type(case).__name__}")
+    if not isinstance(case, (SoftmaxCase, LinearCase, DecodeCase)):
+        raise ValueError(f"case: expected a SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
     tensors = inputs if isinstance(inputs, dict) else getattr(inputs, "tensors", lambda: None)()
     if not isinstance(tensors, dict):
         raise ValueError(
@@ -266,6 +291,10 @@ class _ReferenceAdapter:
     def run(self, case, **inputs):
         from harness.adapters.eager import EagerAdapter, EagerLinearAdapter
 
+        if isinstance(case, DecodeCase):
+            from harness.adapters.decode import DecodeEagerAdapter
+
+            return DecodeEagerAdapter().run(case, **inputs)
         adapter = EagerAdapter() if isinstance(case, SoftmaxCase) else EagerLinearAdapter()
         return adapter.run(case, **inputs)
 
@@ -311,8 +340,8 @@ def prepare(case: Case, *, seed: int = 0, device=None, inputs=None, oracle=None)
     LinearResult on the same inputs) defaults to :func:`oracle_for`. Raises ``ValueError`` naming
     the argument on bad input.
     """
-    if not isinstance(case, (SoftmaxCase, LinearCase)):
-        raise ValueError(f"case: expected a SoftmaxCase or LinearCase, got {type(case).__name__}")
+    if not isinstance(case, (SoftmaxCase, LinearCase, DecodeCase)):
+        raise ValueError(f"case: expected a SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
     dev = _check_options(seed, default_device() if device is None else device)
     if inputs is None:
         inputs = make_inputs(case, seed, dev)
@@ -400,6 +429,9 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
     # instead of autograd's "leaf variable used in an in-place operation" error. They are laid
     # out in memory as the case says (strides, storage offset, packed qkv): same values.
     passed = apply_layout(case, {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()})
+    if isinstance(case, DecodeCase):  # the candidate writes the new tokens into the cache: its own copy
+        want_grad = False
+        passed.update({n: originals[n].clone() for n in ("k_cache", "v_cache")})
     dev = inputs.q.device
     ctx = poisoned_memory(dev) if poison else contextlib.nullcontext()
     with ctx:
@@ -407,7 +439,7 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
             output = adapter.run(case, **passed)
         tensors = _output_tensors(case, output)
         # A wrong output shape would surface as autograd's shape error: name it as the contract.
-        want_out = tuple(inputs.grad_out.shape)
+        want_out = _out_shape(case, inputs)
         if tuple(tensors["out"].shape) != want_out:
             raise _ContractError(f"out: shape {tuple(tensors['out'].shape)}, the contract says {want_out}")
         missing: list[str] = []
@@ -416,14 +448,20 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
     return _Run(output, {n: t.detach() for n, t in tensors.items()}, passed, tuple(missing))
 
 
+def _out_shape(case: Case, inputs) -> tuple[int, ...]:
+    if isinstance(case, DecodeCase):
+        return (case.batch, case.seqlen_q, case.heads_q, case.d_v)
+    return tuple(inputs.grad_out.shape)
+
+
 def _output_tensors(case: Case, output) -> dict[str, torch.Tensor]:
-    want = SoftmaxOutput if isinstance(case, SoftmaxCase) else LinearOutput
+    want = {SoftmaxCase: SoftmaxOutput, LinearCase: LinearOutput, DecodeCase: DecodeOutput}[type(case)]
     if not isinstance(output, want):
         raise _ContractError(f"run returned {type(output).__name__}; the contract asks for {want.__name__}")
     if not isinstance(output.out, torch.Tensor):
         raise _ContractError(f"out: expected a torch.Tensor, got {type(output.out).__name__}")
     res = {"out": output.out}
-    extra = "lse" if isinstance(case, SoftmaxCase) else "final_state"
+    extra = "final_state" if isinstance(case, LinearCase) else "lse"
     value = getattr(output, extra)
     if value is not None:
         if not isinstance(value, torch.Tensor):
@@ -613,6 +651,8 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
         )
     runs = [first] + ([second] if second is not None else [])
     result.properties = [contract, _check_unchanged(case, baseline.inputs, runs), masked]
+    if isinstance(case, DecodeCase):
+        result.properties.append(_check_cache_write(case, runs, baseline.oracle_tensors()))
     if second is not None:
         result.properties.append(_check_determinism(adapter, first, second, want_grad))
     else:

@@ -52,8 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=None, metavar="REGEX", help="only cases whose id matches this regex")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--baseline", default=None, metavar="NAMES",
-                   help="speedup baseline: the first of these in the case's family (default: sdpa_flash,fla_chunk "
-                        "on CUDA, sdpa_math,eager_linear on CPU)")
+                   help="speedup baseline: the first of these in the case's family (default: "
+                        f"{DEFAULT_BASELINE['cuda']} on CUDA, {DEFAULT_BASELINE['cpu']} on CPU)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0); rotated sets use seed+1, ...")
     p.add_argument("--out", default=None, metavar="DIR", help="report folder (default ./reports/bench-<timestamp>)")
     p.add_argument("--target-ms", type=float, default=TimerOptions.target_ms,

@@ -46,11 +46,13 @@ from harness.provenance import source_digest
 #: Backends a plain ``bench`` runs, per device type (those that cannot run here say why in the report).
 DEFAULT_BACKENDS = {
     "cuda": ("eager", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "flash_attn_cute", "triton_fa",
-             "eager_linear", "fla_chunk", "fla_fused_chunk", "triton_la_chunk"),
-    "cpu": ("eager", "sdpa_math", "eager_linear"),
+             "eager_linear", "fla_chunk", "fla_fused_chunk", "triton_la_chunk",
+             "decode_sdpa", "flash_attn_cute_decode", "triton_decode"),
+    "cpu": ("eager", "sdpa_math", "eager_linear", "decode_sdpa"),
 }
 #: Speedups are against the first of these that belongs to the case's family.
-DEFAULT_BASELINE = {"cuda": "sdpa_flash,fla_chunk", "cpu": "sdpa_math,eager_linear"}
+DEFAULT_BASELINE = {"cuda": "sdpa_flash,fla_chunk,flash_attn_cute_decode",
+                    "cpu": "sdpa_math,eager_linear,decode_sdpa"}
 #: Verify on a reduced copy of a softmax case when one (batch, head) score matrix times
 #: batch x heads exceeds this: the eager reference in the case's dtype materialises fp32 scores,
 #: probabilities and their gradients (~6 such matrices), and the oracle's work grows with them.

@@ -14,6 +14,10 @@ counts causal masks, local windows, seqlen_q != seqlen_k and varlen exactly):
 The FA papers (and ``GPU.md``) write causal as half of ``4 B H N^2 D``; the exact count is
 ``N (N + 1) / 2`` pairs per head, 0.1% more at N = 512 and 0.003% at 16k.
 
+Decode (attention over a KV cache): the forward's ``2 (d + d_v)`` per visible pair, each sequence's
+keys being its cache plus the appended tokens (``DecodeCase.visible_pairs``); decode is bound by
+memory, so its figure of merit is GB/s against :func:`decode_bytes`.
+
 Linear attention (FLA's chunked simple_gla, chunk :data:`LINEAR_CHUNK`): see
 :func:`linear_flops`; the model counts the chunk algorithm's matrix products as executed.
 
@@ -26,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.adapters.eager import LINEAR_CHUNK
-from harness.cases import Case, LinearCase, SoftmaxCase
+from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase, visible_range
 
 MODES = ("fwd", "bwd", "fwd+bwd")
 
@@ -83,6 +87,13 @@ def linear_flops(case: LinearCase, mode: str = "fwd") -> float:
     return _by_mode(fwd, LINEAR_BWD_FACTOR * fwd, mode)
 
 
+def decode_flops(case: DecodeCase, mode: str = "fwd") -> float:
+    """Matrix-product FLOPs of one decode step (forward only: a ValueError for a backward mode)."""
+    if mode != "fwd":
+        raise ValueError(f"mode: decode is forward-only, got {mode!r}")
+    return 2.0 * case.visible_pairs() * case.heads_q * (case.d + case.d_v)
+
+
 def _by_mode(fwd: float, bwd: float, mode: str) -> float:
     if mode == "fwd":
         return fwd
@@ -129,22 +140,47 @@ def linear_bytes(case: LinearCase, mode: str = "fwd") -> float:
     return _by_mode(fwd, bwd, mode)
 
 
+def decode_bytes(case: DecodeCase, mode: str = "fwd") -> float:
+    """Fewest bytes moved by one decode step: read q, every cached key and value some query of its
+    sequence sees (not the unused slots of a page, nor keys a window hides), the new k, v (read,
+    then written into the cache), cache_seqlens and the page table (int32); write out and lse."""
+    if mode != "fwd":
+        raise ValueError(f"mode: decode is forward-only, got {mode!r}")
+    e = _itemsize(case)
+    B, Sq, Hq, Hk, D, Dv = case.batch, case.seqlen_q, case.heads_q, case.heads_k, case.d, case.d_v
+    cached = 0
+    for n, total in zip(case.cache_seqlens, case.kv_lengths):
+        ranges = [visible_range(i, Sq, total, causal=case.causal, window=case.window) for i in range(Sq)]
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        cached += max(0, min(hi, n) - lo)  # the cached part of the keys the step sees
+    q = B * Sq * Hq * D * e
+    cache = cached * Hk * (D + Dv) * e
+    new = 2 * B * Sq * Hk * (D + Dv) * e if case.append else 0
+    tables = B * 4 + (B * case.pages_per_seq * 4 if case.paged else 0)
+    out = B * Sq * Hq * Dv * e + B * Hq * Sq * FP32_BYTES
+    return float(q + cache + new + tables + out)
+
+
 def flops(case: Case, mode: str = "fwd") -> float:
-    """FLOPs of ``case`` in ``mode`` ("fwd", "bwd", "fwd+bwd") for either family."""
+    """FLOPs of ``case`` in ``mode`` ("fwd", "bwd", "fwd+bwd"; decode: "fwd") for any family."""
     if isinstance(case, SoftmaxCase):
         return softmax_flops(case, mode)
     if isinstance(case, LinearCase):
         return linear_flops(case, mode)
-    raise TypeError(f"case: expected SoftmaxCase or LinearCase, got {type(case).__name__}")
+    if isinstance(case, DecodeCase):
+        return decode_flops(case, mode)
+    raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
 
 
 def min_bytes(case: Case, mode: str = "fwd") -> float:
-    """Fewest bytes through device memory of ``case`` in ``mode`` for either family."""
+    """Fewest bytes through device memory of ``case`` in ``mode`` for any family."""
     if isinstance(case, SoftmaxCase):
         return softmax_bytes(case, mode)
     if isinstance(case, LinearCase):
         return linear_bytes(case, mode)
-    raise TypeError(f"case: expected SoftmaxCase or LinearCase, got {type(case).__name__}")
+    if isinstance(case, DecodeCase):
+        return decode_bytes(case, mode)
+    raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
 
 
 def work(case: Case, mode: str = "fwd") -> Work:

@@ -241,7 +241,10 @@ def synchronize(device: torch.device) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-_RUN_INPUTS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state")
+_RUN_INPUTS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state",
+               # decode: the cache (written in place by each call: the same slots with the same
+               # values, so repetitions see identical inputs), its lengths and page table
+               "k_cache", "v_cache", "cache_seqlens", "block_table")
 _GRAD_INPUTS = ("q", "k", "v", "g", "g_gamma", "initial_state")
 
 

@@ -182,3 +182,23 @@ def test_unsupported_reason_is_worded_once():
     cell = _cell("unsupported", "unsupported: Flash attention requires q,k,v to have the same last dimension")
     assert cell["reason"].startswith("Flash attention")
     assert row_status_text(cell).count("unsupported") == 1
+
+
+def test_decode_bench_reports_bandwidth_and_tokens(tmp_path, monkeypatch):
+    """A decode preset through the bench: forward only (the backward cells say why), the decode table
+    with GB/s, the share of the copy rate and tokens/s."""
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    rc = cli.main(["bench", "--preset", "small-decode", "--device", "cpu", "--backends", "decode_eager,decode_sdpa",
+                   "--cases", "P16-new-D32|contig", "--reps", "3", "--warmup-ms", "0", "--no-plots", "--no-memory",
+                   "--out", str(tmp_path / "out"), "--quiet"])
+    assert rc == 0
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    recs = [r for r in data["results"] if r["status"] == "ok"]
+    assert {r["family"] for r in data["results"]} == {"decode"} and len(recs) == 4
+    for r in recs:
+        fwd = r["modes"]["fwd"]
+        assert fwd["status"] == "ok" and fwd["gbps"] > 0 and fwd["bytes"] > 0
+        assert r["modes"]["bwd"]["reason"] == "inference-only backend (no backward)"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| backend | fwd ms (host time) | GB/s | of copy rate | tokens/s |" in md
+    assert "speedup vs decode_sdpa" in md

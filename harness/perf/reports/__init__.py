@@ -66,5 +66,13 @@ def group_of(rec: dict) -> tuple[str, int | None]:
         parts.append(p["dtype"])
         square = p.get("varlen") is None and p["seqlen_q"] == p["seqlen_k"]
         return " ".join(parts), (p["seqlen_q"] if square else None)
+    if rec["family"] == "decode":  # a sweep over the cache length at one batch, page size and shape
+        heads = f"H{p['heads_q']}" if p["heads_q"] == p["heads_k"] else f"H{p['heads_q']}/{p['heads_k']}"
+        hd = f"hd{p['d']}" if p["d_v"] == p["d"] else f"hd{p['d']}v{p['d_v']}"
+        parts = [f"B{p['batch']}", hd, heads, f"Q{p['seqlen_q']}", f"P{p['page_size']}" if p["page_size"] else "contig"]
+        if list(p.get("window") or [-1, -1]) != [-1, -1]:
+            parts.append(f"win{p['window'][0]}x{p['window'][1]}")
+        parts.append(p["dtype"])
+        return "decode " + " ".join(parts), p["cache_len"]
     parts = [f"K{p['d_k']}V{p['d_v']}", f"H{p['heads']}", p["gate"], p["dtype"]]
     return "linear " + " ".join(parts), p["seqlen"]

@@ -57,7 +57,7 @@ def _note(notes: list[str] | None, text: str) -> str:
 
 
 def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> str:
-    """One mode's cell as table text: ``what`` is "ms", "tflops" or "speedup"."""
+    """One mode's cell as table text: ``what`` is "ms", "tflops", "gbps" or "speedup"."""
     if cell is None:
         return DASH
     st = cell.get("status")
@@ -78,12 +78,12 @@ def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> s
         if cell.get("unsteady"):  # the number stands, with why it may be off
             text += " unsteady" + _note(notes, cell["unsteady"])
         return text + " launch-bound" + _note(notes, bound) if bound else text
-    if what == "tflops":
-        return ">=" + fmt_rate(cell["tflops"]) if bound else fmt_rate(cell["tflops"])
+    if what in ("tflops", "gbps"):
+        return ">=" + fmt_rate(cell[what]) if bound else fmt_rate(cell[what])
     if what == "speedup":
         s = cell.get("speedup")
         return "launch-bound" if bound or cell.get("speedup_launch_bound") else (f"{s:.2f}x" if s else DASH)
-    raise ValueError(f"what: expected ms, tflops or speedup, got {what!r}")
+    raise ValueError(f"what: expected ms, tflops, gbps or speedup, got {what!r}")
 
 
 def _mem(rec: dict, key: str) -> str:
@@ -158,7 +158,8 @@ def header_lines(data: dict) -> list[str]:
 
 
 def summary_tables(data: dict) -> list[str]:
-    """TFLOP/s per backend (rows) and sequence length (columns) for each sweep and mode."""
+    """TFLOP/s per backend (rows) and sequence length (columns) for each sweep and mode; decode
+    (forward only, memory-bound): GB/s per cache length."""
     groups: dict[str, dict[str, dict[int, str]]] = {}
     seqlens: dict[str, set] = {}
     modes = data.get("settings", {}).get("modes") or list(MODES)
@@ -166,14 +167,17 @@ def summary_tables(data: dict) -> list[str]:
         label, s = group_of(rec)
         if s is None:
             continue
+        decode = rec["family"] == "decode"
         for mode in modes:
+            if decode and mode != "fwd":
+                continue
             key = f"{label}, {mode}"
             cell = rec.get("modes", {}).get(mode)
             if rec["status"] in ("unsupported",):
                 continue
             if cell is None and rec["status"] == "ok":
                 continue
-            text = (row_status_text(rec) or DASH) if cell is None else cell_text(cell, "tflops")
+            text = (row_status_text(rec) or DASH) if cell is None else cell_text(cell, "gbps" if decode else "tflops")
             if text.startswith(("not timed", "error", "OOM")):
                 text = text.split(":")[0]
             groups.setdefault(key, {}).setdefault(rec["backend"], {})[s] = text
@@ -183,7 +187,8 @@ def summary_tables(data: dict) -> list[str]:
         cols = sorted(seqlens[key])
         if len(cols) < 2:
             continue
-        lines += [f"### TFLOP/s, {key}", "", "| backend | " + " | ".join(str(c) for c in cols) + " |",
+        metric = "GB/s by cache length" if key.startswith("decode ") else "TFLOP/s"
+        lines += [f"### {metric}, {key}", "", "| backend | " + " | ".join(str(c) for c in cols) + " |",
                   "|---|" + "---|" * len(cols)]
         for backend, vals in rows.items():
             lines.append(f"| {backend} | " + " | ".join(_esc(vals.get(c, DASH)) for c in cols) + " |")
@@ -210,6 +215,9 @@ def case_tables(data: dict) -> list[str]:
         if verified:
             lines += [(f"Correctness verified on {', '.join(sorted(verified))} (fewer heads/batch: the full case's "
                        "eager reference would not fit); timed on the full case."), ""]
+        if all(r.get("family") == "decode" for r in recs):
+            lines += _decode_table(recs, base, unit, notes, data)
+            continue
         head = [f"fwd {unit}", f"bwd {unit}", f"fwd+bwd {unit}", "fwd TFLOP/s", "bwd TFLOP/s", "fwd+bwd TFLOP/s",
                 f"speedup vs {base or 'baseline'} (fwd / bwd / fwd+bwd)", "fwd MiB", "bwd MiB", "saved MiB", "peak MiB",
                 "first call (fwd, ms)"]
@@ -233,6 +241,31 @@ def case_tables(data: dict) -> list[str]:
         lines += [f"{i}. {_esc(n)}" for i, n in enumerate(notes, 1)]
         lines.append("")
     return lines
+
+
+def _decode_table(recs: list[dict], base: str | None, unit: str, notes: list[str], data: dict) -> list[str]:
+    """A decode case: forward only, memory-bound: its GB/s (``decode_bytes``), the share of the
+    device's measured copy rate, and tokens/s (the batch's new tokens per second of this attention
+    call alone: the seed's inference unit, for the attention part of a layer)."""
+    copy = (data.get("peaks") or {}).get("copy_gbps")
+    head = [f"fwd {unit}", "GB/s", "of copy rate", "tokens/s", "TFLOP/s", f"speedup vs {base or 'baseline'}",
+            "fwd MiB", "first call (ms)"]
+    lines = ["| backend | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for rec in recs:
+        row_text = row_status_text(rec)
+        if row_text is not None:
+            cells = [row_text] + [DASH] * (len(head) - 1)
+        else:
+            c = rec.get("modes", {}).get("fwd")
+            ok = bool(c) and c.get("status") == "ok"
+            share = f"{100 * c['gbps'] / copy:.0f}%" if ok and copy else DASH
+            first = (c or {}).get("first_call_ms")
+            p = rec.get("params", {})
+            tokens = f"{p['batch'] * p['seqlen_q'] / (c['median_ms'] * 1e-3):.4g}" if ok else DASH
+            cells = [cell_text(c, "ms", notes), cell_text(c, "gbps"), share, tokens, cell_text(c, "tflops"),
+                     cell_text(c, "speedup"), _mem(rec, "fwd_peak_mib"), fmt_ms(first) if first is not None else DASH]
+        lines.append(f"| {rec['backend']} | " + " | ".join(_esc(x) for x in cells) + " |")
+    return lines + [""]
 
 
 def render(data: dict, plots=()) -> str:

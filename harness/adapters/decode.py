@@ -1,0 +1,271 @@
+"""Decode backends (attention over a KV cache, flash-attn's ``flash_attn_with_kvcache`` contract).
+
+* ``decode_eager``: writes the new tokens into the cache, gathers each sequence's keys and values
+  (through the page table), and runs :func:`harness.adapters.eager.eager_attention` per sequence:
+  input-dtype matmuls, fp32 softmax. Also the tolerance engine's reference for decode cases.
+* ``decode_sdpa``: the same gather, then one torch SDPA call over the batch padded to its longest
+  sequence with a bottom-right mask: the "gather then SDPA" baseline a serving stack without a
+  paged kernel runs.
+
+Both take any page size and run on CPU and CUDA. The in-repo paged kernel is ``triton_decode``
+(:mod:`harness.adapters.inrepo`). The vendor peers, when installed (CUDA only):
+
+* ``flash_attn_kvcache`` / ``flash_attn3_kvcache``: flash-attn 2's / 3's ``flash_attn_with_kvcache``,
+  the contract itself (the new tokens appended by the kernel). FA2 pages must hold a multiple of
+  256 tokens; FA3 names the page table ``page_table``.
+* ``flash_attn_cute_decode``: flash-attn-4's ``flash_attn_varlen_func`` with ``page_table`` and
+  ``seqused_k``. It has no cache append: the new tokens are written first by
+  :func:`write_new_tokens` (one ``index_copy_`` per cache, on the device, as a serving stack's
+  cache-write kernel does), and the timing includes that write.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from harness.adapters.base import DecodeAdapter, DecodeOutput, Unsupported, scale_kwargs
+from harness.adapters.eager import eager_attention, visibility_mask
+from harness.adapters.optional import call_params, import_attr
+from harness.adapters.registry import register
+from harness.cases import DecodeCase, visible_range
+from harness.oracle.decode import slot_index
+
+
+def write_and_gather(case: DecodeCase, k_cache, v_cache, cache_seqlens, block_table, k, v):
+    """Write ``k``, ``v`` into the caches in place (when appending); per sequence, its keys and
+    values (cache then new tokens), as lists of (L_b, Hk, D) tensors."""
+    paged = block_table is not None
+    page = k_cache.shape[1] if paged else 0
+    cap = 0 if paged else k_cache.shape[1]
+    flat_k, flat_v = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+    if k is not None:
+        Sq = k.shape[1]
+        ends = cache_seqlens.long() + Sq
+        for b, slots in enumerate(slot_index(cache_seqlens, block_table, page, cap, ends)):
+            flat_k[slots[-Sq:]] = k[b]
+            flat_v[slots[-Sq:]] = v[b]
+        lengths = ends
+    else:
+        lengths = cache_seqlens.long()
+    slots = slot_index(cache_seqlens, block_table, page, cap, lengths)
+    return [flat_k[s] for s in slots], [flat_v[s] for s in slots]
+
+
+class DecodeEagerAdapter(DecodeAdapter):
+    name = "decode_eager"
+    description = "gather the cache per sequence, then materialised attention (fp32 softmax): the reference"
+
+    def supports(self, case, device):
+        return super().supports(case, device)
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        keys, vals = write_and_gather(case, k_cache, v_cache, cache_seqlens, block_table, k, v)
+        outs, lses = [], []
+        for b, (kb, vb) in enumerate(zip(keys, vals)):
+            o, lse = eager_attention(q[b : b + 1], kb[None], vb[None], causal=case.causal,
+                                     window_size=case.window, softcap=case.softcap, **scale_kwargs(case, "softmax_scale"))
+            outs.append(o)
+            lses.append(lse)
+        return DecodeOutput(torch.cat(outs), torch.cat(lses))
+
+
+class DecodeGatherSDPAAdapter(DecodeAdapter):
+    name = "decode_sdpa"
+    description = "gather the cache, pad the batch to its longest sequence, one torch SDPA call with a mask"
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        if case.softcap:
+            return "softcap is not supported by torch SDPA"
+        return None
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        keys, vals = write_and_gather(case, k_cache, v_cache, cache_seqlens, block_table, k, v)
+        B, Sq, Hq, _ = q.shape
+        L = max((t.shape[0] for t in keys), default=0)
+        Hk, Dv = k_cache.shape[2], v_cache.shape[-1]
+        if L == 0:  # no sequence has a key: every row is masked (out 0)
+            return DecodeOutput(q.new_zeros(B, Sq, Hq, Dv), None)
+        kp = q.new_zeros(B, L, Hk, q.shape[-1])
+        vp = q.new_zeros(B, L, Hk, Dv)
+        mask = torch.zeros(B, 1, Sq, L, dtype=torch.bool, device=q.device)
+        for b, (kb, vb) in enumerate(zip(keys, vals)):
+            n = kb.shape[0]
+            # right-aligned: each sequence's keys end at L, so the bottom-right mask of length n applies
+            kp[b, L - n :], vp[b, L - n :] = kb, vb
+            vis = visibility_mask(Sq, n, case.causal, case.window, q.device)
+            mask[b, 0, :, L - n :] = True if vis is None else vis
+        live = mask.any(-1, keepdim=True)
+        mask = mask | ~live  # rows that see nothing: any finite row, zeroed below
+        qh, kh, vh = q.transpose(1, 2), kp.transpose(1, 2), vp.transpose(1, 2)
+        kw = dict(**scale_kwargs(case, "scale"))
+        if Hk != Hq:
+            kh, vh = kh.repeat_interleave(Hq // Hk, dim=1), vh.repeat_interleave(Hq // Hk, dim=1)
+        out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, **kw)
+        out = out * live.to(out.dtype)
+        return DecodeOutput(out.transpose(1, 2), None)
+
+
+def write_new_tokens(k_cache, v_cache, k, v, cache_seqlens, block_table):
+    """Write ``k``, ``v`` (B, Sq, Hk, D) into the caches at ``cache_seqlens`` in place, on the device
+    (no host synchronisation: the slots are computed from the device tensors)."""
+    B, Sq, Hk = k.shape[0], k.shape[1], k.shape[2]
+    pos = cache_seqlens.long()[:, None] + torch.arange(Sq, device=k.device)[None, :]
+    if block_table is None:
+        slot = torch.arange(B, device=k.device)[:, None] * k_cache.shape[1] + pos
+    else:
+        page = k_cache.shape[1]
+        slot = block_table.long().gather(1, pos // page) * page + pos % page
+    slot = slot.reshape(-1)
+    k_cache.view(-1, Hk, k_cache.shape[-1]).index_copy_(0, slot, k.reshape(-1, Hk, k.shape[-1]))
+    v_cache.view(-1, Hk, v_cache.shape[-1]).index_copy_(0, slot, v.reshape(-1, Hk, v.shape[-1]))
+
+
+def _unsupported_from(e: Exception, words: str) -> Unsupported | None:
+    """A vendor's stated limit (an assert, NotImplementedError, "not supported" RuntimeError) as
+    Unsupported; anything else is left to fail the case."""
+    msg = str(e).strip()
+    if isinstance(e, (AssertionError, NotImplementedError)) or (
+        isinstance(e, RuntimeError) and any(w in msg for w in ("only support", "not supported", "does not support"))
+    ):
+        return Unsupported(f"unsupported: {words}: {msg or type(e).__name__}")
+    return None
+
+
+class _VendorDecode(DecodeAdapter):
+    """Shared checks of the vendor decode peers: package present, CUDA, dtype, head dims."""
+
+    module: str = ""
+    function: str = ""
+    package_words: str = ""
+    dtypes: tuple[str, ...] = ("fp16", "bf16")
+    max_head_dim: int = 256
+    page_multiple: int = 1
+    needs_cuda: bool = True  # the tests turn this off to drive the adapter with a fake package
+
+    def probe(self):
+        return _probe(self.module, self.function, self.package_words)
+
+    def call(self, fn, case: DecodeCase, *args, **kw) -> DecodeOutput:
+        """``fn(*args, **kw)`` -> out or (out, lse, ...); a stated limit becomes Unsupported."""
+        try:
+            res = fn(*args, **kw)
+        except (AssertionError, NotImplementedError, RuntimeError) as e:
+            unsup = _unsupported_from(e, self.package_words)
+            if unsup is None:
+                raise
+            raise unsup from None
+        out, lse = (res, None) if isinstance(res, torch.Tensor) else (res[0], res[1])
+        return DecodeOutput(out, _lse_or_none(lse, case))
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        fn, why = self.probe()
+        if fn is None:
+            return why
+        if self.needs_cuda and (torch.device(device).type != "cuda" or not torch.cuda.is_available()):
+            return f"needs CUDA ({self.package_words} has CUDA kernels only)"
+        if case.dtype not in self.dtypes:
+            return f"{self.package_words} takes {'/'.join(self.dtypes)} only, not {case.dtype}"
+        if max(case.d, case.d_v) > self.max_head_dim:
+            return f"head dim {max(case.d, case.d_v)} not supported by {self.package_words} (max {self.max_head_dim})"
+        if case.paged and case.page_size % self.page_multiple:
+            return f"{self.package_words} needs pages of a multiple of {self.page_multiple} tokens, not {case.page_size}"
+        if case.softcap and "softcap" not in call_params(fn):
+            return f"this {self.package_words} version has no softcap"
+        return None
+
+
+@functools.cache
+def _probe(module: str, function: str, words: str):
+    fn, why = import_attr(module, function)
+    if fn is None:
+        return None, (f"{words} not installed" if "not installed" in why else f"{words}: {why}")
+    return fn, None
+
+
+class FlashAttnKVCache(_VendorDecode):
+    name = "flash_attn_kvcache"
+    description = "flash-attn 2's flash_attn_with_kvcache (appends the new tokens itself); pages of 256k tokens"
+    module = "flash_attn"
+    function = "flash_attn_with_kvcache"
+    package_words = "flash_attn (FA2)"
+    page_multiple = 256
+    table_kw = "block_table"
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        fn, why = self.probe()
+        if fn is None:
+            raise Unsupported(why)
+        params = call_params(fn)
+        kw = dict(k=k, v=v, cache_seqlens=cache_seqlens, causal=case.causal, window_size=tuple(case.window),
+                  **scale_kwargs(case, "softmax_scale"))
+        if block_table is not None:
+            kw["page_table" if "page_table" in params else "block_table"] = block_table
+        if case.softcap:
+            kw["softcap"] = case.softcap
+        if "return_softmax_lse" in params:
+            kw["return_softmax_lse"] = True
+        return self.call(fn, case, q, k_cache, v_cache, **kw)
+
+
+class FlashAttn3KVCache(FlashAttnKVCache):
+    name = "flash_attn3_kvcache"
+    description = "flash-attn 3's flash_attn_with_kvcache (flash_attn_interface, sm90), paged through page_table"
+    module = "flash_attn_interface"
+    package_words = "flash_attn_interface (FA3)"
+    page_multiple = 1
+
+
+class FlashAttnCuteDecode(_VendorDecode):
+    name = "flash_attn_cute_decode"
+    description = ("flash-attn-4's flash_attn_varlen_func over a paged cache (page_table, seqused_k); "
+                   "new tokens written first with index_copy_")
+    module = "flash_attn.cute.interface"
+    function = "flash_attn_varlen_func"
+    package_words = "flash_attn.cute (flash-attn-4)"
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        fn, why = self.probe()
+        if fn is None:
+            raise Unsupported(why)
+        used = cache_seqlens
+        if k is not None:
+            write_new_tokens(k_cache, v_cache, k, v, cache_seqlens, block_table)
+            used = cache_seqlens + k.shape[1]
+        # flash-attn-4 spells an unbounded window None (-1 would be a bound)
+        window = tuple(None if w < 0 else w for w in case.window)
+        kw = dict(seqused_k=used.to(torch.int32), causal=case.causal, window_size=window, return_lse=True,
+                  **scale_kwargs(case, "softmax_scale"))
+        if block_table is not None:
+            kw["page_table"] = block_table.to(torch.int32)
+        if case.softcap:
+            kw["softcap"] = case.softcap
+        return self.call(fn, case, q, k_cache, v_cache, **kw)
+
+
+def _sees_nothing(i: int, n_keys: int, case: DecodeCase) -> bool:
+    lo, hi = visible_range(i, case.seqlen_q, n_keys, causal=case.causal, window=case.window)
+    return hi <= lo
+
+
+def _lse_or_none(lse, case: DecodeCase):
+    """The vendor's lse when it has the contract's (B, Hq, Sq) shape; flash-attn writes +inf on rows
+    that see no key (the oracle: -inf): those become -inf, on those rows only."""
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (case.batch, case.heads_q, case.seqlen_q):
+        return None
+    empty = torch.tensor([[_sees_nothing(i, n, case) for i in range(case.seqlen_q)] for n in case.kv_lengths],
+                         device=lse.device)[:, None, :]
+    return torch.where(empty & torch.isposinf(lse), torch.full_like(lse, float("-inf")), lse)
+
+
+register(DecodeEagerAdapter)
+register(DecodeGatherSDPAAdapter)
+for _cls in (FlashAttnKVCache, FlashAttn3KVCache, FlashAttnCuteDecode):
+    register(_cls)

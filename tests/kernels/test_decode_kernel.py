@@ -1,0 +1,139 @@
+"""Tests of the in-repo Triton decode kernel (kernels.decode) against the FP64 oracle.
+
+Without CUDA the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set in conftest before
+anything imports triton): small caches, fp32 and fp16. Every case checks the output, the lse and
+the cache the kernel wrote (bit for bit: appending is a copy) on fresh random inputs, with every
+unused cache slot holding a finite random value a kernel that reads past a sequence would pick up.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+
+from harness.cases import DecodeCase, make_decode_inputs
+from harness.oracle.decode import decode_attention as oracle_decode
+from kernels.decode import decode_attention
+from kernels.decode.interface import BLOCK_R_MAX
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+# Relative Frobenius error against FP64 at most this (fp16 inputs: the output rounding dominates).
+ERR = {"fp32": 2e-5, "fp16": 2e-3, "bf16": 1.6e-2}
+LSE_ATOL = {"fp32": 1e-4, "fp16": 2e-3, "bf16": 2e-2}
+
+
+@pytest.fixture(autouse=True)
+def nan_poisoned_empty(monkeypatch):
+    """Every float torch.empty made during a test starts as NaN: an output element (or a split's
+    partial result) the kernel forgot to write shows up."""
+    real_empty = torch.empty
+
+    def empty(*a, **kw):
+        t = real_empty(*a, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", empty)
+
+
+def _run(case: DecodeCase, seed=0, **kw):
+    x = make_decode_inputs(case, seed=seed, device=DEVICE)
+    ref = oracle_decode(**x.tensors(), **case.oracle_kwargs)
+    k_cache, v_cache = x.k_cache.clone(), x.v_cache.clone()
+    out, lse = decode_attention(x.q, k_cache, v_cache, x.k, x.v, cache_seqlens=x.cache_seqlens,
+                                block_table=x.block_table, causal=case.causal, window_size=case.window,
+                                softcap=case.softcap, softmax_scale=case.scale, return_lse=True, **kw)
+    return x, ref, out, lse, k_cache, v_cache
+
+
+def _check(case, x, ref, out, lse, k_cache, v_cache):
+    assert out.shape == ref.out.shape and out.dtype == x.q.dtype
+    assert torch.isfinite(out).all(), "NaN/inf in the output"
+    err = (out.double() - ref.out).norm() / ref.out.norm().clamp_min(1e-300)
+    assert err <= ERR[case.dtype], f"{case.id}: output rel err {err:.2e} > {ERR[case.dtype]:.0e}"
+    live = torch.isfinite(ref.lse)
+    assert torch.equal(torch.isfinite(lse), live), "lse: -inf exactly on the rows that see no key"
+    assert (lse[live].double() - ref.lse[live]).abs().max() <= LSE_ATOL[case.dtype]
+    assert torch.equal(k_cache, ref.k_cache.to(k_cache.dtype)), "k_cache: the written cache differs"
+    assert torch.equal(v_cache, ref.v_cache.to(v_cache.dtype)), "v_cache: the written cache differs"
+
+
+CASES = [
+    # paged, GQA 4:1, one new token, ragged lengths (0, one page, full, random)
+    DecodeCase(5, 8, 2, 1, 100, 32, page_size=16, dtype="fp32"),
+    DecodeCase(5, 8, 2, 1, 100, 32, page_size=16, dtype="fp16"),
+    # page of 64 (a key block = a page on the GPU), MHA, no append, equal lengths
+    DecodeCase(3, 4, 4, 1, 130, 16, page_size=64, append=False, ragged=False, dtype="fp16"),
+    # contiguous cache, MQA, speculative decoding (4 new tokens), value dim != key dim
+    DecodeCase(4, 4, 1, 4, 70, 16, d_v=32, dtype="fp32"),
+    # lengths ending exactly on a page boundary (cache 32 + 0 new = 2 pages of 16)
+    DecodeCase(3, 2, 2, 1, 32, 16, page_size=16, append=False, dtype="fp32"),
+    # a wide group (MLA-like: many query heads on one latent head): more rows than one tile
+    DecodeCase(2, 2 * BLOCK_R_MAX + 8, 1, 1, 40, 16, d_v=32, page_size=16, dtype="fp32"),
+    # sliding window, softcap, explicit scale, two new tokens
+    DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0, scale=0.3, dtype="fp32"),
+    # not causal: the new tokens see each other
+    DecodeCase(3, 4, 2, 4, 33, 16, page_size=32, causal=False, dtype="fp32"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_decode_matches_oracle(case):
+    _check(case, *_run(case, seed=1))
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 7])
+def test_split_count_does_not_change_the_answer(num_splits):
+    """The combine is exact whatever the split count, including splits that own no key."""
+    case = DecodeCase(4, 4, 2, 1, 60, 16, page_size=16, dtype="fp32")
+    _check(case, *_run(case, seed=2, num_splits=num_splits))
+
+
+def test_empty_sequence_without_append_gives_zero_and_minus_inf_lse():
+    case = DecodeCase(3, 4, 2, 1, 40, 16, page_size=16, append=False, dtype="fp32")
+    assert case.cache_seqlens[1] == 0
+    x, ref, out, lse, *_ = _run(case)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert torch.isneginf(lse[1]).all() and torch.isfinite(lse[0]).all() and torch.isfinite(lse[2]).all()
+
+
+def _inputs(case=None):
+    case = case or DecodeCase(2, 4, 2, 1, 40, 16, page_size=16, dtype="fp32")
+    return make_decode_inputs(case, device=DEVICE)
+
+
+def _call(x, **over):
+    kw = dict(cache_seqlens=x.cache_seqlens, block_table=x.block_table)
+    kw.update(over)
+    args = [over.pop("q", x.q), over.pop("k_cache", x.k_cache), over.pop("v_cache", x.v_cache),
+            over.pop("k", x.k), over.pop("v", x.v)]
+    for name in ("q", "k_cache", "v_cache", "k", "v"):
+        kw.pop(name, None)
+    return decode_attention(*args, **kw)
+
+
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        (lambda x: {"block_table": x.block_table + 1000}, "block_table: entries must be pages"),
+        (lambda x: {"cache_seqlens": x.cache_seqlens + 1000}, "above the cache's capacity"),
+        (lambda x: {"cache_seqlens": x.cache_seqlens[:1]}, "cache_seqlens: expected"),
+        (lambda x: {"k": x.k[:, :, :1]}, "k / v: expected"),
+        (lambda x: {"v": None}, "give both new tensors or neither"),
+        (lambda x: {"k_cache": x.k_cache.half()}, "must be q's"),
+        (lambda x: {"q": x.q[..., :8].contiguous()}, "head dim 16 does not match q's 8"),
+        (lambda x: {"k_cache": x.k_cache[:, :8].contiguous(), "v_cache": x.v_cache[:, :8].contiguous()},
+         "page size 8 is not a multiple of 16"),
+        (lambda x: {"q": x.q[:, :, :3]}, "must be a multiple of the cache's heads"),
+    ],
+    ids=["table-out-of-range", "lengths-over-capacity", "lengths-shape", "new-k-heads", "k-without-v",
+         "cache-dtype", "head-dim", "page-size", "heads"],
+)
+def test_bad_input_is_a_valueerror_naming_the_argument(over, words):
+    x = _inputs()
+    with pytest.raises(ValueError, match=words):
+        _call(x, **over(x))
