@@ -1,10 +1,10 @@
 """``python -m harness accept``: the vendor-kernel acceptance check, one command, one verdict.
 
-    python -m harness accept --impl MODULE:CALLABLE [--family softmax|linear] [--device cpu|cuda]
+    python -m harness accept --impl MODULE:CALLABLE [--family softmax|linear|decode] [--device cpu|cuda]
         [--dtypes ...] [--profile NAME] [--out DIR] [--case ID] [--seed N] [--timeout S] ...
 
-The callable follows the adapters' contract (flash-attn's signature for softmax, FLA's for linear;
-:mod:`harness.adapters.user`).
+The callable follows the adapters' contract (flash-attn's signature for softmax, FLA's for linear,
+flash-attn's ``flash_attn_with_kvcache`` for decode; :mod:`harness.adapters.user`).
 
 Who decides. This process is the judge and never imports the callable. Every case of the profile
 gets its own child process (:mod:`.isolation`), which imports the callable and makes the calls the

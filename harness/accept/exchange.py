@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from harness.cases import LinearCase, SoftmaxCase
+from harness.cases import DecodeCase, LinearCase, SoftmaxCase
 
 #: The longest message accepted from the other side (the payload of a message is small: names,
 #: reasons, tracebacks, timings; tensors travel in files).
@@ -119,4 +119,7 @@ def case_from_dict(d: dict):
         return SoftmaxCase(**d)
     if family == "linear":
         return LinearCase(**d)
+    if family == "decode":
+        d["window"] = tuple(d.get("window", (-1, -1)))
+        return DecodeCase(**d)
     raise ValueError(f"case: unknown family {family!r}")

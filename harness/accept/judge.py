@@ -34,7 +34,7 @@ from harness.check import verify as V
 ANTICHEAT_SEED_OFFSET = 1_000_003
 
 #: Outputs a candidate returns, by family (besides the gradients named in verify.GRAD_NAMES).
-_FORWARD_NAMES = {"softmax": ("out", "lse"), "linear": ("out", "final_state")}
+_FORWARD_NAMES = {"softmax": ("out", "lse"), "linear": ("out", "final_state"), "decode": ("out", "lse")}
 
 
 def read_answer(out_path: str, res: dict, *, device=None) -> dict:
@@ -138,8 +138,8 @@ class Judge:
         problems = []
         if "out" not in outs:
             problems.append("out: not returned")
-        elif tuple(outs["out"].shape) != tuple(base.inputs.grad_out.shape):
-            problems.append(f"out: shape {tuple(outs['out'].shape)}, the contract says {tuple(base.inputs.grad_out.shape)}")
+        elif tuple(outs["out"].shape) != V._out_shape(case, base.inputs):
+            problems.append(f"out: shape {tuple(outs['out'].shape)}, the contract says {V._out_shape(case, base.inputs)}")
         missing = [g for g in wanted_grads if g not in outs]
         if missing:
             problems.append(f"gradients not returned: {', '.join(missing)}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.cases import Case, LinearCase, SoftmaxCase
+from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase
 
 #: Feature name -> words for the report. Linear-attention cases exercise only ``layout``: FLA's
 #: signature has no optional parts the harness varies (gates and states are always passed).
@@ -32,6 +32,7 @@ FEATURES: dict[str, str] = {
     "varlen": "packed variable-length batches (zero-length sequences included)",
     "dv": "value head dim different from the query's (MLA-shaped)",
     "layout": "inputs as strided views: transposed, at a storage offset, or views of one packed qkv tensor",
+    "paged": "decode over a paged KV cache (a block table into a shuffled page pool)",
     "backward": "gradients through autograd (dq, dk, dv; linear: dg, dh0)",
 }
 
@@ -47,6 +48,10 @@ CPU_SEEDS = 2
 
 def case_features(case: Case) -> frozenset[str]:
     """The optional features ``case`` exercises (empty for a dense non-causal MHA case)."""
+    if isinstance(case, DecodeCase):
+        words = {"causal": case.causal, "gqa": case.heads_q != case.heads_k, "window": case.has_window,
+                 "softcap": bool(case.softcap), "dv": case.d_v != case.d, "paged": case.paged}
+        return frozenset(k for k, on in words.items() if on)
     if not isinstance(case, SoftmaxCase):
         return frozenset({"layout"}) if case.layout != "contiguous" else frozenset()
     f = set()
@@ -69,8 +74,8 @@ def case_features(case: Case) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class Profile:
-    """One named profile. ``softmax`` / ``linear``: the correctness cases (with their dtypes);
-    ``bench_softmax`` / ``bench_linear``: the speed section's cases (on a CPU only with ``--speed``)."""
+    """One named profile. ``softmax`` / ``linear`` / ``decode``: the correctness cases (with their
+    dtypes); ``bench_*``: the speed section's cases (on a CPU only with ``--speed``)."""
 
     name: str
     description: str
@@ -81,13 +86,15 @@ class Profile:
     linear: tuple[Case, ...]
     bench_softmax: tuple[Case, ...] = ()
     bench_linear: tuple[Case, ...] = ()
+    decode: tuple[Case, ...] = ()
+    bench_decode: tuple[Case, ...] = ()
     cpu_variant: str | None = None  # the profile --device cpu switches to
     sized_for: str = "cuda"
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def cases(self, family: str, dtypes: list[str] | None = None) -> list[Case]:
         """The family's cases; ``dtypes`` replaces each case's dtype (one copy per dtype)."""
-        base = list(self.softmax if family == "softmax" else self.linear)
+        base = list({"softmax": self.softmax, "linear": self.linear, "decode": self.decode}[family])
         if dtypes:
             base = [c.with_dtype(dt) for c in base for dt in dtypes]
         seen, out = set(), []
@@ -98,7 +105,7 @@ class Profile:
         return out
 
     def bench_cases(self, family: str, dtypes: list[str] | None = None) -> list[Case]:
-        base = list(self.bench_softmax if family == "softmax" else self.bench_linear)
+        base = list({"softmax": self.bench_softmax, "linear": self.bench_linear, "decode": self.bench_decode}[family])
         if dtypes:
             base = [c.with_dtype(dt) for c in base for dt in dtypes if dt in ("fp16", "bf16")] or base
         return base
@@ -181,6 +188,20 @@ _LIN_EXTRA = (
     LinearCase(1, 8, 512, 64, gate="g", layout="offset"),
 )
 _LIN_DTYPES = ("fp16", "bf16")
+# Decode over a KV cache (flash-attn's flash_attn_with_kvcache): ragged batches (a full, an empty,
+# a one-page and random sequences), shuffled page pools, the new tokens appended and checked slot
+# by slot in the cache.
+_DEC = (
+    DecodeCase(8, 32, 8, 1, 4096, 128, page_size=64),  # GQA 32/8, pages of 64
+    DecodeCase(4, 32, 8, 4, 2000, 128, page_size=16),  # speculative decoding (4 new tokens), vLLM's pages
+    DecodeCase(4, 16, 1, 1, 3000, 128, page_size=256, append=False),  # MQA, flash-attn 2's pages, no append
+    DecodeCase(4, 16, 16, 1, 1000, 64),  # MHA over a contiguous cache
+    DecodeCase(4, 32, 8, 1, 2048, 128, page_size=64, scale=0.0625),  # the scale passed
+)
+_DEC_OPTIONAL = (
+    DecodeCase(4, 32, 8, 1, 4096, 128, page_size=64, window=(1023, 0)),  # sliding-window decode
+    DecodeCase(4, 128, 1, 1, 1000, 576, d_v=512, page_size=64),  # absorbed MLA (one latent head)
+)
 
 # Benchmark cases: the shapes the claims are about (16k-token batches as in the FA papers / the
 # configs preset), bf16.
@@ -194,6 +215,10 @@ _BENCH_INFER = (
     SoftmaxCase(32, 32, 8, 1, 8192, 128, causal=True, dtype="bf16"),  # decode: memory bound
 )
 _BENCH_LIN = (LinearCase(4, 32, 4096, 64, gate="g_gamma", dtype="fp16"),)  # the linear preset
+_BENCH_DEC = (
+    DecodeCase(32, 32, 8, 1, 8192, 128, page_size=64, dtype="bf16"),  # a serving batch
+    DecodeCase(1, 32, 8, 1, 32768, 128, page_size=64, ragged=False, dtype="bf16"),  # one long sequence
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +254,18 @@ _CPU_EXTRA = (
 # case per family, big enough that a call is well above the host's timer resolution.
 _CPU_BENCH = (SoftmaxCase(1, 4, 2, 128, 128, 32, causal=True),)
 _CPU_BENCH_LIN = (LinearCase(1, 2, 128, 32, gate="g_gamma"),)
+_CPU_BENCH_DEC = (DecodeCase(8, 8, 2, 1, 256, 32, page_size=16),)
+_CPU_DEC = (
+    DecodeCase(5, 8, 2, 1, 100, 32, page_size=16),  # paged GQA, ragged (full, empty, one page, random)
+    DecodeCase(4, 4, 1, 4, 70, 32, page_size=32),  # MQA, 4 new tokens
+    DecodeCase(3, 4, 4, 1, 64, 32, append=False),  # contiguous MHA, no append
+    DecodeCase(4, 8, 2, 1, 90, 32, page_size=16, scale=0.0625),  # the scale passed
+    DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, dtype="fp16"),  # fp16
+)
+_CPU_DEC_OPTIONAL = (
+    DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0),  # window + softcap
+    DecodeCase(3, 16, 1, 1, 40, 48, d_v=32, page_size=16),  # MLA-like: one kv head, d_v != d
+)
 _CPU_LIN = (
     LinearCase(1, 2, 65, 32, gate="none"),
     LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1),
@@ -249,10 +286,11 @@ def _add(p: Profile) -> None:
 
 
 _add(Profile(
-    "inference", "serving: forward only; causal and GQA/MQA required (prefill, decode, chunked prefill)",
-    required=frozenset({"causal", "gqa"}), backward=False, seeds=GPU_SEEDS,
+    "inference", "serving: forward only; causal, GQA/MQA and (decode) a paged KV cache required (prefill, decode, chunked prefill)",
+    required=frozenset({"causal", "gqa", "paged"}), backward=False, seeds=GPU_SEEDS,
     softmax=_dt(_SM_BASE + _SM_GQA + _SM_SCALE + _SM_LAYOUT + _SM_DECODE + _SM_WINDOW, GPU_DTYPES),
     linear=_dt(_LIN + _LIN_EXTRA, _LIN_DTYPES), bench_softmax=_BENCH_INFER, bench_linear=_BENCH_LIN, cpu_variant="inference-cpu",
+    decode=_dt(_DEC + _DEC_OPTIONAL, GPU_DTYPES), bench_decode=_BENCH_DEC,
 ))
 _add(Profile(
     "training-gqa", "training with GQA: causal, GQA/MQA and backward required; windows optional",
@@ -266,14 +304,15 @@ _add(Profile(
     softmax=_dt(_SM_BASE + _SM_GQA + _SM_SCALE + _SM_LAYOUT + _SM_DECODE + _SM_WINDOW + _SM_EXTRA, GPU_DTYPES),
     linear=_dt(_LIN + _LIN_EXTRA, _LIN_DTYPES),
     bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="full-cpu",
+    decode=_dt(_DEC + _DEC_OPTIONAL, GPU_DTYPES), bench_decode=_BENCH_DEC,
 ))
 _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
              "the speed section only with --speed (host time)"),)
 _add(Profile(
-    "inference-cpu", "CPU-sized inference: forward only; causal and GQA/MQA required",
-    required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
+    "inference-cpu", "CPU-sized inference: forward only; causal, GQA/MQA and (decode) a paged KV cache required",
+    required=frozenset({"causal", "gqa", "paged"}), backward=False, seeds=CPU_SEEDS,
     softmax=_CPU_BASE + _CPU_SCALE + _CPU_LAYOUT + _CPU_DECODE + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
-    notes=_CPU_NOTE,
+    decode=_CPU_DEC + _CPU_DEC_OPTIONAL, bench_decode=_CPU_BENCH_DEC, notes=_CPU_NOTE,
 ))
 _add(Profile(
     "training-gqa-cpu", "CPU-sized training-gqa: causal, GQA/MQA and backward required; windows optional",
@@ -285,7 +324,7 @@ _add(Profile(
     "full-cpu", "CPU-sized full: every feature required, forward and backward",
     required=_ALL, backward=True, seeds=CPU_SEEDS,
     softmax=_CPU_BASE + _CPU_SCALE + _CPU_LAYOUT + _CPU_DECODE + _CPU_WINDOW + _CPU_EXTRA, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
-    notes=_CPU_NOTE,
+    decode=_CPU_DEC + _CPU_DEC_OPTIONAL, bench_decode=_CPU_BENCH_DEC, notes=_CPU_NOTE,
 ))
 
 

@@ -43,7 +43,7 @@ import torch
 
 from harness.accept import exchange
 from harness.accept.exchange import case_from_dict
-from harness.cases import LinearInputs, SoftmaxCase, SoftmaxInputs, apply_layout
+from harness.cases import DecodeInputs, LinearCase, LinearInputs, SoftmaxCase, SoftmaxInputs, apply_layout
 
 #: Loaded input files kept on the device (a case's requests reuse a handful of inputs).
 INPUT_CACHE = 4
@@ -156,7 +156,8 @@ class Runner:
         key = ref["sha256"]
         if key not in self._inputs:
             t = exchange.read_tensors(Path(ref["path"]), key, device=self.device)
-            cls = SoftmaxInputs if isinstance(case, SoftmaxCase) else LinearInputs
+            cls = SoftmaxInputs if isinstance(case, SoftmaxCase) else LinearInputs if isinstance(case, LinearCase) \
+                else DecodeInputs
             self._inputs[key] = cls(**t)
             while len(self._inputs) > INPUT_CACHE:
                 self._inputs.pop(next(iter(self._inputs)))
@@ -299,11 +300,14 @@ def early_and_late(adapter, case, inputs, *, sleep_cycles: int, backward: bool):
     """Outputs (and gradients) copied on the calling stream right after the call returned, and the
     same tensors after a full device sync (the side-stream check's two views; the parent compares)."""
     from harness.check import verify as V
+    from harness.check.properties import WRITTEN_INPUTS
 
     dev = inputs.q.device
     originals = V._run_inputs(case, inputs)
     leaves = {n: t.detach().clone().requires_grad_(backward and n in V.GRAD_NAMES) for n, t in originals.items()}
-    passed = apply_layout(case, {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()})
+    # a decode call writes its cache: it gets copies, so the inputs this child keeps stay as sent
+    passed = apply_layout(case, {n: (t.clone() if t.requires_grad or n in WRITTEN_INPUTS else t)
+                                 for n, t in leaves.items()})
     torch.cuda.synchronize(dev)
     with V.poisoned_memory(dev):  # free memory holds NaN: an unfinished output reads as NaN
         stream = torch.cuda.current_stream(dev)

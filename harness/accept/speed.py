@@ -40,9 +40,11 @@ BASELINES = {
     "cuda": {
         "softmax": ("sdpa_cudnn", "sdpa_flash", "flash_attn_cute", "flash_attn3", "flash_attn", "triton_fa"),
         "linear": ("fla_chunk", "fla_fused_chunk", "triton_la_chunk"),
+        "decode": ("flash_attn_cute_decode", "flash_attn3_kvcache", "flash_attn_kvcache", "triton_decode",
+                   "decode_sdpa"),
     },
     # host time of plain torch: the in-repo Triton kernels run interpreted there (seconds a call)
-    "cpu": {"softmax": ("eager", "sdpa_math"), "linear": ("eager_linear",)},
+    "cpu": {"softmax": ("eager", "sdpa_math"), "linear": ("eager_linear",), "decode": ("decode_sdpa",)},
 }
 #: Seed offset of the bench inputs and of the re-check after timing (distinct from the
 #: correctness seeds, reproducible from the base seed).
@@ -204,7 +206,7 @@ class _SpeedRun:
                 notes.append(f"baselines not timed: {e.outcome.kind}: {e.outcome.reason}")
         seconds["baselines"] = time.perf_counter() - t0
         self._rates(case, rows)
-        r = {"case": case.id, "modes": list(self.modes), "rows": rows, "peaks": self.peaks.to_dict(),
+        r = {"case": case.id, "family": case.family, "modes": list(self.modes), "rows": rows, "peaks": self.peaks.to_dict(),
              "recheck": recheck, "notes": notes, "seconds": {k: round(v, 1) for k, v in seconds.items()}}
         self.results.append(r)
         self.log(f"  speed {case.id}: measured ({time.perf_counter() - t_case:.1f} s: "
@@ -248,7 +250,8 @@ class _SpeedRun:
         return rows, recheck
 
     def _rates(self, case, rows: list[dict]) -> None:
-        """TFLOP/s, the roofline rules and (candidate) the parent-clock rule, per timed cell."""
+        """TFLOP/s and GB/s (``min_bytes``), the roofline rules and (candidate) the parent-clock rule, per
+        timed cell."""
         from harness.perf import flops as flop_model
         from harness.perf import roofline
 
@@ -260,6 +263,7 @@ class _SpeedRun:
                 ms = float(cell["median_ms"])
                 ms_by_mode[mode] = ms
                 cell["tflops"] = flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf
+                cell["gbps"] = flop_model.min_bytes(case, mode) / (ms * 1e-3) / 1e9 if ms > 0 else math.inf
             for mode, reasons in roofline.check(case, ms_by_mode, self.peaks).items():
                 if mode in row["modes"] and reasons:
                     row["modes"][mode]["flags"] = list(reasons)
@@ -292,15 +296,16 @@ class _SpeedRun:
                                         "detail": f"{mode}: {IMPLAUSIBLE}: " + "; ".join(other)})
 
 
-def _cand_tflops(row_by, cand, mode):
+def _cand_rate(row_by, cand, mode, rate="tflops"):
     c = (row_by.get(cand) or {}).get("modes", {}).get(mode, {})
-    return c.get("tflops") if not (c.get("flags") or c.get("launch_bound")) else None
+    return c.get(rate) if not (c.get("flags") or c.get("launch_bound")) else None
 
 
 def _markdown(results: list[dict], failed: list[dict], *, host: bool = False) -> list[str]:
     clock = ("Host time (a CPU run: `time.perf_counter` around each call, not device time)" if host else
              "Device time (CUDA events, warm-up, L2 flush / input rotation when the working set is small)")
-    L = [(f"{clock}, TFLOP/s from `harness/perf/flops.py` (visible pairs counted exactly), ratio = candidate / "
+    L = [(f"{clock}, TFLOP/s from `harness/perf/flops.py` (visible pairs counted exactly; decode, which is "
+          "memory-bound: GB/s of `decode_bytes`), ratio = candidate / "
           "baseline. The candidate's times are claims of its own process; the parent timed back-to-back calls of "
           "it with its own clock (\"parent's clock\" below) and a claim far below that prints as implausible. "
           "Flagged rates (roofline rules, the parent's clock) print as implausible, never as a number; a "
@@ -308,7 +313,8 @@ def _markdown(results: list[dict], failed: list[dict], *, host: bool = False) ->
     for r in results:
         cand = next((row["backend"] for row in r["rows"] if row["candidate"]), None)
         row_by = {row["backend"]: row for row in r["rows"]}
-        L += [f"### `{r['case']}`", "", "| backend | " + " | ".join(f"{m} ms | {m} TFLOP/s | {m} ratio" for m in r["modes"]) + " |",
+        rate, unit = ("gbps", "GB/s") if r.get("family") == "decode" else ("tflops", "TFLOP/s")
+        L += [f"### `{r['case']}`", "", "| backend | " + " | ".join(f"{m} ms | {m} {unit} | {m} ratio" for m in r["modes"]) + " |",
               "|---|" + "---|---|---|" * len(r["modes"])]
         for row in r["rows"]:
             name = row["backend"] + (" (candidate)" if row["candidate"] else "")
@@ -325,12 +331,12 @@ def _markdown(results: list[dict], failed: list[dict], *, host: bool = False) ->
                 elif c.get("flags"):
                     cells += [f"{c['median_ms']:.4g}", "implausible", "-"]
                 else:
-                    ct = _cand_tflops(row_by, cand, m)
-                    ratio = "-" if row["candidate"] or not ct or not c["tflops"] else f"{ct / c['tflops']:.2f}x"
+                    ct = _cand_rate(row_by, cand, m, rate)
+                    ratio = "-" if row["candidate"] or not ct or not c.get(rate) else f"{ct / c[rate]:.2f}x"
                     ms = f"{c['median_ms']:.4g} (±{100 * c['spread']:.0f}%)"
                     if c.get("launch_bound"):  # mostly the host's launches (harness.perf.timing.Timing.launch_bound)
                         ms, ratio = ms + " launch-bound", "-"
-                    cells += [ms, f"{c['tflops']:.1f}", ratio]
+                    cells += [ms, f"{c[rate]:.1f}" if rate in c else "-", ratio]
             L.append(f"| {name} | " + " | ".join(cells) + " |")
         unsup = [f"{row['backend']}: {row['unsupported']}" for row in r["rows"] if "unsupported" in row]
         if unsup:

@@ -52,8 +52,9 @@ def _seed(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impl", metavar="MODULE:CALLABLE",
                         help="the implementation: a callable importable from the current directory (required)")
-    parser.add_argument("--family", choices=("softmax", "linear"), default="softmax",
-                        help="softmax (flash-attn's signature, default) or linear (FLA's)")
+    parser.add_argument("--family", choices=("softmax", "linear", "decode"), default="softmax",
+                        help="softmax (flash-attn's signature, default), linear (FLA's) or decode (flash-attn's "
+                             "flash_attn_with_kvcache)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="default: cuda when available, else cpu (cpu selects the profile's CPU-sized variant)")
     parser.add_argument("--dtypes", type=_dtypes, default=None, metavar="DTYPES",
