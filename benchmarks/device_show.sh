@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -207,6 +207,30 @@ decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on
     summary "$OUT/decode-bench.log" 4
     grep -A 8 "GB/s by cache length" "$OUT/decode-bench/report.md" | head -n 90
     tarred decode-bench
+    ;;
+accept-decode)  # issue 18: the in-repo decode kernel and flash-attn-4's paged path accepted under `inference`
+    # (--family decode, bf16, with the speed section). flash-attn-4 installed first (fa4-1, fa4-2, .fa4-3).
+    setup
+    cat > /tmp/triton_decode_impl.py <<'PY'
+from kernels.decode import decode_attention
+
+
+def attn(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=True,
+         window_size=(-1, -1), softmax_scale=None, softcap=0.0):
+    return decode_attention(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
+                            causal=causal, window_size=window_size, softmax_scale=softmax_scale, softcap=softcap,
+                            return_lse=True)
+PY
+    cp /tmp/triton_decode_impl.py ./triton_decode_impl.py
+    for impl in triton_decode_impl:attn harness.accept.shims:flash_attn_cute_decode; do
+        name=accd-${impl##*:}
+        timeout 270 python3 -m harness accept --impl "$impl" --family decode --profile inference --device cuda \
+            --dtypes bf16 --jobs 4 --timeout 200 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+        echo "accept $impl exit $?" >> "$OUT/$name.log"
+        tarred "$name"
+        summary "$OUT/$name.log" 14
+    done
+    rm -f triton_decode_impl.py
     ;;
 trust-gpu)  # issue 15: the parent's clock on the GPU (a patched timer flagged, an honest one not)
     setup

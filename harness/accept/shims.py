@@ -69,3 +69,33 @@ def flash_attn_cute_fast(q, k, v, *, causal=False, softmax_scale=None, window_si
 _CAPS = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"], "varlen": False}
 flash_attn_cute.attn_capabilities = dict(_CAPS)
 flash_attn_cute_fast.attn_capabilities = dict(_CAPS)
+
+
+def flash_attn_cute_decode(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=True,
+                           window_size=(-1, -1), softmax_scale=None, softcap=0.0):
+    """flash-attn-4's paged path in the decode contract (``flash_attn_with_kvcache``), through the
+    ``flash_attn_cute_decode`` adapter: the new tokens written with ``index_copy_`` first, then
+    ``flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=..., page_table=...)``."""
+    from harness.adapters.base import Unsupported
+    from harness.adapters.decode import FlashAttnCuteDecode
+    from harness.cases import DTYPE_NAMES, DecodeCase
+
+    B, Sq, Hq, D = q.shape
+    paged = block_table is not None
+    case = DecodeCase(B, Hq, k_cache.shape[2], Sq, 0, D, d_v=v_cache.shape[-1],
+                      page_size=k_cache.shape[1] if paged else 0, append=k is not None, causal=causal,
+                      window=tuple(window_size), softcap=softcap, scale=softmax_scale,
+                      dtype=DTYPE_NAMES.get(q.dtype, "fp32"))
+    adapter = FlashAttnCuteDecode()
+    reason = adapter.supports(case, q.device)
+    if reason:
+        raise NotImplementedError(reason)
+    try:
+        res = adapter.run(case, q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens,
+                          block_table=block_table, k=k, v=v)
+    except Unsupported as e:
+        raise NotImplementedError(str(e)) from None
+    return (res.out, res.lse) if res.lse is not None else res.out
+
+
+flash_attn_cute_decode.attn_capabilities = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"]}

@@ -29,7 +29,7 @@ from harness.adapters.base import DecodeAdapter, DecodeOutput, Unsupported, scal
 from harness.adapters.eager import eager_attention, visibility_mask
 from harness.adapters.optional import call_params, import_attr
 from harness.adapters.registry import register
-from harness.cases import DecodeCase, visible_range
+from harness.cases import DecodeCase
 from harness.oracle.decode import slot_index
 
 
@@ -150,7 +150,7 @@ class _VendorDecode(DecodeAdapter):
     def probe(self):
         return _probe(self.module, self.function, self.package_words)
 
-    def call(self, fn, case: DecodeCase, *args, **kw) -> DecodeOutput:
+    def call(self, fn, case: DecodeCase, kv_lengths, *args, **kw) -> DecodeOutput:
         """``fn(*args, **kw)`` -> out or (out, lse, ...); a stated limit becomes Unsupported."""
         try:
             res = fn(*args, **kw)
@@ -160,7 +160,7 @@ class _VendorDecode(DecodeAdapter):
                 raise
             raise unsup from None
         out, lse = (res, None) if isinstance(res, torch.Tensor) else (res[0], res[1])
-        return DecodeOutput(out, _lse_or_none(lse, case))
+        return DecodeOutput(out, _lse_or_none(lse, case, kv_lengths))
 
     def supports(self, case, device):
         reason = super().supports(case, device)
@@ -192,7 +192,7 @@ def _probe(module: str, function: str, words: str):
 
 class FlashAttnKVCache(_VendorDecode):
     name = "flash_attn_kvcache"
-    description = "flash-attn 2's flash_attn_with_kvcache (appends the new tokens itself); pages of 256k tokens"
+    description = "flash-attn 2's flash_attn_with_kvcache (appends the new tokens itself); pages of a multiple of 256 tokens"
     module = "flash_attn"
     function = "flash_attn_with_kvcache"
     package_words = "flash_attn (FA2)"
@@ -212,7 +212,8 @@ class FlashAttnKVCache(_VendorDecode):
             kw["softcap"] = case.softcap
         if "return_softmax_lse" in params:
             kw["return_softmax_lse"] = True
-        return self.call(fn, case, q, k_cache, v_cache, **kw)
+        lengths = cache_seqlens + (k.shape[1] if k is not None else 0)
+        return self.call(fn, case, lengths, q, k_cache, v_cache, **kw)
 
 
 class FlashAttn3KVCache(FlashAttnKVCache):
@@ -247,21 +248,23 @@ class FlashAttnCuteDecode(_VendorDecode):
             kw["page_table"] = block_table.to(torch.int32)
         if case.softcap:
             kw["softcap"] = case.softcap
-        return self.call(fn, case, q, k_cache, v_cache, **kw)
+        return self.call(fn, case, used, q, k_cache, v_cache, **kw)
 
 
-def _sees_nothing(i: int, n_keys: int, case: DecodeCase) -> bool:
-    lo, hi = visible_range(i, case.seqlen_q, n_keys, causal=case.causal, window=case.window)
-    return hi <= lo
-
-
-def _lse_or_none(lse, case: DecodeCase):
+def _lse_or_none(lse, case: DecodeCase, kv_lengths: torch.Tensor):
     """The vendor's lse when it has the contract's (B, Hq, Sq) shape; flash-attn writes +inf on rows
-    that see no key (the oracle: -inf): those become -inf, on those rows only."""
+    that see no key (the oracle: -inf): those become -inf, on those rows only. ``kv_lengths``: each
+    sequence's keys during the step (device tensor: no host synchronisation in a timed loop)."""
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (case.batch, case.heads_q, case.seqlen_q):
         return None
-    empty = torch.tensor([[_sees_nothing(i, n, case) for i in range(case.seqlen_q)] for n in case.kv_lengths],
-                         device=lse.device)[:, None, :]
+    left, right = case.window
+    if case.causal:
+        right = 0
+    n = kv_lengths.to(lse.device).long()[:, None]
+    pos = n - case.seqlen_q + torch.arange(case.seqlen_q, device=lse.device)[None, :]  # each row's position
+    lo = (pos - left).clamp_min(0) if left >= 0 else torch.zeros_like(pos)
+    hi = torch.minimum(pos + right + 1, n) if right >= 0 else n.expand_as(pos)
+    empty = (hi <= lo)[:, None, :]
     return torch.where(empty & torch.isposinf(lse), torch.full_like(lse, float("-inf")), lse)
 
 

@@ -150,12 +150,13 @@ def _fake_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=Non
 
 def _fake_fa4_varlen(q, k, v, *, seqused_k=None, page_table=None, softmax_scale=None, causal=False,
                      window_size=(None, None), softcap=0.0, return_lse=False):
-    """flash-attn-4's flash_attn_varlen_func over a cache: no append, seqused_k keys per sequence."""
+    """flash-attn-4's flash_attn_varlen_func over a cache: no append, seqused_k keys per sequence, +inf lse
+    on rows that see no key."""
     assert seqused_k.dtype == torch.int32 and (page_table is None or page_table.dtype == torch.int32)
     window = tuple(-1 if w is None else w for w in window_size)
     res = decode_attention(q, k, v, seqused_k, page_table, causal=causal, softmax_scale=softmax_scale,
                            window_size=window, softcap=softcap)
-    return res.out.to(q.dtype), res.lse.float()
+    return res.out.to(q.dtype), torch.where(torch.isneginf(res.lse), math.inf, res.lse).float()  # FA: +inf
 
 
 @pytest.fixture
@@ -229,3 +230,22 @@ def test_decode_timing_repeats_the_same_step():
     assert t.reps == 3 and t.median_ms > 0
     written = decode_attention(**make_decode_inputs(PAGED, seed=0).tensors(), **PAGED.oracle_kwargs).k_cache
     assert torch.equal(x.k_cache, written) and not torch.equal(before, written)
+
+
+def test_flash_attn_cute_decode_shim_for_accept(vendor):
+    """``harness.accept.shims:flash_attn_cute_decode`` (what ``accept --family decode`` is given to judge
+    flash-attn-4) speaks the decode contract: the cache appended in place, lse -inf on empty rows."""
+    from harness.accept.shims import flash_attn_cute_decode
+
+    case = DecodeCase(4, 8, 2, 1, 60, 16, page_size=16)
+    x = make_decode_inputs(case, seed=5)
+    ref = decode_attention(**x.tensors(), **case.oracle_kwargs)
+    out, lse = flash_attn_cute_decode(x.q, x.k_cache, x.v_cache, x.k, x.v, cache_seqlens=x.cache_seqlens,
+                                      block_table=x.block_table)
+    torch.testing.assert_close(out.double(), ref.out, rtol=1e-6, atol=1e-6)
+    assert torch.equal(x.k_cache, ref.k_cache) and torch.equal(x.v_cache, ref.v_cache)
+    empty = DecodeCase(3, 4, 2, 1, 40, 16, page_size=16, append=False)  # sequence 1 holds no key
+    y = make_decode_inputs(empty, seed=0)
+    _, lse = flash_attn_cute_decode(y.q, y.k_cache, y.v_cache, cache_seqlens=y.cache_seqlens,
+                                    block_table=y.block_table)
+    assert torch.isneginf(lse[1]).all() and torch.isfinite(lse[0]).all()
