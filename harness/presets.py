@@ -96,6 +96,56 @@ def _small_linear() -> list[Case]:
     ]
 
 
+# The seeds' attention-layer report: three sizes per attention type, bf16, not causal, as published
+# (its GPU was an A100). Sizes (batch, seqlen, query heads, head dim):
+ATTENTION_LAYER_SIZES = ((2, 2048, 12, 64), (1, 4096, 32, 128), (1, 2048, 40, 128))
+# Its MLA rows: (batch, seqlen, heads, head dim, latent) per size.
+MLA_LAYER_SIZES = ((2, 2048, 32, 128, 512), (1, 4096, 64, 128, 1024), (1, 2048, 128, 128, 2048))
+#: Rotary part of an MLA query/key head (DeepSeek-V2/V3: 64), concatenated to the head dim.
+MLA_ROPE_DIM = 64
+
+
+def _attention_layers() -> list[Case]:
+    """The attention-layer report's 15 configurations, exactly: per size of ATTENTION_LAYER_SIZES, MHA
+    with fused QKV (views of one packed (B, S, 3, H, D) tensor: flash-attn's qkvpacked convention),
+    MHA with separate q/k/v, GQA with 8 kv heads, MQA; and MLA per size of MLA_LAYER_SIZES in both
+    forms it enters an attention call:
+
+    * training form: every head keeps its own keys; q and k heads are the head dim plus the rotary
+      part (128 + 64 = 192), v heads the head dim (128): MHA with d 192, d_v 128;
+    * absorbed form (inference): W_UK is folded into the query and W_UV into the output, so all heads
+      attend to one shared latent head: MQA with d_qk = latent + 64 and d_v = latent.
+    """
+    cases: list[Case] = []
+    for b, s, h, d in ATTENTION_LAYER_SIZES:
+        cases.append(SoftmaxCase(b, h, h, s, s, d, layout="qkvpacked", dtype="bf16"))
+        cases.append(SoftmaxCase(b, h, h, s, s, d, dtype="bf16"))
+    for b, s, h, d in ATTENTION_LAYER_SIZES:
+        # the report's GQA rows: 32 query heads at D64 (its MHA rows there have 12), 32 / 40 at D128
+        hq = 32 if d == 64 else h
+        cases.append(SoftmaxCase(b, hq, 8, s, s, d, dtype="bf16"))
+    for b, s, h, d in ATTENTION_LAYER_SIZES:
+        hq = 16 if d == 64 else h  # the report's MQA rows: 16 query heads at D64, 32 / 40 at D128
+        cases.append(SoftmaxCase(b, hq, 1, s, s, d, dtype="bf16"))
+    for b, s, h, d, latent in MLA_LAYER_SIZES:
+        cases.append(SoftmaxCase(b, h, h, s, s, d + MLA_ROPE_DIM, d_v=d, dtype="bf16"))
+        cases.append(SoftmaxCase(b, h, 1, s, s, latent + MLA_ROPE_DIM, d_v=latent, dtype="bf16"))
+    return cases
+
+
+def _models() -> list[Case]:
+    """Attention layers of real models at 2k-8k tokens per sequence, causal, bf16."""
+    return [
+        SoftmaxCase(4, 32, 8, 2048, 2048, 128, causal=True, dtype="bf16"),  # Llama-3-8B
+        SoftmaxCase(1, 32, 8, 8192, 8192, 128, causal=True, dtype="bf16"),  # Llama-3-8B, 8k context
+        SoftmaxCase(1, 64, 8, 4096, 4096, 128, causal=True, dtype="bf16"),  # Llama-3-70B
+        SoftmaxCase(1, 32, 8, 8192, 8192, 128, causal=True, window=(4095, 0), dtype="bf16"),  # Mistral-7B window
+        SoftmaxCase(2, 16, 8, 4096, 4096, 256, causal=True, softcap=50.0, dtype="bf16"),  # Gemma-2-9B
+        SoftmaxCase(1, 128, 128, 4096, 4096, 192, d_v=128, causal=True, dtype="bf16"),  # DeepSeek-V3 MLA (training)
+        SoftmaxCase(2, 71, 1, 2048, 2048, 64, causal=True, dtype="bf16"),  # Falcon-7B (MQA, 71 heads)
+    ]
+
+
 #: Page size of the decode preset's paged caches (vLLM's default block is 16, flash-attn 2 needs a
 #: multiple of 256; 64 is a common middle, one key tile per page). One case per shape family
 #: repeats at 16 to show the cost of small pages.
@@ -146,6 +196,8 @@ _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
     "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),
     "linear": (_linear, "linear attention: B4 H32 D64 fp16, T 1k..4k"),
     "linear-sweep": (_linear_sweep, "linear attention: B4 H32 K=V 64/128, T 1k..16k, fp16"),
+    "attention-layers": (_attention_layers, "the seeds' attention-layer report: MHA fused/separate QKV, GQA 8 kv, MQA, MLA (training and absorbed), bf16"),
+    "models": (_models, "real models' attention: Llama-3-8B/70B, Mistral window, Gemma-2 softcap d256, DeepSeek-V3 MLA, Falcon MQA; causal bf16"),
     "decode": (_decode, "decode of real models: GQA 32/8, MQA, MHA d128, B1..256, caches 512..128k, MLA d576/512, pages 16/64/256, bf16"),
 }
 PRESETS: dict[str, str] = {name: desc for name, (_, desc) in _BUILDERS.items()}
