@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -207,6 +207,17 @@ decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on
     summary "$OUT/decode-bench.log" 4
     grep -A 8 "GB/s by cache length" "$OUT/decode-bench/report.md" | head -n 90
     tarred decode-bench
+    ;;
+layers)  # issue 16: `layers attention-layers` or `layers models`: the fast backends and the in-repo kernel on the
+    # seeds' attention-layer configurations / real models' shapes, forward and backward, in one run per preset.
+    # flash-attn-4 installed first (fa4-1, fa4-2, .fa4-3).
+    setup
+    p=${2:-attention-layers}
+    timeout 560 python3 -m harness bench --preset "$p" --modes fwd,bwd --no-plots --time-limit 540 \
+        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --out "$OUT/$p" > "$OUT/$p.log" 2>&1
+    echo "bench $p exit $?" >> "$OUT/$p.log"
+    grep -A 3 "^### B" "$OUT/$p/report.md" | grep -v "^--" | cut -c1-160 | head -n 100
+    tarred "$p"
     ;;
 accept-decode)  # issue 18: the in-repo decode kernel and flash-attn-4's paged path accepted under `inference`
     # (--family decode, bf16, with the speed section). flash-attn-4 installed first (fa4-1, fa4-2, .fa4-3).
