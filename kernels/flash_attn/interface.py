@@ -130,7 +130,8 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
-                           softmax_scale=None, window_size=(-1, -1), return_lse=False, allow_tf32=False):
+                           softmax_scale=None, window_size=(-1, -1), return_lse=False, allow_tf32=False,
+                           validate=True):
     """Variable-length (packed) attention, flash-attn's varlen convention, differentiable.
 
     q: [Tq, Hq, D]; k, v: [Tk, Hk, D]; cu_seqlens_q / cu_seqlens_k: [B + 1] int32 on q's device,
@@ -138,6 +139,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     k/v[cu_k[b]:cu_k[b+1]]. max_seqlen_q / max_seqlen_k: ints >= the longest sequence (they size the
     grid). Masks are per sequence, as in flash_attn_func. Returns out [Tq, Hq, D] or
     (out, lse [Hq, Tq] float32).
+
+    ``validate=False`` skips the checks that read the offsets' values (monotonic from 0 to the
+    total, no sequence above max_seqlen): they copy the offsets to the host, a synchronisation per
+    call; a hot loop (and the harness, which checks its inputs itself) turns them off.
     """
     scale, left, right = _check_common(q, k, v, 3, "[T, H, D]", softmax_scale, window_size)
     for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, q.shape[0]), ("cu_seqlens_k", cu_seqlens_k, k.shape[0])):
@@ -147,18 +152,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise ValueError(f"{name}: expected dtype int32, got {cu.dtype}")
         if cu.device != q.device:
             raise ValueError(f"{name}: device {cu.device} does not match q's {q.device}")
+        if not validate:
+            continue
         vals = cu.tolist()
         if vals[0] != 0 or vals[-1] != total or any(a > b for a, b in itertools.pairwise(vals)):
             raise ValueError(f"{name}: expected non-decreasing offsets from 0 to {total}, got {vals}")
     if cu_seqlens_k.numel() != cu_seqlens_q.numel():
         raise ValueError(f"cu_seqlens_k: expected {cu_seqlens_q.numel()} entries like cu_seqlens_q, "
                          f"got {cu_seqlens_k.numel()}")
-    lens_q = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).tolist()
-    lens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
-    if max(lens_q, default=0) > int(max_seqlen_q):
-        raise ValueError(f"max_seqlen_q: {max_seqlen_q} is less than the longest query sequence {max(lens_q)}")
-    if max(lens_k, default=0) > int(max_seqlen_k):
-        raise ValueError(f"max_seqlen_k: {max_seqlen_k} is less than the longest key sequence {max(lens_k)}")
+    if validate:
+        lens_q = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).tolist()
+        lens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
+        if max(lens_q, default=0) > int(max_seqlen_q):
+            raise ValueError(f"max_seqlen_q: {max_seqlen_q} is less than the longest query sequence {max(lens_q)}")
+        if max(lens_k, default=0) > int(max_seqlen_k):
+            raise ValueError(f"max_seqlen_k: {max_seqlen_k} is less than the longest key sequence {max(lens_k)}")
     out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
                                    cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
     return (out, lse) if return_lse else out

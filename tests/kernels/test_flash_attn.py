@@ -210,6 +210,27 @@ def test_varlen_matches_oracle():
         assert rel_err(cand, o) < 1e-5, f"{name}: {rel_err(cand, o):.3e}"
 
 
+def test_varlen_without_validation_copies_nothing_to_the_host(monkeypatch):
+    """validate=False: no read of the offsets' values (no .tolist / .item / int(): on a GPU each is a
+    synchronisation per call), forward and backward, and the same answer as with validation."""
+    lens = [5, 0, 19, 3]
+    cu = torch.tensor([0, 5, 5, 24, 27], dtype=torch.int32, device=DEVICE)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(sum(lens), 2, 16, generator=g).to(DEVICE).requires_grad_() for _ in range(3))
+    want = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+
+    def host_copy(*a, **kw):
+        raise AssertionError("a device-to-host copy of a tensor's values")
+
+    monkeypatch.setattr(torch.Tensor, "tolist", host_copy)
+    monkeypatch.setattr(torch.Tensor, "item", host_copy)
+    monkeypatch.setattr(torch.Tensor, "__int__", host_copy)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, validate=False)
+    out.sum().backward()
+    monkeypatch.undo()
+    assert torch.equal(out, want)
+
+
 def test_checker_rejects_wrong_answers():
     """The tolerance rule must bite: deliberately wrong attention variants fail it."""
     dtype = torch.float16
