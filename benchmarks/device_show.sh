@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -218,6 +218,13 @@ layers)  # issue 16: `layers attention-layers` or `layers models`: the fast back
     echo "bench $p exit $?" >> "$OUT/$p.log"
     grep -A 3 "^### B" "$OUT/$p/report.md" | grep -v "^--" | cut -c1-160 | head -n 100
     tarred "$p"
+    ;;
+overhead)  # issue 16: host microseconds per call against the kernels' device time (CUDA graphs), in-repo
+    # kernels and peers (flash-attn-4 and FLA installed first: fa4-1, fa4-2, then carry .fa4-3 and .whl)
+    setup
+    timeout 400 python3 benchmarks/host_overhead.py --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1
+    echo "overhead exit $?" >> "$OUT/overhead.log"
+    cat "$OUT/overhead/overhead.md"
     ;;
 accept-decode)  # issue 18: the in-repo decode kernel and flash-attn-4's paged path accepted under `inference`
     # (--family decode, bf16, with the speed section). flash-attn-4 installed first (fa4-1, fa4-2, .fa4-3).

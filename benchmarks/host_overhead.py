@@ -1,0 +1,88 @@
+"""Host overhead per call of the in-repo kernels and their peers (issue 16): host microseconds to
+launch one call against the device microseconds of its kernels, with the budgets of
+``harness/perf/overhead.py`` (forward 25 us, backward 50 us).
+
+    python benchmarks/host_overhead.py [--backends A,B] [--cases ID,ID] [--modes fwd,bwd] [--out DIR]
+
+Default cases: the FA sweep's causal S=1k hd128 point (where the bench flags the in-repo forward as
+launch-bound), the attention-layer report's MQA D64, a decode step and the linear preset at T=4k.
+Writes overhead.json and overhead.md to --out and prints the table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from harness.adapters import registry  # noqa: E402
+from harness.cases import case_from_id  # noqa: E402
+from harness.perf import overhead  # noqa: E402
+
+DEFAULT_CASES = (
+    "B16-H16-S1024x1024-D128-causal-bf16",
+    "B2-H16/1-S2048x2048-D64-bf16",
+    "B32-H32/8-Q1-L4096r-P64-new-D128-bf16",
+    "B4-H32-T4096-K64V64-g_gamma(n=1)-fp16",
+)
+DEFAULT_BACKENDS = ("triton_fa", "sdpa_flash", "sdpa_cudnn", "flash_attn_cute", "triton_la_chunk", "fla_chunk",
+                    "fla_fused_chunk", "triton_decode", "flash_attn_cute_decode")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES), help="comma-separated case ids")
+    ap.add_argument("--modes", default="fwd,bwd")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--calls", type=int, default=overhead.CALLS)
+    ap.add_argument("--out", default="reports/host-overhead")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        cases = [case_from_id(c) for c in args.cases.split(",") if c]
+        adapters = [registry.get(b) for b in args.backends.split(",") if b]
+    except (KeyError, ValueError) as e:
+        print(f"host_overhead: {e}", file=sys.stderr)
+        return 2
+    modes = [m for m in args.modes.split(",") if m]
+    rows, skipped = [], []
+    for case in cases:
+        for a in adapters:
+            reason = a.supports(case, device)
+            if reason:
+                if a.family == case.family:
+                    skipped.append(f"{a.name} on {case.id}: {reason}")
+                continue
+            for mode in modes:
+                if mode != "fwd" and not a.differentiable:
+                    continue
+                try:
+                    r = overhead.measure(a, case, mode, device=device, calls=args.calls)
+                except Exception as e:  # a backend that fails is reported, the run goes on
+                    skipped.append(f"{a.name} on {case.id} {mode}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                    continue
+                rows.append(r)
+                print(f"{a.name:24s} {case.id:45s} {mode:4s} host {r.host_us:8.1f} us  device "
+                      f"{r.device_us if r.device_us is not None else float('nan'):8.1f} us", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overhead.json").write_text(json.dumps({"device": str(device), "rows": [r.to_dict() for r in rows],
+                                                   "skipped": skipped, "budgets_us": overhead.HOST_BUDGET_US},
+                                                  indent=1) + "\n")
+    md = ["# Host overhead per call", "", f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}",
+          "", *overhead.markdown(rows), ""]
+    if skipped:
+        md += ["Not measured:", "", *[f"- {s}" for s in skipped], ""]
+    (out / "overhead.md").write_text("\n".join(md))
+    print("\n".join(overhead.markdown(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

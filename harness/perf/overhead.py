@@ -1,0 +1,113 @@
+"""Host overhead of a backend call: what the host spends launching one call, against the device
+time the call's kernels take.
+
+A call costs the host its Python, argument checks, autotune lookup, descriptor set-up and kernel
+launches. When that exceeds the kernels' device time, the device idles between calls and a model
+runs at the host's pace (the "launch-bound" cells of the bench). Two numbers per (backend, case,
+mode), taken in one run:
+
+* **host time per call**: ``CALLS`` calls enqueued back to back without a synchronisation, the host
+  clock around the loop divided by the calls (median of ``WINDOWS`` loops). The device is drained
+  before each loop and a loop is short enough (``CALLS`` x a few kernels) not to fill the launch
+  queue, so the host never waits for the device inside it.
+* **device time per call**: the same calls replayed from a CUDA graph (no host in the loop), timed
+  with CUDA events; when capture fails, the timer's plain device time (then an upper bound).
+
+On a CPU there is no device to run ahead: the host time is the whole call (compute included) and
+the device time is not measured; the report says so.
+
+Budgets (issue 16): a forward call at most :data:`HOST_BUDGET_US` ["fwd"], a backward at most
+["bwd"].
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from harness.cases import Case, make_inputs
+from harness.perf.timing import TimerOptions, Workload, synchronize, time_workload
+
+#: Host microseconds one call may cost, per mode.
+HOST_BUDGET_US = {"fwd": 25.0, "bwd": 50.0, "fwd+bwd": 75.0}
+#: Calls per host-timed loop and loops per measurement (the median loop counts).
+CALLS = 50
+WINDOWS = 5
+
+
+@dataclass
+class Overhead:
+    backend: str
+    case: str
+    mode: str
+    host_us: float  # host time per call (on a CPU: the whole call)
+    device_us: float | None  # device time per call (CUDA graph replay when it captured)
+    device_clock: str  # "cuda-graph", "cuda-events" (capture failed: an upper bound) or "none (CPU)"
+    budget_us: float
+    windows_us: list[float]
+
+    @property
+    def over_budget(self) -> bool | None:
+        """None on a CPU, where the host time is the whole call."""
+        return None if self.device_clock.startswith("none") else self.host_us > self.budget_us
+
+    @property
+    def host_bound(self) -> bool | None:
+        """True when the host's cost per call exceeds the device's: the device would idle."""
+        return None if self.device_us is None else self.host_us > self.device_us
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"over_budget": self.over_budget, "host_bound": self.host_bound}
+
+
+def measure(adapter, case: Case, mode: str = "fwd", *, device=None, seed: int = 0, calls: int = CALLS,
+            windows: int = WINDOWS) -> Overhead:
+    """Host and device time per call of ``adapter`` on ``case`` in ``mode`` (see the module docstring)."""
+    if mode not in HOST_BUDGET_US:
+        raise ValueError(f"mode: expected one of {', '.join(HOST_BUDGET_US)}, got {mode!r}")
+    if calls < 1 or windows < 1:
+        raise ValueError(f"calls and windows: expected positive counts, got {calls} and {windows}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    work = Workload(adapter, case, [make_inputs(case, seed, device)], mode)
+    work.prepare()
+    try:
+        for _ in range(3):  # compile, autotune, caches: not what a steady call costs
+            work.call(0)
+        synchronize(device)
+        per_call = []
+        for _ in range(windows):
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                work.call(0)
+            per_call.append((time.perf_counter() - t0) / calls * 1e6)
+        synchronize(device)
+    finally:
+        work.release()
+    device_us, clock = None, "none (CPU)"
+    if device.type == "cuda":
+        t = time_workload(Workload(adapter, case, [make_inputs(case, seed, device)], mode), device,
+                          TimerOptions(cuda_graph=True, flush_l2="never"))
+        device_us = t.median_ms * 1e3
+        clock = "cuda-graph" if t.cuda_graph is True else "cuda-events"
+    return Overhead(adapter.name, case.id, mode, statistics.median(per_call), device_us, clock,
+                    HOST_BUDGET_US[mode], per_call)
+
+
+def markdown(rows: list[Overhead]) -> list[str]:
+    """A table: host and device microseconds per call, the budget, and what the ratio means."""
+    lines = ["| backend | case | mode | host us / call | device us / call | host / device | budget | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = f"{r.host_us / r.device_us:.2f}" if r.device_us else "-"
+        dev = f"{r.device_us:.1f} ({r.device_clock})" if r.device_us is not None else r.device_clock
+        verdict = {None: "no budget on a CPU (host time = the whole call)", True: "over budget",
+                   False: "within budget"}[r.over_budget]
+        if r.host_bound:
+            verdict += ", host-bound (the device idles between calls)"
+        lines.append(f"| {r.backend} | {r.case} | {r.mode} | {r.host_us:.1f} | {dev} | {ratio} | "
+                     f"{r.budget_us:g} | {verdict} |")
+    return lines

@@ -1,0 +1,60 @@
+"""Host overhead per call (harness/perf/overhead.py, benchmarks/host_overhead.py) on the CPU: the
+measurement runs, says that a CPU has no budget to meet, and refuses bad arguments."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.adapters import registry
+from harness.adapters.base import SoftmaxAdapter
+from harness.cases import SoftmaxCase
+from harness.perf import overhead
+
+CASE = SoftmaxCase(1, 2, 2, 32, 32, 16, causal=True)
+
+
+def test_cpu_measurement_has_host_time_and_no_budget_verdict():
+    r = overhead.measure(registry.get("eager"), CASE, "bwd", device="cpu", calls=3, windows=2)
+    assert r.host_us > 0 and len(r.windows_us) == 2 and r.device_us is None
+    assert r.over_budget is None and r.host_bound is None and r.budget_us == overhead.HOST_BUDGET_US["bwd"]
+    assert "no budget on a CPU" in overhead.markdown([r])[-1]
+
+
+def test_host_time_counts_what_the_host_spends():
+    """A backend that sleeps 2 ms on the host per call measures at least that."""
+    import time
+
+    class Slow(SoftmaxAdapter):
+        name = "slow_host"
+
+        def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+            time.sleep(0.002)
+            return registry.get("eager").run(case, q=q, k=k, v=v)
+
+    r = overhead.measure(Slow(), CASE, "fwd", device="cpu", calls=3, windows=2)
+    assert r.host_us >= 2000
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="mode"):
+        overhead.measure(registry.get("eager"), CASE, "sideways", device="cpu")
+    with pytest.raises(ValueError, match="positive"):
+        overhead.measure(registry.get("eager"), CASE, "fwd", device="cpu", calls=0)
+
+
+def test_script_writes_its_table(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import host_overhead
+    finally:
+        sys.path.pop(0)
+    rc = host_overhead.main(["--backends", "eager,flash_attn", "--cases", CASE.id, "--modes", "fwd", "--calls", "2",
+                             "--device", "cpu", "--out", str(tmp_path)])
+    assert rc == 0
+    data = json.loads((tmp_path / "overhead.json").read_text())
+    assert [r["backend"] for r in data["rows"]] == ["eager"]
+    assert any(s.startswith("flash_attn on") for s in data["skipped"])  # said why, not silently dropped
+    assert "| eager | " in (tmp_path / "overhead.md").read_text()
+    assert host_overhead.main(["--cases", "not-a-case", "--device", "cpu", "--out", str(tmp_path)]) == 2
