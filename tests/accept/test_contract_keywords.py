@@ -1,7 +1,7 @@
 """Every keyword of the calling contracts, and the test that catches a kernel that ignores it.
 
 ``KEYWORDS`` lists, per family, each keyword the harness passes (or leaves out) and each property
-of the inputs a kernel must honour; for each, a case of the ``small`` / ``small-linear`` presets
+of the inputs a kernel must honour; for each, a case of the ``small`` / ``small-linear`` / ``small-decode`` presets
 that exercises it (the adapter matrix and ``harness run`` use those presets; the acceptance
 profiles hold the same kinds of case) and a callable that ignores exactly that keyword
 (tests/accept/impls/). ``test_ignoring_a_keyword_is_caught`` verifies each such callable on its
@@ -39,6 +39,11 @@ class Row(NamedTuple):
 
 SM_PLAIN = "B2-H4/2-S40x40-D32-causal-scale1-fp32"  # causal, scale passed, contiguous
 LIN_PLAIN = "B1-H2-T48-K32V32-g(n=1)-h0-dhT-scale1-fp32"  # g, h0, scale passed, contiguous
+DEC_PAGED = "B5-H8/2-Q1-L100r-P16-new-D32-fp32"  # paged GQA, ragged, one new token, scale omitted
+DEC_CONTIG = "B4-H4/1-Q4-L70r-contig-new-D16v32-fp32"  # contiguous cache, 4 new tokens (causal matters)
+DEC_NO_APPEND = "B3-H4-Q1-L64r-P32-D32-fp32"  # nothing appended
+DEC_SCALE = "B3-H4/2-Q3-L33r-P16-new-D16-nocausal-scale0.0625-fp32"
+DEC_WINDOW = "B4-H8/2-Q2-L90r-P16-new-D16-win20x0-cap5-fp32"
 
 KEYWORDS: tuple[Row, ...] = (
     Row("softmax", "causal", "`causal=True` on causal cases", "B2-H4-S64x64-D64-causal-fp32",
@@ -73,13 +78,30 @@ KEYWORDS: tuple[Row, ...] = (
         "B1-H2-T70-K32V32-g_gamma(n=1)-fp32", "ignores:linear_ignores_output_final_state", "contract", None),
     Row("linear", "strides, storage offset", "q, k, v, g, h0 as transposed views, or one element in",
         "B1-H2-T33-K32V32-nogate-h0-dhT-offset-fp32", "ignores:linear_contiguous_only", "out", LIN_PLAIN),
+
+    Row("decode", "block_table", "int32 (B, pages) into a shuffled page pool", DEC_PAGED,
+        "decode_impls:ignores_block_table", "out", DEC_CONTIG),
+    Row("decode", "cache_seqlens", "int32 (B,): each sequence's cache length (0 and one exact page included)",
+        DEC_PAGED, "decode_impls:reads_whole_pages", "out", None),
+    Row("decode", "k, v (appended)", "new tokens to write into the cache at cache_seqlens, in place",
+        DEC_PAGED, "decode_impls:writes_wrong_slot", "cache_write", DEC_NO_APPEND),
+    Row("decode", "causal", "`causal=True`: new tokens see the cache and the new tokens before them", DEC_CONTIG,
+        "decode_impls:ignores_causal", "out", DEC_PAGED),
+    Row("decode", "softmax_scale (passed)", "`softmax_scale=1/16` on the scale case", DEC_SCALE,
+        "decode_impls:ignores_scale", "out", DEC_PAGED),
+    Row("decode", "softmax_scale (omitted)", "nothing: the default must be 1/sqrt(d)", DEC_PAGED,
+        "decode_impls:wrong_default_scale", "out", DEC_SCALE),
+    Row("decode", "window_size", "`window_size=(left, right)` (-1 unbounded)", DEC_WINDOW,
+        "decode_impls:ignores_window", "out", DEC_PAGED),
+    Row("decode", "softcap", "`softcap=` on softcap cases only", DEC_WINDOW,
+        "decode_impls:ignores_softcap", "out", DEC_PAGED),
 )
 
 
 def _case(case_id: str):
     from harness.presets import preset
 
-    by_id = {c.id: c for c in preset("small") + preset("small-linear")}
+    by_id = {c.id: c for c in preset("small") + preset("small-linear") + preset("small-decode")}
     return by_id[case_id]
 
 
@@ -124,7 +146,7 @@ def table() -> str:
         "hand (`test_the_keyword_table_in_docs_is_generated_from_this_file` fails when the two differ).",
         "",
         "For each keyword the harness passes (or leaves out), and each property of the inputs a kernel",
-        "must honour: the case that exercises it (presets `small` / `small-linear`; the acceptance",
+        "must honour: the case that exercises it (presets `small` / `small-linear` / `small-decode`; the acceptance",
         "profiles hold cases of the same kinds), a callable that ignores exactly that keyword",
         "(`tests/accept/impls/`), what fails when it does, and the test that asserts so",
         f"(`{TEST}[<family>-<keyword>]`).",

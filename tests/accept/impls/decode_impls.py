@@ -22,19 +22,24 @@ def _slots(b, n, k_cache, block_table):
 
 
 def _decode(q, k_cache, v_cache, k, v, cache_seqlens, block_table, kw, *, write_shift=0, table=None,
-            write=True):
+            write=True, whole_pages=False):
+    """Per sequence: write the new tokens at cache_seqlens (+ ``write_shift``), read its cached keys
+    through ``table`` (default: the page table), attend to them and the new tokens."""
     table = block_table if table is None else table
     flat_k, flat_v = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
-    Sq = q.shape[1]
     outs, lses = [], []
     for b in range(q.shape[0]):
         n = int(cache_seqlens[b])
-        slots = _slots(b, n + (Sq if k is not None else 0) + write_shift, k_cache, table)
-        keys, vals = flat_k[slots[:n]], flat_v[slots[:n]]
+        if k is not None and write:
+            new = _slots(b, n + write_shift + k.shape[1], k_cache, table)[n + write_shift:]
+            flat_k[new], flat_v[new] = k[b], v[b]
+        n_read = n
+        if whole_pages and table is not None:  # the bug: a sequence's last page read to its end
+            page = k_cache.shape[1]
+            n_read = -(-n // page) * page
+        cached = _slots(b, n_read, k_cache, table)
+        keys, vals = flat_k[cached], flat_v[cached]
         if k is not None:
-            if write:
-                flat_k[slots[n + write_shift:]] = k[b]
-                flat_v[slots[n + write_shift:]] = v[b]
             keys, vals = torch.cat([keys, k[b]]), torch.cat([vals, v[b]])
         o, lse = attention(q[b : b + 1], keys[None], vals[None], **kw)
         outs.append(o)
@@ -84,3 +89,34 @@ def contiguous_only(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block
 
 
 contiguous_only.attn_capabilities = {"paged": False}
+
+
+def _ignoring(**drop):
+    """A correct callable but for the keywords in ``drop`` (replaced by the given values)."""
+
+    def fn(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=True,
+           window_size=(-1, -1), softmax_scale=None, softcap=0.0):
+        kw = _kw(causal, window_size, softmax_scale, softcap) | drop
+        if kw.get("softmax_scale", 0) is None:
+            kw.pop("softmax_scale")
+        return _decode(q, k_cache, v_cache, k, v, cache_seqlens, block_table, kw)
+
+    return fn
+
+
+ignores_causal = _ignoring(causal=False)
+ignores_window = _ignoring(window_size=(-1, -1))
+ignores_softcap = _ignoring(softcap=0.0)
+ignores_scale = _ignoring(softmax_scale=None)  # the given scale dropped: d ** -0.5 always
+def wrong_default_scale(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None,
+                        causal=True, window_size=(-1, -1), softmax_scale=None, softcap=0.0):
+    """Defaults the scale to 1/d instead of 1/sqrt(d)."""
+    scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -1.0
+    return _decode(q, k_cache, v_cache, k, v, cache_seqlens, block_table, _kw(causal, window_size, scale, softcap))
+
+
+def reads_whole_pages(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=True,
+                      window_size=(-1, -1), softmax_scale=None, softcap=0.0):
+    """Reads each sequence's last page to its end: cache_seqlens honoured only to the page."""
+    return _decode(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                   _kw(causal, window_size, softmax_scale, softcap), whole_pages=True)
