@@ -211,6 +211,8 @@ class TritonDecode(DecodeAdapter):
         mod, reason = _module_and_reason(self, case, device)
         if reason:
             return reason
+        if case.dtype == "fp64":
+            return "triton_decode takes fp16/bf16/fp32, not fp64 (it accumulates in fp32)"
         iface, _ = _import(self.module + ".interface")
         multiple = getattr(iface, "PAGE_MULTIPLE", 16)
         if case.paged and case.page_size % multiple:

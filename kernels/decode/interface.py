@@ -37,6 +37,8 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, window_size, v
             raise ValueError(f"{name}: expected a 4-dim tensor, got {getattr(t, 'shape', type(t).__name__)}")
     B, Sq, Hq, D = q.shape
     Hk = k_cache.shape[2]
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"q: unsupported: dtype {q.dtype} (fp16, bf16 or fp32; the kernel accumulates in fp32)")
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(f"k_cache / v_cache: dtype {k_cache.dtype} / {v_cache.dtype} must be q's {q.dtype}")
     if k_cache.shape[-1] != D:
@@ -152,6 +154,7 @@ def decode_attention(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, bloc
         HK=Hk, RBLOCKS=rblocks, G=G, SQ=Sq, PAGE=k_cache.shape[1] if paged else 1, PAGED=paged,
         LEFT=left, RIGHT=right, HAS_SOFTCAP=bool(softcap),
         D=D, DV=Dv, BLOCK_R=BLOCK_R, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DV=BLOCK_DV,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32: full-precision dots, not TF32
     )
     out = torch.empty(B, Sq, Hq, Dv, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, Hq, Sq, device=q.device, dtype=torch.float32)

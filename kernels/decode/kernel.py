@@ -28,7 +28,7 @@ def _split_kernel(
     HK: tl.constexpr, RBLOCKS: tl.constexpr, G: tl.constexpr, SQ: tl.constexpr, PAGE: tl.constexpr, PAGED: tl.constexpr,
     LEFT: tl.constexpr, RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -66,7 +66,7 @@ def _split_kernel(
             off = n
         k = tl.load(K + blk * stride_kblk + off[:, None] * stride_kpos + hk * stride_kh + d[None, :],
                     mask=key_ok[:, None] & (d[None, :] < D), other=0.0)
-        s = tl.dot(q, tl.trans(k)) * sm_scale
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
         if HAS_SOFTCAP:
             s = softcap * (2.0 / (1.0 + tl.exp(-2.0 * s / softcap)) - 1.0)  # softcap * tanh(s / softcap)
         vis = row_ok[:, None] & key_ok[None, :]
@@ -82,7 +82,7 @@ def _split_kernel(
         lsum = lsum * alpha + tl.sum(p, 1)
         v = tl.load(V + blk * stride_vblk + off[:, None] * stride_vpos + hk * stride_vh + dv[None, :],
                     mask=key_ok[:, None] & (dv[None, :] < DV), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m = m_new
     o_ptr = MidO + b * stride_ob + head[:, None] * stride_oh + i[:, None] * stride_os + split * stride_osp
     tl.store(o_ptr + dv[None, :], acc, mask=row_ok[:, None] & (dv[None, :] < DV))
