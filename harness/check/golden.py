@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase, make_inputs
@@ -174,20 +175,44 @@ def oracle_result(case: Case, inputs=None, seed: int = 0):
 # ------------------------------------------------------------------------------------------
 
 
+def _unchanged(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bool:
+    """Whether ``path`` already holds exactly these tensors and metadata. safetensors writes its
+    metadata in a per-process random order (a hash map), so rewriting an identical result changes the
+    file's bytes and its manifest hash: a regeneration keeps such files as they are."""
+    if not path.exists():
+        return False
+    try:
+        with safe_open(str(path), "pt") as f:
+            if f.metadata() != metadata:
+                return False
+        old = load_file(str(path))
+    except Exception:  # unreadable: rewrite it
+        return False
+    return tensors_sha256(old) == tensors_sha256(tensors)
+
+
 def regenerate(directory: Path | None = None, *, log=print) -> Path:
-    """Rewrite every golden file and the manifest; returns the manifest path."""
+    """Rewrite every golden file whose content changed (and drop the ones no longer listed), then
+    the manifest; returns the manifest path."""
     global _manifest_cache
     directory = Path(directory or golden_dir())
     directory.mkdir(parents=True, exist_ok=True)
+    wanted = {_file_name(case, seed) for case, seed in golden_cases()}
     for old in directory.glob("*.safetensors"):
-        old.unlink()
+        if old.name not in wanted:
+            old.unlink()
     entries = []
     for case, seed in golden_cases():
         inputs = make_inputs(case, seed)
         result = compute_oracle(case, inputs)
         name = _file_name(case, seed)
         tensors = {k: v.contiguous() for k, v in result.tensors().items()}
-        save_file(tensors, str(directory / name), metadata={"case_id": case.id, "seed": str(seed)})
+        metadata = {"case_id": case.id, "seed": str(seed)}
+        if _unchanged(directory / name, tensors, metadata):
+            log(f"unchanged {name}")
+        else:
+            save_file(tensors, str(directory / name), metadata=metadata)
+            log(f"wrote {name}")
         entries.append(
             dict(
                 case_id=case.id,
@@ -200,7 +225,6 @@ def regenerate(directory: Path | None = None, *, log=print) -> Path:
                 file_sha256=file_sha256(directory / name),
             )
         )
-        log(f"wrote {name}")
     manifest = directory / MANIFEST
     manifest.write_text(json.dumps({"oracle_version": ORACLE_VERSION, "entries": entries}, indent=1) + "\n")
     _manifest_cache = None

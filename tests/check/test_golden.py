@@ -86,3 +86,21 @@ def test_oracle_result_uses_golden_then_cache(tmp_path, monkeypatch):
     golden.oracle_result(big, make_inputs(big, 0), 0)
     golden.oracle_result(big, make_inputs(big, 0), 0)
     assert len(calls) == 1 and len(list((tmp_path / "cache" / "oracle").iterdir())) == 1
+
+
+def test_regenerating_an_unchanged_store_changes_no_byte(store):
+    """safetensors writes its metadata in a random order per process: a regeneration keeps the files
+    whose tensors and metadata are unchanged, so the manifest's file hashes stay put; a damaged file
+    and a file no longer listed are rewritten / removed."""
+    before = {f.name: f.read_bytes() for f in store.glob("*")}
+    victim = sorted(store.glob("*.safetensors"))[2]
+    damaged = bytearray(victim.read_bytes())
+    damaged[-3] ^= 0xFF
+    victim.write_bytes(bytes(damaged))
+    (store / "stale-case-s0.safetensors").write_bytes(b"x")
+    golden.regenerate(store, log=lambda *_: None)
+    after = {f.name: f.read_bytes() for f in store.glob("*")}
+    assert set(after) == set(before)  # the stale file gone
+    # every other file kept byte for byte (the manifest too, but for the damaged file's new hash)
+    assert all(after[n] == before[n] for n in before if n not in (victim.name, golden.MANIFEST))
+    assert golden.check(store, log=lambda *_: None) == []  # the damaged one rewritten and consistent
