@@ -278,6 +278,16 @@ def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> Softm
 # Linear attention
 # --------------------------------------------------------------------------------------------
 
+class _TensorFields:
+    """``tensors()`` and ``to()`` of an inputs dataclass whose fields are all tensors (None: absent)."""
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def to(self, device):
+        return type(self)(**{k: v.to(device) for k, v in self.tensors().items()})
+
+
 Gate = Literal["none", "g", "g_gamma"]
 
 
@@ -357,7 +367,7 @@ class LinearCase:
 
 
 @dataclass
-class LinearInputs:
+class LinearInputs(_TensorFields):
     """Seeded inputs: q, k (B, T, H, K), v and grad_out (B, T, H, V); g (B, T, H) fp32 or g_gamma
     (H,) fp32 (log-decays stay fp32 as in FLA); initial_state and grad_final_state (B, H, K, V) fp32."""
 
@@ -369,12 +379,6 @@ class LinearInputs:
     g_gamma: torch.Tensor | None = None
     initial_state: torch.Tensor | None = None
     grad_final_state: torch.Tensor | None = None
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-
-    def to(self, device) -> LinearInputs:
-        return LinearInputs(**{k: v.to(device) for k, v in self.tensors().items()})
 
 
 def make_linear_inputs(case: LinearCase, seed: int = 0, device="cpu") -> LinearInputs:
@@ -401,6 +405,10 @@ def make_linear_inputs(case: LinearCase, seed: int = 0, device="cpu") -> LinearI
 # --------------------------------------------------------------------------------------------
 # Decode: attention over a KV cache (flash-attn's flash_attn_with_kvcache convention)
 # --------------------------------------------------------------------------------------------
+
+
+#: Pages a paged cache holds beyond what the batch needs (unused pages in the pool, as in serving).
+DECODE_SPARE_PAGES = 3
 
 
 @dataclass(frozen=True)
@@ -479,6 +487,11 @@ class DecodeCase:
         return self.capacity // self.page_size if self.paged else 0
 
     @property
+    def num_blocks(self) -> int:
+        """Pages in the pool of a paged cache: the batch's and :data:`DECODE_SPARE_PAGES` unused ones."""
+        return self.batch * self.pages_per_seq + DECODE_SPARE_PAGES if self.paged else 0
+
+    @property
     def cache_seqlens(self) -> tuple[int, ...]:
         """Each sequence's cache length before the step (see the class docstring)."""
         if not self.ragged:
@@ -543,7 +556,7 @@ class DecodeCase:
 
 
 @dataclass
-class DecodeInputs:
+class DecodeInputs(_TensorFields):
     """q (B, Sq, Hq, D); k_cache, v_cache: contiguous (B, capacity, Hk, D / Dv) or paged
     (num_blocks, page_size, Hk, D / Dv); cache_seqlens int32 (B,); block_table int32 (B, pages) when
     paged; k, v (B, Sq, Hk, D / Dv) when appending. Every cache slot holds a finite value, the ones
@@ -557,16 +570,6 @@ class DecodeInputs:
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-
-    def to(self, device) -> DecodeInputs:
-        return DecodeInputs(**{k: v.to(device) for k, v in self.tensors().items()})
-
-
-#: Pages a paged cache holds beyond what the batch needs (unused pages in the pool, as in serving).
-DECODE_SPARE_PAGES = 3
-
 
 def make_decode_inputs(case: DecodeCase, seed: int = 0, device="cpu") -> DecodeInputs:
     """Seeded inputs for ``case`` (see :class:`DecodeInputs`); the page table is a seeded shuffle."""
@@ -579,7 +582,7 @@ def make_decode_inputs(case: DecodeCase, seed: int = 0, device="cpu") -> DecodeI
 
     q = randn(B, Sq, Hq, D)
     if case.paged:
-        blocks = B * case.pages_per_seq + DECODE_SPARE_PAGES
+        blocks = case.num_blocks
         k_cache, v_cache = randn(blocks, case.page_size, Hk, D), randn(blocks, case.page_size, Hk, Dv)
         order = torch.randperm(blocks, generator=gen)[: B * case.pages_per_seq]
         block_table = order.view(B, case.pages_per_seq).to(torch.int32)

@@ -30,38 +30,25 @@ from harness.adapters.eager import eager_attention, visibility_mask
 from harness.adapters.optional import call_params, import_attr
 from harness.adapters.registry import register
 from harness.cases import DecodeCase
-from harness.oracle.decode import slot_index
+from harness.oracle.decode import gather
 
 
-def write_and_gather(case: DecodeCase, k_cache, v_cache, cache_seqlens, block_table, k, v):
+def write_and_gather(k_cache, v_cache, cache_seqlens, block_table, k, v):
     """Write ``k``, ``v`` into the caches in place (when appending); per sequence, its keys and
     values (cache then new tokens), as lists of (L_b, Hk, D) tensors."""
-    paged = block_table is not None
-    page = k_cache.shape[1] if paged else 0
-    cap = 0 if paged else k_cache.shape[1]
-    flat_k, flat_v = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+    lengths = cache_seqlens.long()
     if k is not None:
-        Sq = k.shape[1]
-        ends = cache_seqlens.long() + Sq
-        for b, slots in enumerate(slot_index(cache_seqlens, block_table, page, cap, ends)):
-            flat_k[slots[-Sq:]] = k[b]
-            flat_v[slots[-Sq:]] = v[b]
-        lengths = ends
-    else:
-        lengths = cache_seqlens.long()
-    slots = slot_index(cache_seqlens, block_table, page, cap, lengths)
-    return [flat_k[s] for s in slots], [flat_v[s] for s in slots]
+        write_new_tokens(k_cache, v_cache, k, v, cache_seqlens, block_table)
+        lengths = lengths + k.shape[1]
+    return gather(k_cache, v_cache, block_table, lengths)
 
 
 class DecodeEagerAdapter(DecodeAdapter):
     name = "decode_eager"
     description = "gather the cache per sequence, then materialised attention (fp32 softmax): the reference"
 
-    def supports(self, case, device):
-        return super().supports(case, device)
-
     def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
-        keys, vals = write_and_gather(case, k_cache, v_cache, cache_seqlens, block_table, k, v)
+        keys, vals = write_and_gather(k_cache, v_cache, cache_seqlens, block_table, k, v)
         outs, lses = [], []
         for b, (kb, vb) in enumerate(zip(keys, vals)):
             o, lse = eager_attention(q[b : b + 1], kb[None], vb[None], causal=case.causal,
@@ -84,7 +71,7 @@ class DecodeGatherSDPAAdapter(DecodeAdapter):
         return None
 
     def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
-        keys, vals = write_and_gather(case, k_cache, v_cache, cache_seqlens, block_table, k, v)
+        keys, vals = write_and_gather(k_cache, v_cache, cache_seqlens, block_table, k, v)
         B, Sq, Hq, _ = q.shape
         L = max((t.shape[0] for t in keys), default=0)
         Hk, Dv = k_cache.shape[2], v_cache.shape[-1]

@@ -101,7 +101,7 @@ def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]
     if isinstance(case, DecodeCase):
         B, Sq, Hq, Hk, D, Dv = case.batch, case.seqlen_q, case.heads_q, case.heads_k, case.d, case.d_v
         if case.paged:
-            blocks = B * case.pages_per_seq + _decode_spare()
+            blocks = case.num_blocks
             cache = ((blocks, case.page_size, Hk, D), "(num_blocks, page_size, heads, dim)")
             vcache = ((blocks, case.page_size, Hk, Dv), "(num_blocks, page_size, heads, dim)")
         else:
@@ -157,12 +157,6 @@ def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]
 
 _FP32_INPUTS = ("g", "g_gamma", "initial_state", "grad_final_state")
 _INT_INPUTS = ("cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "block_table")
-
-
-def _decode_spare() -> int:
-    from harness.cases import DECODE_SPARE_PAGES
-
-    return DECODE_SPARE_PAGES
 
 
 def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> None:

@@ -30,37 +30,39 @@ class DecodeResult:
         return {"out": self.out, "lse": self.lse, "k_cache": self.k_cache, "v_cache": self.v_cache}
 
 
-def slot_index(cache_seqlens: torch.Tensor, block_table: torch.Tensor | None, page_size: int, capacity: int,
-               lengths: torch.Tensor) -> list[torch.Tensor]:
+def slot_index(k_cache: torch.Tensor, block_table: torch.Tensor | None, lengths: torch.Tensor) -> list[torch.Tensor]:
     """Per sequence b, the flat slot of each of its first ``lengths[b]`` positions in the cache viewed
-    as (slots, Hk, D): contiguous ``b * capacity + pos``; paged ``block_table[b, pos // P] * P + pos % P``."""
+    as (slots, Hk, D). With P = ``k_cache.shape[1]`` (the capacity of a contiguous cache, the page
+    size of a paged one): contiguous ``b * P + pos``; paged ``block_table[b, pos // P] * P + pos % P``."""
+    P = k_cache.shape[1]
     out = []
-    for b in range(int(cache_seqlens.shape[0])):
-        pos = torch.arange(int(lengths[b]), device=cache_seqlens.device)
-        if block_table is None:
-            out.append(b * capacity + pos)
-        else:
-            out.append(block_table[b, pos // page_size].long() * page_size + pos % page_size)
+    for b in range(int(lengths.shape[0])):
+        pos = torch.arange(int(lengths[b]), device=lengths.device)
+        out.append(b * P + pos if block_table is None else block_table[b, pos // P].long() * P + pos % P)
     return out
 
 
-def append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table, page_size: int):
+def write_new(k_cache, v_cache, k, v, cache_seqlens, block_table) -> None:
+    """Write ``k``, ``v`` (B, Sq, Hk, D) into the caches at ``cache_seqlens``, in place."""
+    Sq = k.shape[1]
+    flat_k, flat_v = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+    for b, slots in enumerate(slot_index(k_cache, block_table, cache_seqlens.long() + Sq)):
+        flat_k[slots[-Sq:]] = k[b]
+        flat_v[slots[-Sq:]] = v[b]
+
+
+def gather(k_cache, v_cache, block_table, lengths) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per sequence b, its first ``lengths[b]`` keys and values, as lists of (L_b, Hk, D) tensors."""
+    flat_k, flat_v = k_cache.reshape(-1, *k_cache.shape[2:]), v_cache.reshape(-1, *v_cache.shape[2:])
+    slots = slot_index(k_cache, block_table, lengths)
+    return [flat_k[s] for s in slots], [flat_v[s] for s in slots]
+
+
+def append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table):
     """Copies of the caches with ``k``, ``v`` (B, Sq, Hk, D) written at ``cache_seqlens``."""
     kc, vc = k_cache.clone(), v_cache.clone()
-    if k is None:
-        return kc, vc
-    B, Sq = k.shape[0], k.shape[1]
-    cap = k_cache.shape[1] if block_table is None else 0
-    flat_k, flat_v = kc.view(-1, *kc.shape[2:]), vc.view(-1, *vc.shape[2:])
-    for b in range(B):
-        start = int(cache_seqlens[b])
-        pos = torch.arange(start, start + Sq, device=k.device)
-        if block_table is None:
-            slots = b * cap + pos
-        else:
-            slots = block_table[b, pos // page_size].long() * page_size + pos % page_size
-        flat_k[slots] = k[b]
-        flat_v[slots] = v[b]
+    if k is not None:
+        write_new(kc, vc, k, v, cache_seqlens, block_table)
     return kc, vc
 
 
@@ -69,15 +71,11 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, k=Non
     """FP64 decode attention (see the module docstring). q (B, Sq, Hq, D); caches contiguous
     (B, capacity, Hk, D / Dv) or paged (num_blocks, page_size, Hk, D / Dv) with ``block_table``."""
     B, Sq, Hq, D = q.shape
-    paged = block_table is not None
-    page = k_cache.shape[1] if paged else 0
-    kc, vc = append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table, page)
+    kc, vc = append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table)
     lengths = cache_seqlens.long() + (Sq if k is not None else 0)
-    cap = 0 if paged else kc.shape[1]
-    slots = slot_index(cache_seqlens, block_table, page, cap, lengths)
-    flat_k, flat_v = kc.reshape(-1, *kc.shape[2:]), vc.reshape(-1, *vc.shape[2:])
-    keys = torch.cat([flat_k[s] for s in slots]) if slots else flat_k[:0]
-    vals = torch.cat([flat_v[s] for s in slots]) if slots else flat_v[:0]
+    keys, vals = gather(kc, vc, block_table, lengths)
+    keys = torch.cat(keys) if keys else kc.reshape(-1, *kc.shape[2:])[:0]
+    vals = torch.cat(vals) if vals else vc.reshape(-1, *vc.shape[2:])[:0]
     cu_q = torch.arange(0, (B + 1) * Sq, Sq, dtype=torch.int32, device=q.device)
     cu_k = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)]).to(torch.int32)
     r = softmax_attention_varlen(q.reshape(B * Sq, Hq, D), keys, vals, cu_q, cu_k, causal=causal,
