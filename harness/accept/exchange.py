@@ -58,7 +58,10 @@ def receive(conn) -> dict:
     return msg
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes. Not harness.check.golden's twin: importing that module here would
+    import safetensors when the judge starts, while the vendor's directory may still be on sys.path
+    (tests/accept/test_trust.py shadows safetensors there); this module imports it only inside calls."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -78,7 +81,7 @@ def write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
     tmp = path.with_name(path.name + ".tmp")
     save_file(plain, str(tmp))
     os.replace(tmp, path)
-    return _sha256(path)
+    return file_sha256(path)
 
 
 def read_tensors(path: Path, sha256: str | None, *, device=None) -> dict[str, torch.Tensor]:
@@ -89,7 +92,7 @@ def read_tensors(path: Path, sha256: str | None, *, device=None) -> dict[str, to
 
     path = Path(path)
     if sha256 is not None:
-        got = _sha256(path)
+        got = file_sha256(path)
         if got != sha256:
             raise ExchangeError(f"{path.name}: sha256 {got[:16]}... differs from the announced {sha256[:16]}...")
     try:

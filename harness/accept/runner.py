@@ -31,7 +31,6 @@ there shortly before the parent's deadline, so a hang's report says where it hun
 from __future__ import annotations
 
 import faulthandler
-import hashlib
 import os
 import platform
 import sys
@@ -42,7 +41,7 @@ from pathlib import Path
 import torch
 
 from harness.accept import exchange
-from harness.accept.exchange import case_from_dict
+from harness.accept.exchange import case_from_dict, file_sha256
 from harness.cases import DecodeInputs, LinearCase, LinearInputs, SoftmaxCase, SoftmaxInputs, apply_layout
 
 #: Loaded input files kept on the device (a case's requests reuse a handful of inputs).
@@ -54,10 +53,7 @@ class UsageError(Exception):
 
 
 def _file_sha256(path: str | None) -> str | None:
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return file_sha256(Path(path)) if path and os.path.isfile(path) else None
 
 
 def versions() -> dict:

@@ -19,6 +19,7 @@ GPU-only check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -95,6 +96,19 @@ def _as_unsupported(e: ValueError) -> Unsupported | None:
     return Unsupported(msg[len(m.group(1) or "") :]) if m else None
 
 
+@contextlib.contextmanager
+def _stated_limits():
+    """Around a kernel call: its "[arg: ]unsupported: <reason>" ValueError becomes Unsupported (a
+    limit the kernel states); any other error propagates as it is."""
+    try:
+        yield
+    except ValueError as e:
+        unsup = _as_unsupported(e)
+        if unsup is None:
+            raise
+        raise unsup from None
+
+
 class TritonFA(SoftmaxAdapter):
     name = "triton_fa"
     description = "in-repo Triton flash attention (kernels/flash_attn), forward + backward"
@@ -127,7 +141,7 @@ class TritonFA(SoftmaxAdapter):
             window_size=tuple(case.window),
             return_lse=True,
         )
-        try:
+        with _stated_limits():
             if case.is_varlen:
                 fn = getattr(mod, "flash_attn_varlen_func", None)
                 if fn is None:
@@ -147,11 +161,6 @@ class TritonFA(SoftmaxAdapter):
                 )
             else:
                 out, lse = mod.flash_attn_func(q, k, v, **kw)
-        except ValueError as e:
-            unsup = _as_unsupported(e)
-            if unsup is None:
-                raise
-            raise unsup from None
         return SoftmaxOutput(out, lse)
 
 
@@ -183,7 +192,7 @@ class TritonLAChunk(LinearAdapter):
         mod, why = _import(self.module)
         if mod is None:
             raise Unsupported(why)
-        try:
+        with _stated_limits():
             o, final_state = mod.chunk_linear_attn(
                 q,
                 k,
@@ -194,11 +203,6 @@ class TritonLAChunk(LinearAdapter):
                 initial_state=initial_state,
                 output_final_state=True,
             )
-        except ValueError as e:
-            unsup = _as_unsupported(e)
-            if unsup is None:
-                raise
-            raise unsup from None
         return LinearOutput(o, final_state)
 
 
@@ -227,17 +231,12 @@ class TritonDecode(DecodeAdapter):
         mod, why = _import(self.module)
         if mod is None:
             raise Unsupported(why)
-        try:
+        with _stated_limits():
             out, lse = mod.decode_attention(
                 q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
                 causal=case.causal, window_size=tuple(case.window), softcap=case.softcap,
                 **scale_kwargs(case, "softmax_scale"), return_lse=True, validate=False,
             )
-        except ValueError as e:
-            unsup = _as_unsupported(e)
-            if unsup is None:
-                raise
-            raise unsup from None
         return DecodeOutput(out, lse)
 
 

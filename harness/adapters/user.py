@@ -148,7 +148,18 @@ def capabilities(fn) -> dict[str, Any]:
     return {**DEFAULT_CAPABILITIES, **declared}
 
 
-def _common_reason(caps, case, device) -> str | None:
+def _attention_needs(case) -> dict[str, bool]:
+    """The declarable features a softmax or decode case uses (mask, softcap, GQA)."""
+    return {"causal": case.causal, "window": case.has_window, "softcap": bool(case.softcap),
+            "gqa": case.heads_q != case.heads_k}
+
+
+def _common_reason(caps, case, device, needs: dict[str, bool] | None = None) -> str | None:
+    """Why the declarations rule ``case`` out: a feature it ``needs`` that is declared absent, its
+    dtype or the device; else None."""
+    for feature, needed in (needs or {}).items():
+        if needed and not caps[feature]:
+            return f"declares no {_FEATURE_WORDS[feature]} support"
     dtypes = caps["dtypes"]
     if dtypes is not None and case.dtype not in dtypes:
         return f"declares dtypes {', '.join(dtypes)} only, not {case.dtype}"
@@ -198,18 +209,7 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
         reason = super().supports(case, device)
         if reason:
             return reason
-        caps = self.caps
-        needs = {
-            "causal": case.causal,
-            "window": case.has_window,
-            "softcap": bool(case.softcap),
-            "gqa": case.heads_q != case.heads_k,
-            "varlen": case.is_varlen,
-        }
-        for feature, needed in needs.items():
-            if needed and not caps[feature]:
-                return f"declares no {_FEATURE_WORDS[feature]} support"
-        return _common_reason(caps, case, device)
+        return _common_reason(self.caps, case, device, _attention_needs(case) | {"varlen": case.is_varlen})
 
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
         kw: dict[str, Any] = dict(
@@ -270,18 +270,8 @@ class CallableDecodeAdapter(_FromCallable, DecodeAdapter):
         reason = super().supports(case, device)
         if reason:
             return reason
-        needs = {
-            "causal": case.causal,
-            "window": case.has_window,
-            "softcap": bool(case.softcap),
-            "gqa": case.heads_q != case.heads_k,
-            "paged": case.paged,
-            "append": case.append,
-        }
-        for feature, needed in needs.items():
-            if needed and not self.caps[feature]:
-                return f"declares no {_FEATURE_WORDS[feature]} support"
-        return _common_reason(self.caps, case, device)
+        needs = _attention_needs(case) | {"paged": case.paged, "append": case.append}
+        return _common_reason(self.caps, case, device, needs)
 
     def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None,
             v=None) -> DecodeOutput:

@@ -161,26 +161,23 @@ def decode_bytes(case: DecodeCase, mode: str = "fwd") -> float:
     return float(q + cache + new + tables + out)
 
 
+def _models(case: Case):
+    """(FLOP model, byte model) of the case's family."""
+    models = {SoftmaxCase: (softmax_flops, softmax_bytes), LinearCase: (linear_flops, linear_bytes),
+              DecodeCase: (decode_flops, decode_bytes)}
+    if type(case) not in models:
+        raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
+    return models[type(case)]
+
+
 def flops(case: Case, mode: str = "fwd") -> float:
     """FLOPs of ``case`` in ``mode`` ("fwd", "bwd", "fwd+bwd"; decode: "fwd") for any family."""
-    if isinstance(case, SoftmaxCase):
-        return softmax_flops(case, mode)
-    if isinstance(case, LinearCase):
-        return linear_flops(case, mode)
-    if isinstance(case, DecodeCase):
-        return decode_flops(case, mode)
-    raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
+    return _models(case)[0](case, mode)
 
 
 def min_bytes(case: Case, mode: str = "fwd") -> float:
     """Fewest bytes through device memory of ``case`` in ``mode`` for any family."""
-    if isinstance(case, SoftmaxCase):
-        return softmax_bytes(case, mode)
-    if isinstance(case, LinearCase):
-        return linear_bytes(case, mode)
-    if isinstance(case, DecodeCase):
-        return decode_bytes(case, mode)
-    raise TypeError(f"case: expected SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
+    return _models(case)[1](case, mode)
 
 
 def work(case: Case, mode: str = "fwd") -> Work:
