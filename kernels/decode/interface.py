@@ -8,27 +8,59 @@ device's multiprocessors, then launches :mod:`kernels.decode.kernel`.
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
 
-from kernels.decode.kernel import _combine_kernel, _split_kernel
+from kernels.decode.kernel import _append_kernel, _combine_kernel, _split_kernel
 from kernels.flash_attn.configs import interpreting, patch_interpreter_scalar_index
 
-#: Keys per block of the split kernel at most (a page size's largest divisor up to this when paged).
-BLOCK_N = 64
-#: Pages must hold a whole number of key blocks (one block never straddles two pages), and tl.dot
-#: needs 16 keys: a page size must be a multiple of 16.
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Tile and launch choices of the split kernel (``benchmarks/tune_decode.py`` measures them)."""
+
+    block_n: int = 64  # keys per block (a page size's divisor when it is one, else gathered per key)
+    block_r_max: int = 64  # query rows (group heads x new tokens) per program at most
+    num_warps: int = 4
+    num_stages: int = 3
+    programs_per_sm: int = 8  # splits aim at this many programs per multiprocessor (B = 1 must fill the GPU)
+    min_chunk: int = 256  # keys per split at least (a shorter split costs more in set-up than it reads)
+    #: the splits' partial results (fp32 out, max, sum per row, written then read by the combine)
+    #: stay below this share of the keys and values read: MQA and MLA (many query heads per kv head)
+    #: get fewer splits
+    max_partial_share: float = 0.05
+
+    def __post_init__(self):
+        for name in ("block_n", "block_r_max"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"{name}: a power of two >= 16, got {v}")
+        if (self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1 or self.programs_per_sm <= 0
+                or self.min_chunk < 1 or not 0 < self.max_partial_share):
+            raise ValueError(f"config: num_warps in 1..16 (a power of two), num_stages >= 1, programs_per_sm > 0: {self}")
+
+
+#: Head dims up to 256 (every model's GQA / MQA / MHA decode).
+CONFIG = DecodeConfig()
+#: Above 256 (absorbed MLA: d_qk 576, d_v 512): a wide q and acc tile per row, so fewer rows and keys
+#: per program to stay in registers.
+WIDE_CONFIG = DecodeConfig(block_n=32, block_r_max=16, num_warps=8, num_stages=2)
+#: Pages must hold a multiple of 16 tokens (a key block of a page never straddles two pages).
 PAGE_MULTIPLE = 16
-#: Query rows (group heads x new tokens) per program at most; 16 when the head dim is above 256
-#: (a wider tile would not fit in registers).
-BLOCK_R_MAX = 64
-#: Splits aim at this many programs per multiprocessor (a B=1 decode must still fill the GPU).
-PROGRAMS_PER_SM = 2
-#: The interpreter (CPU) runs programs serially: a few splits suffice to test the combine.
+#: The interpreter (CPU) runs programs serially: small blocks (pages of 16 then take the per-key
+#: page path, pages of 32 and more the per-block one) and a few splits to test the combine.
+INTERPRET_CONFIG = DecodeConfig(block_n=32, block_r_max=64)
 INTERPRET_SPLITS = 3
+#: Aliases of the default config's numbers (tests size their cases from them).
+BLOCK_N, BLOCK_R_MAX, PROGRAMS_PER_SM = CONFIG.block_n, CONFIG.block_r_max, CONFIG.programs_per_sm
 MAX_HEAD_DIM = 1024
+
+
+_INDEX = (torch.int32, torch.int64)
 
 
 def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, window_size, validate):
@@ -51,15 +83,18 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, window_size, v
         raise ValueError(f"q / v_cache: head dims up to {MAX_HEAD_DIM}, got {D} / {v_cache.shape[-1]}")
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("q, k_cache, v_cache: the last (head) dim must be contiguous")
-    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.shape != (B,):
-        raise ValueError(f"cache_seqlens: expected an int tensor of shape ({B},), got {getattr(cache_seqlens, 'shape', cache_seqlens)}")
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.shape != (B,) or cache_seqlens.dtype not in _INDEX:
+        raise ValueError(f"cache_seqlens: expected an int32 / int64 tensor of shape ({B},), got "
+                         f"{getattr(cache_seqlens, 'shape', cache_seqlens)} {getattr(cache_seqlens, 'dtype', '')}")
     if (k is None) != (v is None):
         raise ValueError("k, v: give both new tensors or neither")
     if k is not None and (k.shape != (B, Sq, Hk, D) or v.shape[:3] != (B, Sq, Hk)):
         raise ValueError(f"k / v: expected ({B}, {Sq}, {Hk}, ...) new tokens, got {tuple(k.shape)} / {tuple(v.shape)}")
+    if k is not None and (k.stride(-1) != 1 or v.stride(-1) != 1 or k.dtype != q.dtype or v.dtype != q.dtype):
+        raise ValueError(f"k / v: new tokens in q's dtype ({q.dtype}) with a contiguous last dim")
     if block_table is not None:
-        if block_table.dim() != 2 or block_table.shape[0] != B:
-            raise ValueError(f"block_table: expected (batch={B}, pages), got {tuple(block_table.shape)}")
+        if block_table.dim() != 2 or block_table.shape[0] != B or block_table.dtype not in _INDEX:
+            raise ValueError(f"block_table: expected int32 / int64 (batch={B}, pages), got {tuple(block_table.shape)} {block_table.dtype}")
         page = k_cache.shape[1]
         if page % PAGE_MULTIPLE:
             raise ValueError(f"k_cache: page size {page} is not a multiple of {PAGE_MULTIPLE}")
@@ -83,88 +118,126 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, window_size, v
     return B, Sq, Hq, Hk, D, capacity, left, right
 
 
-def _write_new(k_cache, v_cache, k, v, cache_seqlens, block_table):
-    """Write the new tokens at cache_seqlens (in place), without leaving the device."""
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _append(k_cache, v_cache, k, v, cache_seqlens, block_table):
+    """Write the new tokens at cache_seqlens (in place), in one launch, without leaving the device."""
     B, Sq, Hk = k.shape[0], k.shape[1], k.shape[2]
-    pos = cache_seqlens.to(torch.int64)[:, None] + torch.arange(Sq, device=k.device)[None, :]
-    if block_table is None:
-        slot = torch.arange(B, device=k.device)[:, None] * k_cache.shape[1] + pos
-    else:
-        page = k_cache.shape[1]
-        slot = block_table.to(torch.int64).gather(1, pos // page) * page + pos % page
-    slot = slot.reshape(-1)
-    k_cache.view(-1, Hk, k_cache.shape[-1]).index_copy_(0, slot, k.reshape(-1, Hk, k.shape[-1]))
-    v_cache.view(-1, Hk, v_cache.shape[-1]).index_copy_(0, slot, v.reshape(-1, Hk, v.shape[-1]))
+    paged = block_table is not None
+    _append_kernel[(B * Sq,)](
+        k, v, k_cache, v_cache, cache_seqlens, block_table if paged else cache_seqlens,
+        k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_table.stride(0) if paged else 0,
+        SQ=Sq, HK=Hk, PAGE=k_cache.shape[1] if paged else 1, PAGED=paged, D=k.shape[-1], DV=v.shape[-1],
+        BLOCK_H=triton.next_power_of_2(Hk), BLOCK_D=triton.next_power_of_2(k.shape[-1]),
+        BLOCK_DV=triton.next_power_of_2(v.shape[-1]),
+    )
+
+
+def split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, itemsize, config: DecodeConfig, sms: int) -> int:
+    """Splits of the key range: about ``config.programs_per_sm`` programs per multiprocessor, each
+    at least ``config.min_chunk`` keys, and few enough that the partial results stay below
+    ``config.max_partial_share`` of the keys and values read."""
+    want = math.ceil(config.programs_per_sm * sms / (B * Hk * rblocks))
+    by_chunk = math.ceil(span / config.min_chunk)
+    kv_bytes = span * Hk * (D + Dv) * itemsize
+    partial_bytes = 2 * Hq * Sq * (Dv + 2) * 4  # one split's out, max and sum per row, written and read
+    by_traffic = int(config.max_partial_share * kv_bytes / partial_bytes)
+    return max(1, min(want, by_chunk, by_traffic))
 
 
 def decode_attention(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=True,
                      softmax_scale=None, window_size=(-1, -1), softcap=0.0, num_splits=None, return_lse=False,
-                     validate=True):
+                     validate=True, config: DecodeConfig | None = None):
     """Attention of ``q`` (B, Sq, Hq, D) over a KV cache, after appending ``k``, ``v`` (B, Sq, Hk, D).
 
     k_cache / v_cache: contiguous (B, capacity, Hk, D / Dv), or paged (num_blocks, page_size, Hk, D /
     Dv) with ``block_table`` (B, pages) int32; ``cache_seqlens`` (B,) int32: each sequence's length
     before the step. Masks bottom-right aligned (the new tokens see the whole cache). Returns out
     (B, Sq, Hq, Dv), and lse (B, Hq, Sq) float32 with ``return_lse``. The cache is written in place.
-    ``validate=False`` skips the checks that read device tensors (for timed loops).
+    ``validate=False`` skips the checks that read device tensors (for timed loops). ``config``: tile
+    and launch choices (default: :data:`CONFIG`, :data:`WIDE_CONFIG` above head dim 256);
+    ``num_splits``: the split count (default: from ``config.programs_per_sm`` and the GPU).
     """
     B, Sq, Hq, Hk, D, capacity, left, right = _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
                                                      window_size, validate)
     if causal:
         right = 0
+    # the kernels index both with unit strides (a copy only when a caller passes a strided view)
+    cache_seqlens = cache_seqlens if cache_seqlens.stride(0) == 1 else cache_seqlens.contiguous()
+    if block_table is not None and block_table.stride(1) != 1:
+        block_table = block_table.contiguous()
     Dv = v_cache.shape[-1]
     scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
     if k is not None:
-        _write_new(k_cache, v_cache, k, v, cache_seqlens, block_table)
-    lens = cache_seqlens.to(torch.int32) + (Sq if k is not None else 0)
+        _append(k_cache, v_cache, k, v, cache_seqlens, block_table)
     G = Hq // Hk
     paged = block_table is not None
-    block_n = PAGE_MULTIPLE if interpreting() else BLOCK_N
-    if paged:
-        block_n = math.gcd(k_cache.shape[1], block_n)
+    if config is None:
+        config = INTERPRET_CONFIG if interpreting() else (CONFIG if max(D, Dv) <= 256 else WIDE_CONFIG)
+    block_n = config.block_n
+    page = k_cache.shape[1] if paged else 0
+    # pages smaller than a block, or not a multiple of it: one page-table entry per key
+    gather = paged and page % block_n != 0
     rows = G * Sq
-    BLOCK_D = max(16, triton.next_power_of_2(D))
+    # the head dim as a power-of-two part and a tail (576 = 512 + 64), not padded to 1024
+    BLOCK_D = max(16, 1 << (D.bit_length() - 1))
+    BLOCK_DT = 0 if D <= BLOCK_D else max(16, triton.next_power_of_2(D - BLOCK_D))
     BLOCK_DV = max(16, triton.next_power_of_2(Dv))
-    BLOCK_R = min(max(16, triton.next_power_of_2(rows)), BLOCK_R_MAX if max(D, Dv) <= 256 else 16)
+    BLOCK_R = min(max(16, triton.next_power_of_2(rows)), config.block_r_max)
     rblocks = triton.cdiv(rows, BLOCK_R)
+    # the keys the splits share: the whole capacity, or a window's span (its first block aligned down)
+    span = capacity if left < 0 else min(capacity, left + Sq + 2 * block_n)
     if num_splits is None:
         if interpreting() or q.device.type != "cuda":
             num_splits = INTERPRET_SPLITS
         else:
-            sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-            num_splits = max(1, min(math.ceil(PROGRAMS_PER_SM * sms / (B * Hk * rblocks)),
-                                    math.ceil(capacity / block_n)))
-    chunk = triton.cdiv(triton.cdiv(capacity, num_splits), block_n) * block_n
-    num_splits = max(1, triton.cdiv(capacity, chunk))
-    mid_o = torch.empty(B, Hq, Sq, num_splits, Dv, device=q.device, dtype=torch.float32)
-    mid_m = torch.empty(B, Hq, Sq, num_splits, device=q.device, dtype=torch.float32)
-    mid_l = torch.empty(B, Hq, Sq, num_splits, device=q.device, dtype=torch.float32)
-    table = block_table if paged else lens  # a placeholder pointer when contiguous
+            num_splits = split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, q.element_size(), config,
+                                     _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+    chunk = triton.cdiv(triton.cdiv(span, num_splits), block_n) * block_n
+    num_splits = max(1, triton.cdiv(span, chunk))
+    direct = num_splits == 1  # the split kernel writes the output itself
+    out = torch.empty(B, Sq, Hq, Dv, device=q.device, dtype=q.dtype)
+    lse = torch.empty(B, Hq, Sq, device=q.device, dtype=torch.float32)
+    if direct:
+        mid_o = mid_m = mid_l = lse  # placeholders, not touched
+    else:
+        mid_o = torch.empty(B, Hq, Sq, num_splits, Dv, device=q.device, dtype=torch.float32)
+        mid_m = torch.empty(B, Hq, Sq, num_splits, device=q.device, dtype=torch.float32)
+        mid_l = torch.empty(B, Hq, Sq, num_splits, device=q.device, dtype=torch.float32)
+    om = (0, 0, 0, 0) if direct else (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3))
+    mm = (0, 0, 0) if direct else (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2))
+    table = block_table if paged else cache_seqlens  # a placeholder pointer when contiguous
     if interpreting():
         patch_interpreter_scalar_index()
     _split_kernel[(B * Hk * rblocks, num_splits)](
-        q, k_cache, v_cache, lens, table, mid_o, mid_m, mid_l,
+        q, k_cache, v_cache, cache_seqlens, table, mid_o, mid_m, mid_l, out, lse,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         table.stride(0) if paged else 0,
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3),
-        mid_m.stride(0), mid_m.stride(1), mid_m.stride(2),
-        scale, float(softcap or 0.0), chunk,
-        HK=Hk, RBLOCKS=rblocks, G=G, SQ=Sq, PAGE=k_cache.shape[1] if paged else 1, PAGED=paged,
-        LEFT=left, RIGHT=right, HAS_SOFTCAP=bool(softcap),
-        D=D, DV=Dv, BLOCK_R=BLOCK_R, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DV=BLOCK_DV,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32: full-precision dots, not TF32
-    )
-    out = torch.empty(B, Sq, Hq, Dv, device=q.device, dtype=q.dtype)
-    lse = torch.empty(B, Hq, Sq, device=q.device, dtype=torch.float32)
-    _combine_kernel[(B * Hq * Sq,)](
-        mid_o, mid_m, mid_l, out, lse,
-        mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3),
-        mid_m.stride(0), mid_m.stride(1), mid_m.stride(2),
+        *om, *mm,
         out.stride(0), out.stride(1), out.stride(2),
         lse.stride(0), lse.stride(1),
-        num_splits,
-        HQ=Hq, SQ=Sq, DV=Dv, BLOCK_S=max(2, triton.next_power_of_2(num_splits)), BLOCK_DV=BLOCK_DV,
+        scale, float(softcap or 0.0), chunk,
+        HK=Hk, RBLOCKS=rblocks, G=G, SQ=Sq, NEW=Sq if k is not None else 0,
+        PAGE=page if paged else 1, PAGED=paged, PAGE_GATHER=gather, DIRECT=direct,
+        LEFT=left, RIGHT=right, HAS_SOFTCAP=bool(softcap),
+        D=D, DV=Dv, BLOCK_R=BLOCK_R, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DT=BLOCK_DT, BLOCK_DV=BLOCK_DV,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32: full-precision dots, not TF32
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )
+    if not direct:
+        _combine_kernel[(B * Hq * Sq,)](
+            mid_o, mid_m, mid_l, out, lse,
+            *om, *mm,
+            out.stride(0), out.stride(1), out.stride(2),
+            lse.stride(0), lse.stride(1),
+            num_splits,
+            HQ=Hq, SQ=Sq, DV=Dv, BLOCK_S=max(2, triton.next_power_of_2(num_splits)), BLOCK_DV=BLOCK_DV,
+        )
     return (out, lse) if return_lse else out

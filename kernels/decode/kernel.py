@@ -4,8 +4,16 @@ One program per (sequence, kv head, row block, split): it reads its share of tha
 and values once for every query head of the GQA group and every new query token (the rows of its
 tile: ``group x seqlen_q``, in blocks of ``BLOCK_R`` when a group is large, e.g. MLA's 128 heads on
 one latent head), and keeps an online softmax per row; a combine kernel merges the splits.
-Paged caches are read through the page table one key block at a time (a block never straddles a
-page: ``BLOCK_N`` divides the page size). Masks are bottom-right aligned: with ``L`` keys (the
+Paged caches are read through the page table: one table entry per key block when ``BLOCK_N``
+divides the page size, else (pages smaller than a block, e.g. vLLM's 16) one entry per key, so the
+tile stays ``BLOCK_N`` keys deep whatever the page size (``PAGE_GATHER``). Sliding windows start at
+the window's first block, and the splits share the window's keys, not the whole cache. Scores are
+kept in base 2 (``exp2``; the scale carries log2(e)); the partial results' maxima too, which the
+combine converts back to the natural-log lse. A head dim that is not a power of two (absorbed
+MLA's 576, DeepSeek's 192) is read as a power-of-two part plus a tail (512 + 64, 128 + 64), not
+padded to the next power (1024, 256). With one split the split kernel writes the output and lse
+itself (``DIRECT``), without the combine. New tokens go into the cache with ``_append_kernel``
+(one launch). Offsets into the cache are 64-bit (a pool above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the
 cache and the new tokens) query ``i`` of ``seqlen_q`` sits at position ``L - seqlen_q + i``.
 """
 
@@ -14,42 +22,81 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _append_kernel(
+    K, V, KC, VC, Seqlens, Table,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_cblk, stride_cpos, stride_ch, stride_dblk, stride_dpos, stride_dh, stride_tb,
+    SQ: tl.constexpr, HK: tl.constexpr, PAGE: tl.constexpr, PAGED: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """One program per (sequence, new token): its keys and values (every kv head) into the slot at
+    cache_seqlens + token, through the page table when paged."""
+    pid = tl.program_id(0)
+    i = pid % SQ
+    b = pid // SQ
+    pos = tl.load(Seqlens + b) + i
+    if PAGED:
+        blk = tl.load(Table + b * stride_tb + pos // PAGE).to(tl.int64)
+        off = pos % PAGE
+    else:
+        blk = b.to(tl.int64)
+        off = pos
+    h = tl.arange(0, BLOCK_H)[:, None]
+    d = tl.arange(0, BLOCK_D)[None, :]
+    dv = tl.arange(0, BLOCK_DV)[None, :]
+    x = tl.load(K + b * stride_kb + i * stride_ks + h * stride_kh + d, mask=(h < HK) & (d < D))
+    tl.store(KC + blk * stride_cblk + off * stride_cpos + h * stride_ch + d, x, mask=(h < HK) & (d < D))
+    y = tl.load(V + b * stride_vb + i * stride_vs + h * stride_vh + dv, mask=(h < HK) & (dv < DV))
+    tl.store(VC + blk * stride_dblk + off * stride_dpos + h * stride_dh + dv, y, mask=(h < HK) & (dv < DV))
+
 
 @triton.jit
 def _split_kernel(
-    Q, K, V, Lens, Table, MidO, MidM, MidL,
+    Q, K, V, Seqlens, Table, MidO, MidM, MidL, Out, Lse,
     stride_qb, stride_qs, stride_qh,
     stride_kblk, stride_kpos, stride_kh,
     stride_vblk, stride_vpos, stride_vh,
     stride_tb,
     stride_ob, stride_oh, stride_os, stride_osp,
     stride_mb, stride_mh, stride_ms,
+    stride_yb, stride_ys, stride_yh,
+    stride_lb, stride_lh,
     sm_scale, softcap, chunk,
-    HK: tl.constexpr, RBLOCKS: tl.constexpr, G: tl.constexpr, SQ: tl.constexpr, PAGE: tl.constexpr, PAGED: tl.constexpr,
+    HK: tl.constexpr, RBLOCKS: tl.constexpr, G: tl.constexpr, SQ: tl.constexpr, NEW: tl.constexpr,
+    PAGE: tl.constexpr, PAGED: tl.constexpr, PAGE_GATHER: tl.constexpr, DIRECT: tl.constexpr,
     LEFT: tl.constexpr, RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DT: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     rb = pid % RBLOCKS
     hk = (pid // RBLOCKS) % HK
     b = pid // (RBLOCKS * HK)
-    L = tl.load(Lens + b)
-    start = split * chunk
+    L = tl.load(Seqlens + b) + NEW  # keys this step: the cache and the NEW tokens appended
+    lo = 0
+    if LEFT >= 0:  # a sliding window: the splits share the keys some row sees (from a block start)
+        lo = (tl.maximum(L - SQ - LEFT, 0) // BLOCK_N) * BLOCK_N
+    start = lo + split * chunk
     end = tl.minimum(start + chunk, L)
-    if LEFT >= 0:  # a sliding window: skip the key blocks no row sees (block-aligned: pages hold whole blocks)
-        start = tl.maximum(start, (tl.maximum(L - SQ - LEFT, 0) // BLOCK_N) * BLOCK_N)
 
     r = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     g = r // SQ
     i = r % SQ
     row_ok = r < G * SQ
     head = hk * G + g
-    d = tl.arange(0, BLOCK_D)
+    d = tl.arange(0, BLOCK_D)  # the head dim's power-of-two part (all of it when D is a power of two)
     dv = tl.arange(0, BLOCK_DV)
-    q = tl.load(Q + b * stride_qb + i[:, None] * stride_qs + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+    q_row = Q + b * stride_qb + i[:, None] * stride_qs + head[:, None] * stride_qh
+    q = tl.load(q_row + d[None, :], mask=row_ok[:, None] & (d[None, :] < D), other=0.0)
+    if BLOCK_DT > 0:  # the rest of the head dim (BLOCK_DT = 0: none)
+        dt = BLOCK_D + tl.arange(0, BLOCK_DT)
+        qt = tl.load(q_row + dt[None, :], mask=row_ok[:, None] & (dt[None, :] < D), other=0.0)
     pos_q = L - SQ + i  # each row's position among the keys
 
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
@@ -58,17 +105,25 @@ def _split_kernel(
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         key_ok = n < end
-        if PAGED:
-            blk = tl.load(Table + b * stride_tb + n0 // PAGE)  # one page per block: BLOCK_N divides PAGE
+        if PAGE_GATHER:  # pages smaller than a block: each key's own page
+            blk = tl.load(Table + b * stride_tb + n // PAGE, mask=key_ok, other=0).to(tl.int64)[:, None]
+            off = n % PAGE
+        elif PAGED:
+            blk = tl.load(Table + b * stride_tb + n0 // PAGE).to(tl.int64)  # one page per block: BLOCK_N divides PAGE
             off = n % PAGE
         else:
-            blk = b
+            blk = b.to(tl.int64)
             off = n
-        k = tl.load(K + blk * stride_kblk + off[:, None] * stride_kpos + hk * stride_kh + d[None, :],
-                    mask=key_ok[:, None] & (d[None, :] < D), other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
-        if HAS_SOFTCAP:
-            s = softcap * (2.0 / (1.0 + tl.exp(-2.0 * s / softcap)) - 1.0)  # softcap * tanh(s / softcap)
+        k_row = K + blk * stride_kblk + off[:, None] * stride_kpos + hk * stride_kh
+        k = tl.load(k_row + d[None, :], mask=key_ok[:, None] & (d[None, :] < D), other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if BLOCK_DT > 0:
+            kt = tl.load(k_row + dt[None, :], mask=key_ok[:, None] & (dt[None, :] < D), other=0.0)
+            s += tl.dot(qt, tl.trans(kt), input_precision=PRECISION)
+        s = s * sm_scale
+        if HAS_SOFTCAP:  # softcap * tanh(s / softcap), in natural units
+            s = softcap * (2.0 / (1.0 + tl.exp(-2.0 * s / softcap)) - 1.0)
+        s = s * LOG2E
         vis = row_ok[:, None] & key_ok[None, :]
         if RIGHT >= 0:  # causal is RIGHT = 0
             vis = vis & (n[None, :] <= pos_q[:, None] + RIGHT)
@@ -77,18 +132,26 @@ def _split_kernel(
         s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)
-        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp2(m - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
         lsum = lsum * alpha + tl.sum(p, 1)
         v = tl.load(V + blk * stride_vblk + off[:, None] * stride_vpos + hk * stride_vh + dv[None, :],
                     mask=key_ok[:, None] & (dv[None, :] < DV), other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m = m_new
-    o_ptr = MidO + b * stride_ob + head[:, None] * stride_oh + i[:, None] * stride_os + split * stride_osp
-    tl.store(o_ptr + dv[None, :], acc, mask=row_ok[:, None] & (dv[None, :] < DV))
-    ml = b * stride_mb + head * stride_mh + i * stride_ms + split
-    tl.store(MidM + ml, m, mask=row_ok)
-    tl.store(MidL + ml, lsum, mask=row_ok)
+    if DIRECT:  # one split: this program's rows are final
+        live = lsum > 0
+        out = tl.where(live[:, None], acc / tl.where(live, lsum, 1.0)[:, None], 0.0)
+        y = Out + b * stride_yb + i[:, None] * stride_ys + head[:, None] * stride_yh + dv[None, :]
+        tl.store(y, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & (dv[None, :] < DV))
+        lse = tl.where(live, (m + tl.log2(tl.where(live, lsum, 1.0))) * LN2, float("-inf"))
+        tl.store(Lse + b * stride_lb + head * stride_lh + i, lse, mask=row_ok)
+    else:
+        o_ptr = MidO + b * stride_ob + head[:, None] * stride_oh + i[:, None] * stride_os + split * stride_osp
+        tl.store(o_ptr + dv[None, :], acc, mask=row_ok[:, None] & (dv[None, :] < DV))
+        ml = b * stride_mb + head * stride_mh + i * stride_ms + split
+        tl.store(MidM + ml, m, mask=row_ok)
+        tl.store(MidL + ml, lsum, mask=row_ok)
 
 
 @triton.jit
@@ -112,7 +175,7 @@ def _combine_kernel(
     lsum = tl.load(MidL + ml, mask=ok, other=0.0)
     m_max = tl.max(m, 0)
     m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
-    w = tl.exp(m - m_safe)
+    w = tl.exp2(m - m_safe)  # the splits' maxima are in base 2
     total = tl.sum(lsum * w, 0)
     dv = tl.arange(0, BLOCK_DV)
     o = tl.load(MidO + b * stride_ob + head * stride_oh + i * stride_os + sp[:, None] * stride_osp + dv[None, :],
@@ -121,5 +184,5 @@ def _combine_kernel(
     live = total > 0
     out = tl.where(live, acc / tl.where(live, total, 1.0), 0.0)
     tl.store(Out + b * stride_yb + i * stride_ys + head * stride_yh + dv, out.to(Out.dtype.element_ty), mask=dv < DV)
-    lse = tl.where(live, m_safe + tl.log(tl.where(live, total, 1.0)), float("-inf"))
+    lse = tl.where(live, (m_safe + tl.log2(tl.where(live, total, 1.0))) * LN2, float("-inf"))
     tl.store(Lse + b * stride_lb + head * stride_lh + i, lse)

@@ -18,7 +18,7 @@ import pytest
 from harness.cases import DecodeCase, make_decode_inputs
 from harness.oracle.decode import decode_attention as oracle_decode
 from kernels.decode import decode_attention
-from kernels.decode.interface import BLOCK_R_MAX
+from kernels.decode.interface import BLOCK_R_MAX, DecodeConfig
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -76,6 +76,11 @@ CASES = [
     DecodeCase(2, 2 * BLOCK_R_MAX + 8, 1, 1, 40, 16, d_v=32, page_size=16, dtype="fp32"),
     # sliding window, softcap, explicit scale, two new tokens
     DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0, scale=0.3, dtype="fp32"),
+    # head dims that are not powers of two: read as a power-of-two part and a tail (48 = 32 + 16,
+    # 40 = 32 + 8 in a tile of 16; DeepSeek's 192 = 128 + 64), value dims padded
+    DecodeCase(3, 4, 2, 1, 70, 48, d_v=40, page_size=16, dtype="fp32"),
+    DecodeCase(2, 4, 1, 2, 40, 40, d_v=24, dtype="fp16"),
+    DecodeCase(2, 2, 1, 1, 40, 192, d_v=128, page_size=32, dtype="fp32"),
     # not causal: the new tokens see each other
     DecodeCase(3, 4, 2, 4, 33, 16, page_size=32, causal=False, dtype="fp32"),
 ]
@@ -91,6 +96,43 @@ def test_split_count_does_not_change_the_answer(num_splits):
     """The combine is exact whatever the split count, including splits that own no key."""
     case = DecodeCase(4, 4, 2, 1, 60, 16, page_size=16, dtype="fp32")
     _check(case, *_run(case, seed=2, num_splits=num_splits))
+
+
+@pytest.mark.parametrize("block_n, page", [(16, 16), (32, 16), (64, 16), (32, 48), (64, 32), (32, 64)])
+def test_any_page_size_against_any_key_block(block_n, page):
+    """Blocks that divide the page read one table entry per block; pages smaller than a block (or
+    not a multiple of it) take each key's page: both give the oracle's answer."""
+    case = DecodeCase(3, 8, 2, 1, 150, 16, page_size=page, dtype="fp32")
+    _check(case, *_run(case, seed=4, config=DecodeConfig(block_n=block_n)))
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 5])
+def test_window_splits_share_the_window_not_the_cache(num_splits):
+    """With a sliding window the splits divide the window's keys (from its first block): every
+    visible key is still read once, whatever the split count."""
+    case = DecodeCase(3, 4, 2, 2, 200, 16, page_size=16, window=(37, 0), dtype="fp32")
+    _check(case, *_run(case, seed=5, num_splits=num_splits, config=DecodeConfig(block_n=16)))
+
+
+def test_split_count_fills_the_gpu_but_caps_short_splits_and_partial_traffic():
+    from kernels.decode.interface import CONFIG, split_count
+
+    # GQA 32/8 d128 bf16, B1, a 128k cache: the multiprocessors' want (8 x 132 / 8 heads)
+    assert split_count(1, 32, 8, 1, 128, 128, 1, 131072, 2, CONFIG, 132) == 132
+    # a short cache: no split below min_chunk keys
+    assert split_count(1, 32, 8, 1, 128, 128, 1, 1024, 2, CONFIG, 132) == 1024 // CONFIG.min_chunk
+    # MQA 32/1: 32 query heads' partial results per split; capped at 5% of the bytes read
+    n = split_count(16, 32, 1, 1, 128, 128, 1, 32768, 2, CONFIG, 132)
+    assert n < 66 and 2 * 32 * 130 * 4 * n <= 0.05 * 32768 * 256 * 2
+    # a big batch: one split (the split kernel then writes the output itself)
+    assert split_count(256, 32, 8, 1, 128, 128, 1, 1024, 2, CONFIG, 132) == 1
+
+
+def test_a_bad_config_is_a_valueerror():
+    with pytest.raises(ValueError, match="block_n: a power of two"):
+        DecodeConfig(block_n=48)
+    with pytest.raises(ValueError, match="num_warps"):
+        DecodeConfig(num_warps=3)
 
 
 def test_empty_sequence_without_append_gives_zero_and_minus_inf_lse():
@@ -137,3 +179,31 @@ def test_bad_input_is_a_valueerror_naming_the_argument(over, words):
     x = _inputs()
     with pytest.raises(ValueError, match=words):
         _call(x, **over(x))
+
+
+@pytest.mark.gpu
+def test_pages_past_two_to_the_31_elements_are_addressed_with_64_bit_offsets():
+    """A serving pool is often above 2**31 elements (here 4.3e9: 2**20 + 8 pages of 16 x 1 x 128 in
+    fp16, 8 GiB per cache); a page table pointing at its last pages must read and write those, not
+    wrap around to the start of the pool."""
+    if not CUDA:
+        pytest.skip("needs a CUDA device with 17 GiB free (two fp16 caches of 2**31 + elements)")
+    case = DecodeCase(2, 4, 1, 1, 40, 128, page_size=16, dtype="fp16")
+    x = make_decode_inputs(case, seed=6, device=DEVICE)
+    pages = 2**20 + 8
+    try:
+        k_pool = torch.randn(pages, 16, 1, 128, device=DEVICE, dtype=torch.float16)
+        v_pool = torch.randn_like(k_pool)
+    except torch.OutOfMemoryError:
+        pytest.skip("not enough GPU memory for two 8 GiB caches")
+    used = x.block_table.long()
+    far = used + (pages - 1 - int(used.max()))  # the same layout, moved to the pool's end
+    k_pool[far.flatten()] = x.k_cache[used.flatten()]
+    v_pool[far.flatten()] = x.v_cache[used.flatten()]
+    table = far.to(torch.int32)
+    ref = oracle_decode(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, x.k, x.v, **case.oracle_kwargs)
+    out = decode_attention(x.q, k_pool, v_pool, x.k, x.v, cache_seqlens=x.cache_seqlens, block_table=table,
+                           causal=case.causal)
+    err = (out.double() - ref.out).norm() / ref.out.norm()
+    assert err <= ERR["fp16"], f"rel err {err:.2e}: the far pages were not the ones read"
+    assert torch.equal(k_pool[far.flatten()], ref.k_cache[used.flatten()].to(k_pool.dtype)), "new keys not written to the far pages"
