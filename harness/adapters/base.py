@@ -63,6 +63,9 @@ class Adapter(abc.ABC):
     description: ClassVar[str] = ""
     #: False for inference-only backends: the harness then checks the forward only.
     differentiable: ClassVar[bool] = True
+    #: None when a call can be captured in a CUDA graph; else why not (it reads device values on
+    #: the host). The timer then does not try (a failed capture can hold its memory pool).
+    no_cuda_graph: ClassVar[str | None] = None
     #: False when the backend documents a nondeterministic backward (atomics): determinism is
     #: then reported with its spread instead of failed.
     deterministic_backward: ClassVar[bool] = True

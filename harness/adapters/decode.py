@@ -43,9 +43,13 @@ def write_and_gather(k_cache, v_cache, cache_seqlens, block_table, k, v):
     return gather(k_cache, v_cache, block_table, lengths)
 
 
+_HOST_GATHER = "it gathers each sequence's keys by its length, read on the host (a synchronisation per call)"
+
+
 class DecodeEagerAdapter(DecodeAdapter):
     name = "decode_eager"
     description = "gather the cache per sequence, then materialised attention (fp32 softmax): the reference"
+    no_cuda_graph = _HOST_GATHER
 
     def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
         keys, vals = write_and_gather(k_cache, v_cache, cache_seqlens, block_table, k, v)
@@ -61,6 +65,7 @@ class DecodeEagerAdapter(DecodeAdapter):
 class DecodeGatherSDPAAdapter(DecodeAdapter):
     name = "decode_sdpa"
     description = "gather the cache, pad the batch to its longest sequence, one torch SDPA call with a mask"
+    no_cuda_graph = _HOST_GATHER
 
     def supports(self, case, device):
         reason = super().supports(case, device)

@@ -43,6 +43,7 @@ pytest-benchmark: :func:`record_in_benchmark` hands the measured device times to
 from __future__ import annotations
 
 import collections
+import gc
 import math
 import statistics
 import time
@@ -182,9 +183,10 @@ class Timing:
         if self.drain_ms is not None and self.drain_ms > max(LAUNCH_BOUND_MAX_DRAIN_REPS * m, LAUNCH_BOUND_MIN_DRAIN_MS):
             return None  # the host was ahead (blocked on a full queue), the device never waited
         flush = f" while the device flushed L2 for {self.flush_ms:.3g} ms" if self.flush_ms else ""
+        hint = (f"CUDA graphs were asked for, {self.cuda_graph}" if isinstance(self.cuda_graph, str)
+                 else "time with CUDA graphs for device time")
         return (f"launch-bound: the host took {self.enqueue_ms:.3g} ms to enqueue each repetition{flush}, "
-                f"against {m:.3g} ms measured; the number is mostly launch latency (time with CUDA graphs "
-                "for device time)")
+                f"against {m:.3g} ms measured; the number is mostly launch latency ({hint})")
 
     @property
     def unsteady(self) -> str | None:
@@ -455,11 +457,22 @@ def _capture_graphs(work: Workload, device: torch.device):
     torch.cuda.current_stream(device).wait_stream(stream)
     torch.cuda.synchronize(device)
     graphs, keep = [], []
-    for i in range(len(work)):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            keep.append(work.call(i))  # outputs live in the graph's pool; kept alive with it
-        graphs.append(g)
+    try:
+        for i in range(len(work)):
+            g = torch.cuda.CUDAGraph()
+            graphs.append(g)
+            with torch.cuda.graph(g, stream=stream):
+                keep.append(work.call(i))  # outputs live in the graph's pool; kept alive with it
+    except Exception:
+        # a failed capture keeps its private memory pool while its graph lives: free both, or a
+        # run of many cases runs out of memory
+        keep.clear()
+        for g in graphs:
+            g.reset()
+        graphs.clear()
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        raise
     torch.cuda.synchronize(device)
     return graphs, keep
 
@@ -486,7 +499,10 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
             synchronize(device)
             if first_ms is None:
                 first_ms = (time.perf_counter() - t0) * 1e3
-        if opt.cuda_graph and device.type == "cuda":
+        no_graph = getattr(work.adapter, "no_cuda_graph", None)
+        if opt.cuda_graph and device.type == "cuda" and no_graph:
+            graph_state = f"not captured: {no_graph}"
+        elif opt.cuda_graph and device.type == "cuda":
             try:
                 graphs, keep = _capture_graphs(work, device)
                 call = lambda i: graphs[i].replay()
@@ -497,6 +513,12 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
             except Exception as e:  # capture is an option: report why it was not used
                 torch.cuda.synchronize(device)
                 graph_state = f"capture failed: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            if isinstance(graph_state, str):
+                # the exception's frames held the capture's tensors (in its private pool) until the
+                # except block ended; they sit in reference cycles: collect them and return the pool,
+                # or a run of many cases runs out of memory (H100: ~33 MB kept per failed capture)
+                gc.collect()
+                torch.cuda.empty_cache()
         reps, settled, more = _repetitions(call, n, device, flush, opt)
         loop = _time_loop(call, n, reps, device, flush)
     finally:

@@ -281,3 +281,33 @@ def test_launch_bound_is_detected_on_the_device():
     t = timing.time_callable(lambda: a @ a, "cuda", options=timing.TimerOptions(reps=20, warmup_ms=0), flush=True)
     assert t.flush_ms is not None and t.flush_ms > 0
     assert t.launch_bound is None, t.launch_bound
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_a_failed_capture_frees_its_memory_and_a_host_synchronising_adapter_is_not_captured():
+    """A call that reads a device value on the host cannot be captured; the failed capture must not
+    keep its memory pool (a decode run of 19 cases ran out of 80 GB that way), and an adapter that
+    says it synchronises (``no_cuda_graph``) is not captured at all, with its reason."""
+    from harness.adapters import registry
+    from harness.cases import DecodeCase
+
+    class Syncing(Counting):
+        def run(self, case, **kw):
+            out = super().run(case, **kw)
+            float(out.out.sum())  # a host read: the capture fails
+            return out
+
+    case = SoftmaxCase(2, 4, 4, 256, 256, 64, dtype="bf16")
+    opts = timing.TimerOptions(cuda_graph=True, reps=5, warmup_ms=0)
+    timing.time_adapter(Syncing(), case, "fwd", device="cuda", options=opts)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(3):
+        t = timing.time_adapter(Syncing(), case, "fwd", device="cuda", options=opts)
+        assert isinstance(t.cuda_graph, str) and t.cuda_graph.startswith("capture failed"), t.cuda_graph
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() <= before + 1024**2, "failed captures kept memory"
+    dec = DecodeCase(2, 8, 2, 1, 256, 64, page_size=16, dtype="bf16")
+    t = timing.time_adapter(registry.get("decode_sdpa"), dec, "fwd", device="cuda", options=opts)
+    assert isinstance(t.cuda_graph, str) and t.cuda_graph.startswith("not captured: it gathers")
