@@ -91,10 +91,11 @@ _TABLE: list[tuple[tuple[str, ...], tuple[str, ...], float, str]] = [
     (
         ("out", "lse"),
         ("fp32",),
-        3.0,
-        "fp32 errors (~1e-7) are dominated by summation order, which an online softmax changes: "
-        "correct backends reach 1.8x (sdpa's CPU flash path, windowed case), too close to 2x; "
-        "any real bug costs >1e-4, i.e. >1000x",
+        5.0,
+        "fp32 errors (~1e-7) are dominated by summation order and the exp a kernel uses: correct "
+        "backends reach 1.8x on the CPU (sdpa's flash path, windowed case) and 3.5x on the H100 "
+        "(torch SDPA's fp32 fused kernel against cuBLAS matmuls, decode D32 L100: 1.8e-7 against "
+        "5.1e-8, twice); any real bug costs >1e-4, i.e. >1000x",
     ),
     (
         ("out", "lse"),
