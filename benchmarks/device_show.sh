@@ -203,7 +203,7 @@ decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on
     # host-bound (150-900 us of host time per call, against 50-500 us of device time)
     # DECODE_CASES: a regex of case ids (default: all 19), to re-run part of the preset
     timeout 420 python3 -m harness bench --preset decode --modes fwd --no-plots --cuda-graphs --cases "${DECODE_CASES:-.}" \
-        --backends decode_sdpa,flash_attn_cute_decode,flash_attn_kvcache,flash_attn3_kvcache,triton_decode \
+        --backends decode_sdpa,flash_attn_cute_decode,flash_attn_kvcache,flash_attn3_kvcache,flex_decode,triton_decode \
         --out "$OUT/decode-bench" > "$OUT/decode-bench.log" 2>&1
     echo "decode bench exit $?" >> "$OUT/decode-bench.log"
     summary "$OUT/decode-tests.log" 5

@@ -17,11 +17,17 @@ Both take any page size and run on CPU and CUDA. The in-repo paged kernel is ``t
   ``seqused_k``. It has no cache append: the new tokens are written first by
   :func:`write_new_tokens` (one ``index_copy_`` per cache, on the device, as a serving stack's
   cache-write kernel does), and the timing includes that write.
+* ``flex_decode``: torch FlexAttention (compiled) over the paged pool itself, as torch's
+  ``PagedAttention`` does: the pool ``(num_blocks, page, Hk, D)`` viewed head-major as one long
+  sequence (no copy), a block mask whose key blocks are each sequence's pages in table order, and a
+  mask_mod mapping a pool position back to the sequence's logical position (page table inverse,
+  built on the device). New tokens are written first, as for flash-attn-4.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 
 import torch
 
@@ -243,6 +249,101 @@ class FlashAttnCuteDecode(_VendorDecode):
         return self.call(fn, case, used, q, k_cache, v_cache, **kw)
 
 
+class _FlexPagedState:
+    """Device tensors the flex_decode mask reads, kept per (batch, pool, sequence) shape and filled in
+    place each call: the mask_mod closes over the same tensor objects, so the compiled kernel is
+    reused (dynamo guards a closure's tensors by shape, a fresh closure would recompile)."""
+
+    def __init__(self, B: int, num_blocks: int, page: int, Sq: int, left: int, right: int, device):
+        self.inverse = torch.full((B, num_blocks), -1, dtype=torch.int32, device=device)  # pool page -> page index
+        self.lengths = torch.zeros(B, dtype=torch.int32, device=device)
+        inverse, lengths = self.inverse, self.lengths
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            slot = inverse[b, kv_idx // page]
+            pos_k = slot * page + kv_idx % page  # the key's position in its sequence
+            n = lengths[b]
+            pos_q = n - Sq + q_idx
+            ok = (slot >= 0) & (pos_k < n)
+            if right >= 0:
+                ok = ok & (pos_k <= pos_q + right)
+            if left >= 0:
+                ok = ok & (pos_k >= pos_q - left)
+            return ok
+
+        self.mask_mod = mask_mod
+
+    def fill(self, block_table, lengths) -> None:
+        B, pages = block_table.shape
+        self.inverse.fill_(-1)
+        idx = torch.arange(pages, dtype=torch.int32, device=block_table.device).expand(B, pages)
+        self.inverse.scatter_(1, block_table.long(), idx)
+        self.lengths.copy_(lengths)
+
+
+@functools.lru_cache(maxsize=8)
+def _flex_paged_state(B, num_blocks, page, Sq, left, right, device):
+    return _FlexPagedState(B, num_blocks, page, Sq, left, right, device)
+
+
+class FlexPagedDecode(DecodeAdapter):
+    name = "flex_decode"
+    description = ("torch FlexAttention (compiled) over the paged pool viewed head-major, pages as key blocks "
+                   "through a page-table mask (torch's PagedAttention scheme); new tokens written first")
+    #: False: eager flex_attention (the tests' CPU path: FlexAttention compiles forward-only on CPU)
+    compiled: bool = True
+    needs_cuda: bool = True
+
+    def supports(self, case, device):
+        reason = super().supports(case, device)
+        if reason:
+            return reason
+        if self.needs_cuda and torch.device(device).type != "cuda":
+            return "needs CUDA (FlexAttention's paged decode is a compiled GPU kernel)"
+        try:
+            importlib.import_module("torch.nn.attention.flex_attention")
+        except ImportError as e:
+            return f"FlexAttention not available in torch {torch.__version__}: {e}"
+        if not case.paged:
+            return "contiguous caches: use flex on the softmax family (this adapter reads a paged pool)"
+        if case.page_size % 16:
+            return f"FlexAttention's key blocks (pages here) must hold a multiple of 16 tokens, not {case.page_size}"
+        return None
+
+    def run(self, case: DecodeCase, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None):
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+        from harness.adapters.flex import _compiled_flex, call_without_fallback, score_mod_for
+
+        if block_table is None:
+            raise Unsupported("flex_decode reads a paged cache; this case has a contiguous one")
+        B, Sq, Hq, _ = q.shape
+        num_blocks, page, Hk = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
+        lengths = cache_seqlens
+        if k is not None:
+            write_new_tokens(k_cache, v_cache, k, v, cache_seqlens, block_table)
+            lengths = cache_seqlens + k.shape[1]
+        left, right = case.window
+        if case.causal:
+            right = 0
+        state = _flex_paged_state(B, num_blocks, page, Sq, left, right, str(q.device))
+        state.fill(block_table, lengths)
+        # each sequence's key blocks: its pages in table order, as many as its length needs
+        used = torch.div(lengths + page - 1, page, rounding_mode="floor").to(torch.int32)
+        mask = BlockMask.from_kv_blocks(used.view(B, 1, 1), block_table.to(torch.int32).view(B, 1, 1, -1),
+                                        BLOCK_SIZE=(max(16, Sq), page), mask_mod=state.mask_mod,
+                                        seq_lengths=(Sq, num_blocks * page), compute_q_blocks=False)
+        pool_k = k_cache.view(1, num_blocks * page, Hk, -1).transpose(1, 2)  # (1, Hk, pool, D): a view
+        pool_v = v_cache.view(1, num_blocks * page, Hk, -1).transpose(1, 2)
+        kw = dict(score_mod=score_mod_for(case.softcap), block_mask=mask, return_lse=True,
+                  enable_gqa=Hq != Hk, **scale_kwargs(case, "scale"))
+        if self.compiled:
+            out, lse = call_without_fallback(_compiled_flex(), q.transpose(1, 2), pool_k, pool_v, **kw)
+        else:
+            out, lse = flex_attention(q.transpose(1, 2), pool_k, pool_v, **kw)
+        return DecodeOutput(out.transpose(1, 2), lse)
+
+
 def _lse_or_none(lse, case: DecodeCase, kv_lengths: torch.Tensor):
     """The vendor's lse when it has the contract's (B, Hq, Sq) shape; flash-attn writes +inf on rows
     that see no key (the oracle: -inf): those become -inf, on those rows only. ``kv_lengths``: each
@@ -262,5 +363,5 @@ def _lse_or_none(lse, case: DecodeCase, kv_lengths: torch.Tensor):
 
 register(DecodeEagerAdapter)
 register(DecodeGatherSDPAAdapter)
-for _cls in (FlashAttnKVCache, FlashAttn3KVCache, FlashAttnCuteDecode):
+for _cls in (FlashAttnKVCache, FlashAttn3KVCache, FlashAttnCuteDecode, FlexPagedDecode):
     register(_cls)

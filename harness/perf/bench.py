@@ -47,7 +47,7 @@ from harness.provenance import source_digest
 DEFAULT_BACKENDS = {
     "cuda": ("eager", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "flash_attn_cute", "triton_fa",
              "eager_linear", "fla_chunk", "fla_fused_chunk", "triton_la_chunk",
-             "decode_sdpa", "flash_attn_cute_decode", "triton_decode"),
+             "decode_sdpa", "flash_attn_cute_decode", "flex_decode", "triton_decode"),
     "cpu": ("eager", "sdpa_math", "eager_linear", "decode_sdpa"),
 }
 #: Speedups are against the first of these that belongs to the case's family.

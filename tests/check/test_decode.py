@@ -191,6 +191,28 @@ def test_vendor_decode_adapters_speak_their_packages(vendor, case):
         assert r.status == "pass", (name, r.message())
 
 
+@pytest.mark.parametrize("case", [PAGED, DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0),
+                                  DecodeCase(3, 4, 2, 4, 33, 16, page_size=32, causal=False),
+                                  DecodeCase(4, 8, 2, 1, 60, 16, page_size=16, append=False)], ids=str)
+def test_flex_decode_reads_the_pool_through_its_page_mask(monkeypatch, case):
+    """flex_decode's page-table mask and pool view, run by eager flex_attention on the CPU (the GPU
+    runs the same arguments compiled): every check of the runner passes, the written cache too."""
+    from harness.adapters.decode import FlexPagedDecode
+
+    monkeypatch.setattr(FlexPagedDecode, "compiled", False)
+    monkeypatch.setattr(FlexPagedDecode, "needs_cuda", False)
+    adapter = registry.get("flex_decode")
+    assert adapter.supports(case, "cpu") is None
+    r = verify(adapter, case)
+    assert r.status == "pass", r.message()
+    assert r.property("cache_write").status == "pass"
+
+
+def test_flex_decode_refusals():
+    adapter = registry.get("flex_decode")
+    assert adapter.supports(PAGED, "cpu") == "needs CUDA (FlexAttention's paged decode is a compiled GPU kernel)"
+
+
 def test_vendor_decode_says_why_when_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "flash_attn_interface", None)  # import fails: not installed
     _probe.cache_clear()
