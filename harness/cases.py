@@ -50,6 +50,11 @@ def _num(x: float) -> str:
 #: ``packed[:, :, i]`` of one (B, S, 3, H, D) tensor, flash-attn's qkvpacked layout, passed to the
 #: plain entry point; softmax MHA with d == d_v and Sq == Sk only).
 LAYOUTS = ("contiguous", "transposed", "offset", "qkvpacked")
+#: The inputs an adapter's ``run`` receives, by name, for every family (grad_out and
+#: grad_final_state are the loss's, not the candidate's). Decode caches are written in place by
+#: each call (the same slots with the same values, so repeated calls see identical inputs).
+RUN_INPUT_NAMES = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale",
+                   "g", "g_gamma", "initial_state", "k_cache", "v_cache", "cache_seqlens", "block_table")
 
 
 def _check_layout(layout: str) -> None:
@@ -117,6 +122,9 @@ class SoftmaxCase:
     scale: float | None = None
     #: memory layout of the inputs as the candidate receives them (:data:`LAYOUTS`)
     layout: str = "contiguous"
+    #: "" or an FP8 format ("e4m3"): q, k, v are then passed quantised, with descales
+    #: (:mod:`harness.fp8`), and ``dtype`` is the output's dtype (fp16 / bf16); forward only
+    fp8: str = ""
 
     family: Literal["softmax"] = dataclasses.field(default="softmax", init=False, repr=False)
 
@@ -144,6 +152,14 @@ class SoftmaxCase:
             or self.seqlen_q != self.seqlen_k
         ):
             raise ValueError("layout: 'qkvpacked' needs MHA (heads_q == heads_k), d == d_v, Sq == Sk and no varlen")
+        if self.fp8:
+            from harness import fp8
+
+            fp8.fmt(self.fp8)
+            if self.dtype not in ("fp16", "bf16"):
+                raise ValueError(f"fp8: the output dtype of an FP8 case is fp16 or bf16, got {self.dtype}")
+            if self.varlen is not None or self.layout != "contiguous":
+                raise ValueError("fp8: FP8 cases are dense and contiguous (varlen and layouts are not modelled)")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -176,11 +192,18 @@ class SoftmaxCase:
             parts.append(f"scale{_num(self.scale)}")
         if self.layout != "contiguous":
             parts.append(self.layout)
+        if self.fp8:
+            parts.append(self.fp8)
         parts.append(self.dtype)
         return "-".join(parts)
 
     def __str__(self) -> str:
         return self.id
+
+    @property
+    def factor_dtype(self) -> str:
+        """The tolerance table's row: the FP8 format when the inputs are FP8, else ``dtype``."""
+        return self.fp8 or self.dtype
 
     def with_dtype(self, dtype: str) -> SoftmaxCase:
         return dataclasses.replace(self, dtype=dtype)
@@ -238,12 +261,16 @@ class SoftmaxInputs:
     grad_out: torch.Tensor
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
+    #: FP8 cases: (batch, heads_k) float32 factors, real value = fp8 value x descale (harness.fp8)
+    q_descale: torch.Tensor | None = None
+    k_descale: torch.Tensor | None = None
+    v_descale: torch.Tensor | None = None
 
     def tensors(self) -> dict[str, torch.Tensor]:
         out = {"q": self.q, "k": self.k, "v": self.v, "grad_out": self.grad_out}
-        if self.cu_seqlens_q is not None:
-            out["cu_seqlens_q"] = self.cu_seqlens_q
-            out["cu_seqlens_k"] = self.cu_seqlens_k
+        for name in ("cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     def to(self, device) -> SoftmaxInputs:
@@ -267,6 +294,14 @@ def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> Softm
         cu_k = torch.tensor([0] + [b for _, b in case.varlen], dtype=torch.int32).cumsum(0, dtype=torch.int32)
         return SoftmaxInputs(q, k, v, do, cu_q, cu_k).to(device)
     b, sq, sk = case.batch, case.seqlen_q, case.seqlen_k
+    if case.fp8:  # drawn in fp32, then quantised per tensor (harness.fp8)
+        from harness import fp8
+
+        raw = [torch.randn(*shape, generator=gen, dtype=torch.float32) for shape in (
+            (b, sq, case.heads_q, case.d), (b, sk, case.heads_k, case.d), (b, sk, case.heads_k, case.d_v))]
+        do = randn(b, sq, case.heads_q, case.d_v)
+        (q, qs), (k, ks), (v, vs) = (fp8.quantize(x, case.fp8, b, case.heads_k) for x in raw)
+        return SoftmaxInputs(q, k, v, do, q_descale=qs, k_descale=ks, v_descale=vs).to(device)
     q = randn(b, sq, case.heads_q, case.d)
     k = randn(b, sk, case.heads_k, case.d)
     v = randn(b, sk, case.heads_k, case.d_v)
@@ -662,7 +697,7 @@ def case_from_id(case_id: str) -> Case:
                              "(B16-H32/8-Q1-L4096r-P64-new-D128-bf16) case id")
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
-        kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True)}))
+        kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3")}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)
             case = SoftmaxCase(len(lens), hq, int(m["hk"] or hq), 0, 0, int(m["d"]), varlen=lens, **kw)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase
@@ -24,6 +25,31 @@ def _fa_sweep() -> list[Case]:
                 h = FA_SWEEP_HIDDEN // d
                 cases.append(SoftmaxCase(FA_SWEEP_TOKENS // s, h, h, s, s, d, causal=causal, dtype="bf16"))
     return cases
+
+
+def _fp8_sweep() -> list[Case]:
+    """The FA-paper sweep twice, bf16 and FP8 (e4m3 in, bf16 out), plus hd 256 with 8 heads (the
+    FA3 paper's FP8 chart): bf16 kernels run the first, FP8 kernels the second, in one bench run."""
+    cases: list[Case] = []
+    for d, heads in ((64, FA_SWEEP_HIDDEN // 64), (128, FA_SWEEP_HIDDEN // 128), (256, 8)):
+        for causal in (False, True):
+            for s in FA_SWEEP_SEQLENS:
+                c = SoftmaxCase(FA_SWEEP_TOKENS // s, heads, heads, s, s, d, causal=causal, dtype="bf16")
+                cases += [c, dataclasses.replace(c, fp8="e4m3")]
+    return cases
+
+
+def _small_fp8() -> list[Case]:
+    """CPU-sized FP8 cases (e4m3 q, k, v with per-tensor descales, bf16 out): masks, GQA / MQA,
+    Sq != Sk, window and softcap, scale 1.0 (large scores: exp(S) unscaled would exceed 448)."""
+    return [
+        SoftmaxCase(2, 4, 4, 37, 37, 32, dtype="bf16", fp8="e4m3"),
+        SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3"),
+        SoftmaxCase(1, 4, 1, 70, 33, 64, causal=True, dtype="bf16", fp8="e4m3"),
+        SoftmaxCase(1, 2, 2, 48, 48, 32, window=(8, 4), softcap=5.0, dtype="bf16", fp8="e4m3"),
+        SoftmaxCase(2, 4, 2, 64, 64, 64, scale=1.0, dtype="bf16", fp8="e4m3"),
+        SoftmaxCase(1, 2, 2, 40, 40, 128, causal=True, dtype="fp16", fp8="e4m3"),
+    ]
 
 
 def _configs() -> list[Case]:
@@ -191,6 +217,8 @@ _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
     "small": (_small, "CPU-sized softmax cases, every feature, scale omitted and passed, strided layouts (fp32)"),
     "small-linear": (_small_linear, "CPU-sized linear-attention cases, every gate, scale passed, strided layouts (fp32)"),
     "small-decode": (_small_decode, "CPU-sized decode cases: paged and contiguous caches, GQA/MQA, 1-4 new tokens, ragged (fp32)"),
+    "small-fp8": (_small_fp8, "CPU-sized FP8 cases: e4m3 q/k/v with per-tensor descales, bf16/fp16 out, masks, GQA/MQA, scale 1.0"),
+    "fp8-sweep": (_fp8_sweep, "FA-paper sweep (hd 64/128 at hidden 2048, hd 256 x 8 heads) in bf16 and in e4m3 with bf16 out"),
     "fa-sweep": (_fa_sweep, "FA-paper sweep: hd 64/128, seqlen 512..16k at 16k tokens, hidden 2048, bf16"),
     "configs": (_configs, "MHA / GQA 32/8 / MQA / MLA-shaped (d192 v128), B2 S4096 causal, bf16"),
     "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),
@@ -210,6 +238,7 @@ def preset(name: str, dtypes: Iterable[str] | None = None) -> list[Case]:
     except KeyError:
         raise ValueError(f"preset: unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
     cases = build()
-    if dtypes:
-        cases = [c.with_dtype(dt) for c in cases for dt in dtypes]
+    if dtypes:  # an FP8 case's dtype is its output's: fp16 / bf16 only
+        cases = [c.with_dtype(dt) for c in cases for dt in dtypes
+                 if not getattr(c, "fp8", "") or dt in ("fp16", "bf16")]
     return cases

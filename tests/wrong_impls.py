@@ -303,3 +303,92 @@ class DecodeReadsWholePages(_WrongDecode):
         rounded = ((cache_seqlens + new + page - 1) // page) * page
         return super().run(case, q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=rounded.to(cache_seqlens.dtype),
                            block_table=block_table)
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 (harness.fp8): the bugs FP8 kernels ship with
+# --------------------------------------------------------------------------------------------
+
+
+def _fp8_attention(case, q, k, v, qd, kd, vd, *, descales=1, subtract_max=True, qk_acc=torch.float32):
+    """An FP8 forward with the knobs the bugs turn. descales: how many times the descale factors
+    are applied (1 right, 0 ignored, 2 twice); subtract_max=False: P = exp(S) cast to e4m3 with the
+    hardware's saturating conversion (values above 448 clamp), no row maximum taken out first;
+    qk_acc: the accumulator of Q K^T over the FP8 values (float16: a wgmma with an f16 accumulator)."""
+    B, Sq, Hq, D = q.shape
+    Hk = k.shape[2]
+    G = Hq // Hk
+    low = q.dtype
+    qh = q.to(qk_acc).transpose(1, 2)
+    kh = k.to(qk_acc).repeat_interleave(G, dim=2).transpose(1, 2)
+    vh = v.float().repeat_interleave(G, dim=2).transpose(1, 2)
+    f = ((qd * kd).repeat_interleave(G, dim=1) ** descales)[:, :, None, None] * default_scale(case)
+    s = torch.matmul(qh, kh.transpose(-1, -2)).float() * f
+    mask = torch.ones(Sq, k.shape[1], dtype=torch.bool)
+    if case.causal:
+        mask &= torch.arange(k.shape[1])[None, :] <= torch.arange(Sq)[:, None] + (k.shape[1] - Sq)
+    s = s.masked_fill(~mask, -math.inf)
+    m = s.amax(-1, keepdim=True) if subtract_max else torch.zeros_like(s[..., :1])
+    p = torch.exp(s - m)
+    lsum = p.sum(-1, keepdim=True)
+    p8 = p.clamp(max=448.0).to(low) if not subtract_max else p.to(low)
+    out = torch.matmul(p8.float(), vh) * (vd.repeat_interleave(G, dim=1) ** descales)[:, :, None, None] / lsum
+    lse = (m + torch.log(lsum)).squeeze(-1)
+    return SoftmaxOutput(out.transpose(1, 2).to(case.torch_dtype), lse)
+
+
+class _WrongFP8(SoftmaxAdapter):
+    description = "deliberately wrong FP8 forward (tests only)"
+    fp8 = True
+    differentiable = False
+    knobs: ClassVar[dict] = {}
+
+    def run(self, case, *, q, k, v, q_descale=None, k_descale=None, v_descale=None, cu_seqlens_q=None,
+            cu_seqlens_k=None):
+        return _fp8_attention(case, q, k, v, q_descale, k_descale, v_descale, **self.knobs)
+
+
+class FP8DescaleIgnored(_WrongFP8):
+    """The FP8 values used as if they were the real ones: scores and output off by the factors."""
+
+    name = "wrong_fp8_descale_ignored"
+    knobs: ClassVar[dict] = {"descales": 0}
+
+
+class FP8DescaleTwice(_WrongFP8):
+    """The descales applied by the caller's dequantisation and again in the kernel."""
+
+    name = "wrong_fp8_descale_twice"
+    knobs: ClassVar[dict] = {"descales": 2}
+
+
+class FP8UnscaledP(_WrongFP8):
+    """P = exp(S) cast to e4m3 without the row maximum taken out: saturates at 448 when scores are
+    large (and small probabilities flush to zero); the fp32 row sum, and so the lse, stays right."""
+
+    name = "wrong_fp8_unscaled_p"
+    knobs: ClassVar[dict] = {"subtract_max": False}
+
+
+class FP8HalfAccumulation(_WrongFP8):
+    """Q K^T of the FP8 values accumulated in fp16: products of values near 448 overflow."""
+
+    name = "wrong_fp8_fp16_accumulation"
+    knobs: ClassVar[dict] = {"qk_acc": torch.float16}
+
+
+class FP8OnlineCorrect(_WrongFP8):
+    """Not wrong: a flash-style FP8 forward (keys in blocks of 16 with a running maximum, so P is
+    quantised against the maximum so far). It must pass: the tolerance must not reject a correct
+    kernel for quantising P differently from the reference."""
+
+    name = "fp8_online_blocks"
+
+    def run(self, case, *, q, k, v, q_descale=None, k_descale=None, v_descale=None, cu_seqlens_q=None,
+            cu_seqlens_k=None):
+        from harness.adapters.eager import eager_fp8_attention
+
+        out, lse = eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=case.causal,
+                                       softmax_scale=case.scale, window_size=case.window, softcap=case.softcap,
+                                       out_dtype=case.torch_dtype, block_n=16)
+        return SoftmaxOutput(out, lse)

@@ -63,6 +63,9 @@ class Adapter(abc.ABC):
     description: ClassVar[str] = ""
     #: False for inference-only backends: the harness then checks the forward only.
     differentiable: ClassVar[bool] = True
+    #: True when ``run`` takes FP8 cases (q, k, v quantised, ``q_descale`` / ``k_descale`` /
+    #: ``v_descale`` keywords, :mod:`harness.fp8`); every other backend refuses them.
+    fp8: ClassVar[bool] = False
     #: None when a call can be captured in a CUDA graph; else why not (it reads device values on
     #: the host). The timer then does not try (a failed capture can hold its memory pool).
     no_cuda_graph: ClassVar[str | None] = None
@@ -74,6 +77,9 @@ class Adapter(abc.ABC):
         """None when this adapter can run ``case`` on ``device``, else the reason in plain words."""
         if case.family != self.family:
             return f"{self.family}-attention backend; this is a {case.family} case"
+        if getattr(case, "fp8", "") and not self.fp8:
+            return (f"FP8 ({case.fp8}) inputs with descales: not a path of this backend "
+                    "(an FP8 backend declares fp8 = True)")
         return None
 
     @abc.abstractmethod

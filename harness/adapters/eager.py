@@ -264,6 +264,73 @@ class EagerAdapter(SoftmaxAdapter):
         return SoftmaxOutput(out, lse)
 
 
+def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
+                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, block_n=None):
+    """What an FP8 attention forward must compute (flash-attn 3's convention, :mod:`harness.fp8`).
+
+    q, k, v in an FP8 format with ``(B, Hk)`` float32 descales. Q K^T from the FP8 values with
+    float32 accumulation (the products of two FP8 values are exact in float32), times
+    ``q_descale * k_descale * scale``; softcap and masks; the row maximum subtracted, P = exp(...)
+    in float32 (at most 1) and its row sum l taken in float32; P cast to the inputs' FP8 format for
+    P V (float32 accumulation); then ``v_descale / l``; out cast to ``out_dtype``. ``block_n``: None
+    subtracts each row's final maximum; a number walks the keys in blocks of that size with a
+    running maximum, as a flash kernel does (P is then quantised relative to the maximum so far:
+    different roundings, equally correct). Rows that see no key: out 0, lse -inf.
+    """
+    B, Sq, Hq, D = q.shape
+    Sk, Hk = k.shape[1], k.shape[2]
+    if Hk == 0 or Hq % Hk:
+        raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
+    G = Hq // Hk
+    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
+    low = q.dtype
+    qh = q.float().transpose(1, 2)  # (B, Hq, Sq, D)
+    kh = k.float().repeat_interleave(G, dim=2).transpose(1, 2)
+    vh = v.float().repeat_interleave(G, dim=2).transpose(1, 2)
+    factor = (q_descale.float() * k_descale.float()).repeat_interleave(G, dim=1)[:, :, None, None] * scale
+    vs = v_descale.float().repeat_interleave(G, dim=1)[:, :, None, None]
+    mask = visibility_mask(Sq, Sk, causal, window_size, q.device)
+    step = Sk if block_n is None else max(1, int(block_n))
+    m = torch.full((B, Hq, Sq, 1), float("-inf"), device=q.device)
+    lsum = torch.zeros((B, Hq, Sq, 1), device=q.device)
+    acc = torch.zeros((B, Hq, Sq, vh.shape[-1]), device=q.device)
+    for j in range(0, Sk, step):
+        s = torch.matmul(qh, kh[:, :, j : j + step].transpose(-1, -2)) * factor
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        if mask is not None:
+            s = s.masked_fill(~mask[:, j : j + step], float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        alpha = torch.exp(m - m_safe)
+        p = torch.exp(s - m_safe)  # float32, at most 1
+        lsum = lsum * alpha + p.sum(-1, keepdim=True)
+        acc = acc * alpha + torch.matmul(p.to(low).float(), vh[:, :, j : j + step])
+        m = m_new
+    live = lsum > 0
+    out = torch.where(live, acc * vs / torch.where(live, lsum, torch.ones_like(lsum)), torch.zeros_like(acc))
+    lse = torch.where(live, m + torch.log(torch.where(live, lsum, torch.ones_like(lsum))),
+                      torch.full_like(m, float("-inf")))
+    return out.transpose(1, 2).to(out_dtype), lse.squeeze(-1)
+
+
+class EagerFP8Adapter(SoftmaxAdapter):
+    name = "eager_fp8"
+    description = ("FP8 (e4m3) attention as an FP8 kernel must compute it: fp32-accumulated QK^T of the FP8 values, "
+                   "descales, P quantised to FP8 for PV (the reference of FP8 cases)")
+    fp8 = True
+    differentiable = False
+
+    def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,
+            cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        if not case.fp8 or q_descale is None or k_descale is None or v_descale is None:
+            raise Unsupported("eager_fp8 runs FP8 cases (quantised q, k, v with q/k/v_descale)")
+        out, lse = eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=case.causal,
+                                       **scale_kwargs(case, "softmax_scale"), window_size=case.window,
+                                       softcap=case.softcap, out_dtype=case.torch_dtype)
+        return SoftmaxOutput(out, lse)
+
+
 class EagerLinearAdapter(LinearAdapter):
     name = "eager_linear"
     description = f"chunked torch linear attention (chunk {LINEAR_CHUNK}), input-dtype matmuls, fp32 state"
@@ -279,4 +346,5 @@ class EagerLinearAdapter(LinearAdapter):
 
 
 register(EagerAdapter)
+register(EagerFP8Adapter)
 register(EagerLinearAdapter)

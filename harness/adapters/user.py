@@ -48,6 +48,8 @@ Optional capability declaration, read by ``supports`` (every key optional, defau
         "nondifferentiable_inputs": [],   # inputs treated as constants, e.g. ["g_gamma"] (FLA)
         "paged": True,              # decode: a paged cache (block_table)
         "append": True,             # decode: new k, v written into the cache by the callable
+        "fp8": False,               # softmax: FP8 cases (q, k, v in e4m3 with q_descale, k_descale,
+                                    # v_descale (B, Hk) float32 keywords, flash-attn 3's FP8 call)
     }
 """
 
@@ -89,6 +91,7 @@ DEFAULT_CAPABILITIES: dict[str, Any] = {
     "nondifferentiable_inputs": (),
     "paged": True,
     "append": True,
+    "fp8": False,
 }
 _FEATURE_WORDS = {
     "causal": "causal",
@@ -98,6 +101,7 @@ _FEATURE_WORDS = {
     "varlen": "varlen",
     "paged": "paged-cache",
     "append": "cache-append",
+    "fp8": "FP8 (e4m3 with descales)",
 }
 
 
@@ -199,6 +203,7 @@ class _FromCallable:
         self.differentiable = bool(self.caps["backward"])
         self.deterministic_backward = bool(self.caps["deterministic_backward"])
         self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
+        self.fp8 = bool(self.caps["fp8"])
         self.description = f"user callable {name}"
 
 
@@ -206,15 +211,20 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
     """Adapter around a flash-attn-style callable (see the module docstring)."""
 
     def supports(self, case, device):
+        if case.family == "softmax" and case.fp8 and not self.caps["fp8"]:
+            return "declares no FP8 (e4m3 with descales) support"
         reason = super().supports(case, device)
         if reason:
             return reason
         return _common_reason(self.caps, case, device, _attention_needs(case) | {"varlen": case.is_varlen})
 
-    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+    def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, q_descale=None,
+            k_descale=None, v_descale=None) -> SoftmaxOutput:
         kw: dict[str, Any] = dict(
             causal=case.causal, window_size=tuple(case.window), **scale_kwargs(case, "softmax_scale")
         )
+        if case.fp8:
+            kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
         if case.softcap:
             kw["softcap"] = case.softcap
         if case.is_varlen:

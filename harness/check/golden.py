@@ -21,6 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from harness import fp8
 from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase, make_inputs
 from harness.oracle import (
     ORACLE_VERSION,
@@ -99,6 +100,10 @@ def compute_oracle(case: Case, inputs):
                 inputs.q, inputs.k, inputs.v, inputs.cu_seqlens_q, inputs.cu_seqlens_k, inputs.grad_out,
                 **case.oracle_kwargs,
             )
+        if case.fp8:  # the oracle sees the dequantised values: input quantisation is not the kernel's error
+            q, k, v = (fp8.dequantize(x, d) for x, d in ((inputs.q, inputs.q_descale), (inputs.k, inputs.k_descale),
+                                                         (inputs.v, inputs.v_descale)))
+            return softmax_attention(q, k, v, inputs.grad_out, **case.oracle_kwargs)
         return softmax_attention(inputs.q, inputs.k, inputs.v, inputs.grad_out, **case.oracle_kwargs)
     if isinstance(case, LinearCase):
         return linear_attention(

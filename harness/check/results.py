@@ -12,7 +12,7 @@ from typing import Literal
 
 import torch
 
-from harness.cases import Case
+from harness.cases import RUN_INPUT_NAMES, Case
 from harness.check import tolerance
 from harness.check.tolerance import TensorReport, WorstElement
 
@@ -203,8 +203,6 @@ class _Run:
 def _run_inputs(case: Case, inputs) -> dict[str, torch.Tensor]:
     """The tensors ``adapter.run`` receives (no grad_out / grad_final_state)."""
     t = inputs.tensors()
-    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state",
-             "k_cache", "v_cache", "cache_seqlens", "block_table")
-    return {n: t[n] for n in names if n in t}
+    return {n: t[n] for n in RUN_INPUT_NAMES if n in t}
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness import fp8
 from harness.adapters.base import Adapter, DecodeOutput, LinearOutput, SoftmaxOutput, Unsupported
 from harness.cases import (
     Case,
@@ -130,12 +131,15 @@ def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]
             }
         lay = "(batch, seqlen, heads, dim)"
         B = case.batch
-        return {
+        shapes = {
             "q": ((B, case.seqlen_q, case.heads_q, case.d), lay),
             "k": ((B, case.seqlen_k, case.heads_k, case.d), lay),
             "v": ((B, case.seqlen_k, case.heads_k, case.d_v), lay),
             "grad_out": ((B, case.seqlen_q, case.heads_q, case.d_v), lay),
         }
+        if case.fp8:
+            shapes.update({n: ((B, case.heads_k), "(batch, heads_k)") for n in fp8.DESCALE_NAMES})
+        return shapes
     B, T, H, K, V = case.batch, case.seqlen, case.heads, case.d_k, case.d_v
     lay = "(batch, seqlen, heads, dim)"
     shapes = {
@@ -208,14 +212,18 @@ def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> Non
                     f"k: heads_q ({hq}) must be a multiple of heads_k ({hk}) (GQA/MQA group size)"
                 )
     dt = case.torch_dtype
+    low = fp8.fmt(case.fp8)[0] if getattr(case, "fp8", "") else None  # FP8 cases: q, k, v in the format
     for name, t in tensors.items():
-        if name in _INT_INPUTS:
+        if low is not None and name in ("q", "k", "v"):
+            if t.dtype != low:
+                raise ValueError(f"{name}: dtype {t.dtype}, the case's FP8 inputs are {low}")
+        elif name in _INT_INPUTS:
             if t.dtype != torch.int32:
                 raise ValueError(f"{name}: expected dtype torch.int32, got {t.dtype}")
-        elif name in _FP32_INPUTS:
+        elif name in _FP32_INPUTS or name in fp8.DESCALE_NAMES:
             if t.dtype != torch.float32:
                 raise ValueError(
-                    f"{name}: expected dtype torch.float32 (log-decays and states stay fp32), got {t.dtype}"
+                    f"{name}: expected dtype torch.float32 (log-decays, states and descales are fp32), got {t.dtype}"
                 )
         elif t.dtype != dt:
             raise ValueError(f"{name}: dtype {t.dtype} does not match the case's {case.dtype} ({dt})")
@@ -225,7 +233,7 @@ def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> Non
             raise ValueError(f"{name}: device {t.device} does not match q's {dev}")
     for name, t in tensors.items():
         if t.is_floating_point():
-            bad = ~torch.isfinite(t)
+            bad = ~torch.isfinite(t if t.element_size() > 1 else t.float())  # FP8: no isfinite kernel
             n = int(bad.sum())
             if n:
                 first = tolerance._unravel(int(bad.reshape(-1).nonzero()[0]), tuple(t.shape))
@@ -289,6 +297,10 @@ class _ReferenceAdapter:
             from harness.adapters.decode import DecodeEagerAdapter
 
             return DecodeEagerAdapter().run(case, **inputs)
+        if isinstance(case, SoftmaxCase) and case.fp8:
+            from harness.adapters.eager import EagerFP8Adapter
+
+            return EagerFP8Adapter().run(case, **inputs)
         adapter = EagerAdapter() if isinstance(case, SoftmaxCase) else EagerLinearAdapter()
         return adapter.run(case, **inputs)
 
@@ -564,7 +576,8 @@ def verify(
     )
     t0 = time.perf_counter()
     try:
-        want_grad = bool(check_backward and getattr(adapter, "differentiable", True))
+        # FP8 cases are forward-only (gradients of quantised inputs are not this contract)
+        want_grad = bool(check_backward and getattr(adapter, "differentiable", True) and not getattr(case, "fp8", ""))
         try:
             reason = adapter.supports(case, dev) if hasattr(adapter, "supports") else None
             if reason:
@@ -640,7 +653,7 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
                 exp,
                 reference_error=ref_errors.get(name, 0.0),
                 dtype=_compare_dtype(name, case),
-                case_dtype=case.dtype,
+                case_dtype=getattr(case, "factor_dtype", case.dtype),
             )
         )
     runs = [first] + ([second] if second is not None else [])
@@ -654,7 +667,9 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
             PropertyResult("determinism", "skipped", "not checked (check_determinism=False)")
         )
     if not want_grad:
-        why = "check_backward=False" if getattr(adapter, "differentiable", True) else "inference-only backend"
+        why = ("check_backward=False" if getattr(adapter, "differentiable", True) else "inference-only backend")
+        if getattr(case, "fp8", ""):
+            why = "FP8 cases are forward-only"
         result.properties.append(PropertyResult("backward", "skipped", f"gradients not checked ({why})"))
     else:
         constant = [

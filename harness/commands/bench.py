@@ -147,7 +147,7 @@ def main(args) -> int:
                            settle_max_ms=args.settle_max_ms)
 
     started = time.time()
-    dtypes = sorted({c.dtype for c in cases})
+    dtypes = sorted({c.dtype for c in cases} | {c.fp8 for c in cases if getattr(c, "fp8", "")})
     if not args.quiet:
         print(f"bench: measuring the ceilings of {roofline.device_key(device)} ({','.join(dtypes)}), cached after the first time",
               file=sys.stderr)

@@ -34,7 +34,7 @@ from harness.check.matrix import (
 from harness.check.selfcheck import self_checks
 from harness.interrupts import SigtermInterrupt
 
-DEFAULT_PRESETS = ("small", "small-linear", "small-decode")
+DEFAULT_PRESETS = ("small", "small-linear", "small-decode", "small-fp8")
 DEFAULT_DTYPES_CPU = ("fp32", "fp16")
 DEFAULT_DTYPES_CUDA = ("fp16", "bf16", "fp32")
 

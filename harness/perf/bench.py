@@ -289,6 +289,8 @@ class Bench:
 
         if mode != "fwd" and not getattr(adapter, "differentiable", True):
             return _cell("unsupported", "inference-only backend (no backward)"), None
+        if mode != "fwd" and getattr(case, "fp8", ""):
+            return _cell("unsupported", "FP8 cases are forward-only"), None
         failed = None
         try:
             timing = time_adapter(adapter, case, mode, seed=self.seed, device=self.device,

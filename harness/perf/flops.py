@@ -108,14 +108,15 @@ def softmax_bytes(case: SoftmaxCase, mode: str = "fwd") -> float:
     """Fewest bytes moved: forward reads q, k, v and writes out and lse; backward reads q, k, v,
     out, dout, lse and writes dq, dk, dv; fwd+bwd is their sum (out and lse go through memory)."""
     e = _itemsize(case)
+    ein = 1 if getattr(case, "fp8", "") else e  # FP8 inputs: one byte an element, out in the case's dtype
     if case.is_varlen:
         tq = sum(a for a, _ in case.varlen)
         tk = sum(b for _, b in case.varlen)
     else:
         tq, tk = case.batch * case.seqlen_q, case.batch * case.seqlen_k
-    q = tq * case.heads_q * case.d * e
-    k = tk * case.heads_k * case.d * e
-    v = tk * case.heads_k * case.d_v * e
+    q = tq * case.heads_q * case.d * ein
+    k = tk * case.heads_k * case.d * ein
+    v = tk * case.heads_k * case.d_v * ein
     o = tq * case.heads_q * case.d_v * e
     lse = tq * case.heads_q * FP32_BYTES
     fwd = q + k + v + o + lse

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from harness import fp8
 from harness.cases import DTYPES, Case
 from harness.perf import flops as flop_model
 
@@ -102,8 +103,18 @@ def measure_matmul_tflops(device: torch.device, dtype: str) -> float:
 
     device = torch.device(device)
     n = MATMUL_N[device.type]
-    dt = DTYPES[dtype]
     gen = torch.Generator(device="cpu").manual_seed(0)
+    if dtype in fp8.FORMATS:  # FP8 tensor cores through torch._scaled_mm (CUDA, sm89+), bf16 out
+        if device.type != "cuda":
+            raise ValueError(f"{dtype} matmul peak: measured on CUDA only")
+        low = fp8.fmt(dtype)[0]
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=low)
+        b = torch.randn(n, n, generator=gen).to(device=device, dtype=low).t()  # column-major, as cuBLASLt wants
+        one = torch.ones((), device=device)
+        t = time_callable(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                          device, options=TimerOptions(target_ms=200.0))
+        return 2.0 * n**3 / (min(t.times_ms) * 1e-3) / 1e12
+    dt = DTYPES[dtype]
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)  # never zeros: see METHOD.md
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dt)
     prev = torch.backends.cuda.matmul.allow_tf32
@@ -147,7 +158,12 @@ def device_peaks(device, dtypes=("bf16",), *, remeasure: bool = False, cache: bo
     changed = False
     for dt in dtypes:
         if dt not in peaks.matmul_tflops:
-            peaks.matmul_tflops[dt] = measure_matmul_tflops(device, dt)
+            try:
+                peaks.matmul_tflops[dt] = measure_matmul_tflops(device, dt)
+            except Exception:
+                if dt not in fp8.FORMATS:
+                    raise
+                continue  # no FP8 matmul here (CPU, pre-sm89): FP8 rates are then not checked against a peak
             changed = True
     if peaks.copy_gbps is None:
         peaks.copy_gbps = measure_copy_gbps(device)
@@ -176,10 +192,11 @@ def rate_flags(case: Case, mode: str, ms: float, peaks: Peaks | None) -> list[st
         return [] if ms and ms > 0 else [f"non-positive time {ms!r} ms"]
     out = []
     tflops = flop_model.flops(case, mode) / (ms * 1e-3) / 1e12
-    peak = peaks.matmul_tflops.get(case.dtype)
+    kind = getattr(case, "fp8", "") or case.dtype  # FP8 cases: the FP8 tensor-core peak
+    peak = peaks.matmul_tflops.get(kind)
     if peak and tflops > PEAK_MARGIN * peak:
         out.append(
-            f"{tflops:.3g} TFLOP/s is above the measured dense {case.dtype} matmul peak of this device "
+            f"{tflops:.3g} TFLOP/s is above the measured dense {kind} matmul peak of this device "
             f"({peak:.3g} TFLOP/s, margin {PEAK_MARGIN:g}x)"
         )
     gbps = flop_model.min_bytes(case, mode) / (ms * 1e-3) / 1e9

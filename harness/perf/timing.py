@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from harness.cases import Case, LinearCase, apply_layout, make_inputs
+from harness.cases import RUN_INPUT_NAMES, Case, LinearCase, apply_layout, make_inputs
 from harness.perf import flops as flop_model
 
 MODES = flop_model.MODES
@@ -243,10 +243,7 @@ def synchronize(device: torch.device) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-_RUN_INPUTS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "g", "g_gamma", "initial_state",
-               # decode: the cache (written in place by each call: the same slots with the same
-               # values, so repetitions see identical inputs), its lengths and page table
-               "k_cache", "v_cache", "cache_seqlens", "block_table")
+_RUN_INPUTS = RUN_INPUT_NAMES
 _GRAD_INPUTS = ("q", "k", "v", "g", "g_gamma", "initial_state")
 
 
@@ -276,8 +273,10 @@ class Workload:
         differentiable = bool(getattr(adapter, "differentiable", True))
         if mode != "fwd" and not differentiable:
             raise ValueError(f"mode: {adapter.name} is inference-only; only 'fwd' can be timed")
+        if mode != "fwd" and getattr(case, "fp8", ""):
+            raise ValueError(f"mode: FP8 cases are forward-only; only 'fwd' can be timed ({case.id})")
         self.adapter, self.case, self.mode = adapter, case, mode
-        self.grad = differentiable
+        self.grad = differentiable and not getattr(case, "fp8", "")  # FP8 cases: forward only
         # Inputs the adapter declares constant (e.g. a decay it gives no gradient) stay leaves
         # without grad, as in harness.check.verify.
         constant = set(getattr(adapter, "nondifferentiable_inputs", ()))

@@ -1,7 +1,7 @@
 """Every keyword of the calling contracts, and the test that catches a kernel that ignores it.
 
 ``KEYWORDS`` lists, per family, each keyword the harness passes (or leaves out) and each property
-of the inputs a kernel must honour; for each, a case of the ``small`` / ``small-linear`` / ``small-decode`` presets
+of the inputs a kernel must honour; for each, a case of the ``small`` / ``small-linear`` / ``small-decode`` / ``small-fp8`` presets
 that exercises it (the adapter matrix and ``harness run`` use those presets; the acceptance
 profiles hold the same kinds of case) and a callable that ignores exactly that keyword
 (tests/accept/impls/). ``test_ignoring_a_keyword_is_caught`` verifies each such callable on its
@@ -44,6 +44,7 @@ DEC_CONTIG = "B4-H4/1-Q4-L70r-contig-new-D16v32-fp32"  # contiguous cache, 4 new
 DEC_NO_APPEND = "B3-H4-Q1-L64r-P32-D32-fp32"  # nothing appended
 DEC_SCALE = "B3-H4/2-Q3-L33r-P16-new-D16-nocausal-scale0.0625-fp32"
 DEC_WINDOW = "B4-H8/2-Q2-L90r-P16-new-D16-win20x0-cap5-fp32"
+FP8 = "B2-H4/2-S45x70-D32-causal-e4m3-bf16"  # e4m3 q, k, v with per-tensor descales, bf16 out
 
 KEYWORDS: tuple[Row, ...] = (
     Row("softmax", "causal", "`causal=True` on causal cases", "B2-H4-S64x64-D64-causal-fp32",
@@ -64,6 +65,12 @@ KEYWORDS: tuple[Row, ...] = (
         "B1-H4/2-S26x26-D32-causal-offset-fp32", "contiguous_only:flash_attn_func", "out", SM_PLAIN),
     Row("softmax", "strides (packed qkv)", "q, k, v as views `packed[:, :, i]` of one (B, S, 3, H, D) tensor",
         "B2-H4-S33x33-D32-causal-qkvpacked-fp32", "contiguous_only:flash_attn_func", "out", SM_PLAIN),
+    Row("softmax", "q_descale", "(B, Hk) fp32 factors of the e4m3 q (FP8 cases)", FP8,
+        "fp8_impls:ignores_q_descale", "out", None),
+    Row("softmax", "k_descale", "(B, Hk) fp32 factors of the e4m3 k (FP8 cases)", FP8,
+        "fp8_impls:ignores_k_descale", "out", None),
+    Row("softmax", "v_descale", "(B, Hk) fp32 factors of the e4m3 v (FP8 cases)", FP8,
+        "fp8_impls:ignores_v_descale", "out", None),
     Row("linear", "g", "per-step log-decay (B, T, H)", "B2-H2-T127-K32V32-g(n=1)-h0-dhT-fp32",
         "ignores:linear_ignores_g", "out", "B1-H2-T70-K32V32-g_gamma(n=1)-fp32"),
     Row("linear", "g_gamma", "per-head constant log-decay (H,)", "B1-H2-T70-K32V32-g_gamma(n=1)-fp32",
@@ -101,7 +108,7 @@ KEYWORDS: tuple[Row, ...] = (
 def _case(case_id: str):
     from harness.presets import preset
 
-    by_id = {c.id: c for c in preset("small") + preset("small-linear") + preset("small-decode")}
+    by_id = {c.id: c for c in preset("small") + preset("small-linear") + preset("small-decode") + preset("small-fp8")}
     return by_id[case_id]
 
 
@@ -146,7 +153,7 @@ def table() -> str:
         "hand (`test_the_keyword_table_in_docs_is_generated_from_this_file` fails when the two differ).",
         "",
         "For each keyword the harness passes (or leaves out), and each property of the inputs a kernel",
-        "must honour: the case that exercises it (presets `small` / `small-linear` / `small-decode`; the acceptance",
+        "must honour: the case that exercises it (presets `small` / `small-linear` / `small-decode` / `small-fp8`; the acceptance",
         "profiles hold cases of the same kinds), a callable that ignores exactly that keyword",
         "(`tests/accept/impls/`), what fails when it does, and the test that asserts so",
         f"(`{TEST}[<family>-<keyword>]`).",

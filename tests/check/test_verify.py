@@ -399,3 +399,68 @@ def test_declared_constant_input_is_documented_not_failed():
     assert r.status == "pass", r.message()
     assert r.tensor("dg") is None
     assert r.property("backward").status == "documented" and "g_gamma" in r.property("backward").detail
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 cases (harness.fp8): each FP8 bug rejected for its own reason, a correct variant accepted
+# --------------------------------------------------------------------------------------------
+
+FP8 = SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3")
+#: scores of several units (scale 1.0, T5-style): exp(S) without the maximum taken out exceeds 448
+FP8_HOT = SoftmaxCase(2, 4, 2, 64, 64, 64, scale=1.0, dtype="bf16", fp8="e4m3")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(
+    "impl, case, must_fail, must_pass, words",
+    [
+        (w.FP8DescaleIgnored, FP8, {"out", "lse"}, set(), "the reference's"),
+        (w.FP8DescaleTwice, FP8, {"out", "lse"}, set(), "the reference's"),
+        (w.FP8UnscaledP, FP8_HOT, {"out"}, {"lse"}, "the reference's"),
+        (w.FP8HalfAccumulation, FP8, {"out"}, set(), "non-finite"),
+    ],
+    ids=["descale-ignored", "descale-twice", "unscaled-p", "fp16-accumulation"],
+)
+def test_wrong_fp8_kernel_is_rejected_for_its_reason(impl, case, must_fail, must_pass, words, seed):
+    r = verify(impl(), case, seed=seed)
+    assert r.status == "fail", r.message()
+    assert must_fail <= set(r.failures), r.message()
+    assert not (must_pass & set(r.failures)), r.message()
+    assert words in r.message(), r.message()
+
+
+@pytest.mark.parametrize("case", [FP8, FP8_HOT, FP8.with_dtype("fp16"),
+                                  SoftmaxCase(1, 8, 1, 33, 200, 64, window=(20, 0), causal=True, softcap=5.0,
+                                              dtype="bf16", fp8="e4m3")], ids=str)
+def test_fp8_reference_and_a_flash_style_fp8_kernel_pass(case):
+    for impl in ("eager_fp8", w.FP8OnlineCorrect()):
+        r = verify(impl, case)
+        assert r.status == "pass", r.message()
+
+
+def test_a_backend_without_an_fp8_path_refuses_fp8_cases_with_the_reason():
+    from harness.adapters import registry
+
+    for name in registry.names():
+        a = registry.get(name)
+        reason = a.supports(FP8, torch.device("cpu"))
+        if a.fp8:
+            continue
+        assert reason, f"{name} accepted an FP8 case without declaring an FP8 path"
+    assert "FP8 (e4m3) inputs with descales" in registry.get("eager").supports(FP8, torch.device("cpu"))
+
+
+def test_fp8_inputs_are_quantised_per_tensor_and_the_oracle_sees_their_values():
+    from harness import fp8
+    from harness.cases import make_inputs
+
+    x = make_inputs(FP8, seed=3)
+    assert x.q.dtype == torch.float8_e4m3fn and x.q_descale.shape == (2, 2)
+    assert float(x.q.float().abs().max()) == 448.0  # the amax maps to the format's largest value
+    assert torch.all(x.k_descale == x.k_descale[0, 0])  # one factor per tensor
+    real = fp8.dequantize(x.q, x.q_descale)
+    assert real.dtype == torch.float64 and 1.5 < float(real.abs().max()) < 6  # standard normal draws
+    with pytest.raises(ValueError, match="fp8: expected one of e4m3"):
+        SoftmaxCase(1, 1, 1, 4, 4, 16, dtype="bf16", fp8="e5m7")
+    with pytest.raises(ValueError, match="output dtype of an FP8 case is fp16 or bf16"):
+        SoftmaxCase(1, 1, 1, 4, 4, 16, dtype="fp32", fp8="e4m3")
