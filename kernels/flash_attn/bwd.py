@@ -139,6 +139,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      stride_dkb, stride_dks, stride_dkh,
                      stride_dvb, stride_dvs, stride_dvh,
                      stride_lb, stride_lh, stride_dqab, stride_dqas, stride_dqah,
+                     stride_dkp, stride_dvp, group_split,
                      seqlen_q, seqlen_k, num_kv_heads, group, left, right, sm_scale,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
@@ -148,8 +149,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      USE_TMA: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // num_kv_heads
-    hk = pid_bh % num_kv_heads
+    # group_split > 1 (MQA / GQA with few kv heads): the query heads of a group are shared by that
+    # many programs, each writing its partial dK / dV (fp32) at DK + split * stride_dkp; the host sums
+    gs = pid_bh % group_split
+    b = (pid_bh // group_split) // num_kv_heads
+    hk = (pid_bh // group_split) % num_kv_heads
+    per = tl.cdiv(group, group_split)
+    g_lo = gs * per
+    g_hi = tl.minimum(g_lo + per, group)
     if IS_VARLEN:
         q_start = tl.load(CuSeqQ + b)
         k_start = tl.load(CuSeqK + b)
@@ -177,7 +184,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
     qk_scale = sm_scale * 1.4426950408889634
     lo, mid_lo, mid_hi, hi = _query_range(n0, seqlen_q, seqlen_k, off, left, right,
                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    for g in range(group):
+    for g in range(g_lo, g_hi):
         h = (hk * group + g).to(tl.int64)
         q_base = Q + b64 * stride_qb + h * stride_qh + q_start.to(tl.int64) * stride_qs
         do_base = DO + b64 * stride_dob + h * stride_doh + q_start.to(tl.int64) * stride_dos
@@ -201,10 +208,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                              True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
     dk = dk * sm_scale
     dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
-    tl.store(DK + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks + offs_d[None, :],
-             dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs + offs_d[None, :],
-             dv.to(DV.dtype.element_ty), mask=kv_mask)
+    gs64 = gs.to(tl.int64)
+    tl.store(DK + gs64 * stride_dkp + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks
+             + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + gs64 * stride_dvp + b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs
+             + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
@@ -319,6 +327,11 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
 _bwd_dkdv_tuned = configs.autotuned(configs.BWD_SPACE, configs.prune_bwd, reset_to_zero=["DQacc"])(_bwd_dkdv_kernel)
 _bwd_dq_tuned = configs.autotuned(configs.BWD_SPACE, configs.prune_bwd)(_bwd_dq_kernel)
 
+# The dK/dV kernel's group split (group_split): the key block the program count is estimated with,
+# and the programs per multiprocessor a split aims at.
+GROUP_SPLIT_BLOCK_N = 128
+GROUP_SPLIT_PROGRAMS_PER_SM = 2
+
 # Rows per program of the delta preprocess: a pure bandwidth pass, 64 rows x D keeps loads wide.
 PREPROCESS_BLOCK_M = 64
 
@@ -328,12 +341,27 @@ def _s3(t, varlen):
     return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
 
 
+def group_split(batch: int, heads_k: int, group: int, seqlen_k: int, sms: int) -> int:
+    """Programs sharing one GQA group's query heads in the dK/dV kernel: 1 while (batch x kv heads
+    x key blocks of ``GROUP_SPLIT_BLOCK_N``) programs fill the multiprocessors; else enough to give
+    about ``GROUP_SPLIT_PROGRAMS_PER_SM`` per SM (MQA with a small batch: 16-32 programs for 132
+    SMs otherwise), never more than the group."""
+    if group <= 1:
+        return 1
+    programs = batch * heads_k * triton.cdiv(max(seqlen_k, 1), GROUP_SPLIT_BLOCK_N)
+    if programs >= sms:
+        return 1
+    split = min(group, triton.cdiv(GROUP_SPLIT_PROGRAMS_PER_SM * sms, programs))
+    return triton.cdiv(group, triton.cdiv(group, split))  # no split left without a head
+
+
 def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right,
                    allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                   max_seqlen_k=None):
+                   max_seqlen_k=None, split=None):
     """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (same dtype).
 
-    lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp.
+    lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp. ``split``: the
+    dK/dV kernel's group split (default :func:`group_split` from the GPU's multiprocessors).
     """
     varlen = cu_seqlens_q is not None
     if varlen:
@@ -380,8 +408,22 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),
     }
-    dkb, dks, dkh = _s3(dk, varlen)
-    dvb, dvs, dvh = _s3(dv, varlen)
+    if split is None:
+        sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
+            torch.cuda.get_device_properties(q.device).multi_processor_count
+        split = group_split(batch, hk, hq // hk, sk, sms)
+    split = max(1, min(int(split), hq // hk))
+    if split > 1:  # partial dK / dV per split, fp32, summed below in a fixed order (deterministic)
+        dk_out = torch.empty((split,) + tuple(k.shape), device=k.device, dtype=torch.float32)
+        dv_out = torch.empty((split,) + tuple(v.shape), device=v.device, dtype=torch.float32)
+        dkb, dks, dkh = _s3(dk_out[0], varlen)
+        dvb, dvs, dvh = _s3(dv_out[0], varlen)
+        dkp, dvp = dk_out.stride(0), dv_out.stride(0)
+    else:
+        dk_out, dv_out = dk, dv
+        dkb, dks, dkh = _s3(dk, varlen)
+        dvb, dvs, dvh = _s3(dv, varlen)
+        dkp = dvp = 0
     if not atomic:
         # split: the dQ kernel runs first (it also computes delta), then dK/dV. Deterministic.
         dqb, dqs, dqh = _s3(dq, varlen)
@@ -398,11 +440,15 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     dqab, dqas, dqah = _s3(dq_acc, varlen) if atomic else (0, 0, 0)
     dkdv_args = dict(common, stride_dkb=dkb, stride_dks=dks, stride_dkh=dkh,
                      stride_dvb=dvb, stride_dvs=dvs, stride_dvh=dvh, num_kv_heads=hk, RESIDENT_N=True,
-                     stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic)
+                     stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
+                     stride_dkp=dkp, stride_dvp=dvp, group_split=split)
     configs.launch(_bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
-                   lambda bm, bn: (triton.cdiv(sk, bn), batch * hk),
-                   dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, DQacc=dq_acc,
+                   lambda bm, bn: (triton.cdiv(sk, bn), batch * hk * split),
+                   dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk_out, DV=dv_out, DQacc=dq_acc,
                         CuSeqQ=cuq, CuSeqK=cuk, **dkdv_args))
+    if split > 1:
+        torch.sum(dk_out, 0, out=dk) if dk.dtype == torch.float32 else dk.copy_(dk_out.sum(0))
+        torch.sum(dv_out, 0, out=dv) if dv.dtype == torch.float32 else dv.copy_(dv_out.sum(0))
     if atomic:
         dq = dq_acc.to(q.dtype)
     return dq, dk, dv

@@ -141,6 +141,31 @@ def test_tma_descriptor_path_and_atomic_dq(monkeypatch, bwd):
     check_against_oracle(1, 21, 50, 2, 1, 32, torch.float16, window=(9, 4))
 
 
+@pytest.mark.parametrize("split", [2, 3, 4])
+@pytest.mark.parametrize("bwd", ["split", "atomic"])
+def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
+    """MQA / GQA with few programs: the dK/dV kernel shares a group's query heads among `split`
+    programs (partial fp32 dK / dV, summed on the host); uneven splits (4 heads in 3) included.
+    Varlen too (the partial buffers are packed like k)."""
+    from kernels.flash_attn import bwd as bwd_mod
+
+    monkeypatch.setattr(bwd_mod, "group_split", lambda *a: split)
+    monkeypatch.setenv("FLASH_ATTN_BWD", bwd)
+    check_against_oracle(1, 33, 50, 4, 1, 32, torch.float32, window=(5, 3))
+    check_against_oracle(2, 37, 29, 8, 2, 16, torch.float16, causal=True)
+    test_varlen_matches_oracle()
+
+
+def test_group_split_fills_the_gpu_only_when_the_kv_heads_do_not():
+    from kernels.flash_attn.bwd import group_split
+
+    assert group_split(2, 16, 1, 2048, 132) == 1  # MHA: nothing to share
+    assert group_split(4, 8, 4, 4096, 132) == 1  # 4 x 8 x 32 key blocks = 1024 programs already
+    n = group_split(1, 1, 40, 2048, 132)  # MQA H40/1 B1 S2048: 16 programs without a split
+    assert 1 < n <= 40 and 16 * n >= 132
+    assert group_split(1, 1, 40, 2048, 132) == 14  # 40 heads in 14 programs of 3 (the last holds 1)
+
+
 def test_head_dim_256_works_or_says_unsupported():
     try:
         check_against_oracle(1, 9, 17, 1, 1, 256, torch.float32, causal=False)
