@@ -120,15 +120,14 @@ class TritonFA(SoftmaxAdapter):
             return reason
         if case.softcap:
             return "softcap is not supported by triton_fa (it has no softcap parameter)"
-        if case.d_v != case.d:
-            return f"triton_fa needs the value head dim equal to the query's (d_v {case.d_v} != d {case.d})"
         if case.is_varlen and not hasattr(mod, "flash_attn_varlen_func"):
             return "triton_fa has no varlen entry point (kernels.flash_attn.flash_attn_varlen_func) yet"
         check = getattr(mod, "unsupported_reason", None)
         if check is not None:
-            reason = check(case.d, case.torch_dtype)
-            if reason:
-                return reason
+            for dim in dict.fromkeys((case.d, case.d_v)):  # the value head dim may differ (MLA: 192 / 128)
+                reason = check(dim, case.torch_dtype)
+                if reason:
+                    return reason
         return None
 
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:

@@ -84,6 +84,7 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
                 start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
                 MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                 PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -91,7 +92,7 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
     for start in tl.range(start_m, end_m, BLOCK_M):
         offs_m = start + offs_m0
         q = _load_rows(q_base, q_desc, start, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
-        do = _load_rows(do_base, do_desc, start, seqlen_q, stride_dos, BLOCK_M, BLOCK_D, HEAD_DIM, MASKED,
+        do = _load_rows(do_base, do_desc, start, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, MASKED,
                         USE_TMA)
         if MASKED:
             row_ok = offs_m < seqlen_q
@@ -141,7 +142,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      stride_lb, stride_lh, stride_dqab, stride_dqas, stride_dqah,
                      stride_dkp, stride_dvp, group_split,
                      seqlen_q, seqlen_k, num_kv_heads, group, left, right, sm_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                      IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
@@ -173,14 +174,16 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
     b64 = b.to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+    v_mask = (offs_n[:, None] < seqlen_k) & (offs_dv[None, :] < HEAD_DIM_V)
     k_rows = (k_start + offs_n[:, None]).to(tl.int64)
     k = tl.load(K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_rows * stride_ks + offs_d[None, :],
                 mask=kv_mask, other=0.0)
-    v = tl.load(V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_rows * stride_vs + offs_d[None, :],
-                mask=kv_mask, other=0.0)
+    v = tl.load(V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_rows * stride_vs + offs_dv[None, :],
+                mask=v_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     lo, mid_lo, mid_hi, hi = _query_range(n0, seqlen_q, seqlen_k, off, left, right,
                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
@@ -192,27 +195,30 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         delta_base = Delta + b64 * stride_lb + h * stride_lh + q_start
         dq_base = DQacc + b64 * stride_dqab + h * stride_dqah + q_start.to(tl.int64) * stride_dqas
         q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
-        do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+        do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
         if HAS_RIGHT:
             dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
                                  stride_dos, stride_dqas,
                                  lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                                 True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
+                                 True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                 PRECISION, ATOMIC_DQ, USE_TMA)
         dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                             False, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
+                             False, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                             PRECISION, ATOMIC_DQ, USE_TMA)
         dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                             True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, PRECISION, ATOMIC_DQ, USE_TMA)
+                             True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                 PRECISION, ATOMIC_DQ, USE_TMA)
     dk = dk * sm_scale
     dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
     gs64 = gs.to(tl.int64)
     tl.store(DK + gs64 * stride_dkp + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks
              + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + gs64 * stride_dvp + b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs
-             + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+             + offs_dv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
 
 
 @triton.jit
@@ -220,12 +226,13 @@ def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks,
               start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale,
               MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+              BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
               PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
-        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
@@ -251,7 +258,7 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                    stride_ob, stride_os, stride_oh,
                    stride_lb, stride_lh,
                    seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                    SEQ_BUCKET, FILL_BUCKET, ARCH,
@@ -281,16 +288,18 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     h64 = h.to(tl.int64)
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < seqlen_q
     q_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    o_mask = row_ok[:, None] & (offs_dv[None, :] < HEAD_DIM_V)
     q_rows = (q_start + offs_m[:, None]).to(tl.int64)
-    do = tl.load(DO + b64 * stride_dob + h64 * stride_doh + q_rows * stride_dos + offs_d[None, :],
-                 mask=q_mask, other=0.0)
+    do = tl.load(DO + b64 * stride_dob + h64 * stride_doh + q_rows * stride_dos + offs_dv[None, :],
+                 mask=o_mask, other=0.0)
     if FUSE_DELTA:
         # This kernel runs first and owns these rows: compute delta = rowsum(dO * O) here (dO is
         # already loaded) and publish it for the dK/dV kernel, instead of a separate pass.
-        o = tl.load(Out + b64 * stride_ob + h64 * stride_oh + q_rows * stride_os + offs_d[None, :],
-                    mask=q_mask, other=0.0)
+        o = tl.load(Out + b64 * stride_ob + h64 * stride_oh + q_rows * stride_os + offs_dv[None, :],
+                    mask=o_mask, other=0.0)
         delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
         tl.store(Delta + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, delta, mask=row_ok)
     else:
@@ -303,7 +312,7 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     k_base = K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
     v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
     k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
-    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     qk_scale = sm_scale * 1.4426950408889634
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
@@ -311,13 +320,13 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     if HAS_LEFT:
         dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                        lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale,
-                       True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+                       True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
     dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                    mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                   False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+                   False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
     dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                    mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
     dq = dq * sm_scale
     tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + q_rows * stride_dqs + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
@@ -383,13 +392,15 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         return dq.zero_(), dk.zero_(), dv.zero_()
     delta = torch.empty_like(lse)
     bd = configs.block_d(d)
+    dv_dim = v.shape[-1]
+    bdv = configs.block_d(dv_dim)
     sob, sos, soh = _s3(out, varlen)
     sdb, sds, sdh = _s3(do, varlen)
     atomic = configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
     if atomic:  # no dQ kernel to fold delta into
         _bwd_preprocess[(triton.cdiv(sq, PREPROCESS_BLOCK_M), batch * hq)](
             out, do, delta, sob, sos, soh, sdb, sds, sdh, slb, slh, cuq, sq, hq,
-            HEAD_DIM=d, BLOCK_D=bd, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M)
+            HEAD_DIM=dv_dim, BLOCK_D=bdv, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M)  # O and dO: value dims
 
     right = 0 if causal else window_right
     sqb, sqs, sqh = _s3(q, varlen)
@@ -403,7 +414,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         "stride_lb": slb, "stride_lh": slh,
         "seqlen_q": sq, "seqlen_k": sk, "group": hq // hk,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
-        "HEAD_DIM": d, "BLOCK_D": bd, "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
+        "HEAD_DIM": d, "BLOCK_D": bd, "HEAD_DIM_V": dv_dim, "BLOCK_DV": bdv, "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),

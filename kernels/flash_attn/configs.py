@@ -123,7 +123,9 @@ def _smem_bwd(cfg, head_dim_padded: int, elt: int) -> int:
 def _fits(cfg, smem_fn, args) -> bool:
     q = args["Q"]
     limit = device_smem_bytes(q.device.index or 0) if q.is_cuda else H100_SMEM_BYTES
-    return smem_fn(cfg, args["BLOCK_D"], _elt(args)) + SMEM_HEADROOM_BYTES <= limit
+    # d_v != d: the wider of the two tiles bounds every operand (a conservative estimate)
+    width = max(args["BLOCK_D"], args.get("BLOCK_DV", 0))
+    return smem_fn(cfg, width, _elt(args)) + SMEM_HEADROOM_BYTES <= limit
 
 
 def _cfg(bm, bn, w, s, tma=False):
@@ -264,7 +266,7 @@ def _tune_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
 
 
-TUNE_KEY = ["HEAD_DIM", "IS_CAUSAL", "HAS_LEFT", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ"]
+TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "IS_CAUSAL", "HAS_LEFT", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ"]
 
 
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:

@@ -85,12 +85,13 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
                start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale,
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
+               BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
-        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if MASKED:
             keep = offs_n[None, :] < seqlen_k
@@ -123,7 +124,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
                 stride_ob, stride_os, stride_oh,
                 stride_lb, stride_lh,
                 seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale,
-                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                 IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                 IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
@@ -157,30 +158,33 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
     l_base = Lse + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    q_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    o_mask = (offs_m[:, None] < seqlen_q) & (offs_dv[None, :] < HEAD_DIM_V)
     q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
     k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
-    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     q = _load_rows(q_base, q_desc, m0, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, True, USE_TMA)
 
     qk_scale = sm_scale * 1.4426950408889634
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
                                         BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale,
-                                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+                                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                   PRECISION, USE_TMA)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                               False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+                               False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                               PRECISION, USE_TMA)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                               True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, PRECISION, USE_TMA)
+                               True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                   PRECISION, USE_TMA)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -190,11 +194,11 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
     row_ok = offs_m < seqlen_q
     tl.store(l_base + offs_m, lse, mask=row_ok)
     if USE_TMA:
-        o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+        o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
         o_desc.store([m0, 0], acc.to(Out.dtype.element_ty))
     else:
-        tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :], acc.to(Out.dtype.element_ty),
-                 mask=q_mask)
+        tl.store(o_base + offs_m[:, None] * stride_os + offs_dv[None, :], acc.to(Out.dtype.element_ty),
+                 mask=o_mask)
 
 
 _fwd_kernel_tuned = configs.autotuned(configs.FWD_SPACE, configs.prune_fwd)(_fwd_kernel)
@@ -218,8 +222,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
-    Dense: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] -> out [B, Sq, Hq, D], lse [B, Hq, Sq] fp32.
-    Varlen: q [Tq, Hq, D], k/v [Tk, Hk, D], cu_seqlens [B+1] int32 -> out [Tq, Hq, D], lse [Hq, Tq].
+    Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
+    Varlen: q [Tq, Hq, D], k [Tk, Hk, D], v [Tk, Hk, Dv], cu_seqlens [B+1] int32 -> out [Tq, Hq, Dv], lse [Hq, Tq].
     window_left / window_right: -1 for unbounded; causal is window_right = 0.
     """
     varlen = cu_seqlens_q is not None
@@ -228,7 +232,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         total_q, hq, d = q.shape
         hk = k.shape[1]
         sq, sk = int(max_seqlen_q), int(max_seqlen_k)
-        out = torch.empty_like(q)
+        out = torch.empty((total_q, hq, v.shape[-1]), device=q.device, dtype=q.dtype)
         lse = torch.empty((hq, total_q), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = 0, q.stride(0), q.stride(1)
         skb, sks, skh = 0, k.stride(0), k.stride(1)
@@ -239,7 +243,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     else:
         batch, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
-        out = torch.empty_like(q)
+        out = torch.empty((batch, sq, hq, v.shape[-1]), device=q.device, dtype=q.dtype)
         lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = q.stride(0), q.stride(1), q.stride(2)
         skb, sks, skh = k.stride(0), k.stride(1), k.stride(2)
@@ -258,7 +262,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "stride_lb": slb, "stride_lh": slh,
         "seqlen_q": sq, "seqlen_k": sk, "num_heads": hq, "group": hq // hk,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
-        "HEAD_DIM": d, "BLOCK_D": configs.block_d(d),
+        "HEAD_DIM": d, "BLOCK_D": configs.block_d(d), "HEAD_DIM_V": v.shape[-1], "BLOCK_DV": configs.block_d(v.shape[-1]),
         "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),

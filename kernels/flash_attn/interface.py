@@ -59,16 +59,19 @@ def _check_common(q, k, v, rank, layout, softmax_scale, window_size):
         raise ValueError(f"q: expected a CUDA tensor, got device {q.device} "
                          "(CPU runs only under TRITON_INTERPRET=1)")
     d = q.shape[-1]
-    if k.shape[-1] != d or v.shape[-1] != d:
-        raise ValueError(f"k, v: head dim must equal q's {d}, got k {k.shape[-1]} and v {v.shape[-1]}")
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"v: expected the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if k.shape[-1] != d:
+        raise ValueError(f"k: head dim must equal q's {d}, got {k.shape[-1]}")
+    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError(f"v: expected the shape of k but the last dim {tuple(k.shape[:-1])} + (d_v,), got {tuple(v.shape)}")
     hq, hk = q.shape[-2], k.shape[-2]
     if hk == 0 or hq % hk:
         raise ValueError(f"k: heads_k ({hk}) must divide heads_q ({hq}) (GQA/MQA)")
     reason = unsupported_reason(d, q.dtype)
     if reason:
         raise ValueError(f"q: {reason}")
+    reason = unsupported_reason(v.shape[-1], q.dtype)
+    if reason:
+        raise ValueError(f"v: {reason.replace('head dim', 'value head dim')}")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(d)
     softmax_scale = float(softmax_scale)
