@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -296,6 +296,23 @@ multi-gpu)  # issue 7 on a host with several GPUs: gpu-tests and bench on all GP
         python3 -m harness.result_log --compare "reports/mg-all/$phase.jsonl" "reports/mg-one/$phase.jsonl" | head -n 20
     done
     grep -hE "passed|failed|shard|merged" "$OUT"/mg-bench-*.log | tail -n 8
+    ;;
+new-gpu)  # session 7's changes on the GPU, in one short call: the flash kernels' d_v != d and group-split
+    # backward (FLASH_ATTN_AUTOTUNE=0: pinned configs), the decode kernel's and adapters' tests (flex_decode
+    # compiled when flash-attn-4 is not needed), the timer's failed-capture test, the FP8 cases' CPU-side
+    # checks on the GPU's torch. Then the MQA/GQA backward the group split is for, against cuDNN and FA2.
+    setup
+    FLASH_ATTN_AUTOTUNE=0 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py \
+        tests/kernels/test_decode_kernel.py tests/check/test_decode.py tests/perf/test_timing.py \
+        "tests/check/test_verify.py::test_fp8_reference_and_a_flash_style_fp8_kernel_pass" > "$OUT/new-gpu.log" 2>&1
+    echo "new-gpu tests exit $?" >> "$OUT/new-gpu.log"
+    timeout 240 python3 -m harness bench --preset attention-layers --modes fwd,bwd --no-plots \
+        --cases 'H16/1|H32/1|H40/1|H32/8|D192' --backends sdpa_flash,sdpa_cudnn,triton_fa \
+        --time-limit 220 --out "$OUT/mqa-bwd" > "$OUT/mqa-bwd.log" 2>&1
+    echo "bench exit $?" >> "$OUT/mqa-bwd.log"
+    summary "$OUT/new-gpu.log" 8
+    grep -A 6 "^### B" "$OUT/mqa-bwd/report.md" | grep -v "^--" | cut -c1-160 | head -n 60
+    tarred mqa-bwd
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

@@ -118,8 +118,8 @@ class TritonFA(SoftmaxAdapter):
         mod, reason = _module_and_reason(self, case, device)
         if reason:
             return reason
-        if case.softcap:
-            return "softcap is not supported by triton_fa (it has no softcap parameter)"
+        if case.softcap and "softcap" not in call_params(mod.flash_attn_func):
+            return "softcap is not supported by this triton_fa (its flash_attn_func has no softcap parameter)"
         if case.is_varlen and not hasattr(mod, "flash_attn_varlen_func"):
             return "triton_fa has no varlen entry point (kernels.flash_attn.flash_attn_varlen_func) yet"
         check = getattr(mod, "unsupported_reason", None)
@@ -140,6 +140,8 @@ class TritonFA(SoftmaxAdapter):
             window_size=tuple(case.window),
             return_lse=True,
         )
+        if case.softcap:
+            kw["softcap"] = case.softcap
         with _stated_limits():
             if case.is_varlen:
                 fn = getattr(mod, "flash_attn_varlen_func", None)

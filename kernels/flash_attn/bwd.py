@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from . import configs
-from .fwd import _key_range, _load_rows, _make_desc, arch_of, precision_of
+from .fwd import _capped, _key_range, _load_rows, _make_desc, arch_of, precision_of
 
 
 @triton.jit
@@ -81,8 +81,8 @@ def _query_range(n0, seqlen_q, seqlen_k, off, left, right,
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base,
                 stride_qs, stride_dos, stride_dqs,
-                start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                 BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                 PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
@@ -105,7 +105,11 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
         # S^T = K Q^T: P^T is born in the accumulator layout that the dV dot takes as its A operand.
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [BLOCK_N, BLOCK_M]
-        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        if HAS_SOFTCAP:
+            s_t, t_t = _capped(s_t, sm_scale, softcap)
+            p_t = tl.math.exp2(s_t - lse2[None, :])
+        else:
+            p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if MASKED:
             keep = (offs_n[:, None] < seqlen_k) & (offs_m[None, :] < seqlen_q)
             if HAS_RIGHT:
@@ -115,7 +119,10 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
             p_t = tl.where(keep, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        ds_t = p_t * (dp_t - delta[None, :])
+        if HAS_SOFTCAP:  # through the cap: d(c tanh(x / c)) / dx = 1 - tanh**2
+            ds_t = ds_t * (1.0 - t_t * t_t)
+        ds_t = ds_t.to(q.dtype)
         dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
         if ATOMIC_DQ:
             # FA2's dQ: this key block's share dS K goes straight into an fp32 buffer (sm_scale
@@ -141,9 +148,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      stride_dvb, stride_dvs, stride_dvh,
                      stride_lb, stride_lh, stride_dqab, stride_dqas, stride_dqah,
                      stride_dkp, stride_dvp, group_split,
-                     seqlen_q, seqlen_k, num_kv_heads, group, left, right, sm_scale,
+                     seqlen_q, seqlen_k, num_kv_heads, group, left, right, sm_scale, softcap,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
-                     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                     IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -199,18 +206,18 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         if HAS_RIGHT:
             dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
                                  stride_dos, stride_dqas,
-                                 lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                                 True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                 lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                                 True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                  PRECISION, ATOMIC_DQ, USE_TMA)
         dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
-                             mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                             False, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                             mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                             False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                              PRECISION, ATOMIC_DQ, USE_TMA)
         dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
-                             mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale,
-                             True, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                             mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                             True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                  PRECISION, ATOMIC_DQ, USE_TMA)
     dk = dk * sm_scale
     dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
@@ -223,8 +230,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
 
 @triton.jit
 def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-              start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale,
-              MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+              start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+              MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
               BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
               PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
@@ -234,7 +241,11 @@ def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks,
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
         v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        p = tl.math.exp2(s * qk_scale - lse2[:, None])
+        if HAS_SOFTCAP:
+            s, t = _capped(s, sm_scale, softcap)
+            p = tl.math.exp2(s - lse2[:, None])
+        else:
+            p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
             keep = offs_n[None, :] < seqlen_k
             if HAS_RIGHT:
@@ -244,6 +255,8 @@ def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks,
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - t * t)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     return dq
 
@@ -257,9 +270,9 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                    stride_dqb, stride_dqs, stride_dqh,
                    stride_ob, stride_os, stride_oh,
                    stride_lb, stride_lh,
-                   seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale,
+                   seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale, softcap,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                   IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                    SEQ_BUCKET, FILL_BUCKET, ARCH,
                    FUSE_DELTA: tl.constexpr,
@@ -319,14 +332,14 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                                         BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
         dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-                       lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale,
-                       True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
+                       lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                       True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
     dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-                   mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                   False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
+                   mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                   False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
     dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-                   mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
+                   mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
     dq = dq * sm_scale
     tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + q_rows * stride_dqs + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
@@ -364,7 +377,7 @@ def group_split(batch: int, heads_k: int, group: int, seqlen_k: int, sms: int) -
     return triton.cdiv(group, triton.cdiv(group, split))  # no split left without a head
 
 
-def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right,
+def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right, softcap=0.0,
                    allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                    max_seqlen_k=None, split=None):
     """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (same dtype).
@@ -414,6 +427,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         "stride_lb": slb, "stride_lh": slh,
         "seqlen_q": sq, "seqlen_k": sk, "group": hq // hk,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
+        "softcap": float(softcap or 0.0), "HAS_SOFTCAP": bool(softcap),
         "HEAD_DIM": d, "BLOCK_D": bd, "HEAD_DIM_V": dv_dim, "BLOCK_DV": bdv, "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),

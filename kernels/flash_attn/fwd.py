@@ -81,9 +81,18 @@ def _load_rows(base, desc, row0, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: 
 
 
 @triton.jit
+def _capped(s, sm_scale, softcap):
+    """Softcapped scores in base-2 units, ``softcap * tanh(s * sm_scale / softcap) * log2(e)``, and
+    the tanh (its derivative 1 - tanh**2 enters the backward). tanh as 2 / (1 + exp(-2x)) - 1: no
+    NaN at either end."""
+    t = 2.0 / (1.0 + tl.math.exp2(s * (-2.0 * 1.4426950408889634 * sm_scale / softcap))) - 1.0
+    return t * (softcap * 1.4426950408889634), t
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stride_vn,
-               start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale,
-               MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+               start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+               MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
@@ -93,21 +102,25 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
         v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        sc = qk_scale
+        if HAS_SOFTCAP:
+            s, _ = _capped(s, sm_scale, softcap)
+            sc = 1.0
         if MASKED:
             keep = offs_n[None, :] < seqlen_k
             if HAS_RIGHT:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None] + off + right)
             if HAS_LEFT:
                 keep = keep & (offs_n[None, :] >= offs_m[:, None] + off - left)
-            s = tl.where(keep, s * qk_scale, float("-inf"))
+            s = tl.where(keep, s * sc, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             # A row with nothing visible yet keeps m = -inf; subtract 0 there so exp2 gives 0, not NaN.
             m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.math.exp2(s - m_sub[:, None])
             alpha = tl.math.exp2(m_i - m_sub)
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            p = tl.math.exp2(s * qk_scale - m_new[:, None])
+            m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
+            p = tl.math.exp2(s * sc - m_new[:, None])
             alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -123,9 +136,9 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
                 stride_vb, stride_vs, stride_vh,
                 stride_ob, stride_os, stride_oh,
                 stride_lb, stride_lh,
-                seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale,
+                seqlen_q, seqlen_k, num_heads, group, left, right, sm_scale, softcap,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
-                IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
@@ -174,16 +187,16 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
                                         BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-                                   lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale,
-                                   True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                   lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                    PRECISION, USE_TMA)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-                               mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                               False, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                               mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                               False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                PRECISION, USE_TMA)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
-                               mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale,
-                               True, HAS_LEFT, HAS_RIGHT, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                               mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                               True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                    PRECISION, USE_TMA)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
@@ -218,7 +231,7 @@ def precision_of(dtype: torch.dtype, allow_tf32: bool) -> str:
     return "tf32"
 
 
-def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, allow_tf32=False,
+def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
@@ -262,6 +275,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "stride_lb": slb, "stride_lh": slh,
         "seqlen_q": sq, "seqlen_k": sk, "num_heads": hq, "group": hq // hk,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
+        "softcap": float(softcap or 0.0), "HAS_SOFTCAP": bool(softcap),
         "HEAD_DIM": d, "BLOCK_D": configs.block_d(d), "HEAD_DIM_V": v.shape[-1], "BLOCK_DV": configs.block_d(v.shape[-1]),
         "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),

@@ -81,16 +81,26 @@ def _check_common(q, k, v, rank, layout, softmax_scale, window_size):
     return softmax_scale, left, right
 
 
+def _check_softcap(softcap) -> float:
+    try:
+        cap = float(softcap or 0.0)
+    except (TypeError, ValueError):
+        raise ValueError(f"softcap: expected a float >= 0 (0 is off), got {softcap!r}") from None
+    if not (cap >= 0 and math.isfinite(cap)):
+        raise ValueError(f"softcap: expected a finite float >= 0 (0 is off), got {softcap!r}")
+    return cap
+
+
 def _last_dim_contiguous(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
 class FlashAttnFunc(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, left, right, allow_tf32, cu_q, cu_k, max_q, max_k):
+    def forward(ctx, q, k, v, softmax_scale, causal, left, right, allow_tf32, cu_q, cu_k, max_q, max_k, softcap):
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
         kw = {"softmax_scale": softmax_scale, "causal": causal, "window_left": left, "window_right": right,
-                  "allow_tf32": allow_tf32, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
+                  "softcap": softcap, "allow_tf32": allow_tf32, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
                   "max_seqlen_q": max_q, "max_seqlen_k": max_k}
         out, lse = flash_attn_fwd(q, k, v, **kw)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
@@ -104,11 +114,11 @@ class FlashAttnFunc(torch.autograd.Function):
         kw = dict(ctx.kw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
         dout = _last_dim_contiguous(dout)
         dq, dk, dv = flash_attn_bwd(dout, q, k, v, out, lse, **kw)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
-def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
-                    allow_tf32=False):
+def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                    return_lse=False, allow_tf32=False):
     """Softmax attention, flash-attn's layout and conventions, differentiable (dq, dk, dv).
 
     q: [B, Sq, Hq, D]; k, v: [B, Sk, Hk, D] with Hk dividing Hq (GQA/MQA: query head h reads kv
@@ -118,6 +128,7 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     softmax_scale: default 1 / sqrt(D).
     window_size: (left, right), query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right;
         -1 is unbounded.
+    softcap: > 0 caps the scaled scores at softcap * tanh(score / softcap) (Gemma-2's 50); 0 is off.
     return_lse: also return lse [B, Hq, Sq] float32 (natural log; -inf for rows that see no key).
     allow_tf32: float32 inputs only: use tf32 tensor-core dots (about 1e-3 relative error) instead
         of the default full-precision ones.
@@ -128,12 +139,12 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k: batch {k.shape[0]} does not match q's {q.shape[0]} (expected [B, Sk, Hk, D])")
     out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
-                                   None, None, None, None)
+                                   None, None, None, None, _check_softcap(softcap))
     return (out, lse) if return_lse else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
-                           softmax_scale=None, window_size=(-1, -1), return_lse=False, allow_tf32=False,
+                           softmax_scale=None, window_size=(-1, -1), softcap=0.0, return_lse=False, allow_tf32=False,
                            validate=True):
     """Variable-length (packed) attention, flash-attn's varlen convention, differentiable.
 
@@ -171,5 +182,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if max(lens_k, default=0) > int(max_seqlen_k):
             raise ValueError(f"max_seqlen_k: {max_seqlen_k} is less than the longest key sequence {max(lens_k)}")
     out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
-                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k))
+                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                   _check_softcap(softcap))
     return (out, lse) if return_lse else out

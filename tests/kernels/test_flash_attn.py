@@ -171,6 +171,37 @@ def test_value_head_dim_other_than_the_query_s(monkeypatch, d, dv, bwd):
     check_against_oracle(2, 21, 50, 4, 1, d, torch.float16, window=(9, 4), dv=dv)
 
 
+@pytest.mark.parametrize("bwd", ["split", "atomic"])
+def test_softcap_forward_backward_match_oracle(monkeypatch, bwd):
+    """softcap (Gemma-2): scores capped at c * tanh(s / c), the backward through 1 - tanh**2. Scores
+    are scaled up (q x 4) so the cap bends most of them; GQA causal and MQA with a window."""
+    from harness.adapters.eager import eager_attention
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", bwd)
+    for b, sq, sk, hq, hk, d, causal, window, cap, dtype in (
+        (1, 37, 45, 4, 2, 32, True, (-1, -1), 5.0, torch.float32),
+        (2, 21, 50, 4, 1, 16, False, (9, 4), 2.0, torch.float16),
+    ):
+        q, k, v, do = make_inputs(b, sq, sk, hq, hk, d, dtype)
+        q = (q.float() * 4).to(dtype)
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        out, lse = flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=cap, return_lse=True)
+        out.backward(do)
+        orc = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, window_size=window,
+                                softcap=cap)
+        qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+        ref_out, _ = eager_attention(qr, kr, vr, causal=causal, window_size=window, softcap=cap)
+        ref_out.backward(do)
+        within_tolerance("out", out, ref_out, orc.out, dtype)
+        for name, cand, ref, o in (("dq", qg.grad, qr.grad, orc.dq), ("dk", kg.grad, kr.grad, orc.dk),
+                                   ("dv", vg.grad, vr.grad, orc.dv)):
+            within_tolerance(name, cand, ref, o, dtype)
+        live = torch.isfinite(orc.lse)
+        assert (lse.double() - orc.lse)[live].abs().max().item() <= LSE_ATOL[dtype]
+    with pytest.raises(ValueError, match="softcap: expected a finite float >= 0"):
+        flash_attn_func(q, k, v, softcap=-1.0)
+
+
 def test_group_split_fills_the_gpu_only_when_the_kv_heads_do_not():
     from kernels.flash_attn.bwd import group_split
 
@@ -419,7 +450,7 @@ def test_layer_preset_shapes_pass_or_say_why(case):
     """Every shape class of the two presets: the eager reference passes against the oracle; the
     in-repo kernel runs the MQA D128, fused-QKV and 192 / 128 (MLA training form) shapes here (the
     others it runs are covered above) and refuses the rest with its reason (head dims above 256: the
-    absorbed MLA form; softcap, not implemented yet: issue 16)."""
+    absorbed MLA form)."""
     from harness.adapters import registry
     from harness.check.verify import verify
 
@@ -427,8 +458,6 @@ def test_layer_preset_shapes_pass_or_say_why(case):
     reason = registry.get("triton_fa").supports(case, "cpu")
     if max(case.d, case.d_v) > 256:
         assert reason.startswith("unsupported: head dim"), reason
-    elif case.softcap:
-        assert reason.startswith("softcap is not supported by triton_fa")
     elif case.id in ("B1-H8/1-S40x40-D128-fp32", "B1-H2-S40x40-D128-qkvpacked-fp32", "B1-H2-S40x40-D192v128-causal-fp32"):
         r = verify("triton_fa", case)
         assert r.status == "pass", r.message()
