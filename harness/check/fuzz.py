@@ -4,7 +4,8 @@
 prime as often as a plain random length; Sq > Sk and Sq < Sk; windows that leave rows with no key;
 GQA ratios 1..16; the head dims kernels are built for; varlen batches with empty sequences; the
 scale omitted or passed; non-contiguous layouts; extreme softcaps; linear attention with strong and
-extreme decay. :class:`Fuzzer` keeps a case only where the backend's ``supports()`` accepts it (the
+extreme decay; decode steps over contiguous and paged caches (pages of 16..64, one that is not a
+power of two), ragged lengths, 1-8 new tokens appended or none. :class:`Fuzzer` keeps a case only where the backend's ``supports()`` accepts it (the
 backend's declared support), verifies it (:class:`harness.accept.remote.RemoteVerifier`: the
 candidate in a child, the judge here) and records every result. A run is a function of its seed:
 the same seed draws the same cases in the same order.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.cases import LAYOUTS, Case, LinearCase, SoftmaxCase
+from harness.cases import LAYOUTS, Case, DecodeCase, LinearCase, SoftmaxCase
 
 #: Lengths that sit on kernels' edges: empty, one, tile sizes and their neighbours, primes.
 EDGE_LENGTHS = (0, 1, 2, 3, 7, 13, 15, 16, 17, 31, 32, 33, 61, 63, 64, 65, 97, 127, 128, 129)
@@ -24,6 +25,9 @@ HEAD_DIMS = (8, 16, 32, 48, 64, 80, 96, 128, 192, 256)
 GQA_RATIOS = (1, 1, 2, 3, 4, 8, 16)
 SOFTCAPS = (0.5, 5.0, 30.0, 50.0)
 SCALES = (1.0, 0.0625, 0.3)
+#: Decode: page sizes (0: a contiguous cache) and new tokens per step (speculative decoding: 2-8).
+PAGE_SIZES = (0, 16, 16, 32, 48, 64)
+NEW_TOKENS = (1, 1, 1, 2, 4, 8)
 #: Log-decay strengths of linear cases: n = 0.05 is extreme (exp of large cumulative sums).
 GATE_N = (0.05, 0.1, 1.0, 10.0)
 
@@ -62,6 +66,8 @@ def draw(rng: random.Random, family: str, dtypes: list[str], limits: Limits = CP
             initial_state=rng.random() < 0.5, grad_final_state=rng.random() < 0.5, dtype=dtype, scale=scale,
             layout="contiguous" if layout == "qkvpacked" else layout,
         )
+    if family == "decode":
+        return _draw_decode(rng, dtype, scale, limits)
     ratio = rng.choice(GQA_RATIOS)
     hk = rng.randint(1, max(1, min(4, limits.max_heads // ratio)))
     hq = hk * ratio
@@ -86,6 +92,23 @@ def draw(rng: random.Random, family: str, dtypes: list[str], limits: Limits = CP
         layout = "transposed"
     return SoftmaxCase(batch, hq, hk, sq, sk, d, d_v=d_v, causal=causal, window=window, softcap=softcap, dtype=dtype,
                        scale=scale, layout=layout)
+
+
+def _draw_decode(rng: random.Random, dtype: str, scale, limits: Limits) -> DecodeCase:
+    ratio = rng.choice(GQA_RATIOS)
+    hk = rng.randint(1, max(1, min(4, limits.max_heads // ratio)))
+    d = rng.choice([x for x in HEAD_DIMS if x <= limits.max_head_dim])
+    d_v = d if rng.random() < 0.8 else rng.choice([x for x in HEAD_DIMS if x <= limits.max_head_dim])
+    causal = rng.random() < 0.85  # decoding is causal; not causal: the new tokens see each other
+    window = (-1, -1)
+    if rng.random() < 0.2:
+        window = (rng.choice((0, 1, 3, 8, rng.randint(0, limits.max_seqlen))), 0 if causal else rng.choice((-1, 0, 2)))
+    return DecodeCase(
+        rng.randint(1, limits.max_batch + 2), hk * ratio, hk, rng.choice(NEW_TOKENS), _length(rng, limits), d,
+        d_v=d_v, page_size=rng.choice(PAGE_SIZES), ragged=rng.random() < 0.7, append=rng.random() < 0.8,
+        causal=causal, window=window, softcap=rng.choice(SOFTCAPS) if rng.random() < 0.15 else 0.0,
+        dtype=dtype, scale=scale,
+    )
 
 
 @dataclass

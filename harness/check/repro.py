@@ -43,6 +43,9 @@ _LINEAR_CALLS = {
 
 def supported(backend: str | None, impl: str | None, family: str) -> str | None:
     """None when a standalone call is known, else why not."""
+    if family == "decode":
+        return ("standalone repro scripts are written for softmax and linear cases; a decode case's "
+                "minimal id and seed replay through `python -m harness shrink` / `verify`")
     if impl:
         return None
     table = _SOFTMAX_CALLS if family == "softmax" else _LINEAR_CALLS

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.cases import Case, SoftmaxCase
+from harness.cases import Case, DecodeCase, SoftmaxCase
 from harness.check.results import CaseResult
 
 #: The smallest sizes the shrinker goes down to (a 16-wide head dim is what most kernels take).
@@ -84,6 +84,23 @@ def _features(case: Case) -> list[tuple[str, Case | None]]:
             out.append(("causal off", r(case, causal=False)))
         if case.d_v != case.d:
             out.append(("d_v -> d", r(case, d_v=case.d)))
+    elif isinstance(case, DecodeCase):
+        if case.heads_q != case.heads_k:
+            out.append(("GQA -> MHA", r(case, heads_k=case.heads_q)))
+        if case.paged:
+            out.append(("paged -> contiguous cache", r(case, page_size=0)))
+        if case.append:
+            out.append(("no new tokens appended", r(case, append=False)))
+        if case.ragged:
+            out.append(("ragged -> equal lengths", r(case, ragged=False)))
+        if case.has_window:
+            out.append(("window off", r(case, window=(-1, -1))))
+        if case.softcap:
+            out.append(("softcap off", r(case, softcap=0.0)))
+        if not case.causal:
+            out.append(("causal on (the default)", r(case, causal=True)))
+        if case.d_v != case.d:
+            out.append(("d_v -> d", r(case, d_v=case.d)))
     else:
         if case.gate != "none":
             out.append(("decay off", r(case, gate="none")))
@@ -95,7 +112,7 @@ def _features(case: Case) -> list[tuple[str, Case | None]]:
             out.append(("d_v -> d_k", r(case, d_v=case.d_k)))
     if case.scale is not None:
         out.append(("passed scale off (default)", r(case, scale=None)))
-    if case.layout != "contiguous":
+    if getattr(case, "layout", "contiguous") != "contiguous":
         out.append((f"{case.layout} layout -> contiguous", r(case, layout="contiguous")))
     return out
 
@@ -130,6 +147,21 @@ def _sizes(case: Case) -> list[tuple[str, Case | None]]:
             if d % 8 == 0:
                 c = r(case, d=d, d_v=d if case.d_v == case.d else min(case.d_v, d))
                 out.append((f"head dim {case.d} -> {d}", c))
+    elif isinstance(case, DecodeCase):
+        for b in _halves(case.batch, 1):
+            out.append((f"batch {case.batch} -> {b}", r(case, batch=b)))
+        g = case.heads_q // case.heads_k
+        for hk in _halves(case.heads_k, 1):
+            out.append((f"heads {case.heads_q}/{case.heads_k} -> {hk * g}/{hk}", r(case, heads_q=hk * g, heads_k=hk)))
+        for gg in _halves(g, 1):
+            out.append((f"GQA group {g} -> {gg}", r(case, heads_q=case.heads_k * gg)))
+        for s in _halves(case.seqlen_q, 1):
+            out.append((f"new tokens {case.seqlen_q} -> {s}", r(case, seqlen_q=s)))
+        for n in _halves(case.cache_len, 0):
+            out.append((f"cache length {case.cache_len} -> {n}", r(case, cache_len=n)))
+        for d in _halves(case.d, MIN_HEAD_DIM):
+            if d % 8 == 0:
+                out.append((f"head dim {case.d} -> {d}", r(case, d=d, d_v=d if case.d_v == case.d else min(case.d_v, d))))
     else:
         for b in _halves(case.batch, 1):
             out.append((f"batch {case.batch} -> {b}", r(case, batch=b)))

@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
     who = p.add_mutually_exclusive_group()
     who.add_argument("--backends", default=None, metavar="NAMES", help="comma-separated registered backends")
     who.add_argument("--impl", default=None, metavar="MODULE:CALLABLE", help="a callable (the adapters' contract)")
-    p.add_argument("--family", choices=("softmax", "linear"), default="softmax")
+    p.add_argument("--family", choices=("softmax", "linear", "decode"), default="softmax")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     p.add_argument("--dtypes", default=None, help="comma-separated (default: fp32,fp16 on CPU; bf16,fp16 on CUDA)")
     p.add_argument("--budget", default="2m", help="how long to draw cases (default 2m; e.g. 90s, 10m, 1h)")

@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
     who.add_argument("--impl", default=None, metavar="MODULE:CALLABLE", help="a callable (the adapters' contract)")
     p.add_argument("--case", required=True, metavar="ID", help="the failing case's id (as a report prints it)")
     p.add_argument("--seed", type=int, required=True, help="its input seed")
-    p.add_argument("--family", choices=("softmax", "linear"), default=None, help="default: the case's")
+    p.add_argument("--family", choices=("softmax", "linear", "decode"), default=None, help="default: the case's")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per check before the child is killed")
     p.add_argument("--max-checks", type=int, default=400, help="stop after this many verifications")

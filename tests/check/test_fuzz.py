@@ -35,6 +35,27 @@ def test_draws_reach_the_edges():
     assert {c.gate for c in lin} == {"none", "g", "g_gamma"} and any(c.gate_n == 0.05 for c in lin)
 
 
+def test_decode_draws_reach_the_edges():
+    rng = random.Random(1)
+    dec = [F.draw(rng, "decode", ["fp32"]) for _ in range(400)]
+    assert any(c.cache_len == 0 for c in dec) and any(c.cache_len == 1 for c in dec)
+    assert {c.page_size for c in dec} == set(F.PAGE_SIZES) and {c.seqlen_q for c in dec} == set(F.NEW_TOKENS)
+    assert any(not c.append for c in dec) and any(not c.ragged for c in dec) and any(not c.causal for c in dec)
+    assert {c.heads_q // c.heads_k for c in dec} >= {1, 2, 16}
+    assert any(c.has_window for c in dec) and any(c.softcap for c in dec) and any(c.d_v != c.d for c in dec)
+
+
+def test_decode_fuzzing_finds_a_kernel_that_ignores_the_page_table(tmp_path, monkeypatch):
+    code, lines = _run(tmp_path, monkeypatch, "--impl", "decode_impls:ignores_block_table", "--family", "decode",
+                       "--max-cases", "16", "--seed", "5")
+    assert code == 1 and len(lines) == 16
+    failed = [x for x in lines if x["status"] == "fail"]
+    assert failed and all("-contig-" not in x["case"] for x in failed)  # only paged caches expose it
+    assert any(x["status"] == "pass" and "-contig-" in x["case"] for x in lines)
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert "--family decode" in rep["failures"][0]["shrink"] and "--family decode" in rep["replay"]
+
+
 def test_a_run_is_a_function_of_its_seed(tmp_path, monkeypatch):
     args = ("--backends", "eager", "--max-cases", "8", "--seed", "3", "--budget", "5m")
     code1, a = _run(tmp_path, monkeypatch, *args, out="a")

@@ -79,3 +79,21 @@ def test_bad_case_id_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(IMPLS)
     code = cli.main(["shrink", "--backend", "eager", "--case", "B1-nonsense", "--seed", "0", "--out", str(tmp_path)])
     assert code == 2 and "--case" in capsys.readouterr().err
+
+
+def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, capsys):
+    """A decode kernel that ignores the page table: the paged cache is needed; GQA, the window, the
+    softcap, the second new token and the extra sequences go; no standalone script (decode), said so."""
+    monkeypatch.chdir(IMPLS)
+    start = "B4-H8/2-Q2-L90r-P16-new-D16-win20x0-cap5-fp32"
+    code = cli.main(["shrink", "--impl", "decode_impls:ignores_block_table", "--case", start, "--seed", "2",
+                     "--device", "cpu", "--out", str(tmp_path)])
+    rep = json.loads((tmp_path / "shrink.json").read_text())
+    assert code == 0, rep
+    minimal = case_from_id(rep["minimal"])
+    assert minimal.paged and not minimal.has_window and not minimal.softcap
+    assert minimal.heads_q == minimal.heads_k and minimal.seqlen_q == 1 and minimal.cache_len < 90
+    outcome = {f["feature"]: f["outcome"] for f in rep["features"]}
+    assert outcome["paged -> contiguous cache"].startswith("needed")
+    assert outcome["window off"].startswith("dropped") and outcome["GQA -> MHA"].startswith("dropped")
+    assert "standalone repro scripts are written for softmax and linear cases" in capsys.readouterr().out
