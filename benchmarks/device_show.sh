@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -313,6 +313,19 @@ new-gpu)  # session 7's changes on the GPU, in one short call: the flash kernels
     summary "$OUT/new-gpu.log" 8
     grep -A 6 "^### B" "$OUT/mqa-bwd/report.md" | grep -v "^--" | cut -c1-160 | head -n 60
     tarred mqa-bwd
+    ;;
+fp8)  # issue 19: the FA-paper sweep in bf16 and e4m3 side by side, forward (the in-repo FP8 kernel against the
+    # bf16 kernels of the same run; flash-attn-4 installed first when it is to be in the table)
+    setup
+    FLASH_ATTN_AUTOTUNE=0 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py -k fp8 \
+        > "$OUT/fp8-tests.log" 2>&1
+    echo "fp8 tests exit $?" >> "$OUT/fp8-tests.log"
+    timeout 480 python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots --time-limit 450 \
+        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa,triton_fa_fp8 --out "$OUT/fp8" > "$OUT/fp8.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fp8.log"
+    summary "$OUT/fp8-tests.log" 4
+    grep -A 8 "TFLOP/s by" "$OUT/fp8/report.md" | head -n 80
+    tarred fp8
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

@@ -1,4 +1,5 @@
-"""The in-repo Triton kernels of ``kernels/``: ``triton_fa``, ``triton_la_chunk`` and ``triton_decode``.
+"""The in-repo Triton kernels of ``kernels/``: ``triton_fa`` (and its FP8 forward ``triton_fa_fp8``),
+``triton_la_chunk`` and ``triton_decode``.
 
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
   window_size, return_lse=True)`` (and ``flash_attn_varlen_func`` for varlen cases).
@@ -71,7 +72,7 @@ def _device_reason(case, device) -> str | None:
         return None
     if device.type != "cpu" or not interpreting():
         return NEEDS_CUDA
-    if case.dtype == "bf16":
+    if case.dtype == "bf16" and not getattr(case, "fp8", ""):  # FP8 cases: fp8 dots, bf16 only the output
         return INTERPRETER_BF16
     return None
 
@@ -241,6 +242,41 @@ class TritonDecode(DecodeAdapter):
         return DecodeOutput(out, lse)
 
 
+class TritonFAFP8(SoftmaxAdapter):
+    name = "triton_fa_fp8"
+    description = ("in-repo Triton flash attention forward on e4m3 q/k/v with descales (kernels/flash_attn "
+                   "flash_attn_fp8_func): fp32-accumulated QK^T, P in e4m3 for PV, out bf16/fp16")
+    module = "kernels.flash_attn"
+    fp8 = True
+    differentiable = False
+
+    def supports(self, case, device):
+        if not getattr(case, "fp8", ""):
+            return "an FP8 kernel: it runs FP8 cases (e4m3 q, k, v with descales) only"
+        mod, reason = _module_and_reason(self, case, device)
+        if reason:
+            return reason
+        if not hasattr(mod, "flash_attn_fp8_func"):
+            return "this kernels.flash_attn has no flash_attn_fp8_func"
+        for dim in dict.fromkeys((case.d, case.d_v)):
+            reason = mod.unsupported_reason(dim, torch.bfloat16)
+            if reason:
+                return reason
+        return None
+
+    def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,
+            cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        mod, why = _import(self.module)
+        if mod is None:
+            raise Unsupported(why)
+        with _stated_limits():
+            out, lse = mod.flash_attn_fp8_func(
+                q, k, v, q_descale, k_descale, v_descale, causal=case.causal, window_size=tuple(case.window),
+                softcap=case.softcap, out_dtype=case.torch_dtype, return_lse=True, **scale_kwargs(case, "softmax_scale"))
+        return SoftmaxOutput(out, lse)
+
+
 register(TritonFA)
+register(TritonFAFP8)
 register(TritonLAChunk)
 register(TritonDecode)

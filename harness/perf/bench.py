@@ -45,7 +45,7 @@ from harness.provenance import source_digest
 
 #: Backends a plain ``bench`` runs, per device type (those that cannot run here say why in the report).
 DEFAULT_BACKENDS = {
-    "cuda": ("eager", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "flash_attn_cute", "triton_fa",
+    "cuda": ("eager", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "flash_attn_cute", "triton_fa", "triton_fa_fp8",
              "eager_linear", "fla_chunk", "fla_fused_chunk", "triton_la_chunk",
              "decode_sdpa", "flash_attn_cute_decode", "flex_decode", "triton_decode"),
     "cpu": ("eager", "sdpa_math", "eager_linear", "decode_sdpa"),

@@ -90,12 +90,24 @@ def _capped(s, sm_scale, softcap):
 
 
 @triton.jit
+def _round_to_e4m3(p):
+    """Non-negative fp32 values rounded to the nearest e4m3 value (ties to even; subnormals below
+    2**-6 on their 2**-9 grid), still in fp32: their cast to e4m3 is then exact. Used under the
+    Triton interpreter only, whose fp32 -> e4m3 cast loses the carry into the exponent (0.496 ->
+    0.25); the GPU's conversion rounds correctly by itself."""
+    bits = p.to(tl.int32, bitcast=True)
+    normal = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576  # 3 mantissa bits kept
+    sub = tl.floor(p * 512.0 + 0.5) / 512.0
+    return tl.where(p >= 0.015625, normal.to(tl.float32, bitcast=True), sub)
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stride_vn,
                start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-               PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
+               PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
@@ -124,13 +136,15 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
             alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)
+            p = _round_to_e4m3(p)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)  # FP8 inputs: P quantised to e4m3
         m_i = m_new
     return acc, m_i, l_i
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
+def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale, stride_dsb,
                 stride_qb, stride_qs, stride_qh,
                 stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh,
@@ -141,12 +155,16 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
                 IS_CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
+                IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     hk = h // group
+    if IS_FP8:  # e4m3 q, k, v (flash-attn 3's convention): real value = fp8 value x its (batch, kv head) descale
+        ds_off = b.to(tl.int64) * stride_dsb + hk
+        sm_scale = sm_scale * tl.load(QDescale + ds_off) * tl.load(KDescale + ds_off)
     if IS_VARLEN:
         q_start = tl.load(CuSeqQ + b)
         k_start = tl.load(CuSeqK + b)
@@ -189,20 +207,22 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK,
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA)
+                                   PRECISION, USE_TMA, EXACT_P_CAST)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA)
+                               PRECISION, USE_TMA, EXACT_P_CAST)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA)
+                                   PRECISION, USE_TMA, EXACT_P_CAST)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     acc = acc / l_safe[:, None]
+    if IS_FP8:
+        acc = acc * tl.load(VDescale + ds_off)
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     row_ok = offs_m < seqlen_q
     tl.store(l_base + offs_m, lse, mask=row_ok)
@@ -232,12 +252,15 @@ def precision_of(dtype: torch.dtype, allow_tf32: bool) -> str:
 
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
-                   cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+                   cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
+                   out_dtype=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
     Varlen: q [Tq, Hq, D], k [Tk, Hk, D], v [Tk, Hk, Dv], cu_seqlens [B+1] int32 -> out [Tq, Hq, Dv], lse [Hq, Tq].
     window_left / window_right: -1 for unbounded; causal is window_right = 0.
+    FP8 (dense only): q, k, v in float8_e4m3fn, ``descales`` = (q_descale, k_descale, v_descale), each
+    (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``.
     """
     varlen = cu_seqlens_q is not None
     if varlen:
@@ -245,7 +268,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         total_q, hq, d = q.shape
         hk = k.shape[1]
         sq, sk = int(max_seqlen_q), int(max_seqlen_k)
-        out = torch.empty((total_q, hq, v.shape[-1]), device=q.device, dtype=q.dtype)
+        out = torch.empty((total_q, hq, v.shape[-1]), device=q.device, dtype=out_dtype or q.dtype)
         lse = torch.empty((hq, total_q), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = 0, q.stride(0), q.stride(1)
         skb, sks, skh = 0, k.stride(0), k.stride(1)
@@ -256,7 +279,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     else:
         batch, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
-        out = torch.empty((batch, sq, hq, v.shape[-1]), device=q.device, dtype=q.dtype)
+        out = torch.empty((batch, sq, hq, v.shape[-1]), device=q.device, dtype=out_dtype or q.dtype)
         lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = q.stride(0), q.stride(1), q.stride(2)
         skb, sks, skh = k.stride(0), k.stride(1), k.stride(2)
@@ -282,6 +305,10 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),
     }
+    fp8 = descales is not None
+    qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
+    args.update(QDescale=qds, KDescale=kds, VDescale=vds, stride_dsb=qds.stride(0) if fp8 else 0,
+                IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting())
     configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
                    lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
                    dict(Q=q, K=k, V=v, Out=out, Lse=lse, CuSeqQ=cuq, CuSeqK=cuk, **args))

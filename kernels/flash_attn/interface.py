@@ -185,3 +185,58 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                    cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                    _check_softcap(softcap))
     return (out, lse) if return_lse else out
+
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
+                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False):
+    """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
+    in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
+    descale; q's factor is per kv head's group). Q K^T of the FP8 values with fp32 accumulation times
+    the descales and the scale, the online softmax in fp32, P cast to e4m3 for P V (fp32
+    accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
+    in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
+    (out, lse [B, Hq, Sq] float32).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: expected a 4-dim [B, S, H, D] tensor, got {getattr(t, 'shape', type(t).__name__)}")
+        if t.dtype != FP8_DTYPE:
+            raise ValueError(f"{name}: expected dtype {FP8_DTYPE} (e4m3), got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: device {t.device} does not match q's {q.device}")
+    if not q.is_cuda and not configs.interpreting():
+        raise ValueError(f"q: expected a CUDA tensor, got device {q.device} (CPU runs only under TRITON_INTERPRET=1)")
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise ValueError(f"out_dtype: bfloat16 or float16, got {out_dtype}")
+    B, _, hq, d = q.shape
+    if k.shape[0] != B or v.shape[0] != B or k.shape[-1] != d or tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError(f"k, v: expected [B={B}, Sk, Hk, D={d}] and [B, Sk, Hk, Dv], got {tuple(k.shape)} and {tuple(v.shape)}")
+    hk = k.shape[2]
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k: heads_k ({hk}) must divide heads_q ({hq}) (GQA/MQA)")
+    for name, dim in (("q", d), ("v", v.shape[-1])):
+        reason = unsupported_reason(dim, torch.bfloat16)
+        if reason:
+            raise ValueError(f"{name}: {reason}")
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (B, hk) or t.dtype != torch.float32:
+            raise ValueError(f"{name}: expected a float32 [B={B}, Hk={hk}] tensor, got "
+                             f"{getattr(t, 'shape', type(t).__name__)} {getattr(t, 'dtype', '')}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: device {t.device} does not match q's {q.device}")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(d)
+    softmax_scale = float(softmax_scale)
+    if not (softmax_scale > 0 and math.isfinite(softmax_scale)):
+        raise ValueError(f"softmax_scale: expected a finite positive float, got {softmax_scale}")
+    left, right = _check_window(window_size)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    descales = tuple(t.contiguous() for t in (q_descale, k_descale, v_descale))
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_left=left,
+                              window_right=right, softcap=_check_softcap(softcap), descales=descales,
+                              out_dtype=out_dtype)
+    return (out, lse) if return_lse else out

@@ -19,9 +19,12 @@ if not torch.cuda.is_available():
 import math
 
 import pytest
+import triton
+import triton.language as tl
 
 from harness.oracle import softmax_attention, softmax_attention_varlen
 from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func
+from kernels.flash_attn.fwd import _round_to_e4m3
 from kernels.flash_attn.reference import attention_ref
 
 CUDA = torch.cuda.is_available()
@@ -463,3 +466,66 @@ def test_layer_preset_shapes_pass_or_say_why(case):
         assert r.status == "pass", r.message()
     else:
         assert reason is None
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 forward (flash_attn_fp8_func): e4m3 q, k, v with flash-attn 3's (B, Hk) descales
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D32-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
+                                     "B1-H2-S48x48-D32-win8x4-cap5-e4m3-bf16", "B2-H4/2-S64x64-D64-scale1-e4m3-bf16",
+                                     "B1-H2-S40x40-D128-causal-e4m3-fp16"])
+def test_fp8_forward_matches_the_fp8_reference(case_id):
+    """Against the FP64 oracle on the dequantised inputs, within 2x the error of the eager FP8
+    reference (P quantised to e4m3 dominates both), lse within fp32 rounding."""
+    from harness.adapters.eager import eager_fp8_attention
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from harness.check.golden import compute_oracle
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    c = case_from_id(case_id)
+    x = harness_inputs(c, seed=2, device=DEVICE)
+    orc = compute_oracle(c, x)
+    kw = dict(causal=c.causal, softmax_scale=c.scale, window_size=c.window, softcap=c.softcap, out_dtype=c.torch_dtype)
+    out, lse = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True, **kw)
+    ref, _ = eager_fp8_attention(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, **kw)
+    assert out.dtype == c.torch_dtype and out.shape == (c.batch, c.seqlen_q, c.heads_q, c.d_v)
+    assert torch.isfinite(out).all()
+    err, ref_err = rel_err(out, orc.out), rel_err(ref, orc.out)
+    assert err <= 2 * ref_err, f"out: {err:.3e} against the FP8 reference's {ref_err:.3e}"
+    live = torch.isfinite(orc.lse)
+    assert (lse.double() - orc.lse)[live].abs().max().item() <= 1e-4
+
+
+@triton.jit
+def _round_kernel(X, Y, N: tl.constexpr):
+    r = tl.arange(0, N)
+    tl.store(Y + r, _round_to_e4m3(tl.load(X + r)))
+
+
+def test_fp8_p_rounding_under_the_interpreter_matches_torch():
+    """The interpreter's own fp32 -> e4m3 cast drops the carry into the exponent (0.496 -> 0.25);
+    the kernel rounds P itself there (_round_to_e4m3). That rounding must be torch's."""
+    if CUDA:
+        pytest.skip("the interpreter's rounding path only runs without a GPU (the GPU casts in hardware)")
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(2048, generator=g), torch.rand(2048, generator=g) * 0.02])  # normals and subnormals
+    y = torch.empty_like(x)
+    _round_kernel[(1,)](x, y, N=x.numel())
+    assert torch.equal(y, x.to(torch.float8_e4m3fn).float())
+
+
+def test_fp8_entry_point_validates_its_arguments():
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    f8 = lambda *s: torch.randn(*s).to(torch.float8_e4m3fn).to(DEVICE)  # noqa: E731
+    q, k, v = f8(1, 8, 2, 32), f8(1, 8, 1, 32), f8(1, 8, 1, 32)
+    ds = torch.ones(1, 1, device=DEVICE)
+    with pytest.raises(ValueError, match="q: expected dtype torch.float8_e4m3fn"):
+        flash_attn_fp8_func(q.float(), k, v, ds, ds, ds)
+    with pytest.raises(ValueError, match=r"k_descale: expected a float32 \[B=1, Hk=1\]"):
+        flash_attn_fp8_func(q, k, v, ds, torch.ones(1, 2, device=DEVICE), ds)
+    with pytest.raises(ValueError, match="out_dtype: bfloat16 or float16"):
+        flash_attn_fp8_func(q, k, v, ds, ds, ds, out_dtype=torch.float32)

@@ -63,6 +63,8 @@ def group_of(rec: dict) -> tuple[str, int | None]:
             parts.append(f"win{p['window'][0]}x{p['window'][1]}")
         if p.get("softcap"):
             parts.append(f"cap{p['softcap']:g}")
+        if p.get("fp8"):  # FP8 inputs: a sweep of its own beside the same shapes in bf16
+            parts.append(p["fp8"])
         parts.append(p["dtype"])
         square = p.get("varlen") is None and p["seqlen_q"] == p["seqlen_k"]
         return " ".join(parts), (p["seqlen_q"] if square else None)
