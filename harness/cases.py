@@ -125,6 +125,9 @@ class SoftmaxCase:
     #: "" or an FP8 format ("e4m3"): q, k, v are then passed quantised, with descales
     #: (:mod:`harness.fp8`), and ``dtype`` is the output's dtype (fp16 / bf16); forward only
     fp8: str = ""
+    #: FP8 cases: one quantisation factor per (sequence, kv head) instead of one per tensor, with
+    #: heads drawn at different magnitudes (a kernel must index its descales, not read one)
+    fp8_per_head: bool = False
 
     family: Literal["softmax"] = dataclasses.field(default="softmax", init=False, repr=False)
 
@@ -160,6 +163,8 @@ class SoftmaxCase:
                 raise ValueError(f"fp8: the output dtype of an FP8 case is fp16 or bf16, got {self.dtype}")
             if self.varlen is not None or self.layout != "contiguous":
                 raise ValueError("fp8: FP8 cases are dense and contiguous (varlen and layouts are not modelled)")
+        elif self.fp8_per_head:
+            raise ValueError("fp8_per_head: a knob of FP8 cases (set fp8)")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -194,6 +199,8 @@ class SoftmaxCase:
             parts.append(self.layout)
         if self.fp8:
             parts.append(self.fp8)
+        if self.fp8_per_head:
+            parts.append("perhead")
         parts.append(self.dtype)
         return "-".join(parts)
 
@@ -294,13 +301,18 @@ def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> Softm
         cu_k = torch.tensor([0] + [b for _, b in case.varlen], dtype=torch.int32).cumsum(0, dtype=torch.int32)
         return SoftmaxInputs(q, k, v, do, cu_q, cu_k).to(device)
     b, sq, sk = case.batch, case.seqlen_q, case.seqlen_k
-    if case.fp8:  # drawn in fp32, then quantised per tensor (harness.fp8)
+    if case.fp8:  # drawn in fp32, then quantised per tensor or per (sequence, kv head) (harness.fp8)
         from harness import fp8
 
         raw = [torch.randn(*shape, generator=gen, dtype=torch.float32) for shape in (
             (b, sq, case.heads_q, case.d), (b, sk, case.heads_k, case.d), (b, sk, case.heads_k, case.d_v))]
+        if case.fp8_per_head:  # heads at magnitudes 1/4..4: one factor for all would be visibly wrong
+            mag = torch.exp2(torch.rand(3, b, case.heads_k, generator=gen) * 4 - 2)
+            raw = [x * m.repeat_interleave(x.shape[2] // case.heads_k, dim=1)[:, None, :, None]
+                   for x, m in zip(raw, mag)]
         do = randn(b, sq, case.heads_q, case.d_v)
-        (q, qs), (k, ks), (v, vs) = (fp8.quantize(x, case.fp8, b, case.heads_k) for x in raw)
+        (q, qs), (k, ks), (v, vs) = (fp8.quantize(x, case.fp8, b, case.heads_k, per_head=case.fp8_per_head)
+                                     for x in raw)
         return SoftmaxInputs(q, k, v, do, q_descale=qs, k_descale=ks, v_descale=vs).to(device)
     q = randn(b, sq, case.heads_q, case.d)
     k = randn(b, sk, case.heads_k, case.d)
@@ -697,7 +709,8 @@ def case_from_id(case_id: str) -> Case:
                              "(B16-H32/8-Q1-L4096r-P64-new-D128-bf16) case id")
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
-        kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3")}))
+        kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3"),
+                                                "perhead": ("fp8_per_head", True)}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)
             case = SoftmaxCase(len(lens), hq, int(m["hk"] or hq), 0, 0, int(m["d"]), varlen=lens, **kw)

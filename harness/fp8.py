@@ -5,9 +5,10 @@ v_descale)``): q, k, v arrive as ``torch.float8_e4m3fn`` tensors, each with a fl
 of shape ``(batch, heads_k)`` (for q too: one factor per kv-head group); the real value of an
 element is ``fp8_value * descale``. The output is in the case's ``dtype`` (bf16 / fp16).
 
-Quantisation here is per tensor: the factor maps the tensor's largest magnitude to the format's
-largest finite value (448 for e4m3), so the quantised values use the format's whole range, and the
-descale tensor holds that one factor in every entry. The FP64 oracle works on the dequantised
+Quantisation here is per tensor (the factor maps the tensor's largest magnitude to the format's
+largest finite value, 448 for e4m3, so the quantised values use the format's whole range; the
+descale tensor holds that one factor in every entry) or, with the case knob ``fp8_per_head``, per
+(sequence, kv head). The FP64 oracle works on the dequantised
 values (``fp8_value * descale`` in float64): the error of quantising the inputs is not the kernel's.
 """
 
@@ -28,15 +29,22 @@ def fmt(name: str) -> tuple[torch.dtype, float]:
         raise ValueError(f"fp8: expected one of {', '.join(FORMATS)}, got {name!r}") from None
 
 
-def quantize(x: torch.Tensor, name: str, batch: int, heads_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor quantisation of ``x`` (float) to the format ``name``: (fp8 tensor, descale
-    ``(batch, heads_k)`` float32, every entry the same factor)."""
+def quantize(x: torch.Tensor, name: str, batch: int, heads_k: int, *, per_head: bool = False
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise ``x`` (batch, seq, heads, dim) to the format ``name``: (fp8 tensor, descale
+    ``(batch, heads_k)`` float32). Per tensor: one factor in every entry. ``per_head``: one factor
+    per (sequence, kv head), shared by the query heads of its group."""
     dtype, top = fmt(name)
-    amax = float(x.detach().abs().max()) if x.numel() else 0.0
-    scale = top / amax if amax > 0 else 1.0
-    q = (x.float() * scale).clamp(-top, top).to(dtype)
-    descale = torch.full((batch, heads_k), 1.0 / scale, dtype=torch.float32, device=x.device)
-    return q, descale
+    B, S, H, D = x.shape
+    if per_head:
+        amax = x.detach().float().abs().reshape(B, S, heads_k, H // heads_k, D).amax(dim=(1, 3, 4))  # (B, Hk)
+    else:
+        amax = torch.full((batch, heads_k), float(x.detach().abs().max()) if x.numel() else 0.0)
+    amax = amax.to(device=x.device, dtype=torch.float32)
+    scale = torch.where(amax > 0, top / amax.clamp_min(1e-30), torch.ones_like(amax))  # (B, Hk)
+    per = scale.repeat_interleave(H // heads_k, dim=1)[:, None, :, None]
+    q = (x.float() * per).clamp(-top, top).to(dtype)
+    return q, (1.0 / scale).contiguous()
 
 
 def dequantize(x: torch.Tensor, descale: torch.Tensor, *, dtype=torch.float64) -> torch.Tensor:

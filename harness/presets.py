@@ -41,7 +41,8 @@ def _fp8_sweep() -> list[Case]:
 
 def _small_fp8() -> list[Case]:
     """CPU-sized FP8 cases (e4m3 q, k, v with per-tensor descales, bf16 out): masks, GQA / MQA,
-    Sq != Sk, window and softcap, scale 1.0 (large scores: exp(S) unscaled would exceed 448)."""
+    Sq != Sk, window and softcap, scale 1.0 (large scores: exp(S) unscaled would exceed 448), and
+    one with a factor per (sequence, kv head)."""
     return [
         SoftmaxCase(2, 4, 4, 37, 37, 32, dtype="bf16", fp8="e4m3"),
         SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3"),
@@ -49,6 +50,8 @@ def _small_fp8() -> list[Case]:
         SoftmaxCase(1, 2, 2, 48, 48, 32, window=(8, 4), softcap=5.0, dtype="bf16", fp8="e4m3"),
         SoftmaxCase(2, 4, 2, 64, 64, 64, scale=1.0, dtype="bf16", fp8="e4m3"),
         SoftmaxCase(1, 2, 2, 40, 40, 128, causal=True, dtype="fp16", fp8="e4m3"),
+        # one factor per (sequence, kv head), heads at magnitudes 1/4..4
+        SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_per_head=True),
     ]
 
 

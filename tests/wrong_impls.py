@@ -377,6 +377,18 @@ class FP8HalfAccumulation(_WrongFP8):
     knobs: ClassVar[dict] = {"qk_acc": torch.float16}
 
 
+class FP8DescaleFirstEntry(_WrongFP8):
+    """Reads one descale for the whole tensor (entry [0, 0]): right while quantisation is per tensor,
+    wrong as soon as the factors differ per (sequence, kv head)."""
+
+    name = "wrong_fp8_descale_first_entry"
+
+    def run(self, case, *, q, k, v, q_descale=None, k_descale=None, v_descale=None, cu_seqlens_q=None,
+            cu_seqlens_k=None):
+        one = [torch.full_like(d, float(d[0, 0])) for d in (q_descale, k_descale, v_descale)]
+        return _fp8_attention(case, q, k, v, *one)
+
+
 class FP8OnlineCorrect(_WrongFP8):
     """Not wrong: a flash-style FP8 forward (keys in blocks of 16 with a running maximum, so P is
     quantised against the maximum so far). It must pass: the tolerance must not reject a correct

@@ -408,6 +408,8 @@ def test_declared_constant_input_is_documented_not_failed():
 FP8 = SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3")
 #: scores of several units (scale 1.0, T5-style): exp(S) without the maximum taken out exceeds 448
 FP8_HOT = SoftmaxCase(2, 4, 2, 64, 64, 64, scale=1.0, dtype="bf16", fp8="e4m3")
+#: one factor per (sequence, kv head), heads at different magnitudes
+FP8_PER_HEAD = SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_per_head=True)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -418,8 +420,9 @@ FP8_HOT = SoftmaxCase(2, 4, 2, 64, 64, 64, scale=1.0, dtype="bf16", fp8="e4m3")
         (w.FP8DescaleTwice, FP8, {"out", "lse"}, set(), "the reference's"),
         (w.FP8UnscaledP, FP8_HOT, {"out"}, {"lse"}, "the reference's"),
         (w.FP8HalfAccumulation, FP8, {"out"}, set(), "non-finite"),
+        (w.FP8DescaleFirstEntry, FP8_PER_HEAD, {"out"}, set(), "the reference's"),
     ],
-    ids=["descale-ignored", "descale-twice", "unscaled-p", "fp16-accumulation"],
+    ids=["descale-ignored", "descale-twice", "unscaled-p", "fp16-accumulation", "descale-first-entry"],
 )
 def test_wrong_fp8_kernel_is_rejected_for_its_reason(impl, case, must_fail, must_pass, words, seed):
     r = verify(impl(), case, seed=seed)
@@ -429,7 +432,12 @@ def test_wrong_fp8_kernel_is_rejected_for_its_reason(impl, case, must_fail, must
     assert words in r.message(), r.message()
 
 
-@pytest.mark.parametrize("case", [FP8, FP8_HOT, FP8.with_dtype("fp16"),
+def test_reading_one_descale_passes_per_tensor_cases_only():
+    assert verify(w.FP8DescaleFirstEntry(), FP8).status == "pass"  # why per-head cases exist
+    assert verify(w.FP8DescaleFirstEntry(), FP8_PER_HEAD).status == "fail"
+
+
+@pytest.mark.parametrize("case", [FP8, FP8_HOT, FP8.with_dtype("fp16"), FP8_PER_HEAD,
                                   SoftmaxCase(1, 8, 1, 33, 200, 64, window=(20, 0), causal=True, softcap=5.0,
                                               dtype="bf16", fp8="e4m3")], ids=str)
 def test_fp8_reference_and_a_flash_style_fp8_kernel_pass(case):

@@ -475,7 +475,7 @@ def test_layer_preset_shapes_pass_or_say_why(case):
 
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D32-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
                                      "B1-H2-S48x48-D32-win8x4-cap5-e4m3-bf16", "B2-H4/2-S64x64-D64-scale1-e4m3-bf16",
-                                     "B1-H2-S40x40-D128-causal-e4m3-fp16"])
+                                     "B1-H2-S40x40-D128-causal-e4m3-fp16", "B2-H4/2-S45x70-D32-causal-e4m3-perhead-bf16"])
 def test_fp8_forward_matches_the_fp8_reference(case_id):
     """Against the FP64 oracle on the dequantised inputs, within 2x the error of the eager FP8
     reference (P quantised to e4m3 dominates both), lse within fp32 rounding."""
