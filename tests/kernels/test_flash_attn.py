@@ -146,8 +146,7 @@ def test_tma_descriptor_path_and_atomic_dq(monkeypatch, bwd):
     check_against_oracle(1, 21, 50, 2, 1, 32, torch.float16, window=(9, 4))
 
 
-@pytest.mark.parametrize("split", [2, 3, 4])
-@pytest.mark.parametrize("bwd", ["split", "atomic"])
+@pytest.mark.parametrize("bwd, split", [("split", 2), ("split", 3), ("atomic", 3)])
 def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     """MQA / GQA with few programs: the dK/dV kernel shares a group's query heads among `split`
     programs (partial fp32 dK / dV, summed on the host); uneven splits (4 heads in 3) included.
@@ -161,8 +160,8 @@ def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     check_varlen()
 
 
-@pytest.mark.parametrize("d, dv", [(48, 32), (32, 48), (24, 16)], ids=["D48v32", "D32v48", "D24v16"])
-@pytest.mark.parametrize("bwd", ["split", "atomic"])
+@pytest.mark.parametrize("d, dv, bwd", [(48, 32, "split"), (48, 32, "atomic"), (32, 48, "split"), (24, 16, "atomic")],
+                         ids=["D48v32-split", "D48v32-atomic", "D32v48-split", "D24v16-atomic"])
 def test_value_head_dim_other_than_the_query_s(monkeypatch, d, dv, bwd):
     """d_v != d (DeepSeek's 192 / 128 at a small size, and the other way round): forward and every
     gradient against the oracle, causal GQA, a window with MQA and a group split, varlen."""
