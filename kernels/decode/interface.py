@@ -49,7 +49,9 @@ CONFIG = DecodeConfig()
 #: Above 256 (absorbed MLA: d_qk 576, d_v 512): a wide q and acc tile per row, so fewer rows and keys
 #: per program to stay in registers.
 WIDE_CONFIG = DecodeConfig(block_n=32, block_r_max=16, num_warps=8, num_stages=2)
-#: Pages must hold a multiple of 16 tokens (a key block of a page never straddles two pages).
+#: Pages must hold a multiple of 16 tokens: the sizes serving stacks use (vLLM 16, 32; 64; FA2's 256)
+#: and the ones tested. A page a key block divides is read one table entry per block, any other
+#: (smaller, or 48) one entry per key (``PAGE_GATHER`` in the kernel).
 PAGE_MULTIPLE = 16
 #: The interpreter (CPU) runs programs serially: small blocks (pages of 16 then take the per-key
 #: page path, pages of 32 and more the per-block one) and a few splits to test the combine.
