@@ -194,6 +194,7 @@ def test_vendor_decode_adapters_speak_their_packages(vendor, case):
 @pytest.mark.parametrize("case", [PAGED, DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0),
                                   DecodeCase(3, 4, 2, 4, 33, 16, page_size=32, causal=False),
                                   DecodeCase(4, 8, 2, 1, 60, 16, page_size=16, append=False)], ids=str)
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile", "ignore:return_lse is deprecated")
 def test_flex_decode_reads_the_pool_through_its_page_mask(monkeypatch, case):
     """flex_decode's page-table mask and pool view, run by eager flex_attention on the CPU (the GPU
     runs the same arguments compiled): every check of the runner passes, the written cache too."""

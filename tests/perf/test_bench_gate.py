@@ -48,6 +48,8 @@ def test_compare_gate_fails_on_slowed_backend_and_passes_on_rerun(pytester, monk
     # The child pytest imports the harness from this checkout, installed or not.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("CANDIDATE_MS", "4")
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)  # this suite under -n: the child is a plain pytest run
     base = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-autosave", storage)
     assert base.ret == 0, base.stdout.str()
 
