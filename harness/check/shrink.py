@@ -123,19 +123,25 @@ def _halves(n: int, low: int) -> list[int]:
     return [x for x in c if low <= x < n]
 
 
+def _batch_and_heads(case) -> list[tuple[str, Case | None]]:
+    """Smaller batch, fewer kv heads (the group kept), a smaller group: softmax and decode cases."""
+    r = _rep
+    out = [(f"batch {case.batch} -> {b}", r(case, batch=b)) for b in _halves(case.batch, 1)]
+    g = case.heads_q // case.heads_k
+    for hk in _halves(case.heads_k, 1):
+        out.append((f"heads {case.heads_q}/{case.heads_k} -> {hk * g}/{hk}", r(case, heads_q=hk * g, heads_k=hk)))
+    for gg in _halves(g, 1):
+        out.append((f"GQA group {g} -> {gg}", r(case, heads_q=case.heads_k * gg)))
+    return out
+
+
 def _sizes(case: Case) -> list[tuple[str, Case | None]]:
     r = _rep
     out = []
     if isinstance(case, SoftmaxCase):
         if case.is_varlen:
             return out
-        for b in _halves(case.batch, 1):
-            out.append((f"batch {case.batch} -> {b}", r(case, batch=b)))
-        g = case.heads_q // case.heads_k
-        for hk in _halves(case.heads_k, 1):
-            out.append((f"heads {case.heads_q}/{case.heads_k} -> {hk * g}/{hk}", r(case, heads_q=hk * g, heads_k=hk)))
-        for gg in _halves(g, 1):
-            out.append((f"GQA group {g} -> {gg}", r(case, heads_q=case.heads_k * gg)))
+        out += _batch_and_heads(case)
         packed = case.layout == "qkvpacked"
         for s in _halves(case.seqlen_q, 1):
             c = r(case, seqlen_q=s, seqlen_k=s) if packed else r(case, seqlen_q=s)
@@ -148,13 +154,7 @@ def _sizes(case: Case) -> list[tuple[str, Case | None]]:
                 c = r(case, d=d, d_v=d if case.d_v == case.d else min(case.d_v, d))
                 out.append((f"head dim {case.d} -> {d}", c))
     elif isinstance(case, DecodeCase):
-        for b in _halves(case.batch, 1):
-            out.append((f"batch {case.batch} -> {b}", r(case, batch=b)))
-        g = case.heads_q // case.heads_k
-        for hk in _halves(case.heads_k, 1):
-            out.append((f"heads {case.heads_q}/{case.heads_k} -> {hk * g}/{hk}", r(case, heads_q=hk * g, heads_k=hk)))
-        for gg in _halves(g, 1):
-            out.append((f"GQA group {g} -> {gg}", r(case, heads_q=case.heads_k * gg)))
+        out += _batch_and_heads(case)
         for s in _halves(case.seqlen_q, 1):
             out.append((f"new tokens {case.seqlen_q} -> {s}", r(case, seqlen_q=s)))
         for n in _halves(case.cache_len, 0):

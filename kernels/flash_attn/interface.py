@@ -72,6 +72,11 @@ def _check_common(q, k, v, rank, layout, softmax_scale, window_size):
     reason = unsupported_reason(v.shape[-1], q.dtype)
     if reason:
         raise ValueError(f"v: {reason.replace('head dim', 'value head dim')}")
+    return _check_scale_and_window(softmax_scale, window_size, d)
+
+
+def _check_scale_and_window(softmax_scale, window_size, d) -> tuple[float, int, int]:
+    """(scale, left, right): the scale defaults to 1 / sqrt(d) and must be finite and positive."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(d)
     softmax_scale = float(softmax_scale)
@@ -228,12 +233,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
                              f"{getattr(t, 'shape', type(t).__name__)} {getattr(t, 'dtype', '')}")
         if t.device != q.device:
             raise ValueError(f"{name}: device {t.device} does not match q's {q.device}")
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(d)
-    softmax_scale = float(softmax_scale)
-    if not (softmax_scale > 0 and math.isfinite(softmax_scale)):
-        raise ValueError(f"softmax_scale: expected a finite positive float, got {softmax_scale}")
-    left, right = _check_window(window_size)
+    softmax_scale, left, right = _check_scale_and_window(softmax_scale, window_size, d)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = tuple(t.contiguous() for t in (q_descale, k_descale, v_descale))
     out, lse = flash_attn_fwd(q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_left=left,
