@@ -62,6 +62,17 @@ def _make_desc(base, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr
 
 
 @triton.jit
+def _make_desc_t(base, ncols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, NROWS: tl.constexpr,
+                 USE_TMA: tl.constexpr):
+    """A TMA descriptor over a [NROWS, ncols] row-major matrix (a transposed V) when USE_TMA, else the pointer."""
+    if USE_TMA:
+        out = tl.make_tensor_descriptor(base, shape=[NROWS, ncols], strides=[stride, 1], block_shape=[BLOCK_R, BLOCK_C])
+    else:
+        out = base
+    return out
+
+
+@triton.jit
 def _load_rows(base, desc, row0, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
                HEAD_DIM: tl.constexpr, MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
     """Rows [row0, row0 + BLOCK_R) x [0, BLOCK_D) of one (batch, head); zeros outside the tensor."""
@@ -90,6 +101,24 @@ def _capped(s, sm_scale, softcap):
 
 
 @triton.jit
+def _load_cols(base, desc, col0, ncols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, NROWS: tl.constexpr,
+               MASK_COLS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows [0, BLOCK_R) x columns [col0, col0 + BLOCK_C) of a [NROWS, ncols] row-major matrix (a
+    transposed V: rows are value dims, columns keys); zeros outside."""
+    if USE_TMA:
+        x = desc.load([0, col0])
+    else:
+        offs_r = tl.arange(0, BLOCK_R)
+        offs_c = col0 + tl.arange(0, BLOCK_C)
+        ptrs = base + offs_r[:, None] * stride + offs_c[None, :]
+        if MASK_COLS:
+            x = tl.load(ptrs, mask=(offs_r[:, None] < NROWS) & (offs_c[None, :] < ncols), other=0.0)
+        else:
+            x = tl.load(ptrs, mask=offs_r[:, None] < NROWS, other=0.0)
+    return x
+
+
+@triton.jit
 def _round_to_e4m3(p):
     """Non-negative fp32 values rounded to the nearest e4m3 value (ties to even; subnormals below
     2**-6 on their 2**-9 grid), still in fp32: their cast to e4m3 is then exact. Used under the
@@ -107,12 +136,17 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-               PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False):
+               PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
+               V_T: tl.constexpr = False):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
-        v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
+        if V_T:  # V stored transposed, [Dv, Sk] per (batch, head): the P V dot's B operand is K-major
+            v = tl.trans(_load_cols(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_DV, BLOCK_N, HEAD_DIM_V,
+                                    MASKED, USE_TMA))
+        else:
+            v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         sc = qk_scale
         if HAS_SOFTCAP:
@@ -156,7 +190,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
-                IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False):
+                IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -184,7 +218,10 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     b64 = b.to(tl.int64)
     q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh + q_start.to(tl.int64) * stride_qs
     k_base = K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
-    v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
+    if V_T:  # [B, Hk, Dv, Sk]: stride_vs steps between value dims, keys are contiguous (dense only)
+        v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh
+    else:
+        v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
     o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh + q_start.to(tl.int64) * stride_os
     l_base = Lse + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start
 
@@ -193,7 +230,10 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     o_mask = (offs_m[:, None] < seqlen_q) & (offs_dv[None, :] < HEAD_DIM_V)
     q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
     k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
-    v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
+    if V_T:
+        v_desc = _make_desc_t(v_base, seqlen_k, stride_vs, BLOCK_DV, BLOCK_N, HEAD_DIM_V, USE_TMA)
+    else:
+        v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     q = _load_rows(q_base, q_desc, m0, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, True, USE_TMA)
 
     qk_scale = sm_scale * 1.4426950408889634
@@ -207,15 +247,15 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -253,22 +293,26 @@ def precision_of(dtype: torch.dtype, allow_tf32: bool) -> str:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None):
+                   out_dtype=None, v_transposed=False):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
     Varlen: q [Tq, Hq, D], k [Tk, Hk, D], v [Tk, Hk, Dv], cu_seqlens [B+1] int32 -> out [Tq, Hq, Dv], lse [Hq, Tq].
     window_left / window_right: -1 for unbounded; causal is window_right = 0.
     FP8 (dense only): q, k, v in float8_e4m3fn, ``descales`` = (q_descale, k_descale, v_descale), each
-    (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``.
+    (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``. ``v_transposed`` (dense
+    only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V.
     """
     varlen = cu_seqlens_q is not None
+    if v_transposed and varlen:
+        raise ValueError("v_transposed: dense inputs only")
+    dv = v.shape[2] if v_transposed else v.shape[-1]
     if varlen:
         batch = cu_seqlens_q.numel() - 1
         total_q, hq, d = q.shape
         hk = k.shape[1]
         sq, sk = int(max_seqlen_q), int(max_seqlen_k)
-        out = torch.empty((total_q, hq, v.shape[-1]), device=q.device, dtype=out_dtype or q.dtype)
+        out = torch.empty((total_q, hq, dv), device=q.device, dtype=out_dtype or q.dtype)
         lse = torch.empty((hq, total_q), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = 0, q.stride(0), q.stride(1)
         skb, sks, skh = 0, k.stride(0), k.stride(1)
@@ -279,11 +323,13 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     else:
         batch, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
-        out = torch.empty((batch, sq, hq, v.shape[-1]), device=q.device, dtype=out_dtype or q.dtype)
+        out = torch.empty((batch, sq, hq, dv), device=q.device, dtype=out_dtype or q.dtype)
         lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = q.stride(0), q.stride(1), q.stride(2)
         skb, sks, skh = k.stride(0), k.stride(1), k.stride(2)
         svb, svs, svh = v.stride(0), v.stride(1), v.stride(2)
+        if v_transposed:  # [B, Hk, Dv, Sk]: "stride_vs" steps between value dims
+            svb, svh, svs = v.stride(0), v.stride(1), v.stride(2)
         sob, sos, soh = out.stride(0), out.stride(1), out.stride(2)
         slb, slh = lse.stride(0), lse.stride(1)
         cuq = cuk = q  # unused placeholders (IS_VARLEN is a constexpr)
@@ -299,7 +345,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "seqlen_q": sq, "seqlen_k": sk, "num_heads": hq, "group": hq // hk,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
         "softcap": float(softcap or 0.0), "HAS_SOFTCAP": bool(softcap),
-        "HEAD_DIM": d, "BLOCK_D": configs.block_d(d), "HEAD_DIM_V": v.shape[-1], "BLOCK_DV": configs.block_d(v.shape[-1]),
+        "HEAD_DIM": d, "BLOCK_D": configs.block_d(d), "HEAD_DIM_V": dv, "BLOCK_DV": configs.block_d(dv),
         "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
@@ -308,7 +354,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     fp8 = descales is not None
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
     args.update(QDescale=qds, KDescale=kds, VDescale=vds, stride_dsb=qds.stride(0) if fp8 else 0,
-                IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting())
+                IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(), V_T=bool(v_transposed))
     configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
                    lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
                    dict(Q=q, K=k, V=v, Out=out, Lse=lse, CuSeqQ=cuq, CuSeqK=cuk, **args))

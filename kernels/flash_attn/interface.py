@@ -197,14 +197,17 @@ FP8_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
-                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False):
+                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False,
+                        v_transposed=None):
     """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
     in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
     descale; q's factor is per kv head's group). Q K^T of the FP8 values with fp32 accumulation times
     the descales and the scale, the online softmax in fp32, P cast to e4m3 for P V (fp32
     accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
     in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
-    (out, lse [B, Hq, Sq] float32).
+    (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
+    P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
+    of the call's time).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
@@ -236,7 +239,14 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     softmax_scale, left, right = _check_scale_and_window(softmax_scale, window_size, d)
     q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = tuple(t.contiguous() for t in (q_descale, k_descale, v_descale))
+    if v_transposed is None:
+        v_transposed = q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9
+    if v_transposed:  # [B, Hk, Dv, Sk], rows padded to 16 keys: 16-byte strides for tensor descriptors
+        sk = v.shape[1]
+        vt = torch.empty((*v.permute(0, 2, 3, 1).shape[:-1], -(-sk // 16) * 16), device=v.device, dtype=v.dtype)
+        vt[..., :sk] = v.permute(0, 2, 3, 1)
+        v = vt[..., :sk]
     out, lse = flash_attn_fwd(q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_left=left,
                               window_right=right, softcap=_check_softcap(softcap), descales=descales,
-                              out_dtype=out_dtype)
+                              out_dtype=out_dtype, v_transposed=bool(v_transposed))
     return (out, lse) if return_lse else out

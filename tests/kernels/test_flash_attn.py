@@ -475,9 +475,11 @@ def test_layer_preset_shapes_pass_or_say_why(case):
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D32-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
                                      "B1-H2-S48x48-D32-win8x4-cap5-e4m3-bf16", "B2-H4/2-S64x64-D64-scale1-e4m3-bf16",
                                      "B1-H2-S40x40-D128-causal-e4m3-fp16", "B2-H4/2-S45x70-D32-causal-e4m3-perhead-bf16"])
-def test_fp8_forward_matches_the_fp8_reference(case_id):
+@pytest.mark.parametrize("v_transposed", [False, True], ids=["V", "Vt"])
+def test_fp8_forward_matches_the_fp8_reference(case_id, v_transposed):
     """Against the FP64 oracle on the dequantised inputs, within 2x the error of the eager FP8
-    reference (P quantised to e4m3 dominates both), lse within fp32 rounding."""
+    reference (P quantised to e4m3 dominates both), lse within fp32 rounding; V as given and V
+    transposed to [B, Hk, Dv, Sk] (the layout used on Hopper)."""
     from harness.adapters.eager import eager_fp8_attention
     from harness.cases import case_from_id
     from harness.cases import make_inputs as harness_inputs
@@ -488,7 +490,8 @@ def test_fp8_forward_matches_the_fp8_reference(case_id):
     x = harness_inputs(c, seed=2, device=DEVICE)
     orc = compute_oracle(c, x)
     kw = dict(causal=c.causal, softmax_scale=c.scale, window_size=c.window, softcap=c.softcap, out_dtype=c.torch_dtype)
-    out, lse = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True, **kw)
+    out, lse = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True,
+                                   v_transposed=v_transposed, **kw)
     ref, _ = eager_fp8_attention(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, **kw)
     assert out.dtype == c.torch_dtype and out.shape == (c.batch, c.seqlen_q, c.heads_q, c.d_v)
     assert torch.isfinite(out).all()
@@ -496,6 +499,24 @@ def test_fp8_forward_matches_the_fp8_reference(case_id):
     assert err <= 2 * ref_err, f"out: {err:.3e} against the FP8 reference's {ref_err:.3e}"
     live = torch.isfinite(orc.lse)
     assert (lse.double() - orc.lse)[live].abs().max().item() <= 1e-4
+
+
+def test_fp8_tensor_descriptors_with_v_transposed(monkeypatch):
+    """The TMA (tensor-descriptor) loads of the FP8 path, V as given and transposed (its rows padded to
+    16 keys so the descriptor's stride is 16-byte aligned at any sequence length: 70 here)."""
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from harness.check.golden import compute_oracle
+    from kernels.flash_attn import configs, flash_attn_fp8_func
+
+    monkeypatch.setattr(configs, "INTERPRET_USE_TMA", configs.interpreting())
+    c = case_from_id("B2-H4/2-S45x70-D32-causal-e4m3-bf16")
+    x = harness_inputs(c, seed=2, device=DEVICE)
+    orc = compute_oracle(c, x)
+    outs = [flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, causal=True, v_transposed=t)
+            for t in (False, True)]
+    assert torch.equal(outs[0], outs[1])  # same tiles, same sums: only the layout of V differs
+    assert rel_err(outs[0], orc.out) < 0.03
 
 
 @triton.jit
