@@ -43,6 +43,7 @@ pytest-benchmark: :func:`record_in_benchmark` hands the measured device times to
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import math
 import statistics
@@ -467,9 +468,11 @@ def _capture_graphs(work: Workload, device: torch.device):
         # run of many cases runs out of memory
         keep.clear()
         for g in graphs:
-            g.reset()
+            with contextlib.suppress(Exception):  # a graph whose capture broke may refuse a reset too
+                g.reset()
         graphs.clear()
-        torch.cuda.synchronize(device)
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         raise
     torch.cuda.synchronize(device)
