@@ -257,8 +257,18 @@ def visible_pairs(seqlen_q: int, seqlen_k: int, *, causal: bool, window: tuple[i
     return total
 
 
+class _TensorFields:
+    """``tensors()`` and ``to()`` of an inputs dataclass whose fields are all tensors (None: absent)."""
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def to(self, device):
+        return type(self)(**{k: v.to(device) for k, v in self.tensors().items()})
+
+
 @dataclass
-class SoftmaxInputs:
+class SoftmaxInputs(_TensorFields):
     """Seeded inputs. Dense: q (B, Sq, Hq, D), k (B, Sk, Hk, D), v (B, Sk, Hk, Dv), grad_out like out.
     Varlen: packed (total, H, D) tensors plus int32 ``cu_seqlens_q`` / ``cu_seqlens_k`` (B + 1,)."""
 
@@ -272,16 +282,6 @@ class SoftmaxInputs:
     q_descale: torch.Tensor | None = None
     k_descale: torch.Tensor | None = None
     v_descale: torch.Tensor | None = None
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        out = {"q": self.q, "k": self.k, "v": self.v, "grad_out": self.grad_out}
-        for name in ("cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
-
-    def to(self, device) -> SoftmaxInputs:
-        return SoftmaxInputs(**{k: v.to(device) for k, v in self.tensors().items()})
 
 
 def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> SoftmaxInputs:
@@ -311,7 +311,7 @@ def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> Softm
             raw = [x * m.repeat_interleave(x.shape[2] // case.heads_k, dim=1)[:, None, :, None]
                    for x, m in zip(raw, mag)]
         do = randn(b, sq, case.heads_q, case.d_v)
-        (q, qs), (k, ks), (v, vs) = (fp8.quantize(x, case.fp8, b, case.heads_k, per_head=case.fp8_per_head)
+        (q, qs), (k, ks), (v, vs) = (fp8.quantize(x, case.fp8, case.heads_k, per_head=case.fp8_per_head)
                                      for x in raw)
         return SoftmaxInputs(q, k, v, do, q_descale=qs, k_descale=ks, v_descale=vs).to(device)
     q = randn(b, sq, case.heads_q, case.d)
@@ -324,16 +324,6 @@ def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> Softm
 # --------------------------------------------------------------------------------------------
 # Linear attention
 # --------------------------------------------------------------------------------------------
-
-class _TensorFields:
-    """``tensors()`` and ``to()`` of an inputs dataclass whose fields are all tensors (None: absent)."""
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
-
-    def to(self, device):
-        return type(self)(**{k: v.to(device) for k, v in self.tensors().items()})
-
 
 Gate = Literal["none", "g", "g_gamma"]
 

@@ -29,8 +29,7 @@ def fmt(name: str) -> tuple[torch.dtype, float]:
         raise ValueError(f"fp8: expected one of {', '.join(FORMATS)}, got {name!r}") from None
 
 
-def quantize(x: torch.Tensor, name: str, batch: int, heads_k: int, *, per_head: bool = False
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize(x: torch.Tensor, name: str, heads_k: int, *, per_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise ``x`` (batch, seq, heads, dim) to the format ``name``: (fp8 tensor, descale
     ``(batch, heads_k)`` float32). Per tensor: one factor in every entry. ``per_head``: one factor
     per (sequence, kv head), shared by the query heads of its group."""
@@ -39,7 +38,7 @@ def quantize(x: torch.Tensor, name: str, batch: int, heads_k: int, *, per_head: 
     if per_head:
         amax = x.detach().float().abs().reshape(B, S, heads_k, H // heads_k, D).amax(dim=(1, 3, 4))  # (B, Hk)
     else:
-        amax = torch.full((batch, heads_k), float(x.detach().abs().max()) if x.numel() else 0.0)
+        amax = torch.full((B, heads_k), float(x.detach().abs().max()) if x.numel() else 0.0)
     amax = amax.to(device=x.device, dtype=torch.float32)
     scale = torch.where(amax > 0, top / amax.clamp_min(1e-30), torch.ones_like(amax))  # (B, Hk)
     per = scale.repeat_interleave(H // heads_k, dim=1)[:, None, :, None]

@@ -244,7 +244,6 @@ def synchronize(device: torch.device) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-_RUN_INPUTS = RUN_INPUT_NAMES
 _GRAD_INPUTS = ("q", "k", "v", "g", "g_gamma", "initial_state")
 
 
@@ -285,7 +284,7 @@ class Workload:
         for inputs in input_sets:
             t = inputs.tensors()
             run_in = {}
-            for n in _RUN_INPUTS:
+            for n in RUN_INPUT_NAMES:
                 if n in t:
                     x = t[n].detach()
                     if self.grad and n in _GRAD_INPUTS and n not in constant and x.is_floating_point():
@@ -315,8 +314,6 @@ class Workload:
     def prepare(self) -> None:
         """bwd: build every set's forward graph (outside the timed region)."""
         if self.mode == "bwd":
-            import contextlib
-
             ctx = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
             with ctx:
                 for i, (inputs, run_in) in enumerate(self.sets):

@@ -8,7 +8,6 @@ device's multiprocessors, then launches :mod:`kernels.decode.kernel`.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ import torch
 import triton
 
 from kernels.decode.kernel import _append_kernel, _combine_kernel, _split_kernel
-from kernels.flash_attn.configs import interpreting, patch_interpreter_scalar_index
+from kernels.flash_attn.configs import interpreting, patch_interpreter_scalar_index, sm_count
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,6 @@ PAGE_MULTIPLE = 16
 #: page path, pages of 32 and more the per-block one) and a few splits to test the combine.
 INTERPRET_CONFIG = DecodeConfig(block_n=32, block_r_max=64)
 INTERPRET_SPLITS = 3
-#: Aliases of the default config's numbers (tests size their cases from them).
-BLOCK_N, BLOCK_R_MAX, PROGRAMS_PER_SM = CONFIG.block_n, CONFIG.block_r_max, CONFIG.programs_per_sm
 MAX_HEAD_DIM = 1024
 
 
@@ -118,11 +115,6 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, window_size, v
             if lo < 0 or hi >= k_cache.shape[0]:
                 raise ValueError(f"block_table: entries must be pages 0..{k_cache.shape[0] - 1}, found {lo}..{hi}")
     return B, Sq, Hq, Hk, D, capacity, left, right
-
-
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _append(k_cache, v_cache, k, v, cache_seqlens, block_table):
@@ -199,7 +191,7 @@ def decode_attention(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, bloc
             num_splits = INTERPRET_SPLITS
         else:
             num_splits = split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, q.element_size(), config,
-                                     _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+                                     sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()))
     chunk = triton.cdiv(triton.cdiv(span, num_splits), block_n) * block_n
     num_splits = max(1, triton.cdiv(span, chunk))
     direct = num_splits == 1  # the split kernel writes the output itself

@@ -435,7 +435,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     }
     if split is None:
         sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
-            torch.cuda.get_device_properties(q.device).multi_processor_count
+            configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
         split = group_split(batch, hk, hq // hk, sk, sms)
     split = max(1, min(int(split), hq // hk))
     if split > 1:  # partial dK / dV per split, fp32, summed below in a fixed order (deterministic)

@@ -92,6 +92,14 @@ def fill_bucket(rows: int) -> int:
 
 
 @functools.cache
+def sm_count(device_index: int) -> int:
+    """Multiprocessors of a CUDA device (asked once: launch paths size their grids from it)."""
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.cache
 def device_smem_bytes(device_index: int) -> int:
     try:
         props = triton.runtime.driver.active.utils.get_device_properties(device_index)

@@ -18,7 +18,7 @@ import pytest
 from harness.cases import DecodeCase, make_decode_inputs
 from harness.oracle.decode import decode_attention as oracle_decode
 from kernels.decode import decode_attention
-from kernels.decode.interface import BLOCK_R_MAX, DecodeConfig
+from kernels.decode.interface import INTERPRET_CONFIG, DecodeConfig
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -73,7 +73,7 @@ CASES = [
     # lengths ending exactly on a page boundary (cache 32 + 0 new = 2 pages of 16)
     DecodeCase(3, 2, 2, 1, 32, 16, page_size=16, append=False, dtype="fp32"),
     # a wide group (MLA-like: many query heads on one latent head): more rows than one tile
-    DecodeCase(2, 2 * BLOCK_R_MAX + 8, 1, 1, 40, 16, d_v=32, page_size=16, dtype="fp32"),
+    DecodeCase(2, 2 * INTERPRET_CONFIG.block_r_max + 8, 1, 1, 40, 16, d_v=32, page_size=16, dtype="fp32"),
     # sliding window, softcap, explicit scale, two new tokens
     DecodeCase(4, 8, 2, 2, 90, 16, page_size=16, window=(20, 0), softcap=5.0, scale=0.3, dtype="fp32"),
     # head dims that are not powers of two: read as a power-of-two part and a tail (48 = 32 + 16,
