@@ -137,7 +137,7 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
-               V_T: tl.constexpr = False):
+               V_T: tl.constexpr = False, MAX_IMPRECISE: tl.constexpr = 0):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
@@ -147,7 +147,7 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
                                     MASKED, USE_TMA))
         else:
             v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, max_num_imprecise_acc=MAX_IMPRECISE)
         sc = qk_scale
         if HAS_SOFTCAP:
             s, _ = _capped(s, sm_scale, softcap)
@@ -172,7 +172,8 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
         acc = acc * alpha[:, None]
         if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)
             p = _round_to_e4m3(p)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)  # FP8 inputs: P quantised to e4m3
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION,  # FP8 inputs: P quantised to e4m3
+                     max_num_imprecise_acc=MAX_IMPRECISE)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -190,7 +191,8 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
-                IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False):
+                IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
+                MAX_IMPRECISE: tl.constexpr = 0):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -247,15 +249,15 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, MAX_IMPRECISE)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, MAX_IMPRECISE)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, MAX_IMPRECISE)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -293,7 +295,7 @@ def precision_of(dtype: torch.dtype, allow_tf32: bool) -> str:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False):
+                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=0):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -302,6 +304,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     FP8 (dense only): q, k, v in float8_e4m3fn, ``descales`` = (q_descale, k_descale, v_descale), each
     (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``. ``v_transposed`` (dense
     only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V.
+    ``max_num_imprecise_acc``: Triton's knob for FP8 dots on sm90 (see :func:`flash_attn_fp8_func`).
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
@@ -354,7 +357,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     fp8 = descales is not None
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
     args.update(QDescale=qds, KDescale=kds, VDescale=vds, stride_dsb=qds.stride(0) if fp8 else 0,
-                IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(), V_T=bool(v_transposed))
+                IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(), V_T=bool(v_transposed),
+                MAX_IMPRECISE=max_num_imprecise_acc if fp8 else 0)
     configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
                    lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
                    dict(Q=q, K=k, V=v, Out=out, Lse=lse, CuSeqQ=cuq, CuSeqK=cuk, **args))

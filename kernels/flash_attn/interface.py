@@ -198,7 +198,7 @@ FP8_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False,
-                        v_transposed=None):
+                        v_transposed=None, max_num_imprecise_acc=0):
     """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
     in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
     descale; q's factor is per kv head's group). Q K^T of the FP8 values with fp32 accumulation times
@@ -207,8 +207,15 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
     (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
     P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
-    of the call's time).
+    of the call's time). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
+    add in their own reduced-precision accumulator before the sum is promoted to the fp32 one
+    (Triton's ``tl.dot`` knob, at most the dot's depth). 0 (default) promotes after every MMA, the
+    fp32 accumulation the FP8 contract asks for; None keeps Triton's sm90 default, which never
+    promotes (S = Q K^T then carries ~1e-3 absolute error at d=128, and lse with it), for speed
+    comparisons.
     """
+    if max_num_imprecise_acc is not None and (not isinstance(max_num_imprecise_acc, int) or max_num_imprecise_acc < 0):
+        raise ValueError(f"max_num_imprecise_acc: None or a non-negative int, got {max_num_imprecise_acc!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name}: expected a 4-dim [B, S, H, D] tensor, got {getattr(t, 'shape', type(t).__name__)}")
@@ -248,5 +255,6 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
         v = vt[..., :sk]
     out, lse = flash_attn_fwd(q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_left=left,
                               window_right=right, softcap=_check_softcap(softcap), descales=descales,
-                              out_dtype=out_dtype, v_transposed=bool(v_transposed))
+                              out_dtype=out_dtype, v_transposed=bool(v_transposed),
+                              max_num_imprecise_acc=max_num_imprecise_acc)
     return (out, lse) if return_lse else out
