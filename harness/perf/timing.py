@@ -442,10 +442,25 @@ def _settle(call: Callable[[int], object], n_sets: int, device: torch.device, fl
     return medians, calls
 
 
+_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The side stream CUDA graphs are captured on, one per device for the process: cuBLAS keeps a
+    32 MiB workspace per (handle, stream) that lives as long as the process, so a new stream per
+    timed case grows memory by that much each time (seen as ~33 MB per case on the H100)."""
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    return _CAPTURE_STREAMS[device]
+
+
 def _capture_graphs(work: Workload, device: torch.device):
     """One CUDA graph per input set, or raise. torch's recipe: warm up on a side stream first, and
     capture on it (``work.stream``: the bwd-mode forward graphs were built there)."""
-    stream = work.stream or torch.cuda.Stream(device)
+    stream = work.stream or capture_stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         for i in range(len(work)):
@@ -486,7 +501,7 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
     graph_state: bool | str = False
     keep = None
     if opt.cuda_graph and device.type == "cuda":
-        work.stream = torch.cuda.Stream(device)
+        work.stream = capture_stream(device)
     try:
         work.prepare()
         # Warm-up: compile, autotune, steady state. Host clock with a sync: only to bound its length.
@@ -515,7 +530,7 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
             if isinstance(graph_state, str):
                 # the exception's frames held the capture's tensors (in its private pool) until the
                 # except block ended; they sit in reference cycles: collect them and return the pool,
-                # or a run of many cases runs out of memory (H100: ~33 MB kept per failed capture)
+                # or a run of many cases runs out of memory
                 gc.collect()
                 torch.cuda.empty_cache()
         reps, settled, more = _repetitions(call, n, device, flush, opt)

@@ -456,12 +456,12 @@ def test_layer_preset_shapes_pass_or_say_why(case):
     from harness.adapters import registry
     from harness.check.verify import verify
 
-    assert verify("eager", case, check_determinism=False).status == "pass"
-    reason = registry.get("triton_fa").supports(case, "cpu")
+    assert verify("eager", case, device=DEVICE, check_determinism=False).status == "pass"
+    reason = registry.get("triton_fa").supports(case, DEVICE)
     if max(case.d, case.d_v) > 256:
         assert reason.startswith("unsupported: head dim"), reason
     elif case.id in ("B1-H8/1-S40x40-D128-fp32", "B1-H2-S40x40-D128-qkvpacked-fp32", "B1-H2-S40x40-D192v128-causal-fp32"):
-        r = verify("triton_fa", case)
+        r = verify("triton_fa", case, device=DEVICE)
         assert r.status == "pass", r.message()
     else:
         assert reason is None
