@@ -100,6 +100,7 @@ def test_correct_candidate_is_accepted_and_never_imported_by_the_judge(tmp_path,
     assert "vendor_kernel_t15" not in sys.modules
 
 
+@pytest.mark.timing  # the parent's clock against the child's: run alone
 def test_timer_patched_to_claim_a_hundredth_is_caught_by_the_parents_clock(tmp_path, monkeypatch):
     code, rep = accept(tmp_path, monkeypatch, "--impl", "forges_timer:flash_attn_func", "--case", GQA, "--speed")
     assert code == 1 and rep["verdict"] == "REJECTED"
@@ -110,6 +111,7 @@ def test_timer_patched_to_claim_a_hundredth_is_caught_by_the_parents_clock(tmp_p
     assert any("parent_clock" in r for r in rep["reasons"])
 
 
+@pytest.mark.timing  # the parent's clock against the child's: run alone
 def test_honest_timer_passes_the_parents_clock(tmp_path, monkeypatch):
     code, rep = accept(tmp_path, monkeypatch, "--impl", "correct_softmax:flash_attn_func", "--case", GQA, "--speed")
     assert code == 0 and rep["verdict"] == "ACCEPTED", rep["reasons"]

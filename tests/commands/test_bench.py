@@ -95,6 +95,7 @@ def runner():
     return Bench("cpu", options=QUICK)
 
 
+@pytest.mark.timing  # repetition counts from host-clock timings: run alone
 def test_correct_backend_is_timed():
     rec = runner().run(Eager(), CASE)
     assert rec["status"] == "ok" and rec["verify"]["status"] == "pass"

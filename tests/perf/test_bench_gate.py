@@ -10,6 +10,11 @@ import os
 import textwrap
 from pathlib import Path
 
+import pytest
+
+# a 2x slowdown measured on the host clock: run alone (the README's test command runs `-m timing` serially)
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytest_plugins = ["pytester"]

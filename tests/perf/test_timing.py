@@ -16,6 +16,9 @@ from harness.adapters.eager import eager_attention
 from harness.cases import SoftmaxCase, make_inputs
 from harness.perf import timing
 
+# host-clock measurements: run alone (the README's test command runs `-m timing` serially)
+pytestmark = pytest.mark.timing
+
 CASE = SoftmaxCase(1, 2, 2, 16, 16, 8)
 FAST = timing.TimerOptions(warmup_ms=0.0, reps=4)
 
