@@ -80,20 +80,47 @@ def _verify_one(adapter, case, seed, device, check_backward):
     return result
 
 
+#: A worker process whose CUDA context was lost (a sticky error such as a misaligned address: every
+#: later CUDA call in the process fails) hands back every pair it takes afterwards; None while healthy.
+_LOST: str | None = None
+
+def context_lost(device) -> str | None:
+    """Why this process's CUDA context is unusable (a sticky error from the last pair), or None."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize(device)
+    except Exception as e:  # torch.AcceleratorError / RuntimeError: "CUDA error: ..."
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return None
+
+
 def _worker(task):
-    """One (adapter, case) in a worker process (spawned: CUDA must not be forked)."""
+    """One (adapter, case) in a worker process (spawned: CUDA must not be forked). Returns (result,
+    seconds, None), or (None, 0, why) for a pair handed back because an earlier pair of this
+    process lost its CUDA context."""
+    global _LOST
     import torch
 
     from harness.adapters import registry
 
+    if _LOST:
+        return None, 0.0, _LOST
     name, case, seed, device, check_backward = task
     t0 = time.perf_counter()
     r = _verify_one(registry.get(name), case, seed, torch.device(device), check_backward)
-    return r, time.perf_counter() - t0
+    _LOST = context_lost(device)
+    if _LOST:
+        r.reason = (f"{r.reason}; " if r.reason else "") + (
+            f"the CUDA context was lost in this pair ({_LOST}): the pairs after it ran in a fresh process")
+    return r, time.perf_counter() - t0, None
 
 
 def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True,
-            jobs: int = 1):
+            jobs: int = 1, worker=None):
     """Verify every (adapter, case): the oracle and reference of a case are built once (per worker),
     only when some adapter supports it. Returns a list of CaseResult, case-major. An interrupt
     (Ctrl-C, SIGTERM from a time limit) stops the run and returns what finished, each missing
@@ -111,7 +138,7 @@ def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, 
                 done[ci, ai] = _verify_one(adapters[ai], cases[ci], seed, device, check_backward)
                 bar.result(done[ci, ai], time.perf_counter() - t0)
         else:
-            _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar)
+            _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker)
     except KeyboardInterrupt:
         print("\ninterrupted: reporting what finished", file=sys.stderr, flush=True)
     finally:
@@ -124,35 +151,79 @@ def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, 
     return results
 
 
-def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar):
+def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None):
+    """``pairs`` on ``jobs`` spawned workers, results into ``done``.
+
+    A worker whose CUDA context was lost hands back the pairs it takes afterwards; they run again in
+    a fresh pool. A worker that dies (a crash, an abort) breaks its whole pool: the pairs that may
+    have been running then (the first ``jobs + 1`` unfinished ones: the pool feeds its workers in
+    submission order) run again one at a time, where the pair that kills its worker is known, and
+    the others again in a fresh pool."""
     import concurrent.futures as cf
     import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
 
     from harness.adapters import registry
     from harness.check.verify import CaseResult
 
+    worker = worker or _worker
     local = [a.name for a in adapters if a.name not in registry.names()]
     if local:
         raise ValueError(f"--jobs: adapters registered only in this process cannot run in workers: {local}")
-    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {
-            pool.submit(_worker, (adapters[ai].name, cases[ci], seed, str(device), check_backward)): (ci, ai)
-            for ci, ai in pairs
-        }
-        try:
-            for fut in cf.as_completed(futures):
-                ci, ai = futures[fut]
-                try:
-                    r, seconds = fut.result()
-                except Exception as e:  # a worker that died (crash, abort) fails its pair, not the run
-                    c = cases[ci]
-                    r, seconds = CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error",
-                                            f"worker process failed: {type(e).__name__}: {e}"), 0.0
-                done[ci, ai] = r
-                bar.result(r, seconds)
-        except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+
+    def record(ci, ai, r, seconds):
+        done[ci, ai] = r
+        bar.result(r, seconds)
+
+    def run_pool(todo, workers):
+        """Run ``todo`` (in order) on a fresh pool; returns (handed back, unfinished when it broke, why)."""
+        handed, broken, why = [], [], ""
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(worker, (adapters[ai].name, cases[ci], seed, str(device), check_backward)): i
+                       for i, (ci, ai) in enumerate(todo)}
+            try:
+                for fut in cf.as_completed(futures):
+                    ci, ai = todo[futures[fut]]
+                    try:
+                        r, seconds, lost = fut.result()
+                    except BrokenProcessPool as e:
+                        broken.append(futures[fut])
+                        why = why or f"a worker process died: {e}"
+                        continue
+                    except Exception as e:  # the worker's own failure (not a pair's): fails this pair only
+                        c = cases[ci]
+                        r, seconds, lost = CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed,
+                                                      "error", f"worker process failed: {type(e).__name__}: {e}"), 0.0, None
+                    if lost:
+                        handed.append((ci, ai))
+                        why = why or f"a worker lost its CUDA context: {lost}"
+                        continue
+                    record(ci, ai, r, seconds)
+            except KeyboardInterrupt:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+        broken = [todo[i] for i in sorted(broken)]  # submission order
+        return handed, broken, why
+
+    todo, alone = list(pairs), []
+    while todo or alone:
+        if alone:  # one at a time: when the pool breaks, its first unfinished pair killed the worker
+            handed, broken, why = run_pool(alone, 1)
+            alone = []
+            if broken:
+                ci, ai = broken[0]
+                c = cases[ci]
+                record(ci, ai, CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error",
+                                          f"the worker process died running it ({why.removeprefix('a worker process died: ')})"), 0.0)
+                alone = broken[1:]
+            todo = sorted(todo + handed)
+            continue
+        handed, broken, why = run_pool(todo, jobs)
+        if handed or broken:
+            print(f"\n{len(handed) + len(broken)} pair(s) again in fresh worker processes ({why})",
+                  file=sys.stderr, flush=True)
+        alone = broken[: jobs + 1]
+        todo = sorted(handed + broken[jobs + 1:])
 
 
 # --------------------------------------------------------------------------------------------

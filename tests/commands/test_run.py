@@ -166,6 +166,32 @@ def test_parallel_workers_give_the_same_verdicts_in_the_same_order():
     assert {r.status for r in parallel} == {"pass"}
 
 
+def test_a_worker_that_lost_its_cuda_context_hands_its_pairs_to_a_fresh_process():
+    """On the H100 one misaligned address (a sticky CUDA error) made its worker fail every pair it took
+    afterwards, instantly, so it took most of them (221 errors). Now those pairs run again elsewhere."""
+    import faulty_workers as fw
+
+    adapters = [registry.get("eager"), registry.get(fw.CULPRIT)]
+    results = matrix.run_all(fw.CASES, adapters, seed=0, device=torch.device("cpu"), progress=False, jobs=2,
+                             worker=fw.loses_context)
+    assert [(r.backend, r.case) for r in results] == [(a.name, c.id) for c in fw.CASES for a in adapters]
+    assert {r.status for r in results} == {"pass"}, [r.reason for r in results]
+
+
+def test_a_worker_that_dies_fails_only_its_own_pair():
+    """A worker process that dies breaks its whole pool; only the pair that killed it is an error."""
+    import faulty_workers as fw
+
+    adapters = [registry.get("eager"), registry.get(fw.CULPRIT)]
+    results = matrix.run_all(fw.CASES, adapters, seed=0, device=torch.device("cpu"), progress=False, jobs=2,
+                             worker=fw.dies_on_the_second_case)
+    status = {(r.backend, r.case): r for r in results}
+    assert len(status) == 6
+    bad = status[fw.CULPRIT, fw.CASES[1].id]
+    assert bad.status == "error" and bad.reason.startswith("the worker process died running it"), bad.reason
+    assert all(r.status == "pass" for k, r in status.items() if k != (fw.CULPRIT, fw.CASES[1].id))
+
+
 def test_an_interrupted_run_reports_what_finished(monkeypatch):
     from harness.presets import preset
 
