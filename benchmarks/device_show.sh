@@ -157,7 +157,7 @@ accept-pair)  # issue 15: `accept-pair IMPL SECONDS`: this tree's accept, then t
     [ -d .old/harness ] && accept "$2" "$3" .old
     for f in "$OUT"/acc-*.log; do summary "$f" 4; done
     ;;
-audit-measure)  # issue 20: the FA3 chart measured here (FA2 -> sdpa_flash, cuDNN, FA3 -> flash-attn-4, standard -> eager);
+audit-measure)  # issue 20 (committed as docs/claims/audit-h100): the FA3 chart measured here (FA2 -> sdpa_flash, cuDNN, FA3 -> flash-attn-4, standard -> eager);
     # the other two tables (RTX 5090, RTX 4060 Laptop) get ordering checks. Needs flash-attn-4 installed (fa4-1, fa4-2, .fa4-3).
     setup
     timeout 540 python3 -m harness audit docs/claims/*.csv --measure --out "$OUT/audit" > "$OUT/audit.log" 2>&1
@@ -201,9 +201,10 @@ decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on
     echo "decode tests exit $?" >> "$OUT/decode-tests.log"
     # CUDA graphs: a serving stack replays its decode step from one; without, every backend here is
     # host-bound (150-900 us of host time per call, against 50-500 us of device time)
-    # DECODE_CASES: a regex of case ids (default: all 19), to re-run part of the preset
+    # DECODE_CASES: a regex of case ids (default: all 19), to re-run part of the preset; DECODE_BACKENDS: a
+    # comma-separated subset of the backends
     timeout 420 python3 -m harness bench --preset decode --modes fwd --no-plots --cuda-graphs --cases "${DECODE_CASES:-.}" \
-        --backends decode_sdpa,flash_attn_cute_decode,flash_attn_kvcache,flash_attn3_kvcache,flex_decode,triton_decode \
+        --backends "${DECODE_BACKENDS:-decode_sdpa,flash_attn_cute_decode,flash_attn_kvcache,flash_attn3_kvcache,flex_decode,triton_decode}" \
         --out "$OUT/decode-bench" > "$OUT/decode-bench.log" 2>&1
     echo "decode bench exit $?" >> "$OUT/decode-bench.log"
     summary "$OUT/decode-tests.log" 5
