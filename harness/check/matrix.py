@@ -84,6 +84,7 @@ def _verify_one(adapter, case, seed, device, check_backward):
 #: later CUDA call in the process fails) hands back every pair it takes afterwards; None while healthy.
 _LOST: str | None = None
 
+
 def context_lost(device) -> str | None:
     """Why this process's CUDA context is unusable (a sticky error from the last pair), or None."""
     import torch
