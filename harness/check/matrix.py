@@ -176,6 +176,10 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
         done[ci, ai] = r
         bar.result(r, seconds)
 
+    def error(ci, ai, reason):
+        c = cases[ci]
+        return CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error", reason)
+
     def run_pool(todo, workers):
         """Run ``todo`` (in order) on a fresh pool; returns (handed back, unfinished when it broke, why)."""
         handed, broken, why = [], [], ""
@@ -192,9 +196,7 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
                         why = why or f"a worker process died: {e}"
                         continue
                     except Exception as e:  # the worker's own failure (not a pair's): fails this pair only
-                        c = cases[ci]
-                        r, seconds, lost = CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed,
-                                                      "error", f"worker process failed: {type(e).__name__}: {e}"), 0.0, None
+                        r, seconds, lost = error(ci, ai, f"worker process failed: {type(e).__name__}: {e}"), 0.0, None
                     if lost:
                         handed.append((ci, ai))
                         why = why or f"a worker lost its CUDA context: {lost}"
@@ -213,9 +215,8 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
             alone = []
             if broken:
                 ci, ai = broken[0]
-                c = cases[ci]
-                record(ci, ai, CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error",
-                                          f"the worker process died running it ({why.removeprefix('a worker process died: ')})"), 0.0)
+                died = why.removeprefix("a worker process died: ")
+                record(ci, ai, error(ci, ai, f"the worker process died running it ({died})"), 0.0)
                 alone = broken[1:]
             todo = sorted(todo + handed)
             continue
