@@ -80,8 +80,8 @@ def _verify_one(adapter, case, seed, device, check_backward):
     return result
 
 
-#: A worker process whose CUDA context was lost (a sticky error such as a misaligned address: every
-#: later CUDA call in the process fails) hands back every pair it takes afterwards; None while healthy.
+#: Set in a worker process when a pair lost its CUDA context (a sticky error such as a misaligned
+#: address: every later CUDA call in the process fails); the process is then replaced.
 _LOST: str | None = None
 
 
@@ -100,24 +100,25 @@ def context_lost(device) -> str | None:
 
 
 def _worker(task):
-    """One (adapter, case) in a worker process (spawned: CUDA must not be forked). Returns (result,
-    seconds, None), or (None, 0, why) for a pair handed back because an earlier pair of this
-    process lost its CUDA context."""
+    """One (adapter, case) in a worker process (spawned: CUDA must not be forked): (result, seconds)."""
     global _LOST
     import torch
 
     from harness.adapters import registry
 
-    if _LOST:
-        return None, 0.0, _LOST
     name, case, seed, device, check_backward = task
     t0 = time.perf_counter()
     r = _verify_one(registry.get(name), case, seed, torch.device(device), check_backward)
     _LOST = context_lost(device)
     if _LOST:
         r.reason = (f"{r.reason}; " if r.reason else "") + (
-            f"the CUDA context was lost in this pair ({_LOST}): the pairs after it ran in a fresh process")
-    return r, time.perf_counter() - t0, None
+            f"the CUDA context was lost in this pair ({_LOST}): its worker process was replaced")
+    return r, time.perf_counter() - t0
+
+
+def _lost() -> str | None:
+    """Checked in a worker after each pair (harness.check.pool): a lost context retires the process."""
+    return f"a worker lost its CUDA context: {_LOST}" if _LOST else None
 
 
 def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True,
@@ -153,79 +154,34 @@ def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, 
 
 
 def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None):
-    """``pairs`` on ``jobs`` spawned workers, results into ``done``.
-
-    A worker whose CUDA context was lost hands back the pairs it takes afterwards; they run again in
-    a fresh pool. A worker that dies (a crash, an abort) breaks its whole pool: the pairs that may
-    have been running then (the first ``jobs + 1`` unfinished ones: the pool feeds its workers in
-    submission order) run again one at a time, where the pair that kills its worker is known, and
-    the others again in a fresh pool."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    from concurrent.futures.process import BrokenProcessPool
-
+    """``pairs`` on ``jobs`` spawned workers (harness.check.pool), results into ``done``. A worker
+    whose CUDA context was lost, or that died, is replaced alone; a pair whose worker died running
+    it is an error saying so."""
     from harness.adapters import registry
+    from harness.check.pool import run_tasks
     from harness.check.verify import CaseResult
 
-    worker = worker or _worker
     local = [a.name for a in adapters if a.name not in registry.names()]
     if local:
         raise ValueError(f"--jobs: adapters registered only in this process cannot run in workers: {local}")
 
-    def record(ci, ai, r, seconds):
+    def finished(i, value):
+        ci, ai = pairs[i]
+        r, seconds = value
         done[ci, ai] = r
         bar.result(r, seconds)
 
-    def error(ci, ai, reason):
+    def failed(i, why):
+        ci, ai = pairs[i]
         c = cases[ci]
-        return CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error", reason)
+        done[ci, ai] = CaseResult(adapters[ai].name, c.id, c.family, c.dtype, str(device), seed, "error", why)
+        bar.result(done[ci, ai], 0.0)
 
-    def run_pool(todo, workers):
-        """Run ``todo`` (in order) on a fresh pool; returns (handed back, unfinished when it broke, why)."""
-        handed, broken, why = [], [], ""
-        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(worker, (adapters[ai].name, cases[ci], seed, str(device), check_backward)): i
-                       for i, (ci, ai) in enumerate(todo)}
-            try:
-                for fut in cf.as_completed(futures):
-                    ci, ai = todo[futures[fut]]
-                    try:
-                        r, seconds, lost = fut.result()
-                    except BrokenProcessPool as e:
-                        broken.append(futures[fut])
-                        why = why or f"a worker process died: {e}"
-                        continue
-                    except Exception as e:  # the worker's own failure (not a pair's): fails this pair only
-                        r, seconds, lost = error(ci, ai, f"worker process failed: {type(e).__name__}: {e}"), 0.0, None
-                    if lost:
-                        handed.append((ci, ai))
-                        why = why or f"a worker lost its CUDA context: {lost}"
-                        continue
-                    record(ci, ai, r, seconds)
-            except KeyboardInterrupt:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-        broken = [todo[i] for i in sorted(broken)]  # submission order
-        return handed, broken, why
+    def replaced(why):
+        print(f"\nworker process replaced ({why})", file=sys.stderr, flush=True)
 
-    todo, alone = list(pairs), []
-    while todo or alone:
-        if alone:  # one at a time: when the pool breaks, its first unfinished pair killed the worker
-            handed, broken, why = run_pool(alone, 1)
-            alone = []
-            if broken:
-                ci, ai = broken[0]
-                died = why.removeprefix("a worker process died: ")
-                record(ci, ai, error(ci, ai, f"the worker process died running it ({died})"), 0.0)
-                alone = broken[1:]
-            todo = sorted(todo + handed)
-            continue
-        handed, broken, why = run_pool(todo, jobs)
-        if handed or broken:
-            print(f"\n{len(handed) + len(broken)} pair(s) again in fresh worker processes ({why})",
-                  file=sys.stderr, flush=True)
-        alone = broken[: jobs + 1]
-        todo = sorted(handed + broken[jobs + 1:])
+    tasks = [(adapters[ai].name, cases[ci], seed, str(device), check_backward) for ci, ai in pairs]
+    run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced)
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,8 +232,8 @@ def format_table(results, *, width: int = 100) -> str:
 
 
 def _outcome(r) -> str:
-    """A result's status, with "known" for a failure that matches a recorded third-party defect."""
-    return "known" if (r.status == "fail" and r.known_issue) else r.status
+    """A result's status, with "known" for a failure or crash that is a recorded third-party defect."""
+    return "known" if (r.status in ("fail", "error") and r.known_issue) else r.status
 
 
 def summary(results) -> dict[str, int]:
@@ -288,14 +244,15 @@ def summary(results) -> dict[str, int]:
 
 
 def mark_known_issues(results, cases, device) -> None:
-    """Failures that match a recorded third-party defect (harness.check.known_issues) get its text."""
+    """Failures and crashes that are a recorded third-party defect (harness.check.known_issues) get its
+    text; a crash only when its error carries the recorded signature."""
     from harness.check.known_issues import lookup
 
     by_id = {c.id: c for c in cases}
     for r in results:
-        if r.status == "fail" and r.case in by_id:
+        if r.status in ("fail", "error") and r.case in by_id:
             issue = lookup(r.backend, by_id[r.case], device)
-            if issue:
+            if issue and issue.explains(r.status, r.reason):
                 r.known_issue = issue.describe()
 
 

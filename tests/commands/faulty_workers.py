@@ -13,7 +13,7 @@ CULPRIT = "sdpa_math"
 def loses_context(task):
     """After sdpa_math's pairs the process's CUDA context is "lost", as after a misaligned address."""
     out = matrix._worker(task)
-    if task[0] == CULPRIT and out[0] is not None:
+    if task[0] == CULPRIT:
         matrix._LOST = "AcceleratorError: CUDA error: misaligned address (simulated)"
     return out
 

@@ -1,0 +1,132 @@
+"""Worker processes for the main job: each fed one task at a time, each replaced on its own.
+
+A GPU worker can become unusable in two ways: its CUDA context is lost (a sticky error such as a
+misaligned address: every later CUDA call in that process fails), or it dies (a segfault, an abort).
+:func:`run_tasks` keeps ``jobs`` spawned processes busy, sends each its next task over its own pipe,
+and replaces only the process that became unusable: the others keep their warm caches (compiled
+kernels, JIT-ed modules, the case's oracle), so one crash costs one process start, not a new pool.
+Because the parent knows which task each process holds, a process that dies fails exactly its own
+task, and one that reports a lost context after a task keeps that task's result.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import wait
+
+
+def _serve(conn, work: Callable, unusable: Callable[[], str | None]) -> None:
+    """A worker process: run each task the parent sends until it sends None; after each task send
+    ``(index, ("ok", value) or ("raised", text), why unusable or None)``, and exit when unusable."""
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                return
+            i, task = msg
+            try:
+                out = ("ok", work(task))
+            except Exception as e:  # the task's own failure: reported for this task only
+                out = ("raised", f"{type(e).__name__}: {e}")
+            why = unusable()
+            conn.send((i, out, why))
+            if why:
+                return
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):  # the parent stopped: leave quietly
+        return
+
+
+class _Slot:
+    def __init__(self, ctx, work, unusable):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, work, unusable), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: int | None = None
+
+    def give(self, i: int, task) -> None:
+        self.task = i
+        self.conn.send((i, task))
+
+    def stop(self, *, force: bool = False) -> None:
+        if force:
+            self.proc.terminate()
+        else:
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.conn.close()
+
+
+def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, object], None],
+              failed: Callable[[int, str], None], unusable: Callable[[], str | None] = lambda: None,
+              replaced: Callable[[str], None] | None = None) -> None:
+    """Run ``work(task)`` for every task on ``jobs`` spawned processes (CUDA must not be forked).
+
+    ``done(i, value)`` gets each result, ``failed(i, why)`` each task whose ``work`` raised or whose
+    process died running it. ``unusable()`` runs in the worker after each task: a reason (a lost CUDA
+    context) retires that process once its result is sent. ``replaced(why)`` is told each time a
+    process is replaced. ``work`` and ``unusable`` must be importable module-level functions. On
+    KeyboardInterrupt the processes are stopped and the interrupt propagates."""
+    ctx = mp.get_context("spawn")
+    queue = deque(range(len(tasks)))
+    slots: list[_Slot] = []
+
+    def feed(slot: _Slot) -> bool:
+        if not queue:
+            slot.task = None
+            return False
+        i = queue.popleft()
+        slot.give(i, tasks[i])
+        return True
+
+    def replace(slot: _Slot, why: str) -> None:
+        slots.remove(slot)
+        slot.stop(force=True)
+        if replaced:
+            replaced(why)
+        if queue:
+            fresh = _Slot(ctx, work, unusable)
+            slots.append(fresh)
+            feed(fresh)
+
+    try:
+        for _ in range(min(jobs, len(tasks))):
+            slot = _Slot(ctx, work, unusable)
+            slots.append(slot)
+            feed(slot)
+        while any(s.task is not None for s in slots):
+            busy = [s for s in slots if s.task is not None]
+            ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy]))
+            for slot in busy:
+                if slot.conn not in ready and slot.proc.sentinel not in ready:
+                    continue
+                try:
+                    msg = slot.conn.recv() if slot.conn.poll() else None
+                except (EOFError, OSError):
+                    msg = None
+                if msg is None:  # the process died holding its task
+                    slot.proc.join(timeout=5)
+                    why = f"the worker process died running it (exit code {slot.proc.exitcode})"
+                    failed(slot.task, why)
+                    replace(slot, why)
+                    continue
+                i, (kind, value), lost = msg
+                if kind == "ok":
+                    done(i, value)
+                else:
+                    failed(i, f"worker process failed: {value}")
+                if lost:
+                    replace(slot, lost)
+                else:
+                    feed(slot)  # with nothing left the process idles until the end
+    finally:
+        for slot in slots:
+            slot.stop(force=True)
