@@ -193,6 +193,8 @@ class _SDPAAdapter(SoftmaxAdapter):
                     return sdpa(qh, kh, vh, **kw)
             except RuntimeError as e:
                 msg = str(e)
+                if "not correctly aligned" in msg:  # the efficient kernel's own alignment check: a refusal
+                    raise _Refused(msg.strip().splitlines()[0]) from None
                 if "No available kernel" not in msg and "No viable backend" not in msg:
                     raise
                 raise _Refused(_torch_reasons(caught, e)) from None

@@ -118,7 +118,8 @@ def main(args) -> int:
                 drawn, skipped = next(stream)
                 rejected += skipped
                 res = r.verify(drawn.case, drawn.seed, backward=True)
-                issue = lookup(r.name, drawn.case, device) if res.status == "fail" else None
+                issue = lookup(r.name, drawn.case, device)
+                issue = issue if issue and issue.explains(res.status, res.reason) else None
                 outcome = "known" if issue else res.status
                 per_backend[r.name]["cases"] += 1
                 per_backend[r.name][outcome] += 1

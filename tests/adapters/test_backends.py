@@ -29,6 +29,9 @@ def _interpreted(adapter, device) -> bool:
 def test_backend_matches_oracle(attn_check, attn_adapter, attn_case, attn_device):
     kw = {"check_determinism": not _interpreted(attn_adapter, attn_device)}
     known = lookup(attn_adapter.name, attn_case, attn_device)
+    if known and known.crash:  # a sticky crash would take this test process's CUDA context with it
+        pytest.xfail(f"not run here: {known.describe()}; re-checked in a process of its own by "
+                     "tests/check/test_known_issues.py")
     if known:  # strict both ways: it must still fail, and then it is an expected failure
         result = attn_check.run(attn_adapter, attn_case, **kw)
         if result.status == "unsupported":

@@ -48,3 +48,71 @@ def test_main_job_reports_a_known_defect_without_failing_the_run(on_sm90):
     assert summary["known"] == 1 and summary["fail"] == 0
     row = matrix._rows([r, ok])[0]
     assert row[2] == "known" and "docs/known-issues.md" in row[4]
+
+
+OFFSET = SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True, layout="offset", dtype="fp16")
+
+
+def test_misaligned_start_entries_cover_their_backends_and_dtypes_only(on_sm90):
+    cuda = torch.device("cuda")
+    flash = lookup("sdpa_flash", OFFSET, cuda)
+    assert flash and flash.crash and flash.signature == "misaligned address"
+    assert lookup("sdpa_flash", SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True), cuda) is None  # aligned
+    assert lookup("sdpa_efficient", OFFSET, cuda) is None  # fp16: a clean refusal, not a defect
+    fp32 = SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True, layout="offset", dtype="fp32")
+    assert lookup("sdpa_efficient", fp32, cuda).crash
+    wrong = lookup("sdpa_cudnn", OFFSET, cuda)
+    assert wrong and not wrong.crash and lookup("sdpa", OFFSET, cuda) is wrong
+    assert lookup("flash_attn_cute", OFFSET, cuda) is None and lookup("flex", OFFSET, cuda) is None
+    recurrent = LinearCase(1, 2, 40, 32, gate="g_gamma", scale=0.0625, layout="transposed", dtype="fp32")
+    assert lookup("fla_recurrent", recurrent, cuda)
+    assert lookup("fla_recurrent", LinearCase(1, 2, 40, 32, gate="g_gamma", layout="transposed", dtype="fp32"), cuda) is None
+    assert lookup("fla_recurrent", LinearCase(1, 2, 40, 32, gate="g_gamma", scale=0.0625, dtype="fp32"), cuda) is None
+    for k in KNOWN:  # every entry's example is a case it covers
+        assert k.example is None or any(k.matches(b, k.example, cuda) for b in k.backends), k.summary
+
+
+def test_a_recorded_crash_is_known_only_with_its_signature(on_sm90):
+    device = torch.device("cuda", 0)
+    crash = CaseResult("sdpa_flash", OFFSET.id, "softmax", "fp16", "cuda:0", 0, "error",
+                       "run raised AcceleratorError: CUDA error: misaligned address")
+    other = CaseResult("sdpa_flash", OFFSET.id, "softmax", "fp16", "cuda:0", 0, "error",
+                       "run raised RuntimeError: CUDA out of memory")
+    wrong = CaseResult("sdpa_flash", OFFSET.id, "softmax", "fp16", "cuda:0", 0, "fail", "out: error 1.4")
+    matrix.mark_known_issues([crash, other, wrong], [OFFSET], device)
+    assert "misaligned address" in crash.known_issue and not other.known_issue and not wrong.known_issue
+    assert matrix.summary([crash, other, wrong]) == {"pass": 0, "fail": 1, "error": 1, "unsupported": 0, "known": 1}
+
+
+_RECHECK = """
+import json, sys, torch
+from harness.adapters import registry
+from harness.cases import case_from_id
+from harness.check import matrix
+r = matrix._verify_one(registry.get(sys.argv[1]), case_from_id(sys.argv[2]), 0, torch.device("cuda"), True)
+print(json.dumps({"status": r.status, "reason": r.reason}))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the recorded defects were measured on a GPU (an H100)")
+@pytest.mark.parametrize("entry", [k for k in KNOWN if k.example is not None], ids=lambda k: k.backends[0])
+def test_recorded_defect_still_reproduces_in_a_process_of_its_own(entry):
+    """Strict both ways for the entries with an example, crashes included: each backend runs the
+    example in a fresh process (a sticky crash must not take this one's CUDA context)."""
+    import json
+    import subprocess
+    import sys
+
+    device = torch.device("cuda")
+    if not entry.matches(entry.backends[0], entry.example, device):
+        pytest.skip(f"measured on {', '.join(entry.archs)}; this GPU is another architecture")
+    for backend in entry.backends:
+        run = subprocess.run([sys.executable, "-c", _RECHECK, backend, entry.example.id], capture_output=True,
+                             text=True, timeout=300)
+        got = json.loads(run.stdout.strip().splitlines()[-1])
+        if got["status"] == "unsupported":
+            pytest.skip(f"{backend}: {got['reason']}")
+        assert entry.explains(got["status"], got["reason"]), (
+            f"recorded defect no longer reproduces for {backend} ({got['status']}: {got['reason']}): "
+            f"remove it from harness/check/known_issues.py: {entry.summary}")
