@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         default="auto",
         help="worker processes verifying (backend, case) pairs at once (default auto: one on a CPU; with "
-        "GPUs, half the CPU cores up to 8 per GPU: compiles are CPU-bound, so workers sharing a GPU finish sooner)",
+        "GPUs, three quarters of the CPU cores up to 12 per GPU: compiles are CPU-bound, so workers sharing a GPU "
+        "finish sooner)",
     )
     parser.add_argument(
         "--autotune", action="store_true",
@@ -79,9 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 #: Environment variables that pin kernels' tuned configs (kernels/flash_attn/configs.py,
 #: kernels/linear_attn/configs.py, harness/adapters/fla.py); set unless --autotune or already set.
 PIN_TUNING = {"FLASH_ATTN_AUTOTUNE": "0", "KERNELS_LINEAR_ATTN_AUTOTUNE": "0", "ATTN_HARNESS_FLA_AUTOTUNE": "0"}
-#: Workers per GPU at most with --jobs auto (the H100 box: 16 cores, --jobs 8 finished every adapter
-#: on the small presets in 103 s; fewer left the GPU idle while kernels compiled).
-MAX_JOBS_PER_GPU = 8
+#: Compile caches the main job turns on unless the environment says otherwise: flash-attn-4 keeps
+#: its JIT-compiled kernels on disk (by default it compiles each one again in every process: ~145 s
+#: summed over the workers of a warm run on the H100), shared by the workers and by later runs.
+COMPILE_CACHES = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
+#: With several workers, inductor compiles inside each (the workers are the parallelism): its own pool
+#: of compile processes per worker would start one per CPU core in every worker.
+WORKER_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+#: Workers per GPU at most with --jobs auto (the H100 box has 16 cores; compiles are CPU-bound and
+#: most pairs are small, so workers sharing a GPU finish sooner: 8 took 274 s cold in session 8).
+MAX_JOBS_PER_GPU = 12
 
 
 def auto_jobs(cpus: int | None, gpus: int) -> tuple[int, str]:
@@ -89,8 +97,17 @@ def auto_jobs(cpus: int | None, gpus: int) -> tuple[int, str]:
     cpus = cpus or 1
     if gpus <= 0:
         return 1, f"1 (auto: no GPU; {cpus} CPU cores run one verification at a time)"
-    n = max(1, min(cpus // 2, MAX_JOBS_PER_GPU * gpus))
-    return n, f"{n} (auto: {cpus} CPU cores, {gpus} GPU(s): half the cores, at most {MAX_JOBS_PER_GPU} per GPU)"
+    n = max(1, min(cpus * 3 // 4, MAX_JOBS_PER_GPU * gpus))
+    return n, (f"{n} (auto: {cpus} CPU cores, {gpus} GPU(s): three quarters of the cores, "
+               f"at most {MAX_JOBS_PER_GPU} per GPU)")
+
+
+def _setdefault_env(values: dict[str, str]) -> list[str]:
+    """Set each variable the environment does not set already; the names set (to restore later)."""
+    set_here = [k for k in values if k not in os.environ]
+    for k in set_here:
+        os.environ[k] = values[k]
+    return set_here
 
 
 def _split(value: str | None) -> list[str]:
@@ -186,12 +203,9 @@ def main(args) -> int:
     if not torch.cuda.is_available():
         # Read by Triton when the kernels are defined: must precede the first kernel import.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    pinned = []
-    if not args.autotune:  # read when the kernels are imported: before any adapter runs (workers inherit it)
-        for k, v in PIN_TUNING.items():
-            if k not in os.environ:
-                os.environ[k] = v
-                pinned.append(k)
+    # read when the kernels and backends are imported: before any adapter runs (workers inherit them)
+    pinned = [] if args.autotune else _setdefault_env(PIN_TUNING)
+    restore = pinned + _setdefault_env(COMPILE_CACHES)
     try:
         cases, adapters, seed, out = _parse(args)
         if str(args.jobs) == "auto":
@@ -203,7 +217,11 @@ def main(args) -> int:
             raise ValueError(f"--jobs: expected a positive integer or auto, got {args.jobs!r}")
     except ValueError as e:
         print(f"python -m harness run: error: {e}", file=sys.stderr)
+        for k in restore:
+            os.environ.pop(k, None)
         return 2
+    if jobs > 1:
+        restore += _setdefault_env(WORKER_COMPILE)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -218,6 +236,8 @@ def main(args) -> int:
     tuning = ("kernels autotune (--autotune)" if args.autotune else
               "kernel configs pinned, no autotuning (--autotune to tune)"
               + ("" if pinned else ": set by the environment"))
+    if os.environ.get("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED") == "1":
+        tuning += "; flash-attn-4 JIT cache on disk"
     print(
         f"\n{len(adapters)} backends x {len(cases)} cases on {device}, seed {seed}"
         f"{' (Triton interpreter)' if os.environ.get('TRITON_INTERPRET') == '1' else ''}; workers: {jobs_why}; "
@@ -257,5 +277,5 @@ def main(args) -> int:
         return exit_code
     finally:
         sigterm.restore()
-        for k in pinned:  # an in-process caller (tests) gets its environment back
+        for k in restore:  # an in-process caller (tests) gets its environment back
             os.environ.pop(k, None)
