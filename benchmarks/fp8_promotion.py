@@ -13,6 +13,7 @@ ratio, plus each setting's largest output difference from the promoted one.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -52,8 +53,8 @@ def main(argv=None) -> int:
                 flops = 4 * b * heads * s * s * d / (2 if causal else 1)
                 out, ms = {}, {}
                 for acc in (0, None):
-                    def call(acc=acc, causal=causal):
-                        return flash_attn_fp8_func(q, k, v, qs, ks, vs, causal=causal, max_num_imprecise_acc=acc)
+                    call = functools.partial(flash_attn_fp8_func, q, k, v, qs, ks, vs, causal=causal,
+                                             max_num_imprecise_acc=acc)
                     out[acc] = call().float()
                     ms[acc] = _median(time_callable(call, dev))
                 diff = (out[None] - out[0]).abs().max().item()

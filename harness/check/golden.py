@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from harness import fp8
 from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase, make_inputs
+from harness.files import atomic_write
 from harness.oracle import (
     ORACLE_VERSION,
     decode_attention,
@@ -169,9 +170,8 @@ def oracle_result(case: Case, inputs=None, seed: int = 0):
     result = compute_oracle(case, inputs)
     if n_elements >= CACHE_MIN_ELEMENTS:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        save_file({k: v.detach().cpu().contiguous() for k, v in result.tensors().items()}, str(tmp))
-        os.replace(tmp, cached)
+        plain = {k: v.detach().cpu().contiguous() for k, v in result.tensors().items()}
+        atomic_write(cached, lambda tmp: save_file(plain, tmp))
     return result
 
 

@@ -23,7 +23,6 @@ rule that fired).
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 from dataclasses import asdict, dataclass, field
@@ -34,6 +33,7 @@ import torch
 
 from harness import fp8
 from harness.cases import DTYPES, Case
+from harness.files import atomic_write
 from harness.perf import flops as flop_model
 
 IMPLAUSIBLE = "implausible: check the measurement"
@@ -173,9 +173,8 @@ def device_peaks(device, dtypes=("bf16",), *, remeasure: bool = False, cache: bo
         if cache:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **peaks.to_dict()}, indent=1))
-                os.replace(tmp, path)
+                text = json.dumps({"schema_version": SCHEMA_VERSION, **peaks.to_dict()}, indent=1)
+                atomic_write(path, lambda tmp: Path(tmp).write_text(text))
             except OSError:
                 pass  # an unwritable cache only costs a re-measurement next time
     return peaks
