@@ -180,13 +180,14 @@ fuzz-shrink)  # issue 17: the three known defects shrunk to standalone repros, t
     (cd "$OUT" && tar czf shrink.tgz shrink fuzz && rm -rf shrink fuzz)
     tail -n 12 "$OUT"/fuzz.log; grep -h "minimal\|needed\|dropped\|repro" "$OUT"/shrink/*.log 2>/dev/null || true
     ;;
-main-job)  # issue 21: `python -m harness run` with no options, cold (empty Triton / inductor caches), then warm
+main-job)  # issue 21: `python -m harness run` with no options (MAIN_JOB_ARGS adds some), cold (empty Triton /
+    # inductor / flash-attn-4 caches), then warm
     setup
-    export TRITON_CACHE_DIR=/tmp/mj-triton TORCHINDUCTOR_CACHE_DIR=/tmp/mj-inductor
-    rm -rf /tmp/mj-triton /tmp/mj-inductor
+    export TRITON_CACHE_DIR=/tmp/mj-triton TORCHINDUCTOR_CACHE_DIR=/tmp/mj-inductor FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/mj-fa4
+    rm -rf /tmp/mj-triton /tmp/mj-inductor /tmp/mj-fa4
     for run in cold warm; do
         start=$(date +%s)
-        timeout 280 python3 -m harness run --out "$OUT/run-$run" > "$OUT/run-$run.log" 2>&1
+        timeout 280 python3 -m harness run ${MAIN_JOB_ARGS:-} --out "$OUT/run-$run" > "$OUT/run-$run.log" 2>&1
         echo "main job $run: exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/run-$run.log"
         tarred "run-$run"
     done

@@ -69,6 +69,10 @@ class Adapter(abc.ABC):
     #: None when a call can be captured in a CUDA graph; else why not (it reads device values on
     #: the host). The timer then does not try (a failed capture can hold its memory pool).
     no_cuda_graph: ClassVar[str | None] = None
+    #: True when the first call of a new shape compiles (Triton, inductor, CuTe DSL JIT): seconds,
+    #: against milliseconds for a precompiled library. The main job starts these pairs first, so
+    #: that its last minutes are not one worker compiling while the others idle.
+    compiles_per_shape: ClassVar[bool] = False
     #: False when the backend documents a nondeterministic backward (atomics): determinism is
     #: then reported with its spread instead of failed.
     deterministic_backward: ClassVar[bool] = True

@@ -224,6 +224,7 @@ class FlashAttn3KVCache(FlashAttnKVCache):
 
 class FlashAttnCuteDecode(_VendorDecode):
     name = "flash_attn_cute_decode"
+    compiles_per_shape = True
     description = ("flash-attn-4's flash_attn_varlen_func over a paged cache (page_table, seqused_k); "
                    "new tokens written first with index_copy_")
     module = "flash_attn.cute.interface"
@@ -288,6 +289,7 @@ def _flex_paged_state(B, num_blocks, page, Sq, left, right, device):
 
 class FlexPagedDecode(DecodeAdapter):
     name = "flex_decode"
+    compiles_per_shape = True
     description = ("torch FlexAttention (compiled) over the paged pool viewed head-major, pages as key blocks "
                    "through a page-table mask (torch's PagedAttention scheme); new tokens written first")
     #: False: eager flex_attention (the tests' CPU path: FlexAttention compiles forward-only on CPU)

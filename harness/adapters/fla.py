@@ -84,6 +84,7 @@ def gated_chunk_backward_refusal() -> str | None:
 
 class _FLAAdapter(LinearAdapter):
     function: str = ""
+    compiles_per_shape = True  # Triton kernels
     # FLA's simple_gla kernels treat g_gamma as a constant decay: no gradient reaches it.
     nondifferentiable_inputs = ("g_gamma",)
 

@@ -244,6 +244,7 @@ class FlashAttn3(_FlashAdapter):
 
 class FlashAttnCute(_FlashAdapter):
     name = "flash_attn_cute"
+    compiles_per_shape = True
     description = "flash-attn-4 CuTe-DSL kernels (flash_attn.cute), FA3-class on sm90/sm100; JIT per shape"
     package_words = "flash_attn.cute (flash-attn-4)"
     unbounded_window = None  # FA4 spells "unbounded" None; -1 would be a bound

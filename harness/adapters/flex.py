@@ -172,6 +172,7 @@ def call_without_fallback(compiled, *args, recompile_limit: int = FLEX_RECOMPILE
 
 class FlexAdapter(SoftmaxAdapter):
     name = "flex"
+    compiles_per_shape = True
     description = "torch FlexAttention under torch.compile (fullgraph, static shapes); fallbacks reported"
 
     def supports(self, case, device):

@@ -112,6 +112,7 @@ def _stated_limits():
 
 class TritonFA(SoftmaxAdapter):
     name = "triton_fa"
+    compiles_per_shape = True
     description = "in-repo Triton flash attention (kernels/flash_attn), forward + backward"
     module = "kernels.flash_attn"
 
@@ -168,6 +169,7 @@ class TritonFA(SoftmaxAdapter):
 
 class TritonLAChunk(LinearAdapter):
     name = "triton_la_chunk"
+    compiles_per_shape = True
     description = "in-repo Triton chunked linear attention (kernels/linear_attn), forward + backward"
     module = "kernels.linear_attn"
     deterministic_backward = False  # the backward accumulates its row dots (for dg) with atomics
@@ -210,6 +212,7 @@ class TritonLAChunk(LinearAdapter):
 
 class TritonDecode(DecodeAdapter):
     name = "triton_decode"
+    compiles_per_shape = True
     description = "in-repo Triton split-K decode over a contiguous or paged KV cache (kernels/decode)"
     module = "kernels.decode"
 
@@ -244,6 +247,7 @@ class TritonDecode(DecodeAdapter):
 
 class TritonFAFP8(SoftmaxAdapter):
     name = "triton_fa_fp8"
+    compiles_per_shape = True
     description = ("in-repo Triton flash attention forward on e4m3 q/k/v with descales (kernels/flash_attn "
                    "flash_attn_fp8_func): fp32-accumulated QK^T, P in e4m3 for PV, out bf16/fp16")
     module = "kernels.flash_attn"

@@ -153,6 +153,13 @@ def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, 
     return results
 
 
+def submission_order(pairs, adapters):
+    """The pairs whose first call compiles first (case-major among themselves, so that the first
+    workers compile different backends' kernels rather than one kernel many times), then the rest:
+    the cheap pairs fill the end instead of one late compile keeping the whole run waiting."""
+    return sorted(pairs, key=lambda p: not adapters[p[1]].compiles_per_shape)
+
+
 def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None):
     """``pairs`` on ``jobs`` spawned workers (harness.check.pool), results into ``done``. A worker
     whose CUDA context was lost, or that died, is replaced alone; a pair whose worker died running
@@ -180,6 +187,7 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
     def replaced(why):
         print(f"\nworker process replaced ({why})", file=sys.stderr, flush=True)
 
+    pairs = submission_order(pairs, adapters)
     tasks = [(adapters[ai].name, cases[ci], seed, str(device), check_backward) for ci, ai in pairs]
     run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced)
 

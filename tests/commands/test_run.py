@@ -181,6 +181,17 @@ def test_a_worker_that_lost_its_cuda_context_is_replaced_alone(capsys):
     assert capsys.readouterr().err.count("worker process replaced (a worker lost its CUDA context") == len(fw.CASES)
 
 
+def test_pairs_that_compile_are_handed_out_first():
+    from harness.presets import preset
+
+    cases = preset("small", ["fp32"])[:2]
+    adapters = [registry.get("eager"), registry.get("triton_fa"), registry.get("sdpa_math"), registry.get("flex")]
+    order = matrix.submission_order(matrix._pairs(cases, adapters), adapters)
+    assert [(ci, adapters[ai].name) for ci, ai in order] == [
+        (0, "triton_fa"), (0, "flex"), (1, "triton_fa"), (1, "flex"),
+        (0, "eager"), (0, "sdpa_math"), (1, "eager"), (1, "sdpa_math")]
+
+
 def test_a_worker_that_dies_fails_only_its_own_pair():
     """A worker process that dies is replaced; only the pair that killed it is an error."""
     import faulty_workers as fw
