@@ -153,11 +153,20 @@ def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, 
     return results
 
 
-def submission_order(pairs, adapters):
-    """The pairs whose first call compiles first (case-major among themselves, so that the first
-    workers compile different backends' kernels rather than one kernel many times), then the rest:
-    the cheap pairs fill the end instead of one late compile keeping the whole run waiting."""
-    return sorted(pairs, key=lambda p: not adapters[p[1]].compiles_per_shape)
+def submission_order(pairs, cases, adapters, device):
+    """Recorded crashes first (harness.check.known_issues: the worker they take down is replaced
+    while the run is young, its start-up hidden behind the other workers' work), then the pairs
+    whose first call compiles (case-major among themselves, so that the first workers compile
+    different backends' kernels rather than one kernel many times), then the rest: the cheap
+    pairs fill the end instead of one late compile keeping the whole run waiting."""
+    from harness.check.known_issues import lookup
+
+    def key(p):
+        ci, ai = p
+        known = lookup(adapters[ai].name, cases[ci], device)
+        return (not (known and known.crash), not adapters[ai].compiles_per_shape)
+
+    return sorted(pairs, key=key)
 
 
 def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None):
@@ -187,7 +196,7 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
     def replaced(why):
         print(f"\nworker process replaced ({why})", file=sys.stderr, flush=True)
 
-    pairs = submission_order(pairs, adapters)
+    pairs = submission_order(pairs, cases, adapters, device)
     tasks = [(adapters[ai].name, cases[ci], seed, str(device), check_backward) for ci, ai in pairs]
     run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced)
 

@@ -50,15 +50,17 @@ class _Slot:
         self.task = i
         self.conn.send((i, task))
 
+    def release(self) -> None:
+        """Ask the process to exit once idle (it reads None)."""
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+
     def stop(self, *, force: bool = False) -> None:
         if force:
             self.proc.terminate()
-        else:
-            try:
-                self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        self.proc.join(timeout=10)
+        self.proc.join(timeout=1 if force else 10)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=5)
@@ -79,20 +81,22 @@ def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, ob
     queue = deque(range(len(tasks)))
     slots: list[_Slot] = []
 
-    def feed(slot: _Slot) -> bool:
-        if not queue:
+    def feed(slot: _Slot) -> None:
+        if queue:
+            i = queue.popleft()
+            slot.give(i, tasks[i])
+        else:  # nothing left: let it exit now (its CUDA context tears down while the others finish)
             slot.task = None
-            return False
-        i = queue.popleft()
-        slot.give(i, tasks[i])
-        return True
+            slot.release()
 
     def replace(slot: _Slot, why: str) -> None:
         slots.remove(slot)
         slot.stop(force=True)
         if replaced:
             replaced(why)
-        if queue:
+        # A new process costs its start-up (imports, a CUDA context: seconds); near the end the
+        # processes still running take the last tasks sooner than a new one could.
+        if queue and (not slots or len(queue) > len(slots)):
             fresh = _Slot(ctx, work, unusable)
             slots.append(fresh)
             feed(fresh)
@@ -126,7 +130,10 @@ def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, ob
                 if lost:
                     replace(slot, lost)
                 else:
-                    feed(slot)  # with nothing left the process idles until the end
-    finally:
+                    feed(slot)
+        for slot in slots:  # each was released when the queue ran dry: wait for their exits
+            slot.stop()
+        slots.clear()
+    finally:  # an interrupt or an error: stop whatever still runs
         for slot in slots:
             slot.stop(force=True)

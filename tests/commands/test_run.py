@@ -186,10 +186,22 @@ def test_pairs_that_compile_are_handed_out_first():
 
     cases = preset("small", ["fp32"])[:2]
     adapters = [registry.get("eager"), registry.get("triton_fa"), registry.get("sdpa_math"), registry.get("flex")]
-    order = matrix.submission_order(matrix._pairs(cases, adapters), adapters)
+    order = matrix.submission_order(matrix._pairs(cases, adapters), cases, adapters, torch.device("cpu"))
     assert [(ci, adapters[ai].name) for ci, ai in order] == [
         (0, "triton_fa"), (0, "flex"), (1, "triton_fa"), (1, "flex"),
         (0, "eager"), (0, "sdpa_math"), (1, "eager"), (1, "sdpa_math")]
+
+
+def test_recorded_crashes_are_handed_out_before_everything_else(monkeypatch):
+    from harness.cases import SoftmaxCase
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # an H100, as the entries were measured on
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    cases = [SoftmaxCase(1, 4, 2, 40, 40, 32, dtype="fp16"),
+             SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True, layout="offset", dtype="fp16")]
+    adapters = [registry.get("eager"), registry.get("triton_fa"), registry.get("sdpa_flash")]
+    order = matrix.submission_order(matrix._pairs(cases, adapters), cases, adapters, torch.device("cuda"))
+    assert [(ci, adapters[ai].name) for ci, ai in order][:3] == [(1, "sdpa_flash"), (0, "triton_fa"), (1, "triton_fa")]
 
 
 def test_a_worker_that_dies_fails_only_its_own_pair():
