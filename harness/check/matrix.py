@@ -121,12 +121,34 @@ def _lost() -> str | None:
     return f"a worker lost its CUDA context: {_LOST}" if _LOST else None
 
 
+def _warm_up(device: str) -> None:
+    """A worker's set-up before its first pair: the imports and a CUDA context with cuBLAS."""
+    import torch
+
+    import harness.adapters.registry  # noqa: F401 - every adapter module
+    import harness.check.verify  # noqa: F401
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        x = torch.ones(8, 8, device=dev)
+        (x @ x).sum().item()
+
+
+def start_workers(jobs: int, device):
+    """The main job's worker processes, started (and warming up) now: give them to :func:`run_all`
+    as ``pool``, and close them (a context manager) when done."""
+    from harness.check.pool import Pool
+
+    return Pool(jobs, _worker, unusable=_lost, warm=_warm_up, warm_arg=str(device))
+
+
 def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True,
-            jobs: int = 1, worker=None):
+            jobs: int = 1, worker=None, pool=None):
     """Verify every (adapter, case): the oracle and reference of a case are built once (per worker),
-    only when some adapter supports it. Returns a list of CaseResult, case-major. An interrupt
-    (Ctrl-C, SIGTERM from a time limit) stops the run and returns what finished, each missing
-    pair as an "error" saying it was not run."""
+    only when some adapter supports it. Returns a list of CaseResult, case-major. ``jobs`` > 1:
+    in that many worker processes (``pool``: ones already started by :func:`start_workers`). An
+    interrupt (Ctrl-C, SIGTERM from a time limit) stops the run and returns what finished, each
+    missing pair as an "error" saying it was not run."""
     from harness.check.verify import CaseResult
 
     pairs = _pairs(cases, adapters)
@@ -140,7 +162,7 @@ def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, 
                 done[ci, ai] = _verify_one(adapters[ai], cases[ci], seed, device, check_backward)
                 bar.result(done[ci, ai], time.perf_counter() - t0)
         else:
-            _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker)
+            _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker, pool)
     except KeyboardInterrupt:
         print("\ninterrupted: reporting what finished", file=sys.stderr, flush=True)
     finally:
@@ -169,8 +191,8 @@ def submission_order(pairs, cases, adapters, device):
     return sorted(pairs, key=key)
 
 
-def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None):
-    """``pairs`` on ``jobs`` spawned workers (harness.check.pool), results into ``done``. A worker
+def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None, pool=None):
+    """``pairs`` on ``jobs`` spawned workers (harness.check.pool; or on ``pool``), results into ``done``. A worker
     whose CUDA context was lost, or that died, is replaced alone; a pair whose worker died running
     it is an error saying so."""
     from harness.adapters import registry
@@ -198,7 +220,10 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
 
     pairs = submission_order(pairs, cases, adapters, device)
     tasks = [(adapters[ai].name, cases[ci], seed, str(device), check_backward) for ci, ai in pairs]
-    run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced)
+    if pool is not None:
+        pool.run(tasks, done=finished, failed=failed, replaced=replaced)
+    else:
+        run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,10 +17,20 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 
 
-def _serve(conn, work: Callable, unusable: Callable[[], str | None]) -> None:
-    """A worker process: run each task the parent sends until it sends None; after each task send
+def _never() -> str | None:
+    return None
+
+
+def _serve(conn, work: Callable, unusable: Callable[[], str | None], warm: Callable | None, warm_arg) -> None:
+    """A worker process: ``warm(warm_arg)`` first (imports, a CUDA context: while the parent is still
+    preparing), then run each task the parent sends until it sends None; after each task send
     ``(index, ("ok", value) or ("raised", text), why unusable or None)``, and exit when unusable."""
     try:
+        if warm is not None:
+            try:
+                warm(warm_arg)
+            except Exception:  # a broken set-up shows in the tasks, with their own errors
+                pass
         while True:
             msg = conn.recv()
             if msg is None:
@@ -39,9 +49,9 @@ def _serve(conn, work: Callable, unusable: Callable[[], str | None]) -> None:
 
 
 class _Slot:
-    def __init__(self, ctx, work, unusable):
+    def __init__(self, ctx, args):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, work, unusable), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, *args), daemon=True)
         self.proc.start()
         child.close()
         self.task: int | None = None
@@ -67,44 +77,66 @@ class _Slot:
         self.conn.close()
 
 
-def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, object], None],
-              failed: Callable[[int, str], None], unusable: Callable[[], str | None] = lambda: None,
-              replaced: Callable[[str], None] | None = None) -> None:
-    """Run ``work(task)`` for every task on ``jobs`` spawned processes (CUDA must not be forked).
+class Pool:
+    """``jobs`` spawned processes (CUDA must not be forked) that run ``work(task)``, started at once:
+    each runs ``warm(warm_arg)`` first, so a pool made early warms up while its owner prepares.
+    ``unusable()`` runs in a worker after each task: a reason (a lost CUDA context) retires that
+    process once its result is sent. ``work``, ``unusable`` and ``warm`` must be importable
+    module-level functions. Use as a context manager, or call :meth:`close`."""
 
-    ``done(i, value)`` gets each result, ``failed(i, why)`` each task whose ``work`` raised or whose
-    process died running it. ``unusable()`` runs in the worker after each task: a reason (a lost CUDA
-    context) retires that process once its result is sent. ``replaced(why)`` is told each time a
-    process is replaced. ``work`` and ``unusable`` must be importable module-level functions. On
-    KeyboardInterrupt the processes are stopped and the interrupt propagates."""
-    ctx = mp.get_context("spawn")
-    queue = deque(range(len(tasks)))
-    slots: list[_Slot] = []
+    def __init__(self, jobs: int, work: Callable, *, unusable: Callable[[], str | None] = _never,
+                 warm: Callable | None = None, warm_arg=None):
+        self._ctx = mp.get_context("spawn")
+        self._args = (work, unusable, warm, warm_arg)
+        self.slots: list[_Slot] = []
+        try:
+            for _ in range(max(1, jobs)):
+                self.slots.append(_Slot(self._ctx, self._args))
+        except BaseException:
+            self.close()
+            raise
 
-    def feed(slot: _Slot) -> None:
-        if queue:
-            i = queue.popleft()
-            slot.give(i, tasks[i])
-        else:  # nothing left: let it exit now (its CUDA context tears down while the others finish)
-            slot.task = None
-            slot.release()
+    def __enter__(self) -> Pool:
+        return self
 
-    def replace(slot: _Slot, why: str) -> None:
-        slots.remove(slot)
-        slot.stop(force=True)
-        if replaced:
-            replaced(why)
-        # A new process costs its start-up (imports, a CUDA context: seconds); near the end the
-        # processes still running take the last tasks sooner than a new one could.
-        if queue and (not slots or len(queue) > len(slots)):
-            fresh = _Slot(ctx, work, unusable)
-            slots.append(fresh)
-            feed(fresh)
+    def __exit__(self, *exc) -> None:
+        self.close()
 
-    try:
-        for _ in range(min(jobs, len(tasks))):
-            slot = _Slot(ctx, work, unusable)
-            slots.append(slot)
+    def close(self) -> None:
+        """Stop every process (an interrupt, an error, or after :meth:`run`)."""
+        for slot in self.slots:
+            slot.stop(force=True)
+        self.slots.clear()
+
+    def run(self, tasks: list, *, done: Callable[[int, object], None], failed: Callable[[int, str], None],
+            replaced: Callable[[str], None] | None = None) -> None:
+        """Every task once: ``done(i, value)`` gets each result, ``failed(i, why)`` each task whose
+        ``work`` raised or whose process died running it; ``replaced(why)`` is told each time a
+        process is replaced. The processes exit as the tasks run out (a pool runs once)."""
+        queue = deque(range(len(tasks)))
+        slots = self.slots
+
+        def feed(slot: _Slot) -> None:
+            if queue:
+                i = queue.popleft()
+                slot.give(i, tasks[i])
+            else:  # nothing left: let it exit now (its CUDA context tears down while the others finish)
+                slot.task = None
+                slot.release()
+
+        def replace(slot: _Slot, why: str) -> None:
+            slots.remove(slot)
+            slot.stop(force=True)
+            if replaced:
+                replaced(why)
+            # A new process costs its start-up (imports, a CUDA context: seconds); near the end the
+            # processes still running take the last tasks sooner than a new one could.
+            if queue and (not slots or len(queue) > len(slots)):
+                fresh = _Slot(self._ctx, self._args)
+                slots.append(fresh)
+                feed(fresh)
+
+        for slot in list(slots):
             feed(slot)
         while any(s.task is not None for s in slots):
             busy = [s for s in slots if s.task is not None]
@@ -134,6 +166,14 @@ def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, ob
         for slot in slots:  # each was released when the queue ran dry: wait for their exits
             slot.stop()
         slots.clear()
-    finally:  # an interrupt or an error: stop whatever still runs
-        for slot in slots:
-            slot.stop(force=True)
+
+
+def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, object], None],
+              failed: Callable[[int, str], None], unusable: Callable[[], str | None] = _never,
+              replaced: Callable[[str], None] | None = None) -> None:
+    """:class:`Pool` of ``min(jobs, len(tasks))`` processes, :meth:`Pool.run` on ``tasks``, closed.
+    On KeyboardInterrupt the processes are stopped and the interrupt propagates."""
+    if not tasks:
+        return
+    with Pool(min(jobs, len(tasks)), work, unusable=unusable) as pool:
+        pool.run(tasks, done=done, failed=failed, replaced=replaced)

@@ -27,6 +27,7 @@ from harness.check.matrix import (
     format_table,
     mark_known_issues,
     run_all,
+    start_workers,
     summary,
     timing_lines,
     write_reports,
@@ -225,7 +226,18 @@ def main(args) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
+    # the workers start (imports, a CUDA context: seconds each) while the self-checks run here
+    pool = start_workers(jobs, device) if jobs > 1 else None
+    try:
+        return _checks_and_pairs(args, jobs, jobs_why, pinned, cases, adapters, seed, out, device, started, t0, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+        for k in restore:  # an in-process caller (tests) gets its environment back
+            os.environ.pop(k, None)
 
+
+def _checks_and_pairs(args, jobs, jobs_why, pinned, cases, adapters, seed, out, device, started, t0, pool) -> int:
     print("Oracle self-checks (oracle vs naive formulas, float64):")
     checks = self_checks()
     for c in checks:
@@ -256,6 +268,7 @@ def main(args) -> int:
             check_backward=not args.forward_only,
             progress=not args.no_progress,
             jobs=jobs,
+            pool=pool,
         )
         mark_known_issues(results, cases, device)
         print(format_table(results))
@@ -277,5 +290,3 @@ def main(args) -> int:
         return exit_code
     finally:
         sigterm.restore()
-        for k in restore:  # an in-process caller (tests) gets its environment back
-            os.environ.pop(k, None)
