@@ -65,8 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         default="auto",
         help="worker processes verifying (backend, case) pairs at once (default auto: one on a CPU; with "
-        "GPUs, three quarters of the CPU cores up to 12 per GPU: compiles are CPU-bound, so workers sharing a GPU "
-        "finish sooner)",
+        "GPUs, one per CPU core up to 16 per GPU: compiles are CPU-bound, so workers sharing a GPU finish sooner)",
     )
     parser.add_argument(
         "--autotune", action="store_true",
@@ -88,9 +87,10 @@ COMPILE_CACHES = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
 #: With several workers, inductor compiles inside each (the workers are the parallelism): its own pool
 #: of compile processes per worker would start one per CPU core in every worker.
 WORKER_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-#: Workers per GPU at most with --jobs auto (the H100 box has 16 cores; compiles are CPU-bound and
-#: most pairs are small, so workers sharing a GPU finish sooner: 8 took 274 s cold in session 8).
-MAX_JOBS_PER_GPU = 12
+#: Workers per GPU at most with --jobs auto. Compiles are CPU-bound and most pairs are small, so
+#: workers sharing a GPU finish sooner: on the H100 box (16 cores) the cold main job took 137-147 s
+#: with 12 workers and 117 s with 16 (session 9; 274 s with 8 in session 8, before the pool fix).
+MAX_JOBS_PER_GPU = 16
 
 
 def auto_jobs(cpus: int | None, gpus: int) -> tuple[int, str]:
@@ -98,9 +98,8 @@ def auto_jobs(cpus: int | None, gpus: int) -> tuple[int, str]:
     cpus = cpus or 1
     if gpus <= 0:
         return 1, f"1 (auto: no GPU; {cpus} CPU cores run one verification at a time)"
-    n = max(1, min(cpus * 3 // 4, MAX_JOBS_PER_GPU * gpus))
-    return n, (f"{n} (auto: {cpus} CPU cores, {gpus} GPU(s): three quarters of the cores, "
-               f"at most {MAX_JOBS_PER_GPU} per GPU)")
+    n = max(1, min(cpus, MAX_JOBS_PER_GPU * gpus))
+    return n, f"{n} (auto: {cpus} CPU cores, {gpus} GPU(s): one per core, at most {MAX_JOBS_PER_GPU} per GPU)"
 
 
 def _setdefault_env(values: dict[str, str]) -> list[str]:

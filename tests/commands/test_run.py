@@ -74,8 +74,8 @@ def test_run_passes_writes_reports_and_prints_table(tmp_path, capsys):
 
 def test_auto_workers_follow_the_gpus_and_cores():
     assert run_command.auto_jobs(2, 0)[0] == 1
-    assert run_command.auto_jobs(16, 1)[0] == 12 and run_command.auto_jobs(4, 1)[0] == 3
-    assert run_command.auto_jobs(64, 2)[0] == 24 and run_command.auto_jobs(128, 8)[0] == 96
+    assert run_command.auto_jobs(16, 1)[0] == 16 and run_command.auto_jobs(4, 1)[0] == 4
+    assert run_command.auto_jobs(64, 2)[0] == 32 and run_command.auto_jobs(128, 8)[0] == 128
     assert "16 CPU cores, 1 GPU(s)" in run_command.auto_jobs(16, 1)[1]
 
 
