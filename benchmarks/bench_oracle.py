@@ -3,7 +3,7 @@
     python benchmarks/bench_oracle.py [--seqlens 512 ... 16384] [--hd 64 128]
 
 FLOPs: 4 * B * H * Sq * Sk * D forward (halved for causal), forward+backward = 3.5x forward.
-Times are CUDA-event medians after a warm-up.
+Times: the harness timer (harness/perf/timing.py: CUDA events, a warm-up call, the median).
 """
 
 import argparse
@@ -16,21 +16,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: python3 benchmarks/...
 from harness.oracle import softmax_attention
+from harness.perf.timing import TimerOptions, time_callable
 from harness.presets import FA_SWEEP_HIDDEN, FA_SWEEP_TOKENS
 
 
 def cuda_time(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(times)
+    """Median seconds of ``fn`` with the harness timer (CUDA events, warm-up; ``reps`` repetitions:
+    the oracle's calls take seconds, so no settling windows)."""
+    t = time_callable(fn, "cuda", options=TimerOptions(reps=reps, warmup_ms=0.0, settle_max_ms=0.0))
+    return statistics.median(t.times_ms) / 1e3
 
 
 def main():
