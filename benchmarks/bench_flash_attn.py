@@ -5,7 +5,7 @@
 Setup (issue 4): bf16, batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 / hd), layout
 [B, S, H, D] (sdpa gets the same storage as a [B, H, S, D] view). First a correctness check of every
 (hd, causal) against the FP64 oracle on a slice of a real launch, then timings:
-CUDA-event timings through triton.testing.do_bench (L2 flushed before each rep, median of the reps),
+CUDA-event timings through the harness timer (harness/perf/timing.py: L2 flushed before each rep, median of the reps),
 taken twice per point (the lower median is reported, the spread between the two is kept in the
 JSON and flagged in the table when over 15%), after a warm-up that also runs the autotuner. TFLOP/s = 4 * B * H * S^2 * D / time, halved for
 causal; backward counts 2.5x the forward FLOPs. Prints a markdown table last; --out DIR also writes
@@ -99,7 +99,7 @@ def check(impls, hd, causal, seqlen=1024, dtype=torch.bfloat16):
 
 
 def bench_one(fn, hd, seqlen, causal, warmup_ms, rep_ms, dtype=torch.bfloat16):
-    import triton
+    from harness.perf.timing import TimerOptions, time_callable
 
     b, h = TOKENS // seqlen, HIDDEN // hd
     q, k, v, do = (torch.randn(b, seqlen, h, hd, device="cuda", dtype=dtype) for _ in range(4))
@@ -111,7 +111,8 @@ def bench_one(fn, hd, seqlen, causal, warmup_ms, rep_ms, dtype=torch.bfloat16):
     def twice(f):
         # Two medians, a moment apart: the lower is reported, the spread says how far to trust it
         # (run 3 of the notes saw one 3.7x outlier that neither run before it showed).
-        ts = [triton.testing.do_bench(f, warmup=warmup_ms, rep=rep_ms, return_mode="median") for _ in range(2)]
+        opt = TimerOptions(warmup_ms=warmup_ms, target_ms=rep_ms)
+        ts = [time_callable(f, "cuda", options=opt, flush=True).median_ms for _ in range(2)]
         return min(ts), abs(ts[0] - ts[1]) / min(ts)
 
     t_fwd, s_fwd = twice(lambda: fn(q, k, v, causal))

@@ -2,7 +2,7 @@
 
 Correctness first (a slice against the FP64 oracle, beside FLA's error on the same inputs), then
 timings: forward and forward+backward, ms (CUDA events, median, L2 flushed between reps by
-triton.testing.do_bench), achieved bandwidth from a counted-bytes model, peak memory.
+the harness timer, harness/perf/timing.py), achieved bandwidth from a counted-bytes model, peak memory.
 
     python benchmarks/bench_linear_attn.py --dims 64 128 --T 1024 2048 4096 8192 16384 --dtypes fp16 bf16
 
@@ -174,17 +174,17 @@ def bytes_model(B, T, H, K, V, elt):
 
 def copy_bandwidth():
     """The card's copy ceiling: bytes read + written by a 2 GiB device-to-device copy, per second."""
-    from triton.testing import do_bench
+    from harness.perf.timing import time_callable
     if DEVICE != "cuda":
         return float("nan")
     src = torch.empty(2**30, dtype=torch.float16, device="cuda").normal_()
     dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median")
+    ms = time_callable(lambda: dst.copy_(src), "cuda").median_ms
     return 2 * 2**31 / (ms * 1e-3)
 
 
 def time_case(fn, x, mode):
-    from triton.testing import do_bench
+    from harness.perf.timing import time_callable
     q, k, v = x["q"], x["k"], x["v"]
     if mode == "fwd":
         def run():
@@ -201,7 +201,7 @@ def time_case(fn, x, mode):
         run()
         return (time.perf_counter() - t) * 1e3
     torch.cuda.synchronize()
-    return do_bench(run, warmup=50, rep=300, return_mode="median")
+    return time_callable(run, "cuda", flush=True).median_ms
 
 
 def outputs(fn, x, fwd_only=False):
