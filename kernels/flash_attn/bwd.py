@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from . import configs
-from .fwd import _capped, _key_range, _load_rows, _make_desc, arch_of, precision_of
+from .fwd import _capped, _head_rows, _key_range, _load_rows, _make_desc, _sequence, arch_of, precision_of
 
 
 @triton.jit
@@ -165,14 +165,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
     per = tl.cdiv(group, group_split)
     g_lo = gs * per
     g_hi = tl.minimum(g_lo + per, group)
-    if IS_VARLEN:
-        q_start = tl.load(CuSeqQ + b)
-        k_start = tl.load(CuSeqK + b)
-        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
-        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
-    else:
-        q_start = tl.full([], 0, tl.int32)
-        k_start = tl.full([], 0, tl.int32)
+    q_start, k_start, seqlen_q, seqlen_k = _sequence(CuSeqQ, CuSeqK, b, seqlen_q, seqlen_k, IS_VARLEN)
     n_n = tl.cdiv(seqlen_k, BLOCK_N)
     if pid_n >= n_n:
         return
@@ -196,11 +189,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     for g in range(g_lo, g_hi):
         h = (hk * group + g).to(tl.int64)
-        q_base = Q + b64 * stride_qb + h * stride_qh + q_start.to(tl.int64) * stride_qs
-        do_base = DO + b64 * stride_dob + h * stride_doh + q_start.to(tl.int64) * stride_dos
+        q_base = _head_rows(Q, b64, h, q_start, stride_qb, stride_qh, stride_qs)
+        do_base = _head_rows(DO, b64, h, q_start, stride_dob, stride_doh, stride_dos)
         lse_base = Lse + b64 * stride_lb + h * stride_lh + q_start
         delta_base = Delta + b64 * stride_lb + h * stride_lh + q_start
-        dq_base = DQacc + b64 * stride_dqab + h * stride_dqah + q_start.to(tl.int64) * stride_dqas
+        dq_base = _head_rows(DQacc, b64, h, q_start, stride_dqab, stride_dqah, stride_dqas)
         q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
         do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
         if HAS_RIGHT:
@@ -282,14 +275,7 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     hk = h // group
-    if IS_VARLEN:
-        q_start = tl.load(CuSeqQ + b)
-        k_start = tl.load(CuSeqK + b)
-        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
-        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
-    else:
-        q_start = tl.full([], 0, tl.int32)
-        k_start = tl.full([], 0, tl.int32)
+    q_start, k_start, seqlen_q, seqlen_k = _sequence(CuSeqQ, CuSeqK, b, seqlen_q, seqlen_k, IS_VARLEN)
     n_m = tl.cdiv(seqlen_q, BLOCK_M)
     if pid_m >= n_m:
         return

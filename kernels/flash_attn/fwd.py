@@ -22,6 +22,29 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _sequence(CuSeqQ, CuSeqK, b, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
+    """Where sequence ``b`` starts in the rows and how long it is: (q_start, k_start, seqlen_q,
+    seqlen_k). Packed varlen batches read them from the cumulative lengths; dense batches start
+    at row 0 with the launch's lengths. Shared by the forward and both backward kernels."""
+    if IS_VARLEN:
+        q_start = tl.load(CuSeqQ + b)
+        k_start = tl.load(CuSeqK + b)
+        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
+        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = tl.full([], 0, tl.int32)
+        k_start = tl.full([], 0, tl.int32)
+    return q_start, k_start, seqlen_q, seqlen_k
+
+
+@triton.jit
+def _head_rows(X, b64, h, row0, stride_b, stride_h, stride_s):
+    """``X`` at head ``h``, row ``row0`` of sequence ``b64``; 64-bit offsets (tensors over 2**31
+    elements). Shared by the forward and both backward kernels."""
+    return X + b64 * stride_b + h.to(tl.int64) * stride_h + row0.to(tl.int64) * stride_s
+
+
+@triton.jit
 def _key_range(m0, seqlen_q, seqlen_k, off, left, right,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
     """Key blocks seen by query rows [m0, m0 + BLOCK_M): [lo, hi), and the unmasked part [mid_lo, mid_hi).
@@ -201,14 +224,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     if IS_FP8:  # e4m3 q, k, v (flash-attn 3's convention): real value = fp8 value x its (batch, kv head) descale
         ds_off = b.to(tl.int64) * stride_dsb + hk
         sm_scale = sm_scale * tl.load(QDescale + ds_off) * tl.load(KDescale + ds_off)
-    if IS_VARLEN:
-        q_start = tl.load(CuSeqQ + b)
-        k_start = tl.load(CuSeqK + b)
-        seqlen_q = tl.load(CuSeqQ + b + 1) - q_start
-        seqlen_k = tl.load(CuSeqK + b + 1) - k_start
-    else:
-        q_start = tl.full([], 0, tl.int32)
-        k_start = tl.full([], 0, tl.int32)
+    q_start, k_start, seqlen_q, seqlen_k = _sequence(CuSeqQ, CuSeqK, b, seqlen_q, seqlen_k, IS_VARLEN)
     n_m = tl.cdiv(seqlen_q, BLOCK_M)
     if pid_m >= n_m:
         return
@@ -218,13 +234,13 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     m0 = pid_m * BLOCK_M
     off = seqlen_k - seqlen_q
     b64 = b.to(tl.int64)
-    q_base = Q + b64 * stride_qb + h.to(tl.int64) * stride_qh + q_start.to(tl.int64) * stride_qs
-    k_base = K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
+    q_base = _head_rows(Q, b64, h, q_start, stride_qb, stride_qh, stride_qs)
+    k_base = _head_rows(K, b64, hk, k_start, stride_kb, stride_kh, stride_ks)
     if V_T:  # [B, Hk, Dv, Sk]: stride_vs steps between value dims, keys are contiguous (dense only)
         v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh
     else:
-        v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
-    o_base = Out + b64 * stride_ob + h.to(tl.int64) * stride_oh + q_start.to(tl.int64) * stride_os
+        v_base = _head_rows(V, b64, hk, k_start, stride_vb, stride_vh, stride_vs)
+    o_base = _head_rows(Out, b64, h, q_start, stride_ob, stride_oh, stride_os)
     l_base = Lse + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
