@@ -25,8 +25,11 @@ from harness.perf.timing import time_callable  # noqa: E402
 
 def _compiled(fn):
     """Every compiled kernel of a (possibly autotuned) Triton function, on every device."""
-    fn = getattr(fn, "fn", fn)  # an Autotuner wraps the JITFunction
-    for caches in getattr(fn, "device_caches", {}).values():
+    from triton.runtime.autotuner import Autotuner
+
+    if isinstance(fn, Autotuner):  # it wraps the JITFunction (a JITFunction's own .fn is the Python function)
+        fn = fn.fn
+    for caches in fn.device_caches.values():
         yield from caches[0].values()
 
 
