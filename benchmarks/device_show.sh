@@ -325,8 +325,11 @@ fp8)  # issue 19: the FA-paper sweep in bf16 and e4m3 side by side, forward (the
     timeout 480 python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots --time-limit 450 \
         --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa,triton_fa_fp8 --out "$OUT/fp8" > "$OUT/fp8.log" 2>&1
     echo "bench exit $?" >> "$OUT/fp8.log"
+    timeout 150 python3 benchmarks/fp8_promotion.py > "$OUT/fp8-promotion.log" 2>&1
+    echo "fp8_promotion exit $?" >> "$OUT/fp8-promotion.log"
     summary "$OUT/fp8-tests.log" 4
     grep -A 8 "TFLOP/s by" "$OUT/fp8/report.md" | head -n 80
+    tail -n 22 "$OUT/fp8-promotion.log"
     tarred fp8
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
