@@ -400,8 +400,9 @@ def measure(claims: list[Claim], tol: float, *, device, as_gpu: str | None = Non
         out[i].append(_compare(c, m, tol, claims, run))
     other = [i for i in range(len(claims)) if i not in set(same)]
     if other:
-        for i, f in _ordering(claims, other, run).items():
-            out[i] += f
+        for rule in (_ordering(claims, other, run), _scaling(claims, other, run, tol)):
+            for i, f in rule.items():
+                out[i] += f
     return out
 
 
@@ -509,6 +510,44 @@ def _ordering(claims: list[Claim], idx: list[int], run) -> dict[int, list[Findin
     return out
 
 
+def _scaling(claims: list[Claim], idx: list[int], run, tol: float) -> dict[int, list[Finding]]:
+    """On another GPU: does each backend's time grow from one seqlen to the next as published?
+
+    A series is one backend's claims of one metric and mode whose configurations differ only in
+    seqlen (and batch: tables that keep batch x seqlen constant change both). For consecutive
+    seqlens the published growth of the time, t(S_b) / t(S_a) (from the claimed values; any batch
+    change is in both sides, since each claim is measured with its own batch), is compared with the
+    growth measured here: "scaling holds" within the tolerance plus both claims' rounding, else
+    "scaling differs". Informational: an older or smaller GPU may scale differently (launch-bound
+    at short seqlens), so a difference is reported, never a verdict."""
+    out: dict[int, list[Finding]] = defaultdict(list)
+    series: dict[tuple, dict[tuple, int]] = defaultdict(dict)
+    for i in idx:
+        c = claims[i]
+        if c.metric in ("TFLOP/s", "ms", "iter/s", "tokens/s") and not c.oom and c.heads_q is not None:
+            same = (c.source, c.gpu, c.family, c.heads_q, c.heads_k, c.head_dim, c.head_dim_v, c.causal, c.dtype,
+                    c.backend, c.mode, c.metric)
+            series[same].setdefault((c.seqlen_q, c.seqlen_k), i)
+    for by_len in series.values():
+        lengths = sorted(by_len)
+        for la, lb in zip(lengths, lengths[1:]):
+            a, b = by_len[la], by_len[lb]
+            ca, cb = claims[a], claims[b]
+            ta, tb = run(ca).ms.get(ca.mode), run(cb).ms.get(cb.mode)
+            sa, sb = _speed(ca, ca.value), _speed(cb, cb.value)
+            if None in (ta, tb, sa, sb) or not sb:
+                continue
+            published, here = sa / sb, tb / ta  # time ratios: speed is calls per second
+            held = _within(here, published, tol, _rel(ca) + _rel(cb))
+            seq = (lambda c: f"S{c.seqlen_q}" if c.seqlen_q == c.seqlen_k else f"S{c.seqlen_q}x{c.seqlen_k}")
+            text = (f"{ca.backend} {ca.mode} time from {seq(ca)} (B{ca.batch}) to {seq(cb)} (B{cb.batch}): "
+                    f"published {published:.2f}x, here {here:.2f}x")
+            kind = "scaling holds" if held else "scaling differs"
+            out[a].append(Finding(kind, "scaling", text))
+            out[b].append(Finding(kind, "scaling", text))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # The report
 # --------------------------------------------------------------------------------------------
@@ -542,9 +581,14 @@ def audit(claims: list[Claim], *, tolerance: float = DEFAULT_TOLERANCE, measure_
         rows.append({"where": c.where, "source": c.source, "gpu": c.gpu, "claim": c.describe(),
                      "verdict": verdict_of(fs), "findings": [f.to_dict() for f in fs], "note": c.note})
     counts = {v: sum(r["verdict"] == v for r in rows) for v in SEVERITY}
+    # the other-GPU checks, once per comparison (each finding is attached to both claims it compares)
+    compared = {(f.rule, f.kind, f.text) for fs in findings.values() for f in fs if f.rule in ("ordering", "scaling")}
+    checks = {k: sum(kind == k for _, kind, _ in compared) for k in INFO if k != "plausible"}
     used = {g.name: g.to_dict() for g in (gpus.lookup(c.gpu) for c in claims) if g is not None}
     return {
         "summary": {"claims": len(rows), **counts, "fails": sum(counts[v] for v in FAILING)},
+        "other_gpu_checks": checks,
+        "other_gpu_findings": sorted(compared),
         "tolerance": tolerance, "measured_on": measured_on, "claims": rows, "gpus": used,
         "files": sorted({c.file for c in claims}),
     }
@@ -571,6 +615,15 @@ def markdown(rep: dict) -> str:
                         if f["kind"] == r["verdict"] or r["verdict"] in ("consistent",) and f["kind"] in ("consistent",))
         why = why or "; ".join(f"{f['rule']}: {f['text']}" for f in r["findings"])
         L.append(f"| {r['verdict']} | {r['claim']} | `{r['where']}` | {why.replace('|', '/')} |")
+    other = rep.get("other_gpu_findings") or []
+    if other:
+        c = rep["other_gpu_checks"]
+        L += ["", "## Claims of other GPUs, measured here: ordering and scaling (informational)", "",
+              f"Ordering: {c['ordering holds']} pairs hold, {c['ordering differs']} differ; scaling with seqlen: "
+              f"{c['scaling holds']} steps hold, {c['scaling differs']} differ (a different GPU may order or scale "
+              "differently: these inform, they never decide a verdict).", "",
+              "| check | result | what |", "|---|---|---|"]
+        L += [f"| {rule} | {kind} | {text.replace('|', '/')} |" for rule, kind, text in other]
     L += ["", "## GPUs", "", "| GPU | dense TFLOP/s (fp32 accumulate / at most) | GB/s | GB | sources |",
           "|---|---|---|---|---|"]
     for name, g in rep["gpus"].items():

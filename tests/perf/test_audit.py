@@ -219,6 +219,64 @@ def test_on_another_gpu_measurement_checks_the_ordering(tmp_path):
     assert kinds and kinds <= {"ordering holds", "ordering differs"}
 
 
+def _measured_as(times: dict):
+    """A fake ``run`` for the other-GPU rules: the measured ms of each claim's seqlen (and backend)."""
+    def run(c):
+        ms = times.get((c.backend, c.seqlen_q))
+        return A.Measured("fake", {c.mode: ms} if ms is not None else {}, {}, set())
+    return run
+
+
+SERIES = "LA3 report,RTX 5090,{b},{batch},{s},32,64,true,fp16,fwd,ms,{v},,"
+
+
+def test_scaling_with_seqlen_holds_or_differs_step_by_step(tmp_path):
+    p = _file(tmp_path, SERIES.format(b="X", batch=4, s=1024, v="0.10"), SERIES.format(b="X", batch=4, s=2048, v="0.40"),
+              SERIES.format(b="X", batch=4, s=4096, v="1.60"))
+    claims = load(p)
+    found = A._scaling(claims, [0, 1, 2], _measured_as({("X", 1024): 1.0, ("X", 2048): 4.2, ("X", 4096): 8.4}), 0.10)
+    first, second = found[0], found[2]
+    assert [f.kind for f in first] == ["scaling holds"] and [f.kind for f in second] == ["scaling differs"]
+    assert first[0].text == "X fwd time from S1024 (B4) to S2048 (B4): published 4.00x, here 4.20x"
+    assert second[0].text == "X fwd time from S2048 (B4) to S4096 (B4): published 4.00x, here 2.00x"
+    assert [f.kind for f in found[1]] == ["scaling holds", "scaling differs"]  # the middle claim is in both steps
+
+
+def test_scaling_needs_two_seqlens_a_time_and_a_head_count(tmp_path):
+    p = _file(tmp_path, SERIES.format(b="X", batch=4, s=1024, v="0.10"),  # alone in its series
+              SERIES.format(b="Y", batch=4, s=1024, v="0.10"), SERIES.format(b="Y", batch=4, s=2048, v="OOM"),
+              "LA3 report,RTX 5090,Z,4,1024,,64,true,fp16,fwd,ms,0.1,,", "LA3 report,RTX 5090,Z,4,2048,,64,true,fp16,fwd,ms,0.4,,")
+    times = {(b, s): 1.0 for b in "XYZ" for s in (1024, 2048)}
+    assert not A._scaling(load(p), list(range(5)), _measured_as(times), 0.10)
+
+
+def test_tables_that_keep_the_tokens_constant_compare_batch_and_seqlen_together(tmp_path):
+    p = _file(tmp_path, SERIES.format(b="X", batch=16, s=1024, v="1.0"), SERIES.format(b="X", batch=8, s=2048, v="2.0"))
+    found = A._scaling(load(p), [0, 1], _measured_as({("X", 1024): 3.0, ("X", 2048): 6.3}), 0.10)
+    assert found[0][0] == A.Finding("scaling holds", "scaling",
+                                    "X fwd time from S1024 (B16) to S2048 (B8): published 2.00x, here 2.10x")
+
+
+def test_ordering_and_scaling_inform_but_never_decide_a_verdict(tmp_path):
+    findings = [A.Finding("scaling differs", "scaling", "t"), A.Finding("ordering differs", "ordering", "t"),
+                A.Finding("plausible", "rate vs peak", "ok")]
+    assert A.verdict_of(findings) == "consistent"
+    assert A.verdict_of(findings[:2]) == "not checkable"
+
+
+def test_the_report_counts_and_lists_the_other_gpu_checks(tmp_path, monkeypatch):
+    p = _file(tmp_path, SERIES.format(b="X", batch=4, s=1024, v="0.10"), SERIES.format(b="X", batch=4, s=2048, v="0.40"))
+    monkeypatch.setattr(A, "measure", lambda claims, tol, **kw: A._scaling(
+        claims, [0, 1], _measured_as({("X", 1024): 1.0, ("X", 2048): 2.0}), tol))
+    rep = A.audit(load(p), measure_on="cpu")
+    assert rep["other_gpu_checks"] == {"ordering holds": 0, "ordering differs": 0, "scaling holds": 0,
+                                       "scaling differs": 1}
+    assert [r["verdict"] for r in rep["claims"]] == ["consistent", "consistent"]
+    md = A.markdown(rep)
+    assert "scaling with seqlen: 0 steps hold, 1 differ" in md
+    assert "| scaling | scaling differs | X fwd time from S1024 (B4) to S2048 (B4): published 4.00x, here 2.00x |" in md
+
+
 # --------------------------------------------------------------------------------------------
 # The transcribed published tables
 # --------------------------------------------------------------------------------------------
