@@ -126,6 +126,8 @@ class _FlashAdapter(SoftmaxAdapter):
     max_capability: tuple[int, int] | None = None
     dtypes: tuple[str, ...] = ("fp16", "bf16")
     max_head_dim: int | None = None
+    #: the backward asserts d == d_v when heads_q != heads_k (flash-attn-4 4.0.0b36, found by the fuzzer)
+    gqa_backward_needs_same_dv: bool = False
     needs_same_dv: bool = False
     unbounded_window = -1  # how the package spells "no bound" in window_size
 
@@ -159,6 +161,9 @@ class _FlashAdapter(SoftmaxAdapter):
                 f"{self.package_words} needs the value head dim equal to the query's "
                 f"(d_v {case.d_v} != d {case.d})"
             )
+        if self.gqa_backward_needs_same_dv and case.heads_q != case.heads_k and case.d_v != case.d:
+            return (f"{self.package_words}'s GQA backward requires head_dim == head_dim_v (its own assertion; "
+                    f"d {case.d}, d_v {case.d_v}, heads {case.heads_q}/{case.heads_k})")
         if case.softcap and "softcap" not in call_params(varlen_fn if case.is_varlen else fn):
             return f"this {self.package_words} version has no softcap"
         if case.is_varlen and varlen_fn is None:
@@ -248,6 +253,7 @@ class FlashAttnCute(_FlashAdapter):
     description = "flash-attn-4 CuTe-DSL kernels (flash_attn.cute), FA3-class on sm90/sm100; JIT per shape"
     package_words = "flash_attn.cute (flash-attn-4)"
     unbounded_window = None  # FA4 spells "unbounded" None; -1 would be a bound
+    gqa_backward_needs_same_dv = True
 
     def _probe(self):
         return _probe_fa4()

@@ -503,11 +503,17 @@ def _ordering(claims: list[Claim], idx: list[int], run) -> dict[int, list[Findin
             claimed = speeds[a][0] > speeds[b][0]
             here = speeds[a][1] > speeds[b][1]
             kind = "ordering holds" if claimed == here else "ordering differs"
-            text = (f"published: {claims[a].backend} {'faster' if claimed else 'slower'} than {claims[b].backend}; "
-                    f"here: {'faster' if here else 'slower'}")
+            ca = claims[a]
+            text = (f"{_setting(ca)} {mode} {ca.metric}: published: {ca.backend} {'faster' if claimed else 'slower'} "
+                    f"than {claims[b].backend}; here: {'faster' if here else 'slower'}")
             out[a].append(Finding(kind, "ordering", text))
             out[b].append(Finding(kind, "ordering", text))
     return out
+
+
+def _setting(c: Claim) -> str:
+    """Batch and seqlen of a claim, as the other-GPU findings name them."""
+    return f"B{c.batch} S{c.seqlen_q}" + ("" if c.seqlen_q == c.seqlen_k else f"x{c.seqlen_k}")
 
 
 def _scaling(claims: list[Claim], idx: list[int], run, tol: float) -> dict[int, list[Finding]]:
@@ -539,8 +545,7 @@ def _scaling(claims: list[Claim], idx: list[int], run, tol: float) -> dict[int, 
                 continue
             published, here = sa / sb, tb / ta  # time ratios: speed is calls per second
             held = _within(here, published, tol, _rel(ca) + _rel(cb))
-            seq = (lambda c: f"S{c.seqlen_q}" if c.seqlen_q == c.seqlen_k else f"S{c.seqlen_q}x{c.seqlen_k}")
-            text = (f"{ca.backend} {ca.mode} time from {seq(ca)} (B{ca.batch}) to {seq(cb)} (B{cb.batch}): "
+            text = (f"{ca.backend} {ca.mode} ({ca.metric}) time from {_setting(ca)} to {_setting(cb)}: "
                     f"published {published:.2f}x, here {here:.2f}x")
             kind = "scaling holds" if held else "scaling differs"
             out[a].append(Finding(kind, "scaling", text))

@@ -478,6 +478,24 @@ def test_flash_lse_plus_inf_on_dead_rows_only_becomes_neg_inf():
     assert dead_rows(varlen).tolist() == [True, True, False, False, False]
 
 
+def test_flash_attn_cute_refuses_gqa_with_a_value_head_dim_of_its_own(monkeypatch):
+    """flash-attn-4's GQA backward asserts d == d_v (the H100 fuzzer hit the assertion 3 times in 6
+    cases): a stated limit, so the case is unsupported with that reason instead of an error."""
+    from harness.adapters.flash_attn import FlashAttnCute
+
+    def fa4(q, k, v, softmax_scale=None, causal=False, window_size=(None, None), softcap=0.0):
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(FlashAttnCute, "_probe", lambda self: (fa4, None, None))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    a, cuda = FlashAttnCute(), torch.device("cuda")
+    why = a.supports(SoftmaxCase(3, 32, 2, 32, 64, 64, d_v=96, dtype="bf16"), cuda)
+    assert why and "GQA backward requires head_dim == head_dim_v" in why
+    assert a.supports(SoftmaxCase(3, 32, 32, 32, 64, 64, d_v=96, dtype="bf16"), cuda) is None  # MHA: runs
+    assert a.supports(SoftmaxCase(3, 32, 2, 32, 64, 64, dtype="bf16"), cuda) is None  # GQA, d == d_v: runs
+
+
 def test_flash_attn_cute_gets_none_for_unbounded_window_sides():
     from harness.adapters.flash_attn import FlashAttn2, FlashAttnCute
 

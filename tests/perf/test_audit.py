@@ -217,6 +217,20 @@ def test_on_another_gpu_measurement_checks_the_ordering(tmp_path):
     rep = A.audit(load(p), measure_on="cpu")
     kinds = {f["kind"] for r in rep["claims"] for f in r["findings"] if f["rule"] == "ordering"}
     assert kinds and kinds <= {"ordering holds", "ordering differs"}
+    texts = {f["text"] for r in rep["claims"] for f in r["findings"] if f["rule"] == "ordering"}
+    assert len(texts) == 1 and next(iter(texts)).startswith("B1 S64 fwd TFLOP/s: published: PyTorch-SDPA slower than eager")
+    assert sum(rep["other_gpu_checks"][k] for k in ("ordering holds", "ordering differs")) == 1  # one pair, counted once
+
+
+def test_each_configuration_s_ordering_is_counted_on_its_own(tmp_path):
+    """Two seqlens, the same two backends: two comparisons (the H100 run of session 9 first merged
+    them into one line because the text did not name the configuration)."""
+    p = tmp_path / "other.csv"
+    row = "bench,H100 SXM,{b},1,{s},2,32,false,fp32,fwd,TFLOP/s,{v}\n"
+    p.write_text("source,gpu,backend,batch,seqlen_q,heads_q,head_dim,causal,dtype,mode,metric,value\n"
+                 + "".join(row.format(b=b, s=s, v=v) for s in (64, 128) for b, v in (("PyTorch-SDPA", 1), ("eager", 2))))
+    rep = A.audit(load(p), measure_on="cpu")
+    assert sum(rep["other_gpu_checks"][k] for k in ("ordering holds", "ordering differs")) == 2
 
 
 def _measured_as(times: dict):
@@ -237,8 +251,8 @@ def test_scaling_with_seqlen_holds_or_differs_step_by_step(tmp_path):
     found = A._scaling(claims, [0, 1, 2], _measured_as({("X", 1024): 1.0, ("X", 2048): 4.2, ("X", 4096): 8.4}), 0.10)
     first, second = found[0], found[2]
     assert [f.kind for f in first] == ["scaling holds"] and [f.kind for f in second] == ["scaling differs"]
-    assert first[0].text == "X fwd time from S1024 (B4) to S2048 (B4): published 4.00x, here 4.20x"
-    assert second[0].text == "X fwd time from S2048 (B4) to S4096 (B4): published 4.00x, here 2.00x"
+    assert first[0].text == "X fwd (ms) time from B4 S1024 to B4 S2048: published 4.00x, here 4.20x"
+    assert second[0].text == "X fwd (ms) time from B4 S2048 to B4 S4096: published 4.00x, here 2.00x"
     assert [f.kind for f in found[1]] == ["scaling holds", "scaling differs"]  # the middle claim is in both steps
 
 
@@ -254,7 +268,7 @@ def test_tables_that_keep_the_tokens_constant_compare_batch_and_seqlen_together(
     p = _file(tmp_path, SERIES.format(b="X", batch=16, s=1024, v="1.0"), SERIES.format(b="X", batch=8, s=2048, v="2.0"))
     found = A._scaling(load(p), [0, 1], _measured_as({("X", 1024): 3.0, ("X", 2048): 6.3}), 0.10)
     assert found[0][0] == A.Finding("scaling holds", "scaling",
-                                    "X fwd time from S1024 (B16) to S2048 (B8): published 2.00x, here 2.10x")
+                                    "X fwd (ms) time from B16 S1024 to B8 S2048: published 2.00x, here 2.10x")
 
 
 def test_ordering_and_scaling_inform_but_never_decide_a_verdict(tmp_path):
@@ -274,7 +288,7 @@ def test_the_report_counts_and_lists_the_other_gpu_checks(tmp_path, monkeypatch)
     assert [r["verdict"] for r in rep["claims"]] == ["consistent", "consistent"]
     md = A.markdown(rep)
     assert "scaling with seqlen: 0 steps hold, 1 differ" in md
-    assert "| scaling | scaling differs | X fwd time from S1024 (B4) to S2048 (B4): published 4.00x, here 2.00x |" in md
+    assert "| scaling | scaling differs | X fwd (ms) time from B4 S1024 to B4 S2048: published 4.00x, here 2.00x |" in md
 
 
 # --------------------------------------------------------------------------------------------
