@@ -30,6 +30,8 @@ def test_entries_cover_what_was_measured_and_nothing_else(on_sm90, monkeypatch):
     strong = LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1, dtype="fp16")
     assert lookup("fla_fused_chunk", strong, cuda) and not lookup("fla_chunk", strong, cuda)
     assert lookup("fla_fused_chunk", LinearCase(1, 2, 63, 32, gate="g", gate_n=1.0, dtype="bf16"), cuda) is None
+    no_dht = LinearCase(1, 2, 63, 32, gate="g", gate_n=0.1, grad_final_state=False, dtype="fp16")
+    assert lookup("fla_fused_chunk", no_dht, cuda) is None  # the shrinker: without dhT it passes
     fp32 = LinearCase(1, 2, 70, 32, gate="g_gamma", dtype="fp32")  # TF32 products
     assert lookup("fla_chunk", fp32, cuda) and lookup("fla_fused_chunk", fp32, cuda)
     assert lookup("fla_recurrent", fp32, cuda) is None and lookup("fla_chunk", LinearCase(1, 2, 70, 32, dtype="fp16"), cuda) is None
