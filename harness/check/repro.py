@@ -101,6 +101,8 @@ def write_repro(path: Path, *, case, seed: int, result: CaseResult, backend: str
         ''')
     body = _COMMON + (_SOFTMAX if case.family == "softmax" else _LINEAR) + call + _MAIN
     path = Path(path)
+    if "importlib." not in body:  # only the --impl and optional-backend calls import by name
+        head = head.replace("import importlib\n", "", 1)
     path.write_text(head + body)
     path.chmod(0o755)
     return path

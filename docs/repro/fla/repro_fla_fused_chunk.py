@@ -12,7 +12,6 @@ implementation in bf16 + a rounding floor), 0 once fixed.
     python repro_fla_fused_chunk.py [--device cpu|cuda]
 """
 import argparse
-import importlib
 import math
 import sys
 
