@@ -128,6 +128,10 @@ class SoftmaxCase:
     #: FP8 cases: one quantisation factor per (sequence, kv head) instead of one per tensor, with
     #: heads drawn at different magnitudes (a kernel must index its descales, not read one)
     fp8_per_head: bool = False
+    #: False: the callee is asked for the output alone (``return_lse=False``, or flash-attn 2's
+    #: ``return_attn_probs=False``, where its signature has the keyword) and no lse is compared, so
+    #: a kernel's out-only path is checked too; True: lse is asked for where the callee can return it
+    return_lse: bool = True
 
     family: Literal["softmax"] = dataclasses.field(default="softmax", init=False, repr=False)
 
@@ -201,6 +205,8 @@ class SoftmaxCase:
             parts.append(self.fp8)
         if self.fp8_per_head:
             parts.append("perhead")
+        if not self.return_lse:
+            parts.append("nolse")
         parts.append(self.dtype)
         return "-".join(parts)
 
@@ -700,7 +706,7 @@ def case_from_id(case_id: str) -> Case:
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
         kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3"),
-                                                "perhead": ("fp8_per_head", True)}))
+                                                "perhead": ("fp8_per_head", True), "nolse": ("return_lse", False)}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)
             case = SoftmaxCase(len(lens), hq, int(m["hk"] or hq), 0, 0, int(m["d"]), varlen=lens, **kw)

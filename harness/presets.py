@@ -104,6 +104,8 @@ def _small() -> list[Case]:
         # 1/sqrt(d)): T5-style 1.0, and 1/16 (Gemma-2's query_pre_attn_scalar 256).
         SoftmaxCase(2, 4, 2, 40, 40, 32, causal=True, scale=1.0),
         SoftmaxCase(1, 4, 1, 33, 70, 32, causal=True, scale=0.0625),
+        # out alone asked for (return_lse=False where the callee has the keyword): its out-only path
+        SoftmaxCase(1, 4, 2, 40, 40, 32, causal=True, return_lse=False),
         # The same values in other memory layouts: packed qkv views, transposed views, a storage offset.
         SoftmaxCase(2, 4, 4, 33, 33, 32, causal=True, layout="qkvpacked"),
         SoftmaxCase(1, 4, 2, 40, 70, 32, causal=True, layout="transposed"),

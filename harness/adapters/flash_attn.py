@@ -183,9 +183,9 @@ class _FlashAdapter(SoftmaxAdapter):
         if case.softcap:
             kw["softcap"] = case.softcap
         if "return_lse" in params:
-            kw["return_lse"] = True
-        elif "return_attn_probs" in params:
-            kw["return_attn_probs"] = True  # with dropout 0 this returns (out, lse, None): no probs computed
+            kw["return_lse"] = case.return_lse
+        elif "return_attn_probs" in params:  # with dropout 0 this returns (out, lse, None): no probs computed
+            kw["return_attn_probs"] = case.return_lse
         return kw
 
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:

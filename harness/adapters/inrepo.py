@@ -2,7 +2,7 @@
 ``triton_la_chunk`` and ``triton_decode``.
 
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
-  window_size, return_lse=True)`` (and ``flash_attn_varlen_func`` for varlen cases).
+  window_size, return_lse=case.return_lse)`` (and ``flash_attn_varlen_func`` for varlen cases).
 * ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
   initial_state, output_final_state=True)``.
 * ``triton_decode``: ``kernels.decode.decode_attention(q, k_cache, v_cache, k, v, *, cache_seqlens,
@@ -140,7 +140,7 @@ class TritonFA(SoftmaxAdapter):
             causal=case.causal,
             **scale_kwargs(case, "softmax_scale"),
             window_size=tuple(case.window),
-            return_lse=True,
+            return_lse=case.return_lse,
         )
         if case.softcap:
             kw["softcap"] = case.softcap
@@ -151,7 +151,7 @@ class TritonFA(SoftmaxAdapter):
                     raise Unsupported("triton_fa has no varlen entry point yet")
                 # the harness checked the offsets itself: no per-call host copy of them in the kernel
                 extra = {"validate": False} if "validate" in call_params(fn) else {}
-                out, lse = fn(
+                res = fn(
                     q,
                     k,
                     v,
@@ -163,7 +163,8 @@ class TritonFA(SoftmaxAdapter):
                     **extra,
                 )
             else:
-                out, lse = mod.flash_attn_func(q, k, v, **kw)
+                res = mod.flash_attn_func(q, k, v, **kw)
+        out, lse = res if case.return_lse else (res, None)
         return SoftmaxOutput(out, lse)
 
 
@@ -274,9 +275,11 @@ class TritonFAFP8(SoftmaxAdapter):
         if mod is None:
             raise Unsupported(why)
         with _stated_limits():
-            out, lse = mod.flash_attn_fp8_func(
+            res = mod.flash_attn_fp8_func(
                 q, k, v, q_descale, k_descale, v_descale, causal=case.causal, window_size=tuple(case.window),
-                softcap=case.softcap, out_dtype=case.torch_dtype, return_lse=True, **scale_kwargs(case, "softmax_scale"))
+                softcap=case.softcap, out_dtype=case.torch_dtype, return_lse=case.return_lse,
+                **scale_kwargs(case, "softmax_scale"))
+        out, lse = res if case.return_lse else (res, None)
         return SoftmaxOutput(out, lse)
 
 

@@ -7,7 +7,10 @@ Softmax callables follow flash-attn's signature::
 
 with q (B, Sq, Hq, D), k, v (B, Sk, Hk, D/Dv), out (B, Sq, Hq, Dv), lse (B, Hq, Sq) natural log.
 ``softcap=`` is passed only when the case has one; ``softmax_scale=`` only when the case sets one
-(``case.scale``): otherwise the keyword is omitted and the callable's default must be d ** -0.5. Variable-length cases go only to callables
+(``case.scale``): otherwise the keyword is omitted and the callable's default must be d ** -0.5.
+A callable whose signature has ``return_lse`` gets it: True, or False on the out-only cases
+(``case.return_lse``, ids ending ``-nolse-<dtype>``), which must then return out alone and are
+judged on out and the gradients (a kernel whose out-only path differs is caught). Variable-length cases go only to callables
 that declare ``"varlen": True`` (see below); they are called as::
 
     fn(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
@@ -73,6 +76,7 @@ from harness.adapters.base import (
     Unsupported,
     scale_kwargs,
 )
+from harness.adapters.optional import call_params
 from harness.cases import DecodeCase, LinearCase, SoftmaxCase
 
 CAPABILITY_ATTR = "attn_capabilities"
@@ -227,6 +231,8 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
             kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
         if case.softcap:
             kw["softcap"] = case.softcap
+        if "return_lse" in call_params(self.fn):  # flash-attn-4's keyword: off on the out-only cases
+            kw["return_lse"] = case.return_lse
         if case.is_varlen:
             if not self.caps["varlen"]:
                 raise Unsupported("declares no varlen support")
@@ -240,6 +246,9 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
             res = self.fn(q, k, v, **kw)
         except NotImplementedError as e:
             raise _declared_unsupported(e) from None
+        if kw.get("return_lse") is False and not isinstance(res, torch.Tensor):
+            raise TypeError(f"return_lse=False: expected the output tensor alone, got a {type(res).__name__} "
+                            "(a caller unpacking one tensor would break)")
         return _softmax_result(res)
 
 

@@ -909,3 +909,34 @@ def test_sdpa_refusal_names_what_the_forced_backend_lacks():
     caught = [warnings.WarningMessage(m, UserWarning, "x.py", 1) for m in msgs]
     assert _torch_reasons(caught, RuntimeError("No available kernel")) == (
         "Flash attention kernel not used because: Flash Attention does not support non-null attn_mask.")
+
+
+def test_return_lse_is_passed_where_the_signature_has_it_and_out_alone_must_come_back():
+    """The out-only cases (``return_lse=False``): a flash-attn-4-style callable gets the keyword and
+    must return the output tensor alone; one without the keyword is judged on out (lse not compared)."""
+    from harness.adapters.user import make_callable_adapter
+    from harness.check.verify import verify
+
+    seen = []
+
+    def fa4_style(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
+        seen.append(return_lse)
+        out, lse = eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+        return (out, lse) if return_lse else out
+
+    def always_a_tuple(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
+        return eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+
+    def no_keyword(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)):
+        return eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+
+    nolse = SoftmaxCase(1, 4, 2, 40, 40, 32, causal=True, return_lse=False)
+    res = verify(make_callable_adapter(fa4_style, name="fa4_style"), nolse, seed=0, device="cpu")
+    assert res.status == "pass" and False in seen and True not in seen
+    assert "lse" not in {t.name for t in res.tensors}
+    with_lse = verify(make_callable_adapter(fa4_style, name="fa4_style"), SoftmaxCase(1, 4, 2, 40, 40, 32, causal=True),
+                      seed=0, device="cpu")
+    assert with_lse.status == "pass" and "lse" in {t.name for t in with_lse.tensors}
+    bad = verify(make_callable_adapter(always_a_tuple, name="always_a_tuple"), nolse, seed=0, device="cpu")
+    assert bad.status == "error" and "return_lse=False: expected the output tensor alone" in bad.reason
+    assert verify(make_callable_adapter(no_keyword, name="no_keyword"), nolse, seed=0, device="cpu").status == "pass"

@@ -17,6 +17,14 @@ _lin = _lin_mod.chunk_linear_attn
 # -- softmax (flash-attn's signature) --------------------------------------------------------
 
 
+def wrong_without_lse(q, k, v, *, return_lse=True, **kw):
+    """Right when lse is asked for; its out-only path (return_lse=False, flash-attn-4's keyword)
+    forgets the causal mask, as a separate fast path can."""
+    if return_lse:
+        return _ref(q, k, v, **kw)
+    return _ref(q, k, v, **{**kw, "causal": False})[0]
+
+
 def ignores_causal(q, k, v, *, causal=False, **kw):
     return _ref(q, k, v, **kw)
 
