@@ -132,6 +132,10 @@ class SoftmaxCase:
     #: ``return_attn_probs=False``, where its signature has the keyword) and no lse is compared, so
     #: a kernel's out-only path is checked too; True: lse is asked for where the callee can return it
     return_lse: bool = True
+    #: "keyword" (the harness's keywords by name) or "positional" (after q, k, v, the callee's
+    #: parameters by position, in the order its signature or its declared ``"positional"`` gives:
+    #: flash-attn 2 allows ``flash_attn_func(q, k, v, 0.0, scale, True)``)
+    call: str = "keyword"
 
     family: Literal["softmax"] = dataclasses.field(default="softmax", init=False, repr=False)
 
@@ -169,6 +173,10 @@ class SoftmaxCase:
                 raise ValueError("fp8: FP8 cases are dense and contiguous (varlen and layouts are not modelled)")
         elif self.fp8_per_head:
             raise ValueError("fp8_per_head: a knob of FP8 cases (set fp8)")
+        if self.call not in ("keyword", "positional"):
+            raise ValueError(f"call: expected 'keyword' or 'positional', got {self.call!r}")
+        if self.call == "positional" and (self.is_varlen or self.fp8):
+            raise ValueError("call: the positional form is modelled for the dense bf16/fp16/fp32 entry point only")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -207,6 +215,8 @@ class SoftmaxCase:
             parts.append("perhead")
         if not self.return_lse:
             parts.append("nolse")
+        if self.call != "keyword":
+            parts.append(self.call)
         parts.append(self.dtype)
         return "-".join(parts)
 
@@ -706,7 +716,8 @@ def case_from_id(case_id: str) -> Case:
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
         kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3"),
-                                                "perhead": ("fp8_per_head", True), "nolse": ("return_lse", False)}))
+                                                "perhead": ("fp8_per_head", True), "nolse": ("return_lse", False),
+                                                "positional": ("call", "positional")}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)
             case = SoftmaxCase(len(lens), hq, int(m["hk"] or hq), 0, 0, int(m["d"]), varlen=lens, **kw)

@@ -106,6 +106,8 @@ def _small() -> list[Case]:
         SoftmaxCase(1, 4, 1, 33, 70, 32, causal=True, scale=0.0625),
         # out alone asked for (return_lse=False where the callee has the keyword): its out-only path
         SoftmaxCase(1, 4, 2, 40, 40, 32, causal=True, return_lse=False),
+        # scale and causal passed by position, as flash-attn 2 allows (q, k, v, dropout_p, softmax_scale, causal)
+        SoftmaxCase(1, 2, 2, 24, 24, 16, causal=True, scale=0.5, call="positional"),
         # The same values in other memory layouts: packed qkv views, transposed views, a storage offset.
         SoftmaxCase(2, 4, 4, 33, 33, 32, causal=True, layout="qkvpacked"),
         SoftmaxCase(1, 4, 2, 40, 70, 32, causal=True, layout="transposed"),

@@ -22,7 +22,7 @@ import warnings
 import torch
 
 from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported, scale_kwargs
-from harness.adapters.optional import call_params, import_attr
+from harness.adapters.optional import call_params, call_positionally, import_attr, positional_order
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
 
@@ -168,6 +168,8 @@ class _FlashAdapter(SoftmaxAdapter):
             return f"this {self.package_words} version has no softcap"
         if case.is_varlen and varlen_fn is None:
             return f"this {self.package_words} version has no flash_attn_varlen_func"
+        if case.call == "positional" and positional_order(fn)[0] is None:
+            return f"{self.package_words} has no positional form: {positional_order(fn)[1]}"
         return None
 
     def _window(self, case: SoftmaxCase):
@@ -206,6 +208,8 @@ class _FlashAdapter(SoftmaxAdapter):
                     max_seqlen_k=case.seqlen_k,
                     **self._kwargs(varlen_fn, case),
                 )
+            elif case.call == "positional":  # the package's own positional order (its signature)
+                res = call_positionally(fn, (q, k, v), self._kwargs(fn, case), positional_order(fn)[0])
             else:
                 res = fn(q, k, v, **self._kwargs(fn, case))
         except (AssertionError, NotImplementedError) as e:

@@ -39,7 +39,7 @@ from harness.adapters.base import (
     Unsupported,
     scale_kwargs,
 )
-from harness.adapters.optional import call_params
+from harness.adapters.optional import call_params, positional_order
 from harness.adapters.registry import register
 from harness.cases import DecodeCase, LinearCase, SoftmaxCase
 
@@ -130,6 +130,10 @@ class TritonFA(SoftmaxAdapter):
                 reason = check(dim, case.torch_dtype)
                 if reason:
                     return reason
+        if case.call == "positional":
+            order, why = positional_order(mod.flash_attn_func)
+            if order is None:
+                return f"kernels.flash_attn.flash_attn_func has no positional form: {why}"
         return None
 
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:

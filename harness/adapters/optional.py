@@ -37,3 +37,47 @@ def call_params(fn) -> frozenset[str]:
         return frozenset(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return frozenset()
+
+
+#: flash-attn 2's positional order after q, k, v (``flash_attn_func(q, k, v, dropout_p, softmax_scale,
+#: causal, window_size, softcap, ...)``) and the values a call fills in for parameters it skips.
+FA2_POSITIONAL = ("dropout_p", "softmax_scale", "causal", "window_size", "softcap")
+POSITIONAL_FILL = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1), "softcap": 0.0}
+
+
+def positional_order(fn, declared=None) -> tuple[tuple[str, ...] | None, str]:
+    """The names a positional call of ``fn`` passes after q, k, v, in order, and where the order
+    comes from; ``(None, why)`` when ``fn`` has no positional form the harness can call.
+
+    ``declared`` (a callable's ``"positional"`` capability, e.g. :data:`FA2_POSITIONAL`) wins: a
+    wrapper over ``*args`` can only say so. Otherwise the signature's positional-or-keyword
+    parameters after the first three."""
+    if declared:
+        return tuple(declared), "declared"
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None, "its signature cannot be read and it declares no 'positional' order"
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None, "it takes *args and declares no 'positional' order"
+    names = tuple(p.name for p in params[3:] if p.kind is p.POSITIONAL_OR_KEYWORD)
+    if not names:
+        return None, "its parameters after q, k, v are keyword-only"
+    return names, "signature"
+
+
+def call_positionally(fn, head: tuple, kw: dict, order: tuple[str, ...]):
+    """``fn(*head, a, b, ...)`` with the keywords of ``kw`` that ``order`` lists passed by position
+    (up to the last one ``kw`` sets; skipped ones filled from :data:`POSITIONAL_FILL`, else an
+    error), the rest of ``kw`` by keyword."""
+    kw = dict(kw)
+    used = [i for i, name in enumerate(order) if name in kw]
+    pos = []
+    for name in order[: used[-1] + 1] if used else ():
+        if name in kw:
+            pos.append(kw.pop(name))
+        elif name in POSITIONAL_FILL:
+            pos.append(POSITIONAL_FILL[name])
+        else:
+            raise TypeError(f"positional call: no value for {name!r} (between keywords the harness passes)")
+    return fn(*head, *pos, **kw)

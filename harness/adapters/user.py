@@ -8,6 +8,10 @@ Softmax callables follow flash-attn's signature::
 with q (B, Sq, Hq, D), k, v (B, Sk, Hk, D/Dv), out (B, Sq, Hq, Dv), lse (B, Hq, Sq) natural log.
 ``softcap=`` is passed only when the case has one; ``softmax_scale=`` only when the case sets one
 (``case.scale``): otherwise the keyword is omitted and the callable's default must be d ** -0.5.
+Positional cases (``case.call == "positional"``, ids ``...-positional-<dtype>``) pass the same
+values after q, k, v by position, in the order of the callable's signature (or of its declared
+``"positional"`` list, for a wrapper over ``*args``); a callable with keyword-only parameters has
+no positional form and the case is unsupported for it.
 A callable whose signature has ``return_lse`` gets it: True, or False on the out-only cases
 (``case.return_lse``, ids ending ``-nolse-<dtype>``), which must then return out alone and are
 judged on out and the gradients (a kernel whose out-only path differs is caught). Variable-length cases go only to callables
@@ -51,6 +55,10 @@ Optional capability declaration, read by ``supports`` (every key optional, defau
         "nondifferentiable_inputs": [],   # inputs treated as constants, e.g. ["g_gamma"] (FLA)
         "paged": True,              # decode: a paged cache (block_table)
         "append": True,             # decode: new k, v written into the cache by the callable
+        "positional": None,         # softmax: the parameter names a positional call passes after
+                                    # q, k, v, in order (None: read from the signature; a wrapper
+                                    # over *args declares e.g. flash-attn 2's ["dropout_p",
+                                    # "softmax_scale", "causal", "window_size", "softcap"])
         "fp8": False,               # softmax: FP8 cases (q, k, v in e4m3 with q_descale, k_descale,
                                     # v_descale (B, Hk) float32 keywords, flash-attn 3's FP8 call)
     }
@@ -76,7 +84,7 @@ from harness.adapters.base import (
     Unsupported,
     scale_kwargs,
 )
-from harness.adapters.optional import call_params
+from harness.adapters.optional import call_params, call_positionally, positional_order
 from harness.cases import DecodeCase, LinearCase, SoftmaxCase
 
 CAPABILITY_ATTR = "attn_capabilities"
@@ -96,6 +104,7 @@ DEFAULT_CAPABILITIES: dict[str, Any] = {
     "paged": True,
     "append": True,
     "fp8": False,
+    "positional": None,  # None: the signature's order; a list of names for a wrapper over *args
 }
 _FEATURE_WORDS = {
     "causal": "causal",
@@ -220,7 +229,11 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
         reason = super().supports(case, device)
         if reason:
             return reason
-        return _common_reason(self.caps, case, device, _attention_needs(case) | {"varlen": case.is_varlen})
+        why = _common_reason(self.caps, case, device, _attention_needs(case) | {"varlen": case.is_varlen})
+        if why is None and case.call == "positional":
+            order, src = positional_order(self.fn, self.caps["positional"])
+            why = None if order else f"no positional form: {src}"
+        return why
 
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, q_descale=None,
             k_descale=None, v_descale=None) -> SoftmaxOutput:
@@ -243,7 +256,13 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
                 max_seqlen_k=case.seqlen_k,
             )
         try:
-            res = self.fn(q, k, v, **kw)
+            if case.call == "positional":
+                order, src = positional_order(self.fn, self.caps["positional"])
+                if order is None:
+                    raise Unsupported(f"no positional form: {src}")
+                res = call_positionally(self.fn, (q, k, v), kw, order)
+            else:
+                res = self.fn(q, k, v, **kw)
         except NotImplementedError as e:
             raise _declared_unsupported(e) from None
         if kw.get("return_lse") is False and not isinstance(res, torch.Tensor):

@@ -46,6 +46,7 @@ DEC_SCALE = "B3-H4/2-Q3-L33r-P16-new-D16-nocausal-scale0.0625-fp32"
 DEC_WINDOW = "B4-H8/2-Q2-L90r-P16-new-D16-win20x0-cap5-fp32"
 FP8 = "B2-H4/2-S45x70-D32-causal-e4m3-bf16"  # e4m3 q, k, v with per-tensor descales, bf16 out
 NOLSE = "B1-H4/2-S40x40-D32-causal-nolse-fp32"  # out alone asked for (return_lse=False)
+POSITIONAL = "B1-H2-S24x24-D16-causal-scale0.5-positional-fp32"  # scale and causal passed by position
 
 KEYWORDS: tuple[Row, ...] = (
     Row("softmax", "causal", "`causal=True` on causal cases", "B2-H4-S64x64-D64-causal-fp32",
@@ -66,6 +67,9 @@ KEYWORDS: tuple[Row, ...] = (
         "B1-H4/2-S26x26-D32-causal-offset-fp32", "contiguous_only:flash_attn_func", "out", SM_PLAIN),
     Row("softmax", "strides (packed qkv)", "q, k, v as views `packed[:, :, i]` of one (B, S, 3, H, D) tensor",
         "B2-H4-S33x33-D32-causal-qkvpacked-fp32", "contiguous_only:flash_attn_func", "out", SM_PLAIN),
+    Row("softmax", "positional form", "after q, k, v the same values by position, in the signature's (or the "
+        "declared `positional`) order: flash-attn 2's `(q, k, v, dropout_p, softmax_scale, causal, ...)`",
+        POSITIONAL, "ignores:positional_misread", "out", SM_PLAIN),
     Row("softmax", "return_lse", "`return_lse=False` on the out-only case (where the signature has it): out alone",
         NOLSE, "ignores:wrong_without_lse", "out", SM_PLAIN),
     Row("softmax", "q_descale", "(B, Hk) fp32 factors of the e4m3 q (FP8 cases)", FP8,

@@ -940,3 +940,38 @@ def test_return_lse_is_passed_where_the_signature_has_it_and_out_alone_must_come
     bad = verify(make_callable_adapter(always_a_tuple, name="always_a_tuple"), nolse, seed=0, device="cpu")
     assert bad.status == "error" and "return_lse=False: expected the output tensor alone" in bad.reason
     assert verify(make_callable_adapter(no_keyword, name="no_keyword"), nolse, seed=0, device="cpu").status == "pass"
+
+
+def test_positional_forms_follow_the_signature_or_the_declared_order():
+    from harness.adapters.optional import FA2_POSITIONAL, call_positionally, positional_order
+
+    def fa2(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
+        return dropout_p, softmax_scale, causal, window_size, softcap
+
+    def keyword_only(q, k, v, *, causal=False, softmax_scale=None):
+        return None
+
+    def wrapper(*args, **kw):
+        return args, kw
+
+    assert positional_order(fa2) == (FA2_POSITIONAL, "signature")
+    assert positional_order(keyword_only)[0] is None and "keyword-only" in positional_order(keyword_only)[1]
+    assert positional_order(wrapper)[0] is None and "*args" in positional_order(wrapper)[1]
+    assert positional_order(wrapper, FA2_POSITIONAL) == (FA2_POSITIONAL, "declared")
+    # dropout_p, skipped by the harness, is filled in; the keywords after the last passed one stay keywords
+    assert call_positionally(fa2, (1, 2, 3), {"causal": True, "softmax_scale": 0.5}, FA2_POSITIONAL) == (
+        0.0, 0.5, True, (-1, -1), 0.0)
+    args, kw = call_positionally(wrapper, ("q", "k", "v"), {"causal": True, "return_lse": False}, FA2_POSITIONAL)
+    assert args == ("q", "k", "v", 0.0, None, True) and kw == {"return_lse": False}
+
+
+def test_a_positional_case_is_unsupported_where_there_is_no_positional_form():
+    from harness.adapters.user import make_callable_adapter
+
+    def keyword_only(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1)):
+        return eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size)
+
+    case = SoftmaxCase(1, 2, 2, 24, 24, 16, causal=True, scale=0.5, call="positional")
+    why = make_callable_adapter(keyword_only, name="kw_only").supports(case, torch.device("cpu"))
+    assert why == "no positional form: its parameters after q, k, v are keyword-only"
+    assert "no positional form" in get("triton_fa").supports(case, torch.device("cpu"))

@@ -56,7 +56,7 @@ def test_run_passes_writes_reports_and_prints_table(tmp_path, capsys):
     assert "verdict: PASS" in out
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["exit_code"] == 0 and doc["summary"]["fail"] == 0
-    assert doc["summary"]["pass"] == 13 + 8 + 11  # sdpa_math: no softcap, no varlen
+    assert doc["summary"]["pass"] == 15 + 8 + 13  # sdpa_math: no softcap, no varlen
     assert doc["meta"]["seed"] == 0 and doc["meta"]["torch"] == torch.__version__
     assert {r["status"] for r in doc["results"]} == {"pass", "unsupported"}
     md = (tmp_path / "report.md").read_text()

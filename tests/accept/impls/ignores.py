@@ -17,6 +17,20 @@ _lin = _lin_mod.chunk_linear_attn
 # -- softmax (flash-attn's signature) --------------------------------------------------------
 
 
+def positional_misread(q, k, v, *args, **kw):
+    """A wrapper over *args that declares flash-attn 2's positional order but forgets its dropout_p:
+    it reads (softmax_scale, causal, ...) from the front. By keyword it is right; called positionally,
+    dropout_p's 0.0 lands in softmax_scale (read as "the default") and the scale in causal."""
+    scale, causal, *_ = args + (None, False)
+    kw.setdefault("causal", bool(causal))
+    if scale:
+        kw.setdefault("softmax_scale", scale)
+    return _ref(q, k, v, **kw)
+
+
+positional_misread.attn_capabilities = {"positional": ["dropout_p", "softmax_scale", "causal", "window_size", "softcap"]}
+
+
 def wrong_without_lse(q, k, v, *, return_lse=True, **kw):
     """Right when lse is asked for; its out-only path (return_lse=False, flash-attn-4's keyword)
     forgets the causal mask, as a separate fast path can."""
