@@ -20,8 +20,9 @@ worst of them (order of :data:`SEVERITY`):
    published names map to (:data:`BACKENDS`, one place) through :class:`harness.perf.bench.Bench`
    (correctness first, then device time): reproduced (within the tolerance), faster here,
    contradicted (slower by more than the tolerance), or not runnable (with the reason). On another
-   GPU the claims get ordering checks instead: does the published order of backends hold here, and
-   does each backend's rate move with seqlen the same way.
+   GPU the claims get ordering and scaling checks instead (informational): does the published order
+   of backends hold here, and does each backend's time grow from one seqlen to the next (at a fixed
+   batch, or at fixed batch x seqlen) as published.
 
 :func:`audit` returns the report as a dict (the JSON); :func:`markdown` renders it.
 """
@@ -520,9 +521,11 @@ def _scaling(claims: list[Claim], idx: list[int], run, tol: float) -> dict[int, 
     """On another GPU: does each backend's time grow from one seqlen to the next as published?
 
     A series is one backend's claims of one metric and mode whose configurations differ only in
-    seqlen (and batch: tables that keep batch x seqlen constant change both). For consecutive
-    seqlens the published growth of the time, t(S_b) / t(S_a) (from the claimed values; any batch
-    change is in both sides, since each claim is measured with its own batch), is compared with the
+    seqlen, at a fixed batch (most tables) or at a fixed batch x seqlen (tables such as the FA3
+    chart keep the tokens constant, so batch falls as seqlen grows); a table of several batches
+    gives a series per batch. For consecutive seqlens the published growth of the time,
+    t(S_b) / t(S_a) (from the claimed values; the whole call's time, not per token: each claim is
+    measured here with its own batch, so a batch change is on both sides), is compared with the
     growth measured here: "scaling holds" within the tolerance plus both claims' rounding, else
     "scaling differs". Informational: an older or smaller GPU may scale differently (launch-bound
     at short seqlens), so a difference is reported, never a verdict."""
@@ -533,7 +536,8 @@ def _scaling(claims: list[Claim], idx: list[int], run, tol: float) -> dict[int, 
         if c.metric in ("TFLOP/s", "ms", "iter/s", "tokens/s") and not c.oom and c.heads_q is not None:
             same = (c.source, c.gpu, c.family, c.heads_q, c.heads_k, c.head_dim, c.head_dim_v, c.causal, c.dtype,
                     c.backend, c.mode, c.metric)
-            series[same].setdefault((c.seqlen_q, c.seqlen_k), i)
+            for fixed in (("batch", c.batch), ("tokens", c.batch * c.seqlen_q)):
+                series[(*same, fixed)].setdefault((c.seqlen_q, c.seqlen_k), i)
     for by_len in series.values():
         lengths = sorted(by_len)
         for la, lb in zip(lengths, lengths[1:]):

@@ -271,6 +271,22 @@ def test_tables_that_keep_the_tokens_constant_compare_batch_and_seqlen_together(
                                     "X fwd (ms) time from B16 S1024 to B8 S2048: published 2.00x, here 2.10x")
 
 
+def test_a_table_of_several_batches_gives_a_series_per_batch(tmp_path):
+    p = _file(tmp_path, SERIES.format(b="X", batch=1, s=1024, v="0.10"), SERIES.format(b="X", batch=8, s=1024, v="0.80"),
+              SERIES.format(b="X", batch=1, s=2048, v="0.40"), SERIES.format(b="X", batch=8, s=2048, v="3.20"))
+    times = {(1, 1024): 1.0, (8, 1024): 8.0, (1, 2048): 4.0, (8, 2048): 16.0}
+
+    def run(c):
+        return A.Measured("fake", {c.mode: times[(c.batch, c.seqlen_q)]}, {}, set())
+    found = A._scaling(load(p), [0, 1, 2, 3], run, 0.10)
+    assert {i: [(f.kind, f.text) for f in fs] for i, fs in found.items()} == {
+        0: [("scaling holds", "X fwd (ms) time from B1 S1024 to B1 S2048: published 4.00x, here 4.00x")],
+        2: [("scaling holds", "X fwd (ms) time from B1 S1024 to B1 S2048: published 4.00x, here 4.00x")],
+        1: [("scaling differs", "X fwd (ms) time from B8 S1024 to B8 S2048: published 4.00x, here 2.00x")],
+        3: [("scaling differs", "X fwd (ms) time from B8 S1024 to B8 S2048: published 4.00x, here 2.00x")],
+    }
+
+
 def test_ordering_and_scaling_inform_but_never_decide_a_verdict(tmp_path):
     findings = [A.Finding("scaling differs", "scaling", "t"), A.Finding("ordering differs", "ordering", "t"),
                 A.Finding("plausible", "rate vs peak", "ok")]
