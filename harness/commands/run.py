@@ -237,6 +237,7 @@ def main(args) -> int:
 
 
 def _checks_and_pairs(args, jobs, jobs_why, pinned, cases, adapters, seed, out, device, started, t0, pool) -> int:
+    """The self-checks, every (backend, case) pair (on ``pool``'s workers when given), the reports."""
     print("Oracle self-checks (oracle vs naive formulas, float64):")
     checks = self_checks()
     for c in checks:
