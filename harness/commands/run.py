@@ -226,7 +226,8 @@ def main(args) -> int:
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     # the workers start (imports, a CUDA context: seconds each) while the self-checks run here
-    pool = start_workers(jobs, device) if jobs > 1 else None
+    n_pairs = sum(a.family == c.family for c in cases for a in adapters)
+    pool = start_workers(min(jobs, n_pairs), device) if min(jobs, n_pairs) > 1 else None
     try:
         return _checks_and_pairs(args, jobs, jobs_why, pinned, cases, adapters, seed, out, device, started, t0, pool)
     finally:
