@@ -165,7 +165,7 @@ def test_merge_rebuilds_one_report_from_several_runs(cli_run, tmp_path):
 
 def test_time_limit_leaves_the_rest_not_run(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
-    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--cases", "S37x37|S24x24",
+    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--cases", "S37x37|S24x24-D48",
                    "--reps", "3", "--warmup-ms", "0", "--out", str(tmp_path / "out"), "--quiet", "--no-plots",
                    "--time-limit", "0"])
     assert rc == 0
