@@ -125,7 +125,7 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
                 if cu_q is not None:
                     kw.update(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=CASE["seqlen_q"],
                               max_seqlen_k=CASE["seqlen_k"])
-                res = fn(q, k, v, **kw)
+                res = call(fn, q, k, v, kw)
                 if isinstance(res, (tuple, list)):
                     return res[0], (res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None)
                 return res, None
@@ -166,11 +166,7 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
                     kw["window_size"] = (None if left < 0 else left, None if right < 0 else right)
                 if CASE["softcap"]:
                     kw["softcap"] = CASE["softcap"]
-                import inspect
-
-                if "return_lse" in inspect.signature(fn).parameters:
-                    kw["return_lse"] = True
-                res = fn(q, k, v, **kw)
+                res = call(fn, q, k, v, kw)
                 if not isinstance(res, (tuple, list)):
                     return res, None
                 lse = res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None
@@ -187,7 +183,7 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
                 kw["softmax_scale"] = SCALE
             if CASE["softcap"]:
                 kw["softcap"] = CASE["softcap"]
-            res = fn(q, k, v, **kw)
+            res = call(fn, q, k, v, kw, attn_probs=True)
             if isinstance(res, (tuple, list)):
                 return res[0], (res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None)
             return res, None
@@ -258,6 +254,31 @@ def rel_rms(got, want):
 '''
 
 _SOFTMAX = '''
+
+#: flash-attn 2's values for positional parameters the harness does not pass
+FILL = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1), "softcap": 0.0}
+
+
+def call(fn, q, k, v, kw, attn_probs=False):
+    """fn(q, k, v, ...) as the harness calls it: lse asked for (return_lse, or flash-attn 2's
+    return_attn_probs) only when the case does, and by position after q, k, v on positional cases."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    for name in ("return_lse",) + (("return_attn_probs",) if attn_probs else ()):
+        if name in params:
+            kw[name] = CASE.get("return_lse", True)
+            break
+    if CASE.get("call", "keyword") != "positional":
+        return fn(q, k, v, **kw)
+    declared = (getattr(fn, "attn_capabilities", None) or {}).get("positional")  # a wrapper over *args
+    order = list(declared or [p.name for p in list(params.values())[3:] if p.kind is p.POSITIONAL_OR_KEYWORD])
+    last = max((i for i, n in enumerate(order) if n in kw), default=-1)
+    pos = [kw.pop(n) if n in kw else FILL[n] for n in order[: last + 1]]
+    return fn(q, k, v, *pos, **kw)
 
 def inputs():
     gen = torch.Generator(device="cpu").manual_seed(SEED)
@@ -339,7 +360,7 @@ def run(impl, device):
     cu = (cu_q.to(device), cu_k.to(device)) if cu_q is not None else (None, None)
     out, lse = candidate(passed["q"], passed["k"], passed["v"], *cu, impl)
     got = {"out": out.detach()}
-    if lse is not None:
+    if lse is not None and CASE.get("return_lse", True):  # an out-only case: lse is not the callee's answer
         got["lse"] = lse.detach()
     if any(n in BOUNDS for n in ("dq", "dk", "dv")):
         grads = torch.autograd.grad(out, [leaves["q"], leaves["k"], leaves["v"]], do.to(device).to(out.dtype),

@@ -97,3 +97,30 @@ def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, ca
     assert outcome["paged -> contiguous cache"].startswith("needed")
     assert outcome["window off"].startswith("dropped") and outcome["GQA -> MHA"].startswith("dropped")
     assert "standalone repro scripts are written for softmax and linear cases" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("impl, case_id", [
+    ("ignores:positional_misread", "B1-H2-S24x24-D16-causal-scale0.5-positional-fp32"),
+    ("ignores:wrong_without_lse", "B1-H4/2-S40x40-D32-causal-nolse-fp32"),
+])
+def test_the_repro_script_calls_as_the_case_says(tmp_path, impl, case_id):
+    """Positional and out-only cases: the script calls the kernel the same way (by position; with
+    return_lse=False), so the defect the harness saw reproduces there; called by keyword / with lse
+    (the generic case) the same callable is right."""
+    from harness.adapters.user import make_callable_adapter
+    from harness.check import repro
+    from harness.check.verify import verify
+
+    sys.path.insert(0, str(IMPLS))
+    try:
+        mod, fn = impl.split(":")
+        import importlib
+
+        adapter = make_callable_adapter(getattr(importlib.import_module(mod), fn), name=impl)
+        result = verify(adapter, case_from_id(case_id), seed=0, device="cpu")
+    finally:
+        sys.path.remove(str(IMPLS))
+    assert result.status == "fail"
+    script = repro.write_repro(tmp_path / "repro.py", case=case_from_id(case_id), seed=0, result=result, impl=impl)
+    bad = _repro(script)
+    assert bad.returncode == 1 and "defect reproduced: out" in bad.stdout, bad.stdout + bad.stderr
