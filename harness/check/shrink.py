@@ -3,7 +3,8 @@
 The failure's *signature* is its status and its first failed check (``("fail", "dv")``,
 ``("error", "run raised ...")`` becomes ``("error", None)``). :func:`shrink` tries, in passes until
 nothing more applies, each feature switched off alone (GQA -> MHA, window, softcap, causal, the
-passed scale, the layout, varlen -> one dense sequence, d_v -> d), then smaller sizes (batch, heads,
+passed scale, the layout, varlen -> one dense sequence, d_v -> d, the out-only and positional call
+forms back to the plain call), then smaller sizes (batch, heads,
 each sequence length by bisection, head dim), and last fp32 instead of a 16-bit dtype; a change is
 kept when the check still fails with the same signature. The log says what each feature did:
 "needed" (switching it off made the case pass, or fail differently) or "dropped".
@@ -84,6 +85,10 @@ def _features(case: Case) -> list[tuple[str, Case | None]]:
             out.append(("causal off", r(case, causal=False)))
         if case.d_v != case.d:
             out.append(("d_v -> d", r(case, d_v=case.d)))
+        if not case.return_lse:
+            out.append(("lse asked for (return_lse on)", r(case, return_lse=True)))
+        if case.call != "keyword":
+            out.append(("positional call -> keywords", r(case, call="keyword")))
     elif isinstance(case, DecodeCase):
         if case.heads_q != case.heads_k:
             out.append(("GQA -> MHA", r(case, heads_k=case.heads_q)))

@@ -124,3 +124,13 @@ def test_the_repro_script_calls_as_the_case_says(tmp_path, impl, case_id):
     script = repro.write_repro(tmp_path / "repro.py", case=case_from_id(case_id), seed=0, result=result, impl=impl)
     bad = _repro(script)
     assert bad.returncode == 1 and "defect reproduced: out" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_the_call_forms_are_features_the_shrinker_switches_off():
+    from harness.check.shrink import _features
+
+    case = case_from_id("B1-H2-S24x24-D16-causal-scale0.5-positional-fp32")
+    feats = dict(_features(case))
+    assert feats["positional call -> keywords"].call == "keyword"
+    nolse = dict(_features(case_from_id("B1-H4/2-S40x40-D32-causal-nolse-fp32")))
+    assert nolse["lse asked for (return_lse on)"].return_lse is True
