@@ -3,7 +3,7 @@
 :func:`draw` makes one case from a :class:`random.Random`: lengths 0, 1, a block size +- 1 or a
 prime as often as a plain random length; Sq > Sk and Sq < Sk; windows that leave rows with no key;
 GQA ratios 1..16; the head dims kernels are built for; varlen batches with empty sequences; the
-scale omitted or passed; non-contiguous layouts; extreme softcaps; linear attention with strong and
+scale omitted or passed; non-contiguous layouts; positional and out-only (return_lse off) calls; extreme softcaps; linear attention with strong and
 extreme decay; decode steps over contiguous and paged caches (pages of 16..64, one that is not a
 power of two), ragged lengths, 1-8 new tokens appended or none. :class:`Fuzzer` keeps a case only where the backend's ``supports()`` accepts it (the
 backend's declared support), verifies it (:class:`harness.accept.remote.RemoteVerifier`: the
@@ -90,8 +90,10 @@ def draw(rng: random.Random, family: str, dtypes: list[str], limits: Limits = CP
     sk = sq if rng.random() < 0.4 else _length(rng, limits)
     if layout == "qkvpacked" and (hq != hk or d != d_v or sq != sk):
         layout = "transposed"
+    call = "positional" if rng.random() < 0.1 else "keyword"  # the call forms: by position, out alone
+    return_lse = rng.random() >= 0.1
     return SoftmaxCase(batch, hq, hk, sq, sk, d, d_v=d_v, causal=causal, window=window, softcap=softcap, dtype=dtype,
-                       scale=scale, layout=layout)
+                       scale=scale, layout=layout, call=call, return_lse=return_lse)
 
 
 def _draw_decode(rng: random.Random, dtype: str, scale, limits: Limits) -> DecodeCase:
