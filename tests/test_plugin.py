@@ -45,7 +45,7 @@ def test_case_ids_are_test_ids(pytester, run):
     out = res.stdout.str()
     assert "test_case.py::test_case[B2-H4-S37x37-D32-fp32]" in out
     assert "test_case.py::test_case[B4-H4/2-varlen[17x17,0x5,40x40,9x30]-D32-causal-fp32]" in out
-    assert "13 tests collected" in out
+    assert "15 tests collected" in out
 
 
 def test_backend_case_pairs_match_family_and_seeds_parametrise(pytester, run):
@@ -66,7 +66,7 @@ def test_backend_case_pairs_match_family_and_seeds_parametrise(pytester, run):
     assert "test_pair[eager-B2-H4-S37x37-D32-fp16-seed3]" in out
     assert "test_pair[eager_linear-B1-H2-T65-K32V32-nogate-h0-dhT-fp16-seed0]" in out
     assert "eager-B1-H2-T65" not in out and "eager_linear-B2-H4" not in out  # no family mismatch
-    assert f"{(13 + 8) * 2} tests collected" in out
+    assert f"{(15 + 8) * 2} tests collected" in out
 
 
 def test_header_prints_seeds_versions_device(pytester, run):
