@@ -68,16 +68,21 @@ def positional_order(fn, declared=None) -> tuple[tuple[str, ...] | None, str]:
 
 def call_positionally(fn, head: tuple, kw: dict, order: tuple[str, ...]):
     """``fn(*head, a, b, ...)`` with the keywords of ``kw`` that ``order`` lists passed by position
-    (up to the last one ``kw`` sets; skipped ones filled from :data:`POSITIONAL_FILL`, else an
-    error), the rest of ``kw`` by keyword."""
+    (up to the last one ``kw`` sets; a skipped one gets its default from ``fn``'s signature, else
+    from :data:`POSITIONAL_FILL`, else it is an error), the rest of ``kw`` by keyword. flash-attn-4,
+    for one, has ``qv`` and ``gather_kv_indices`` before ``softmax_scale``."""
+    try:
+        defaults = {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
+    except (TypeError, ValueError):
+        defaults = {}
     kw = dict(kw)
     used = [i for i, name in enumerate(order) if name in kw]
     pos = []
     for name in order[: used[-1] + 1] if used else ():
         if name in kw:
             pos.append(kw.pop(name))
-        elif name in POSITIONAL_FILL:
-            pos.append(POSITIONAL_FILL[name])
+        elif name in defaults or name in POSITIONAL_FILL:
+            pos.append(defaults[name] if name in defaults else POSITIONAL_FILL[name])
         else:
             raise TypeError(f"positional call: no value for {name!r} (between keywords the harness passes)")
     return fn(*head, *pos, **kw)

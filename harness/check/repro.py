@@ -277,7 +277,11 @@ def call(fn, q, k, v, kw, attn_probs=False):
     declared = (getattr(fn, "attn_capabilities", None) or {}).get("positional")  # a wrapper over *args
     order = list(declared or [p.name for p in list(params.values())[3:] if p.kind is p.POSITIONAL_OR_KEYWORD])
     last = max((i for i, n in enumerate(order) if n in kw), default=-1)
-    pos = [kw.pop(n) if n in kw else FILL[n] for n in order[: last + 1]]
+    def skipped(n):  # the callee's own default, else flash-attn 2's
+        default = params[n].default if n in params else inspect.Parameter.empty
+        return FILL[n] if default is inspect.Parameter.empty else default
+
+    pos = [kw.pop(n) if n in kw else skipped(n) for n in order[: last + 1]]
     return fn(q, k, v, *pos, **kw)
 
 def inputs():

@@ -964,6 +964,13 @@ def test_positional_forms_follow_the_signature_or_the_declared_order():
     args, kw = call_positionally(wrapper, ("q", "k", "v"), {"causal": True, "return_lse": False}, FA2_POSITIONAL)
     assert args == ("q", "k", "v", 0.0, None, True) and kw == {"return_lse": False}
 
+    def fa4(q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False, window_size=(None, None)):
+        return qv, gather_kv_indices, softmax_scale, causal, window_size
+
+    order, _ = positional_order(fa4)  # flash-attn-4's order: skipped parameters get the callee's defaults
+    assert call_positionally(fa4, (1, 2, 3), {"causal": True, "window_size": (4, 0)}, order) == (
+        None, None, None, True, (4, 0))
+
 
 def test_a_positional_case_is_unsupported_where_there_is_no_positional_form():
     from harness.adapters.user import make_callable_adapter
