@@ -43,11 +43,11 @@ _LINEAR_CALLS = {
 
 def supported(backend: str | None, impl: str | None, family: str) -> str | None:
     """None when a standalone call is known, else why not."""
-    if family == "decode":
-        return ("standalone repro scripts are written for softmax and linear cases; a decode case's "
-                "minimal id and seed replay through `python -m harness shrink` / `verify`")
     if impl:
         return None
+    if family == "decode":
+        return ("standalone decode scripts are written for --impl callables (flash_attn_with_kvcache's "
+                "signature); wrap the backend in one and shrink with --impl")
     table = _SOFTMAX_CALLS if family == "softmax" else _LINEAR_CALLS
     if backend in table:
         return None
@@ -65,6 +65,9 @@ def write_repro(path: Path, *, case, seed: int, result: CaseResult, backend: str
     name = impl or backend
     if case.family == "softmax":
         needs, call = _softmax_call(backend, impl, case)
+    elif case.family == "decode":
+        needs, call = _decode_call(impl)
+        bounds.update(k_cache=0.0, v_cache=0.0)  # the written caches must equal the expected ones exactly
     else:
         needs, call = _linear_call(backend, impl, case)
     fields = {f: getattr(case, f) for f in case.__dataclass_fields__ if f != "family"}
@@ -99,7 +102,10 @@ def write_repro(path: Path, *, case, seed: int, result: CaseResult, backend: str
         IMPL = {impl!r}
         DTYPES = {{"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}}
         ''')
-    body = _COMMON + (_SOFTMAX if case.family == "softmax" else _LINEAR) + call + _MAIN
+    if case.family == "decode":  # the cache's shape, as the harness derives it from the case
+        head += (f"PAGED = {case.paged!r}\nNUM_BLOCKS = {case.num_blocks!r}\nPAGES_PER_SEQ = {case.pages_per_seq!r}\n"
+                 f"CAPACITY = {case.capacity!r}\nCACHE_SEQLENS = {list(case.cache_seqlens)!r}\n")
+    body = _COMMON + {"softmax": _ATTEND + _SOFTMAX, "linear": _LINEAR, "decode": _ATTEND + _DECODE}[case.family] + call + _MAIN
     path = Path(path)
     if "importlib." not in body:  # only the --impl and optional-backend calls import by name
         head = head.replace("import importlib\n", "", 1)
@@ -190,6 +196,27 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
         ''')
 
 
+def _decode_call(impl) -> tuple[str, str]:
+    return f"`{impl}` importable from the current directory", textwrap.dedent('''\
+
+        def candidate(q, k_cache, v_cache, k, v, lens, bt, impl):
+            """flash_attn_with_kvcache's signature: the new k, v written into the caches in place."""
+            mod, _, attr = impl.partition(":")
+            fn = importlib.import_module(mod)
+            for part in attr.split("."):
+                fn = getattr(fn, part)
+            kw = dict(cache_seqlens=lens, block_table=bt, causal=CASE["causal"], window_size=tuple(CASE["window"]))
+            if PASS_SCALE:
+                kw["softmax_scale"] = SCALE
+            if CASE["softcap"]:
+                kw["softcap"] = CASE["softcap"]
+            res = fn(q, k_cache, v_cache, k, v, **kw)
+            if isinstance(res, (tuple, list)):
+                return res[0], (res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None)
+            return res, None
+        ''')
+
+
 def _linear_call(backend, impl, case: LinearCase) -> tuple[str, str]:
     if impl:
         needs = f"`{impl}` importable from the current directory"
@@ -253,6 +280,39 @@ def rel_rms(got, want):
     return float(torch.linalg.vector_norm(got - want)) / (norm if norm > 0 else 1.0)
 '''
 
+_ATTEND = '''
+
+def visible(sq, sk, device):
+    """Bottom-right aligned mask (flash-attn's): query i sees key j iff i+off-left <= j <= i+off+right."""
+    left, right = CASE["window"]
+    if CASE["causal"]:
+        right = 0
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if right >= 0:
+        mask &= j <= i + right
+    if left >= 0:
+        mask &= j >= i - left
+    return mask
+
+
+def attend(q, k, v):
+    """float64, materialised; q (B, Sq, Hq, D): (out, lse (B, Hq, Sq)); rows that see no key: out 0, lse -inf."""
+    g = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * SCALE
+    if CASE["softcap"]:
+        s = CASE["softcap"] * torch.tanh(s / CASE["softcap"])
+    mask = visible(q.shape[1], k.shape[1], q.device)
+    live = mask.any(-1)[:, None]
+    s = torch.where(mask & live, s, torch.full_like(s, -math.inf))
+    p = torch.softmax(torch.where(live, s, torch.zeros_like(s)), dim=-1) * live
+    lse = torch.where(live[..., 0], torch.logsumexp(torch.where(live, s, torch.zeros_like(s)), dim=-1),
+                      torch.full_like(s[..., 0], -math.inf))
+    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse
+'''
+
 _SOFTMAX = '''
 
 #: flash-attn 2's values for positional parameters the harness does not pass
@@ -302,37 +362,6 @@ def inputs():
     return q, k, v, do, None, None
 
 
-def visible(sq, sk, device):
-    """Bottom-right aligned mask (flash-attn's): query i sees key j iff i+off-left <= j <= i+off+right."""
-    left, right = CASE["window"]
-    if CASE["causal"]:
-        right = 0
-    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
-    j = torch.arange(sk, device=device)[None, :]
-    mask = torch.ones(sq, sk, dtype=torch.bool, device=device)
-    if right >= 0:
-        mask &= j <= i + right
-    if left >= 0:
-        mask &= j >= i - left
-    return mask
-
-
-def attend(q, k, v):
-    """float64, materialised; q (B, Sq, Hq, D): (out, lse (B, Hq, Sq)); rows that see no key: out 0, lse -inf."""
-    g = q.shape[2] // k.shape[2]
-    k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * SCALE
-    if CASE["softcap"]:
-        s = CASE["softcap"] * torch.tanh(s / CASE["softcap"])
-    mask = visible(q.shape[1], k.shape[1], q.device)
-    live = mask.any(-1)[:, None]
-    s = torch.where(mask & live, s, torch.full_like(s, -math.inf))
-    p = torch.softmax(torch.where(live, s, torch.zeros_like(s)), dim=-1) * live
-    lse = torch.where(live[..., 0], torch.logsumexp(torch.where(live, s, torch.zeros_like(s)), dim=-1),
-                      torch.full_like(s[..., 0], -math.inf))
-    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse
-
-
 def reference(q, k, v, do, cu_q, cu_k):
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
     if cu_q is None:
@@ -371,6 +400,73 @@ def run(impl, device):
                                     allow_unused=True)
         for n, t, g in zip(("dq", "dk", "dv"), (q, k, v), grads):
             got[n] = g if g is not None else torch.zeros_like(t)
+    return got, want
+'''
+
+_DECODE = '''
+
+def inputs():
+    """q, the caches (contiguous (B, capacity, Hk, D) or a paged pool with its block table), the new
+    tokens and the cache lengths, drawn in the harness's order."""
+    gen = torch.Generator(device="cpu").manual_seed(SEED)
+    dt = DTYPES[CASE["dtype"]]
+    b, sq, hq, hk, d, dv = (CASE[n] for n in ("batch", "seqlen_q", "heads_q", "heads_k", "d", "d_v"))
+    q = randn(gen, b, sq, hq, d, dtype=dt)
+    if PAGED:
+        page = CASE["page_size"]
+        kc, vc = randn(gen, NUM_BLOCKS, page, hk, d, dtype=dt), randn(gen, NUM_BLOCKS, page, hk, dv, dtype=dt)
+        order = torch.randperm(NUM_BLOCKS, generator=gen)[: b * PAGES_PER_SEQ]
+        bt = order.view(b, PAGES_PER_SEQ).to(torch.int32)
+    else:
+        kc, vc = randn(gen, b, CAPACITY, hk, d, dtype=dt), randn(gen, b, CAPACITY, hk, dv, dtype=dt)
+        bt = None
+    kn = randn(gen, b, sq, hk, d, dtype=dt) if CASE["append"] else None
+    vn = randn(gen, b, sq, hk, dv, dtype=dt) if CASE["append"] else None
+    return q, kc, vc, kn, vn, torch.tensor(CACHE_SEQLENS, dtype=torch.int32), bt
+
+
+def slot(cache, bt, b, i):
+    """Row i of sequence b in a cache (the page table's page when paged)."""
+    if bt is None:
+        return cache[b, i]
+    page = CASE["page_size"]
+    return cache[int(bt[b, i // page]), i % page]
+
+
+def reference(q, kc, vc, kn, vn, lens, bt):
+    """The caches after the new tokens are written at each sequence's length (in the cache's dtype),
+    and float64 attention of the new queries over each sequence's whole cache (bottom-right masks)."""
+    kc, vc = kc.clone(), vc.clone()
+    b, sq = q.shape[:2]
+    outs, lses = [], []
+    for s_ in range(b):
+        n = int(lens[s_])
+        if kn is not None:
+            for i in range(sq):
+                slot(kc, bt, s_, n + i).copy_(kn[s_, i])
+                slot(vc, bt, s_, n + i).copy_(vn[s_, i])
+            n += sq
+        if n == 0:
+            outs.append(q.new_zeros(sq, q.shape[2], vc.shape[-1], dtype=torch.float64))
+            lses.append(torch.full((q.shape[2], sq), -math.inf, dtype=torch.float64))
+            continue
+        keys = torch.stack([slot(kc, bt, s_, i) for i in range(n)]).double()
+        vals = torch.stack([slot(vc, bt, s_, i) for i in range(n)]).double()
+        o, l_ = attend(q[s_:s_ + 1].double(), keys[None], vals[None])
+        outs.append(o[0])
+        lses.append(l_[0])
+    return {"out": torch.stack(outs), "lse": torch.stack(lses), "k_cache": kc, "v_cache": vc}
+
+
+def run(impl, device):
+    q, kc, vc, kn, vn, lens, bt = inputs()
+    want = reference(q, kc, vc, kn, vn, lens, bt)
+    on = lambda t: None if t is None else t.to(device)  # noqa: E731
+    kc_d, vc_d = kc.to(device).clone(), vc.to(device).clone()
+    out, lse = candidate(q.to(device), kc_d, vc_d, on(kn), on(vn), lens.to(device), on(bt), impl)
+    got = {"out": out.detach(), "k_cache": kc_d, "v_cache": vc_d}  # caches: written in place, compared exactly
+    if lse is not None:
+        got["lse"] = lse.detach()
     return got, want
 '''
 

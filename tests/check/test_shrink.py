@@ -83,7 +83,8 @@ def test_bad_case_id_exits_2(tmp_path, monkeypatch, capsys):
 
 def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, capsys):
     """A decode kernel that ignores the page table: the paged cache is needed; GQA, the window, the
-    softcap, the second new token and the extra sequences go; no standalone script (decode), said so."""
+    softcap, the second new token and the extra sequences go; the standalone script fails on it and
+    passes on a correct decode callable."""
     monkeypatch.chdir(IMPLS)
     start = "B4-H8/2-Q2-L90r-P16-new-D16-win20x0-cap5-fp32"
     code = cli.main(["shrink", "--impl", "decode_impls:ignores_block_table", "--case", start, "--seed", "2",
@@ -96,7 +97,35 @@ def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, ca
     outcome = {f["feature"]: f["outcome"] for f in rep["features"]}
     assert outcome["paged -> contiguous cache"].startswith("needed")
     assert outcome["window off"].startswith("dropped") and outcome["GQA -> MHA"].startswith("dropped")
-    assert "standalone repro scripts are written for softmax and linear cases" in capsys.readouterr().out
+    script = Path(rep["repro"])
+    assert script.exists() and "import harness" not in script.read_text()
+    bad = _repro(script)
+    assert bad.returncode == 1 and "defect reproduced" in bad.stdout, bad.stdout + bad.stderr
+    good = _repro(script, "--impl", "decode_impls:attn")
+    assert good.returncode == 0 and "no defect" in good.stdout, good.stdout + good.stderr
+
+
+def test_a_decode_repro_catches_a_wrong_cache_write(tmp_path):
+    """The caches written in place are compared exactly: a kernel whose output is right but writes
+    the new tokens one slot off fails the script on k_cache / v_cache."""
+    from harness.adapters.user import make_callable_adapter
+    from harness.check import repro
+    from harness.check.verify import verify
+
+    case = case_from_id("B5-H8/2-Q1-L100r-P16-new-D32-fp32")
+    sys.path.insert(0, str(IMPLS))
+    try:
+        import decode_impls
+
+        result = verify(make_callable_adapter(decode_impls.writes_wrong_slot, family="decode", name="w"), case,
+                        seed=0, device="cpu")
+    finally:
+        sys.path.remove(str(IMPLS))
+    assert result.status == "fail"
+    script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result,
+                               impl="decode_impls:writes_wrong_slot")
+    bad = _repro(script)
+    assert bad.returncode == 1 and "k_cache" in bad.stdout.split("defect reproduced:")[-1], bad.stdout + bad.stderr
 
 
 @pytest.mark.parametrize("impl, case_id", [
