@@ -41,13 +41,23 @@ _LINEAR_CALLS = {
 }
 
 
+#: Decode backends (flash_attn_with_kvcache-like: q, k_cache, v_cache, k, v, cache_seqlens=, ...):
+#: (what the script needs, its import, the keywords the adapter adds).
+_DECODE_CALLS = {
+    "triton_decode": ("this project's kernels/ (the in-repo Triton kernel; run from the project root)",
+                      "from kernels.decode import decode_attention as fn", "return_lse=True, validate=False"),
+}
+
+
 def supported(backend: str | None, impl: str | None, family: str) -> str | None:
     """None when a standalone call is known, else why not."""
     if impl:
         return None
     if family == "decode":
-        return ("standalone decode scripts are written for --impl callables (flash_attn_with_kvcache's "
-                "signature); wrap the backend in one and shrink with --impl")
+        if backend in _DECODE_CALLS:
+            return None
+        return (f"no standalone decode call is known for {backend!r} (harness/check/repro.py: --impl callables "
+                "with flash_attn_with_kvcache's signature, and the in-repo kernel); wrap it and shrink with --impl")
     table = _SOFTMAX_CALLS if family == "softmax" else _LINEAR_CALLS
     if backend in table:
         return None
@@ -66,7 +76,7 @@ def write_repro(path: Path, *, case, seed: int, result: CaseResult, backend: str
     if case.family == "softmax":
         needs, call = _softmax_call(backend, impl, case)
     elif case.family == "decode":
-        needs, call = _decode_call(impl)
+        needs, call = _decode_call(backend, impl)
         bounds.update(k_cache=0.0, v_cache=0.0)  # the written caches must equal the expected ones exactly
     else:
         needs, call = _linear_call(backend, impl, case)
@@ -196,25 +206,29 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
         ''')
 
 
-def _decode_call(impl) -> tuple[str, str]:
-    return f"`{impl}` importable from the current directory", textwrap.dedent('''\
+def _decode_call(backend, impl) -> tuple[str, str]:
+    if impl:
+        needs, extra = f"`{impl}` importable from the current directory", ""
+        imp = ('mod, _, attr = impl.partition(":")\n    fn = importlib.import_module(mod)\n'
+               '    for part in attr.split("."):\n        fn = getattr(fn, part)')
+    else:
+        needs, imp, extra = _DECODE_CALLS[backend]
+        extra = f"\n    kw.update({extra}, softcap=CASE['softcap'])"
+    return needs, f'''
 
-        def candidate(q, k_cache, v_cache, k, v, lens, bt, impl):
-            """flash_attn_with_kvcache's signature: the new k, v written into the caches in place."""
-            mod, _, attr = impl.partition(":")
-            fn = importlib.import_module(mod)
-            for part in attr.split("."):
-                fn = getattr(fn, part)
-            kw = dict(cache_seqlens=lens, block_table=bt, causal=CASE["causal"], window_size=tuple(CASE["window"]))
-            if PASS_SCALE:
-                kw["softmax_scale"] = SCALE
-            if CASE["softcap"]:
-                kw["softcap"] = CASE["softcap"]
-            res = fn(q, k_cache, v_cache, k, v, **kw)
-            if isinstance(res, (tuple, list)):
-                return res[0], (res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None)
-            return res, None
-        ''')
+def candidate(q, k_cache, v_cache, k, v, lens, bt, impl):
+    """flash_attn_with_kvcache's signature: the new k, v written into the caches in place."""
+    {imp}
+    kw = dict(cache_seqlens=lens, block_table=bt, causal=CASE["causal"], window_size=tuple(CASE["window"]))
+    if PASS_SCALE:
+        kw["softmax_scale"] = SCALE
+    if CASE["softcap"]:
+        kw["softcap"] = CASE["softcap"]{extra}
+    res = fn(q, k_cache, v_cache, k, v, **kw)
+    if isinstance(res, (tuple, list)):
+        return res[0], (res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None)
+    return res, None
+'''
 
 
 def _linear_call(backend, impl, case: LinearCase) -> tuple[str, str]:

@@ -163,3 +163,25 @@ def test_the_call_forms_are_features_the_shrinker_switches_off():
     assert feats["positional call -> keywords"].call == "keyword"
     nolse = dict(_features(case_from_id("B1-H4/2-S40x40-D32-causal-nolse-fp32")))
     assert nolse["lse asked for (return_lse on)"].return_lse is True
+
+
+def test_the_in_repo_decode_kernel_has_a_standalone_script_too(tmp_path):
+    """triton_decode's script calls kernels.decode like its adapter; on the kernel (correct) it exits 0
+    (run from the project root, in Triton's interpreter on a CPU)."""
+    import os
+
+    from harness.adapters import registry
+    from harness.check import repro
+    from harness.check.verify import verify
+
+    case = case_from_id("B3-H4/2-Q3-L33r-P16-new-D16-nocausal-scale0.0625-fp32")
+    result = verify(registry.get("triton_decode"), case, seed=0, device="cpu")
+    assert result.status == "pass", result.message()
+    script = repro.write_repro(tmp_path / "repro_triton_decode.py", case=case, seed=0, result=result,
+                               backend="triton_decode")
+    root = Path(__file__).resolve().parents[2]
+    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, '.'); "
+            "sys.argv = [sys.argv[1]]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    run = subprocess.run([sys.executable, "-c", boot, str(script)], cwd=root, capture_output=True, text=True,
+                         timeout=300, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0 and "no defect" in run.stdout, run.stdout + run.stderr
