@@ -176,3 +176,10 @@ KNOWN: tuple[KnownIssue, ...] = (  # all measured on one H100 (sm90)
 def lookup(backend: str, case: Case, device) -> KnownIssue | None:
     """The recorded defect of ``backend`` that covers ``case`` on ``device``, else None."""
     return next((k for k in KNOWN if k.matches(backend, case, device)), None)
+
+
+def explaining(backend: str, case: Case, device, status: str, reason: str) -> KnownIssue | None:
+    """The recorded defect that explains a result of ``backend`` on ``case`` (its status, and for a
+    crash the signature in ``reason``), else None."""
+    issue = lookup(backend, case, device)
+    return issue if issue is not None and issue.explains(status, reason) else None

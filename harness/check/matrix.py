@@ -288,13 +288,13 @@ def summary(results) -> dict[str, int]:
 def mark_known_issues(results, cases, device) -> None:
     """Failures and crashes that are a recorded third-party defect (harness.check.known_issues) get its
     text; a crash only when its error carries the recorded signature."""
-    from harness.check.known_issues import lookup
+    from harness.check.known_issues import explaining
 
     by_id = {c.id: c for c in cases}
     for r in results:
         if r.status in ("fail", "error") and r.case in by_id:
-            issue = lookup(r.backend, by_id[r.case], device)
-            if issue and issue.explains(r.status, r.reason):
+            issue = explaining(r.backend, by_id[r.case], device, r.status, r.reason)
+            if issue:
                 r.known_issue = issue.describe()
 
 

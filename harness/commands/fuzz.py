@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.check import fuzz as F
-from harness.check.known_issues import lookup
+from harness.check.known_issues import explaining
 
 
 def _budget(text: str) -> float:
@@ -118,8 +118,7 @@ def main(args) -> int:
                 drawn, skipped = next(stream)
                 rejected += skipped
                 res = r.verify(drawn.case, drawn.seed, backward=True)
-                issue = lookup(r.name, drawn.case, device)
-                issue = issue if issue and issue.explains(res.status, res.reason) else None
+                issue = explaining(r.name, drawn.case, device, res.status, res.reason)
                 outcome = "known" if issue else res.status
                 per_backend[r.name]["cases"] += 1
                 per_backend[r.name][outcome] += 1
