@@ -168,8 +168,10 @@ class _FlashAdapter(SoftmaxAdapter):
             return f"this {self.package_words} version has no softcap"
         if case.is_varlen and varlen_fn is None:
             return f"this {self.package_words} version has no flash_attn_varlen_func"
-        if case.call == "positional" and positional_order(fn)[0] is None:
-            return f"{self.package_words} has no positional form: {positional_order(fn)[1]}"
+        if case.call == "positional":
+            order, why = positional_order(fn)
+            if order is None:
+                return f"{self.package_words} has no positional form: {why}"
         return None
 
     def _window(self, case: SoftmaxCase):

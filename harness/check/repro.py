@@ -17,6 +17,7 @@ import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.adapters.optional import POSITIONAL_FILL
 from harness.cases import LinearCase, SoftmaxCase, _seed_from
 from harness.check.results import CaseResult
 
@@ -112,6 +113,8 @@ def write_repro(path: Path, *, case, seed: int, result: CaseResult, backend: str
         IMPL = {impl!r}
         DTYPES = {{"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}}
         ''')
+    if case.family == "softmax":  # flash-attn 2's values for positional parameters the harness does not pass
+        head += f"FILL = {POSITIONAL_FILL!r}\n"
     if case.family == "decode":  # the cache's shape, as the harness derives it from the case
         head += (f"PAGED = {case.paged!r}\nNUM_BLOCKS = {case.num_blocks!r}\nPAGES_PER_SEQ = {case.pages_per_seq!r}\n"
                  f"CAPACITY = {case.capacity!r}\nCACHE_SEQLENS = {list(case.cache_seqlens)!r}\n")
@@ -328,9 +331,6 @@ def attend(q, k, v):
 '''
 
 _SOFTMAX = '''
-
-#: flash-attn 2's values for positional parameters the harness does not pass
-FILL = {"dropout_p": 0.0, "softmax_scale": None, "causal": False, "window_size": (-1, -1), "softcap": 0.0}
 
 
 def call(fn, q, k, v, kw, attn_probs=False):
