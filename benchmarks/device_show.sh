@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -181,6 +181,28 @@ fuzz-shrink)  # issue 17: the three known defects shrunk to standalone repros, t
     rm -rf "$OUT"/shrink/*/work "$OUT"/fuzz/work  # the exchanged tensors: too large to come back (session 9 lost a run)
     (cd "$OUT" && tar czf shrink.tgz shrink fuzz && rm -rf shrink fuzz)
     tail -n 12 "$OUT"/fuzz.log; grep -h "minimal\|needed\|dropped\|repro" "$OUT"/shrink/*.log 2>/dev/null || true
+    ;;
+fuzz-10m)  # issue 17: `fuzz-10m A` then `fuzz-10m B` (different seeds): every installed backend of each family
+    # (`--backends all`) in bf16 and fp16, the three families side by side on the GPU, 290 s each per call: two
+    # calls make the issue's 10 minutes. Needs flash-attn-4 (fa4-1, fa4-2, .fa4-3) and fla (.whl).
+    # `fuzz-10m B SHRINK-ARGS...`: after the fuzz, one `harness shrink` with those arguments (150 s).
+    setup
+    part=${2:?usage: fuzz-10m A|B [shrink args]}; shift 2
+    seed=$([ "$part" = A ] && echo 101 || echo 202)
+    d="fuzz-$part"; mkdir -p "$OUT/$d"
+    for fam in softmax linear decode; do
+        ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 330 python3 -m harness fuzz --backends all --family "$fam" \
+            --dtypes bf16,fp16 --budget 290s --timeout 90 --seed "$seed" --out "$OUT/$d/$fam" \
+            > "$OUT/$d/$fam.log" 2>&1 &
+    done
+    wait
+    if [ $# -gt 0 ]; then
+        timeout 150 python3 -m harness shrink "$@" --out "$OUT/$d/shrink" > "$OUT/$d/shrink.log" 2>&1
+        echo "shrink exit $?" >> "$OUT/$d/shrink.log"
+    fi
+    rm -rf "$OUT/$d"/*/work "$OUT/$d"/shrink/work  # the exchanged tensors: too large to come back
+    tarred "$d"
+    (cd "$OUT" && tar xzf "$d.tgz" && for f in "$d"/*.log; do echo "---- $f"; grep -v "it/s\|case/s" "$f" | tail -n 14; done; rm -rf "$d")
     ;;
 main-job)  # issue 21: `python -m harness run` with no options (MAIN_JOB_ARGS adds some), cold (empty Triton /
     # inductor / flash-attn-4 caches), then warm

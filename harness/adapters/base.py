@@ -66,6 +66,8 @@ class Adapter(abc.ABC):
     #: True when ``run`` takes FP8 cases (q, k, v quantised, ``q_descale`` / ``k_descale`` /
     #: ``v_descale`` keywords, :mod:`harness.fp8`); every other backend refuses them.
     fp8: ClassVar[bool] = False
+    #: True for FP8 kernels that have no bf16/fp16/fp32 path: they refuse every other case.
+    fp8_only: ClassVar[bool] = False
     #: None when a call can be captured in a CUDA graph; else why not (it reads device values on
     #: the host). The timer then does not try (a failed capture can hold its memory pool).
     no_cuda_graph: ClassVar[str | None] = None
@@ -84,6 +86,8 @@ class Adapter(abc.ABC):
         if getattr(case, "fp8", "") and not self.fp8:
             return (f"FP8 ({case.fp8}) inputs with descales: not a path of this backend "
                     "(an FP8 backend declares fp8 = True)")
+        if self.fp8_only and not getattr(case, "fp8", ""):
+            return "an FP8 kernel: it runs FP8 cases (e4m3 q, k, v with descales) only"
         return None
 
     @abc.abstractmethod

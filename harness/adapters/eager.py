@@ -318,7 +318,7 @@ class EagerFP8Adapter(SoftmaxAdapter):
     name = "eager_fp8"
     description = ("FP8 (e4m3) attention as an FP8 kernel must compute it: fp32-accumulated QK^T of the FP8 values, "
                    "descales, P quantised to FP8 for PV (the reference of FP8 cases)")
-    fp8 = True
+    fp8 = fp8_only = True
     differentiable = False
 
     def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,

@@ -256,12 +256,12 @@ class TritonFAFP8(SoftmaxAdapter):
     description = ("in-repo Triton flash attention forward on e4m3 q/k/v with descales (kernels/flash_attn "
                    "flash_attn_fp8_func): fp32-accumulated QK^T, P in e4m3 for PV, out bf16/fp16")
     module = "kernels.flash_attn"
-    fp8 = True
+    fp8 = fp8_only = True
     differentiable = False
 
     def supports(self, case, device):
-        if not getattr(case, "fp8", ""):
-            return "an FP8 kernel: it runs FP8 cases (e4m3 q, k, v with descales) only"
+        if reason := super().supports(case, device):
+            return reason
         mod, reason = _module_and_reason(self, case, device)
         if reason:
             return reason

@@ -2,6 +2,9 @@
 [--budget 10m] [--max-cases N] [--seed N] [--out DIR]``: random edge cases inside each backend's
 declared support, each checked against the FP64 oracle with the tolerance rule and the property
 checks, the candidate in a child process (a crash or a hang is a failed case, not a dead run).
+``--backends all``: every registered backend of the family that supports some drawn case on this
+device and dtypes; those that support none (not installed, CUDA only, FP8 only) sit out with their
+reason, printed and in the report.
 
 Every case goes to ``fuzz.jsonl`` as it finishes (a run stopped by a time limit keeps what it
 did); ``report.md`` / ``report.json`` list every failure with its case id, seed and the command
@@ -13,6 +16,7 @@ as a failure), 2 on bad arguments.
 from __future__ import annotations
 
 import json
+import random
 import re
 import secrets
 import sys
@@ -33,7 +37,9 @@ def _budget(text: str) -> float:
 
 def add_arguments(p) -> None:
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--backends", default=None, metavar="NAMES", help="comma-separated registered backends")
+    who.add_argument("--backends", default=None, metavar="NAMES",
+                     help="comma-separated registered backends, or 'all': every backend of the family that runs "
+                          "some drawn case here (the others are listed with their reason)")
     who.add_argument("--impl", default=None, metavar="MODULE:CALLABLE", help="a callable (the adapters' contract)")
     p.add_argument("--family", choices=("softmax", "linear", "decode"), default="softmax")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
@@ -79,7 +85,9 @@ def main(args) -> int:
     out = Path(args.out or Path("reports") / f"fuzz-{datetime.now(UTC):%Y%m%d-%H%M%S}")
     out.mkdir(parents=True, exist_ok=True)
     limits = F.GPU_LIMITS if device == "cuda" else F.CPU_LIMITS
-    names = [n.strip() for n in (args.backends or "").split(",") if n.strip()]
+    every = (args.backends or "").strip() == "all"
+    names = (registry.names(args.family) if every
+             else [n.strip() for n in (args.backends or "").split(",") if n.strip()])
     for n in names:
         try:
             a = registry.get(n)
@@ -88,17 +96,34 @@ def main(args) -> int:
         if a.family != args.family:
             return _usage(f"--backends: {n} is a {a.family}-attention backend; this run is --family {args.family}")
     specs = [("backend", n) for n in names] or [("impl", args.impl)]
-    runners, streams = [], []
+    runners, streams, skipped_backends = [], [], {}
     for kind, name in specs:
+        if every:  # a backend that supports none of the draws (not installed, another device or dtype) sits out
+            declared = registry.get(name)
+            try:
+                next(F.cases_for(declared, family=args.family, dtypes=dtypes, device=torch.device(device),
+                                 seed=seed, limits=limits))
+            except ValueError:
+                probe = F.draw(random.Random(seed), args.family, dtypes, limits)
+                skipped_backends[name] = declared.supports(probe, torch.device(device)) or "no drawn case supported"
+                continue
         r = RemoteVerifier(out / "work", family=args.family, device=device, timeout=args.timeout,
                            **{kind: name}, threads=None)
         try:
             adapter = r.adapter()
         except ChildFailed as e:
+            if every:
+                skipped_backends[name] = f"its child did not start: {e.outcome.reason}"
+                continue
             return _usage(f"{name}: {e.outcome.reason}")
         runners.append(r)
         streams.append(F.cases_for(adapter, family=args.family, dtypes=dtypes, device=torch.device(device),
                                    seed=seed, limits=limits))
+    if not runners:
+        return _usage(f"no {args.family} backend runs any drawn case on {device} in {', '.join(dtypes)}: "
+                      + "; ".join(f"{n}: {why}" for n, why in skipped_backends.items()))
+    for n, why in skipped_backends.items():
+        print(f"fuzz: {n} sits out: {why}", file=sys.stderr)
     from tqdm import tqdm
 
     log = (out / "fuzz.jsonl").open("w")
@@ -153,7 +178,8 @@ def main(args) -> int:
         f["shrink"] = (f"python -m harness shrink {target} --family {args.family} --device {device} "
                        f"--case '{f['case']}' --seed {f['seed']}")
     rep = {"seed": seed, "device": device, "dtypes": dtypes, "seconds": round(seconds, 1), "cases": done,
-           "rejected_draws": rejected, "per_backend": per_backend, "failures": failures, "known": known,
+           "rejected_draws": rejected, "per_backend": per_backend, "skipped_backends": skipped_backends,
+           "failures": failures, "known": known,
            "replay": replay}
     (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
     (out / "report.md").write_text(_markdown(rep))
@@ -173,6 +199,8 @@ def _markdown(rep: dict) -> str:
          "| backend | cases | pass | fail | error | unsupported | known |", "|---|---|---|---|---|---|---|"]
     for name, c in rep["per_backend"].items():
         L.append(f"| {name} | {c['cases']} | {c['pass']} | {c['fail']} | {c['error']} | {c['unsupported']} | {c['known']} |")
+    if rep.get("skipped_backends"):
+        L += ["", "Not run here: " + "; ".join(f"{n} ({why})" for n, why in rep["skipped_backends"].items()) + "."]
     if rep["failures"]:
         L += ["", "## Failures", "", "| backend | case | seed | status | reason | shrink |", "|---|---|---|---|---|---|"]
         for f in rep["failures"]:

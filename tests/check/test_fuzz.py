@@ -92,3 +92,26 @@ def test_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
     assert code == 2 and "--budget" in capsys.readouterr().err
     code, _ = _run(tmp_path, monkeypatch, "--backends", "eager_linear")
     assert code == 2 and "linear-attention backend" in capsys.readouterr().err
+
+
+def test_all_backends_runs_what_is_here_and_names_the_rest(tmp_path, monkeypatch):
+    code, lines = _run(tmp_path, monkeypatch, "--backends", "all", "--family", "linear", "--dtypes", "fp32",
+                       "--max-cases", "1", "--seed", "5")
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    ran = {r["backend"] for r in lines}
+    assert code == 0 and "eager_linear" in ran and "triton_la_chunk" in ran
+    assert set(rep["per_backend"]) == ran and not ran & set(rep["skipped_backends"])
+    if "fla_chunk" not in ran:  # fla is an optional peer: absent, it sits out with that reason
+        assert "not installed" in rep["skipped_backends"]["fla_chunk"]
+    assert "Not run here" in (tmp_path / "out" / "report.md").read_text() or not rep["skipped_backends"]
+
+
+def test_fp8_only_backends_refuse_other_dtypes():
+    import torch
+
+    from harness.adapters import registry
+    from harness.cases import SoftmaxCase
+
+    case = SoftmaxCase(batch=1, heads_q=2, heads_k=2, seqlen_q=8, seqlen_k=8, d=32, dtype="fp16")
+    for name in ("eager_fp8", "triton_fa_fp8"):
+        assert "FP8 cases" in registry.get(name).supports(case, torch.device("cpu"))
