@@ -191,6 +191,8 @@ class ChildSession:
         self.t0 = time.perf_counter()
         self.deadline = time.monotonic() + timeout
         self.closed = False
+        #: Set when the child reported a sticky CUDA error after a request (it then exits).
+        self.context_lost: str | None = None
         full = dict(hello, log_path=self.log_path, budget_s=timeout, scratch=str(self.folder / "scratch"))
         parent_end, child_end = iso.ctx.Pipe(duplex=True)
         self.conn = parent_end
@@ -231,11 +233,18 @@ class ChildSession:
         child crashes, hangs past the deadline, is interrupted, or its own code raises."""
         from harness.accept import exchange
 
+        if self.closed:
+            why = (f"the child's CUDA context was lost earlier ({self.context_lost}) and the child ended"
+                   if self.context_lost else "the child was already closed")
+            raise ChildFailed(self._outcome("crash", why))
         try:
             exchange.send(self.conn, dict(fields, op=op, budget_s=max(self.remaining(), 0.5)))
         except (OSError, ValueError):  # the child is already gone: its exit status says why
             pass
         reply = self._receive()
+        if reply.get("context_lost"):  # the child ends after this reply: a later ask needs a new session
+            self.context_lost = reply["context_lost"]
+            self._finish(kill=False)
         if not reply.get("ok"):
             self._fail_from_reply(reply)
         return reply["result"]

@@ -4,7 +4,9 @@ acceptance check's isolation (:mod:`harness.accept.isolation`, :mod:`harness.acc
 
 A crash, a hang past the per-case timeout or an exception of the child's own code becomes an
 "error" result for that case ("crash: the child process was killed by SIGSEGV", ...), and the next
-case gets a fresh child.
+case gets a fresh child; so does a case after which the child's CUDA context is lost (a sticky error
+such as an illegal memory access: the child reports it with the case's result and exits, instead of
+failing every later case with it).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class RemoteVerifier:
         self.name = backend or impl
 
     def _open(self):
-        if self.session is None:
+        if self.session is None or self.session.closed:  # a child that lost its CUDA context ended itself
             self.starts += 1
             self.session = self.iso.open(self.hello, timeout=self.timeout, name=f"{self.name}-{self.starts}")
             if self.declared is None:

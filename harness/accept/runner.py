@@ -363,6 +363,12 @@ def _arm_dump(seconds) -> None:
         faulthandler.dump_traceback_later(max(float(seconds) - 2.0, 0.5), exit=False)
 
 
+def _context_lost(device) -> str | None:
+    from harness.check.matrix import context_lost
+
+    return context_lost(device)
+
+
 def child_main(hello_json: str, conn) -> None:
     """Entry point of the child process (multiprocessing target): probe, then serve requests."""
     import json
@@ -407,8 +413,11 @@ def child_main(hello_json: str, conn) -> None:
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
             reply = {"ok": False, "error": _short(e), "traceback": traceback.format_exc()}
         reply["seconds"] = round(time.perf_counter() - t0, 3)
+        lost = _context_lost(runner.device)
+        if lost:  # a sticky CUDA error: every later request here would fail with it; the parent starts a new child
+            reply["context_lost"] = lost
         sys.stdout.flush()
         sys.stderr.flush()
         exchange.send(conn, reply)
-        if isinstance(reply.get("error"), str) and reply["error"].startswith("KeyboardInterrupt"):
+        if lost or (isinstance(reply.get("error"), str) and reply["error"].startswith("KeyboardInterrupt")):
             return

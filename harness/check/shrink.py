@@ -6,7 +6,8 @@ nothing more applies, each feature switched off alone (GQA -> MHA, window, softc
 passed scale, the layout, varlen -> one dense sequence, d_v -> d, the out-only and positional call
 forms back to the plain call), then smaller sizes (batch, heads,
 each sequence length by bisection, head dim), and last fp32 instead of a 16-bit dtype; a change is
-kept when the check still fails with the same signature. The log says what each feature did:
+kept when the check still fails with the same signature (and not as another recorded third-party
+defect: harness/check/known_issues.py). The log says what each feature did:
 "needed" (switching it off made the case pass, or fail differently) or "dropped".
 """
 
@@ -181,16 +182,20 @@ def _sizes(case: Case) -> list[tuple[str, Case | None]]:
 
 
 def shrink(case: Case, check: Callable[[Case], CaseResult], *, supported: Callable[[Case], bool] = lambda c: True,
+           known: Callable[[Case, CaseResult], str | None] = lambda c, r: None,
            max_checks: int = 400, log: Callable[[str], None] | None = None) -> Shrunk:
     """Shrink ``case`` while ``check`` (case -> result) keeps failing with the same signature.
 
-    ``supported``: cases the backend declares it cannot run are not tried. Raises ValueError when
-    ``case`` does not fail."""
+    ``supported``: cases the backend declares it cannot run are not tried. ``known``: the recorded
+    defect that explains a (case, result), or None: a smaller case that fails as a *different*
+    recorded defect is not kept (it would turn a new finding into an old one: a head dim shrunk
+    onto a head dim with its own known bug). Raises ValueError when ``case`` does not fail."""
     first = check(case)
     sig = signature(first)
     if first.status not in ("fail", "error"):
         raise ValueError(f"{case.id} does not fail ({first.status}): nothing to shrink")
     state = Shrunk(case, case, sig, first, checks=1)
+    recorded = known(case, first)
 
     def attempt(what: str, candidate: Case | None, feature: bool) -> bool:
         if candidate is None or candidate == state.minimal or state.checks >= max_checks:
@@ -201,6 +206,13 @@ def shrink(case: Case, check: Callable[[Case], CaseResult], *, supported: Callab
         res = check(candidate)
         state.checks += 1
         got = signature(res)
+        other = known(candidate, res) if got == sig else None
+        if other is not None and other != recorded:
+            outcome = f"fails as another recorded defect ({other[:80]})"
+            state.steps.append(Step(what, False, outcome, feature))
+            if log:
+                log(f"  not kept: {what}: {outcome}")
+            return False
         if got == sig:
             state.minimal, state.result = candidate, res
             state.steps.append(Step(what, True, f"still fails ({got[0]}: {got[1]})", feature))

@@ -126,6 +126,11 @@ def main(args) -> int:
         print(f"fuzz: {n} sits out: {why}", file=sys.stderr)
     from tqdm import tqdm
 
+    from harness.interrupts import SigtermInterrupt
+
+    sigterm = SigtermInterrupt()  # an outer time limit's SIGTERM: stop and still write the report
+    sigterm.install()
+
     log = (out / "fuzz.jsonl").open("w")
     t0 = time.perf_counter()
     done, failures, known, rejected = 0, [], 0, 0
@@ -162,14 +167,23 @@ def main(args) -> int:
                 bar.update(1)
             if not progressed:
                 break
-    except KeyboardInterrupt:
-        print("\ninterrupted: reporting what finished", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted{' (SIGTERM)' if str(e) == 'SIGTERM' else ''}: reporting what finished", file=sys.stderr)
     finally:
+        sigterm.armed = False  # from here on a SIGTERM waits for the report
         bar.close()
         log.close()
         for r in runners:
             r.close()
-    seconds = time.perf_counter() - t0
+    try:
+        return _report(args, out, device, dtypes, seed, time.perf_counter() - t0, done, rejected, per_backend,
+                       skipped_backends, failures, known)
+    finally:
+        sigterm.restore()
+
+
+def _report(args, out, device, dtypes, seed, seconds, done, rejected, per_backend, skipped_backends, failures,
+            known) -> int:
     who = f"--backends {args.backends}" if args.backends else f"--impl {args.impl}"
     replay = (f"python -m harness fuzz {who} --family {args.family} --device {device} --dtypes {','.join(dtypes)} "
               f"--seed {seed}" + (f" --max-cases {args.max_cases}" if args.max_cases else f" --budget {args.budget}"))

@@ -47,6 +47,7 @@ def main(args) -> int:
     from harness.accept.remote import RemoteVerifier
     from harness.cases import case_from_id
     from harness.check import repro
+    from harness.check.known_issues import explaining
     from harness.check.shrink import shrink
 
     if not args.backend and not args.impl:
@@ -79,9 +80,15 @@ def main(args) -> int:
     def supported(c):
         return not adapter.supports(c, dev)
 
+    def known(c, r):
+        if not args.backend:
+            return None
+        issue = explaining(args.backend, c, dev, r.status, r.reason)
+        return issue.describe() if issue else None
+
     print(f"shrink {name} on {case.id} (seed {args.seed}, {device}):", flush=True)
     try:
-        result = shrink(case, check, supported=supported, max_checks=args.max_checks,
+        result = shrink(case, check, supported=supported, known=known, max_checks=args.max_checks,
                         log=lambda m: print(m, flush=True))
     except ValueError as e:
         print(f"shrink: {e}")

@@ -115,3 +115,34 @@ def test_fp8_only_backends_refuse_other_dtypes():
     case = SoftmaxCase(batch=1, heads_q=2, heads_k=2, seqlen_q=8, seqlen_k=8, d=32, dtype="fp16")
     for name in ("eager_fp8", "triton_fa_fp8"):
         assert "FP8 cases" in registry.get(name).supports(case, torch.device("cpu"))
+
+
+def test_a_lost_cuda_context_costs_one_case_not_the_rest(tmp_path, monkeypatch):
+    # a sticky error (illegal memory access) breaks the child for good: it says so with the case's
+    # result and exits, and the next case gets a fresh child instead of the same error again
+    code, lines = _run(tmp_path, monkeypatch, "--impl", "poisons_context:flash_attn_func", "--max-cases", "8",
+                       "--seed", "2", "--timeout", "60")
+    causal = ["-causal-" in x["case"] for x in lines]
+    assert code == 1 and len(lines) == 8 and causal.index(True) < len(causal) - 1 - causal[::-1].index(False)
+    for x, c in zip(lines, causal):
+        if c:
+            assert x["status"] == "error" and "illegal memory access" in x["reason"]
+        else:  # a fresh child: the broken one's error does not follow it
+            assert x["status"] in ("pass", "unsupported"), x
+
+
+def test_a_time_limits_sigterm_still_writes_the_report(tmp_path):
+    # GNU timeout's SIGTERM arrives while a case hangs in its child: the run stops and reports what finished
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(["timeout", "-s", "TERM", "10", sys.executable, "-m", "harness", "fuzz", "--impl",
+                           "hangs:flash_attn_func", "--device", "cpu", "--budget", "5m", "--timeout", "100",
+                           "--seed", "1", "--out", str(tmp_path / "out")],
+                          cwd=IMPLS, env=env, capture_output=True, text=True, timeout=60)
+    assert "interrupted (SIGTERM)" in proc.stderr, proc.stderr[-2000:]
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep["seed"] == 1 and rep["cases"] == 0 and (tmp_path / "out" / "report.md").exists()

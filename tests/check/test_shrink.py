@@ -185,3 +185,23 @@ def test_the_in_repo_decode_kernel_has_a_standalone_script_too(tmp_path):
     run = subprocess.run([sys.executable, "-c", boot, str(script)], cwd=root, capture_output=True, text=True,
                          timeout=300, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0 and "no defect" in run.stdout, run.stdout + run.stderr
+
+
+def test_a_smaller_case_that_is_another_recorded_defect_is_not_kept():
+    # the original fails at head dim 80 (a new finding); every head dim fails the same way here, but
+    # head dim 16 is a recorded defect of its own: the shrinker must not land on it
+    from harness.check.results import CaseResult
+    from harness.check.shrink import shrink
+
+    def check(c):
+        return CaseResult(backend="x", case=c.id, family=c.family, dtype=c.dtype, device="cpu", seed=0,
+                          status="error", reason="run raised RuntimeError: CUDA error")
+
+    def known(c, r):
+        return "head dim 16 defect" if c.d == 16 else None
+
+    out = shrink(case_from_id("B2-H4/1-S40x40-D80-causal-fp16"), check, known=known)
+    assert out.minimal.d != 16 and out.minimal.d <= 80
+    assert any("another recorded defect (head dim 16 defect)" in s.outcome for s in out.steps)
+    free = shrink(case_from_id("B2-H4/1-S40x40-D80-causal-fp16"), check)
+    assert free.minimal.d == 16
