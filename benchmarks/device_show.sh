@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -203,6 +203,31 @@ fuzz-10m)  # issue 17: `fuzz-10m A` then `fuzz-10m B` (different seeds): every i
     rm -rf "$OUT/$d"/*/work "$OUT/$d"/shrink/work  # the exchanged tensors: too large to come back
     tarred "$d"
     (cd "$OUT" && tar xzf "$d.tgz" && for f in "$d"/*.log; do echo "---- $f"; grep -v "it/s\|case/s" "$f" | tail -n 14; done; rm -rf "$d")
+    ;;
+triage)  # issue 17: session 10's fuzz findings, side by side: each shrunk (the shrinker now stops short of
+    # another recorded defect), the in-repo linear forward's fault probed per launch config, torch SDPA's
+    # forward determinism per backend. Needs flash-attn-4 (fa4-1, fa4-2, .fa4-3) and fla (.whl).
+    setup
+    d="$OUT/triage"; mkdir -p "$d"
+    shr() {  # shr NAME BACKEND CASE SEED [--family F]
+        local name=$1 backend=$2 case=$3 seed=$4; shift 4
+        ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 420 python3 -m harness shrink --backend "$backend" --case "$case" \
+            --seed "$seed" --timeout 90 "$@" --out "$d/$name" > "$d/$name.log" 2>&1
+        echo "shrink exit $?" >> "$d/$name.log"
+    }
+    shr fa4-d80 flash_attn_cute 'B2-H4/1-S119x2031-D80-causal-fp16' 1000004 &
+    shr fa4-d48cap flash_attn_cute 'B4-H32/2-S183x17-D48-cap50-bf16' 101000308 &
+    shr fa4-varlen flash_attn_cute 'B2-H2/1-varlen[7x33,1947x97]-D80-causal-scale1-offset-fp16' 101000305 &
+    shr cudnn-win sdpa_cudnn 'B1-H3-S359x15-D128-win0x8-bf16' 202000609 &
+    shr fla-gamma fla_fused_chunk 'B2-H1-T65-K32V128-g_gamma(n=0.1)-h0-dhT-fp16' 202000614 --family linear &
+    shr fa4dec-win flash_attn_cute_decode 'B4-H3-Q1-L1490-P16-D32v96-win650x0-cap30-scale1-bf16' 202000633 --family decode &
+    shr fa4dec-d16 flash_attn_cute_decode 'B2-H8/1-Q2-L1709r-contig-new-D16v128-bf16' 101000313 --family decode &
+    timeout 300 python3 benchmarks/la_crash_probe.py --jobs 6 > "$d/la_probe.log" 2>&1
+    timeout 120 python3 benchmarks/sdpa_determinism_probe.py > "$d/sdpa_det.log" 2>&1
+    wait
+    rm -rf "$d"/*/work
+    tarred triage
+    (cd "$OUT" && tar xzf triage.tgz && for f in triage/*.log; do echo "---- $f"; grep -E "^minimal|^  [a-zA-Z].*: (dropped|needed)|^repro|exit|failed|^  K|max \||refused" "$f" | tail -n 16; done; rm -rf triage)
     ;;
 main-job)  # issue 21: `python -m harness run` with no options (MAIN_JOB_ARGS adds some), cold (empty Triton /
     # inductor / flash-attn-4 caches), then warm

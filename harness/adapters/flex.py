@@ -160,6 +160,11 @@ def call_without_fallback(compiled, *args, recompile_limit: int = FLEX_RECOMPILE
             # inductor found no kernel template that fits the shape (seen on the H100 for head
             # dim 16 with 70 queries x 33 keys): torch's refusal, not a wrong answer
             raise Unsupported(f"FlexAttention cannot compile this case: {_first_line(e)}") from None
+        if "must be divisible by BLOCK_M and BLOCK_N" in text:
+            # flex's own check: the block mask's blocks (flex_decode: the pages) are smaller than
+            # the tile of the template inductor picked (fuzzed on the H100: 16- and 32-token pages
+            # at some head dims); a clean refusal
+            raise Unsupported(f"FlexAttention cannot compile this case: {_first_line(e)}") from None
         if isinstance(e, NotImplementedError) or "NotImplementedError" in str(e):
             raise Unsupported(
                 f"unsupported: FlexAttention cannot compile this case: {_first_line(e)}"
