@@ -6,8 +6,8 @@ nothing more applies, each feature switched off alone (GQA -> MHA, window, softc
 passed scale, the layout, varlen -> one dense sequence, d_v -> d, the out-only and positional call
 forms back to the plain call), then smaller sizes (batch, heads,
 each sequence length by bisection, head dim), and last fp32 instead of a 16-bit dtype; a change is
-kept when the check still fails with the same signature (and not as another recorded third-party
-defect: harness/check/known_issues.py). The log says what each feature did:
+kept when the check still fails with the same signature, about as badly (``KEEP_SEVERITY``), and not
+as another recorded third-party defect (harness/check/known_issues.py). The log says what each feature did:
 "needed" (switching it off made the case pass, or fail differently) or "dropped".
 """
 
@@ -22,6 +22,17 @@ from harness.check.results import CaseResult
 
 #: The smallest sizes the shrinker goes down to (a 16-wide head dim is what most kernels take).
 MIN_HEAD_DIM = 16
+#: A smaller case must keep the failure this severe: its failed tensor's error at least this many
+#: times its allowed bound (or half the original's excess, when the original fails by less). Without
+#: it, a 300x-off gradient shrinks to a case 1.2x over the bound: technically failing, unconvincing
+#: in a bug report, and maybe another (rounding) effect altogether.
+KEEP_SEVERITY = 10.0
+
+
+def severity(r: CaseResult, sig: tuple[str, str | None]) -> float | None:
+    """How far past its bound the signature's tensor is (error / allowed), None for a property or crash."""
+    t = r.tensor(sig[1]) if sig[1] else None
+    return t.budget if t is not None else None
 
 
 def signature(r: CaseResult) -> tuple[str, str | None]:
@@ -196,6 +207,8 @@ def shrink(case: Case, check: Callable[[Case], CaseResult], *, supported: Callab
         raise ValueError(f"{case.id} does not fail ({first.status}): nothing to shrink")
     state = Shrunk(case, case, sig, first, checks=1)
     recorded = known(case, first)
+    first_severity = severity(first, sig)
+    need = None if first_severity is None else max(1.0, min(first_severity / 2, KEEP_SEVERITY))
 
     def attempt(what: str, candidate: Case | None, feature: bool) -> bool:
         if candidate is None or candidate == state.minimal or state.checks >= max_checks:
@@ -206,6 +219,14 @@ def shrink(case: Case, check: Callable[[Case], CaseResult], *, supported: Callab
         res = check(candidate)
         state.checks += 1
         got = signature(res)
+        now = severity(res, got) if got == sig else None
+        if need is not None and now is not None and now < need:
+            outcome = (f"fails more mildly ({got[1]} {now:.3g}x its bound, the original {first_severity:.3g}x; "
+                       f"kept at >= {need:.3g}x)")
+            state.steps.append(Step(what, False, outcome, feature))
+            if log:
+                log(f"  not kept: {what}: {outcome}")
+            return False
         other = known(candidate, res) if got == sig else None
         if other is not None and other != recorded:
             outcome = f"fails as another recorded defect ({other[:80]})"

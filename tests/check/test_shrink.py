@@ -205,3 +205,23 @@ def test_a_smaller_case_that_is_another_recorded_defect_is_not_kept():
     assert any("another recorded defect (head dim 16 defect)" in s.outcome for s in out.steps)
     free = shrink(case_from_id("B2-H4/1-S40x40-D80-causal-fp16"), check)
     assert free.minimal.d == 16
+
+
+def test_a_smaller_case_must_fail_about_as_badly():
+    # dq is 300x over its bound at 64 query rows and only a little over it below 16: a repro of the
+    # gross error, not of a near-miss, is what a maintainer can act on
+    from harness.check.results import CaseResult
+    from harness.check.shrink import KEEP_SEVERITY, shrink
+    from harness.check.tolerance import TensorReport
+
+    def check(c):
+        budget = 300.0 if c.seqlen_q >= 16 else 1.3
+        t = TensorReport(name="dq", dtype=c.dtype, shape=(1,), error=budget, reference_error=1.0, factor=1.0,
+                         floor=0.0, allowed=1.0, ratio=budget, budget=budget, max_abs_error=budget, worst=None,
+                         nonfinite=0, passed=False, reason="dq: error")
+        return CaseResult(backend="x", case=c.id, family=c.family, dtype=c.dtype, device="cpu", seed=0,
+                          status="fail", reason="dq: error", tensors=[t])
+
+    out = shrink(case_from_id("B2-H4-S64x64-D32-fp16"), check)
+    assert out.minimal.seqlen_q == 16 and out.result.tensor("dq").budget >= KEEP_SEVERITY
+    assert any("fails more mildly" in s.outcome for s in out.steps)
