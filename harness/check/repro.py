@@ -55,7 +55,7 @@ def supported(backend: str | None, impl: str | None, family: str) -> str | None:
     if impl:
         return None
     if family == "decode":
-        if backend in _DECODE_CALLS:
+        if backend in _DECODE_CALLS or backend in _DECODE_OWN_CALLS:
             return None
         return (f"no standalone decode call is known for {backend!r} (harness/check/repro.py: --impl callables "
                 "with flash_attn_with_kvcache's signature, and the in-repo kernel); wrap it and shrink with --impl")
@@ -209,7 +209,45 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
         ''')
 
 
+#: Decode backends with a call of their own (not flash_attn_with_kvcache's): (needs, candidate's body).
+_DECODE_OWN_CALLS = {
+    "flash_attn_cute_decode": ("flash-attn-4 (`flash_attn.cute`, with nvidia-cutlass-dsl) on a CUDA GPU", '''
+
+def candidate(q, k_cache, v_cache, k, v, lens, bt, impl):
+    """flash-attn-4's flash_attn_varlen_func over the cache, as the harness calls it: the new k, v
+    written into the cache first (index_copy_), then seqused_k = the lengths with them, page_table
+    when paged. lse is not compared (flash-attn-4 writes +inf on rows that see no key)."""
+    from flash_attn.cute.interface import flash_attn_varlen_func as fn
+    used = lens
+    if k is not None:
+        B, Sq, Hk = k.shape[0], k.shape[1], k.shape[2]
+        pos = lens.long()[:, None] + torch.arange(Sq, device=k.device)[None, :]
+        if bt is None:
+            slot = torch.arange(B, device=k.device)[:, None] * k_cache.shape[1] + pos
+        else:
+            page = k_cache.shape[1]
+            slot = bt.long().gather(1, pos // page) * page + pos % page
+        slot = slot.reshape(-1)
+        k_cache.view(-1, Hk, k_cache.shape[-1]).index_copy_(0, slot, k.reshape(-1, Hk, k.shape[-1]))
+        v_cache.view(-1, Hk, v_cache.shape[-1]).index_copy_(0, slot, v.reshape(-1, Hk, v.shape[-1]))
+        used = lens + Sq
+    window = tuple(None if w < 0 else w for w in CASE["window"])
+    kw = dict(seqused_k=used.to(torch.int32), causal=CASE["causal"], window_size=window, return_lse=True)
+    if PASS_SCALE:
+        kw["softmax_scale"] = SCALE
+    if bt is not None:
+        kw["page_table"] = bt.to(torch.int32)
+    if CASE["softcap"]:
+        kw["softcap"] = CASE["softcap"]
+    res = fn(q, k_cache, v_cache, **kw)
+    return (res[0] if isinstance(res, (tuple, list)) else res), None
+'''),
+}
+
+
 def _decode_call(backend, impl) -> tuple[str, str]:
+    if backend in _DECODE_OWN_CALLS:
+        return _DECODE_OWN_CALLS[backend]
     if impl:
         needs, extra = f"`{impl}` importable from the current directory", ""
         imp = ('mod, _, attr = impl.partition(":")\n    fn = importlib.import_module(mod)\n'

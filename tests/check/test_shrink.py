@@ -225,3 +225,65 @@ def test_a_smaller_case_must_fail_about_as_badly():
     out = shrink(case_from_id("B2-H4-S64x64-D32-fp16"), check)
     assert out.minimal.seqlen_q == 16 and out.result.tensor("dq").budget >= KEEP_SEVERITY
     assert any("fails more mildly" in s.outcome for s in out.steps)
+
+
+_FAKE_FA4 = '''
+import torch
+
+
+def flash_attn_varlen_func(q, k, v, seqused_k=None, page_table=None, causal=False, window_size=(None, None),
+                           softmax_scale=None, softcap=0.0, return_lse=False):
+    """flash-attn-4's call over a cache, in torch (a stand-in for the CPU test)."""
+    B, Sq, Hq, D = q.shape
+    Hk = k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else D ** -0.5
+    left, right = (-1 if w is None else w for w in window_size)
+    if causal:
+        right = 0
+    out = q.new_zeros(B, Sq, Hq, v.shape[-1])
+    for b in range(B):
+        n = int(seqused_k[b])
+        if page_table is None or BROKEN:
+            keys, vals = k[b, :n], v[b, :n]
+        else:
+            keys = k[page_table[b].long()].reshape(-1, Hk, D)[:n]
+            vals = v[page_table[b].long()].reshape(-1, Hk, v.shape[-1])[:n]
+        keys, vals = keys.repeat_interleave(Hq // Hk, 1).float(), vals.repeat_interleave(Hq // Hk, 1).float()
+        s = torch.einsum("qhd,khd->hqk", q[b].float(), keys) * scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        pos_q = n - Sq + torch.arange(Sq)[:, None]
+        pos_k = torch.arange(n)[None, :]
+        ok = torch.ones(Sq, n, dtype=torch.bool)
+        if right >= 0:
+            ok &= pos_k <= pos_q + right
+        if left >= 0:
+            ok &= pos_k >= pos_q - left
+        p = torch.softmax(s.masked_fill(~ok, float("-inf")), -1).nan_to_num(0.0)
+        out[b] = torch.einsum("hqk,khd->qhd", p, vals).to(out.dtype)
+    return out, None
+'''
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_flash_attn_4_decode_repro_calls_it_as_the_adapter_does(tmp_path, broken):
+    """flash_attn_cute_decode's script (flash-attn-4's varlen call over the cache, new tokens written
+    first) against a stand-in module: right -> exit 0, ignoring the page table -> exit 1."""
+    from harness.check import repro
+    from harness.check.results import CaseResult
+
+    pkg = tmp_path / "fake" / "flash_attn" / "cute"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "interface.py").write_text(f"BROKEN = {broken}\n" + _FAKE_FA4)
+    case = case_from_id("B3-H4/2-Q2-L37r-P16-new-D16-fp32")
+    result = CaseResult(backend="flash_attn_cute_decode", case=case.id, family="decode", dtype="fp32", device="cpu",
+                        seed=0, status="error", reason="run raised AcceleratorError: CUDA error: an illegal memory access")
+    script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result,
+                               backend="flash_attn_cute_decode")
+    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, sys.argv[2]); "
+            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert p.returncode == (1 if broken else 0), p.stdout + p.stderr
