@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -228,6 +228,34 @@ triage)  # issue 17: session 10's fuzz findings, side by side: each shrunk (the 
     rm -rf "$d"/*/work
     tarred triage
     (cd "$OUT" && tar xzf triage.tgz && for f in triage/*.log; do echo "---- $f"; grep -E "^minimal|^  [a-zA-Z].*: (dropped|needed)|^repro|exit|failed|^  K|max \||refused" "$f" | tail -n 16; done; rm -rf triage)
+    ;;
+triage2)  # issue 17: the findings shrunk again with the shrinker's severity rule (a smaller case must fail
+    # >= 10x its bound), each repro script run once (exit 1 = the defect reproduced), and the in-repo linear
+    # backward's fault probed per config and plan. Needs flash-attn-4 (fa4-1, fa4-2, .fa4-3) and fla (.whl).
+    setup
+    d="$OUT/triage2"; mkdir -p "$d"
+    shr() {  # shr NAME BACKEND CASE SEED [--family F]
+        local name=$1 backend=$2 case=$3 seed=$4; shift 4
+        ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 400 python3 -m harness shrink --backend "$backend" --case "$case" \
+            --seed "$seed" --timeout 90 "$@" --out "$d/$name" > "$d/$name.log" 2>&1
+        echo "shrink exit $?" >> "$d/$name.log"
+        for s in "$d/$name"/repro_*.py; do
+            [ -f "$s" ] || continue
+            timeout 120 python3 "$s" > "$d/$name/repro.out" 2>&1
+            echo "repro $(basename "$s") exit $? (1: the defect reproduced)" >> "$d/$name.log"
+        done
+    }
+    shr fa4-d48 flash_attn_cute 'B4-H32/2-S183x17-D48-cap50-bf16' 101000308 &
+    shr fa4-d80 flash_attn_cute 'B2-H4/1-S119x2031-D80-causal-fp16' 1000004 &
+    shr fa4-d16 flash_attn_cute 'B1-H4/1-S70x33-D16-causal-bf16' 0 &
+    shr cudnn-win sdpa_cudnn 'B1-H3-S359x15-D128-win0x8-bf16' 202000609 &
+    shr fla-gamma fla_fused_chunk 'B2-H1-T65-K32V128-g_gamma(n=0.1)-h0-dhT-fp16' 202000614 --family linear &
+    shr fa4dec flash_attn_cute_decode 'B4-H3-Q1-L1490-P16-D32v96-win650x0-cap30-scale1-bf16' 202000633 --family decode &
+    timeout 300 python3 benchmarks/la_crash_probe.py --what bwd --jobs 6 > "$d/la_probe.log" 2>&1
+    wait
+    rm -rf "$d"/*/work
+    tarred triage2
+    (cd "$OUT" && tar xzf triage2.tgz && for f in triage2/*.log; do echo "---- $f"; grep -E "^minimal|^  [a-zA-Z].*: (dropped|needed)|^repro|exit|failed$|FAIL" "$f" | tail -n 14; done; rm -rf triage2)
     ;;
 main-job)  # issue 21: `python -m harness run` with no options (MAIN_JOB_ARGS adds some), cold (empty Triton /
     # inductor / flash-attn-4 caches), then warm
