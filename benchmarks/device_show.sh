@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -242,7 +242,8 @@ triage2)  # issue 17: the findings shrunk again with the shrinker's severity rul
         for s in "$d/$name"/repro_*.py; do
             [ -f "$s" ] || continue
             timeout 120 python3 "$s" > "$d/$name/repro.out" 2>&1
-            echo "repro $(basename "$s") exit $? (1: the defect reproduced)" >> "$d/$name.log"
+            local rc=$?  # (read before any command substitution: $(...) resets it)
+            echo "repro ${s##*/} exit $rc (1: the defect reproduced)" >> "$d/$name.log"
         done
     }
     shr fa4-d48 flash_attn_cute 'B4-H32/2-S183x17-D48-cap50-bf16' 101000308 &
@@ -256,6 +257,21 @@ triage2)  # issue 17: the findings shrunk again with the shrinker's severity rul
     rm -rf "$d"/*/work
     tarred triage2
     (cd "$OUT" && tar xzf triage2.tgz && for f in triage2/*.log; do echo "---- $f"; grep -E "^minimal|^  [a-zA-Z].*: (dropped|needed)|^repro|exit|failed$|FAIL" "$f" | tail -n 14; done; rm -rf triage2)
+    ;;
+la-fix)  # issue 17: the in-repo linear backward without 1-stage configs (session 10's fault): the probe (1-stage
+    # configs still tried explicitly, each launch 3 times), the kernel's GPU tests (new: K != V through every
+    # backward config), and its time at D 64 / 128 (bf16, g_gamma). Needs fla (.whl) for the FLA comparison test.
+    setup
+    d="$OUT/la-fix"; mkdir -p "$d"
+    timeout 200 python3 benchmarks/la_crash_probe.py --what bwd --repeat 3 --jobs 8 > "$d/la_probe.log" 2>&1
+    ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_linear_attn.py \
+        -p no:cacheprovider > "$d/la_tests.log" 2>&1
+    echo "pytest exit $?" >> "$d/la_tests.log"
+    timeout 150 python3 benchmarks/bench_linear_attn.py --dims 64 128 --T 4096 16384 --dtypes bf16 --gate gamma \
+        --skip-check --backends ours --time-budget 120 > "$d/la_bench.log" 2>&1
+    tarred la-fix
+    (cd "$OUT" && tar xzf la-fix.tgz && grep -E "launches failed|^  K" la-fix/la_probe.log | head -20; \
+     tail -n 4 la-fix/la_tests.log; tail -n 14 la-fix/la_bench.log; rm -rf la-fix)
     ;;
 main-job)  # issue 21: `python -m harness run` with no options (MAIN_JOB_ARGS adds some), cold (empty Triton /
     # inductor / flash-attn-4 caches), then warm

@@ -36,11 +36,12 @@ k = (torch.randn(B, T, H, K, device="cuda", dtype=dt) / 4).requires_grad_()
 v = torch.randn(B, T, H, V, device="cuda", dtype=dt, requires_grad=True)
 g = (-0.1 * torch.rand(B, T, H, device="cuda")).requires_grad_()
 h0 = torch.randn(B, H, K, V, device="cuda", requires_grad=True) if a["h0"] else None
-o, ht = chunk_linear_attn(q, k, v, g=g, initial_state=h0, output_final_state=True)
-torch.cuda.synchronize()
-print("forward ok", flush=True)
-(o.float().sum() + ht.sum()).backward()
-torch.cuda.synchronize()
+for _ in range(a.get("repeat", 1)):
+    o, ht = chunk_linear_attn(q, k, v, g=g, initial_state=h0, output_final_state=True)
+    torch.cuda.synchronize()
+    print("forward ok", flush=True)
+    (o.float().sum() + ht.sum()).backward()
+    torch.cuda.synchronize()
 print("ok", float(o.float().abs().max()))
 """
 
@@ -66,6 +67,7 @@ def main() -> int:
     ap.add_argument("--dims", nargs="+", default=["32x128", "32x256", "32x64", "64x128", "128x32"])
     ap.add_argument("--T", nargs="+", type=int, default=[65])
     ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=1, help="forward + backward this many times per launch config")
     ap.add_argument("--what", choices=("fwd", "bwd"), default="bwd",
                     help="fwd: every forward config (session 10's first run); bwd: every backward config and plan")
     args = ap.parse_args()
@@ -84,13 +86,13 @@ def main() -> int:
                                 runs.append(dict(K=K, V=V, T=T, h0=h0, tma=tma,
                                                  cfg={"BV": BV, "num_warps": w, "num_stages": s}))
             else:  # the backward: each searched config, the planned split and the smallest one
-                runs.append(dict(K=K, V=V, T=T, h0=True, tma=True))
+                runs.append(dict(K=K, V=V, T=T, h0=True, tma=True, repeat=args.repeat))
                 plans = [None, {"SPLIT": True, "BV": 32, "BKD": 32, "BK": 32}]
-                for c in cfg.bwd_configs():
+                for w, st in ((8, 1), (4, 1), *cfg.BWD_WARPS_STAGES):  # 1 stage: the list before session 10
                     for plan in plans:
                         for tma in (True, False):
-                            runs.append(dict(K=K, V=V, T=T, h0=True, tma=tma, plan=plan,
-                                             bwd={"num_warps": c.num_warps, "num_stages": c.num_stages}))
+                            runs.append(dict(K=K, V=V, T=T, h0=True, tma=tma, plan=plan, repeat=args.repeat,
+                                             bwd={"num_warps": w, "num_stages": st}))
     print(f"{len(runs)} launches, {args.jobs} at a time", flush=True)
     bad = []
     with cf.ThreadPoolExecutor(args.jobs) as ex:

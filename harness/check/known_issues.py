@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.cases import Case, LinearCase, SoftmaxCase
+from harness.cases import Case, DecodeCase, LinearCase, SoftmaxCase, case_from_id
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,24 @@ def _arch(device) -> str | None:
     return arch_of(torch.cuda.get_device_capability(device))
 
 
-def _causal_more_queries_than_keys_half(case: Case) -> bool:
-    # cuDNN attention runs fp16/bf16 only: in fp32 the default dispatch picks another kernel (passes)
-    return (isinstance(case, SoftmaxCase) and case.causal and not case.is_varlen
-            and case.seqlen_q > case.seqlen_k and case.dtype in ("fp16", "bf16"))
+def _rows_without_a_key_half(case: Case) -> bool:
+    """Dense fp16/bf16 cases where the first query rows see no key: bottom-right alignment with more
+    queries than keys and a right bound (causal: 0, or a window's right side) that leaves row 0 short:
+    row i sees keys up to i + (Sk - Sq) + right. cuDNN attention runs fp16/bf16 only: in fp32 the
+    default dispatch picks another kernel (passes)."""
+    if not isinstance(case, SoftmaxCase) or case.is_varlen or case.dtype not in ("fp16", "bf16"):
+        return False
+    right = 0 if case.causal else case.window[1]
+    return right >= 0 and case.seqlen_q - case.seqlen_k > right
+
+
+def _fa4_dq_head_dims_past_one_block(case: Case) -> bool:
+    # shrunk on the H100 (session 10): head dim 40 / 48 (80 shrinks to 40), more than 64 query rows
+    # (65 fails, 64 passes), 2-3 keys are enough; GQA, causal, softcap not needed. 24, 64, 96, 128 pass.
+    if not isinstance(case, SoftmaxCase) or case.d not in (40, 48, 80):
+        return False
+    rows = [q for q, _ in case.varlen] if case.is_varlen else [case.seqlen_q]
+    return max(rows, default=0) > 64
 
 
 def _head_dim_16(case: Case) -> bool:
@@ -81,6 +95,16 @@ def _head_dim_16(case: Case) -> bool:
 def _strong_per_step_decay(case: Case) -> bool:
     # shrunk on the H100 (docs/repro/fla/): the decay and the final state's gradient are both needed
     return isinstance(case, LinearCase) and case.gate == "g" and case.gate_n <= 0.1 and case.grad_final_state
+
+
+def _strong_constant_decay_d_k_not_d_v(case: Case) -> bool:
+    # shrunk on the H100 (session 10): the decay and d_k != d_v both needed, more than one 64-step chunk
+    return (isinstance(case, LinearCase) and case.gate == "g_gamma" and case.gate_n <= 0.1
+            and case.d_k != case.d_v and case.seqlen > 64)
+
+
+def _decode_d_v_not_d(case: Case) -> bool:
+    return isinstance(case, DecodeCase) and case.d_v != case.d
 
 
 def _linear_fp32(case: Case) -> bool:
@@ -104,10 +128,13 @@ _OFFSET = SoftmaxCase(1, 4, 2, 26, 26, 32, causal=True, layout="offset", dtype="
 KNOWN: tuple[KnownIssue, ...] = (  # all measured on one H100 (sm90)
     KnownIssue(
         backends=("sdpa_cudnn", "sdpa"),  # the default dispatch picks cuDNN for this case on the H100
-        applies=_causal_more_queries_than_keys_half,
-        summary="torch SDPA's cuDNN backend, bottom-right causal with more queries than keys: the query "
-        "rows that see no key are not zero (out error ~0.6 rel-RMS) and dk/dv take gradient from them",
-        seen="torch 2.11.0+cu130, cuDNN 9.19, H100, fp16/bf16, B1-H4/1-S70x33-D16-causal",
+        applies=_rows_without_a_key_half,
+        summary="torch SDPA's cuDNN backend, bottom-right masks with more queries than keys (causal, or a "
+        "window whose right side leaves the first rows short): the query rows that see no key are not "
+        "zero (out error 0.26-0.7 rel-RMS) and dq/dk/dv take gradient from them",
+        seen="torch 2.11.0+cu130, cuDNN 9.19, H100, fp16/bf16, B1-H4/1-S70x33-D16-causal, "
+        "B1-H3-S359x15-D128-win0x8 (fuzzer, session 10)",
+        example=case_from_id("B1-H1-S11x2-D16-win0x8-bf16"),
     ),
     KnownIssue(
         backends=("flash_attn_cute",),
@@ -117,11 +144,29 @@ KNOWN: tuple[KnownIssue, ...] = (  # all measured on one H100 (sm90)
         seen="flash-attn-4 4.0.0b36, cutlass-dsl 4.8.1, H100, fp16/bf16, B1-H4/1-S70x33-D16-causal",
     ),
     KnownIssue(
+        backends=("flash_attn_cute",),
+        applies=_fa4_dq_head_dims_past_one_block,
+        summary="flash-attn-4 at head dim 40, 48 or 80 with more than 64 query rows: dq wrong (46-1512x "
+        "the eager reference's error); out, dk, dv pass",
+        seen="flash-attn-4 4.0.0b36, cutlass-dsl 4.8.1, H100, fp16/bf16, fuzzer (session 10): "
+        "B2-H4/1-S119x2031-D80-causal, B4-H32/2-S183x17-D48-cap50, varlen D80",
+        example=case_from_id("B1-H1-S65x3-D48-bf16"),
+    ),
+    KnownIssue(
         backends=("fla_fused_chunk",),
         applies=_strong_per_step_decay,
         summary="fla fused_chunk_simple_gla, strong per-step decay (log-sigmoid(x)/0.1): dg error "
         "42-67x the eager reference's (allowed 10x); out, state, dq, dk, dv pass",
         seen="fla-core 0.6.0, triton 3.6.0, H100, fp16/bf16, B1-H2-T63-K32V32-g(n=0.1)",
+    ),
+    KnownIssue(
+        backends=("fla_fused_chunk",),
+        applies=_strong_constant_decay_d_k_not_d_v,
+        summary="fla fused_chunk_simple_gla, strong constant decay (g_gamma, log-sigmoid/0.1) with d_k != d_v "
+        "and more than 64 steps: the final state is NaN (every element); out, dq, dk, dv pass",
+        seen="fla-core 0.6.0, triton 3.6.0, H100, fp16, fuzzer (session 10): B3-H4-T1239-K64V32-g_gamma(n=0.1), "
+        "B2-H1-T65-K32V128-g_gamma(n=0.1)-h0-dhT",
+        example=case_from_id("B2-H1-T65-K16V128-g_gamma(n=0.1)-fp16"),
     ),
     KnownIssue(
         backends=("fla_chunk", "fla_fused_chunk"),
@@ -169,6 +214,17 @@ KNOWN: tuple[KnownIssue, ...] = (  # all measured on one H100 (sm90)
         "terms (6.3e-7 rel-RMS); not yet known whether the layout or the scale triggers it",
         seen="fla-core 0.6.0, triton 3.6.0, H100, fp32, B1-H2-T40-K32V32-g_gamma(n=1)-scale0.0625-transposed",
         example=LinearCase(1, 2, 40, 32, gate="g_gamma", scale=0.0625, layout="transposed", dtype="fp32"),
+    ),
+    KnownIssue(
+        backends=("flash_attn_cute_decode",),
+        applies=_decode_d_v_not_d,
+        outcome="error",
+        signature="illegal memory access",
+        summary="flash-attn-4's varlen call over a KV cache with d_v != d (seqused_k, paged or not): "
+        "'CUDA error: an illegal memory access', sticky; with d_v == d it passes",
+        seen="flash-attn-4 4.0.0b36, cutlass-dsl 4.8.1, H100, bf16/fp16, fuzzer (session 10): "
+        "D16v128, D16v80, D32v96",
+        example=case_from_id("B1-H1-Q1-L0-contig-D32v96-bf16"),
     ),
 )
 

@@ -91,11 +91,19 @@ def fwd_configs():
     return [triton.Config({"BV": BV}, num_warps=w, num_stages=s) for BV, w, s in _fwd_list()]
 
 
+#: The backward's searched (warps, stages); bwd_configs says why there is no 1-stage config.
+BWD_WARPS_STAGES = ((8, 2), (4, 2))
+
+
 def bwd_configs():
     """Backward (dq walk + dk/dv walk in one launch): BV is fixed by the launcher (it sizes the
     partial-dk buffer), so only warps and pipeline depth are searched."""
-    # 16 warps cap a thread at 128 registers: 136-1008 bytes of spill in every plan (ptxas_report.py)
-    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((8, 1), (8, 2), (4, 1), (4, 2))]
+    # 16 warps cap a thread at 128 registers: 136-1008 bytes of spill in every plan (ptxas_report.py).
+    # No num_stages=1: on the H100 (Triton 3.6) it faults with an illegal memory access at some
+    # shapes with K != V (found by the fuzzer, session 10; benchmarks/la_crash_probe.py: K32 V128 at
+    # 8 warps, K64 V128 and K128 V32 with the 32-wide split), and it was never the fastest (D=64:
+    # 4 w 1 s 0.508 / 8 w 1 s 0.606 ms against 0.473 / 0.541 at 2 stages, docs/perf/linear_attn.md).
+    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in BWD_WARPS_STAGES]
 
 
 def prune_bwd(configs, named_args, **kwargs):
@@ -154,4 +162,5 @@ def default_fwd_config(K: int, V: int, BT: int = 64) -> dict:
 
 
 def default_bwd_config(K: int, V: int, BT: int = 64) -> dict:
-    return {"num_warps": 4 if max(K, V) <= 32 and BT <= 64 else 8, "num_stages": 1}
+    # 2 stages, not 1: see bwd_configs
+    return {"num_warps": 4 if max(K, V) <= 32 and BT <= 64 else 8, "num_stages": 2}

@@ -296,6 +296,20 @@ def test_gpu_other_tile_io_matches_oracle(dtype, D, gate, monkeypatch):
 
 @gpu
 @needs_gpu
+@pytest.mark.parametrize("K, V", [(32, 128), (128, 32), (32, 64), (64, 128), (32, 256)])
+def test_gpu_unequal_head_dims_every_backward_config(K, V, monkeypatch):
+    # K != V with an initial state and a final-state gradient, through each searched backward config
+    # in turn, twice (session 10's fuzzer found 1-stage configs faulting here: illegal memory access)
+    from kernels.linear_attn import configs as cfg
+    for c in cfg.bwd_configs():
+        monkeypatch.setattr(cfg, "CONFIG_OVERRIDE", {"bwd": {"num_warps": c.num_warps, "num_stages": c.num_stages}})
+        for seed in (0, 1):
+            x = make_inputs(2, 130, 2, K, V, torch.bfloat16, ("g", 0.1), seed=K + V + seed)
+            assert_pass(judge(x))
+
+
+@gpu
+@needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("gate", GATES, ids=GATE_IDS)
 def test_gpu_error_within_1p5x_of_fla(dtype, gate):
