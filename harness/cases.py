@@ -378,6 +378,8 @@ class LinearCase:
             raise ValueError(f"gate: expected 'none', 'g' or 'g_gamma', got {self.gate!r}")
         if min(self.batch, self.heads, self.seqlen, self.d_k, self.d_v) <= 0 or self.gate_n <= 0:
             raise ValueError(f"case sizes must be positive: {self}")
+        if self.gate == "none":  # a decay strength without a decay: one case, one id
+            object.__setattr__(self, "gate_n", 1.0)
         _check_scale(self.scale)
         _check_layout(self.layout)
         if self.layout == "qkvpacked":
@@ -665,7 +667,8 @@ def _id_tail(case_id: str, rest: str, flags: dict[str, tuple[str, object]], *, w
              layouts: bool = True) -> dict:
     """The keyword arguments an id's tail spells: ``-<flag>...-<dtype>``, flags being the family's
     words (``flags``: word -> (field, value)), ``win<l>x<r>``, ``cap<x>``, ``scale<x>`` and a layout."""
-    parts = [p for p in rest.split("-") if p]
+    # "-" inside a part: a window's -1 ("win8x-1", "win-1x8") and a small value's exponent ("scale1e-05")
+    parts = [p for p in re.split(r"(?<!x)(?<!win)(?<!\de)-", rest) if p]
     if not parts or parts[-1] not in DTYPES:
         raise ValueError(f"case id {case_id!r}: expected a dtype ({', '.join(DTYPES)}) at the end")
     kw: dict = {"dtype": parts.pop()}

@@ -118,3 +118,28 @@ def test_recorded_defect_still_reproduces_in_a_process_of_its_own(entry):
         assert entry.explains(got["status"], got["reason"]), (
             f"recorded defect no longer reproduces for {backend} ({got['status']}: {got['reason']}): "
             f"remove it from harness/check/known_issues.py: {entry.summary}")
+
+
+def test_session_10_fuzz_entries_cover_their_minimal_triggers_only(on_sm90):
+    from harness.cases import case_from_id
+
+    cuda = torch.device("cuda")
+    known = lambda backend, case_id: lookup(backend, case_from_id(case_id), cuda)  # noqa: E731
+    # cuDNN: the first rows see no key (causal, or a window's right side) -- 10 queries over 2 keys pass
+    assert known("sdpa_cudnn", "B1-H1-S11x2-D16-win0x8-bf16") and known("sdpa", "B1-H3-S359x15-D128-win0x8-bf16")
+    assert known("sdpa_cudnn", "B1-H1-S10x2-D16-win0x8-bf16") is None
+    assert known("sdpa_cudnn", "B1-H1-S11x2-D16-win8x-1-bf16") is None  # no right bound: every row sees keys
+    # flash-attn-4 dq: head dim 40 / 48 / 80 past 64 query rows (64 passes; 64 and 96 are fine dims)
+    assert known("flash_attn_cute", "B1-H1-S65x3-D48-bf16") and known("flash_attn_cute", "B1-H1-S65x2-D40-fp16")
+    assert known("flash_attn_cute", "B2-H2/1-varlen[7x33,1947x97]-D80-causal-scale1-offset-fp16")
+    assert known("flash_attn_cute", "B1-H1-S64x3-D48-bf16") is None
+    assert known("flash_attn_cute", "B1-H1-S65x3-D96-bf16") is None
+    # FLA fused_chunk: strong constant decay, d_k != d_v, more than one 64-step chunk
+    assert known("fla_fused_chunk", "B2-H1-T65-K16V128-g_gamma(n=0.1)-fp16")
+    assert known("fla_fused_chunk", "B2-H1-T64-K16V128-g_gamma(n=0.1)-fp16") is None
+    assert known("fla_fused_chunk", "B2-H1-T65-K64V64-g_gamma(n=0.1)-fp16") is None
+    assert known("fla_chunk", "B2-H1-T65-K16V128-g_gamma(n=0.1)-fp16") is None
+    # flash-attn-4's decode path crashes with d_v != d only
+    crash = known("flash_attn_cute_decode", "B1-H1-Q1-L0-contig-D32v96-bf16")
+    assert crash and crash.crash and crash.signature == "illegal memory access"
+    assert known("flash_attn_cute_decode", "B1-H1-Q1-L0-contig-D32-bf16") is None
