@@ -47,6 +47,12 @@ _LINEAR_CALLS = {
 _DECODE_CALLS = {
     "triton_decode": ("this project's kernels/ (the in-repo Triton kernel; run from the project root)",
                       "from kernels.decode import decode_attention as fn", "return_lse=True, validate=False"),
+    "flash_attn_kvcache": ("flash-attn 2 (`flash_attn`) on a CUDA GPU",
+                           "from flash_attn import flash_attn_with_kvcache as fn", "return_softmax_lse=True"),
+    # flash-attn 3 names the page table page_table
+    "flash_attn3_kvcache": ("flash-attn 3 (`flash_attn_interface`, the hopper build) on a CUDA GPU",
+                            "from flash_attn_interface import flash_attn_with_kvcache as fn",
+                            "return_softmax_lse=True, page_table=kw.pop('block_table')"),
 }
 
 

@@ -287,3 +287,33 @@ def test_the_flash_attn_4_decode_repro_calls_it_as_the_adapter_does(tmp_path, br
     p = subprocess.run([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], capture_output=True,
                        text=True, timeout=120, check=False)
     assert p.returncode == (1 if broken else 0), p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("backend, module", [("flash_attn_kvcache", "flash_attn"),
+                                             ("flash_attn3_kvcache", "flash_attn_interface")])
+@pytest.mark.parametrize("impl, code", [("attn", 0), ("ignores_block_table", 1)])
+def test_the_flash_attn_2_and_3_decode_repros_call_as_the_adapters_do(tmp_path, backend, module, impl, code):
+    """Their scripts call flash_attn_with_kvcache (FA3: the page table as page_table, lse asked for);
+    against a stand-in module built on a correct / a page-table-ignoring callable: exit 0 / 1."""
+    from harness.check import repro
+    from harness.check.results import CaseResult
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    table_kw = "page_table" if module == "flash_attn_interface" else "block_table"
+    (fake / f"{module}.py").write_text(
+        f"import decode_impls\n\n"
+        f"def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, return_softmax_lse=False, "
+        f"{table_kw}=None, **kw):\n"
+        f"    assert return_softmax_lse\n"
+        f"    res = decode_impls.{impl}(q, k_cache, v_cache, k, v, block_table={table_kw}, **kw)\n"
+        f"    return res if isinstance(res, tuple) else (res, None)\n")
+    case = case_from_id("B3-H4/2-Q2-L37r-P16-new-D16-fp32")
+    result = CaseResult(backend=backend, case=case.id, family="decode", dtype="fp32", device="cpu", seed=0,
+                        status="fail", reason="out: error")
+    script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result, backend=backend)
+    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path[:0] = [sys.argv[2], sys.argv[3]]; "
+            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", boot, str(script), str(fake), str(IMPLS)], capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert p.returncode == code, p.stdout + p.stderr
