@@ -310,6 +310,39 @@ def test_varlen_without_validation_copies_nothing_to_the_host(monkeypatch):
     assert torch.equal(out, want)
 
 
+def test_varlen_validates_each_offsets_tensor_once(monkeypatch):
+    """validate=True reads the offsets on the host on the first call with a tensor, not on later
+    calls with the same unchanged tensor (one synchronisation per batch, not per layer); a tensor
+    modified in place is read again, and wrong offsets are still rejected."""
+    lens = [5, 0, 19, 3]
+    cu = torch.tensor([0, 5, 5, 24, 27], dtype=torch.int32, device=DEVICE)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(sum(lens), 2, 16, generator=g).to(DEVICE) for _ in range(3))
+    reads = []
+    original = torch.Tensor.tolist
+
+    def counting(self):
+        reads.append(self.numel())
+        return original(self)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", counting)
+    first = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    assert len(reads) == 1  # one tensor for q and k: read once
+    again = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    assert len(reads) == 1 and torch.equal(first, again)
+    with pytest.raises(ValueError, match="max_seqlen_q: 18 is less than the longest query sequence 19"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 18, max(lens))  # the cached longest sequence still checks
+    cu[2] = 30  # in place: no longer non-decreasing to the total
+    with pytest.raises(ValueError, match="non-decreasing offsets"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 30, 30)
+    assert len(reads) == 2
+    with torch.inference_mode():  # no version counter there: checked on every call
+        cu_inf = torch.tensor([0, 5, 5, 24, 27], dtype=torch.int32, device=DEVICE)
+        for _ in range(2):
+            flash_attn_varlen_func(q, k, v, cu_inf, cu_inf, max(lens), max(lens))
+    assert len(reads) == 2 + 2 * 2  # q's and k's offsets, each call
+
+
 def test_checker_rejects_wrong_answers():
     """The tolerance rule must bite: deliberately wrong attention variants fail it."""
     dtype = torch.float16
