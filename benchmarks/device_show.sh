@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -408,6 +408,23 @@ new-gpu)  # session 7's changes on the GPU, in one short call: the flash kernels
     summary "$OUT/new-gpu.log" 8
     grep -A 6 "^### B" "$OUT/mqa-bwd/report.md" | grep -v "^--" | cut -c1-160 | head -n 60
     tarred mqa-bwd
+    ;;
+cudnn-fp8)  # issue 19: cuDNN's FP8 SDPA adapter (harness/adapters/cudnn_fp8.py, written in session 10, never run
+    # on a GPU before this step): nvidia-cudnn-frontend from .whl-cudnn (carry it), the adapter against the
+    # FP64 oracle on the small FP8 preset beside the in-repo FP8 kernel and the eager reference, then the
+    # FP8 sweep's forward for both (the bf16 kernels of the same run as the baseline).
+    setup
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
+    python3 -c "import cudnn; print('cudnn frontend', cudnn.__version__, 'backend', cudnn.backend_version())" 2>&1
+    timeout 200 python3 -m harness run --backends cudnn_fp8,triton_fa_fp8,eager_fp8 --preset small-fp8 \
+        --dtypes bf16,fp16 --out "$OUT/cudnn-fp8-run" > "$OUT/cudnn-fp8-run.log" 2>&1
+    echo "run exit $?" >> "$OUT/cudnn-fp8-run.log"
+    timeout 300 python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots --time-limit 270 \
+        --backends cudnn_fp8,triton_fa_fp8,sdpa_cudnn,triton_fa --out "$OUT/cudnn-fp8-bench" > "$OUT/cudnn-fp8-bench.log" 2>&1
+    echo "bench exit $?" >> "$OUT/cudnn-fp8-bench.log"
+    tail -n 25 "$OUT/cudnn-fp8-run.log"
+    grep -A 8 "TFLOP/s by" "$OUT/cudnn-fp8-bench/report.md" | head -n 60
+    tarred cudnn-fp8-run; tarred cudnn-fp8-bench
     ;;
 fp8)  # issue 19: the FA-paper sweep in bf16 and e4m3 side by side, forward (the in-repo FP8 kernel against the
     # bf16 kernels of the same run; flash-attn-4 installed first when it is to be in the table)

@@ -27,6 +27,7 @@ BUILTIN_MODULES = (
     "harness.adapters.fla",
     "harness.adapters.inrepo",
     "harness.adapters.decode",
+    "harness.adapters.cudnn_fp8",
 )
 
 _REGISTRY: dict[str, Adapter] = {}

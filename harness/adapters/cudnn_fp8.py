@@ -1,0 +1,177 @@
+"""``cudnn_fp8``: cuDNN's FP8 SDPA forward through its Python graph API (``nvidia-cudnn-frontend``,
+imported as ``cudnn``), the vendor FP8 backend of issue 19.
+
+How a call maps onto the graph (``graph.sdpa_fp8``): q, k, v are the case's e4m3 tensors with their
+own strides (dims in cuDNN's (batch, heads, seq, dim) order); ``descale_q/k/v`` are the per-tensor
+factors (cuDNN takes one factor a tensor: per-head FP8 cases are refused); P is quantised to e4m3
+with ``scale_s`` = 448 (P's largest value, 1, to the format's largest) and ``descale_s`` = 1/448; the
+output is bf16 / fp16 with ``scale_o`` = 1; ``attn_scale`` is the case's softmax scale (1/sqrt(d) when
+the case leaves it to the callee: the graph has no default). Masks are flash-attn's bottom-right
+ones: ``diagonal_alignment`` BOTTOM_RIGHT with ``right_bound`` 0 for causal, ``left_bound`` /
+``right_bound`` for a window. The softmax statistics (``generate_stats``) are returned as lse.
+
+As users do, each graph is built once per (shapes, strides, dtypes, mask, scale, device) and kept:
+``validate``, ``build_operation_graph``, execution plans from heuristics A then FALLBACK,
+``check_support``, ``build_plans``; a graph cuDNN cannot build for a case is that case's refusal,
+in cuDNN's words. Forward only (cuDNN's FP8 backward wants FP8 dO and its own scales: not wired).
+
+Written in session 10 from the frontend's documentation and tests (version 1.32 on the H100 box,
+GPU.md); it has **not yet run on a GPU**: the first device call that installs ``.whl-cudnn`` checks
+it against the FP64 oracle (``benchmarks/device_show.sh cudnn-fp8``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+
+import torch
+
+from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported
+from harness.adapters.registry import register
+from harness.cases import SoftmaxCase
+
+#: e4m3's largest finite value: P (<= 1) times this uses the format's whole range.
+P_SCALE = 448.0
+
+
+def _cudnn():
+    """The frontend module, or None with why not."""
+    try:
+        return importlib.import_module("cudnn"), None
+    except ImportError as e:
+        return None, f"nvidia-cudnn-frontend not installed (pip install nvidia-cudnn-frontend): {e}"
+
+
+@functools.lru_cache(maxsize=8)
+def _handle(device_index: int):
+    cudnn, _ = _cudnn()
+    with torch.cuda.device(device_index):
+        return cudnn.create_handle()
+
+
+def _stream(device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _bhsd(t: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(dims, strides) of a (B, S, H, D) tensor in cuDNN's (B, H, S, D) order."""
+    return (t.shape[0], t.shape[2], t.shape[1], t.shape[3]), (t.stride(0), t.stride(2), t.stride(1), t.stride(3))
+
+
+class _Graph:
+    """One built FP8 SDPA graph and the uids of its tensors."""
+
+    Q, K, V, O, STATS, AMAX_O, DQ, DK, DV, SS, DS, SO = range(1, 13)  # noqa: E741 (O: the output)
+
+    def __init__(self, key):
+        (q_dims, q_strides, k_dims, k_strides, v_dims, v_strides, out_dtype, causal, window, scale,
+         device_index) = key
+        cudnn, _ = _cudnn()
+        fp32 = cudnn.data_type.FLOAT
+        e4m3 = cudnn.data_type.FP8_E4M3
+        otype = {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float16: cudnn.data_type.HALF}[out_dtype]
+        g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=fp32, compute_data_type=fp32,
+                          handle=_handle(device_index))
+        q = g.tensor(uid=self.Q, dim=q_dims, stride=q_strides, data_type=e4m3)
+        k = g.tensor(uid=self.K, dim=k_dims, stride=k_strides, data_type=e4m3)
+        v = g.tensor(uid=self.V, dim=v_dims, stride=v_strides, data_type=e4m3)
+
+        def scalar(uid):
+            return g.tensor(uid=uid, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=fp32)
+
+        left, right = window
+        if causal:
+            right = 0
+        masks = {}
+        if left >= 0 or right >= 0:
+            masks["diagonal_alignment"] = cudnn.diagonal_alignment.BOTTOM_RIGHT
+            if left >= 0:
+                masks["left_bound"] = left
+            if right >= 0:
+                masks["right_bound"] = right
+        o, stats, _amax_s, amax_o = g.sdpa_fp8(
+            q=q, k=k, v=v, descale_q=scalar(self.DQ), descale_k=scalar(self.DK), descale_v=scalar(self.DV),
+            scale_s=scalar(self.SS), descale_s=scalar(self.DS), scale_o=scalar(self.SO),
+            generate_stats=True, attn_scale=scale, use_causal_mask=False, **masks)
+        B, H, S, _ = q_dims
+        Dv = v_dims[3]
+        o.set_uid(self.O).set_output(True).set_dim((B, H, S, Dv)).set_stride(
+            (S * H * Dv, Dv, H * Dv, 1)).set_data_type(otype)
+        stats.set_uid(self.STATS).set_output(True).set_dim((B, H, S, 1)).set_stride(
+            (H * S, S, 1, 1)).set_data_type(fp32)
+        amax_o.set_uid(self.AMAX_O).set_output(True).set_dim((1, 1, 1, 1)).set_stride(
+            (1, 1, 1, 1)).set_data_type(fp32)
+        try:
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            g.check_support()
+            g.build_plans()
+        except Exception as e:  # cudnnGraphNotSupportedError and its kin: cuDNN's refusal
+            raise Unsupported(f"cuDNN cannot build this FP8 SDPA graph: {str(e).strip().splitlines()[0]}") from None
+        self.graph = g
+        self.workspace_bytes = g.get_workspace_size()
+        self.device_index = device_index
+
+
+@functools.lru_cache(maxsize=64)
+def _graph(key) -> _Graph:
+    return _Graph(key)
+
+
+class CudnnFP8(SoftmaxAdapter):
+    name = "cudnn_fp8"
+    description = ("cuDNN's FP8 SDPA forward (nvidia-cudnn-frontend graph API, sdpa_fp8): e4m3 q/k/v with "
+                   "per-tensor descales, P in e4m3, out bf16/fp16; graphs built once per shape")
+    fp8 = fp8_only = True
+    differentiable = False
+
+    def supports(self, case, device):
+        if reason := super().supports(case, device):
+            return reason
+        if torch.device(device).type != "cuda":
+            return "needs CUDA (cuDNN's FP8 SDPA is a GPU kernel)"
+        mod, why = _cudnn()
+        if mod is None:
+            return why
+        if case.fp8_per_head:
+            return "cuDNN's FP8 SDPA takes one descale per tensor, not one per (sequence, head)"
+        if case.is_varlen:
+            return "varlen: cuDNN's ragged layout (ragged offsets) is not wired in this adapter"
+        if case.softcap:
+            return "cuDNN's FP8 SDPA has no softcap"
+        if case.layout == "qkvpacked":
+            return "packed qkv: not wired in this adapter"
+        return None
+
+    def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,
+            cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
+        if q_descale is None or k_descale is None or v_descale is None:
+            raise Unsupported("cudnn_fp8 runs FP8 cases (e4m3 q, k, v with q/k/v_descale)")
+        scale = case.scale if case.scale is not None else 1.0 / math.sqrt(case.d)
+        key = (*_bhsd(q), *_bhsd(k), *_bhsd(v), case.torch_dtype, bool(case.causal), tuple(case.window),
+               float(scale), q.device.index or 0)
+        built = _graph(key)
+        cudnn, _ = _cudnn()
+        B, Sq, Hq, _ = q.shape
+        out = torch.empty(B, Sq, Hq, v.shape[-1], device=q.device, dtype=case.torch_dtype)
+        stats = torch.empty(B, Hq, Sq, 1, device=q.device, dtype=torch.float32)
+        amax_o = torch.empty(1, 1, 1, 1, device=q.device, dtype=torch.float32)
+
+        def one(t):  # a per-tensor factor: every entry of the (B, Hk) descale holds it
+            return t.reshape(-1)[:1].reshape(1, 1, 1, 1).float()
+
+        p_scale = torch.full((1, 1, 1, 1), P_SCALE, device=q.device, dtype=torch.float32)
+        pack = {_Graph.Q: q, _Graph.K: k, _Graph.V: v, _Graph.O: out, _Graph.STATS: stats, _Graph.AMAX_O: amax_o,
+                _Graph.DQ: one(q_descale), _Graph.DK: one(k_descale), _Graph.DV: one(v_descale),
+                _Graph.SS: p_scale, _Graph.DS: 1.0 / p_scale, _Graph.SO: torch.ones_like(p_scale)}
+        workspace = torch.empty(built.workspace_bytes, device=q.device, dtype=torch.uint8)
+        handle = _handle(built.device_index)
+        cudnn.set_stream(handle=handle, stream=_stream(q.device))
+        built.graph.execute(pack, workspace, handle=handle)
+        return SoftmaxOutput(out, stats[..., 0] if case.return_lse else None)
+
+
+register(CudnnFP8)

@@ -1,0 +1,136 @@
+"""The cuDNN FP8 adapter's plumbing on the CPU, against a stand-in for the frontend module: the graph
+it declares (strides in cuDNN's (B, H, S, D) order, per-tensor descales, P's scale, bottom-right
+masks, the softmax scale when the case leaves it to the callee), one graph per shape, and what it
+refuses. The stand-in executes the declared graph with the eager FP8 reference, so a wrong stride,
+factor or mask in the adapter shows as a wrong output. cuDNN itself runs on the GPU only
+(benchmarks/device_show.sh cudnn-fp8)."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+import torch
+
+from harness import fp8
+from harness.adapters import cudnn_fp8 as C
+from harness.adapters.eager import eager_fp8_attention
+from harness.cases import case_from_id
+
+
+class _T:
+    def __init__(self, **kw):
+        self.kw = kw
+
+    def __getattr__(self, name):  # set_uid, set_output, set_dim, set_stride, set_data_type: chainable
+        if name.startswith("set_"):
+            return lambda *a: self
+        raise AttributeError(name)
+
+
+def _fake_cudnn(built: list):
+    enum = types.SimpleNamespace
+    mod = types.ModuleType("cudnn")
+    mod.data_type = enum(FLOAT="f32", FP8_E4M3="e4m3", BFLOAT16="bf16", HALF="f16")
+    mod.diagonal_alignment = enum(BOTTOM_RIGHT="bottom_right", TOP_LEFT="top_left")
+    mod.heur_mode = enum(A="A", FALLBACK="FALLBACK")
+    mod.create_handle = lambda: "handle"
+    mod.set_stream = lambda handle, stream: None
+
+    class Graph:
+        def __init__(self, **kw):
+            self.tensors, self.kw = {}, None
+            built.append(self)
+
+        def tensor(self, uid, dim, stride, data_type):
+            self.tensors[uid] = (tuple(dim), tuple(stride))
+            return _T(uid=uid)
+
+        def sdpa_fp8(self, **kw):
+            self.kw = kw
+            return _T(), _T(), _T(), _T()
+
+        def __getattr__(self, name):  # validate, build_operation_graph, ...: no-ops
+            if name == "get_workspace_size":
+                return lambda: 0
+            return lambda *a, **k: None
+
+        def execute(self, pack, workspace, handle=None):
+            G = C._Graph
+            q, k, v = pack[G.Q], pack[G.K], pack[G.V]
+            for uid, t in ((G.Q, q), (G.K, k), (G.V, v)):  # the declared strides are the tensors' own
+                assert self.tensors[uid] == C._bhsd(t), uid
+            assert float(pack[G.SS]) == C.P_SCALE and float(pack[G.DS]) == pytest.approx(1 / C.P_SCALE) and float(pack[G.SO]) == 1
+            left, right = self.kw.get("left_bound", -1), self.kw.get("right_bound", -1)
+            if left >= 0 or right >= 0:
+                assert self.kw["diagonal_alignment"] == "bottom_right"
+            B, Hk = q.shape[0], k.shape[2]
+            per = [pack[uid].reshape(()).expand(B, Hk) for uid in (G.DQ, G.DK, G.DV)]
+            out, lse = eager_fp8_attention(q, k, v, *per, softmax_scale=self.kw["attn_scale"],
+                                           window_size=(left, right), out_dtype=pack[G.O].dtype)
+            pack[G.O].copy_(out)
+            pack[G.STATS].copy_(lse[..., None])
+
+    mod.pygraph = Graph
+    return mod
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    built: list = []
+    mod = _fake_cudnn(built)
+    monkeypatch.setattr(C, "_cudnn", lambda: (mod, None))
+    monkeypatch.setattr(C, "_handle", lambda index: "handle")
+    monkeypatch.setattr(C, "_stream", lambda device: 0)
+    C._graph.cache_clear()
+    yield built
+    C._graph.cache_clear()
+
+
+def _inputs(case, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = [torch.randn(case.batch, s, h, d, generator=g) for s, h, d in
+         ((case.seqlen_q, case.heads_q, case.d), (case.seqlen_k, case.heads_k, case.d),
+          (case.seqlen_k, case.heads_k, case.d_v))]
+    (q, qs), (k, ks), (v, vs) = (fp8.quantize(t, "e4m3", case.heads_k) for t in x)
+    return dict(q=q, k=k, v=v, q_descale=qs, k_descale=ks, v_descale=vs)
+
+
+@pytest.mark.parametrize("case_id", ["B2-H4/2-S19x37-D32-causal-e4m3-bf16", "B1-H2-S24x24-D32v16-win4x2-e4m3-fp16",
+                                     "B1-H4/1-S16x16-D32-scale0.5-e4m3-bf16"])
+def test_the_declared_graph_computes_the_fp8_contract(fake, case_id):
+    case = case_from_id(case_id)
+    x = _inputs(case)
+    got = C.CudnnFP8().run(case, **x)
+    scale = case.scale if case.scale is not None else 1 / math.sqrt(case.d)
+    want, lse = eager_fp8_attention(x["q"], x["k"], x["v"], x["q_descale"], x["k_descale"], x["v_descale"],
+                                    causal=case.causal, softmax_scale=scale, window_size=case.window,
+                                    out_dtype=case.torch_dtype)
+    assert torch.equal(got.out, want) and torch.equal(got.lse, lse)
+    graph = fake[0]
+    assert graph.kw["attn_scale"] == scale and graph.kw["generate_stats"] and not graph.kw["use_causal_mask"]
+    if case.causal:
+        assert graph.kw["right_bound"] == 0 and "left_bound" not in graph.kw
+
+
+def test_one_graph_per_shape(fake):
+    case = case_from_id("B2-H4/2-S19x37-D32-causal-e4m3-bf16")
+    adapter = C.CudnnFP8()
+    adapter.run(case, **_inputs(case, 0))
+    adapter.run(case, **_inputs(case, 1))
+    assert len(fake) == 1
+    other = case_from_id("B2-H4/2-S20x37-D32-causal-e4m3-bf16")
+    adapter.run(other, **_inputs(other))
+    assert len(fake) == 2
+
+
+def test_what_it_refuses(fake, monkeypatch):
+    adapter, cuda = C.CudnnFP8(), torch.device("cuda")
+    assert "per tensor" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-causal-e4m3-perhead-bf16"), cuda)
+    assert "softcap" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-cap30-e4m3-bf16"), cuda)
+    assert "FP8 cases" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-bf16"), cuda)
+    assert "needs CUDA" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-bf16"), torch.device("cpu"))
+    assert adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-bf16"), cuda) is None
+    monkeypatch.setattr(C, "_cudnn", lambda: (None, "nvidia-cudnn-frontend not installed"))
+    assert "not installed" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-bf16"), cuda)
