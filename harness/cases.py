@@ -128,6 +128,10 @@ class SoftmaxCase:
     #: FP8 cases: one quantisation factor per (sequence, kv head) instead of one per tensor, with
     #: heads drawn at different magnitudes (a kernel must index its descales, not read one)
     fp8_per_head: bool = False
+    #: FP8 cases: the kernel writes the output in the FP8 format with an output scale (cuDNN's FP8
+    #: forward on Hopper) and the harness compares it dequantised, in ``dtype``; the reference rounds
+    #: its output the same way (harness.fp8.round_output). Id ``...-o8-...``.
+    fp8_out: bool = False
     #: False: the callee is asked for the output alone (``return_lse=False``, or flash-attn 2's
     #: ``return_attn_probs=False``, where its signature has the keyword) and no lse is compared, so
     #: a kernel's out-only path is checked too; True: lse is asked for where the callee can return it
@@ -171,8 +175,8 @@ class SoftmaxCase:
                 raise ValueError(f"fp8: the output dtype of an FP8 case is fp16 or bf16, got {self.dtype}")
             if self.varlen is not None or self.layout != "contiguous":
                 raise ValueError("fp8: FP8 cases are dense and contiguous (varlen and layouts are not modelled)")
-        elif self.fp8_per_head:
-            raise ValueError("fp8_per_head: a knob of FP8 cases (set fp8)")
+        elif self.fp8_per_head or self.fp8_out:
+            raise ValueError("fp8_per_head, fp8_out: knobs of FP8 cases (set fp8)")
         if self.call not in ("keyword", "positional"):
             raise ValueError(f"call: expected 'keyword' or 'positional', got {self.call!r}")
         if self.call == "positional" and (self.is_varlen or self.fp8):
@@ -213,6 +217,8 @@ class SoftmaxCase:
             parts.append(self.fp8)
         if self.fp8_per_head:
             parts.append("perhead")
+        if self.fp8_out:
+            parts.append("o8")
         if not self.return_lse:
             parts.append("nolse")
         if self.call != "keyword":
@@ -719,7 +725,7 @@ def case_from_id(case_id: str) -> Case:
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
         kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3"),
-                                                "perhead": ("fp8_per_head", True), "nolse": ("return_lse", False),
+                                                "perhead": ("fp8_per_head", True), "o8": ("fp8_out", True), "nolse": ("return_lse", False),
                                                 "positional": ("call", "positional")}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)

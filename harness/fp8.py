@@ -46,6 +46,18 @@ def quantize(x: torch.Tensor, name: str, heads_k: int, *, per_head: bool = False
     return q, (1.0 / scale).contiguous()
 
 
+def round_output(out: torch.Tensor, v_descale: torch.Tensor, name: str) -> torch.Tensor:
+    """An FP8 kernel's output as it is when written in the format ``name`` and read back: ``out``
+    (batch, seq, heads, dim) times ``scale_o = 1 / v_descale`` (per (batch, kv head), shared by the
+    group's query heads: |O| <= max|V| = 448 x v_descale, so the format's whole range is used),
+    rounded to the format, divided back; float32. The reference of ``fp8_out`` cases does this, and
+    an adapter whose kernel writes FP8 output reads it back the same way."""
+    dtype, top = fmt(name)
+    H = out.shape[2]
+    vs = v_descale.float().repeat_interleave(H // v_descale.shape[1], dim=1)[:, None, :, None]  # (B, 1, H, 1)
+    return ((out.float() / vs).clamp(-top, top).to(dtype).float() * vs)
+
+
 def dequantize(x: torch.Tensor, descale: torch.Tensor, *, dtype=torch.float64) -> torch.Tensor:
     """``x`` (batch, seq, heads, dim) in FP8 times its ``(batch, heads_k)`` descale, in ``dtype``:
     query heads of a group share their kv head's factor."""

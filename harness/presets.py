@@ -28,21 +28,22 @@ def _fa_sweep() -> list[Case]:
 
 
 def _fp8_sweep() -> list[Case]:
-    """The FA-paper sweep twice, bf16 and FP8 (e4m3 in, bf16 out), plus hd 256 with 8 heads (the
-    FA3 paper's FP8 chart): bf16 kernels run the first, FP8 kernels the second, in one bench run."""
+    """The FA-paper sweep in bf16 and in FP8 (e4m3 in; bf16 out, and e4m3 out with its scale:
+    cuDNN's form on Hopper), plus hd 256 with 8 heads (the FA3 paper's FP8 chart): bf16 kernels run
+    the first, FP8 kernels the others, in one bench run."""
     cases: list[Case] = []
     for d, heads in ((64, FA_SWEEP_HIDDEN // 64), (128, FA_SWEEP_HIDDEN // 128), (256, 8)):
         for causal in (False, True):
             for s in FA_SWEEP_SEQLENS:
                 c = SoftmaxCase(FA_SWEEP_TOKENS // s, heads, heads, s, s, d, causal=causal, dtype="bf16")
-                cases += [c, dataclasses.replace(c, fp8="e4m3")]
+                cases += [c, dataclasses.replace(c, fp8="e4m3"), dataclasses.replace(c, fp8="e4m3", fp8_out=True)]
     return cases
 
 
 def _small_fp8() -> list[Case]:
     """CPU-sized FP8 cases (e4m3 q, k, v with per-tensor descales, bf16 out): masks, GQA / MQA,
-    Sq != Sk, window and softcap, scale 1.0 (large scores: exp(S) unscaled would exceed 448), and
-    one with a factor per (sequence, kv head)."""
+    Sq != Sk, window and softcap, scale 1.0 (large scores: exp(S) unscaled would exceed 448), one
+    with a factor per (sequence, kv head), two with the output written in e4m3 (``fp8_out``)."""
     return [
         SoftmaxCase(2, 4, 4, 37, 37, 32, dtype="bf16", fp8="e4m3"),
         SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3"),
@@ -52,6 +53,9 @@ def _small_fp8() -> list[Case]:
         SoftmaxCase(1, 2, 2, 40, 40, 128, causal=True, dtype="fp16", fp8="e4m3"),
         # one factor per (sequence, kv head), heads at magnitudes 1/4..4
         SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_per_head=True),
+        # the output written in e4m3 with its scale (cuDNN's FP8 forward on Hopper), read back
+        SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_out=True),
+        SoftmaxCase(1, 2, 2, 64, 64, 128, dtype="bf16", fp8="e4m3", fp8_out=True),
     ]
 
 

@@ -5,7 +5,8 @@ How a call maps onto the graph (``graph.sdpa_fp8``): q, k, v are the case's e4m3
 own strides (dims in cuDNN's (batch, heads, seq, dim) order); ``descale_q/k/v`` are the per-tensor
 factors (cuDNN takes one factor a tensor: per-head FP8 cases are refused); P is quantised to e4m3
 with ``scale_s`` = 448 (P's largest value, 1, to the format's largest) and ``descale_s`` = 1/448; the
-output is bf16 / fp16 with ``scale_o`` = 1; ``attn_scale`` is the case's softmax scale (1/sqrt(d) when
+output is bf16 / fp16 with ``scale_o`` = 1, or for ``fp8_out`` cases e4m3 with ``scale_o`` =
+1 / v_descale, read back here (:func:`harness.fp8.round_output`'s convention); ``attn_scale`` is the case's softmax scale (1/sqrt(d) when
 the case leaves it to the callee: the graph has no default). Masks are flash-attn's bottom-right
 ones: ``diagonal_alignment`` BOTTOM_RIGHT with ``right_bound`` 0 for causal, ``left_bound`` /
 ``right_bound`` for a window. The softmax statistics (``generate_stats``) are returned as lse.
@@ -67,11 +68,12 @@ class _Graph:
 
     def __init__(self, key):
         (q_dims, q_strides, k_dims, k_strides, v_dims, v_strides, out_dtype, causal, window, scale,
-         device_index) = key
+         device_index) = key  # out_dtype: torch.bfloat16 / float16, or float8_e4m3fn (FP8 output)
         cudnn, _ = _cudnn()
         fp32 = cudnn.data_type.FLOAT
         e4m3 = cudnn.data_type.FP8_E4M3
-        otype = {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float16: cudnn.data_type.HALF}[out_dtype]
+        otype = {torch.bfloat16: cudnn.data_type.BFLOAT16, torch.float16: cudnn.data_type.HALF,
+                 torch.float8_e4m3fn: e4m3}[out_dtype]
         g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=fp32, compute_data_type=fp32,
                           handle=_handle(device_index))
         q = g.tensor(uid=self.Q, dim=q_dims, stride=q_strides, data_type=e4m3)
@@ -151,12 +153,13 @@ class CudnnFP8(SoftmaxAdapter):
         if q_descale is None or k_descale is None or v_descale is None:
             raise Unsupported("cudnn_fp8 runs FP8 cases (e4m3 q, k, v with q/k/v_descale)")
         scale = case.scale if case.scale is not None else 1.0 / math.sqrt(case.d)
-        key = (*_bhsd(q), *_bhsd(k), *_bhsd(v), case.torch_dtype, bool(case.causal), tuple(case.window),
+        out_dtype = torch.float8_e4m3fn if case.fp8_out else case.torch_dtype
+        key = (*_bhsd(q), *_bhsd(k), *_bhsd(v), out_dtype, bool(case.causal), tuple(case.window),
                float(scale), q.device.index or 0)
         built = _graph(key)
         cudnn, _ = _cudnn()
         B, Sq, Hq, _ = q.shape
-        out = torch.empty(B, Sq, Hq, v.shape[-1], device=q.device, dtype=case.torch_dtype)
+        out = torch.empty(B, Sq, Hq, v.shape[-1], device=q.device, dtype=out_dtype)
         stats = torch.empty(B, Hq, Sq, 1, device=q.device, dtype=torch.float32)
         amax_o = torch.empty(1, 1, 1, 1, device=q.device, dtype=torch.float32)
 
@@ -166,11 +169,15 @@ class CudnnFP8(SoftmaxAdapter):
         p_scale = torch.full((1, 1, 1, 1), P_SCALE, device=q.device, dtype=torch.float32)
         pack = {_Graph.Q: q, _Graph.K: k, _Graph.V: v, _Graph.O: out, _Graph.STATS: stats, _Graph.AMAX_O: amax_o,
                 _Graph.DQ: one(q_descale), _Graph.DK: one(k_descale), _Graph.DV: one(v_descale),
-                _Graph.SS: p_scale, _Graph.DS: 1.0 / p_scale, _Graph.SO: torch.ones_like(p_scale)}
+                _Graph.SS: p_scale, _Graph.DS: 1.0 / p_scale,
+                # FP8 output: scale_o = 1 / v_descale (|O| <= max|V|: the format's whole range), harness.fp8
+                _Graph.SO: 1.0 / one(v_descale) if case.fp8_out else torch.ones_like(p_scale)}
         workspace = torch.empty(built.workspace_bytes, device=q.device, dtype=torch.uint8)
         handle = _handle(built.device_index)
         cudnn.set_stream(handle=handle, stream=_stream(q.device))
         built.graph.execute(pack, workspace, handle=handle)
+        if case.fp8_out:  # read back: the e4m3 values times v_descale, in the case's dtype
+            out = (out.float() * one(v_descale)).to(case.torch_dtype)
         return SoftmaxOutput(out, stats[..., 0] if case.return_lse else None)
 
 

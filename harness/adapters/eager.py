@@ -265,7 +265,7 @@ class EagerAdapter(SoftmaxAdapter):
 
 
 def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
-                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, block_n=None):
+                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, block_n=None, out_fp8=""):
     """What an FP8 attention forward must compute (flash-attn 3's convention, :mod:`harness.fp8`).
 
     q, k, v in an FP8 format with ``(B, Hk)`` float32 descales. Q K^T from the FP8 values with
@@ -275,7 +275,8 @@ def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     P V (float32 accumulation); then ``v_descale / l``; out cast to ``out_dtype``. ``block_n``: None
     subtracts each row's final maximum; a number walks the keys in blocks of that size with a
     running maximum, as a flash kernel does (P is then quantised relative to the maximum so far:
-    different roundings, equally correct). Rows that see no key: out 0, lse -inf.
+    different roundings, equally correct). Rows that see no key: out 0, lse -inf. ``out_fp8``: an FP8
+    format the output is written in before it is read back (:func:`harness.fp8.round_output`).
     """
     B, Sq, Hq, D = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
@@ -311,7 +312,12 @@ def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     out = torch.where(live, acc * vs / torch.where(live, lsum, torch.ones_like(lsum)), torch.zeros_like(acc))
     lse = torch.where(live, m + torch.log(torch.where(live, lsum, torch.ones_like(lsum))),
                       torch.full_like(m, float("-inf")))
-    return out.transpose(1, 2).to(out_dtype), lse.squeeze(-1)
+    out = out.transpose(1, 2)
+    if out_fp8:
+        from harness import fp8
+
+        out = fp8.round_output(out, v_descale, out_fp8)
+    return out.to(out_dtype), lse.squeeze(-1)
 
 
 class EagerFP8Adapter(SoftmaxAdapter):
@@ -327,7 +333,8 @@ class EagerFP8Adapter(SoftmaxAdapter):
             raise Unsupported("eager_fp8 runs FP8 cases (quantised q, k, v with q/k/v_descale)")
         out, lse = eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=case.causal,
                                        **scale_kwargs(case, "softmax_scale"), window_size=case.window,
-                                       softcap=case.softcap, out_dtype=case.torch_dtype)
+                                       softcap=case.softcap, out_dtype=case.torch_dtype,
+                                       out_fp8=case.fp8 if case.fp8_out else "")
         return SoftmaxOutput(out, lse)
 
 

@@ -262,6 +262,8 @@ class TritonFAFP8(SoftmaxAdapter):
     def supports(self, case, device):
         if reason := super().supports(case, device):
             return reason
+        if case.fp8_out:
+            return "writes bf16 / fp16 output only (no FP8 output with a scale)"
         mod, reason = _module_and_reason(self, case, device)
         if reason:
             return reason

@@ -226,6 +226,9 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
     def supports(self, case, device):
         if case.family == "softmax" and case.fp8 and not self.caps["fp8"]:
             return "declares no FP8 (e4m3 with descales) support"
+        if getattr(case, "fp8_out", False):
+            return ("an FP8-output case (O written in e4m3 with its scale): the callable contract is flash-attn "
+                    "3's FP8 call, bf16 / fp16 output")
         reason = super().supports(case, device)
         if reason:
             return reason

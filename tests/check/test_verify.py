@@ -1,6 +1,7 @@
 """The verification runner: correct backends pass, each deliberately wrong one fails for its reason,
 bad inputs are refused before anything runs, poisoning and global state behave."""
 
+import dataclasses
 import json
 import math
 
@@ -430,6 +431,20 @@ def test_wrong_fp8_kernel_is_rejected_for_its_reason(impl, case, must_fail, must
     assert must_fail <= set(r.failures), r.message()
     assert not (must_pass & set(r.failures)), r.message()
     assert words in r.message(), r.message()
+
+
+def test_fp8_output_knob_rounds_the_reference_and_rejects_a_mismatch():
+    # fp8_out cases: the reference's output is written in e4m3 with scale_o = 1 / v_descale and read
+    # back, so an FP8-output kernel is judged against that. A limit, measured here: rounding the output to e4m3 when bf16 was asked costs only
+    # ~1.65x the reference's error (P's rounding dominates both), inside the 2x bound: not rejected.
+    o8 = dataclasses.replace(FP8, fp8_out=True)
+    assert o8.id.endswith("-e4m3-o8-bf16")
+    assert verify("eager_fp8", o8).status == "pass"
+    assert verify(w.FP8OutputRounded(), o8).status == "pass"  # the right thing for this case
+    rounded = verify(w.FP8OutputRounded(), FP8).tensor("out")
+    assert rounded.passed and 1.3 < rounded.ratio < 2.0, rounded.summary()
+    with pytest.raises(ValueError, match="knobs of FP8 cases"):
+        SoftmaxCase(1, 2, 2, 8, 8, 16, dtype="bf16", fp8_out=True)
 
 
 def test_reading_one_descale_passes_per_tensor_cases_only():
