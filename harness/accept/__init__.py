@@ -349,6 +349,9 @@ def _speed_section(args, iso, profile, device, base_seed, out_dir, hello, declar
     from harness.accept import speed
 
     cases = profile.bench_cases(args.family, args.dtypes)
+    if not cases:
+        return {"status": "not measured", "reason": f"the {profile.name} profile has no benchmark cases for "
+                f"the {args.family} family yet"}
     return speed.run_speed(
         iso, hello=hello, declared=declared, family=args.family, device=device, cases=cases, backward=profile.backward,
         base_seed=base_seed, timeout=max(args.timeout, speed.BENCH_TIMEOUT_S), out_dir=out_dir, log=_say,

@@ -276,6 +276,28 @@ _CPU_LIN = (
     LinearCase(1, 2, 33, 32, gate="none", layout="offset"),
 )
 
+# FP8 (issue 19): e4m3 q, k, v with descales, bf16 out (flash-attn 3's FP8 call returns bf16; the
+# fp8_out form is for backends that write FP8 output and is left out: a callable cannot declare it).
+# Scores at scale 1.0 stress P's quantisation (exp(S) unscaled would pass 448); one factor per
+# (sequence, kv head) catches a kernel that reads one descale for the tensor.
+_FP8_GPU = (
+    SoftmaxCase(2, 16, 16, 1000, 1000, 128, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(2, 16, 16, 1000, 1000, 128, causal=True, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(2, 32, 8, 1024, 1024, 128, causal=True, dtype="bf16", fp8="e4m3"),  # GQA 4:1
+    SoftmaxCase(1, 16, 1, 300, 1300, 64, causal=True, dtype="bf16", fp8="e4m3"),  # MQA, Sq < Sk
+    SoftmaxCase(2, 8, 8, 512, 512, 256, scale=1.0, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(2, 32, 8, 1024, 1024, 128, causal=True, dtype="bf16", fp8="e4m3", fp8_per_head=True),
+    SoftmaxCase(2, 16, 4, 1024, 1024, 128, causal=True, window=(256, 0), dtype="bf16", fp8="e4m3"),
+)
+_FP8_CPU = (
+    SoftmaxCase(2, 4, 4, 37, 37, 32, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(1, 4, 1, 70, 33, 64, causal=True, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(2, 4, 2, 64, 64, 64, scale=1.0, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_per_head=True),
+    SoftmaxCase(1, 2, 2, 48, 48, 32, causal=True, window=(8, 0), dtype="bf16", fp8="e4m3"),
+)
+
 _ALL = frozenset(FEATURES)
 
 PROFILES: dict[str, Profile] = {}
@@ -306,6 +328,15 @@ _add(Profile(
     bench_softmax=_BENCH_TRAIN, bench_linear=_BENCH_LIN, cpu_variant="full-cpu",
     decode=_dt(_DEC + _DEC_OPTIONAL, GPU_DTYPES), bench_decode=_BENCH_DEC,
 ))
+_add(Profile(
+    "fp8", "FP8 inference: e4m3 q/k/v with (batch, kv head) descales, bf16 out, forward only; causal "
+    "and GQA/MQA required, windows optional",
+    required=frozenset({"causal", "gqa"}), backward=False, seeds=GPU_SEEDS,
+    softmax=_FP8_GPU, linear=(), cpu_variant="fp8-cpu",
+    notes=("FP8 cases are judged against the FP64 oracle on the dequantised inputs, with the eager FP8 "
+           "reference's error (P quantised to e4m3) as the yardstick (README, FP8 cases)",
+           "no speed section yet: the FP8 sweep with the peers is `harness bench --preset fp8-sweep`"),
+))
 _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
              "the speed section only with --speed (host time)"),)
 _add(Profile(
@@ -319,6 +350,11 @@ _add(Profile(
     required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=CPU_SEEDS,
     softmax=_CPU_BASE + _CPU_SCALE + _CPU_LAYOUT + _CPU_WINDOW, linear=_CPU_LIN, sized_for="cpu", bench_softmax=_CPU_BENCH, bench_linear=_CPU_BENCH_LIN,
     notes=_CPU_NOTE,
+))
+_add(Profile(
+    "fp8-cpu", "CPU-sized fp8: e4m3 q/k/v with descales, forward only; causal and GQA/MQA required",
+    required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
+    softmax=_FP8_CPU, linear=(), sized_for="cpu", notes=_CPU_NOTE,
 ))
 _add(Profile(
     "full-cpu", "CPU-sized full: every feature required, forward and backward",

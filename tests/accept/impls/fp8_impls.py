@@ -28,3 +28,19 @@ def ignores_v_descale(q, k, v, *, q_descale=None, k_descale=None, v_descale=None
 
 for _fn in (ignores_q_descale, ignores_k_descale, ignores_v_descale):
     _fn.attn_capabilities = CAPS
+
+
+def correct(q, k, v, *, q_descale=None, k_descale=None, v_descale=None, **kw):
+    """Right: a flash-style FP8 forward (keys in blocks of 64, P quantised against the running maximum)."""
+    return _call(q, k, v, q_descale, k_descale, v_descale, **kw)
+
+
+def reads_one_descale(q, k, v, *, q_descale=None, k_descale=None, v_descale=None, **kw):
+    """Reads the [0, 0] entry of each descale for the whole tensor: right while quantisation is per
+    tensor, wrong with a factor per (sequence, kv head)."""
+    one = [torch.full_like(d, float(d[0, 0])) for d in (q_descale, k_descale, v_descale)]
+    return _call(q, k, v, *one, **kw)
+
+
+for _fn in (correct, reads_one_descale):
+    _fn.attn_capabilities = CAPS
