@@ -66,6 +66,20 @@ gate() {  # issue 7: bench saves a baseline; a slowed backend fails bench-compar
     cp -r .benchmarks "$OUT/gate/" 2>/dev/null; tarred gate
 }
 
+shrink_case() {  # shrink_case DIR NAME BACKEND CASE SEED [--family F]: `harness shrink` into DIR/NAME (400 s at
+    # most, FLA's tuners pinned), then each repro script it wrote run once (exit 1: the defect reproduced)
+    local d=$1 name=$2 backend=$3 case=$4 seed=$5 s rc; shift 5
+    ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 400 python3 -m harness shrink --backend "$backend" --case "$case" \
+        --seed "$seed" --timeout 90 "$@" --out "$d/$name" > "$d/$name.log" 2>&1
+    echo "shrink exit $?" >> "$d/$name.log"
+    for s in "$d/$name"/repro_*.py; do
+        [ -f "$s" ] || continue
+        timeout 120 python3 "$s" > "$d/$name/repro.out" 2>&1
+        rc=$?  # (read before any command substitution: $(...) resets it)
+        echo "repro ${s##*/} exit $rc (1: the defect reproduced)" >> "$d/$name.log"
+    done
+}
+
 linear_kernels() {  # linear_kernels SECONDS BUDGET [DIMS]: the in-repo linear kernels against FLA (issue 5)
     # shellcheck disable=SC2086  # DIMS is a list
     timeout "$1" python3 benchmarks/bench_linear_attn.py --dims ${3:-64 128} --T 1024 2048 4096 8192 16384 \
@@ -209,12 +223,7 @@ triage)  # issue 17: session 10's fuzz findings, side by side: each shrunk (the 
     # forward determinism per backend. Needs flash-attn-4 (fa4-1, fa4-2, .fa4-3) and fla (.whl).
     setup
     d="$OUT/triage"; mkdir -p "$d"
-    shr() {  # shr NAME BACKEND CASE SEED [--family F]
-        local name=$1 backend=$2 case=$3 seed=$4; shift 4
-        ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 420 python3 -m harness shrink --backend "$backend" --case "$case" \
-            --seed "$seed" --timeout 90 "$@" --out "$d/$name" > "$d/$name.log" 2>&1
-        echo "shrink exit $?" >> "$d/$name.log"
-    }
+    shr() { shrink_case "$d" "$@"; }
     shr fa4-d80 flash_attn_cute 'B2-H4/1-S119x2031-D80-causal-fp16' 1000004 &
     shr fa4-d48cap flash_attn_cute 'B4-H32/2-S183x17-D48-cap50-bf16' 101000308 &
     shr fa4-varlen flash_attn_cute 'B2-H2/1-varlen[7x33,1947x97]-D80-causal-scale1-offset-fp16' 101000305 &
@@ -234,18 +243,7 @@ triage2)  # issue 17: the findings shrunk again with the shrinker's severity rul
     # backward's fault probed per config and plan. Needs flash-attn-4 (fa4-1, fa4-2, .fa4-3) and fla (.whl).
     setup
     d="$OUT/triage2"; mkdir -p "$d"
-    shr() {  # shr NAME BACKEND CASE SEED [--family F]
-        local name=$1 backend=$2 case=$3 seed=$4; shift 4
-        ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 400 python3 -m harness shrink --backend "$backend" --case "$case" \
-            --seed "$seed" --timeout 90 "$@" --out "$d/$name" > "$d/$name.log" 2>&1
-        echo "shrink exit $?" >> "$d/$name.log"
-        for s in "$d/$name"/repro_*.py; do
-            [ -f "$s" ] || continue
-            timeout 120 python3 "$s" > "$d/$name/repro.out" 2>&1
-            local rc=$?  # (read before any command substitution: $(...) resets it)
-            echo "repro ${s##*/} exit $rc (1: the defect reproduced)" >> "$d/$name.log"
-        done
-    }
+    shr() { shrink_case "$d" "$@"; }
     shr fa4-d48 flash_attn_cute 'B4-H32/2-S183x17-D48-cap50-bf16' 101000308 &
     shr fa4-d80 flash_attn_cute 'B2-H4/1-S119x2031-D80-causal-fp16' 1000004 &
     shr fa4-d16 flash_attn_cute 'B1-H4/1-S70x33-D16-causal-bf16' 0 &
