@@ -128,15 +128,14 @@ def main(args) -> int:
 
     from harness.interrupts import SigtermInterrupt
 
-    sigterm = SigtermInterrupt()  # an outer time limit's SIGTERM: stop and still write the report
-    sigterm.install()
-
     log = (out / "fuzz.jsonl").open("w")
     t0 = time.perf_counter()
     done, failures, known, rejected = 0, [], 0, 0
     bar = tqdm(desc="fuzz", unit="case", file=sys.stderr, dynamic_ncols=True, disable=None)
     per_backend = {r.name: {"cases": 0, "pass": 0, "fail": 0, "error": 0, "unsupported": 0, "known": 0}
                    for r in runners}
+    sigterm = SigtermInterrupt()  # an outer time limit's SIGTERM: stop and still write the report
+    sigterm.install()
     try:
         while time.perf_counter() - t0 < budget:
             progressed = False
