@@ -269,6 +269,9 @@ class Bench:
             _free(self.device)
             return failed
         rec.update(verify_status=result.status, max_budget=result.max_budget, seconds=round(result.seconds, 3))
+        out = result.tensor("out")
+        if out is not None:  # the report's accuracy table: FP8 cells beside the bf16 ones
+            rec.update(out_error=float(out.error), out_ratio=float(out.ratio))
         if result.status == "pass":
             return _cell("pass", "", **rec)
         if result.status == "unsupported":

@@ -203,3 +203,28 @@ def test_decode_bench_reports_bandwidth_and_tokens(tmp_path, monkeypatch):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| backend | fwd ms (host time) | GB/s | of copy rate | tokens/s |" in md
     assert "speedup vs decode_sdpa" in md
+
+
+def test_fp8_cells_show_their_error_beside_the_bf16_twin(tmp_path, monkeypatch):
+    """The report's accuracy table: each FP8 cell's out error against the oracle next to the bf16 cell
+    of the same shape (what FP8 costs in accuracy, beside what it saves in time)."""
+    import dataclasses
+
+    from harness.cases import SoftmaxCase
+    from harness.perf import bench as B
+    from harness.perf.reports.markdown import accuracy_table
+
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    b = B.Bench(torch.device("cpu"))
+    bf16 = SoftmaxCase(1, 2, 2, 40, 40, 32, causal=True, dtype="bf16")
+    e4m3 = dataclasses.replace(bf16, fp8="e4m3")
+    from harness.adapters import registry
+
+    recs = [b.new_record(registry.get("eager"), bf16), b.new_record(registry.get("eager_fp8"), e4m3)]
+    assert all("out_error" in r["verify"] for r in recs)
+    md = "\n".join(accuracy_table({"results": recs}))
+    rows = [ln for ln in md.splitlines() if ln.startswith("| B1-H2-S40x40-D32-causal-bf16 |")]
+    assert len(rows) == 2 and "| eager | bf16 |" in rows[0] and "| eager_fp8 | e4m3 |" in rows[1], md
+    fp8_err = float(rows[1].split("|")[4])
+    assert fp8_err > 3 * float(rows[0].split("|")[4])  # P in e4m3 costs accuracy: 1-2.5% against bf16's ~0.3%
+    assert accuracy_table({"results": recs[:1]}) == []  # no FP8 cell, no table

@@ -196,6 +196,37 @@ def summary_tables(data: dict) -> list[str]:
     return lines
 
 
+def _shape_key(rec: dict) -> str:
+    """The case id without its FP8 words: an e4m3 cell and its bf16 twin share it."""
+    return "-".join(p for p in rec["case"].split("-") if p not in ("e4m3", "o8", "perhead"))
+
+
+def accuracy_table(data: dict) -> list[str]:
+    """Where a run has FP8 cells: each cell's out error against the FP64 oracle (from its correctness
+    check), the bf16 cells of the same shape beside them, so the report shows what FP8 costs in
+    accuracy next to what it saves in time."""
+    recs = [r for r in data["results"] if r.get("family") == "softmax" and "out_error" in r.get("verify", {})]
+    fp8_shapes = {_shape_key(r) for r in recs if (r.get("params") or {}).get("fp8")}
+    if not fp8_shapes:
+        return []
+    lines = ["### Accuracy: out error against the FP64 oracle, bf16 and FP8 cells side by side", "",
+             "Rel-RMS error of each cell's correctness check (on the verified case: fewer heads when the "
+             "full one's reference would not fit), and its ratio to the eager reference of the same dtype "
+             "(for FP8: the eager FP8 path, P in e4m3).", "",
+             "| shape | backend | inputs | out rel-RMS error | x the reference's |", "|---|---|---|---|---|"]
+    order = sorted(recs, key=lambda r: (_shape_key(r), bool((r.get("params") or {}).get("fp8")), r["backend"]))
+    for r in order:
+        key = _shape_key(r)
+        if key not in fp8_shapes:
+            continue
+        params = r.get("params") or {}
+        form = (f"{params['fp8']}" + (", per head" if params.get("fp8_per_head") else "")
+                + (f", {params['fp8']} out" if params.get("fp8_out") else "")) if params.get("fp8") else r["dtype"]
+        v = r["verify"]
+        lines.append(f"| {_esc(key)} | {r['backend']} | {form} | {v['out_error']:.3g} | {v['out_ratio']:.2f}x |")
+    return lines + [""]
+
+
 def case_tables(data: dict) -> list[str]:
     host = data.get("settings", {}).get("clock") == "host"
     unit = "ms (host time)" if host else "ms"
@@ -274,6 +305,9 @@ def render(data: dict, plots=()) -> str:
     summary = summary_tables(data)
     if summary:
         lines += ["## Sweeps", ""] + summary
+    accuracy = accuracy_table(data)
+    if accuracy:
+        lines += ["## Accuracy", ""] + accuracy
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.as_posix()})" for p in plots] + [""]
     lines += ["## Per case", ""] + case_tables(data)
