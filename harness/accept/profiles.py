@@ -298,6 +298,15 @@ _FP8_CPU = (
     SoftmaxCase(1, 2, 2, 48, 48, 32, causal=True, window=(8, 0), dtype="bf16", fp8="e4m3"),
 )
 
+# The FP8 speed section: the FA-paper sweep's hd 128 cells at 4k (16k tokens), and hd 256 x 8 heads
+# (the FA3 paper's FP8 chart), against the FP8 peers present (cuDNN's, the in-repo kernel).
+_BENCH_FP8 = (
+    SoftmaxCase(4, 16, 16, 4096, 4096, 128, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(4, 16, 16, 4096, 4096, 128, causal=True, dtype="bf16", fp8="e4m3"),
+    SoftmaxCase(4, 8, 8, 4096, 4096, 256, dtype="bf16", fp8="e4m3"),
+)
+_CPU_BENCH_FP8 = (SoftmaxCase(1, 4, 2, 128, 128, 32, causal=True, dtype="bf16", fp8="e4m3"),)
+
 _ALL = frozenset(FEATURES)
 
 PROFILES: dict[str, Profile] = {}
@@ -332,10 +341,11 @@ _add(Profile(
     "fp8", "FP8 inference: e4m3 q/k/v with (batch, kv head) descales, bf16 out, forward only; causal "
     "and GQA/MQA required, windows optional",
     required=frozenset({"causal", "gqa"}), backward=False, seeds=GPU_SEEDS,
-    softmax=_FP8_GPU, linear=(), cpu_variant="fp8-cpu",
+    softmax=_FP8_GPU, linear=(), cpu_variant="fp8-cpu", bench_softmax=_BENCH_FP8,
     notes=("FP8 cases are judged against the FP64 oracle on the dequantised inputs, with the eager FP8 "
            "reference's error (P quantised to e4m3) as the yardstick (README, FP8 cases)",
-           "no speed section yet: the FP8 sweep with the peers is `harness bench --preset fp8-sweep`"),
+           "the speed section times the FP8 peers present (cudnn_fp8, triton_fa_fp8); the bf16 kernels on the "
+           "same shapes: `harness bench --preset fp8-sweep`"),
 ))
 _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
              "the speed section only with --speed (host time)"),)
@@ -354,7 +364,7 @@ _add(Profile(
 _add(Profile(
     "fp8-cpu", "CPU-sized fp8: e4m3 q/k/v with descales, forward only; causal and GQA/MQA required",
     required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
-    softmax=_FP8_CPU, linear=(), sized_for="cpu", notes=_CPU_NOTE,
+    softmax=_FP8_CPU, linear=(), sized_for="cpu", bench_softmax=_CPU_BENCH_FP8, notes=_CPU_NOTE,
 ))
 _add(Profile(
     "full-cpu", "CPU-sized full: every feature required, forward and backward",

@@ -38,13 +38,15 @@ from pathlib import Path
 #: Baselines timed beside the candidate when their adapter supports the case on this machine.
 BASELINES = {
     "cuda": {
-        "softmax": ("sdpa_cudnn", "sdpa_flash", "flash_attn_cute", "flash_attn3", "flash_attn", "triton_fa"),
+        # the FP8 ones take FP8 cases only, the others none: each case gets the peers of its kind
+        "softmax": ("sdpa_cudnn", "sdpa_flash", "flash_attn_cute", "flash_attn3", "flash_attn", "triton_fa",
+                    "cudnn_fp8", "triton_fa_fp8"),
         "linear": ("fla_chunk", "fla_fused_chunk", "triton_la_chunk"),
         "decode": ("flash_attn_cute_decode", "flash_attn3_kvcache", "flash_attn_kvcache", "triton_decode",
                    "decode_sdpa"),
     },
     # host time of plain torch: the in-repo Triton kernels run interpreted there (seconds a call)
-    "cpu": {"softmax": ("eager", "sdpa_math"), "linear": ("eager_linear",), "decode": ("decode_sdpa",)},
+    "cpu": {"softmax": ("eager", "sdpa_math", "eager_fp8"), "linear": ("eager_linear",), "decode": ("decode_sdpa",)},
 }
 #: Seed offset of the bench inputs and of the re-check after timing (distinct from the
 #: correctness seeds, reproducible from the base seed).

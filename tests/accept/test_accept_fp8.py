@@ -38,11 +38,16 @@ def test_wrong_or_missing_fp8_is_rejected(tmp_path, monkeypatch, impl, words):
     assert any(words in r for r in rep["reasons"]), rep["reasons"]
 
 
-def test_the_fp8_profile_without_benchmark_cases_says_so(tmp_path, monkeypatch):
-    # --speed asks for the speed section on a CPU; the fp8 profile has no benchmark cases yet
+def test_the_fp8_speed_section_times_the_fp8_peers(tmp_path, monkeypatch):
+    # --speed on a CPU (host time): the FP8 bench case timed beside the FP8 reference; the bf16
+    # baselines are listed as refusing FP8 cases
     monkeypatch.chdir(IMPLS)
     out = tmp_path / "out"
     code = cli.main(["accept", "--device", "cpu", "--jobs", "2", "--profile", "fp8", "--impl", "fp8_impls:correct",
                      "--speed", "--out", str(out)])
     rep = json.loads((out / "report.json").read_text())
-    assert code == 0 and "no benchmark cases" in json.dumps(rep), rep.get("speed")
+    assert code == 0 and rep["speed"]["status"] == "measured", rep["speed"]
+    (case,) = rep["speed"]["cases"]
+    rows = {r["backend"]: r for r in case["rows"]}
+    assert "e4m3" in case["case"] and rows["fp8_impls:correct"]["modes"]["fwd"]["median_ms"] > 0
+    assert rows["eager_fp8"]["modes"]["fwd"]["median_ms"] > 0 and "FP8" in rows["sdpa_math"]["unsupported"]
