@@ -219,28 +219,19 @@ def shrink(case: Case, check: Callable[[Case], CaseResult], *, supported: Callab
         res = check(candidate)
         state.checks += 1
         got = signature(res)
-        now = severity(res, got) if got == sig else None
-        if need is not None and now is not None and now < need:
+        if got != sig:
+            outcome = "passes" if res.status == "pass" else f"fails differently ({got[0]}: {got[1] or res.reason[:80]})"
+        elif need is not None and (now := severity(res, got)) is not None and now < need:
             outcome = (f"fails more mildly ({got[1]} {now:.3g}x its bound, the original {first_severity:.3g}x; "
                        f"kept at >= {need:.3g}x)")
-            state.steps.append(Step(what, False, outcome, feature))
-            if log:
-                log(f"  not kept: {what}: {outcome}")
-            return False
-        other = known(candidate, res) if got == sig else None
-        if other is not None and other != recorded:
+        elif (other := known(candidate, res)) is not None and other != recorded:
             outcome = f"fails as another recorded defect ({other[:80]})"
-            state.steps.append(Step(what, False, outcome, feature))
-            if log:
-                log(f"  not kept: {what}: {outcome}")
-            return False
-        if got == sig:
+        else:
             state.minimal, state.result = candidate, res
             state.steps.append(Step(what, True, f"still fails ({got[0]}: {got[1]})", feature))
             if log:
                 log(f"  kept: {what} -> {candidate.id}")
             return True
-        outcome = "passes" if res.status == "pass" else f"fails differently ({got[0]}: {got[1] or res.reason[:80]})"
         state.steps.append(Step(what, False, outcome, feature))
         if log:
             log(f"  not kept: {what}: {outcome}")
