@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -424,21 +424,54 @@ cudnn-fp8)  # issue 19: cuDNN's FP8 SDPA adapter (harness/adapters/cudnn_fp8.py,
     grep -A 8 "TFLOP/s by" "$OUT/cudnn-fp8-bench/report.md" | head -n 60
     tarred cudnn-fp8-run; tarred cudnn-fp8-bench
     ;;
-fp8)  # issue 19: the FA-paper sweep in bf16 and e4m3 side by side, forward (the in-repo FP8 kernel against the
-    # bf16 kernels of the same run; flash-attn-4 installed first when it is to be in the table)
+fp8)  # issue 19: the in-repo FP8 forward's tests, then each accumulator-promotion setting against the bf16
+    # forward on the FA sweep's shapes, with accuracy against the FP64 oracle (benchmarks/fp8_promotion.py)
     setup
-    FLASH_ATTN_AUTOTUNE=0 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py -k fp8 \
+    FLASH_ATTN_AUTOTUNE=0 timeout 70 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py -k fp8 \
         > "$OUT/fp8-tests.log" 2>&1
     echo "fp8 tests exit $?" >> "$OUT/fp8-tests.log"
-    timeout 480 python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots --time-limit 450 \
-        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa,triton_fa_fp8 --out "$OUT/fp8" > "$OUT/fp8.log" 2>&1
-    echo "bench exit $?" >> "$OUT/fp8.log"
-    timeout 150 python3 benchmarks/fp8_promotion.py > "$OUT/fp8-promotion.log" 2>&1
+    timeout "${FP8_SECONDS:-480}" python3 benchmarks/fp8_promotion.py ${FP8_ARGS:-} > "$OUT/fp8-promotion.log" 2>&1
     echo "fp8_promotion exit $?" >> "$OUT/fp8-promotion.log"
     summary "$OUT/fp8-tests.log" 4
-    grep -A 8 "TFLOP/s by" "$OUT/fp8/report.md" | head -n 80
-    tail -n 22 "$OUT/fp8-promotion.log"
-    tarred fp8
+    grep -A 40 "^## Time" "$OUT/fp8-promotion.log" || tail -n 30 "$OUT/fp8-promotion.log"
+    ;;
+fp8-configs)  # issue 19: each FP8 forward tile config alone (registers, spills, wgmma or not, time), both V layouts
+    setup
+    timeout "${FP8_SECONDS:-300}" python3 benchmarks/fp8_configs.py ${FP8_ARGS:-} > "$OUT/fp8-configs.log" 2>&1
+    echo "fp8_configs exit $?" >> "$OUT/fp8-configs.log"
+    grep -E "^\||exit" "$OUT/fp8-configs.log"
+    ;;
+issue17)  # issue 17's open ends: the recorded defects' examples re-run at seed 0, each in a process of its own
+    # (flash-attn-4 and FLA installed first: fa4-1, fa4-2, then carry .fa4-3 and .whl); decode_sdpa's one
+    # non-deterministic forward (fuzz-10m B) replayed 20 times per SDPA backend; FLA fused_chunk's dg at 10.1x
+    # against sequence length, beside FLA's chunk kernel, two seeds
+    setup
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/check/test_known_issues.py \
+        > "$OUT/known.log" 2>&1
+    echo "known-issue tests exit $?" >> "$OUT/known.log"
+    timeout 120 python3 benchmarks/replay_case.py --backend decode_sdpa --seed 202000607 --repeat 20 \
+        --case 'B4-H8/1-Q1-L726-P64-new-D192-scale0.0625-fp16' --sdpa default,efficient,cudnn,math \
+        > "$OUT/decode-replay.log" 2>&1
+    echo "decode replay exit $?" >> "$OUT/decode-replay.log"
+    cases=()
+    for t in 250 1000 1998 4000 8000; do cases+=(--case "B4-H4-T$t-K64V64-g(n=1)-h0-dhT-bf16"); done
+    ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 200 python3 benchmarks/replay_case.py --backend fla_fused_chunk,fla_chunk \
+        --seed 202000615,7 --repeat 1 "${cases[@]}" > "$OUT/fla-dg.log" 2>&1
+    echo "fla dg exit $?" >> "$OUT/fla-dg.log"
+    summary "$OUT/known.log" 14
+    grep -A 8 "^summary" "$OUT/decode-replay.log"; tail -n 1 "$OUT/decode-replay.log"
+    grep -E "^fla_" "$OUT/fla-dg.log" | sed -E 's/^([a-z_]+) +[a-z]+ +([^ ]+) ([^ ]+) #0: ([a-z]+).*(dg=[^ ]+).*/\1 \2 \3 \4 \5/'
+    tail -n 1 "$OUT/fla-dg.log"
+    ;;
+issue17b)  # issue 17: the standalone repro of torch SDPA cuDNN's non-repeatable decode forward, and FLA fused_chunk's
+    # dg (error growing with sequence length) shrunk from its longest failing case, with its repro script (carry .whl)
+    setup
+    d="$OUT/issue17b"; mkdir -p "$d"
+    timeout 150 python3 docs/repro/sdpa-cudnn-decode/repro_sdpa_cudnn_decode_determinism.py > "$d/sdpa-cudnn.log" 2>&1
+    echo "repro exit $? (1: the defect reproduced)" >> "$d/sdpa-cudnn.log"
+    shrink_case "$d" fla-dg fla_fused_chunk 'B4-H4-T8000-K64V64-g(n=1)-h0-dhT-bf16' 7 --family linear --max-checks 14
+    cat "$d/sdpa-cudnn.log"; summary "$d/fla-dg.log" 12
+    tarred issue17b
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

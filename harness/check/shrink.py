@@ -6,7 +6,8 @@ nothing more applies, each feature switched off alone (GQA -> MHA, window, softc
 passed scale, the layout, varlen -> one dense sequence, d_v -> d, the out-only and positional call
 forms back to the plain call), then smaller sizes (batch, heads,
 each sequence length by bisection, head dim), and last fp32 instead of a 16-bit dtype; a change is
-kept when the check still fails with the same signature, about as badly (``KEEP_SEVERITY``), and not
+kept when the check still fails with the same signature, about as badly (``KEEP_SEVERITY``), not
+only because the reference became exact there (its bound is then the rounding floor alone), and not
 as another recorded third-party defect (harness/check/known_issues.py). The log says what each feature did:
 "needed" (switching it off made the case pass, or fail differently) or "dropped".
 """
@@ -33,6 +34,13 @@ def severity(r: CaseResult, sig: tuple[str, str | None]) -> float | None:
     """How far past its bound the signature's tensor is (error / allowed), None for a property or crash."""
     t = r.tensor(sig[1]) if sig[1] else None
     return t.budget if t is not None else None
+
+
+def exact_reference(r: CaseResult, sig: tuple[str, str | None]) -> bool:
+    """Whether the signature's tensor was judged against an exact reference (error 0): its bound is
+    then the rounding floor alone, and any kernel that rounds as the dtype allows fails it."""
+    t = r.tensor(sig[1]) if sig[1] else None
+    return t is not None and t.reference_error == 0
 
 
 def signature(r: CaseResult) -> tuple[str, str | None]:
@@ -224,6 +232,10 @@ def shrink(case: Case, check: Callable[[Case], CaseResult], *, supported: Callab
         elif need is not None and (now := severity(res, got)) is not None and now < need:
             outcome = (f"fails more mildly ({got[1]} {now:.3g}x its bound, the original {first_severity:.3g}x; "
                        f"kept at >= {need:.3g}x)")
+        elif exact_reference(res, got) and not exact_reference(first, sig):
+            # e.g. FLA's dg at one step: the bf16 reference is exact there, so the bound falls to fp32's
+            # rounding; a failure against that is another finding than the original's ratio
+            outcome = f"fails only against the rounding floor ({got[1]}: the reference is exact here)"
         elif (other := known(candidate, res)) is not None and other != recorded:
             outcome = f"fails as another recorded defect ({other[:80]})"
         else:

@@ -91,7 +91,7 @@ import json, sys, torch
 from harness.adapters import registry
 from harness.cases import case_from_id
 from harness.check import matrix
-r = matrix._verify_one(registry.get(sys.argv[1]), case_from_id(sys.argv[2]), 0, torch.device("cuda"), True)
+r = matrix._verify_one(registry.get(sys.argv[1]), case_from_id(sys.argv[2]), int(sys.argv[3]), torch.device("cuda"), True)
 print(json.dumps({"status": r.status, "reason": r.reason}))
 """
 
@@ -110,7 +110,7 @@ def test_recorded_defect_still_reproduces_in_a_process_of_its_own(entry):
     if not entry.matches(entry.backends[0], entry.example, device):
         pytest.skip(f"measured on {', '.join(entry.archs)}; this GPU is another architecture")
     for backend in entry.backends:
-        run = subprocess.run([sys.executable, "-c", _RECHECK, backend, entry.example.id], capture_output=True,
+        run = subprocess.run([sys.executable, "-c", _RECHECK, backend, entry.example.id, str(entry.seed)], capture_output=True,
                              text=True, timeout=300)
         got = json.loads(run.stdout.strip().splitlines()[-1])
         if got["status"] == "unsupported":

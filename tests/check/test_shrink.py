@@ -227,6 +227,30 @@ def test_a_smaller_case_must_fail_about_as_badly():
     assert any("fails more mildly" in s.outcome for s in out.steps)
 
 
+def test_a_smaller_case_that_fails_only_against_an_exact_reference_is_not_kept():
+    # session 11, FLA fused_chunk's dg: 13.7x the bf16 reference's error at 8000 steps; at one step the
+    # reference is exact, the bound falls to fp32's rounding floor and any bf16 kernel fails it: the
+    # shrinker must stop at a length where the reference still has an error, not report T=1
+    from harness.check.results import CaseResult
+    from harness.check.shrink import shrink
+    from harness.check.tolerance import TensorReport
+
+    def check(c):
+        ref = 0.0 if c.seqlen <= 8 else 1e-3
+        allowed = 10 * ref + 1e-8
+        err = 0.03 if c.seqlen <= 8 else 0.0137
+        t = TensorReport(name="dg", dtype="fp32", shape=(1,), error=err, reference_error=ref, factor=10.0,
+                         floor=1e-8, allowed=allowed, ratio=err / ref if ref else float("inf"),
+                         budget=err / allowed, max_abs_error=err, worst=None, nonfinite=0, passed=False,
+                         reason="dg: error")
+        return CaseResult(backend="x", case=c.id, family=c.family, dtype=c.dtype, device="cpu", seed=0,
+                          status="fail", reason="dg: error", tensors=[t])
+
+    out = shrink(case_from_id("B4-H4-T8000-K64V64-g(n=1)-h0-dhT-bf16"), check)
+    assert out.minimal.seqlen > 8 and out.result.tensor("dg").reference_error > 0
+    assert any("only against the rounding floor" in s.outcome for s in out.steps)
+
+
 _FAKE_FA4 = '''
 import torch
 
