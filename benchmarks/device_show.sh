@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -472,6 +472,19 @@ issue17b)  # issue 17: the standalone repro of torch SDPA cuDNN's non-repeatable
     shrink_case "$d" fla-dg fla_fused_chunk 'B4-H4-T8000-K64V64-g(n=1)-h0-dhT-bf16' 7 --family linear --max-checks 14
     cat "$d/sdpa-cudnn.log"; summary "$d/fla-dg.log" 12
     tarred issue17b
+    ;;
+fp8-sweep)  # issue 19: the FP8 sweep's forward, the in-repo FP8 kernel beside the bf16 kernels of the same run (the
+    # report's accuracy table puts each FP8 cell's error beside its bf16 twin's), after the FP8 GPU tests
+    setup
+    FLASH_ATTN_AUTOTUNE=0 timeout 70 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py -k fp8 \
+        > "$OUT/fp8-tests.log" 2>&1
+    echo "fp8 tests exit $?" >> "$OUT/fp8-tests.log"
+    timeout 470 python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots --time-limit 390 \
+        --backends "${FP8_BACKENDS:-triton_fa_fp8,triton_fa,sdpa_cudnn}" --out "$OUT/fp8-sweep" > "$OUT/fp8-sweep.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fp8-sweep.log"
+    summary "$OUT/fp8-tests.log" 3; tail -n 1 "$OUT/fp8-sweep.log"
+    grep -A 30 "TFLOP/s by" "$OUT/fp8-sweep/report.md" | head -n 60
+    tarred fp8-sweep
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

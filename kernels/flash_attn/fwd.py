@@ -160,7 +160,7 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
-               V_T: tl.constexpr = False, MAX_IMPRECISE: tl.constexpr = 0):
+               V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
@@ -170,7 +170,7 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
                                     MASKED, USE_TMA))
         else:
             v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, max_num_imprecise_acc=MAX_IMPRECISE)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION, max_num_imprecise_acc=QK_IMPRECISE)
         sc = qk_scale
         if HAS_SOFTCAP:
             s, _ = _capped(s, sm_scale, softcap)
@@ -196,7 +196,7 @@ def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stri
         if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)
             p = _round_to_e4m3(p)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION,  # FP8 inputs: P quantised to e4m3
-                     max_num_imprecise_acc=MAX_IMPRECISE)
+                     max_num_imprecise_acc=PV_IMPRECISE)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -215,7 +215,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
-                MAX_IMPRECISE: tl.constexpr = 0):
+                QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -265,15 +265,15 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, MAX_IMPRECISE)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, MAX_IMPRECISE)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, MAX_IMPRECISE)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -309,6 +309,12 @@ def precision_of(dtype: torch.dtype, allow_tf32: bool) -> str:
     return "tf32"
 
 
+def _imprecise(setting) -> dict:
+    """The two dots' ``max_num_imprecise_acc`` constexprs from one setting or a (Q K^T, P V) pair."""
+    qk, pv = setting if isinstance(setting, tuple) else (setting, setting)
+    return {"QK_IMPRECISE": qk, "PV_IMPRECISE": pv}
+
+
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
                    out_dtype=None, v_transposed=False, max_num_imprecise_acc=0):
@@ -320,7 +326,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     FP8 (dense only): q, k, v in float8_e4m3fn, ``descales`` = (q_descale, k_descale, v_descale), each
     (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``. ``v_transposed`` (dense
     only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V.
-    ``max_num_imprecise_acc``: Triton's knob for FP8 dots on sm90 (see :func:`flash_attn_fp8_func`).
+    ``max_num_imprecise_acc``: Triton's knob for FP8 dots on sm90 (see :func:`flash_attn_fp8_func`), one
+    value for both dots or a (Q K^T, P V) pair.
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
@@ -374,7 +381,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
     args.update(QDescale=qds, KDescale=kds, VDescale=vds, stride_dsb=qds.stride(0) if fp8 else 0,
                 IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(), V_T=bool(v_transposed),
-                MAX_IMPRECISE=max_num_imprecise_acc if fp8 else 0)
+                **_imprecise(max_num_imprecise_acc if fp8 else 0))
     configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
                    lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
                    dict(Q=q, K=k, V=v, Out=out, Lse=lse, CuSeqQ=cuq, CuSeqK=cuk, **args))

@@ -227,7 +227,7 @@ FP8_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False,
-                        v_transposed=None, max_num_imprecise_acc=0):
+                        v_transposed=None, max_num_imprecise_acc=None):
     """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
     in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
     descale; q's factor is per kv head's group). Q K^T of the FP8 values with fp32 accumulation times
@@ -237,14 +237,19 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
     P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
     of the call's time). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
-    add in their own reduced-precision accumulator before the sum is promoted to the fp32 one
-    (Triton's ``tl.dot`` knob, at most the dot's depth). 0 (default) promotes after every MMA, the
-    fp32 accumulation the FP8 contract asks for; None keeps Triton's sm90 default, which never
-    promotes (S = Q K^T then carries ~1e-3 absolute error at d=128, and lse with it), for speed
-    comparisons.
+    add in their own reduced-precision accumulator (about 14 bits) before the sum is promoted to the
+    fp32 one (Triton's ``tl.dot`` knob, at most the dot's depth); an int for both dots or a pair
+    ``(qk, pv)``. None (default) never promotes, as cuDNN's FP8 attention does not: Q K^T starts
+    from zero every key block, so its error stays at the accumulator's ~2^-14 (lse 3-5e-6 rel-RMS
+    on the H100, the tolerance rule's FP8 lse floor is 2^-14), and P V's error is buried under P's
+    e4m3 rounding (out error unchanged at 16k keys). 0 promotes after every MMA: lse as an fp32
+    accumulation (4.5e-8) at 0.5-0.6x the speed (docs/perf/flash_attn.md, session 11).
     """
-    if max_num_imprecise_acc is not None and (not isinstance(max_num_imprecise_acc, int) or max_num_imprecise_acc < 0):
-        raise ValueError(f"max_num_imprecise_acc: None or a non-negative int, got {max_num_imprecise_acc!r}")
+    settings = max_num_imprecise_acc if isinstance(max_num_imprecise_acc, tuple) else (max_num_imprecise_acc,)
+    if len(settings) not in (1, 2) or any(
+            x is not None and (not isinstance(x, int) or isinstance(x, bool) or x < 0) for x in settings):
+        raise ValueError("max_num_imprecise_acc: None, a non-negative int, or a (Q K^T, P V) pair of them, "
+                         f"got {max_num_imprecise_acc!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name}: expected a 4-dim [B, S, H, D] tensor, got {getattr(t, 'shape', type(t).__name__)}")

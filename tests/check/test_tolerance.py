@@ -113,6 +113,26 @@ def test_exact_reference_does_not_fail_a_kernel_at_rounding_level():
     assert r.passed and r.ratio == math.inf and r.budget <= 1.0
 
 
+def test_fp8_lse_floor_is_the_fp8_accumulator_and_nothing_else_moves():
+    # FP8 lse: an error at Hopper's FP8 accumulator (~2^-14, what cuDNN's FP8 SDPA shows) passes
+    # against an fp32-accumulated reference; 8x more (a wider error than the tensor cores cause)
+    # fails; the same errors in a bf16 case's lse and in an FP8 case's out keep their old rule.
+    from harness.check.tolerance import HARDWARE_FLOORS, hardware_floor
+
+    e = _randn(4, 256).abs() + 4.0  # lse-like values
+    noise = _randn(4, 256, seed=3)
+    noise *= float(torch.linalg.vector_norm(e)) / float(torch.linalg.vector_norm(noise))
+    at_floor, above = e + noise * 2.0**-15, e + noise * 2.0**-11
+    kw = dict(reference_error=4e-8, dtype="fp32")
+    assert compare_tensor("lse", at_floor, e, case_dtype="e4m3", **kw).passed
+    bad = compare_tensor("lse", above, e, case_dtype="e4m3", **kw)
+    assert not bad.passed and bad.floor == pytest.approx(2.0**-14)
+    assert not compare_tensor("lse", at_floor, e, case_dtype="bf16", **kw).passed
+    assert not compare_tensor("out", at_floor, e, case_dtype="e4m3", **kw).passed
+    assert hardware_floor("lse", "fp16") == 0.0 and set(HARDWARE_FLOORS) == {("lse", "e4m3")}
+    assert all(len(f.reason) > 80 for f in HARDWARE_FLOORS.values())
+
+
 def test_fp64_candidate_bounds_are_sane():
     e = _randn(512)
     ref = 2e-16

@@ -1,0 +1,93 @@
+"""Every FP8 forward tile config, one at a time (issue 19): registers, spills, whether the dots became
+Hopper wgmma instructions, and the time, beside the bf16 forward's pinned pick on the same shape.
+
+    FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_configs.py [--head-dims 64,128,256] [--seqlen 4096]
+
+For each head dim (FA sweep: 16k tokens, hidden 2048; hd 256 with 8 heads) and each config of the
+FP8 list (``kernels.flash_attn.configs.fwd_keep(d, 1, 90)``), the list is narrowed to that config
+alone, ``flash_attn_fp8_func`` (never promoting: ``max_num_imprecise_acc=None``) runs with V copied
+K-major (``v_transposed=True``, the sm90 default) and as stored (``False``), and the new compiled
+kernel's ptxas numbers are printed with the median time (harness timer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from harness import fp8  # noqa: E402
+from harness.perf.timing import time_callable  # noqa: E402
+
+
+def _kernels(fn):
+    from triton.runtime.autotuner import Autotuner
+
+    if isinstance(fn, Autotuner):
+        fn = fn.fn
+    for caches in fn.device_caches.values():
+        yield from caches[0].values()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqlen", type=int, default=4096)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("fp8_configs: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    from kernels.flash_attn import configs, flash_attn_fp8_func, flash_attn_func, fwd
+
+    real_keep = configs.fwd_keep
+    print("| hd | config (BM, BN, warps, stages, TMA) | V layout | registers | spill B | shared B | wgmma | ms | TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d in (int(x) for x in args.head_dims.split(",")):
+        heads = 8 if d == 256 else 2048 // d
+        s = args.seqlen
+        b = max(1, 16384 // s)
+        flops = 4 * b * heads * s * s * d
+        g = torch.Generator(device="cpu").manual_seed(0)
+        x = [torch.randn(b, s, heads, d, generator=g).to("cuda") for _ in range(3)]
+        (q, qs), (k, ks), (v, vs) = (fp8.quantize(t, "e4m3", heads) for t in x)
+        qb, kb, vb = (t.to(torch.bfloat16) for t in x)
+        t = time_callable(functools.partial(flash_attn_func, qb, kb, vb), "cuda").median_ms
+        print(f"| {d} | bf16 pinned pick {real_keep(d, 2, 90)[0]} | - | | | | | {t:.3f} | {flops / t / 1e9:.0f} |",
+              flush=True)
+        for cfg in real_keep(d, 1, 90):
+            for vt in (True, False):
+                configs.fwd_keep = lambda *_a, _c=cfg: [_c]
+                before = {id(kern) for kern in _kernels(fwd._fwd_kernel)}
+                call = functools.partial(flash_attn_fp8_func, q, k, v, qs, ks, vs, v_transposed=vt,
+                                         max_num_imprecise_acc=None)
+                try:
+                    call()
+                    torch.cuda.synchronize()
+                    ms = time_callable(call, "cuda").median_ms
+                except Exception as e:  # out of resources, a compile error: say so and go on
+                    print(f"| {d} | {cfg} | {'K-major copy' if vt else 'as stored'} | {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:80]} |", flush=True)
+                    continue
+                finally:
+                    configs.fwd_keep = real_keep
+                new = [kern for kern in _kernels(fwd._fwd_kernel) if id(kern) not in before]
+                for kern in new[-1:]:
+                    kern._init_handles()
+                    wgmma = "wgmma" in kern.asm.get("ptx", "")
+                    print(f"| {d} | {cfg} | {'K-major copy' if vt else 'as stored'} | {kern.n_regs} | {kern.n_spills} "
+                          f"| {kern.metadata.shared} | {'yes' if wgmma else 'NO'} | {ms:.3f} | {flops / ms / 1e9:.0f} |",
+                          flush=True)
+        del x, q, k, v, qb, kb, vb
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
