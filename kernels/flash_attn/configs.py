@@ -163,21 +163,33 @@ def _tma_ok(args) -> bool:
             return False
     for name, val in args.items():  # cheapest tests first: this runs on every pinned-config launch
         if (type(val) is int and (val * elt) % 16 and name[:7] == "stride_"
-                and not name.startswith(("stride_l", "stride_dqa"))):
+                and not name.startswith(_NOT_TMA_STRIDES)):
             return False
     return True
 
 
+#: Strides of tensors no tensor descriptor reads (lse, dq's fp32 accumulator, the FP8 descales: scalar
+#: or row loads). The descales' batch stride is heads_k: an FP8 case with 8 kv heads (hd 256 x 8 heads
+#: on the FA sweep, Llama-style GQA) lost TMA, and with it every tile of the FP8 list (session 11).
+_NOT_TMA_STRIDES = ("stride_l", "stride_dqa", "stride_dsb")
+
+
 def _select(configs, keep, smem_fn, args):
     """The configs named in `keep` (ordered by preference, first = the untuned default) that fit.
-    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma)."""
+    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma). Where TMA is refused and no
+    pointer-load entry is listed (the FP8 list is all TMA), the same tiles with pointer loads."""
     by_key = _by_key(configs)
     tma_ok = _tma_ok(args)
+    keys = [tuple(k) + (False,) * (5 - len(k)) for k in keep]
+    out = _listed(by_key, [k for k in keys if tma_ok or not k[4]], smem_fn, args)
+    if not out and not tma_ok:
+        out = _listed(by_key, [k[:4] + (False,) for k in keys], smem_fn, args)
+    return out
+
+
+def _listed(by_key, keys, smem_fn, args):
     out, seen = [], set()
-    for k in keep:
-        k = tuple(k) + (False,) * (5 - len(k))
-        if k[4] and not tma_ok:
-            continue
+    for k in keys:
         c = by_key.get(k)
         if c is not None and id(c) not in seen and _fits(c, smem_fn, args):
             out.append(c)

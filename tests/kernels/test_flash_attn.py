@@ -601,3 +601,23 @@ def test_fp8_forward_keeps_the_pinned_pick_and_adds_wider_tiles():
         for bm, bn, w, st, tma in keep:
             cfg = c._cfg(bm, bn, w, st, tma)
             assert c._smem_fwd(cfg, c.block_d(d), 1) + c.SMEM_HEADROOM_BYTES <= c.H100_SMEM_BYTES, (d, cfg)
+
+
+def test_fp8_descale_stride_does_not_cost_the_tensor_descriptors(monkeypatch):
+    """Session 11: the FP8 descales' batch stride is heads_k (8 at hd 256 x 8 heads, and in Llama-style
+    GQA); the TMA check read it as a descriptor stride, refused TMA, and with every FP8 tile being a TMA
+    one the kernel fell to its 32x32 last resort (0.2-0.3x the bf16 forward). The descales are scalar
+    loads: their stride is not checked; and a tile whose TMA is refused keeps its size with pointer loads."""
+    from kernels.flash_attn import configs as c
+
+    monkeypatch.setattr(c, "interpreting", lambda: False)
+    q = torch.zeros(2, 64, 8, 256, dtype=torch.float8_e4m3fn)
+    args = dict(Q=q, K=q, V=q, HEAD_DIM=256, BLOCK_D=256, BLOCK_DV=256, ARCH=90, stride_qb=q.stride(0),
+                stride_qs=q.stride(1), stride_qh=q.stride(2), stride_dsb=8, stride_lb=64 * 8, stride_lh=64)
+    assert c._tma_ok(args)
+    picked = c.prune_fwd(c.FWD_SPACE, {}, **args)
+    assert [(k.kwargs["BLOCK_M"], k.kwargs["BLOCK_N"], k.kwargs["USE_TMA"]) for k in picked][:1] == [(64, 64, True)]
+    odd = dict(args, stride_qs=8 * 256 + 8)  # a view whose rows are not 16-byte apart: no TMA
+    assert not c._tma_ok(odd)
+    tiles = [(k.kwargs["BLOCK_M"], k.kwargs["BLOCK_N"], k.kwargs["USE_TMA"], k.num_warps) for k in c.prune_fwd(c.FWD_SPACE, {}, **odd)]
+    assert tiles and all(not t for _, _, t, _ in tiles) and (32, 32, False, 4) not in tiles, tiles
