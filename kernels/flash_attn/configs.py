@@ -13,6 +13,8 @@ import os
 
 import triton
 
+from .. import launcher
+
 # The interpreter (TRITON_INTERPRET=1, CPU) runs every program serially in numpy: autotuning there
 # would only multiply the runtime, so it uses one small config. 16 is the smallest tile tl.dot takes.
 INTERPRET_BLOCK_M = 16
@@ -314,6 +316,19 @@ def tuning_enabled() -> bool:
     return os.environ.get("FLASH_ATTN_AUTOTUNE", "1") != "0"
 
 
+def env_key() -> tuple:
+    """The environment knobs that choose a launch (FLASH_ATTN_AUTOTUNE, FLASH_ATTN_BWD): part of
+    every call signature a replayed launch is keyed on."""
+    return _ENV.get(_AUTOTUNE_KEY), _ENV.get(_BWD_KEY)
+
+
+# env_key runs on every call: os.environ's own mapping (bytes on POSIX) is read directly, a tenth
+# of os.environ.get's cost; setenv and monkeypatch.setenv update it.
+_ENV = getattr(os.environ, "_data", os.environ)
+_AUTOTUNE_KEY, _BWD_KEY = ((b"FLASH_ATTN_AUTOTUNE", b"FLASH_ATTN_BWD") if _ENV is not os.environ and
+                           isinstance(next(iter(_ENV), b""), bytes) else ("FLASH_ATTN_AUTOTUNE", "FLASH_ATTN_BWD"))
+
+
 def _tune_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
 
@@ -342,31 +357,20 @@ def autotuned(space, prune, reset_to_zero=None):
 def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
     """Run a kernel three ways: interpreter (one small config), untuned (the filter's first pick),
     or autotuned (Triton times the pruned configs once per key and caches the winner).
-    grid_of(BLOCK_M, BLOCK_N) -> grid. kwargs: every kernel argument except the tuned meta-params."""
+    grid_of(BLOCK_M, BLOCK_N) -> grid. kwargs: every kernel argument except the tuned meta-params.
+    Returns the :class:`kernels.launcher.Launch` that replays this launch for the same call
+    signature (None under the interpreter)."""
     if interpreting():
         bm, bn = INTERPRET_BLOCK_M, INTERPRET_BLOCK_N
         raw_kernel[grid_of(bm, bn)](**kwargs, BLOCK_M=bm, BLOCK_N=bn, USE_TMA=INTERPRET_USE_TMA)
-        return
-    _ensure_allocator()
+        return None
+    launcher.ensure_allocator()
     if not tuning_enabled():
         cfg = prune(space, {}, **kwargs)[0]
-        bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
-        raw_kernel[grid_of(bm, bn)](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
-        tuned_kernel[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](**kwargs)
-
-
-def _tma_scratch(size: int, alignment: int, stream):
-    import torch
-
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_allocator():
-    """Device-side TMA descriptors need global scratch from triton's allocator. It is a ContextVar,
-    and autograd runs backward on its own thread, so check on every launch (cheap) and install one
-    only where none is set, leaving anyone else's allocator alone."""
-    from triton.runtime import _allocation
-
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        triton.set_allocator(_tma_scratch)
+        compiled = tuned_kernel[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](**kwargs)
+        cfg = tuned_kernel.best_config
+        grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+    return launcher.launched(raw_kernel, compiled, grid, kwargs, cfg)

@@ -317,7 +317,7 @@ def _imprecise(setting) -> dict:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=0):
+                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=0, launches=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -328,29 +328,44 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V.
     ``max_num_imprecise_acc``: Triton's knob for FP8 dots on sm90 (see :func:`flash_attn_fp8_func`), one
     value for both dots or a (Q K^T, P V) pair.
+    ``launches``: a dict this call may replay its launch from and leave it in (see
+    :mod:`kernels.launcher`); the caller keys it on the call's signature.
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
         raise ValueError("v_transposed: dense inputs only")
     dv = v.shape[2] if v_transposed else v.shape[-1]
     if varlen:
-        batch = cu_seqlens_q.numel() - 1
         total_q, hq, d = q.shape
-        hk = k.shape[1]
-        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
         out = torch.empty((total_q, hq, dv), device=q.device, dtype=out_dtype or q.dtype)
         lse = torch.empty((hq, total_q), device=q.device, dtype=torch.float32)
+        cuq, cuk = cu_seqlens_q, cu_seqlens_k
+    else:
+        batch, sq, hq, d = q.shape
+        out = torch.empty((batch, sq, hq, dv), device=q.device, dtype=out_dtype or q.dtype)
+        lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
+        cuq = cuk = q  # unused placeholders (IS_VARLEN is a constexpr)
+    if out.numel() == 0:
+        return out, lse
+    fp8 = descales is not None
+    qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
+    tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": cuq, "CuSeqK": cuk,
+               "QDescale": qds, "KDescale": kds, "VDescale": vds}
+    replay = launches.get("fwd") if launches is not None else None
+    if replay is not None and replay(tensors):
+        return out, lse
+    # the first call of a signature (or every call without a replay cache): every argument worked out
+    if varlen:
+        batch = cu_seqlens_q.numel() - 1
+        hk = k.shape[1]
+        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
         sqb, sqs, sqh = 0, q.stride(0), q.stride(1)
         skb, sks, skh = 0, k.stride(0), k.stride(1)
         svb, svs, svh = 0, v.stride(0), v.stride(1)
         sob, sos, soh = 0, out.stride(0), out.stride(1)
         slb, slh = 0, lse.stride(0)
-        cuq, cuk = cu_seqlens_q, cu_seqlens_k
     else:
-        batch, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
-        out = torch.empty((batch, sq, hq, dv), device=q.device, dtype=out_dtype or q.dtype)
-        lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
         sqb, sqs, sqh = q.stride(0), q.stride(1), q.stride(2)
         skb, sks, skh = k.stride(0), k.stride(1), k.stride(2)
         svb, svs, svh = v.stride(0), v.stride(1), v.stride(2)
@@ -358,9 +373,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
             svb, svh, svs = v.stride(0), v.stride(1), v.stride(2)
         sob, sos, soh = out.stride(0), out.stride(1), out.stride(2)
         slb, slh = lse.stride(0), lse.stride(1)
-        cuq = cuk = q  # unused placeholders (IS_VARLEN is a constexpr)
-    if out.numel() == 0:
-        return out, lse
     right = 0 if causal else window_right
     args = {
         "stride_qb": sqb, "stride_qs": sqs, "stride_qh": sqh,
@@ -377,12 +389,10 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),
     }
-    fp8 = descales is not None
-    qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
-    args.update(QDescale=qds, KDescale=kds, VDescale=vds, stride_dsb=qds.stride(0) if fp8 else 0,
-                IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(), V_T=bool(v_transposed),
-                **_imprecise(max_num_imprecise_acc if fp8 else 0))
-    configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
-                   lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
-                   dict(Q=q, K=k, V=v, Out=out, Lse=lse, CuSeqQ=cuq, CuSeqK=cuk, **args))
+    args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
+                V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
+    launch = configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
+                            lambda bm, bn: (triton.cdiv(sq, bm), batch * hq), dict(tensors, **args))
+    if launches is not None and launch is not None:
+        launches["fwd"] = launch
     return out, lse

@@ -11,6 +11,7 @@ import weakref
 
 import torch
 
+from .. import launcher
 from . import configs
 from .bwd import flash_attn_bwd
 from .fwd import flash_attn_fwd
@@ -101,26 +102,53 @@ def _last_dim_contiguous(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+class _Signature:
+    """What the first call of a signature leaves for the next ones: its checked arguments, and the
+    kernel launches to replay (forward; backward per dO layout). See :mod:`kernels.launcher`."""
+
+    __slots__ = ("kw", "fwd", "bwd")
+
+    def __init__(self, scale, left, right, softcap, causal, allow_tf32, max_q=None, max_k=None):
+        #: the launchers' keywords (the offsets tensors, which change per call, added by the call)
+        self.kw = {"softmax_scale": scale, "causal": bool(causal), "window_left": left, "window_right": right,
+                   "softcap": softcap, "allow_tf32": bool(allow_tf32), "max_seqlen_q": max_q, "max_seqlen_k": max_k}
+        self.fwd: dict = {}
+        self.bwd: dict = {}
+
+    def bwd_launches(self, dout) -> dict:
+        return self.bwd.setdefault((dout.shape, dout.stride(), dout.data_ptr() % 16 == 0), {})
+
+
+#: call signature -> _Signature. A signature is everything the kernels' arguments and configs are
+#: computed from: the inputs' shapes, strides, dtypes, devices and 16-byte alignment, every keyword,
+#: the environment knobs (configs.env_key).
+_SIGNATURES = launcher.Signatures()
+
+
+def _qkv_key(q, k, v) -> tuple:
+    return (q.shape, q.stride(), q.dtype, q.device, q.data_ptr() % 16 == 0, k.shape, k.stride(), k.dtype, k.device,
+            k.data_ptr() % 16 == 0, v.shape, v.stride(), v.dtype, v.device, v.data_ptr() % 16 == 0)
+
+
 class FlashAttnFunc(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, left, right, allow_tf32, cu_q, cu_k, max_q, max_k, softcap):
-        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-        kw = {"softmax_scale": softmax_scale, "causal": causal, "window_left": left, "window_right": right,
-                  "softcap": softcap, "allow_tf32": allow_tf32, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k,
-                  "max_seqlen_q": max_q, "max_seqlen_k": max_k}
-        out, lse = flash_attn_fwd(q, k, v, **kw)
+    def forward(ctx, q, k, v, sig, cu_q, cu_k):
+        if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+            q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+        out, lse = flash_attn_fwd(q, k, v, **sig.kw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, launches=sig.fwd)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-        ctx.kw = kw
+        ctx.sig = sig
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        kw = dict(ctx.kw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        sig = ctx.sig
         dout = _last_dim_contiguous(dout)
-        dq, dk, dv = flash_attn_bwd(dout, q, k, v, out, lse, **kw)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+        dq, dk, dv = flash_attn_bwd(dout, q, k, v, out, lse, **sig.kw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                    launches=sig.bwd_launches(dout))
+        return dq, dk, dv, None, None, None
 
 
 def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
@@ -141,11 +169,17 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     Returns out [B, Sq, Hq, D] in q's dtype (rows that see no key are 0), or (out, lse).
     Raises ValueError naming the argument for bad input, "unsupported: <reason>" before any launch.
     """
-    scale, left, right = _check_common(q, k, v, 4, "[B, S, H, D]", softmax_scale, window_size)
-    if k.shape[0] != q.shape[0]:
-        raise ValueError(f"k: batch {k.shape[0]} does not match q's {q.shape[0]} (expected [B, Sk, Hk, D])")
-    out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
-                                   None, None, None, None, _check_softcap(softcap))
+    try:  # a call like an earlier one reuses its checks and launches
+        key = (*_qkv_key(q, k, v), causal, softmax_scale, window_size, softcap, allow_tf32, configs.env_key())
+    except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
+        key = None
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        scale, left, right = _check_common(q, k, v, 4, "[B, S, H, D]", softmax_scale, window_size)
+        if k.shape[0] != q.shape[0]:
+            raise ValueError(f"k: batch {k.shape[0]} does not match q's {q.shape[0]} (expected [B, Sk, Hk, D])")
+        sig = _SIGNATURES.put(key, _Signature(scale, left, right, _check_softcap(softcap), causal, allow_tf32))
+    out, lse = FlashAttnFunc.apply(q, k, v, sig, None, None)
     return (out, lse) if return_lse else out
 
 
@@ -194,30 +228,38 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     per batch, not one per call. (A tensor rewritten by a kernel outside torch's in-place ops keeps
     its version: pass a new tensor.) ``validate=False`` skips the checks altogether.
     """
-    scale, left, right = _check_common(q, k, v, 3, "[T, H, D]", softmax_scale, window_size)
-    longest = {}
-    for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, q.shape[0]), ("cu_seqlens_k", cu_seqlens_k, k.shape[0])):
-        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1:
-            raise ValueError(f"{name}: expected a 1-D int32 tensor [B + 1]")
-        if cu.dtype != torch.int32:
-            raise ValueError(f"{name}: expected dtype int32, got {cu.dtype}")
-        if cu.device != q.device:
-            raise ValueError(f"{name}: device {cu.device} does not match q's {q.device}")
-        if validate:
-            longest[name] = _validated_offsets(name, cu, total)
-    if cu_seqlens_k.numel() != cu_seqlens_q.numel():
-        raise ValueError(f"cu_seqlens_k: expected {cu_seqlens_q.numel()} entries like cu_seqlens_q, "
-                         f"got {cu_seqlens_k.numel()}")
-    if validate:
-        if longest["cu_seqlens_q"] > int(max_seqlen_q):
-            raise ValueError(f"max_seqlen_q: {max_seqlen_q} is less than the longest query sequence "
-                             f"{longest['cu_seqlens_q']}")
-        if longest["cu_seqlens_k"] > int(max_seqlen_k):
-            raise ValueError(f"max_seqlen_k: {max_seqlen_k} is less than the longest key sequence "
-                             f"{longest['cu_seqlens_k']}")
-    out, lse = FlashAttnFunc.apply(q, k, v, scale, bool(causal), left, right, bool(allow_tf32),
-                                   cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                                   _check_softcap(softcap))
+    try:
+        key = (*_qkv_key(q, k, v), cu_seqlens_q.shape, cu_seqlens_q.dtype, cu_seqlens_q.device,
+               cu_seqlens_q.data_ptr() % 16 == 0, cu_seqlens_k.shape, cu_seqlens_k.dtype, cu_seqlens_k.device,
+               cu_seqlens_k.data_ptr() % 16 == 0, max_seqlen_q, max_seqlen_k, causal, softmax_scale, window_size,
+               softcap, allow_tf32, configs.env_key())
+    except (AttributeError, TypeError):
+        key = None
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        scale, left, right = _check_common(q, k, v, 3, "[T, H, D]", softmax_scale, window_size)
+        for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1:
+                raise ValueError(f"{name}: expected a 1-D int32 tensor [B + 1]")
+            if cu.dtype != torch.int32:
+                raise ValueError(f"{name}: expected dtype int32, got {cu.dtype}")
+            if cu.device != q.device:
+                raise ValueError(f"{name}: device {cu.device} does not match q's {q.device}")
+        if cu_seqlens_k.numel() != cu_seqlens_q.numel():
+            raise ValueError(f"cu_seqlens_k: expected {cu_seqlens_q.numel()} entries like cu_seqlens_q, "
+                             f"got {cu_seqlens_k.numel()}")
+        cap = _check_softcap(softcap)
+    if validate:  # the offsets' values: read once per offsets tensor (see _validated_offsets)
+        for name, cu, total, longest in (("q", cu_seqlens_q, q.shape[0], max_seqlen_q),
+                                         ("k", cu_seqlens_k, k.shape[0], max_seqlen_k)):
+            seen = _validated_offsets(f"cu_seqlens_{name}", cu, total)
+            if seen > int(longest):
+                kind = "query" if name == "q" else "key"
+                raise ValueError(f"max_seqlen_{name}: {longest} is less than the longest {kind} sequence {seen}")
+    if sig is None:
+        sig = _SIGNATURES.put(key, _Signature(scale, left, right, cap, causal, allow_tf32, int(max_seqlen_q),
+                                              int(max_seqlen_k)))
+    out, lse = FlashAttnFunc.apply(q, k, v, sig, cu_seqlens_q, cu_seqlens_k)
     return (out, lse) if return_lse else out
 
 

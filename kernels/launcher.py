@@ -1,0 +1,169 @@
+"""Replayable kernel launches: the host cost of a Triton launch paid once per call signature.
+
+``kernel[grid](**kwargs)`` binds and specialises every argument, builds the autotuner's key and
+looks the compiled kernel up, on every call: tens of microseconds of Python per launch, more than
+the device needs for a small attention call (issue 16: a small MQA backward spent 0.5-1.3 ms of
+host time per call on the H100, its kernels less). A :class:`Launch` is taken from one such launch:
+the compiled kernel that ran, its grid, and its argument list in the kernel's order with the tensor
+arguments as named slots. Replaying it for another call of the same *signature* fills the slots
+with that call's tensors and calls the compiled kernel's launcher directly.
+
+What a signature is, is the caller's to say: it must key its Launches on everything the kernel's
+non-tensor arguments and configuration are computed from (shapes, strides, dtypes, flags, the
+environment knobs that choose a config) and on the 16-byte alignment of every tensor it did not
+allocate itself (Triton specialises pointers on it; fresh tensors from torch's caching allocator are
+512-byte aligned). The CPU tests check that a replay passes exactly what a fresh launch would.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+import triton
+from triton import knobs
+from triton.runtime import _allocation
+from triton.runtime.driver import driver
+
+#: Launches that ran under the interpreter, or whose config carries a pre-launch hook, are not kept.
+_EMPTY = inspect.Parameter.empty
+
+
+class Launch:
+    """One launch of a compiled kernel, replayable with other tensors of the same signature."""
+
+    __slots__ = ("compiled", "grid", "template", "slots", "device", "_run", "_function", "_packed", "_scratch")
+
+    def __init__(self, jit_fn, compiled, grid, kwargs: dict, device: int):
+        """``jit_fn``: the @triton.jit function; ``compiled``: the CompiledKernel that ran with
+        ``kwargs`` (every kernel argument by name, the config's meta-parameters included) on ``grid``
+        on CUDA device ``device``."""
+        if hasattr(compiled, "result"):  # an asynchronous compile's future
+            compiled = compiled.result()
+        self.compiled = compiled
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.template = []
+        slots = []
+        for i, (name, value) in enumerate(arguments(jit_fn, kwargs)):
+            if isinstance(value, torch.Tensor):  # a slot: this call's tensor is not kept alive
+                slots.append((i, name))
+                value = None
+            self.template.append(value)
+        self.slots = tuple(slots)
+        self.device = device
+        self._run = compiled.run  # the compiled kernel's launcher (handles loaded by the launch that ran)
+        self._function = compiled.function
+        self._packed = compiled.packed_metadata
+        self._scratch = compiled.metadata.global_scratch_size > 0
+
+    def __call__(self, tensors: dict) -> bool:
+        """Launch on the current stream with ``tensors`` (name -> tensor) in the slots. False, and
+        nothing launched, when the current device is not the one this launch was made on."""
+        dev = current_device()
+        if dev != self.device:
+            return False
+        args = self.template.copy()
+        for i, name in self.slots:
+            args[i] = tensors[name]
+        if self._scratch:
+            ensure_allocator()
+        stream = current_stream(dev)
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        meta = self.compiled.launch_metadata(self.grid, stream, *args) if enter is not None else None
+        self._run(*self.grid, stream, self._function, self._packed, meta, enter, leave, *args)
+        return True
+
+
+def arguments(jit_fn, kwargs: dict) -> list[tuple[str, object]]:
+    """(name, value) of every argument of the @triton.jit function ``jit_fn`` in its order, as a
+    launch with ``kwargs`` binds them (defaults filled in)."""
+    out = []
+    for name, p in inspect.signature(jit_fn.fn).parameters.items():
+        value = kwargs.get(name, p.default)
+        if value is _EMPTY:
+            raise ValueError(f"argument {name} of {jit_fn.fn.__name__} has no value")
+        out.append((name, value))
+    return out
+
+
+def launched(jit_fn, compiled, grid, kwargs: dict, config=None) -> Launch | None:
+    """The :class:`Launch` of a launch that just ran (``compiled``: what ``kernel[grid](...)`` returned),
+    or None where it cannot be replayed: the interpreter (nothing compiled), a config with a
+    pre-launch hook (it must run every time)."""
+    if compiled is None or not hasattr(compiled, "function") and not hasattr(compiled, "result"):
+        return None
+    if config is not None and config.pre_hook is not None:
+        return None
+    full = dict(kwargs, **config.kwargs) if config is not None else kwargs
+    return Launch(jit_fn, compiled, grid, full, current_device())
+
+
+def current_device() -> int:
+    """The device Triton launches on (the current CUDA device), as Triton's own launch asks it."""
+    return driver.active.get_current_device()
+
+
+def current_stream(device: int):
+    """The current stream of ``device``, as Triton's own launch asks it."""
+    return driver.active.get_current_stream(device)
+
+
+def launch(jit_fn, grid, kwargs: dict, **options) -> Launch | None:
+    """``jit_fn[grid](**kwargs, **options)`` (a kernel without autotuning), and its Launch (None
+    under the interpreter)."""
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        ensure_allocator()
+    return launched(jit_fn, jit_fn[grid](**kwargs, **options), grid, kwargs)
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_allocator():
+    """Device-side TMA descriptors need global scratch from triton's allocator. It is a ContextVar,
+    and autograd runs backward on its own thread, so check on every launch (cheap) and install one
+    only where none is set, leaving anyone else's allocator alone."""
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        triton.set_allocator(_tma_scratch)
+
+
+class Signatures:
+    """A bounded map from call signatures to what their first call left behind (Launches, checked
+    arguments). Oldest first out when full: a varlen workload makes a new signature per batch."""
+
+    __slots__ = ("_d", "limit")
+
+    def __init__(self, limit: int = 512):
+        self._d: dict = {}
+        self.limit = limit
+
+    def get(self, key):
+        """What ``key``'s first call left, or None: a new signature, no key (None: a call that is not
+        to be replayed) or an unhashable one (a list window)."""
+        if key is None:
+            return None
+        try:
+            return self._d.get(key)
+        except TypeError:
+            return None
+
+    def put(self, key, value):
+        """Keep ``value`` for ``key`` (not for None or an unhashable key); returns ``value``."""
+        if key is None:
+            return value
+        try:
+            hash(key)
+        except TypeError:
+            return value
+        if len(self._d) >= self.limit:
+            del self._d[next(iter(self._d))]
+        self._d[key] = value
+        return value
+
+    def clear(self):
+        self._d.clear()
+
+    def __len__(self):
+        return len(self._d)

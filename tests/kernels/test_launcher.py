@@ -1,0 +1,311 @@
+"""Replayed launches (kernels/launcher.py): a call with the signature of an earlier one skips the
+argument checks, the autotuner and Triton's binding, and launches the compiled kernels directly.
+
+On the CPU nothing is compiled, so a stand-in for the compiled kernel records what it is given:
+a replay must pass exactly the arguments a fresh launch computes for the same tensors, a call with
+another signature must be launched afresh, and the cache must keep no tensor alive. On a GPU the
+replayed kernels run and their results are checked.
+"""
+
+import gc
+import os
+import weakref
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernels import launcher  # noqa: E402
+from kernels.flash_attn import bwd, configs, flash_attn_func, flash_attn_varlen_func, interface  # noqa: E402
+from kernels.flash_attn.reference import attention_ref  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+
+
+class _Compiled:
+    """Stands in for a CompiledKernel: records the arguments its launcher is called with."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+        self.function = self.packed_metadata = object()
+        self.metadata = type("M", (), {"global_scratch_size": 0})()
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, gx, gy, gz, stream, function, packed, meta, enter, leave, *args):
+        assert function is self.function and packed is self.packed_metadata
+        self.log.append(("replay", self.name, list(args), (gx, gy, gz)))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Launches go to stand-ins: ("fresh" | "replay", kernel name, arguments in kernel order, grid)."""
+    log = []
+
+    def fresh(jit_fn, grid, full):
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        log.append(("fresh", jit_fn.fn.__name__, [v for _, v in launcher.arguments(jit_fn, full)], grid))
+
+    def fake_launch(raw, tuned, space, prune, grid_of, kwargs):  # configs.launch's pinned path
+        cfg = prune(space, {}, **kwargs)[0]
+        grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+        fresh(raw, grid, dict(kwargs, **cfg.kwargs))
+        return launcher.launched(raw, _Compiled(raw.fn.__name__, log), grid, kwargs, cfg)
+
+    def fake_plain(jit_fn, grid, kwargs, **options):
+        fresh(jit_fn, grid, kwargs)
+        return launcher.launched(jit_fn, _Compiled(jit_fn.fn.__name__, log), grid, kwargs)
+
+    monkeypatch.setattr(configs, "launch", fake_launch)
+    monkeypatch.setattr(launcher, "launch", fake_plain)
+    monkeypatch.setattr(launcher, "current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "current_stream", lambda device: 0)
+    interface._SIGNATURES.clear()
+    yield log
+    interface._SIGNATURES.clear()
+
+
+def _inputs(b, sq, sk, hq, hk, d, dv=None, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mk = lambda *s: torch.randn(*s, generator=g, dtype=dtype).requires_grad_(True)
+    return mk(b, sq, hq, d), mk(b, sk, hk, d), mk(b, sk, hk, dv or d), torch.randn(b, sq, hq, dv or d, generator=g,
+                                                                                   dtype=dtype)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and a.stride() == b.stride() and a.dtype == b.dtype)
+    return type(a) is type(b) and a == b
+
+
+def _launches(log, kind):
+    return [e for e in log if e[0] == kind]
+
+
+def _run(call, seed):
+    q, k, v, do = call(seed)
+    out = call.fn(q, k, v)
+    out.backward(do)
+    return (q, k, v, do)
+
+
+CALLS = {
+    "mha-causal": (lambda s: _inputs(1, 40, 40, 2, 2, 32, seed=s), dict(causal=True)),
+    "gqa-window-softcap-scale": (lambda s: _inputs(2, 33, 70, 4, 2, 16, seed=s),
+                                 dict(window_size=(8, 4), softcap=5.0, softmax_scale=0.3)),
+    "mqa-dv": (lambda s: _inputs(1, 24, 24, 4, 1, 48, dv=32, seed=s), dict(causal=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+@pytest.mark.parametrize("split", [1, 2], ids=["no-split", "group-split"])
+def test_a_replay_passes_what_a_fresh_launch_computes(recorded, monkeypatch, name, split):
+    """The second call of a signature replays every launch (forward, dQ, dK/dV, the split's sum) with
+    its own tensors; the arguments are those a fresh launch computes for the same tensors."""
+    monkeypatch.setattr(bwd, "group_split", lambda *a: split)
+    make, kw = CALLS[name]
+    q, k, v, do = make(0)
+    flash_attn_func(q, k, v, **kw).backward(do)
+    first = _launches(recorded, "fresh")
+    assert [e[1] for e in first] == ["_fwd_kernel", "_bwd_dq_kernel", "_bwd_dkdv_kernel"] + (
+        ["_sum_partials"] if split > 1 and q.shape[2] > k.shape[2] else [])
+    recorded.clear()
+    q, k, v, do = make(1)
+    flash_attn_func(q, k, v, **kw).backward(do)
+    replays = list(recorded)
+    assert [e[0] for e in replays] == ["replay"] * len(first), "the second call was not replayed in full"
+    recorded.clear()
+    interface._SIGNATURES.clear()  # the same tensors, launched afresh
+    flash_attn_func(q, k, v, **kw).backward(do)
+    fresh = _launches(recorded, "fresh")
+    for r, f in zip(replays, fresh):
+        assert r[1] == f[1] and r[3] == f[3]
+        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b)]
+        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+        for a, b in zip(r[2], f[2]):
+            if any(a is t for t in (q, k, v)):  # the caller's own tensors are passed, not copies
+                assert b is a
+
+
+def test_varlen_calls_replay_and_still_check_their_offsets(recorded):
+    q, k, v, _ = _inputs(1, 20, 20, 2, 1, 16)
+    q, k, v = (t.detach()[0] for t in (q, k, v))
+    cu = torch.tensor([0, 7, 20], dtype=torch.int32)
+    flash_attn_varlen_func(q, k, v, cu, cu, 13, 13)
+    flash_attn_varlen_func(q, k, v, cu, cu.clone(), 13, 13)
+    assert [e[0] for e in recorded] == ["fresh", "replay"]
+    with pytest.raises(ValueError, match="max_seqlen_q: 12 is less than the longest query sequence 13"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 12, 13)
+    bad = torch.tensor([0, 21, 20], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q: expected non-decreasing offsets"):
+        flash_attn_varlen_func(q, k, v, bad, cu, 13, 13)
+
+
+def _variants():
+    """Calls that differ from the base call in one thing a launch depends on."""
+    base = _inputs(1, 40, 40, 2, 2, 32)[:3]
+    flat = torch.randn(base[0].numel() + 1)
+    shifted = flat[1:].view(base[0].shape)  # 4 bytes off a 16-byte boundary
+    transposed = base[0].detach().transpose(1, 2).contiguous().transpose(1, 2)
+    return {
+        "causal": (base, dict(causal=True)),
+        "scale": (base, dict(softmax_scale=0.5)),
+        "window": (base, dict(window_size=(4, 0))),
+        "softcap": (base, dict(softcap=3.0)),
+        "fp16": (tuple(t.detach().half() for t in base), {}),
+        "shape": ((base[0][:, :39], base[1], base[2]), {}),
+        "strides": ((transposed, base[1], base[2]), {}),
+        "misaligned": ((shifted, base[1], base[2]), {}),
+    }
+
+
+@pytest.mark.parametrize("what", list(_variants()))
+def test_a_call_with_another_signature_is_launched_afresh(recorded, what):
+    base = _inputs(1, 40, 40, 2, 2, 32)[:3]
+    flash_attn_func(*base)
+    (q, k, v), kw = _variants()[what]
+    flash_attn_func(q, k, v, **kw)
+    assert [e[0] for e in recorded] == ["fresh", "fresh"]
+
+
+def test_an_environment_knob_changes_the_signature(recorded, monkeypatch):
+    q, k, v, do = _inputs(1, 24, 24, 2, 2, 16)
+    flash_attn_func(q, k, v).backward(do)
+    monkeypatch.setenv("FLASH_ATTN_AUTOTUNE", "0")
+    flash_attn_func(q, k, v).backward(do)
+    assert [e[0] for e in recorded] == ["fresh"] * 6
+
+
+def test_the_cache_keeps_no_tensor_alive(recorded):
+    q, k, v, do = _inputs(1, 24, 24, 2, 2, 16)
+    out = flash_attn_func(q, k, v)
+    out.backward(do)
+    refs = [weakref.ref(t) for t in (q, k, v, do, out)]
+    del q, k, v, do, out
+    recorded.clear()  # the stand-ins' own record of the arguments
+    gc.collect()
+    assert len(interface._SIGNATURES) == 1
+    assert all(r() is None for r in refs), "a replay cache keeps a call's tensors alive"
+
+
+def test_signatures_are_bounded():
+    sigs = launcher.Signatures(limit=3)
+    for i in range(5):
+        sigs.put(i, i)
+    assert len(sigs) == 3 and sigs.get(0) is None and sigs.get(4) == 4
+    assert sigs.get(([1],)) is None and sigs.put(([1],), "x") == "x" and len(sigs) == 3  # unhashable: not kept
+    assert sigs.put(None, "y") == "y" and sigs.get(None) is None and len(sigs) == 3  # no key: not kept
+
+
+@pytest.mark.skipif(not CUDA, reason="replayed launches run compiled kernels: needs a CUDA device")
+@pytest.mark.parametrize("hk", [4, 1], ids=["mha", "mqa"])
+def test_replayed_launches_compute_what_fresh_ones_do_on_the_gpu(monkeypatch, hk):
+    """Call 1 launches afresh; call 2 (fresh random inputs, same signature) is replayed and checked
+    against a float64 reference; call 3 launches call 2's inputs afresh: bitwise the same results
+    (the same kernels on the same inputs, and the backward is deterministic)."""
+    fresh = []
+    real = configs.launch
+    monkeypatch.setattr(configs, "launch", lambda *a: fresh.append(a[0].fn.__name__) or real(*a))
+    interface._SIGNATURES.clear()
+
+    def call(seed):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        mk = lambda *s: torch.randn(*s, generator=g).to("cuda", torch.bfloat16).requires_grad_(True)
+        q, k, v = mk(2, 300, 4, 64), mk(2, 300, hk, 64), mk(2, 300, hk, 64)
+        do = torch.randn(2, 300, 4, 64, generator=g).to("cuda", torch.bfloat16)
+        out = flash_attn_func(q, k, v, causal=True)
+        out.backward(do)
+        return (q, k, v), (out.detach(), q.grad, k.grad, v.grad)
+
+    call(0)
+    n_fresh = len(fresh)
+    (q, k, v), replayed = call(1)
+    assert len(fresh) == n_fresh, "the second call of a signature was launched afresh"
+    ref = attention_ref(q.double(), k.double(), v.double(), causal=True)
+    assert (replayed[0].double() - ref).abs().max().item() < 5e-2
+    interface._SIGNATURES.clear()
+    _, again = call(1)
+    assert len(fresh) > n_fresh
+    for name, a, b in zip(("out", "dq", "dk", "dv"), replayed, again):
+        assert torch.equal(a, b), f"{name}: a replayed launch differs from a fresh one on the same inputs"
+
+
+# --------------------------------------------------------------------------------------------
+# The linear-attention kernel (kernels/linear_attn/chunk.py) replays the same way
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def linear_recorded(monkeypatch):
+    from kernels.linear_attn import chunk
+
+    log = []
+
+    def fake_run(kernel, tuned, grid_of, kwargs, override, default):  # chunk._run's default-config path
+        grid = tuple(grid_of(default)) + (1,) * 2
+        meta = {n: x for n, x in default.items() if n not in ("num_warps", "num_stages")}
+        full = dict(kwargs, **meta)
+        log.append(("fresh", kernel.fn.__name__, [v for _, v in launcher.arguments(kernel, full)], grid[:3]))
+        return launcher.launched(kernel, _Compiled(kernel.fn.__name__, log), grid[:3], full)
+
+    monkeypatch.setattr(chunk, "_run", fake_run)
+    monkeypatch.setattr(launcher, "current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "current_stream", lambda device: 0)
+    chunk._SIGNATURES.clear()
+    yield log
+    chunk._SIGNATURES.clear()
+
+
+@pytest.mark.parametrize("gate", ["g", "g_gamma", None])
+def test_a_linear_replay_passes_what_a_fresh_launch_computes(linear_recorded, gate):
+    from kernels.linear_attn import chunk_linear_attn
+
+    def call(seed):
+        g_ = torch.Generator().manual_seed(seed)
+        mk = lambda *s: torch.randn(*s, generator=g_).requires_grad_(True)
+        q, k, v = mk(1, 40, 2, 32), mk(1, 40, 2, 32), mk(1, 40, 2, 64)
+        gates = {"g": -torch.rand(1, 40, 2, generator=g_).requires_grad_(True), "g_gamma": -torch.rand(2, generator=g_),
+                 None: None}
+        h0 = mk(1, 2, 32, 64)
+        o, ht = chunk_linear_attn(q, k, v, **({gate: gates[gate]} if gate else {}), initial_state=h0,
+                                  output_final_state=True)
+        (o.sum() + ht.sum()).backward()
+        return q, k, v
+
+    call(0)
+    assert [e[:2] for e in linear_recorded] == [("fresh", "_fwd_kernel"), ("fresh", "_bwd_kernel")]
+    linear_recorded.clear()
+    q, k, v = call(1)
+    replays = list(linear_recorded)
+    assert [e[0] for e in replays] == ["replay", "replay"], "the second call was not replayed"
+    linear_recorded.clear()
+    from kernels.linear_attn import chunk
+
+    chunk._SIGNATURES.clear()
+    call(1)
+    for r, f in zip(replays, linear_recorded):
+        assert r[1] == f[1] and r[3] == f[3]
+        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b)]
+        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+
+
+def test_linear_calls_under_a_forced_plan_are_checked_every_time(monkeypatch):
+    """A benchmark's forced plan turns replays off; each call then works its arguments out afresh
+    (a call must not take another's checked scale: head dims 32 and 64 here)."""
+    from harness.oracle import linear_attention
+    from kernels.linear_attn import chunk, chunk_linear_attn
+    from kernels.linear_attn import configs as cfg
+
+    monkeypatch.setattr(cfg, "PLAN_OVERRIDE", dict(SPLIT=False, BV=32, BKD=32, BK=32))
+    chunk._SIGNATURES.clear()
+    for d in (32, 64):
+        g_ = torch.Generator().manual_seed(d)
+        q, k, v = (torch.randn(1, 20, 1, d, generator=g_) for _ in range(3))
+        o, _ = chunk_linear_attn(q, k, v)
+        ref = linear_attention(q.double(), k.double(), v.double()).out
+        assert (o.double() - ref).abs().max().item() < 1e-4
+    assert len(chunk._SIGNATURES) == 0
