@@ -32,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import launcher
 from . import configs as cfg
 
 # ---------------------------------------------------------------------------------------------
@@ -550,10 +551,7 @@ def _use_tma(flag: bool, *tiles: torch.Tensor) -> bool:
         return True
     if torch.cuda.get_device_capability(tiles[0].device)[0] < 9:
         return False
-    from triton.runtime import _allocation
-
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    launcher.ensure_allocator()
     return True
 
 
@@ -591,56 +589,80 @@ def _assemble_dg(rdot, ht, dht, BT):
     return dg.reshape(B, NT * BT, H)[:, :T]
 
 
-def chunk_linear_attn_fwd(q, k, v, g, g_gamma, scale, initial_state, output_final_state, chunk_size):
+def _run(kernel, tuned, grid_of, kwargs, override, default):
+    """Launch ``kernel`` with a forced config (``override``), the default config (interpreter, or
+    autotuning off) or autotuned; grid_of(config kwargs) -> grid. Returns the launch's
+    :class:`kernels.launcher.Launch` (None where it cannot be replayed: the interpreter, a forced
+    config)."""
+    if override is not None:
+        kernel[grid_of(override)](**kwargs, **override)
+        return None
+    if cfg.INTERPRET or not cfg.AUTOTUNE:
+        grid = grid_of(default)
+        compiled = kernel[grid](**kwargs, **default)
+        meta = {n: x for n, x in default.items() if n not in ("num_warps", "num_stages")}
+        return launcher.launched(kernel, compiled, grid, dict(kwargs, **meta))
+    compiled = tuned[lambda meta: grid_of(meta)](**kwargs)
+    config = tuned.best_config
+    return launcher.launched(kernel, compiled, grid_of(config.kwargs), kwargs, config)
+
+
+def chunk_linear_attn_fwd(q, k, v, g, g_gamma, scale, initial_state, output_final_state, chunk_size, launches=None):
+    """``launches``: a dict this call may replay its launch from and leave it in (kernels/launcher.py);
+    the caller keys it on the call's signature."""
     B, T, H, K = q.shape
     V = v.shape[-1]
-    BT = cfg.internal_chunk(chunk_size, K, V)
     gp, gg, GATE = _gate_args(g, g_gamma)
     o = torch.empty_like(v)
     ht = q.new_empty(B, H, K, V, dtype=torch.float32) if output_final_state else None
-    args = dict(scale=scale, T=T, TB=_t_bucket(T), s_h0k=V, s_h0v=1, H=H, KD=K, VD=V, BT=BT, GATE=GATE,
-                USE_H0=initial_state is not None, STORE_HT=output_final_state, ROW_DOT=False,
+    tensors = {"q": q, "k": k, "v": v, "g": gp, "g_gamma": gg, "h0": initial_state, "o": o, "ht": ht}
+    replay = launches.get("fwd") if launches is not None else None
+    if replay is not None and replay(tensors):
+        return o, ht
+    BT = cfg.internal_chunk(chunk_size, K, V)
+    args = dict(x=None, rdot=None, scale=scale, T=T, TB=_t_bucket(T), s_h0k=V, s_h0v=1, H=H, KD=K, VD=V, BT=BT,
+                GATE=GATE, USE_H0=initial_state is not None, STORE_HT=output_final_state, ROW_DOT=False,
                 PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), DECAY_V=cfg.FWD_DECAY_V,
                 TMA=_use_tma(cfg.FWD_TMA, q, k, v, o))
-    ptrs = (q, k, v, gp, gg, initial_state, o, ht, None, None)
-    if cfg.CONFIG_OVERRIDE is not None and "fwd" in cfg.CONFIG_OVERRIDE:
-        c = cfg.CONFIG_OVERRIDE["fwd"]
-        _fwd_kernel[(B * H * (V // c["BV"]),)](*ptrs, **args, **c)
-    elif cfg.INTERPRET or not cfg.AUTOTUNE:
-        c = cfg.default_fwd_config(K, V, BT)
-        _fwd_kernel[(B * H * (V // c["BV"]),)](*ptrs, **args, **c)
-    else:
-        _fwd_kernel_tuned[lambda meta: (B * H * (V // meta["BV"]),)](*ptrs, **args)
+    override = cfg.CONFIG_OVERRIDE.get("fwd") if cfg.CONFIG_OVERRIDE is not None else None
+    launch = _run(_fwd_kernel, globals().get("_fwd_kernel_tuned"), lambda c: (B * H * (V // c["BV"]),),
+                  dict(tensors, **args), override, cfg.default_fwd_config(K, V, BT))
+    if launches is not None and launch is not None:
+        launches["fwd"] = launch
     return o, ht
 
 
-def chunk_linear_attn_bwd(q, k, v, g, g_gamma, scale, initial_state, do, dht, chunk_size, need_dg):
+def chunk_linear_attn_bwd(q, k, v, g, g_gamma, scale, initial_state, do, dht, chunk_size, need_dg, launches=None):
+    """``launches``: as in :func:`chunk_linear_attn_fwd` (the signature includes dO's and dh_T's)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     BT = cfg.internal_chunk(chunk_size, K, V)
     gp, gg, GATE = _gate_args(g, g_gamma)
-    plan = cfg.bwd_plan(K, V, BT)
-    NV = V // plan["BV"] if plan["SPLIT"] else 1
-    NKD = K // plan["BKD"] if plan["SPLIT"] else 0
-    NK = K // plan["BK"]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dh0 = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32) if initial_state is not None else None
     # gate-gradient rows: [0] q.dq inter-chunk (dq walk), [1] intra-chunk pairs, [2] k.dk inter-chunk
     rdot = torch.zeros(3, B, T, H, device=q.device, dtype=torch.float32) if need_dg else None
-    args = dict(scale=scale, T=T, TB=_t_bucket(T), NBH=B * H, s_r=B * T * H, H=H, K=K, V=V, BT=BT, **plan, GATE=GATE,
-                USE_H0=initial_state is not None, USE_DHT=dht is not None, ROW_DOT=need_dg,
-                PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT), TMA=_use_tma(cfg.BWD_TMA, q, k, v, do, dq, dk, dv))
     # the forward's final state has the input dtype's rounding of the decayed keys (~1e-4): too
     # coarse for <S_T, dS_T>, which every dg_t holds; the dq walk recomputes it exactly
     hT = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32) if need_dg else None
-    ptrs = (q, k, v, gp, gg, initial_state, do, dht, dq, dk, dv, dh0, rdot, hT)
-    grid = (B * H * (NV + NKD + NK),)
-    if cfg.CONFIG_OVERRIDE is not None and "bwd" in cfg.CONFIG_OVERRIDE:
-        _bwd_kernel[grid](*ptrs, **args, **cfg.CONFIG_OVERRIDE["bwd"])
-    elif cfg.INTERPRET or not cfg.AUTOTUNE:
-        _bwd_kernel[grid](*ptrs, **args, **cfg.default_bwd_config(K, V, BT))
-    else:
-        _bwd_kernel_tuned[grid](*ptrs, **args)
+    tensors = {"q": q, "k": k, "v": v, "g": gp, "g_gamma": gg, "h0": initial_state, "do": do, "dht": dht, "dq": dq,
+               "dk": dk, "dv": dv, "dh0": dh0, "rdot": rdot, "hT": hT}
+    replay = launches.get("bwd") if launches is not None else None
+    if replay is None or not replay(tensors):
+        plan = cfg.bwd_plan(K, V, BT)
+        NV = V // plan["BV"] if plan["SPLIT"] else 1
+        NKD = K // plan["BKD"] if plan["SPLIT"] else 0
+        NK = K // plan["BK"]
+        args = dict(scale=scale, T=T, TB=_t_bucket(T), NBH=B * H, s_r=B * T * H, H=H, K=K, V=V, BT=BT, **plan,
+                    GATE=GATE, USE_H0=initial_state is not None, USE_DHT=dht is not None, ROW_DOT=need_dg,
+                    PREC=_prec(q.dtype), NT_INTERP=_nt_interp(T, BT),
+                    TMA=_use_tma(cfg.BWD_TMA, q, k, v, do, dq, dk, dv))
+        grid = (B * H * (NV + NKD + NK),)
+        override = cfg.CONFIG_OVERRIDE.get("bwd") if cfg.CONFIG_OVERRIDE is not None else None
+        launch = _run(_bwd_kernel, globals().get("_bwd_kernel_tuned"), lambda c: grid, dict(tensors, **args),
+                      override, cfg.default_bwd_config(K, V, BT))
+        if launches is not None and launch is not None:
+            launches["bwd"] = launch
     dg = _assemble_dg(rdot, hT, dht, BT) if need_dg else None
     return dq, dk, dv, dg, dh0
 
@@ -655,14 +677,36 @@ def _on_device(t):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+class _Signature:
+    """What the first call of a signature leaves for the next ones: the checked scale and the kernel
+    launches to replay (forward; backward per dO / dh_T layout). See kernels/launcher.py."""
+
+    __slots__ = ("scale", "fwd", "bwd")
+
+    def __init__(self, scale: float):
+        self.scale = scale
+        self.fwd: dict = {}
+        self.bwd: dict = {}
+
+
+#: call signature -> _Signature: the inputs' shapes, strides, dtypes, devices and 16-byte alignment,
+#: the keywords, the module's launch knobs (configs.knobs_key).
+_SIGNATURES = launcher.Signatures()
+
+
+def _tensor_key(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+
+
 class ChunkLinearAttnFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, g, g_gamma, scale, initial_state, output_final_state, chunk_size):
+    def forward(ctx, q, k, v, g, g_gamma, sig, initial_state, output_final_state, chunk_size):
         with _on_device(q):
-            o, ht = chunk_linear_attn_fwd(q, k, v, g, g_gamma, scale, initial_state, output_final_state, chunk_size)
+            o, ht = chunk_linear_attn_fwd(q, k, v, g, g_gamma, sig.scale, initial_state, output_final_state,
+                                          chunk_size, launches=sig.fwd)
         # recompute-based backward: the inputs are all it keeps (no per-chunk states)
         ctx.save_for_backward(q, k, v, g, g_gamma, initial_state)
-        ctx.scale, ctx.chunk_size = scale, chunk_size
+        ctx.sig, ctx.chunk_size = sig, chunk_size
         return o, ht
 
     @staticmethod
@@ -670,9 +714,11 @@ class ChunkLinearAttnFunction(torch.autograd.Function):
         q, k, v, g, g_gamma, initial_state = ctx.saved_tensors
         need_dg = g is not None and ctx.needs_input_grad[3]
         dht = dht.contiguous().float() if dht is not None else None
+        do = do.contiguous()
+        launches = ctx.sig.bwd.setdefault((_tensor_key(do), _tensor_key(dht), need_dg), {})
         with _on_device(q):
             dq, dk, dv, dg, dh0 = chunk_linear_attn_bwd(
-                q, k, v, g, g_gamma, ctx.scale, initial_state, do.contiguous(), dht, ctx.chunk_size, need_dg
+                q, k, v, g, g_gamma, ctx.sig.scale, initial_state, do, dht, ctx.chunk_size, need_dg, launches
             )
         dg_out = dg.to(g.dtype) if dg is not None else None
         if dh0 is not None:
@@ -746,6 +792,25 @@ def chunk_linear_attn(
     constant, as in FLA: it gets no gradient (its gradient would be a sum over the whole sequence
     of the telescoping q.dq - k.dk terms, too cancellation-prone to be worth a kernel).
     """
+    knobs = cfg.knobs_key()
+    try:  # a call like an earlier one reuses its checks and launches
+        key = (_tensor_key(q), _tensor_key(k), _tensor_key(v), _tensor_key(g), _tensor_key(g_gamma),
+               _tensor_key(initial_state), scale, output_final_state, chunk_size, knobs) if knobs else None
+    except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
+        key = None
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        sig = _SIGNATURES.put(key, _Signature(_checked_scale(q, k, v, g, g_gamma, scale, initial_state, chunk_size)))
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    g = g.contiguous() if g is not None else None
+    g_gamma = g_gamma.contiguous() if g_gamma is not None else None
+    initial_state = initial_state.contiguous() if initial_state is not None else None
+    return ChunkLinearAttnFunction.apply(q, k, v, g, g_gamma, sig, initial_state, bool(output_final_state),
+                                         int(chunk_size))
+
+
+def _checked_scale(q, k, v, g, g_gamma, scale, initial_state, chunk_size) -> float:
+    """Every check of chunk_linear_attn's arguments (ValueError naming the argument); the scale."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise ValueError("q, k and v must be tensors")
     if q.dim() != 4:
@@ -785,12 +850,4 @@ def chunk_linear_attn(
         raise ValueError(f"chunk_size must be one of {cfg.SUPPORTED_CHUNKS}, got {chunk_size}")
     if q.device.type != "cuda" and not cfg.INTERPRET:
         raise ValueError(f"q must be a CUDA tensor (or run under TRITON_INTERPRET=1), got device {q.device}")
-    if scale is None:
-        scale = K ** -0.5
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    g = g.contiguous() if g is not None else None
-    g_gamma = g_gamma.contiguous() if g_gamma is not None else None
-    initial_state = initial_state.contiguous() if initial_state is not None else None
-    return ChunkLinearAttnFunction.apply(
-        q, k, v, g, g_gamma, float(scale), initial_state, bool(output_final_state), int(chunk_size)
-    )
+    return float(K ** -0.5 if scale is None else scale)

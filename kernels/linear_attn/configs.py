@@ -154,6 +154,14 @@ BWD_TMA = True
 TMA_MAX_DIM = 128
 
 
+def knobs_key() -> tuple | None:
+    """The module knobs a launch depends on, for the call signatures replayed launches are keyed on
+    (kernels/launcher.py); None while a benchmark overrides the plan or the config (no replays)."""
+    if PLAN_OVERRIDE is not None or CONFIG_OVERRIDE is not None:
+        return None
+    return AUTOTUNE, FWD_DECAY_V, FWD_TMA, BWD_TMA, TMA_MAX_DIM, FP32_DOT_PRECISION
+
+
 # Used under the interpreter (no autotune search there) and as the GPU fallback.
 def default_fwd_config(K: int, V: int, BT: int = 64) -> dict:
     if K <= 64 and V <= 64 and BT <= 64:
