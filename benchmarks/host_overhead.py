@@ -5,8 +5,11 @@ launch one call against the device microseconds of its kernels, with the budgets
     python benchmarks/host_overhead.py [--backends A,B] [--cases ID,ID] [--modes fwd,bwd] [--out DIR]
 
 Default cases: the FA sweep's causal S=1k hd128 point (where the bench flags the in-repo forward as
-launch-bound), the attention-layer report's MQA D64, a decode step and the linear preset at T=4k.
-Writes overhead.json and overhead.md to --out and prints the table last.
+launch-bound), the attention-layer report's MQA D64, GQA 32/8 D64 and MQA H40/1 D128 (small
+backwards that were host-bound), a decode step and the linear preset at T=4k. Each softmax case
+starts with the autograd floor (``overhead.AutogradFloor``: autograd and the allocator, no kernel),
+what any differentiable call pays before its own launches. Writes overhead.json and overhead.md to
+--out and prints the table last.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from harness.perf import overhead  # noqa: E402
 DEFAULT_CASES = (
     "B16-H16-S1024x1024-D128-causal-bf16",
     "B2-H16/1-S2048x2048-D64-bf16",
+    "B2-H32/8-S2048x2048-D64-bf16",
+    "B1-H40/1-S2048x2048-D128-bf16",
     "B32-H32/8-Q1-L4096r-P64-new-D128-bf16",
     "B4-H32-T4096-K64V64-g_gamma(n=1)-fp16",
 )
@@ -42,6 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--calls", type=int, default=overhead.CALLS)
     ap.add_argument("--out", default="reports/host-overhead")
+    ap.add_argument("--no-floor", action="store_true", help="leave out the autograd-floor row per softmax case")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
@@ -53,8 +59,10 @@ def main(argv=None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     rows, skipped = [], []
     for case in cases:
-        for a in adapters:
-            reason = a.supports(case, device)
+        # the floor first: autograd and the allocator alone, what every differentiable call pays
+        floor = [overhead.AutogradFloor()] if case.family == "softmax" and not args.no_floor else []
+        for a in floor + adapters:
+            reason = a.supports(case, device) if hasattr(a, "supports") else None
             if reason:
                 if a.family == case.family:
                     skipped.append(f"{a.name} on {case.id}: {reason}")

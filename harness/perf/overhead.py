@@ -97,6 +97,34 @@ def measure(adapter, case: Case, mode: str = "fwd", *, device=None, seed: int = 
                     HOST_BUDGET_US[mode], per_call)
 
 
+class _Null(torch.autograd.Function):
+    """What every differentiable attention call pays besides its kernels: autograd's node, the
+    output and the three gradients allocated; no kernel launched."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        return q.new_empty((*q.shape[:-1], v.shape[-1]))
+
+    @staticmethod
+    def backward(ctx, dout):
+        return torch.empty_like(dout), None, None
+
+
+class AutogradFloor:
+    """A stand-in backend for the floor row of the host-overhead table: ``torch.autograd`` and the
+    allocator alone (forward: one node and one output; backward: autograd's pass and one gradient).
+    A kernel's host time above it is its own; the 25 / 50 us budgets include the floor."""
+
+    name = "autograd floor"
+    family = "softmax"
+    differentiable = True
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        from harness.adapters.base import SoftmaxOutput
+
+        return SoftmaxOutput(_Null.apply(q, k, v), None)
+
+
 def markdown(rows: list[Overhead]) -> list[str]:
     """A table: host and device microseconds per call, the budget, and what the ratio means."""
     lines = ["| backend | case | mode | host us / call | device us / call | host / device | budget | verdict |",

@@ -54,7 +54,16 @@ def test_script_writes_its_table(tmp_path):
                              "--device", "cpu", "--out", str(tmp_path)])
     assert rc == 0
     data = json.loads((tmp_path / "overhead.json").read_text())
-    assert [r["backend"] for r in data["rows"]] == ["eager"]
+    assert [r["backend"] for r in data["rows"]] == ["autograd floor", "eager"]
     assert any(s.startswith("flash_attn on") for s in data["skipped"])  # said why, not silently dropped
     assert "| eager | " in (tmp_path / "overhead.md").read_text()
     assert host_overhead.main(["--cases", "not-a-case", "--device", "cpu", "--out", str(tmp_path)]) == 2
+
+
+def test_the_autograd_floor_launches_no_kernel_and_measures_both_modes():
+    """The floor row: autograd's node and the allocations alone, forward and backward; below any
+    real backend's host time on the same case."""
+    floor = overhead.measure(overhead.AutogradFloor(), CASE, "bwd", device="cpu", calls=5, windows=3)
+    fwd = overhead.measure(overhead.AutogradFloor(), CASE, "fwd", device="cpu", calls=5, windows=3)
+    eager = overhead.measure(registry.get("eager"), CASE, "bwd", device="cpu", calls=5, windows=3)
+    assert 0 < floor.host_us < eager.host_us and fwd.host_us > 0
