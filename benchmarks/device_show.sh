@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -314,6 +314,26 @@ layers)  # issue 16: `layers attention-layers` or `layers models`: the fast back
     echo "bench $p exit $?" >> "$OUT/$p.log"
     grep -A 3 "^### B" "$OUT/$p/report.md" | grep -v "^--" | cut -c1-160 | head -n 100
     tarred "$p"
+    ;;
+launch-check)  # issue 16 (session 12): replayed launches on the GPU: the kernel tests (pinned configs), then
+    # host_overhead.py (FLA from .whl if carried) and a cProfile of one in-repo backward and forward
+    setup
+    mkdir -p "$OUT/launch"
+    FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 300 python3 -m pytest -q -x -n 8 \
+        tests/kernels/test_launcher.py tests/kernels/test_flash_attn.py tests/kernels/test_linear_attn.py \
+        > "$OUT/launch/tests.log" 2>&1
+    echo "kernel tests exit $?" >> "$OUT/launch/tests.log"
+    ATTN_HARNESS_FLA_AUTOTUNE=0 timeout 240 python3 benchmarks/host_overhead.py --out "$OUT/launch/overhead" \
+        > "$OUT/launch/overhead.log" 2>&1
+    echo "overhead exit $?" >> "$OUT/launch/overhead.log"
+    for m in fwd bwd; do
+        timeout 60 python3 benchmarks/host_profile.py triton_fa B2-H16/1-S2048x2048-D64-bf16 --mode $m --top 30 \
+            > "$OUT/launch/profile-$m.log" 2>&1
+    done
+    summary "$OUT/launch/tests.log" 4
+    grep -h "us of host time" "$OUT/launch"/profile-*.log
+    cat "$OUT/launch/overhead/overhead.md"
+    tarred launch
     ;;
 overhead)  # issue 16: host microseconds per call against the kernels' device time (CUDA graphs), in-repo
     # kernels and peers (flash-attn-4 and FLA installed first: fa4-1, fa4-2, then carry .fa4-3 and .whl)
