@@ -8,14 +8,17 @@ Default cases: the FA sweep's causal S=1k hd128 point (where the bench flags the
 launch-bound), the attention-layer report's MQA D64, GQA 32/8 D64 and MQA H40/1 D128 (small
 backwards that were host-bound), a decode step and the linear preset at T=4k. Each softmax case
 starts with the autograd floor (``overhead.AutogradFloor``: autograd and the allocator, no kernel),
-what any differentiable call pays before its own launches. Writes overhead.json and overhead.md to
---out and prints the table last.
+what any differentiable call pays before its own launches; each in-repo kernel's row is followed by
+its launch path alone (its launchers called directly: launch, autotune lookup, descriptor set-up,
+the part issue 16's budgets are about). Writes overhead.json and overhead.md to --out and prints
+the table last.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -24,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from harness.adapters import registry  # noqa: E402
-from harness.cases import case_from_id  # noqa: E402
+from harness.cases import case_from_id, make_inputs  # noqa: E402
 from harness.perf import overhead  # noqa: E402
 
 DEFAULT_CASES = (
@@ -39,6 +42,45 @@ DEFAULT_BACKENDS = ("triton_fa", "sdpa_flash", "sdpa_cudnn", "flash_attn_cute", 
                     "fla_fused_chunk", "triton_decode", "flash_attn_cute_decode")
 
 
+def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float] | None:
+    """Host microseconds per call of an in-repo kernel's own launch path (issue 16's budgets: launch,
+    autotune lookup, descriptor set-up): its launchers called directly with their replay caches
+    (kernels/launcher.py), no adapter and no autograd. None for other backends and for cases whose
+    call form the path does not cover (varlen, strided layouts, FP8)."""
+    if case.layout != "contiguous" or getattr(case, "fp8", "") or getattr(case, "is_varlen", False):
+        return None
+    x = make_inputs(case, 0, device)
+    if backend == "triton_fa" and case.family == "softmax":
+        from kernels.flash_attn.bwd import flash_attn_bwd
+        from kernels.flash_attn.fwd import flash_attn_fwd
+
+        left, right = case.window
+        kw = dict(softmax_scale=case.scale or case.d ** -0.5, causal=case.causal, window_left=left,
+                  window_right=right, softcap=case.softcap)
+        fwd_cache, bwd_cache = {}, {}
+        if mode == "fwd":
+            call = lambda: flash_attn_fwd(x.q, x.k, x.v, **kw, launches=fwd_cache)
+        else:
+            out, lse = flash_attn_fwd(x.q, x.k, x.v, **kw)
+            call = lambda: flash_attn_bwd(x.grad_out, x.q, x.k, x.v, out, lse, **kw, launches=bwd_cache)
+    elif backend == "triton_la_chunk" and case.family == "linear":
+        from kernels.linear_attn.chunk import chunk_linear_attn_bwd, chunk_linear_attn_fwd
+
+        g = x.g if case.gate == "g" else None
+        g_gamma = x.g_gamma if case.gate == "g_gamma" else None
+        scale = case.scale or case.d_k ** -0.5
+        fwd_cache, bwd_cache = {}, {}
+        if mode == "fwd":
+            call = lambda: chunk_linear_attn_fwd(x.q, x.k, x.v, g, g_gamma, scale, x.initial_state, True, 64,
+                                                 launches=fwd_cache)
+        else:
+            call = lambda: chunk_linear_attn_bwd(x.q, x.k, x.v, g, g_gamma, scale, x.initial_state, x.grad_out,
+                                                 x.grad_final_state, 64, g is not None, launches=bwd_cache)
+    else:
+        return None
+    return overhead.host_times(call, device, calls)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
@@ -48,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=overhead.CALLS)
     ap.add_argument("--out", default="reports/host-overhead")
     ap.add_argument("--no-floor", action="store_true", help="leave out the autograd-floor row per softmax case")
+    ap.add_argument("--no-launch-path", action="store_true",
+                    help="leave out the in-repo kernels' launch-path rows (launchers called directly)")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
@@ -76,8 +120,13 @@ def main(argv=None) -> int:
                     skipped.append(f"{a.name} on {case.id} {mode}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                     continue
                 rows.append(r)
-                print(f"{a.name:24s} {case.id:45s} {mode:4s} host {r.host_us:8.1f} us  device "
-                      f"{r.device_us if r.device_us is not None else float('nan'):8.1f} us", flush=True)
+                path = launch_path(a.name, case, mode, device, args.calls) if not args.no_launch_path else None
+                if path is not None:  # the same kernels: the adapter row's device time
+                    rows.append(overhead.Overhead(f"{a.name} (launch path)", case.id, mode, statistics.median(path),
+                                                  r.device_us, r.device_clock, r.budget_us, path))
+                for x in rows[-(2 if path is not None else 1):]:
+                    print(f"{x.backend:30s} {case.id:45s} {mode:4s} host {x.host_us:8.1f} us  device "
+                          f"{x.device_us if x.device_us is not None else float('nan'):8.1f} us", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps({"device": str(device), "rows": [r.to_dict() for r in rows],

@@ -33,7 +33,8 @@ _EMPTY = inspect.Parameter.empty
 class Launch:
     """One launch of a compiled kernel, replayable with other tensors of the same signature."""
 
-    __slots__ = ("compiled", "grid", "template", "slots", "device", "_run", "_function", "_packed", "_scratch")
+    __slots__ = ("compiled", "grid", "template", "slots", "device", "_run", "_launch", "_function", "_packed",
+                 "_flags", "_scratch_bytes", "_scratch_align")
 
     def __init__(self, jit_fn, compiled, grid, kwargs: dict, device: int):
         """``jit_fn``: the @triton.jit function; ``compiled``: the CompiledKernel that ran with
@@ -52,10 +53,19 @@ class Launch:
             self.template.append(value)
         self.slots = tuple(slots)
         self.device = device
-        self._run = compiled.run  # the compiled kernel's launcher (handles loaded by the launch that ran)
+        self._run = run = compiled.run  # the compiled kernel's launcher (loaded by the launch that ran)
         self._function = compiled.function
         self._packed = compiled.packed_metadata
-        self._scratch = compiled.metadata.global_scratch_size > 0
+        # The launcher's C entry point, called directly: Triton's Python wrapper around it allocates
+        # the kernel's global scratch (device-side TMA descriptors) from the allocator on every
+        # launch; a replay takes it from a buffer kept per stream (see _scratch). Kernels with
+        # profiling scratch (instrumented builds) keep the wrapper.
+        direct = getattr(run, "launch", None) is not None and not getattr(run, "profile_scratch_size", 0)
+        self._launch = run.launch if direct else None
+        self._flags = (run.launch_cooperative_grid, run.launch_pdl) if direct else None
+        per_program = getattr(run, "global_scratch_size", 0) if direct else 0
+        self._scratch_bytes = self.grid[0] * self.grid[1] * self.grid[2] * getattr(run, "num_ctas", 1) * per_program
+        self._scratch_align = getattr(run, "global_scratch_align", 1) if direct else 1
 
     def __call__(self, tensors: dict) -> bool:
         """Launch on the current stream with ``tensors`` (name -> tensor) in the slots. False, and
@@ -64,15 +74,51 @@ class Launch:
         if dev != self.device:
             return False
         args = self.template.copy()
-        for i, name in self.slots:
-            args[i] = tensors[name]
-        if self._scratch:
-            ensure_allocator()
         stream = current_stream(dev)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        meta = self.compiled.launch_metadata(self.grid, stream, *args) if enter is not None else None
-        self._run(*self.grid, stream, self._function, self._packed, meta, enter, leave, *args)
+        if self._launch is None or _hooked(enter) or _hooked(leave):  # Triton's own path: a profiler's hooks
+            for i, name in self.slots:                                  # see tensors and launch metadata
+                args[i] = tensors[name]
+            if self._scratch_bytes:
+                ensure_allocator()
+            meta = self.compiled.launch_metadata(self.grid, stream, *args)
+            self._run(*self.grid, stream, self._function, self._packed, meta, enter, leave, *args)
+            return True
+        # Pointers as ints: Triton's launcher then skips a Python call and a driver query per tensor.
+        for i, name in self.slots:
+            args[i] = tensors[name].data_ptr()
+        scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
+        self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
+                     *args)
         return True
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook would do anything: Triton 3.6's knobs hold an empty HookChain by default."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+#: (device, stream) -> a byte buffer for kernels' global scratch, reused by every replay on that
+#: stream: launches on one stream run one after another, so none overwrites another's descriptors.
+_SCRATCH: dict = {}
+
+
+def _scratch(dev: int, stream: int, nbytes: int, align: int):
+    """A device pointer to ``nbytes`` of scratch for a launch on ``stream``. While a CUDA graph is
+    captured the allocator gives it (memory the graph owns), as in Triton's own launch."""
+    if _capturing():
+        ensure_allocator()
+        return _allocation._allocator.get()(nbytes, align, stream)
+    buf = _SCRATCH.get((dev, stream))
+    if buf is None or buf.numel() < nbytes + align:
+        size = max(nbytes + align, 2 * buf.numel() if buf is not None else 0)
+        _SCRATCH[(dev, stream)] = buf = torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev}")
+    ptr = buf.data_ptr()
+    return ptr + (-ptr) % align
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_current_stream_capturing()
 
 
 def arguments(jit_fn, kwargs: dict) -> list[tuple[str, object]]:
@@ -100,13 +146,18 @@ def launched(jit_fn, compiled, grid, kwargs: dict, config=None) -> Launch | None
 
 
 def current_device() -> int:
-    """The device Triton launches on (the current CUDA device), as Triton's own launch asks it."""
-    return driver.active.get_current_device()
+    """The device Triton launches on (the current CUDA device). torch's own query, without
+    torch.cuda.current_device's initialisation checks (a replay follows a launch that initialised)."""
+    return _get_device()
 
 
 def current_stream(device: int):
-    """The current stream of ``device``, as Triton's own launch asks it."""
-    return driver.active.get_current_stream(device)
+    """The current raw stream of ``device``, the one Triton's own launch takes."""
+    return _get_stream(device)
+
+
+_get_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: driver.active.get_current_device())
+_get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda d: driver.active.get_current_stream(d))
 
 
 def launch(jit_fn, grid, kwargs: dict, **options) -> Launch | None:

@@ -63,6 +63,23 @@ class Overhead:
         return asdict(self) | {"over_budget": self.over_budget, "host_bound": self.host_bound}
 
 
+def host_times(call, device, calls: int = CALLS, windows: int = WINDOWS) -> list[float]:
+    """Host microseconds per ``call()`` in each of ``windows`` loops of ``calls`` back-to-back calls
+    (the device drained before each loop, not inside it), after three calls that compile and fill
+    caches (not what a steady call costs)."""
+    for _ in range(3):
+        call()
+    per_call = []
+    for _ in range(windows):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        per_call.append((time.perf_counter() - t0) / calls * 1e6)
+    synchronize(device)
+    return per_call
+
+
 def measure(adapter, case: Case, mode: str = "fwd", *, device=None, seed: int = 0, calls: int = CALLS,
             windows: int = WINDOWS) -> Overhead:
     """Host and device time per call of ``adapter`` on ``case`` in ``mode`` (see the module docstring)."""
@@ -74,17 +91,7 @@ def measure(adapter, case: Case, mode: str = "fwd", *, device=None, seed: int = 
     work = Workload(adapter, case, [make_inputs(case, seed, device)], mode)
     work.prepare()
     try:
-        for _ in range(3):  # compile, autotune, caches: not what a steady call costs
-            work.call(0)
-        synchronize(device)
-        per_call = []
-        for _ in range(windows):
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                work.call(0)
-            per_call.append((time.perf_counter() - t0) / calls * 1e6)
-        synchronize(device)
+        per_call = host_times(lambda: work.call(0), device, calls, windows)
     finally:
         work.release()
     device_us, clock = None, "none (CPU)"

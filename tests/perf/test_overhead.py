@@ -67,3 +67,21 @@ def test_the_autograd_floor_launches_no_kernel_and_measures_both_modes():
     fwd = overhead.measure(overhead.AutogradFloor(), CASE, "fwd", device="cpu", calls=5, windows=3)
     eager = overhead.measure(registry.get("eager"), CASE, "bwd", device="cpu", calls=5, windows=3)
     assert 0 < floor.host_us < eager.host_us and fwd.host_us > 0
+
+
+def test_script_adds_the_in_repo_kernels_launch_path(tmp_path):
+    """The in-repo kernel's row is followed by its launch path alone (launchers called directly)."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the in-repo kernels run on the CPU only under TRITON_INTERPRET=1")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import host_overhead
+    finally:
+        sys.path.pop(0)
+    rc = host_overhead.main(["--backends", "triton_fa", "--cases", "B1-H2-S16x16-D16-fp32", "--modes", "fwd",
+                             "--calls", "1", "--device", "cpu", "--no-floor", "--out", str(tmp_path)])
+    assert rc == 0
+    rows = json.loads((tmp_path / "overhead.json").read_text())["rows"]
+    assert [r["backend"] for r in rows] == ["triton_fa", "triton_fa (launch path)"]
