@@ -76,8 +76,11 @@ class Launch:
         args = self.template.copy()
         stream = current_stream(dev)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        if self._launch is None or _hooked(enter) or _hooked(leave):  # Triton's own path: a profiler's hooks
-            for i, name in self.slots:                                  # see tensors and launch metadata
+        # Triton's own path where a profiler's hooks are set (they see tensors and launch metadata);
+        # Triton 3.6's knobs hold an empty HookChain by default.
+        if self._launch is None or (enter is not None and getattr(enter, "calls", True)) or (
+                leave is not None and getattr(leave, "calls", True)):
+            for i, name in self.slots:
                 args[i] = tensors[name]
             if self._scratch_bytes:
                 ensure_allocator()
@@ -91,11 +94,6 @@ class Launch:
         self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
                      *args)
         return True
-
-
-def _hooked(hook) -> bool:
-    """Whether a launch hook would do anything: Triton 3.6's knobs hold an empty HookChain by default."""
-    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 #: (device, stream) -> a byte buffer for kernels' global scratch, reused by every replay on that

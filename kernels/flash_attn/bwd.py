@@ -429,8 +429,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic)
         dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
         dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-        dk_out = torch.empty((split,) + tuple(k.shape), device=k.device, dtype=torch.float32)
-        dv_out = torch.empty((split,) + tuple(v.shape), device=v.device, dtype=torch.float32)
+        nk = k.numel()  # one allocation for both partials
+        part = torch.empty(split * (nk + v.numel()), device=k.device, dtype=torch.float32)
+        dk_out, dv_out = part[: split * nk].view((split, *k.shape)), part[split * nk:].view((split, *v.shape))
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)

@@ -210,7 +210,7 @@ def test_a_call_with_another_signature_is_launched_afresh(recorded, what):
 def test_an_environment_knob_changes_the_signature(recorded, monkeypatch):
     q, k, v, do = _inputs(1, 24, 24, 2, 2, 16)
     flash_attn_func(q, k, v).backward(do)
-    monkeypatch.setenv("FLASH_ATTN_AUTOTUNE", "0")
+    monkeypatch.setenv("FLASH_ATTN_AUTOTUNE", "1" if os.environ.get("FLASH_ATTN_AUTOTUNE") == "0" else "0")
     flash_attn_func(q, k, v).backward(do)
     assert [e[0] for e in recorded] == ["fresh"] * 6
 
@@ -340,7 +340,7 @@ def test_linear_calls_under_a_forced_plan_are_checked_every_time(monkeypatch):
     chunk._SIGNATURES.clear()
     for d in (32, 64):
         g_ = torch.Generator().manual_seed(d)
-        q, k, v = (torch.randn(1, 20, 1, d, generator=g_) for _ in range(3))
+        q, k, v = (torch.randn(1, 20, 1, d, generator=g_).to("cuda" if CUDA else "cpu") for _ in range(3))
         o, _ = chunk_linear_attn(q, k, v)
         ref = linear_attention(q.double(), k.double(), v.double()).out
         assert (o.double() - ref).abs().max().item() < 1e-4
