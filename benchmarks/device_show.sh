@@ -304,16 +304,23 @@ decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on
     grep -A 8 "GB/s by cache length" "$OUT/decode-bench/report.md" | head -n 90
     tarred decode-bench
     ;;
-layers)  # issue 16: `layers attention-layers` or `layers models`: the fast backends and the in-repo kernel on the
-    # seeds' attention-layer configurations / real models' shapes, forward and backward, in one run per preset.
-    # flash-attn-4 installed first (fa4-1, fa4-2, .fa4-3).
+layers)  # issue 16: `layers attention-layers [REGEX]` or `layers models [REGEX]`: every fast backend and the
+    # in-repo kernel on the seeds' attention-layer configurations (with layer-mha-refs, the MHA twins of its
+    # D64 GQA/MQA rows) / real models' shapes, forward and backward, device time (CUDA graphs), one run;
+    # then benchmarks/layer_table.py. flash-attn-4 installed first (fa4-1, fa4-2, .fa4-3).
     setup
     p=${2:-attention-layers}
-    timeout 560 python3 -m harness bench --preset "$p" --modes fwd,bwd --no-plots --time-limit 540 \
-        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --out "$OUT/$p" > "$OUT/$p.log" 2>&1
-    echo "bench $p exit $?" >> "$OUT/$p.log"
-    grep -A 3 "^### B" "$OUT/$p/report.md" | grep -v "^--" | cut -c1-160 | head -n 100
-    tarred "$p"
+    presets=$p
+    [ "$p" = attention-layers ] && presets=attention-layers,layer-mha-refs
+    name=$p${3:+-part}
+    timeout 570 python3 -m harness bench --preset "$presets" ${3:+--cases "$3"} --modes fwd,bwd --no-plots \
+        --no-memory --cuda-graphs --target-ms 20 --time-limit 520 --quiet \
+        --backends sdpa_flash,sdpa_cudnn,sdpa_efficient,flash_attn_cute,triton_fa --out "$OUT/$name" \
+        > "$OUT/$name.log" 2>&1
+    echo "bench $p exit $?" >> "$OUT/$name.log"
+    python3 benchmarks/layer_table.py "$OUT/$name/results.json" --out "$OUT/$name/table.md" | cut -c1-400 | tail -n 40
+    tail -n 3 "$OUT/$name.log"
+    tarred "$name"
     ;;
 launch-check)  # issue 16 (session 12): replayed launches on the GPU: the kernel tests (pinned configs), then
     # host_overhead.py (FLA from .whl if carried) and a cProfile of one in-repo backward and forward

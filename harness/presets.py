@@ -170,6 +170,21 @@ def _attention_layers() -> list[Case]:
     return cases
 
 
+def _layer_mha_references() -> list[Case]:
+    """MHA with the query heads of each GQA / MQA row of ``attention-layers`` that has no MHA row of
+    its own (the report's D64 GQA and MQA rows have 32 and 16 query heads, its MHA row 12): issue
+    16's rule that a GQA / MQA backward stay within 1.2x of the MHA backward with the same query
+    heads needs them in the same run. (The D128 rows share their query heads with the MHA rows.)"""
+    cases: list[Case] = []
+    for c in _attention_layers():
+        if c.heads_k == c.heads_q or c.d_v != c.d:
+            continue
+        mha = SoftmaxCase(c.batch, c.heads_q, c.heads_q, c.seqlen_q, c.seqlen_k, c.d, dtype=c.dtype)
+        if all(x.id != mha.id for x in _attention_layers() + cases):
+            cases.append(mha)
+    return cases
+
+
 def _models() -> list[Case]:
     """Attention layers of real models at 2k-8k tokens per sequence, causal, bf16."""
     return [
@@ -236,6 +251,7 @@ _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
     "linear": (_linear, "linear attention: B4 H32 D64 fp16, T 1k..4k"),
     "linear-sweep": (_linear_sweep, "linear attention: B4 H32 K=V 64/128, T 1k..16k, fp16"),
     "attention-layers": (_attention_layers, "the seeds' attention-layer report: MHA fused/separate QKV, GQA 8 kv, MQA, MLA (training and absorbed), bf16"),
+    "layer-mha-refs": (_layer_mha_references, "MHA at the query heads of attention-layers' D64 GQA / MQA rows (the GQA/MQA-vs-MHA backward rule), bf16"),
     "models": (_models, "real models' attention: Llama-3-8B/70B, Mistral window, Gemma-2 softcap d256, DeepSeek-V3 MLA, Falcon MQA; causal bf16"),
     "decode": (_decode, "decode of real models: GQA 32/8, MQA, MHA d128, B1..256, caches 512..128k, MLA d576/512, pages 16/64/256, bf16"),
 }
