@@ -131,6 +131,11 @@ def arguments(jit_fn, kwargs: dict) -> list[tuple[str, object]]:
     return out
 
 
+def by_name(jit_fn, args: tuple, kwargs: dict) -> dict:
+    """A launch's positional ``args`` and keyword ``kwargs`` as one dict by the kernel's parameter names."""
+    return dict(zip(inspect.signature(jit_fn.fn).parameters, args), **kwargs)
+
+
 def launched(jit_fn, compiled, grid, kwargs: dict, config=None) -> Launch | None:
     """The :class:`Launch` of a launch that just ran (``compiled``: what ``kernel[grid](...)`` returned),
     or None where it cannot be replayed: the interpreter (nothing compiled), a config with a

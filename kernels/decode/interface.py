@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from kernels import launcher
 from kernels.decode.kernel import _append_kernel, _combine_kernel, _split_kernel
 from kernels.flash_attn.configs import interpreting, patch_interpreter_scalar_index, sm_count
 
@@ -117,19 +118,19 @@ def _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table, window_size, v
     return B, Sq, Hq, Hk, D, capacity, left, right
 
 
-def _append(k_cache, v_cache, k, v, cache_seqlens, block_table):
-    """Write the new tokens at cache_seqlens (in place), in one launch, without leaving the device."""
+def _append_launch(k_cache, v_cache, k, v, cache_seqlens, block_table):
+    """Write the new tokens at cache_seqlens (in place), in one launch, without leaving the device.
+    Returns the launch's :class:`kernels.launcher.Launch` (None under the interpreter)."""
     B, Sq, Hk = k.shape[0], k.shape[1], k.shape[2]
     paged = block_table is not None
-    _append_kernel[(B * Sq,)](
-        k, v, k_cache, v_cache, cache_seqlens, block_table if paged else cache_seqlens,
-        k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_table.stride(0) if paged else 0,
+    args = (k, v, k_cache, v_cache, cache_seqlens, block_table if paged else cache_seqlens,
+            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+            v_cache.stride(2), block_table.stride(0) if paged else 0)
+    return launcher.launch(_append_kernel, (B * Sq,), launcher.by_name(_append_kernel, args, dict(
         SQ=Sq, HK=Hk, PAGE=k_cache.shape[1] if paged else 1, PAGED=paged, D=k.shape[-1], DV=v.shape[-1],
         BLOCK_H=triton.next_power_of_2(Hk), BLOCK_D=triton.next_power_of_2(k.shape[-1]),
-        BLOCK_DV=triton.next_power_of_2(v.shape[-1]),
-    )
+        BLOCK_DV=triton.next_power_of_2(v.shape[-1]))))
 
 
 def split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, itemsize, config: DecodeConfig, sms: int) -> int:
@@ -144,6 +145,15 @@ def split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, itemsize, config: DecodeCon
     return max(1, min(want, by_chunk, by_traffic))
 
 
+def _tensor_key(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+
+
+#: call signature -> _Plan: the tensors' shapes, strides, dtypes, devices and 16-byte alignment and
+#: every keyword. Only calls with validate=False are replayed (a validating call reads the device).
+_SIGNATURES = launcher.Signatures()
+
+
 def decode_attention(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=True,
                      softmax_scale=None, window_size=(-1, -1), softcap=0.0, num_splits=None, return_lse=False,
                      validate=True, config: DecodeConfig | None = None):
@@ -153,85 +163,138 @@ def decode_attention(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, bloc
     Dv) with ``block_table`` (B, pages) int32; ``cache_seqlens`` (B,) int32: each sequence's length
     before the step. Masks bottom-right aligned (the new tokens see the whole cache). Returns out
     (B, Sq, Hq, Dv), and lse (B, Hq, Sq) float32 with ``return_lse``. The cache is written in place.
-    ``validate=False`` skips the checks that read device tensors (for timed loops). ``config``: tile
-    and launch choices (default: :data:`CONFIG`, :data:`WIDE_CONFIG` above head dim 256);
-    ``num_splits``: the split count (default: from ``config.programs_per_sm`` and the GPU).
+    ``validate=False`` skips the checks that read device tensors (for timed loops and serving
+    loops); such a call with the signature of an earlier one (shapes, strides, dtypes, alignment,
+    keywords) replays its launches (kernels/launcher.py). ``config``: tile and launch choices
+    (default: :data:`CONFIG`, :data:`WIDE_CONFIG` above head dim 256); ``num_splits``: the split
+    count (default: from ``config.programs_per_sm`` and the GPU).
     """
-    B, Sq, Hq, Hk, D, capacity, left, right = _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
-                                                     window_size, validate)
-    if causal:
-        right = 0
-    # the kernels index both with unit strides (a copy only when a caller passes a strided view)
-    cache_seqlens = cache_seqlens if cache_seqlens.stride(0) == 1 else cache_seqlens.contiguous()
-    if block_table is not None and block_table.stride(1) != 1:
-        block_table = block_table.contiguous()
-    Dv = v_cache.shape[-1]
-    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
-    if k is not None:
-        _append(k_cache, v_cache, k, v, cache_seqlens, block_table)
-    G = Hq // Hk
-    paged = block_table is not None
-    if config is None:
-        config = INTERPRET_CONFIG if interpreting() else (CONFIG if max(D, Dv) <= 256 else WIDE_CONFIG)
-    block_n = config.block_n
-    page = k_cache.shape[1] if paged else 0
-    # pages smaller than a block, or not a multiple of it: one page-table entry per key
-    gather = paged and page % block_n != 0
-    rows = G * Sq
-    # the head dim as a power-of-two part and a tail (576 = 512 + 64), not padded to 1024
-    BLOCK_D = max(16, 1 << (D.bit_length() - 1))
-    BLOCK_DT = 0 if D <= BLOCK_D else max(16, triton.next_power_of_2(D - BLOCK_D))
-    BLOCK_DV = max(16, triton.next_power_of_2(Dv))
-    BLOCK_R = min(max(16, triton.next_power_of_2(rows)), config.block_r_max)
-    rblocks = triton.cdiv(rows, BLOCK_R)
-    # the keys the splits share: the whole capacity, or a window's span (its first block aligned down)
-    span = capacity if left < 0 else min(capacity, left + Sq + 2 * block_n)
-    if num_splits is None:
-        if interpreting() or q.device.type != "cuda":
-            num_splits = INTERPRET_SPLITS
-        else:
-            num_splits = split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, q.element_size(), config,
-                                     sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()))
-    chunk = triton.cdiv(triton.cdiv(span, num_splits), block_n) * block_n
-    num_splits = max(1, triton.cdiv(span, chunk))
-    direct = num_splits == 1  # the split kernel writes the output itself
-    out = torch.empty(B, Sq, Hq, Dv, device=q.device, dtype=q.dtype)
-    lse = torch.empty(B, Hq, Sq, device=q.device, dtype=torch.float32)
-    if direct:
-        mid_o = mid_m = mid_l = lse  # placeholders, not touched
-    else:
-        mid_o = torch.empty(B, Hq, Sq, num_splits, Dv, device=q.device, dtype=torch.float32)
-        mid_m = torch.empty(B, Hq, Sq, num_splits, device=q.device, dtype=torch.float32)
-        mid_l = torch.empty(B, Hq, Sq, num_splits, device=q.device, dtype=torch.float32)
-    om = (0, 0, 0, 0) if direct else (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3))
-    mm = (0, 0, 0) if direct else (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2))
-    table = block_table if paged else cache_seqlens  # a placeholder pointer when contiguous
-    if interpreting():
-        patch_interpreter_scalar_index()
-    _split_kernel[(B * Hk * rblocks, num_splits)](
-        q, k_cache, v_cache, cache_seqlens, table, mid_o, mid_m, mid_l, out, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        table.stride(0) if paged else 0,
-        *om, *mm,
-        out.stride(0), out.stride(1), out.stride(2),
-        lse.stride(0), lse.stride(1),
-        scale, float(softcap or 0.0), chunk,
-        HK=Hk, RBLOCKS=rblocks, G=G, SQ=Sq, NEW=Sq if k is not None else 0,
-        PAGE=page if paged else 1, PAGED=paged, PAGE_GATHER=gather, DIRECT=direct,
-        LEFT=left, RIGHT=right, HAS_SOFTCAP=bool(softcap),
-        D=D, DV=Dv, BLOCK_R=BLOCK_R, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DT=BLOCK_DT, BLOCK_DV=BLOCK_DV,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32: full-precision dots, not TF32
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
-    if not direct:
-        _combine_kernel[(B * Hq * Sq,)](
-            mid_o, mid_m, mid_l, out, lse,
-            *om, *mm,
-            out.stride(0), out.stride(1), out.stride(2),
-            lse.stride(0), lse.stride(1),
-            num_splits,
-            HQ=Hq, SQ=Sq, DV=Dv, BLOCK_S=max(2, triton.next_power_of_2(num_splits)), BLOCK_DV=BLOCK_DV,
-        )
+    try:
+        key = None if validate else (
+            _tensor_key(q), _tensor_key(k_cache), _tensor_key(v_cache), _tensor_key(k), _tensor_key(v),
+            _tensor_key(cache_seqlens), _tensor_key(block_table), causal, softmax_scale, window_size, softcap,
+            num_splits, config)
+    except (AttributeError, TypeError):  # not tensors: the checks say what is wrong
+        key = None
+    plan = _SIGNATURES.get(key)
+    if plan is None:
+        plan = _SIGNATURES.put(key, _Plan(q, k_cache, v_cache, k, v, cache_seqlens, block_table, causal,
+                                          softmax_scale, window_size, softcap, num_splits, validate, config))
+    out, lse = plan(q, k_cache, v_cache, k, v, cache_seqlens, block_table)
     return (out, lse) if return_lse else out
+
+
+class _Plan:
+    """One signature's checked arguments, split count and allocation shapes, and its launches
+    (taken from the first call, replayed by the next ones)."""
+
+    def __init__(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, causal, softmax_scale, window_size,
+                 softcap, num_splits, validate, config):
+        B, Sq, Hq, Hk, D, capacity, left, right = _check(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                                                         window_size, validate)
+        if causal:
+            right = 0
+        Dv = v_cache.shape[-1]
+        if config is None:
+            config = INTERPRET_CONFIG if interpreting() else (CONFIG if max(D, Dv) <= 256 else WIDE_CONFIG)
+        self.config = config
+        rows = Hq // Hk * Sq
+        self.block_r = min(max(16, triton.next_power_of_2(rows)), config.block_r_max)
+        rblocks = triton.cdiv(rows, self.block_r)
+        # the keys the splits share: the whole capacity, or a window's span (its first block aligned down)
+        span = capacity if left < 0 else min(capacity, left + Sq + 2 * config.block_n)
+        if num_splits is None:
+            if interpreting() or q.device.type != "cuda":
+                num_splits = INTERPRET_SPLITS
+            else:
+                num_splits = split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, q.element_size(), config,
+                                         sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+        self.chunk = triton.cdiv(triton.cdiv(span, num_splits), config.block_n) * config.block_n
+        self.num_splits = max(1, triton.cdiv(span, self.chunk))
+        self.direct = self.num_splits == 1  # the split kernel writes the output itself
+        self.shapes = (B, Sq, Hq, Hk, D, Dv, rblocks, left, right)
+        self.scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
+        self.softcap = float(softcap or 0.0)
+        self.device, self.dtype = q.device, q.dtype
+        self.launches: dict = {}
+
+    def __call__(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table):
+        # the kernels index both with unit strides (a copy only when a caller passes a strided view)
+        cache_seqlens = cache_seqlens if cache_seqlens.stride(0) == 1 else cache_seqlens.contiguous()
+        if block_table is not None and block_table.stride(1) != 1:
+            block_table = block_table.contiguous()
+        B, Sq, Hq, Hk, D, Dv, rblocks, left, right = self.shapes
+        dev, S = self.device, self.num_splits
+        out = torch.empty(B, Sq, Hq, Dv, device=dev, dtype=self.dtype)
+        lse = torch.empty(B, Hq, Sq, device=dev, dtype=torch.float32)
+        if self.direct:
+            mid_o = mid_m = mid_l = lse  # placeholders, not touched
+        else:
+            mid_o = torch.empty(B, Hq, Sq, S, Dv, device=dev, dtype=torch.float32)
+            mid_m = torch.empty(B, Hq, Sq, S, device=dev, dtype=torch.float32)
+            mid_l = torch.empty(B, Hq, Sq, S, device=dev, dtype=torch.float32)
+        table = block_table if block_table is not None else cache_seqlens  # a placeholder pointer when contiguous
+        # each kernel's tensors by its parameter names (the append kernel's K / V are the new tokens,
+        # the split kernel's the caches)
+        tensors = {"split": {"Q": q, "K": k_cache, "V": v_cache, "Seqlens": cache_seqlens, "Table": table,
+                             "MidO": mid_o, "MidM": mid_m, "MidL": mid_l, "Out": out, "Lse": lse}}
+        if k is not None:
+            tensors["append"] = {"K": k, "V": v, "KC": k_cache, "VC": v_cache, "Seqlens": cache_seqlens,
+                                 "Table": table}
+        if not self.direct:
+            tensors["combine"] = {"MidO": mid_o, "MidM": mid_m, "MidL": mid_l, "Out": out, "Lse": lse}
+        launches = self.launches
+        for name in ("append",) * (k is not None) + ("split",) + ("combine",) * (not self.direct):
+            replay = launches.get(name)
+            if replay is None or not replay(tensors[name]):
+                made = getattr(self, "_" + name)(q, k_cache, v_cache, k, v, cache_seqlens, block_table, table,
+                                                 mid_o, mid_m, mid_l, out, lse)
+                if made is not None:
+                    launches[name] = made
+        return out, lse
+
+    def _append(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, *_):
+        return _append_launch(k_cache, v_cache, k, v, cache_seqlens, block_table)
+
+    def _split(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, table, mid_o, mid_m, mid_l, out, lse):
+        B, Sq, Hq, Hk, D, Dv, rblocks, left, right = self.shapes
+        config, direct, paged = self.config, self.direct, block_table is not None
+        page = k_cache.shape[1] if paged else 0
+        # pages smaller than a block, or not a multiple of it: one page-table entry per key
+        gather = paged and page % config.block_n != 0
+        # the head dim as a power-of-two part and a tail (576 = 512 + 64), not padded to 1024
+        block_d = max(16, 1 << (D.bit_length() - 1))
+        block_dt = 0 if D <= block_d else max(16, triton.next_power_of_2(D - block_d))
+        om = (0, 0, 0, 0) if direct else (mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3))
+        mm = (0, 0, 0) if direct else (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2))
+        if interpreting():
+            patch_interpreter_scalar_index()
+        args = (q, k_cache, v_cache, cache_seqlens, table, mid_o, mid_m, mid_l, out, lse,
+                q.stride(0), q.stride(1), q.stride(2),
+                k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+                v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+                table.stride(0) if paged else 0,
+                *om, *mm,
+                out.stride(0), out.stride(1), out.stride(2),
+                lse.stride(0), lse.stride(1),
+                self.scale, self.softcap, self.chunk)
+        return launcher.launch(_split_kernel, (B * Hk * rblocks, self.num_splits), launcher.by_name(_split_kernel, args, dict(
+            HK=Hk, RBLOCKS=rblocks, G=Hq // Hk, SQ=Sq, NEW=Sq if k is not None else 0,
+            PAGE=page if paged else 1, PAGED=paged, PAGE_GATHER=gather, DIRECT=direct,
+            LEFT=left, RIGHT=right, HAS_SOFTCAP=bool(self.softcap),
+            D=D, DV=Dv, BLOCK_R=self.block_r, BLOCK_N=config.block_n, BLOCK_D=block_d, BLOCK_DT=block_dt,
+            BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32")),  # fp32: full-precision dots, not TF32
+            num_warps=config.num_warps, num_stages=config.num_stages)
+
+    def _combine(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, table, mid_o, mid_m, mid_l, out, lse):
+        B, Sq, Hq, Hk, D, Dv, rblocks, left, right = self.shapes
+        args = (mid_o, mid_m, mid_l, out, lse,
+                mid_o.stride(0), mid_o.stride(1), mid_o.stride(2), mid_o.stride(3),
+                mid_m.stride(0), mid_m.stride(1), mid_m.stride(2),
+                out.stride(0), out.stride(1), out.stride(2),
+                lse.stride(0), lse.stride(1),
+                self.num_splits)
+        return launcher.launch(_combine_kernel, (B * Hq * Sq,), launcher.by_name(_combine_kernel, args, dict(
+            HQ=Hq, SQ=Sq, DV=Dv, BLOCK_S=max(2, triton.next_power_of_2(self.num_splits)),
+            BLOCK_DV=max(16, triton.next_power_of_2(Dv)))))

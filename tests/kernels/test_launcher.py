@@ -345,3 +345,52 @@ def test_linear_calls_under_a_forced_plan_are_checked_every_time(monkeypatch):
         ref = linear_attention(q.double(), k.double(), v.double()).out
         assert (o.double() - ref).abs().max().item() < 1e-4
     assert len(chunk._SIGNATURES) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# The decode kernel (kernels/decode/interface.py) replays its append, split and combine launches
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("paged", [True, False], ids=["paged", "contiguous"])
+def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, monkeypatch):
+    from kernels.decode import interface as dec
+
+    monkeypatch.setattr(dec, "interpreting", lambda: True)  # CPU tensors pass the checks on a GPU box too
+    dec._SIGNATURES.clear()
+
+    def inputs(seed):
+        g_ = torch.Generator().manual_seed(seed)
+        q, k, v = (torch.randn(2, 1, 4, 32, generator=g_) for _ in range(3))
+        k = k[:, :, :2].contiguous()
+        v = v[:, :, :2].contiguous()
+        if paged:
+            kc, vc = torch.randn(6, 32, 2, 32, generator=g_), torch.randn(6, 32, 2, 32, generator=g_)
+            table = torch.tensor([[0, 2, 4], [1, 3, 5]], dtype=torch.int32)
+        else:
+            kc, vc, table = torch.randn(2, 96, 2, 32, generator=g_), torch.randn(2, 96, 2, 32, generator=g_), None
+        return q, kc, vc, k, v, torch.tensor([40, 70], dtype=torch.int32), table
+
+    def call(q, kc, vc, k, v, lens, table):
+        dec.decode_attention(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, validate=False)
+
+    call(*inputs(0))
+    first = [e[1] for e in recorded]
+    assert first == ["_append_kernel", "_split_kernel", "_combine_kernel"]
+    recorded.clear()
+    x = inputs(1)
+    call(*x)
+    replays = list(recorded)
+    assert [e[0] for e in replays] == ["replay"] * 3, "the second call was not replayed"
+    recorded.clear()
+    dec._SIGNATURES.clear()
+    call(*x)
+    mine = [t for t in x if t is not None]
+    for r, f in zip(replays, recorded):
+        assert r[1] == f[1] and r[3] == f[3]
+        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b, mine)]
+        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+    recorded.clear()
+    dec.decode_attention(*x[:5], cache_seqlens=x[5], block_table=x[6], validate=True)
+    assert [e[0] for e in recorded] == ["fresh"] * 3  # a validating call reads the device: never replayed
+    dec._SIGNATURES.clear()
