@@ -72,7 +72,7 @@ def capture(case: str, dtype: torch.dtype, causal: bool, override: dict) -> dict
     try:
         for n, fn in real.items():
             setattr(wide, n, _Capture(fn, seen))
-        wide.wide_configs = lambda *a, **kw: {k: {**v, **override.get(k, {})} for k, v in real_cfg(dtype, 90).items()}
+        wide.wide_configs = lambda dt, arch, *dims: {k: {**v, **override.get(k, {})} for k, v in real_cfg(dt, 90, *dims).items()}
         mk = lambda *shape: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
         q, k, v = mk(b, s, hq, d), mk(b, s, hk, d), mk(b, s, hk, dv)
         out, lse = wide.wide_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal)

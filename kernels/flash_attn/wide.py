@@ -119,29 +119,18 @@ def _keys_of_rows(q_first, q_last, seqlen_k, off, left, right,
 @triton.jit
 def _rows_of_keys(n0, seqlen_k, off, left, right, group, seg_lo, seg_hi,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """Packed rows in [seg_lo, seg_hi) (seg_lo a multiple of BLOCK_M) that see keys [n0, n0 + BLOCK_N):
-    [lo, hi) in steps of BLOCK_M, and the part [mid_lo, mid_hi) whose tiles see every key of the
-    block and lie wholly before seg_hi (no mask)."""
+    """Row tiles (of BLOCK_M packed rows, within [seg_lo, seg_hi), seg_lo a multiple of BLOCK_M) with
+    a row that sees a key of [n0, n0 + BLOCK_N): [lo, hi). The queries that see a key block form
+    one interval, so every tile in between has such a row."""
     n_last = tl.minimum(n0 + BLOCK_N, seqlen_k) - 1
     lo = seg_lo
     hi = seg_hi
-    full_lo = seg_lo
-    full_hi = seg_hi
     if HAS_RIGHT:  # query i sees key j only if j <= i + off + right
         lo = tl.maximum(lo, tl.maximum(n0 - off - right, 0) * group)
-        full_lo = tl.maximum(full_lo, tl.maximum(n_last - off - right, 0) * group)
     if HAS_LEFT:  # ... and j >= i + off - left
         hi = tl.minimum(hi, tl.maximum(n_last - off + left + 1, 0) * group)
-        full_hi = tl.minimum(full_hi, tl.maximum(n0 - off + left + 1, 0) * group)
-    if n0 + BLOCK_N > seqlen_k:
-        full_hi = 0
     lo = (lo // BLOCK_M) * BLOCK_M
-    full_lo = tl.cdiv(full_lo, BLOCK_M) * BLOCK_M
-    full_hi = (full_hi // BLOCK_M) * BLOCK_M
-    hi = tl.maximum(hi, lo)
-    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
-    mid_hi = tl.maximum(tl.minimum(full_hi, hi), mid_lo)
-    return lo, mid_lo, mid_hi, hi
+    return lo, tl.maximum(hi, lo)
 
 
 @triton.jit
@@ -178,7 +167,10 @@ def _scores_loop(m_i, l_i, q_base, q_off, k_base, stride_ks, ws_ptr, wm_ptr, qi,
                  HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
-    for start in tl.range(start_n, end_n, BLOCK_N):
+    # flatten: the key loop and the head-dim loop inside become one pipelined loop (sm90: registers
+    # 154 -> 110 at 128 x 64 and no pipeline drain per key block); only a perfect nest flattens,
+    # so not with a masked tail chunk (there it left every load synchronous and spilled)
+    for start in tl.range(start_n, end_n, BLOCK_N, flatten=HEAD_DIM % BLOCK_K == 0):
         keys = start + offs_n0
         if MASKED:  # clamped, not masked: every load is in bounds, the scores are masked below
             k_off = tl.minimum(keys, seqlen_k - 1).to(tl.int64) * stride_ks
@@ -198,14 +190,15 @@ def _scores_loop(m_i, l_i, q_base, q_off, k_base, stride_ks, ws_ptr, wm_ptr, qi,
             m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.math.exp2(s - m_sub[:, None])
             alpha = tl.math.exp2(m_i - m_sub)
-            tl.store(ws_ptr + keys[None, :], p.to(ws_ptr.dtype.element_ty), mask=keys[None, :] < seqlen_k)
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
-            m_sub = m_new
             p = tl.math.exp2(s * sc - m_new[:, None])
             alpha = tl.math.exp2(m_i - m_new)
-            tl.store(ws_ptr + keys[None, :], p.to(ws_ptr.dtype.element_ty))
-        tl.store(wm_ptr + start // BLOCK_N, m_sub)
+        # The whole block, zeros where the mask hides a score (keys past seqlen_k too: the workspace
+        # rows are padded to BLOCK_N), so the P V kernel reads it without masks. m_j stays -inf for
+        # a row that has seen nothing yet: its scale exp2(m_j - m) is then 0, never inf.
+        tl.store(ws_ptr + keys[None, :], p.to(ws_ptr.dtype.element_ty))
+        tl.store(wm_ptr + start // BLOCK_N, m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
     return m_i, l_i
@@ -268,33 +261,6 @@ def _fwd_scores_kernel(Q, K, Ws, WsMax, RowMax, RowInvL, Lse,
 
 
 @triton.jit
-def _rows_gemm_step(acc, a_ptr, wm_ptr, m_fin, inv_l, x_ptr, stride_xs, cmask, qi, start, seqlen_k, off, left, right,
-                    MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                    RESCALE: tl.constexpr, SCALE_BLOCK_N: tl.constexpr, MASK_W: tl.constexpr,
-                    PRECISION: tl.constexpr, BLOCK_N: tl.constexpr):
-    keys = start + tl.arange(0, BLOCK_N)
-    if MASKED:
-        keep = _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT, HAS_RIGHT)
-        a = tl.load(a_ptr + keys[None, :], mask=keep, other=0.0)
-        x_rows = tl.minimum(keys, seqlen_k - 1)
-    else:
-        a = tl.load(a_ptr + keys[None, :])
-        x_rows = keys
-    x_p = x_ptr + x_rows.to(tl.int64)[:, None] * stride_xs
-    if MASK_W:
-        x = tl.load(x_p, mask=cmask[None, :], other=0.0)
-    else:
-        x = tl.load(x_p)
-    if RESCALE:  # P = P~ * exp2(m_j - m) / l, m_j the running max the scores kernel used for block j
-        m_j = tl.load(wm_ptr + start // SCALE_BLOCK_N)
-        p = a.to(tl.float32) * (tl.math.exp2(m_j - m_fin) * inv_l)[:, None]
-        if MASKED:  # a (row, block) pair that sees nothing may hold a stale m_j: select, not multiply
-            p = tl.where(keep, p, 0.0)
-        a = p.to(x.dtype)
-    return tl.dot(a, x, acc, input_precision=PRECISION)
-
-
-@triton.jit
 def _rows_gemm_kernel(A, AMax, RowMax, RowInvL, X, Out,
                       stride_ab, stride_ar, stride_mb, stride_mr, stride_rb,
                       stride_xb, stride_xs, stride_xh, stride_ob, stride_os, stride_oh,
@@ -302,10 +268,13 @@ def _rows_gemm_kernel(A, AMax, RowMax, RowInvL, X, Out,
                       WIDTH: tl.constexpr, RESCALE: tl.constexpr, SCALE_BLOCK_N: tl.constexpr,
                       HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, PRECISION: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
-    """Out[rows, slice] = out_scale * sum over visible keys of A[rows, keys] X[keys, slice]: the
-    forward's P V (RESCALE: A is P~, rescaled per key block) and the backward's dQ = scale * dS K.
+    """Out[rows, slice] = out_scale * sum over the visible key blocks of A[rows, keys] X[keys, slice]:
+    the forward's P V (RESCALE: A is P~, rescaled per key block) and the backward's dQ = scale dS K.
     One program per (row tile x slice of the output width, batch * kv head); the slices of one row
-    tile are adjacent programs, so its A tile is read from L2 once for all of them."""
+    tile are adjacent programs, so its A tile comes from L2 once for all of them.
+    No masks: the producer kernel (scores / dS) wrote every tile this reads, zeros where the mask
+    hides a score, because this kernel's tiles lie inside the producer's (the launcher checks
+    BLOCK_M and BLOCK_N against it) and its key range is within theirs."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     pid_m = pid // n_slices
@@ -316,42 +285,39 @@ def _rows_gemm_kernel(A, AMax, RowMax, RowInvL, X, Out,
     rows = r0 + tl.arange(0, BLOCK_M)
     row_ok = rows < r_end
     rows_c = tl.minimum(rows, r_end - 1)
-    qi, qg = _query_and_head(rows_c, group)
     q_first = r0 // group
     q_last = (tl.minimum(r0 + BLOCK_M, r_end) - 1) // group
     off = seqlen_k - seqlen_q
     b64 = b.to(tl.int64)
-    h0 = (hk * group).to(tl.int64)
     bh64 = bh.to(tl.int64)
     cols = w0 + tl.arange(0, BLOCK_W)
     cmask = cols < WIDTH
-    a_ptr = A + bh64 * stride_ab + (rows_c - r_begin).to(tl.int64)[:, None] * stride_ar
-    wm_ptr = AMax + bh64 * stride_mb + (rows_c - r_begin).to(tl.int64) * stride_mr
+    w_rows = (rows_c - r_begin).to(tl.int64)
+    a_ptr = A + bh64 * stride_ab + w_rows[:, None] * stride_ar
+    wm_ptr = AMax + bh64 * stride_mb + w_rows * stride_mr
     x_ptr = X + b64 * stride_xb + hk.to(tl.int64) * stride_xh + cols[None, :]
-    m_fin = tl.zeros([BLOCK_M], dtype=tl.float32)
-    inv_l = tl.zeros([BLOCK_M], dtype=tl.float32)
     if RESCALE:
         m_fin = tl.load(RowMax + bh64 * stride_rb + rows_c)
         inv_l = tl.load(RowInvL + bh64 * stride_rb + rows_c)
     acc = tl.zeros([BLOCK_M, BLOCK_W], dtype=tl.float32)
-    MASK_W: tl.constexpr = WIDTH % BLOCK_W != 0
-    lo, mid_lo, mid_hi, hi = _keys_of_rows(q_first, q_last, seqlen_k, off, left, right,
-                                           BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    if HAS_LEFT:
-        for start in tl.range(lo, mid_lo, BLOCK_N):
-            acc = _rows_gemm_step(acc, a_ptr, wm_ptr, m_fin, inv_l, x_ptr, stride_xs, cmask, qi, start, seqlen_k, off,
-                                  left, right, True, HAS_LEFT, HAS_RIGHT, RESCALE, SCALE_BLOCK_N, MASK_W, PRECISION,
-                                  BLOCK_N)
-    for start in tl.range(mid_lo, mid_hi, BLOCK_N):
-        acc = _rows_gemm_step(acc, a_ptr, wm_ptr, m_fin, inv_l, x_ptr, stride_xs, cmask, qi, start, seqlen_k, off,
-                              left, right, False, HAS_LEFT, HAS_RIGHT, RESCALE, SCALE_BLOCK_N, MASK_W, PRECISION,
-                              BLOCK_N)
-    for start in tl.range(mid_hi, hi, BLOCK_N):
-        acc = _rows_gemm_step(acc, a_ptr, wm_ptr, m_fin, inv_l, x_ptr, stride_xs, cmask, qi, start, seqlen_k, off,
-                              left, right, True, HAS_LEFT, HAS_RIGHT, RESCALE, SCALE_BLOCK_N, MASK_W, PRECISION,
-                              BLOCK_N)
+    lo, _, _, hi = _keys_of_rows(q_first, q_last, seqlen_k, off, left, right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    offs_n = tl.arange(0, BLOCK_N)
+    for start in tl.range(lo, hi, BLOCK_N):
+        keys = start + offs_n
+        a = tl.load(a_ptr + keys[None, :])
+        # keys past seqlen_k (A is 0 there) read the last key's row: in bounds, finite
+        x_p = x_ptr + tl.minimum(keys, seqlen_k - 1).to(tl.int64)[:, None] * stride_xs
+        if WIDTH % BLOCK_W != 0:
+            x = tl.load(x_p, mask=cmask[None, :], other=0.0)
+        else:
+            x = tl.load(x_p)
+        if RESCALE:  # P = P~ exp2(m_j - m) / l, m_j the running max the scores kernel used for block j
+            m_j = tl.load(wm_ptr + start // SCALE_BLOCK_N)
+            a = (a.to(tl.float32) * (tl.math.exp2(m_j - m_fin) * inv_l)[:, None]).to(x.dtype)
+        acc = tl.dot(a, x, acc, input_precision=PRECISION)
     acc = acc * out_scale
-    o_ptr = (Out + b64 * stride_ob + (h0 + qg.to(tl.int64))[:, None] * stride_oh
+    qi, qg = _query_and_head(rows_c, group)
+    o_ptr = (Out + b64 * stride_ob + (hk * group + qg).to(tl.int64)[:, None] * stride_oh
              + qi.to(tl.int64)[:, None] * stride_os + cols[None, :])
     tl.store(o_ptr, acc.to(Out.dtype.element_ty), mask=row_ok[:, None] & cmask[None, :])
 
@@ -438,34 +404,18 @@ def _bwd_ds_kernel(Q, K, V, DO, Lse, Delta, Ws,
         p = tl.math.exp2(s - lse2[:, None])
     else:
         p = tl.math.exp2(s * (sm_scale * 1.4426950408889634) - lse2[:, None])
-    keep = _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT, HAS_RIGHT)
+    # Zeros where the mask hides a score, for keys past seqlen_k and for rows past the chunk: the
+    # whole tile is stored (the workspace is padded to it), and the dQ and dK / dV kernels read
+    # it without masks (the dK / dV sums run over rows: a stale row there would count).
+    keep = _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT, HAS_RIGHT) & (rows < r_end)[:, None]
     p = tl.where(keep, p, 0.0)
     ds = p * (dp - delta[:, None])
     if HAS_SOFTCAP:  # through the cap: d(c tanh(x / c)) / dx = 1 - tanh**2
         ds = ds * (1.0 - t * t)
     w_ptr = (Ws + bh.to(tl.int64) * stride_wb + (rows - r_begin).to(tl.int64)[:, None] * stride_wr
              + keys[None, :])
-    kmask = keys[None, :] < seqlen_k
-    tl.store(w_ptr, ds.to(Ws.dtype.element_ty), mask=kmask)
-    tl.store(w_ptr + stride_wp, p.to(Ws.dtype.element_ty), mask=kmask)
-
-
-@triton.jit
-def _keys_gemm_step(acc, a_ptr, stride_wr, x_base, sxs, sxh, cols, width, start, r_begin, r_end, keys, seqlen_k,
-                    off, left, right, group, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr):
-    rows = start + tl.arange(0, BLOCK_M)
-    if MASKED:
-        rows_c = tl.minimum(rows, r_end - 1)
-        qi, qg = _query_and_head(rows_c, group)
-        keep = _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT, HAS_RIGHT) & (rows < r_end)[:, None]
-        a = tl.load(a_ptr + (rows_c - r_begin).to(tl.int64)[:, None] * stride_wr, mask=keep, other=0.0)
-    else:
-        qi, qg = _query_and_head(rows, group)
-        a = tl.load(a_ptr + (rows - r_begin).to(tl.int64)[:, None] * stride_wr)
-    x = tl.load(x_base + qi.to(tl.int64)[:, None] * sxs + qg.to(tl.int64)[:, None] * sxh + cols[None, :],
-                mask=cols[None, :] < width, other=0.0)
-    return tl.dot(tl.trans(a), x, acc, input_precision=PRECISION)
+    tl.store(w_ptr, ds.to(Ws.dtype.element_ty))
+    tl.store(w_ptr + stride_wp, p.to(Ws.dtype.element_ty))
 
 
 @triton.jit
@@ -481,7 +431,9 @@ def _keys_gemm_kernel(Ws, Q, DO, Acc,
     """dK (slices [0, n_slices_k): dS^T Q, unscaled) and dV (the rest: P^T dO) for one key block:
     one program per (key block x slice, batch * kv head * row split), summing over the packed rows
     (every query head of the group) of its split of the chunk. Writes (or, after the first chunk,
-    adds to) its fp32 partial [BLOCK_N, BLOCK_W] in Acc[split, b, keys, hk, :d_qk + d_v]."""
+    adds to) its fp32 partial [BLOCK_N, BLOCK_W] in Acc[split, b, keys, hk, :d_qk + d_v].
+    No masks: the dS kernel wrote every tile this reads (its tiles contain this kernel's; the row
+    tiles that see the key block form one interval), zeros where hidden and past the chunk."""
     pid = tl.program_id(0)
     pid_z = tl.program_id(1)
     n0 = (pid // n_slices) * BLOCK_N
@@ -498,30 +450,28 @@ def _keys_gemm_kernel(Ws, Q, DO, Acc,
     sxh = tl.where(is_k, stride_qh, stride_doh)
     width = tl.where(is_k, HEAD_DIM, HEAD_DIM_V)
     c0 = tl.where(is_k, sl, sl - n_slices_k) * BLOCK_W
-    plane = tl.where(is_k, 0, 1)
     cols = c0 + tl.arange(0, BLOCK_W)
+    cmask = cols[None, :] < width
     keys = n0 + tl.arange(0, BLOCK_N)
-    keys_c = tl.minimum(keys, seqlen_k - 1)
     off = seqlen_k - seqlen_q
-    a_ptr = Ws + plane.to(tl.int64) * stride_wp + bh.to(tl.int64) * stride_wb + keys_c[None, :]
+    a_ptr = (Ws + tl.where(is_k, 0, stride_wp).to(tl.int64) + bh.to(tl.int64) * stride_wb
+             - r_begin.to(tl.int64) * stride_wr + keys[None, :])
     seg_lo = r_begin + split * rows_per_split
     seg_hi = tl.minimum(seg_lo + rows_per_split, r_end)
-    lo, mid_lo, mid_hi, hi = _rows_of_keys(n0, seqlen_k, off, left, right, group, seg_lo, seg_hi,
-                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    lo, hi = _rows_of_keys(n0, seqlen_k, off, left, right, group, seg_lo, seg_hi, BLOCK_M, BLOCK_N,
+                           HAS_LEFT, HAS_RIGHT)
     acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
-    if HAS_RIGHT:
-        for start in tl.range(lo, mid_lo, BLOCK_M):
-            acc = _keys_gemm_step(acc, a_ptr, stride_wr, x_base, sxs, sxh, cols, width, start, r_begin, r_end, keys,
-                                  seqlen_k, off, left, right, group, True, HAS_LEFT, HAS_RIGHT, PRECISION, BLOCK_M)
-    for start in tl.range(mid_lo, mid_hi, BLOCK_M):
-        acc = _keys_gemm_step(acc, a_ptr, stride_wr, x_base, sxs, sxh, cols, width, start, r_begin, r_end, keys,
-                              seqlen_k, off, left, right, group, False, HAS_LEFT, HAS_RIGHT, PRECISION, BLOCK_M)
-    for start in tl.range(mid_hi, hi, BLOCK_M):
-        acc = _keys_gemm_step(acc, a_ptr, stride_wr, x_base, sxs, sxh, cols, width, start, r_begin, r_end, keys,
-                              seqlen_k, off, left, right, group, True, HAS_LEFT, HAS_RIGHT, PRECISION, BLOCK_M)
+    offs_m = tl.arange(0, BLOCK_M)
+    for start in tl.range(lo, hi, BLOCK_M):
+        rows = start + offs_m
+        a = tl.load(a_ptr + rows.to(tl.int64)[:, None] * stride_wr)
+        qi, qg = _query_and_head(tl.minimum(rows, r_end - 1), group)  # past the chunk: A is 0 there
+        x = tl.load(x_base + qi.to(tl.int64)[:, None] * sxs + qg.to(tl.int64)[:, None] * sxh + cols[None, :],
+                    mask=cmask, other=0.0)
+        acc = tl.dot(tl.trans(a), x, acc, input_precision=PRECISION)
     acc_ptr = (Acc + split.to(tl.int64) * stride_ap + b64 * stride_ab + keys.to(tl.int64)[:, None] * stride_as
                + hk.to(tl.int64) * stride_ah + tl.where(is_k, 0, HEAD_DIM) + cols[None, :])
-    o_mask = (keys[:, None] < seqlen_k) & (cols[None, :] < width)
+    o_mask = (keys[:, None] < seqlen_k) & cmask
     if accumulate != 0:
         acc += tl.load(acc_ptr, mask=o_mask, other=0.0)
     tl.store(acc_ptr, acc, mask=o_mask)
@@ -551,27 +501,76 @@ def _interpret_configs() -> dict[str, dict]:
     }
 
 
-def wide_configs(dtype: torch.dtype, arch: int = 90) -> dict[str, dict]:
-    """Tiles per kernel; placeholders until the sm90 compile numbers are in."""
+def block_k(*dims: int, preferred: int = 64) -> int:
+    """Head-dim chunk of the Q K^T / dO V^T loops: the largest of preferred, 32, 16 that divides every
+    dim (no masked tail chunk, and the scores kernel's loop nest flattens); else ``preferred`` with
+    a masked tail (head dims that are multiples of 8 but not 16)."""
+    for bk in (preferred, 32, 16):
+        if bk <= preferred and all(d % bk == 0 for d in dims):
+            return bk
+    return preferred
+
+
+def slice_width(width: int, rows: int = 128) -> int:
+    """Output slice of a GEMM kernel (BLOCK_W): 256 or 128 columns. A [rows, w] tile does
+    rows * w / (rows + w) FLOPs per byte it loads (85 at 128 x 256, 64 at 128 x 128), and the last
+    slice computes padding columns: 256 only where its useful FLOPs per byte beat 128's by 15%
+    (d_v 512 / 1024 / 2048: no padding; d_qk 2112: 9 slices of 256 vs 17 of 128), not at 576
+    (3 slices of 256 are 25% padding: 64 vs 58, and 128 leaves room for 2 programs per SM)."""
+    def useful(w):
+        return rows * w / (rows + w) * width / (triton.cdiv(width, w) * w)
+    return 256 if useful(256) >= 1.15 * useful(128) else 128
+
+
+def wide_configs(dtype: torch.dtype, arch: int = 90, d: int = 576, dv: int = 512) -> dict[str, dict]:
+    """Tiles per kernel (BLOCK_M rows, BLOCK_N keys, BLOCK_K head-dim chunk, BLOCK_W output slice)
+    and Triton's num_warps / num_stages, for head dims (d, dv).
+
+    The sm90 (H100) picks, bf16 / fp16, from benchmarks/wide_ptxas.py (registers per thread and
+    spills from ptxas -v, shared memory per program, on the attention-layers absorbed shapes; table
+    in docs/perf/flash_attn.md, session 12). The L2 -> SM traffic decides first: a [M, N] output
+    tile reduced in steps does M N / (M + N) FLOPs per byte loaded, 64 at 128 x 128 and 85 at
+    128 x 256, and at an assumed ~7 TB/s of L2 bandwidth that caps a kernel near 450 / 600 TFLOP/s,
+    so every kernel takes the widest tile that compiles without spills:
+    - scores: 128 x 128 on 8 warps, 3 stages, chunks of 64: 183 registers (255 causal: the masked
+      loop's copy; 0 spills), 128 KiB. 128 x 64 (110) would let 2 programs share an SM but loads
+      43 FLOP/B. The key and head-dim loops are flattened into one pipelined loop (see
+      _scores_loop).
+    - pv (P V): 128 rows x 256 value columns, keys in steps of 64, 8 warps, 3 stages: 236
+      registers (the [128, 256] fp32 accumulator is 128 of them), 0 spills, 129 KiB: a GEMM's
+      classic Hopper tile. 128 keys per step: 255 registers.
+    - ds: 128 x 128 like scores (167 registers, 96 KiB): the dK / dV kernel's 128-key tiles must lie
+      inside its tiles (their reads are mask-free).
+    - dq: 128 rows x slice_width(d) columns, keys in steps of 64: at 128 columns 122 registers and
+      96 KiB, so two programs share an SM; at 256, 222 registers.
+    - dkdv: 128 keys x 128 columns, rows in steps of 128, 8 warps, 3 stages: 153 registers, 192 KiB.
+      256 columns spill (255 registers, 100-264 B) in every variant tried.
+    - delta: a bandwidth pass (64 rows, 128-wide chunks, 4 warps, 76 registers).
+    fp32 (ieee dots on the FMA units, not the tensor cores): small tiles, correctness first.
+    Under the interpreter: 16-row / 16-key tiles (configs.INTERPRET_BLOCK_M / N) and 64-wide chunks
+    and slices, so small test head dims take several of each.
+    """
     if configs.interpreting():
         return _interpret_configs()
     if dtype == torch.float32:
         one = {"num_warps": 4, "num_stages": 2}
+        bk = block_k(d, dv, preferred=32)
         return {
-            "scores": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, **one),
+            "scores": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=block_k(d, preferred=32), **one),
             "pv": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_W=64, **one),
             "delta": dict(BLOCK_M=32, BLOCK_K=128, **one),
-            "ds": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, **one),
+            "ds": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=bk, **one),
             "dq": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_W=64, **one),
             "dkdv": dict(BLOCK_M=32, BLOCK_N=32, BLOCK_W=64, **one),
         }
+    dq_w = slice_width(d)
     return {
-        "scores": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
-        "pv": dict(BLOCK_M=128, BLOCK_N=64, BLOCK_W=256, num_warps=8, num_stages=3),
+        "scores": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=block_k(d), num_warps=8, num_stages=3),
+        "pv": dict(BLOCK_M=128, BLOCK_N=64, BLOCK_W=slice_width(dv), num_warps=8, num_stages=3),
         "delta": dict(BLOCK_M=64, BLOCK_K=128, num_warps=4, num_stages=1),
-        "ds": dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, num_warps=8, num_stages=3),
-        "dq": dict(BLOCK_M=128, BLOCK_N=64, BLOCK_W=128, num_warps=8, num_stages=3),
-        "dkdv": dict(BLOCK_M=64, BLOCK_N=128, BLOCK_W=128, num_warps=8, num_stages=3),
+        "ds": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=block_k(d, dv), num_warps=8, num_stages=3),
+        "dq": dict(BLOCK_M=128, BLOCK_N=64, BLOCK_W=dq_w, num_warps=8, num_stages=3),
+        "dkdv": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_W=128, num_warps=8, num_stages=3),
     }
 
 
@@ -641,6 +640,14 @@ def _check_launch(q, k, v, cu_seqlens_q, descales, v_transposed, out_dtype=None)
         raise ValueError(reason)
 
 
+def _check_tiles(consumer: dict, producer: dict, cname: str, pname: str) -> None:
+    """The mask-free GEMM kernels read only tiles their producer wrote whole: each of their tiles must
+    lie inside one of the producer's (rows and keys: powers of two, so the smaller divides)."""
+    for dim in ("BLOCK_M", "BLOCK_N"):
+        if producer[dim] % consumer[dim]:
+            raise ValueError(f"wide configs: {cname} {dim}={consumer[dim]} must divide {pname}'s {producer[dim]}")
+
+
 def workspace_limit(workspace_bytes: int | None = None) -> int:
     if workspace_bytes is not None:
         return int(workspace_bytes)
@@ -707,13 +714,13 @@ def wide_fwd(q, k, v, *, softmax_scale, causal, window_left=-1, window_right=-1,
     rows = group * sq
     right = 0 if causal else window_right
     has_left, has_right = window_left >= 0, right >= 0
-    cfg = wide_configs(q.dtype, arch_of(q))
+    cfg = wide_configs(q.dtype, arch_of(q), d, dv)
     sc, pv = cfg["scores"], cfg["pv"]
-    assert pv["BLOCK_N"] <= sc["BLOCK_N"], "the P V key block must lie inside one scores block (its m_j)"
+    _check_tiles(pv, sc, "pv", "scores")
     ws_dtype = torch.float32 if q.dtype == torch.float32 else torch.float16
     elt = torch.finfo(ws_dtype).bits // 8
-    sk_pad = triton.cdiv(sk, 8) * 8  # 16-byte aligned workspace rows
     n_blocks = triton.cdiv(sk, sc["BLOCK_N"])
+    sk_pad = n_blocks * sc["BLOCK_N"]  # whole key blocks: the scores kernel writes them whole
     unit = max(sc["BLOCK_M"], pv["BLOCK_M"])
     rc = chunk_rows(rows, batch * hk * (sk_pad * elt + n_blocks * 4), workspace_limit(workspace_bytes), unit)
     bhk = batch * hk
@@ -763,7 +770,7 @@ def wide_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left=-1, wi
     bhk = batch * hk
     right = 0 if causal else window_right
     has_left, has_right = window_left >= 0, right >= 0
-    cfg = wide_configs(q.dtype, arch_of(q))
+    cfg = wide_configs(q.dtype, arch_of(q), d, dv_dim)
     de, ds_cfg, dq_cfg, kv_cfg = cfg["delta"], cfg["ds"], cfg["dq"], cfg["dkdv"]
     common = dict(seqlen_q=sq, seqlen_k=sk, num_kv_heads=hk, group=group, left=max(window_left, 0),
                   right=max(right, 0), HAS_LEFT=has_left, HAS_RIGHT=has_right,
@@ -774,8 +781,10 @@ def wide_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left=-1, wi
         out, do, delta, out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
         delta.stride(0), rows, hk, group, HEAD_DIM_V=dv_dim, **_meta(de))
 
+    _check_tiles(dq_cfg, ds_cfg, "dq", "ds")
+    _check_tiles(kv_cfg, ds_cfg, "dkdv", "ds")
     elt = q.element_size()
-    sk_pad = triton.cdiv(sk, 8) * 8
+    sk_pad = triton.cdiv(sk, ds_cfg["BLOCK_N"]) * ds_cfg["BLOCK_N"]  # whole key blocks, written whole
     unit = max(ds_cfg["BLOCK_M"], dq_cfg["BLOCK_M"], kv_cfg["BLOCK_M"])
     rc = chunk_rows(rows, 2 * bhk * sk_pad * elt, workspace_limit(workspace_bytes), unit)
     ws = torch.empty((2, bhk, rc, sk_pad), device=q.device, dtype=q.dtype)  # plane 0: dS, plane 1: P

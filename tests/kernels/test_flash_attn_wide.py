@@ -23,7 +23,15 @@ import pytest
 from harness.adapters.eager import eager_attention
 from harness.oracle import softmax_attention
 from kernels.flash_attn import wide
-from kernels.flash_attn.wide import chunk_rows, keys_split, wide_bwd, wide_fwd, wide_reason
+from kernels.flash_attn.wide import (
+    block_k,
+    chunk_rows,
+    keys_split,
+    slice_width,
+    wide_bwd,
+    wide_fwd,
+    wide_reason,
+)
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -133,6 +141,43 @@ def test_row_chunks_and_row_split():
     check_wide(2, 21, 34, 4, 1, 48, 40, torch.float32, causal=True, workspace_bytes=20480, split=3)
 
 
+def test_consumer_tiles_inside_larger_producer_tiles(monkeypatch):
+    """The P V, dQ and dK / dV kernels read the workspace without masks, relying on each of their
+    tiles lying inside a tile the scores / dS kernel wrote whole (the GPU configs pair 128-key
+    producers with 64-key consumers). Here the producers take 32 x 32 tiles and the consumers
+    16-row / 16-key ones; a read of an unwritten workspace element would show as NaN (the
+    fixture poisons torch.empty). A consumer tile that does not divide its producer's is refused."""
+    small = wide._interpret_configs()
+    big = {k: dict(v, BLOCK_M=32, BLOCK_N=32) for k, v in small.items() if k in ("scores", "ds")}
+    monkeypatch.setattr(wide, "_interpret_configs", lambda: {**small, **big})
+    check_wide(1, 37, 45, 4, 1, 80, 64, torch.float32, causal=True)
+    check_wide(1, 29, 50, 2, 1, 48, 40, torch.float32, window=(7, 2))
+    monkeypatch.setattr(wide, "_interpret_configs", lambda: {**big, **{k: v for k, v in small.items()
+                                                                       if k not in big},
+                                                             "pv": dict(small["pv"], BLOCK_N=64)})
+    with pytest.raises(ValueError, match="pv BLOCK_N=64 must divide scores's 32"):
+        check_wide(1, 5, 7, 2, 1, 80, 64, torch.float32)
+
+
+def test_very_negative_scores_in_a_window(monkeypatch):
+    """A row that sees nothing in the first key block its tile visits (window (2, 0): the tile's 32
+    queries span more than its 16-key blocks) and only scores near -160 in base-2 units later: its
+    block maximum must be kept as -inf, not 0, or the P V kernel's scale exp2(m_j - m) overflows
+    to inf and 0 * inf poisons the row with NaN."""
+    small = wide._interpret_configs()
+    monkeypatch.setattr(wide, "_interpret_configs", lambda: {**small, "scores": dict(small["scores"], BLOCK_M=32)})
+    b, s, h, d = 1, 70, 1, 48
+    u = torch.randn(d, generator=torch.Generator().manual_seed(5))
+    q = (-4 * u).expand(b, s, h, d).contiguous().to(DEVICE) + 0.01 * torch.randn(b, s, h, d).to(DEVICE)
+    k = (4 * u).expand(b, s, h, d).contiguous().to(DEVICE) + 0.01 * torch.randn(b, s, h, d).to(DEVICE)
+    v = torch.randn(b, s, h, 40).to(DEVICE)
+    out, lse = wide_fwd(q, k, v, softmax_scale=d ** -0.5, causal=False, window_left=2, window_right=0)
+    orc = softmax_attention(q.double(), k.double(), v.double(), window_size=(2, 0))
+    assert orc.lse.max() * 1.4427 < -128  # every score is below -128 in base 2
+    assert torch.isfinite(out).all() and rel_err(out, orc.out) < 1e-4
+    assert (lse.double() - orc.lse).abs().max() < 1e-3
+
+
 def test_dispatch_reasons():
     """wide_reason: what the wide path takes (None) and readable refusals for what it does not."""
     assert wide_reason(576, 512, torch.bfloat16) is None
@@ -154,6 +199,17 @@ def test_dispatch_reasons():
     q = torch.zeros(1, 4, 2, 576)
     with pytest.raises(ValueError, match="unsupported: varlen"):
         wide_fwd(q[0], q[0], q[0], softmax_scale=1.0, causal=False, cu_seqlens_q=torch.zeros(2, dtype=torch.int32))
+
+
+def test_chunk_and_slice_choices():
+    """Head-dim chunks divide the head dims where they can (no masked tail: the scores loop nest
+    flattens); 256-wide output slices only where 128's padding costs more than 15% of the useful
+    FLOPs per byte."""
+    assert block_k(576) == 64 and block_k(576, 512) == 64 and block_k(608) == 32 and block_k(600) == 64
+    assert block_k(80, preferred=32) == 16 and block_k(104) == 64  # 104 = 8 x 13: a masked tail chunk
+    assert [slice_width(w) for w in (512, 1024, 2048)] == [256, 256, 256]
+    assert [slice_width(w) for w in (576, 1088, 2112)] == [128, 256, 256]
+    assert slice_width(320) == 128
 
 
 def test_chunk_and_split_sizing():
