@@ -648,6 +648,11 @@ def _check_tiles(consumer: dict, producer: dict, cname: str, pname: str) -> None
             raise ValueError(f"wide configs: {cname} {dim}={consumer[dim]} must divide {pname}'s {producer[dim]}")
 
 
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """The kernels step through the head dim with stride 1 (any other stride is taken as given)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 def workspace_limit(workspace_bytes: int | None = None) -> int:
     if workspace_bytes is not None:
         return int(workspace_bytes)
@@ -700,6 +705,7 @@ def wide_fwd(q, k, v, *, softmax_scale, causal, window_left=-1, window_right=-1,
     V raise ValueError("unsupported: ..."). ``workspace_bytes``: cap of the score workspace (default
     :data:`WORKSPACE_BYTES`; the rows are processed in chunks that fit)."""
     _check_launch(q, k, v, cu_seqlens_q, descales, v_transposed, out_dtype)
+    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     batch, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     dv = v.shape[-1]
@@ -757,6 +763,7 @@ def wide_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left=-1, wi
     Deterministic. ``split``: row splits of the dK / dV launch (default :func:`keys_split`);
     ``workspace_bytes`` as in :func:`wide_fwd` (P and dS, two score-shaped planes)."""
     _check_launch(q, k, v, cu_seqlens_q, None, False)
+    do, q, k, v, out = (_last_dim_contiguous(t) for t in (do, q, k, v, out))
     batch, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     dv_dim = v.shape[-1]

@@ -178,6 +178,18 @@ def test_very_negative_scores_in_a_window(monkeypatch):
     assert (lse.double() - orc.lse).abs().max() < 1e-3
 
 
+def test_strided_inputs():
+    """Views: [B, H, S, D] storage read as [B, S, H, D] (the projection's transpose) and a head dim
+    with stride 2 (copied: the kernels step through the head dim with stride 1)."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 11, n, generator=g).to(DEVICE).transpose(1, 2) for n in (80, 80, 64))
+    k = k[:, :, :1]  # MQA, a view of one head
+    v2 = torch.randn(1, 11, 1, 128, generator=g).to(DEVICE)[..., ::2]
+    out, lse = wide_fwd(q, k, v2, softmax_scale=0.1, causal=True)
+    orc = softmax_attention(q.double(), k.double(), v2.double(), softmax_scale=0.1, causal=True)
+    assert rel_err(out, orc.out) < 1e-5
+
+
 def test_dispatch_reasons():
     """wide_reason: what the wide path takes (None) and readable refusals for what it does not."""
     assert wide_reason(576, 512, torch.bfloat16) is None
@@ -224,3 +236,32 @@ def test_chunk_and_split_sizing():
     s = keys_split(tiles, 512, 132)
     assert s > 1 and (tiles * s / 132) / -(-tiles * s // 132) >= 0.9
     assert keys_split(4, 1, 132) == 1  # one row tile: nothing to split
+
+
+# ---- GPU only: bf16 (the interpreter cannot), the sm90 tiles, chunks and splits at real sizes ----
+
+needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+
+GPU_CASES = {
+    "B1-S300-H8/1-576v512-causal": (1, 300, 300, 8, 1, 576, 512, True),
+    "B2-S257x513-H4/1-576v512": (2, 257, 513, 4, 1, 576, 512, False),
+    "B1-S200-H4/2-1088v1024-causal": (1, 200, 200, 4, 2, 1088, 1024, True),
+    "B1-S130-H2/1-2112v2048": (1, 130, 130, 2, 1, 2112, 2048, False),
+    "B1-S190-H2/2-288v256-causal": (1, 190, 190, 2, 2, 288, 256, True),
+}
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("case", list(GPU_CASES), ids=list(GPU_CASES))
+def test_gpu_wide_matches_oracle(case, dtype):
+    b, sq, sk, hq, hk, d, dv, causal = GPU_CASES[case]
+    check_wide(b, sq, sk, hq, hk, d, dv, dtype, causal=causal)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_wide_chunks_and_split():
+    """Several row chunks (a 4 MiB workspace) and a 3-way dK / dV row split at the sm90 tiles, bf16."""
+    check_wide(1, 300, 300, 8, 1, 576, 512, torch.bfloat16, causal=True, workspace_bytes=4 << 20, split=3)
