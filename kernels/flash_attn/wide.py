@@ -660,11 +660,12 @@ def workspace_limit(workspace_bytes: int | None = None) -> int:
 
 
 def chunk_rows(num_rows: int, bytes_per_row: int, limit: int, unit: int) -> int:
-    """Packed rows per chunk: as many as fit in ``limit`` bytes, a multiple of ``unit`` (the widest
-    row tile of the kernels sharing the workspace), at least one unit, at most all rows."""
-    fit = max(limit // max(bytes_per_row, 1), 1)
-    rows = max(unit, (fit // unit) * unit)
-    return min(rows, triton.cdiv(num_rows, unit) * unit)
+    """Packed rows per chunk: a multiple of ``unit`` (the widest row tile of the kernels sharing the
+    workspace), at least one unit, with as few chunks as fit in ``limit`` bytes, and those of equal
+    size (a small last chunk would run as one partly filled wave: 32 programs for 132 SMs)."""
+    fit = max(unit, (max(limit // max(bytes_per_row, 1), 1) // unit) * unit)
+    n_chunks = triton.cdiv(num_rows, fit)
+    return triton.cdiv(triton.cdiv(num_rows, n_chunks), unit) * unit
 
 
 def keys_split(tiles: int, row_tiles: int, sms: int) -> int:

@@ -231,6 +231,8 @@ def test_chunk_and_split_sizing():
     assert chunk_rows(65536, 2 * 2048 * 2 + 2 * 16 * 4, wide.WORKSPACE_BYTES, 128) == 65536
     assert chunk_rows(1000, 10**9, 10, 128) == 128  # at least one tile
     assert chunk_rows(300, 1, 10**9, 128) == 384  # at most all rows (rounded up to a tile)
+    # B1 S4096 H64/1 1088 / 1024 forward: 262144 rows, 129024 fit: three equal chunks, not 2 + a 4096-row tail
+    assert chunk_rows(262144, 4096 * 2 + 32 * 4, wide.WORKSPACE_BYTES, 128) == 87424
     assert keys_split(1000, 100, 132) == 1
     tiles = 2 * 16 * (5 + 4)  # B2 x 2048 keys / 128 x (576 / 128 -> 5 + 512 / 128 slices)
     s = keys_split(tiles, 512, 132)
