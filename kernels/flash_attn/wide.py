@@ -6,8 +6,10 @@ registers; a Hopper SM has 256 KiB of registers, so one program can hold about 3
 elements (128 per thread at 8 warps): [64, 512] at most. Splitting d_v into slices of that width,
 each program recomputing S = Q K^T for its rows, costs the Q K^T FLOPs once per slice:
 (n_slices * d_qk + d_v) / (d_qk + d_v) = 1.0x at 576 / 512, 1.52x at 1088 / 1024 and 2.52x at
-2112 / 2048 in the forward; the backward has three wide accumulators (dQ, dK over d_qk, dV over
-d_v), each needing S and dP = dO V^T per slice: 1.6x at 576 / 512 up to 4.6x at 2112 / 2048.
+2112 / 2048 in the forward (1.53x / 2.55x / 4.55x with 128-row, 256-wide slices). The backward has
+three wide accumulators (dQ and dK over d_qk, dV over d_v); sliced the same way, every dK and dQ
+slice recomputes S and dP = dO V^T and every dV slice S: 2.4x / 3.4x / 5.4x the five matmuls'
+FLOPs (the FA2 split's seven are 1.4x). Table in docs/perf/flash_attn.md, session 12.
 
 What this does instead: at these widths one (query row, key) pair costs 2 (d_qk + d_v) = 2-8 kFLOP
 of matmul but only 2-4 bytes to store its score-shaped values, so the score-shaped matrices are
