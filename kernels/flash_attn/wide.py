@@ -16,7 +16,8 @@ of matmul but only 2-4 bytes to store its score-shaped values, so the score-shap
 materialised in a bounded workspace (row chunks of at most ``workspace_bytes``, default
 ``WORKSPACE_BYTES``) and every wide product becomes a plain GEMM with a [block, slice] accumulator:
 no FLOP is recomputed (the FA2 backward's 7-matmul split recomputes Q K^T and dO V^T; this does 5),
-and every kernel reads about one byte of workspace per 250-1000 FLOPs (compute-bound).
+and every kernel moves one byte of workspace per 512-2112 FLOPs of its matmuls, far above the H100's
+~300 FLOP/B ridge: the workspace costs memory, not time.
 
 Rows. All query heads of a kv head's group are packed into the rows of one (batch, kv head):
 row r = i * group + g is query i of head hk * group + g (query-major, as the decode kernels pack
@@ -42,9 +43,11 @@ Backward (delta = rowsum(dO * O) first, ``_bwd_delta_kernel``; then per row chun
   group happens inside the program's row loop; a split of the rows (when key blocks x slices do
   not fill the SMs) and the row chunks add into fp32 partial buffers, summed on the host in a
   fixed order: deterministic, no atomics.
-Masks (causal bottom-right, windows) are applied by element at the edges of each loop and skipped
-for tiles that see everything, as in the flash kernels; softcap as there.
-Refused: varlen (packed) inputs, FP8 (see :func:`wide_reason`).
+Masks (causal bottom-right, windows) and softcap are applied by the two producers (scores: by
+element in the masked edge loops only, as the flash kernels do; dS: per tile), which write whole
+tiles with zeros where a score is hidden, past seqlen_k and past the chunk; the three GEMM kernels
+then read the workspace without any mask (their tiles lie inside the producers').
+Refused: varlen (packed) inputs, FP8, a transposed V (see :func:`wide_reason`).
 """
 
 from __future__ import annotations
@@ -58,17 +61,16 @@ import triton.language as tl
 from . import configs
 from .fwd import _capped, arch_of, precision_of
 
-LOG2E = 1.4426950408889634
-
 # Workspace of the score-shaped matrices per launch (P~ in the forward; P and dS in the backward),
 # in bytes; the packed rows are processed in chunks that fit. 1 GiB holds the 576 / 512 forward
 # of the attention-layers preset in one chunk (2 x 65536 rows x 2048 keys x 2 B = 512 MiB + maxima)
-# and its backward in two; larger shapes take more chunks (each chunk still fills the GPU).
+# and its backward too (P and dS: 1 GiB); the larger ones take 2-4 equal chunks (each fills the GPU).
 # FLASH_ATTN_WIDE_WORKSPACE (bytes) or the ``workspace_bytes`` argument overrides it.
 WORKSPACE_BYTES = 1 << 30
 
-#: The widest head dim accepted. Nothing in the kernels holds a whole head dim (they loop over it
-#: in chunks, or split it across programs); this is the range the configs were compiled for.
+#: The widest head dim accepted: a sanity bound, not a kernel limit. Nothing in the kernels holds a
+#: whole head dim (they loop over it in chunks, or split it across programs); the sm90 configs were
+#: compiled (benchmarks/wide_ptxas.py) at 576 / 512, 1088 / 1024 and 2112 / 2048.
 WIDE_MAX_HEAD_DIM = 8192
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -484,8 +486,8 @@ def _keys_gemm_kernel(Ws, Q, DO, Acc,
 # --------------------------------------------------------------------------------------------
 
 # Interpreter (CPU) tiles: configs.INTERPRET_BLOCK_M / N rows and keys, head-dim chunks and output
-# slices of 32, so that the tests' head dims (80, 96, 288, ...) take several chunks, a masked tail
-# chunk and a partial last slice.
+# slices of 64 (the GPU's chunk), so that the tests' head dims (80, 96, 288, 576 ...) take several
+# chunks, a masked tail chunk and a partial last slice.
 INTERPRET_BLOCK_K = 64
 INTERPRET_BLOCK_W = 64
 
@@ -574,11 +576,6 @@ def wide_configs(dtype: torch.dtype, arch: int = 90, d: int = 576, dv: int = 512
         "dq": dict(BLOCK_M=128, BLOCK_N=64, BLOCK_W=dq_w, num_warps=8, num_stages=3),
         "dkdv": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_W=128, num_warps=8, num_stages=3),
     }
-
-
-def _meta(cfg: dict) -> dict:
-    """A config as launch keywords (num_warps / num_stages are Triton's, the rest constexprs)."""
-    return dict(cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -748,13 +745,13 @@ def wide_fwd(q, k, v, *, softmax_scale, causal, window_left=-1, window_right=-1,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             lse.stride(0), lse.stride(1), ws.stride(0), ws.stride(1), ws_max.stride(0), ws_max.stride(1),
             row_max.stride(0), r_begin, r_end, sm_scale=float(softmax_scale), softcap=float(softcap or 0.0),
-            HEAD_DIM=d, HAS_SOFTCAP=bool(softcap), **common, **_meta(sc))
+            HEAD_DIM=d, HAS_SOFTCAP=bool(softcap), **common, **sc)
         _rows_gemm_kernel[(triton.cdiv(r_end - r_begin, pv["BLOCK_M"]) * n_slices, bhk)](
             ws, ws_max, row_max, row_inv_l, v, out,
             ws.stride(0), ws.stride(1), ws_max.stride(0), ws_max.stride(1), row_max.stride(0),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
             r_begin, r_end, n_slices, out_scale=1.0, WIDTH=dv, RESCALE=True, SCALE_BLOCK_N=sc["BLOCK_N"],
-            **common, **_meta(pv))
+            **common, **pv)
     return out, lse
 
 
@@ -789,7 +786,7 @@ def wide_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left=-1, wi
     delta = torch.empty((bhk, rows), device=q.device, dtype=torch.float32)
     _bwd_delta_kernel[(triton.cdiv(rows, de["BLOCK_M"]), bhk)](
         out, do, delta, out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        delta.stride(0), rows, hk, group, HEAD_DIM_V=dv_dim, **_meta(de))
+        delta.stride(0), rows, hk, group, HEAD_DIM_V=dv_dim, **de)
 
     _check_tiles(dq_cfg, ds_cfg, "dq", "ds")
     _check_tiles(kv_cfg, ds_cfg, "dkdv", "ds")
@@ -816,20 +813,20 @@ def wide_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left=-1, wi
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             lse.stride(0), lse.stride(1), delta.stride(0), ws.stride(0), ws.stride(1), ws.stride(2),
             r_begin, r_end, n_key_blocks, sm_scale=float(softmax_scale), softcap=float(softcap or 0.0),
-            HEAD_DIM=d, HEAD_DIM_V=dv_dim, HAS_SOFTCAP=bool(softcap), **common, **_meta(ds_cfg))
+            HEAD_DIM=d, HEAD_DIM_V=dv_dim, HAS_SOFTCAP=bool(softcap), **common, **ds_cfg)
         _rows_gemm_kernel[(triton.cdiv(n_rows, dq_cfg["BLOCK_M"]) * n_slices_q, bhk)](
             ws, ws, delta, delta, k, dq,  # (AMax / RowMax / RowInvL unused without RESCALE)
             ws.stride(1), ws.stride(2), 0, 0, 0,
             k.stride(0), k.stride(1), k.stride(2), dq.stride(0), dq.stride(1), dq.stride(2),
             r_begin, r_end, n_slices_q, out_scale=float(softmax_scale), WIDTH=d, RESCALE=False, SCALE_BLOCK_N=1,
-            **common, **_meta(dq_cfg))
+            **common, **dq_cfg)
         rows_per_split = triton.cdiv(triton.cdiv(n_rows, split), kv_cfg["BLOCK_M"]) * kv_cfg["BLOCK_M"]
         _keys_gemm_kernel[(triton.cdiv(sk, kv_cfg["BLOCK_N"]) * n_slices_kv, bhk * split)](
             ws, q, do, acc, ws.stride(0), ws.stride(1), ws.stride(2),
             q.stride(0), q.stride(1), q.stride(2), do.stride(0), do.stride(1), do.stride(2),
             acc.stride(0), acc.stride(1), acc.stride(2), acc.stride(3),
             r_begin, r_end, rows_per_split, split, n_slices_k, n_slices_kv, int(r_begin > 0),
-            HEAD_DIM=d, HEAD_DIM_V=dv_dim, **common, **_meta(kv_cfg))
+            HEAD_DIM=d, HEAD_DIM_V=dv_dim, **common, **kv_cfg)
     # fixed-order sums of the splits' fp32 partials: deterministic
     dk_sum = acc[..., :d].sum(0) if split > 1 else acc[0, ..., :d]
     dv_sum = acc[..., d:].sum(0) if split > 1 else acc[0, ..., d:]
