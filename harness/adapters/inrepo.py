@@ -133,8 +133,9 @@ class TritonFA(SoftmaxAdapter):
             return "triton_fa has no varlen entry point (kernels.flash_attn.flash_attn_varlen_func) yet"
         check = getattr(mod, "unsupported_reason", None)
         if check is not None:
+            form = {"varlen": case.is_varlen} if "varlen" in call_params(check) else {}
             for dim in dict.fromkeys((case.d, case.d_v)):  # the value head dim may differ (MLA: 192 / 128)
-                reason = check(dim, case.torch_dtype)
+                reason = check(dim, case.torch_dtype, **form)
                 if reason:
                     return reason
         if case.call == "positional":
@@ -274,8 +275,9 @@ class TritonFAFP8(SoftmaxAdapter):
             return reason
         if not hasattr(mod, "flash_attn_fp8_func"):
             return "this kernels.flash_attn has no flash_attn_fp8_func"
+        form = {"fp8": True} if "fp8" in call_params(mod.unsupported_reason) else {}
         for dim in dict.fromkeys((case.d, case.d_v)):
-            reason = mod.unsupported_reason(dim, torch.bfloat16)
+            reason = mod.unsupported_reason(dim, torch.bfloat16, **form)
             if reason:
                 return reason
         return None

@@ -402,6 +402,11 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     :mod:`kernels.launcher`); the caller keys it on the call's signature (dO's included).
     """
     varlen = cu_seqlens_q is not None
+    if q.shape[-1] > configs.MAX_HEAD_DIM or v.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
+        from .wide import wide_bwd
+
+        return wide_bwd(do, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+                        window_right=window_right, softcap=softcap, allow_tf32=allow_tf32, cu_seqlens_q=cu_seqlens_q)
     if varlen:
         batch = cu_seqlens_q.numel() - 1
         _, hq, d = q.shape

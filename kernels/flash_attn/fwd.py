@@ -335,6 +335,12 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     if v_transposed and varlen:
         raise ValueError("v_transposed: dense inputs only")
     dv = v.shape[2] if v_transposed else v.shape[-1]
+    if dv > configs.MAX_HEAD_DIM or q.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
+        from .wide import wide_fwd
+
+        return wide_fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+                        window_right=window_right, softcap=softcap, allow_tf32=allow_tf32, cu_seqlens_q=cu_seqlens_q,
+                        descales=descales, out_dtype=out_dtype, v_transposed=v_transposed)
     if varlen:
         total_q, hq, d = q.shape
         out = torch.empty((total_q, hq, dv), device=q.device, dtype=out_dtype or q.dtype)

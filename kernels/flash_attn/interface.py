@@ -19,13 +19,19 @@ from .fwd import flash_attn_fwd
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def unsupported_reason(head_dim: int, dtype: torch.dtype) -> str | None:
-    """Why (head_dim, dtype) cannot run, or None when it can."""
-    if dtype not in SUPPORTED_DTYPES:
+def unsupported_reason(head_dim: int, dtype: torch.dtype, *, varlen: bool = False, fp8: bool = False) -> str | None:
+    """Why (head_dim, dtype) cannot run, or None when it can. Head dims above 256 run on the wide
+    kernels (kernels/flash_attn/wide.py: absorbed MLA's 576 / 512 and wider), dense inputs only
+    (``varlen``, ``fp8``: the call's form, refused there with the reason)."""
+    if dtype not in SUPPORTED_DTYPES and not fp8:
         return f"unsupported: dtype {dtype} (the kernels take float16, bfloat16, float32)"
-    if head_dim < 1 or head_dim > configs.MAX_HEAD_DIM:
+    if head_dim > configs.MAX_HEAD_DIM:
+        from .wide import wide_reason
+
+        return wide_reason(head_dim, head_dim, dtype if not fp8 else torch.bfloat16, varlen=varlen, fp8=fp8)
+    if head_dim < 1:
         return (f"unsupported: head dim {head_dim} (the kernels keep a [block, head_dim] tile per operand in "
-                f"shared memory and registers; at most {configs.MAX_HEAD_DIM})")
+                f"shared memory and registers; at most {configs.MAX_HEAD_DIM}, wider on the wide kernels)")
     if head_dim % configs.HEAD_DIM_MULTIPLE:
         return (f"unsupported: head dim {head_dim} is not a multiple of {configs.HEAD_DIM_MULTIPLE} "
                 "(rows must be 16-byte aligned for vector loads, as in flash-attn)")
@@ -68,10 +74,10 @@ def _check_common(q, k, v, rank, layout, softmax_scale, window_size):
     hq, hk = q.shape[-2], k.shape[-2]
     if hk == 0 or hq % hk:
         raise ValueError(f"k: heads_k ({hk}) must divide heads_q ({hq}) (GQA/MQA)")
-    reason = unsupported_reason(d, q.dtype)
+    reason = unsupported_reason(d, q.dtype, varlen=rank == 3)
     if reason:
         raise ValueError(f"q: {reason}")
-    reason = unsupported_reason(v.shape[-1], q.dtype)
+    reason = unsupported_reason(v.shape[-1], q.dtype, varlen=rank == 3)
     if reason:
         raise ValueError(f"v: {reason.replace('head dim', 'value head dim')}")
     return _check_scale_and_window(softmax_scale, window_size, d)
@@ -310,7 +316,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     if hk == 0 or hq % hk:
         raise ValueError(f"k: heads_k ({hk}) must divide heads_q ({hq}) (GQA/MQA)")
     for name, dim in (("q", d), ("v", v.shape[-1])):
-        reason = unsupported_reason(dim, torch.bfloat16)
+        reason = unsupported_reason(dim, torch.bfloat16, fp8=True)
         if reason:
             raise ValueError(f"{name}: {reason}")
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):

@@ -267,3 +267,29 @@ def test_gpu_wide_matches_oracle(case, dtype):
 def test_gpu_wide_chunks_and_split():
     """Several row chunks (a 4 MiB workspace) and a 3-way dK / dV row split at the sm90 tiles, bf16."""
     check_wide(1, 300, 300, 8, 1, 576, 512, torch.bfloat16, causal=True, workspace_bytes=4 << 20, split=3)
+
+
+def test_the_public_entry_points_dispatch_wide_head_dims():
+    """flash_attn_func with a head dim above 256 runs the wide kernels (forward and backward through
+    autograd, against the FP64 oracle); the varlen and FP8 entry points refuse it with the reason."""
+    from kernels.flash_attn import flash_attn_fp8_func, flash_attn_func, flash_attn_varlen_func, unsupported_reason
+
+    g = torch.Generator().manual_seed(3)
+    mk = lambda *s: torch.randn(*s, generator=g).to(DEVICE)  # noqa: E731
+    q, k, v, do = mk(1, 9, 2, 264), mk(1, 9, 1, 264), mk(1, 9, 1, 48), mk(1, 9, 2, 48)
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    out = flash_attn_func(qr, kr, vr, causal=True)
+    out.backward(do)
+    orc = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=True)
+    for name, cand, ref in (("out", out, orc.out), ("dq", qr.grad, orc.dq), ("dk", kr.grad, orc.dk),
+                            ("dv", vr.grad, orc.dv)):
+        assert rel_err(cand, ref) < 1e-5, name
+    assert unsupported_reason(576, torch.bfloat16) is None
+    assert "varlen" in unsupported_reason(576, torch.bfloat16, varlen=True)
+    cu = torch.tensor([0, 9], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="varlen"):
+        flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 9, 9)
+    e4m3 = torch.float8_e4m3fn
+    ones = torch.ones(1, 1, device=DEVICE)
+    with pytest.raises(ValueError, match="FP8"):
+        flash_attn_fp8_func(q.to(e4m3), k.to(e4m3), v.to(e4m3), ones, ones, ones)
