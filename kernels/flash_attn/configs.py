@@ -290,6 +290,10 @@ def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
       CTAs share an SM and one's softmax overlaps another's matmuls; 64x128 and 128x64 kept as
       challengers.
     - hd 256: 64x64 / 64x32: the accumulator alone is 64x256 fp32; 1-2 stages.
+    - hd 136-192 split in two parts (block_db; MLA's 192 / 128): q / k tiles 144-192 wide. The first
+      pick stays 64x64 on 4 warps, 2 stages: 147 registers, 107520 B of shared memory, so two CTAs
+      share an SM (padded to 256 it took 132096 B: one CTA). Challengers: 128x64 on 8 warps (154
+      registers, 132096 B) and 3 stages (148480 B), both one CTA per SM.
     - fp32: ieee dots run on the FMA units, not the tensor cores: small tiles, 1-2 stages; at hd 256
       32 rows (64 spills 11 KB).
     - pre-Hopper: no TMA, at most 3 stages.
@@ -307,6 +311,8 @@ def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
     elif d <= 128:
         keep = [(64, 64, 4, 3, T), (64, 64, 4, 3, P), (64, 128, 4, 2, T), (64, 64, 4, 4, T),
                 (128, 64, 8, 2, T)]
+    elif d <= 192 and block_db(d, elt):
+        keep = [(64, 64, 4, 2, T), (128, 64, 8, 2, T), (64, 64, 4, 3, T), (64, 32, 4, 2, T), (64, 64, 4, 2, P)]
     else:
         keep = [(64, 64, 4, 2, T), (64, 32, 4, 2, T), (64, 64, 4, 2, P), (64, 32, 4, 1, P)]
     if arch and arch < 90:
@@ -325,6 +331,13 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     - dK/dV hd 64: 32x128 (TMA) or 64x64 on 4 warps won depending on seqlen (v2).
     - dQ: 64x64 on 4 warps won everywhere (v1, v2), TMA or pointers by a hair.
     - hd 256 and fp32: small tiles, 1 stage (registers and shared memory are the limit).
+    - hd 136-192 split in two parts (block_db; 192 / 128 bf16): the hd 256 list's 32-row tiles run on
+      mma.sync (no wgmma below 64 rows per warpgroup) or spill (32x64: 356 B padded). Split, 64-row
+      tiles fit without spills: dK/dV 64x64 on 8 warps, 2 stages (240 registers, 0 spills, 123904 B;
+      padded 255 and 4 B); dQ 64x64 on 8 warps, 2 stages (161, 0, 123904 B), one CTA of 8 warps per SM,
+      ahead of hd 128's 64x64 on 4 warps (205, 0, 123904 B: one CTA of 4 warps here, where hd 128's
+      99 KB let two share an SM) and 64x32 on 4 warps (192, 0, 82944 B: two CTAs); the old 32x32
+      tiles stay as challengers (sm90 compile reports, not timed: docs/perf/flash_attn.md, session 12).
     """
     if elt == 4:
         pairs = ([(32, 16, 4, 1, P), (16, 16, 4, 1, P)] if d > 128 else
@@ -336,6 +349,9 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     elif d <= 128:
         keep = ([(64, 128, 8, 2, T), (32, 128, 8, 2, T), (64, 64, 8, 2, T)] if resident_is_n
                 else [(64, 64, 4, 2, T), (64, 64, 4, 2, P), (64, 128, 4, 2, T)])
+    elif d <= 192 and block_db(d, elt):
+        keep = ([(64, 64, 8, 2, T), (32, 64, 8, 2, T), (32, 32, 4, 1, T), (32, 32, 4, 1, P)] if resident_is_n
+                else [(64, 64, 8, 2, T), (64, 64, 4, 2, T), (64, 32, 4, 2, T), (32, 32, 4, 1, T), (32, 32, 4, 1, P)])
     else:
         keep = ([(32, 32, 4, 1, T), (32, 64, 4, 1, T), (32, 32, 4, 1, P), (32, 64, 8, 1, P)] if resident_is_n else
                 [(32, 32, 4, 1, T), (64, 32, 4, 1, T), (32, 32, 4, 1, P), (64, 32, 8, 1, P)])

@@ -198,8 +198,16 @@ def test_head_dim_split_rule(monkeypatch):
     assert c.smem_estimate(cfg, c._smem_fwd, args) == 2 * (64 * 192 + 2 * 64 * 320) + c.SMEM_HEADROOM_BYTES
     unsplit = {"Q": args["Q"], "BLOCK_D": 64, "BLOCK_DV": 128}  # not split: every tile at the wider dim, as before
     assert c.smem_estimate(cfg, c._smem_fwd, unsplit) == c._smem_fwd(cfg, 128, 2) + c.SMEM_HEADROOM_BYTES
+    # hd 136-192 split have their own tile lists (the hd 256 list's 32-row backward tiles get no wgmma),
+    # every tile within the shared memory at 192 / 128
+    assert c.fwd_keep(192, 2, 90)[0] == (64, 64, 4, 2, True)
+    assert (c.bwd_keep(192, 2, 90, True)[0], c.bwd_keep(192, 2, 90, False)[0]) == ((64, 64, 8, 2, True), (64, 64, 8, 2, True))
+    for keep, fn in ((c.fwd_keep(192, 2, 90), c._smem_fwd), (c.bwd_keep(192, 2, 90, True), c._smem_bwd),
+                     (c.bwd_keep(192, 2, 90, False), c._smem_bwd)):
+        assert all(c.smem_estimate(c._cfg(*k), fn, args) <= c.H100_SMEM_BYTES for k in keep), keep
     monkeypatch.setattr(c, "HEAD_DIM_SPLIT", False)
     assert c.block_db(192) == 0
+    assert c.bwd_keep(192, 2, 90, True)[0] == c.bwd_keep(256, 2, 90, True)[0]  # padded: the hd 256 list
 
 
 @pytest.mark.parametrize("bwd, tma", [("split", False), ("atomic", True)], ids=["split-dQ-pointers", "atomic-dQ-TMA"])
