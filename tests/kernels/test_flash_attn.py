@@ -572,13 +572,14 @@ def test_layer_preset_shapes_pass_or_say_why(case):
 
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D32-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
                                      "B1-H2-S48x48-D32-win8x4-cap5-e4m3-bf16", "B2-H4/2-S64x64-D64-scale1-e4m3-bf16",
-                                     "B1-H2-S40x40-D128-causal-e4m3-fp16", "B2-H4/2-S45x70-D32-causal-e4m3-perhead-bf16"])
+                                     "B1-H2-S40x40-D128-causal-e4m3-fp16", "B2-H4/2-S45x70-D32-causal-e4m3-perhead-bf16",
+                                     "B1-H2/1-S33x40-D192v128-causal-e4m3-bf16"])
 @pytest.mark.parametrize("v_transposed", [False, True], ids=["V", "Vt"])
 def test_fp8_forward_matches_the_fp8_reference(case_id, v_transposed):
     """Against the FP64 oracle on the dequantised inputs, within 2x the error of the eager FP8
     reference (P quantised to e4m3 dominates both), lse within the tolerance rule's FP8 floor (the
     FP8 tensor cores' accumulator; promoted after every MMA it is within fp32 rounding); V as given
-    and V transposed to [B, Hk, Dv, Sk] (the layout used on Hopper)."""
+    and V transposed to [B, Hk, Dv, Sk] (the layout used on Hopper); 192 / 128 runs the split head dim."""
     from harness.adapters.eager import eager_fp8_attention
     from harness.cases import case_from_id
     from harness.cases import make_inputs as harness_inputs
