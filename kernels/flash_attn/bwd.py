@@ -80,19 +80,24 @@ def _query_range(n0, seqlen_q, seqlen_k, off, left, right,
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base,
+def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base, delta_base, dq_base,
                 stride_qs, stride_dos, stride_dqs,
                 start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                 MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                 BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
+                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
+    """BLOCK_DB > 0 (split head dim, configs.block_db): k, q, dk and the atomic dQ hold columns
+    [0, BLOCK_D); k_b, q_b, dk_b and dQ's second part [BLOCK_D, BLOCK_D + BLOCK_DB)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d[None, :] < HEAD_DIM
     for start in tl.range(start_m, end_m, BLOCK_M):
         offs_m = start + offs_m0
         q = _load_rows(q_base, q_desc, start, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        if BLOCK_DB:
+            q_b = _load_rows(q_base, q_desc_b, start, seqlen_q, stride_qs, BLOCK_M, BLOCK_DB, HEAD_DIM, MASKED,
+                             USE_TMA, BLOCK_D)
         do = _load_rows(do_base, do_desc, start, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, MASKED,
                         USE_TMA)
         if MASKED:
@@ -106,6 +111,8 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
         # S^T = K Q^T: P^T is born in the accumulator layout that the dV dot takes as its A operand.
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [BLOCK_N, BLOCK_M]
+        if BLOCK_DB:
+            s_t = tl.dot(k_b, tl.trans(q_b), s_t, input_precision=PRECISION)
         if HAS_SOFTCAP:
             s_t, t_t = _capped(s_t, sm_scale, softcap)
             p_t = tl.math.exp2(s_t - lse2[None, :])
@@ -125,6 +132,8 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
             ds_t = ds_t * (1.0 - t_t * t_t)
         ds_t = ds_t.to(q.dtype)
         dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+        if BLOCK_DB:
+            dk_b = tl.dot(ds_t, q_b, dk_b, input_precision=PRECISION)
         if ATOMIC_DQ:
             # FA2's dQ: this key block's share dS K goes straight into an fp32 buffer (sm_scale
             # folded in here; dK gets it once at the end).
@@ -132,11 +141,22 @@ def _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_
             dq_ptrs = dq_base + offs_m[:, None] * stride_dqs + offs_d[None, :]
             if MASKED:
                 tl.atomic_add(dq_ptrs, dq_part, mask=(offs_m[:, None] < seqlen_q) & d_mask, sem="relaxed")
-            elif BLOCK_D != HEAD_DIM:
+            elif BLOCK_D > HEAD_DIM:
                 tl.atomic_add(dq_ptrs, dq_part, mask=d_mask, sem="relaxed")
             else:
                 tl.atomic_add(dq_ptrs, dq_part, sem="relaxed")
-    return dk, dv
+            if BLOCK_DB:  # dQ's second part: columns [BLOCK_D, HEAD_DIM) of the buffer
+                dq_part_b = tl.dot(tl.trans(ds_t), k_b, input_precision=PRECISION) * sm_scale
+                offs_db = BLOCK_D + tl.arange(0, BLOCK_DB)
+                dq_ptrs_b = dq_base + offs_m[:, None] * stride_dqs + offs_db[None, :]
+                if MASKED:
+                    tl.atomic_add(dq_ptrs_b, dq_part_b, mask=(offs_m[:, None] < seqlen_q) & (offs_db[None, :] < HEAD_DIM),
+                                  sem="relaxed")
+                elif BLOCK_D + BLOCK_DB > HEAD_DIM:
+                    tl.atomic_add(dq_ptrs_b, dq_part_b, mask=offs_db[None, :] < HEAD_DIM, sem="relaxed")
+                else:
+                    tl.atomic_add(dq_ptrs_b, dq_part_b, sem="relaxed")
+    return dk, dk_b, dv
 
 
 @triton.jit
@@ -155,7 +175,10 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     USE_TMA: tl.constexpr):
+                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
+    # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
+    # K, dK and the Q tiles in two column ranges, S^T and dQ as two dots, nothing padded to BLOCK_D
+    BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     # group_split > 1 (MQA / GQA with few kv heads): the query heads of a group are shared by that
@@ -174,7 +197,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
     off = seqlen_k - seqlen_q
     b64 = b.to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_DA)
     offs_dv = tl.arange(0, BLOCK_DV)
     kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
     v_mask = (offs_n[:, None] < seqlen_k) & (offs_dv[None, :] < HEAD_DIM_V)
@@ -183,8 +206,17 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                 mask=kv_mask, other=0.0)
     v = tl.load(V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_rows * stride_vs + offs_dv[None, :],
                 mask=v_mask, other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dk = tl.zeros([BLOCK_N, BLOCK_DA], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+    if BLOCK_DB:
+        offs_db = BLOCK_DA + tl.arange(0, BLOCK_DB)
+        kb_mask = (offs_n[:, None] < seqlen_k) & (offs_db[None, :] < HEAD_DIM)
+        k_b = tl.load(K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_rows * stride_ks + offs_db[None, :],
+                      mask=kb_mask, other=0.0)
+        dk_b = tl.zeros([BLOCK_N, BLOCK_DB], dtype=tl.float32)
+    else:
+        k_b = k
+        dk_b = dk
     qk_scale = sm_scale * 1.4426950408889634
     lo, mid_lo, mid_hi, hi = _query_range(n0, seqlen_q, seqlen_k, off, left, right,
                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
@@ -195,46 +227,64 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         lse_base = Lse + b64 * stride_lb + h * stride_lh + q_start
         delta_base = Delta + b64 * stride_lb + h * stride_lh + q_start
         dq_base = _head_rows(DQacc, b64, h, q_start, stride_dqab, stride_dqah, stride_dqas)
-        q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
+        q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_DA, HEAD_DIM, USE_TMA)
+        if BLOCK_DB:
+            q_desc_b = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_DB, HEAD_DIM, USE_TMA)
+        else:
+            q_desc_b = q_desc
         do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
         if HAS_RIGHT:
-            dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
+            dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
+                                       delta_base, dq_base, stride_qs,
                                  stride_dos, stride_dqas,
                                  lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                                 True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA)
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
+                                 True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
+        dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
+                                       delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                             False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                             PRECISION, ATOMIC_DQ, USE_TMA)
-        dk, dv = _dkdv_inner(dk, dv, k, v, q_base, do_base, q_desc, do_desc, lse_base, delta_base, dq_base, stride_qs,
+                             False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
+        dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
+                                       delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                             True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA)
+                             True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
     dk = dk * sm_scale
     dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
     gs64 = gs.to(tl.int64)
     tl.store(DK + gs64 * stride_dkp + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks
              + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
+    if BLOCK_DB:
+        dk_b = dk_b * sm_scale
+        tl.store(DK + gs64 * stride_dkp + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks
+                 + offs_db[None, :], dk_b.to(DK.dtype.element_ty), mask=kb_mask)
     tl.store(DV + gs64 * stride_dvp + b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs
              + offs_dv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
 
 
 @triton.jit
-def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
               start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
               MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
               BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-              PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
+              PRECISION: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
+    """BLOCK_DB > 0 (split head dim, configs.block_db): q, the K tiles and dq hold columns [0, BLOCK_D);
+    q_b, the K_b tiles and dq_b [BLOCK_D, BLOCK_D + BLOCK_DB)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        if BLOCK_DB:
+            k_b = _load_rows(k_base, k_desc_b, start, seqlen_k, stride_ks, BLOCK_N, BLOCK_DB, HEAD_DIM, MASKED,
+                             USE_TMA, BLOCK_D)
         v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if BLOCK_DB:
+            s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PRECISION)
         if HAS_SOFTCAP:
             s, t = _capped(s, sm_scale, softcap)
             p = tl.math.exp2(s - lse2[:, None])
@@ -252,7 +302,9 @@ def _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks,
         if HAS_SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
-    return dq
+        if BLOCK_DB:
+            dq_b = tl.dot(ds.to(k.dtype), k_b, dq_b, input_precision=PRECISION)
+    return dq, dq_b
 
 
 @triton.jit
@@ -270,7 +322,11 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                    SEQ_BUCKET, FILL_BUCKET, ARCH,
                    FUSE_DELTA: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
+                   BLOCK_DB: tl.constexpr = 0):
+    # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
+    # Q, the K tiles and dQ in two column ranges, S as two dots, dQ = dS K per part
+    BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -287,7 +343,7 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     b64 = b.to(tl.int64)
     h64 = h.to(tl.int64)
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_DA)
     offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < seqlen_q
     q_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
@@ -307,29 +363,52 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     # Q after delta: O is dead by then, which keeps the peak register count down.
     q = tl.load(Q + b64 * stride_qb + h64 * stride_qh + q_rows * stride_qs + offs_d[None, :],
                 mask=q_mask, other=0.0)
+    if BLOCK_DB:
+        offs_db = BLOCK_DA + tl.arange(0, BLOCK_DB)
+        qb_mask = row_ok[:, None] & (offs_db[None, :] < HEAD_DIM)
+        q_b = tl.load(Q + b64 * stride_qb + h64 * stride_qh + q_rows * stride_qs + offs_db[None, :],
+                      mask=qb_mask, other=0.0)
+    else:
+        q_b = q
     lse = tl.load(Lse + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, mask=row_ok, other=float("inf"))
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     k_base = K + b64 * stride_kb + hk.to(tl.int64) * stride_kh + k_start.to(tl.int64) * stride_ks
     v_base = V + b64 * stride_vb + hk.to(tl.int64) * stride_vh + k_start.to(tl.int64) * stride_vs
-    k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DA, HEAD_DIM, USE_TMA)
     v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     qk_scale = sm_scale * 1.4426950408889634
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    dq = tl.zeros([BLOCK_M, BLOCK_DA], dtype=tl.float32)
+    if BLOCK_DB:
+        k_desc_b = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DB, HEAD_DIM, USE_TMA)
+        dq_b = tl.zeros([BLOCK_M, BLOCK_DB], dtype=tl.float32)
+    else:
+        k_desc_b = k_desc
+        dq_b = dq
     lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
                                         BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
-        dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+        dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
+                             stride_vs,
                        lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                       True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
-    dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                       True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
+                             BLOCK_DB)
+    dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
+                             stride_vs,
                    mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                   False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
-    dq = _dq_inner(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                   False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
+                             BLOCK_DB)
+    dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
+                             stride_vs,
                    mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA)
+                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
+                             BLOCK_DB)
     dq = dq * sm_scale
     tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + q_rows * stride_dqs + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
+    if BLOCK_DB:
+        dq_b = dq_b * sm_scale
+        tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + q_rows * stride_dqs + offs_db[None, :],
+                 dq_b.to(DQ.dtype.element_ty), mask=qb_mask)
 
 
 # The atomic variant accumulates into DQacc, so every timing run of the tuner must start from 0.
@@ -489,6 +568,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
         "softcap": float(softcap or 0.0), "HAS_SOFTCAP": bool(softcap),
         "HEAD_DIM": d, "BLOCK_D": bd, "HEAD_DIM_V": dv_dim, "BLOCK_DV": bdv, "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
+        "BLOCK_DB": configs.block_db(d, q.element_size()),
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),

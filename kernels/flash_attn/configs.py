@@ -30,7 +30,7 @@ H100_SMEM_BYTES = 232448
 SMEM_HEADROOM_BYTES = 16 * 1024
 
 # Head dims the kernels take: tl.arange needs a power of two, so the tile is padded to BLOCK_D and
-# the tail masked; tl.dot needs K >= 16. 256 is the largest flash-attn supports, and its fp32
+# the tail masked (or q / k's head dim split in two power-of-two parts: block_db); tl.dot needs K >= 16. 256 is the largest flash-attn supports, and its fp32
 # backward tiles are the largest we have checked still fit in 227 KiB.
 MAX_HEAD_DIM = 256
 HEAD_DIM_MULTIPLE = 8
@@ -70,6 +70,42 @@ if interpreting():
 
 def block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
+
+
+# Head-dim split (issue 16): q / k head dims that are not a power of two are cut into two
+# power-of-two parts instead of being padded. Tests and A/B compiles turn it off to get the padded
+# kernels back; power-of-two head dims never split.
+HEAD_DIM_SPLIT = True
+
+
+def block_db(head_dim: int, elt: int = 2) -> int:
+    """Width of the second part of a split q / k head dim, or 0: not split (BLOCK_DB, a constexpr).
+
+    A head dim that is not a power of two pads to ``block_d`` = 2P columns, P the largest power of
+    two below it. Split, the first part is those P columns (all real: no mask, no waste) and the
+    second the remaining d - P padded to a power of two, at least the smallest dot depth (16; 32 for
+    1-byte FP8, whose MMA is 32 deep): 192 = 128 + 64, 96 = 64 + 32, 160 = 128 + 32, 80 = 64 + 16,
+    40 = 32 + 8 (padded to 16). Q K^T is then two dots summed, and the Q / K tiles, their shared
+    memory and the dK / dQ accumulators shrink from 2P to P + BLOCK_DB columns (192: 256 -> 192).
+    Only when that is narrower than 2P, i.e. d - P <= P / 2: 224 = 128 + 96 would pad its second
+    part to 128, the padded width again, so 224 (and 56, 104-120, 200-248) stay padded. A third part
+    (224 = 128 + 64 + 32) would save 32 of 256 columns for a third dot, descriptor and accumulator
+    on every tile: not taken; 192 (MLA's training form) and 96 are the head dims in use.
+    """
+    full = block_d(head_dim)
+    if not HEAD_DIM_SPLIT or full == head_dim:
+        return 0
+    first = full // 2
+    if head_dim <= first:  # below the smallest tile (d = 8 in a 16-wide one): nothing to split
+        return 0
+    second = max(32 if elt == 1 else 16, triton.next_power_of_2(head_dim - first))
+    return second if second < first else 0
+
+
+def qk_width(args) -> int:
+    """Columns of a q / k tile of a launch: the padded head dim, or the split's two parts."""
+    db = args.get("BLOCK_DB", 0)
+    return args["BLOCK_D"] // 2 + db if db else args["BLOCK_D"]
 
 
 def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
@@ -115,27 +151,41 @@ def _elt(args) -> int:
     return q.element_size()
 
 
-def _smem_fwd(cfg, head_dim_padded: int, elt: int) -> int:
+def _smem_fwd(cfg, head_dim_padded: int, elt: int, width_v: int | None = None) -> int:
+    """Bytes of the forward's tiles: q / k at ``head_dim_padded`` columns, v at ``width_v`` (default the same)."""
     bm, bn, st = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_stages
+    wv = head_dim_padded if width_v is None else width_v
     # Q tile once, K and V tiles per pipeline stage.
-    return bm * head_dim_padded * elt + max(st, 1) * 2 * bn * head_dim_padded * elt
+    return bm * head_dim_padded * elt + max(st, 1) * bn * (head_dim_padded + wv) * elt
 
 
-def _smem_bwd(cfg, head_dim_padded: int, elt: int) -> int:
+def _smem_bwd(cfg, head_dim_padded: int, elt: int, width_v: int | None = None) -> int:
+    """Bytes of a backward kernel's tiles: q / k at ``head_dim_padded`` columns, v / dO at ``width_v``."""
     bm, bn, st = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_stages
+    wv = head_dim_padded if width_v is None else width_v
     # The resident tiles (K,V for dK/dV; Q,dO for dQ) plus the streamed pair per stage, plus the
     # P / dS tile staged through shared memory for the second operand of a dot.
-    resident = 2 * max(bm, bn) * head_dim_padded * elt
-    streamed = max(st, 1) * 2 * max(bm, bn) * head_dim_padded * elt
+    resident = max(bm, bn) * (head_dim_padded + wv) * elt
+    streamed = max(st, 1) * max(bm, bn) * (head_dim_padded + wv) * elt
     return resident + streamed + bm * bn * elt
+
+
+def smem_estimate(cfg, smem_fn, args) -> int:
+    """The filter's shared-memory bound of a config: its tiles plus the headroom. A split head dim
+    (BLOCK_DB > 0) costs each operand at its real width: q / k at the two parts (``qk_width``, 192 not
+    256), v / dO at the value dim's. Otherwise as before: d_v != d sizes every operand at the wider of
+    the two (conservative; costing v at its own width would let one more dQ tile into the hd 64 / v 128
+    list, 128x64 on 8 warps and 3 stages, 122880 B compiled: left as it was)."""
+    if args.get("BLOCK_DB"):
+        return smem_fn(cfg, qk_width(args), _elt(args), args["BLOCK_DV"]) + SMEM_HEADROOM_BYTES
+    width = max(args["BLOCK_D"], args.get("BLOCK_DV", 0))
+    return smem_fn(cfg, width, _elt(args)) + SMEM_HEADROOM_BYTES
 
 
 def _fits(cfg, smem_fn, args) -> bool:
     q = args["Q"]
     limit = device_smem_bytes(q.device.index or 0) if q.is_cuda else H100_SMEM_BYTES
-    # d_v != d: the wider of the two tiles bounds every operand (a conservative estimate)
-    width = max(args["BLOCK_D"], args.get("BLOCK_DV", 0))
-    return smem_fn(cfg, width, _elt(args)) + SMEM_HEADROOM_BYTES <= limit
+    return smem_estimate(cfg, smem_fn, args) <= limit
 
 
 def _cfg(bm, bn, w, s, tma=False):
@@ -242,6 +292,10 @@ def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
       CTAs share an SM and one's softmax overlaps another's matmuls; 64x128 and 128x64 kept as
       challengers.
     - hd 256: 64x64 / 64x32: the accumulator alone is 64x256 fp32; 1-2 stages.
+    - hd 136-192 split in two parts (block_db; MLA's 192 / 128): q / k tiles 144-192 wide. The first
+      pick stays 64x64 on 4 warps, 2 stages: 147 registers, 107520 B of shared memory, so two CTAs
+      share an SM (padded to 256 it took 132096 B: one CTA). Challengers: 128x64 on 8 warps (154
+      registers, 132096 B) and 3 stages (148480 B), both one CTA per SM.
     - fp32: ieee dots run on the FMA units, not the tensor cores: small tiles, 1-2 stages; at hd 256
       32 rows (64 spills 11 KB).
     - pre-Hopper: no TMA, at most 3 stages.
@@ -259,6 +313,8 @@ def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
     elif d <= 128:
         keep = [(64, 64, 4, 3, T), (64, 64, 4, 3, P), (64, 128, 4, 2, T), (64, 64, 4, 4, T),
                 (128, 64, 8, 2, T)]
+    elif d <= 192 and block_db(d, elt):
+        keep = [(64, 64, 4, 2, T), (128, 64, 8, 2, T), (64, 64, 4, 3, T), (64, 32, 4, 2, T), (64, 64, 4, 2, P)]
     else:
         keep = [(64, 64, 4, 2, T), (64, 32, 4, 2, T), (64, 64, 4, 2, P), (64, 32, 4, 1, P)]
     if arch and arch < 90:
@@ -277,6 +333,13 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     - dK/dV hd 64: 32x128 (TMA) or 64x64 on 4 warps won depending on seqlen (v2).
     - dQ: 64x64 on 4 warps won everywhere (v1, v2), TMA or pointers by a hair.
     - hd 256 and fp32: small tiles, 1 stage (registers and shared memory are the limit).
+    - hd 136-192 split in two parts (block_db; 192 / 128 bf16): the hd 256 list's 32-row tiles run on
+      mma.sync (no wgmma below 64 rows per warpgroup) or spill (32x64: 356 B padded). Split, 64-row
+      tiles fit without spills: dK/dV 64x64 on 8 warps, 2 stages (240 registers, 0 spills, 123904 B;
+      padded 255 and 4 B); dQ 64x64 on 8 warps, 2 stages (161, 0, 123904 B), one CTA of 8 warps per SM,
+      ahead of hd 128's 64x64 on 4 warps (205, 0, 123904 B: one CTA of 4 warps here, where hd 128's
+      99 KB let two share an SM) and 64x32 on 4 warps (192, 0, 82944 B: two CTAs); the old 32x32
+      tiles stay as challengers (sm90 compile reports, not timed: docs/perf/flash_attn.md, session 12).
     """
     if elt == 4:
         pairs = ([(32, 16, 4, 1, P), (16, 16, 4, 1, P)] if d > 128 else
@@ -288,6 +351,9 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     elif d <= 128:
         keep = ([(64, 128, 8, 2, T), (32, 128, 8, 2, T), (64, 64, 8, 2, T)] if resident_is_n
                 else [(64, 64, 4, 2, T), (64, 64, 4, 2, P), (64, 128, 4, 2, T)])
+    elif d <= 192 and block_db(d, elt):
+        keep = ([(64, 64, 8, 2, T), (32, 64, 8, 2, T), (32, 32, 4, 1, T), (32, 32, 4, 1, P)] if resident_is_n
+                else [(64, 64, 8, 2, T), (64, 64, 4, 2, T), (64, 32, 4, 2, T), (32, 32, 4, 1, T), (32, 32, 4, 1, P)])
     else:
         keep = ([(32, 32, 4, 1, T), (32, 64, 4, 1, T), (32, 32, 4, 1, P), (32, 64, 8, 1, P)] if resident_is_n else
                 [(32, 32, 4, 1, T), (64, 32, 4, 1, T), (32, 32, 4, 1, P), (64, 32, 8, 1, P)])
@@ -333,7 +399,7 @@ def _tune_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
 
 
-TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "IS_CAUSAL", "HAS_LEFT", "HAS_SOFTCAP", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ"]
+TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "BLOCK_DB", "IS_CAUSAL", "HAS_LEFT", "HAS_SOFTCAP", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ"]
 
 
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:

@@ -97,17 +97,22 @@ def _make_desc_t(base, ncols, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constex
 
 @triton.jit
 def _load_rows(base, desc, row0, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-               HEAD_DIM: tl.constexpr, MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
-    """Rows [row0, row0 + BLOCK_R) x [0, BLOCK_D) of one (batch, head); zeros outside the tensor."""
+               HEAD_DIM: tl.constexpr, MASK_ROWS: tl.constexpr, USE_TMA: tl.constexpr, COL0: tl.constexpr = 0):
+    """Rows [row0, row0 + BLOCK_R) x columns [COL0, COL0 + BLOCK_D) of one (batch, head); zeros outside
+    the tensor. COL0 > 0 reads the second part of a split head dim (``desc``: that part's descriptor);
+    a first part that ends before HEAD_DIM has no column outside the tensor and no column mask."""
     if USE_TMA:
-        x = desc.load([row0, 0])
+        x = desc.load([row0, COL0])
     else:
         offs_r = row0 + tl.arange(0, BLOCK_R)
-        offs_d = tl.arange(0, BLOCK_D)
+        offs_d = COL0 + tl.arange(0, BLOCK_D)
         ptrs = base + offs_r[:, None] * stride + offs_d[None, :]
         if MASK_ROWS:
-            x = tl.load(ptrs, mask=(offs_r[:, None] < nrows) & (offs_d[None, :] < HEAD_DIM), other=0.0)
-        elif BLOCK_D != HEAD_DIM:
+            if COL0 + BLOCK_D < HEAD_DIM:
+                x = tl.load(ptrs, mask=offs_r[:, None] < nrows, other=0.0)
+            else:
+                x = tl.load(ptrs, mask=(offs_r[:, None] < nrows) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        elif COL0 + BLOCK_D > HEAD_DIM:
             x = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
         else:
             x = tl.load(ptrs)
@@ -154,23 +159,31 @@ def _round_to_e4m3(p):
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_kn, stride_vn,
+def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_kn, stride_vn,
                start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
-               V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0):
+               V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0,
+               BLOCK_DB: tl.constexpr = 0):
+    """BLOCK_DB > 0: the head dim is split (see configs.block_db): q and the K tiles hold columns
+    [0, BLOCK_D), q_b and the K_b tiles [BLOCK_D, BLOCK_D + BLOCK_DB), and S is the sum of two dots."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
         k = _load_rows(k_base, k_desc, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_D, HEAD_DIM, MASKED, USE_TMA)
+        if BLOCK_DB:
+            k_b = _load_rows(k_base, k_desc_b, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_DB, HEAD_DIM, MASKED,
+                             USE_TMA, BLOCK_D)
         if V_T:  # V stored transposed, [Dv, Sk] per (batch, head): the P V dot's B operand is K-major
             v = tl.trans(_load_cols(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_DV, BLOCK_N, HEAD_DIM_V,
                                     MASKED, USE_TMA))
         else:
             v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION, max_num_imprecise_acc=QK_IMPRECISE)
+        if BLOCK_DB:
+            s = tl.dot(q_b, tl.trans(k_b), s, input_precision=PRECISION, max_num_imprecise_acc=QK_IMPRECISE)
         sc = qk_scale
         if HAS_SOFTCAP:
             s, _ = _capped(s, sm_scale, softcap)
@@ -215,7 +228,10 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 SEQ_BUCKET, FILL_BUCKET, ARCH,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
-                QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0):
+                QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0):
+    # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
+    # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
+    BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -246,13 +262,21 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_dv = tl.arange(0, BLOCK_DV)
     o_mask = (offs_m[:, None] < seqlen_q) & (offs_dv[None, :] < HEAD_DIM_V)
-    q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, USE_TMA)
-    k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM, USE_TMA)
+    q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_DA, HEAD_DIM, USE_TMA)
+    k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DA, HEAD_DIM, USE_TMA)
     if V_T:
         v_desc = _make_desc_t(v_base, seqlen_k, stride_vs, BLOCK_DV, BLOCK_N, HEAD_DIM_V, USE_TMA)
     else:
         v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
-    q = _load_rows(q_base, q_desc, m0, seqlen_q, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM, True, USE_TMA)
+    q = _load_rows(q_base, q_desc, m0, seqlen_q, stride_qs, BLOCK_M, BLOCK_DA, HEAD_DIM, True, USE_TMA)
+    if BLOCK_DB:  # the second part: its own descriptors (block width BLOCK_DB), read at column BLOCK_DA
+        q_desc_b = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_DB, HEAD_DIM, USE_TMA)
+        k_desc_b = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DB, HEAD_DIM, USE_TMA)
+        q_b = _load_rows(q_base, q_desc_b, m0, seqlen_q, stride_qs, BLOCK_M, BLOCK_DB, HEAD_DIM, True, USE_TMA,
+                         BLOCK_DA)
+    else:
+        q_b = q
+        k_desc_b = k_desc
 
     qk_scale = sm_scale * 1.4426950408889634
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -262,18 +286,18 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
                                         BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
-        acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+        acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                               False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, stride_ks, stride_vs,
+                               False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                               True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_D, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE)
+                               True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -390,6 +414,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         "left": max(window_left, 0), "right": max(right, 0), "sm_scale": float(softmax_scale),
         "softcap": float(softcap or 0.0), "HAS_SOFTCAP": bool(softcap),
         "HEAD_DIM": d, "BLOCK_D": configs.block_d(d), "HEAD_DIM_V": dv, "BLOCK_DV": configs.block_d(dv),
+        "BLOCK_DB": configs.block_db(d, q.element_size()),
         "IS_CAUSAL": bool(causal), "HAS_LEFT": window_left >= 0, "HAS_RIGHT": right >= 0,
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),

@@ -80,14 +80,20 @@ def make_inputs(b, sq, sk, hq, hk, d, dtype, device=DEVICE, seed=0, dv=None):
 
 
 def check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal=False, window=(-1, -1), device=DEVICE, seed=0,
-                         dv=None):
+                         dv=None, softcap=0.0):
     q, k, v, do = make_inputs(b, sq, sk, hq, hk, d, dtype, device, seed, dv)
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    out, lse = flash_attn_func(qg, kg, vg, causal=causal, window_size=window, return_lse=True)
+    out, lse = flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap, return_lse=True)
     out.backward(do)
-    orc = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, window_size=window)
+    orc = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, window_size=window,
+                            softcap=softcap)
     qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-    ref_out, _ = attention_ref(qr, kr, vr, causal=causal, window_size=window, upcast=False)
+    if softcap:
+        from harness.adapters.eager import eager_attention
+
+        ref_out, _ = eager_attention(qr, kr, vr, causal=causal, window_size=window, softcap=softcap)
+    else:
+        ref_out, _ = attention_ref(qr, kr, vr, causal=causal, window_size=window, upcast=False)
     ref_out.backward(do)
 
     assert out.shape == q.shape[:-1] + (v.shape[-1],) and out.dtype == dtype
@@ -171,6 +177,54 @@ def test_value_head_dim_other_than_the_query_s(monkeypatch, d, dv, bwd):
     check_against_oracle(1, 37, 45, 4, 2, d, torch.float32, causal=True, dv=dv)
     monkeypatch.setattr(bwd_mod, "group_split", lambda *a: 2)
     check_against_oracle(2, 21, 50, 4, 1, d, torch.float16, window=(9, 4), dv=dv)
+
+
+def test_head_dim_split_rule(monkeypatch):
+    """Which q / k head dims run as two power-of-two parts (configs.block_db) instead of padded: the
+    second part is d - P (P the largest power of two below d) padded to a power of two, at least 16
+    (32 for FP8), and only where that is narrower than P. The shared-memory filter costs the q / k
+    tiles of a split head dim at their real width and v at its own."""
+    from kernels.flash_attn import configs as c
+
+    split = {192: 64, 96: 32, 80: 16, 160: 32, 136: 16, 176: 64, 40: 16, 48: 16, 72: 16, 88: 32}
+    assert {d: c.block_db(d) for d in split} == split
+    assert not any(c.block_db(d) for d in (8, 16, 24, 32, 56, 64, 104, 120, 128, 200, 224, 248, 256))
+    assert (c.block_db(80, 1), c.block_db(40, 1), c.block_db(192, 1)) == (32, 0, 64)  # FP8: 32-deep MMA
+    assert c.block_db(192, 4) == 64  # fp32 too
+    args = {"Q": torch.empty(0, dtype=torch.bfloat16), "BLOCK_D": 256, "BLOCK_DB": 64, "BLOCK_DV": 128}
+    assert c.qk_width(args) == 192 and c.qk_width(dict(args, BLOCK_DB=0)) == 256
+    cfg = c._cfg(64, 64, 4, 2, True)
+    # q once, k and v per stage, each at its own width: 64 x 192 + 2 x 64 x (192 + 128), 2-byte elements
+    assert c.smem_estimate(cfg, c._smem_fwd, args) == 2 * (64 * 192 + 2 * 64 * 320) + c.SMEM_HEADROOM_BYTES
+    unsplit = {"Q": args["Q"], "BLOCK_D": 64, "BLOCK_DV": 128}  # not split: every tile at the wider dim, as before
+    assert c.smem_estimate(cfg, c._smem_fwd, unsplit) == c._smem_fwd(cfg, 128, 2) + c.SMEM_HEADROOM_BYTES
+    # hd 136-192 split have their own tile lists (the hd 256 list's 32-row backward tiles get no wgmma),
+    # every tile within the shared memory at 192 / 128
+    assert c.fwd_keep(192, 2, 90)[0] == (64, 64, 4, 2, True)
+    assert (c.bwd_keep(192, 2, 90, True)[0], c.bwd_keep(192, 2, 90, False)[0]) == ((64, 64, 8, 2, True), (64, 64, 8, 2, True))
+    for keep, fn in ((c.fwd_keep(192, 2, 90), c._smem_fwd), (c.bwd_keep(192, 2, 90, True), c._smem_bwd),
+                     (c.bwd_keep(192, 2, 90, False), c._smem_bwd)):
+        assert all(c.smem_estimate(c._cfg(*k), fn, args) <= c.H100_SMEM_BYTES for k in keep), keep
+    monkeypatch.setattr(c, "HEAD_DIM_SPLIT", False)
+    assert c.block_db(192) == 0
+    assert c.bwd_keep(192, 2, 90, True)[0] == c.bwd_keep(256, 2, 90, True)[0]  # padded: the hd 256 list
+
+
+@pytest.mark.parametrize("bwd, tma", [("split", False), ("atomic", True)], ids=["split-dQ-pointers", "atomic-dQ-TMA"])
+def test_split_head_dim_matches_oracle(monkeypatch, bwd, tma):
+    """Head dims split in two parts (configs.block_db): Q K^T as two dots, dQ and dK per part, forward,
+    lse and every gradient against the oracle. 40 = 32 + 8 (the second part padded to 16: masked, or
+    zero-filled by TMA) with GQA, a window and softcap; 80 = 64 + 16 (no padding at all) causal in fp16
+    with MQA; varlen 48 = 32 + 16. Pointer loads with the split dQ kernel, tensor descriptors with the
+    atomic dQ (the other two pairings run in the d_v != d and TMA tests at d 48 and 40)."""
+    from kernels.flash_attn import configs
+
+    assert (configs.block_db(40), configs.block_db(80), configs.block_db(48)) == (16, 16, 16)
+    monkeypatch.setattr(configs, "INTERPRET_USE_TMA", tma and configs.interpreting())
+    monkeypatch.setenv("FLASH_ATTN_BWD", bwd)
+    check_against_oracle(1, 21, 34, 4, 2, 40, torch.float32, window=(9, 4), dv=32, softcap=2.0)
+    check_against_oracle(1, 19, 23, 2, 1, 80, torch.float16, causal=True, dv=16)
+    check_varlen(dv=16, d=48)
 
 
 @pytest.mark.parametrize("bwd", ["split", "atomic"])
@@ -265,15 +319,15 @@ def test_varlen_matches_oracle(dv):
     check_varlen(dv)
 
 
-def check_varlen(dv=32):
+def check_varlen(dv=32, d=32):
     """Packed varlen batch (empty sequences on both sides), causal GQA, every gradient."""
     dtype = torch.float32
     lens_q, lens_k = [5, 0, 19, 3], [7, 4, 17, 0]
     cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device=DEVICE)
     cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device=DEVICE)
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(sum(lens_q), 4, 32, generator=g).to(DEVICE, dtype)
-    k = torch.randn(sum(lens_k), 2, 32, generator=g).to(DEVICE, dtype)
+    q = torch.randn(sum(lens_q), 4, d, generator=g).to(DEVICE, dtype)
+    k = torch.randn(sum(lens_k), 2, d, generator=g).to(DEVICE, dtype)
     v = torch.randn(sum(lens_k), 2, dv, generator=g).to(DEVICE, dtype)
     do = torch.randn(sum(lens_q), 4, dv, generator=g).to(DEVICE, dtype)
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
@@ -435,6 +489,17 @@ def test_gpu_matches_oracle(case, dtype):
 
 
 @pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("d, dv", [(192, 128), (96, 96), (80, 64), (160, 160)], ids=["D192v128", "D96", "D80v64", "D160"])
+def test_gpu_split_head_dims_match_oracle(d, dv, dtype):
+    """Head dims split in two parts (configs.block_db) on the GPU, every dtype, autotuned or pinned
+    configs (TMA or pointer loads as the lists pick): DeepSeek's 192 / 128, 96, 80 / 64, 160."""
+    check_against_oracle(1, 777, 1500, 4, 2, d, dtype, causal=True, dv=dv, device="cuda")
+    check_against_oracle(2, 300, 300, 4, 1, d, dtype, window=(100, 20), dv=dv, device="cuda")
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(CUDA, reason="bf16 on the CPU interpreter only; on a GPU test_gpu_matches_oracle covers bf16")
 def test_bf16_is_gpu_only():
     pytest.skip("bf16 tl.dot is wrong in Triton's CPU interpreter (it multiplies raw bit patterns, "
@@ -505,13 +570,14 @@ def test_layer_preset_shapes_pass_or_say_why(case):
 
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D32-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
                                      "B1-H2-S48x48-D32-win8x4-cap5-e4m3-bf16", "B2-H4/2-S64x64-D64-scale1-e4m3-bf16",
-                                     "B1-H2-S40x40-D128-causal-e4m3-fp16", "B2-H4/2-S45x70-D32-causal-e4m3-perhead-bf16"])
+                                     "B1-H2-S40x40-D128-causal-e4m3-fp16", "B2-H4/2-S45x70-D32-causal-e4m3-perhead-bf16",
+                                     "B1-H2/1-S33x40-D192v128-causal-e4m3-bf16"])
 @pytest.mark.parametrize("v_transposed", [False, True], ids=["V", "Vt"])
 def test_fp8_forward_matches_the_fp8_reference(case_id, v_transposed):
     """Against the FP64 oracle on the dequantised inputs, within 2x the error of the eager FP8
     reference (P quantised to e4m3 dominates both), lse within the tolerance rule's FP8 floor (the
     FP8 tensor cores' accumulator; promoted after every MMA it is within fp32 rounding); V as given
-    and V transposed to [B, Hk, Dv, Sk] (the layout used on Hopper)."""
+    and V transposed to [B, Hk, Dv, Sk] (the layout used on Hopper); 192 / 128 runs the split head dim."""
     from harness.adapters.eager import eager_fp8_attention
     from harness.cases import case_from_id
     from harness.cases import make_inputs as harness_inputs

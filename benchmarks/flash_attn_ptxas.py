@@ -1,0 +1,150 @@
+"""Registers, spills and shared memory of the flash-attention kernels for sm_90a, without a GPU.
+
+    python benchmarks/flash_attn_ptxas.py --shape 2,2048,32,192 --dv 128 [--dtype bf16] [--causal]
+        [--top 3] [--kernels fwd dq dkdv] [--atomic] [--window L,R] [--softcap C]
+        [--no-split] [--try 64,64,4,3,T ...]
+
+Runs the launchers (``fwd.flash_attn_fwd``, ``bwd.flash_attn_bwd``) on CPU tensors of the shape
+(batch, seqlen, heads, head dim) with the launch itself replaced by a recorder, so the kernel
+arguments are exactly what a GPU launch passes. Each launch's autotune list is pruned as on an H100
+(arch 90, TMA allowed where the strides let it), and its first ``--top`` configs are compiled for
+sm_90a the way Triton's launcher would (the same binder: 16-byte divisible pointers and integers
+carry their divisibility). ptxas (the one shipped with Triton) reports registers and spills; the
+shared memory is Triton's; "wgmma" counts the Hopper MMA instructions in the PTX (0: the dots fell
+back to mma.sync or FMA); "est" is the shared-memory filter's estimate plus its headroom (what
+``configs._fits`` compares with the 227 KiB limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0):
+    """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call."""
+    from kernels.flash_attn import bwd, configs, fwd
+
+    seen = []
+
+    def recorder(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
+        seen.append((raw_kernel.fn.__name__, raw_kernel, space, prune, dict(kwargs, ARCH=90)))
+
+    class _NoLaunch:  # the atomic backward's delta pass is launched directly: not compiled here
+        def __getitem__(self, grid):
+            return lambda *a, **kw: None
+
+    real, real_pre = configs.launch, bwd._bwd_preprocess
+    configs.launch, bwd._bwd_preprocess = recorder, _NoLaunch()
+    old_mode = os.environ.get("FLASH_ATTN_BWD")
+    os.environ["FLASH_ATTN_BWD"] = "atomic" if atomic else "split"
+    try:
+        q, do = (torch.empty(b, s, h, n, dtype=dtype) for n in (d, dv))
+        k, v = (torch.empty(b, s, hk, n, dtype=dtype) for n in (d, dv))
+        kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=window[0],
+                  window_right=0 if causal else window[1], softcap=softcap)
+        out, lse = fwd.flash_attn_fwd(q, k, v, **kw)
+        bwd.flash_attn_bwd(do, q, k, v, out, lse, **kw)
+    finally:
+        configs.launch, bwd._bwd_preprocess = real, real_pre
+        if old_mode is None:
+            os.environ.pop("FLASH_ATTN_BWD", None)
+        else:
+            os.environ["FLASH_ATTN_BWD"] = old_mode
+    return seen
+
+
+def compile_config(fn, kwargs, cfg) -> dict:
+    backend = make_backend(TARGET)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    call = dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    bound, spec, options = binder(**call)
+    options, signature, constexprs, attrs = fn._pack_args(backend, call, bound, spec, options)
+    k = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    ptx = k.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        Path(path).write_text(ptx)
+        err = subprocess.run([PTXAS, "-v", "-arch=sm_90a", path, "-o", os.path.join(tmp, "k.o")],
+                             capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", err)
+    spill = re.search(r"(\d+) bytes spill stores", err)
+    return {"regs": int(regs.group(1)) if regs else -1, "spill": int(spill.group(1)) if spill else -1,
+            "smem": k.metadata.shared, "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)), "ptx": ptx}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="2,2048,32,192", help="batch,seqlen,heads,head dim")
+    ap.add_argument("--dv", type=int, default=None, help="value head dim (default: the head dim)")
+    ap.add_argument("--heads-k", type=int, default=None)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--atomic", action="store_true", help="the atomic-dQ backward instead of the split one")
+    ap.add_argument("--window", default="-1,-1", help="left,right (-1: unbounded)")
+    ap.add_argument("--softcap", type=float, default=0.0)
+    ap.add_argument("--top", type=int, default=3, help="configs per kernel, in the autotune list's order")
+    ap.add_argument("--kernels", nargs="+", default=["fwd", "dq", "dkdv"])
+    ap.add_argument("--dump", default=None, help="write each compiled PTX into this folder")
+    ap.add_argument("--no-split", action="store_true",
+                    help="pad the q / k head dim to a power of two (configs.HEAD_DIM_SPLIT off: the kernels before the split)")
+    ap.add_argument("--try", dest="try_", nargs="+", default=None, metavar="BM,BN,WARPS,STAGES,T|P",
+                    help="compile these configs (T: TMA, P: pointer loads) instead of the pruned list")
+    a = ap.parse_args(argv)
+    from kernels.flash_attn import configs
+
+    if a.no_split:
+        configs.HEAD_DIM_SPLIT = False
+    b, s, h, d = (int(x) for x in a.shape.split(","))
+    dv = a.dv or d
+    names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}
+    print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {a.dtype} {'causal' if a.causal else 'full'} window {a.window} "
+          f"softcap {a.softcap}{' atomic dQ' if a.atomic else ''}{' padded (no split)' if a.no_split else ''}, sm_90a")
+    print("| kernel | BLOCK_M x BLOCK_N | warps | stages | TMA | regs | spill B | smem B | est B | wgmma |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, fn, space, prune, kwargs in record_launches(b, s, h, a.heads_k or h, d, dv, DTYPES[a.dtype],
+                                                          a.causal, a.atomic,
+                                                          tuple(int(x) for x in a.window.split(",")), a.softcap):
+        short = names.get(name, name)
+        if short not in a.kernels:
+            continue
+        smem_fn = configs._smem_fwd if short == "fwd" else configs._smem_bwd
+        if a.try_:
+            cfgs = [configs._cfg(*(int(x) for x in t.split(",")[:4]), t.split(",")[4] == "T") for t in a.try_]
+        else:
+            cfgs = prune(space, {}, **kwargs)[:a.top]
+        for cfg in cfgs:
+            r = compile_config(fn, kwargs, cfg)
+            est = configs.smem_estimate(cfg, smem_fn, kwargs) if hasattr(configs, "smem_estimate") else "-"
+            kw = cfg.kwargs
+            print(f"| {short} | {kw['BLOCK_M']} x {kw['BLOCK_N']} | {cfg.num_warps} | {cfg.num_stages} | "
+                  f"{'yes' if kw['USE_TMA'] else 'no'} | {r['regs']} | {r['spill']} | {r['smem']} | {est} | "
+                  f"{r['wgmma']} |", flush=True)
+            if a.dump:
+                os.makedirs(a.dump, exist_ok=True)
+                tag = f"{short}-{kw['BLOCK_M']}x{kw['BLOCK_N']}-w{cfg.num_warps}-s{cfg.num_stages}-" \
+                      f"{'tma' if kw['USE_TMA'] else 'ptr'}"
+                Path(a.dump, tag + ".ptx").write_text(r["ptx"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
