@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 OURS = "triton_fa"
-PEERS = (("FA2", "sdpa_flash"), ("cuDNN", "sdpa_cudnn"), ("FA4", "flash_attn_cute"))
+PEERS = (("FA2", "sdpa_flash"), ("cuDNN", "sdpa_cudnn"), ("FA4", "flash_attn_cute"), ("mem-eff", "sdpa_efficient"))
 MODES = ("fwd", "bwd")
 #: issue 16: a GQA / MQA backward may take at most this many times the MHA backward's time
 GQA_BWD_LIMIT = 1.2

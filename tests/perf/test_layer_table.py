@@ -31,7 +31,7 @@ def test_table_and_rules(tmp_path):
     assert layer_table.main([str(p), "--out", str(out)]) == 0
     md = out.read_text()
     row = next(line for line in md.splitlines() if line.startswith(f"| {mha} "))
-    assert "| 0.100 | 0.120 | 0.080 | unsupported | **1.20** | 0.80 | - |" in row
+    assert "| 0.100 | 0.120 | 0.080 | unsupported | not run | **1.20** | 0.80 | - | - |" in row
     assert "No slower than FA2 (sdpa_flash): 3 of 4 cells both ran; slower: B2-H16/1-S2048x2048-D64-bf16 fwd (0.91x)" in md
     assert f"- {mqa} backward 0.400 ms against MHA {mha} 0.300 ms: 1.33x (OVER 1.2x)" in md
     assert layer_table.main([str(tmp_path / "missing.json")]) == 2
