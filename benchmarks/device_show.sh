@@ -313,7 +313,10 @@ layers)  # issue 16: `layers attention-layers [REGEX]` or `layers models [REGEX]
     presets=$p
     [ "$p" = attention-layers ] && presets=attention-layers,layer-mha-refs
     name=$p${3:+-part}
-    timeout 570 python3 -m harness bench --preset "$presets" ${3:+--cases "$3"} --modes fwd,bwd --no-plots \
+    # expandable segments: the wide cases leave the caching allocator fragmented (session 12: 71 GiB reserved
+    # but unallocated, a 4 GiB allocation of the 2112 / 2048 case failed)
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 570 python3 -m harness bench --preset "$presets" \
+        ${3:+--cases "$3"} --modes fwd,bwd --no-plots \
         --no-memory --cuda-graphs --target-ms 20 --time-limit 520 --quiet \
         --backends sdpa_flash,sdpa_cudnn,sdpa_efficient,flash_attn_cute,triton_fa --out "$OUT/$name" \
         > "$OUT/$name.log" 2>&1

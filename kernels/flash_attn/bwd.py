@@ -466,6 +466,17 @@ def _sum_partials(PK, PV, DKsum, DVsum, numel_k, numel_v, split, BLOCK: tl.const
         _sum_rows(PV, DVsum, (pid - k_blocks).to(tl.int64) * BLOCK, numel_v, split, BLOCK)
 
 
+#: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
+_UNUSED: dict = {}
+
+
+def _unused_buffer(device) -> torch.Tensor:
+    buf = _UNUSED.get(device)
+    if buf is None:
+        buf = _UNUSED[device] = torch.zeros(1, device=device, dtype=torch.float32)
+    return buf
+
+
 # Elements per program of the partial sum: a bandwidth pass, 1024 fp32 loads in flight per split.
 SUM_BLOCK = 1024
 
@@ -520,8 +531,11 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)
     # atomic: the dK/dV kernel also adds dS K into an fp32 dQ buffer (5 matmuls instead of 7, not
-    # bitwise deterministic); split: delta stands in for the buffer the kernel never touches.
-    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else delta
+    # bitwise deterministic); split: a one-element stand-in the kernel never touches. Not an alias of
+    # a live tensor: the autotuner zeroes DQacc before each trial (reset_to_zero), and delta in its
+    # place got zeroed between the dQ kernel writing it and the dK/dV kernel reading it (dK wrong on
+    # every first call of a tuning key, found on the H100).
+    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else _unused_buffer(q.device)
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}

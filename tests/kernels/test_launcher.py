@@ -57,6 +57,17 @@ class _Compiled:
         return None
 
 
+def _no_alias_of_a_reset_argument(tuned, kwargs):
+    """The autotuner zeroes its reset_to_zero arguments before every trial: such an argument must share
+    no memory with another one (a stand-in buffer that aliased delta zeroed it between the dQ kernel
+    writing it and the dK/dV kernel reading it: dK wrong on every first call of a tuning key)."""
+    for name in getattr(tuned, "reset_to_zero", []):
+        mine = kwargs[name].untyped_storage().data_ptr()
+        shared = [n for n, v in kwargs.items()
+                  if n != name and isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == mine]
+        assert not shared, f"{name} (zeroed by the autotuner) shares memory with {shared}"
+
+
 @pytest.fixture
 def recorded(monkeypatch):
     """Launches go to stand-ins: ("fresh" | "replay", kernel name, arguments in kernel order, grid)."""
@@ -67,6 +78,7 @@ def recorded(monkeypatch):
         log.append(("fresh", jit_fn.fn.__name__, [v for _, v in launcher.arguments(jit_fn, full)], grid))
 
     def fake_launch(raw, tuned, space, prune, grid_of, kwargs):  # configs.launch's pinned path
+        _no_alias_of_a_reset_argument(tuned, kwargs)
         cfg = prune(space, {}, **kwargs)[0]
         grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
         fresh(raw, grid, dict(kwargs, **cfg.kwargs))
