@@ -42,6 +42,19 @@ LSE_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
 
 @pytest.fixture(autouse=True)
+def fresh_signatures():
+    """Each test launches afresh: a test that forces an internal choice (a group split, a tile path)
+    must not replay a launch an earlier test made for the same call signature (kernels/launcher.py;
+    tests/kernels/test_launcher.py tests the replays)."""
+    from kernels.flash_attn.interface import _SIGNATURES
+
+    _SIGNATURES.clear()
+    yield
+    _SIGNATURES.clear()
+
+
+
+@pytest.fixture(autouse=True)
 def nan_poisoned_empty(monkeypatch):
     """Every torch.empty / empty_like made during a test starts as NaN (float) so an output
     element a kernel forgot to write shows up as NaN instead of as stale memory that looks fine."""

@@ -272,7 +272,12 @@ def test_gpu_wide_chunks_and_split():
 def test_the_public_entry_points_dispatch_wide_head_dims():
     """flash_attn_func with a head dim above 256 runs the wide kernels (forward and backward through
     autograd, against the FP64 oracle); the varlen and FP8 entry points refuse it with the reason."""
-    from kernels.flash_attn import flash_attn_fp8_func, flash_attn_func, flash_attn_varlen_func, unsupported_reason
+    from kernels.flash_attn import (
+        flash_attn_fp8_func,
+        flash_attn_func,
+        flash_attn_varlen_func,
+        unsupported_reason,
+    )
 
     g = torch.Generator().manual_seed(3)
     mk = lambda *s: torch.randn(*s, generator=g).to(DEVICE)  # noqa: E731
