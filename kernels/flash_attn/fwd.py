@@ -51,19 +51,26 @@ def _key_range(m0, seqlen_q, seqlen_k, off, left, right,
 
     Query i sees key j iff i + off - left <= j <= i + off + right (flash-attn's bottom-right window).
     """
-    row_last = tl.minimum(m0 + BLOCK_M, seqlen_q) - 1
+    return _keys_of_rows(m0, tl.minimum(m0 + BLOCK_M, seqlen_q) - 1, seqlen_k, off, left, right,
+                         BLOCK_N, HAS_LEFT, HAS_RIGHT)
+
+
+@triton.jit
+def _keys_of_rows(q_first, q_last, seqlen_k, off, left, right,
+                  BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Key blocks seen by rows whose queries span [q_first, q_last]: [lo, hi), and the part
+    [mid_lo, mid_hi) every one of them sees in full (no mask, no bounds check). Shared with the wide
+    kernels (wide.py), whose row tiles pack several heads' queries."""
     lo = 0
     hi = seqlen_k
     full_lo = 0
     full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
     if HAS_LEFT:
-        lo = tl.maximum(m0 + off - left, 0)
-        lo = (lo // BLOCK_N) * BLOCK_N
-        full_lo = tl.maximum(row_last + off - left, 0)
-        full_lo = ((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+        lo = (tl.maximum(q_first + off - left, 0) // BLOCK_N) * BLOCK_N
+        full_lo = ((tl.maximum(q_last + off - left, 0) + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
     if HAS_RIGHT:
-        hi = tl.minimum(hi, tl.maximum(row_last + off + right + 1, 0))
-        full_hi = tl.minimum(full_hi, (tl.maximum(m0 + off + right + 1, 0) // BLOCK_N) * BLOCK_N)
+        hi = tl.minimum(hi, tl.maximum(q_last + off + right + 1, 0))
+        full_hi = tl.minimum(full_hi, (tl.maximum(q_first + off + right + 1, 0) // BLOCK_N) * BLOCK_N)
     hi = tl.maximum(hi, lo)
     mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
     mid_hi = tl.maximum(tl.minimum(full_hi, hi), mid_lo)

@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 
 from . import configs
-from .fwd import _capped, arch_of, precision_of
+from .fwd import _capped, _keys_of_rows, arch_of, precision_of
 
 # Workspace of the score-shaped matrices per launch (P~ in the forward; P and dS in the backward),
 # in bytes; the packed rows are processed in chunks that fit. 1 GiB holds the 576 / 512 forward
@@ -97,27 +97,6 @@ def _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT: tl.constexpr, HAS_R
     if HAS_LEFT:
         keep = keep & (keys[None, :] >= qi[:, None] + off - left)
     return keep
-
-
-@triton.jit
-def _keys_of_rows(q_first, q_last, seqlen_k, off, left, right,
-                  BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """Key blocks seen by a row tile whose queries span [q_first, q_last]: [lo, hi), and the part
-    [mid_lo, mid_hi) every row of the tile sees in full (no mask, no bounds check)."""
-    lo = 0
-    hi = seqlen_k
-    full_lo = 0
-    full_hi = (seqlen_k // BLOCK_N) * BLOCK_N
-    if HAS_LEFT:
-        lo = (tl.maximum(q_first + off - left, 0) // BLOCK_N) * BLOCK_N
-        full_lo = tl.cdiv(tl.maximum(q_last + off - left, 0), BLOCK_N) * BLOCK_N
-    if HAS_RIGHT:
-        hi = tl.minimum(hi, tl.maximum(q_last + off + right + 1, 0))
-        full_hi = tl.minimum(full_hi, (tl.maximum(q_first + off + right + 1, 0) // BLOCK_N) * BLOCK_N)
-    hi = tl.maximum(hi, lo)
-    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
-    mid_hi = tl.maximum(tl.minimum(full_hi, hi), mid_lo)
-    return lo, mid_lo, mid_hi, hi
 
 
 @triton.jit

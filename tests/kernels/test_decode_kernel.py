@@ -27,18 +27,6 @@ ERR = {"fp32": 2e-5, "fp16": 2e-3, "bf16": 1.6e-2}
 LSE_ATOL = {"fp32": 1e-4, "fp16": 2e-3, "bf16": 2e-2}
 
 
-@pytest.fixture(autouse=True)
-def fresh_signatures():
-    """Each test launches afresh: a test that forces an internal choice (a group split, a tile path)
-    must not replay a launch an earlier test made for the same call signature (kernels/launcher.py;
-    tests/kernels/test_launcher.py tests the replays)."""
-    from kernels.decode.interface import _SIGNATURES
-
-    _SIGNATURES.clear()
-    yield
-    _SIGNATURES.clear()
-
-
 
 @pytest.fixture(autouse=True)
 def nan_poisoned_empty(monkeypatch):

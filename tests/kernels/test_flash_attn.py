@@ -4,8 +4,8 @@ On a machine without CUDA the kernels run under Triton's interpreter (TRITON_INT
 below before anything imports triton): tiny shapes, fp32 and fp16. bf16 is checked only on the
 GPU: the interpreter's bf16 tl.dot multiplies the raw bit patterns (triton issue 11584).
 
-Tolerance rule: the kernel's error against the FP64 oracle may be at most
-ERR_FACTOR x the error of a plain torch reference computed in the same dtype (fp32 softmax),
+Tolerance rule (tests/kernels/kernel_checks.py): the kernel's error against the FP64 oracle may be at
+most ERR_FACTOR x the error of a plain torch reference computed in the same dtype (fp32 softmax),
 plus a small per-dtype floor. Errors are relative Frobenius norms.
 """
 
@@ -21,6 +21,7 @@ import math
 import pytest
 import triton
 import triton.language as tl
+from kernel_checks import LSE_ATOL, poison_allocations, rel_err, within_tolerance
 
 from harness.oracle import softmax_attention, softmax_attention_varlen
 from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func
@@ -31,58 +32,10 @@ CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
-# The kernel may be this many times worse than the same-dtype torch reference: it rounds P and dS
-# to the input dtype once per block like any fused kernel, and sums in a different order.
-ERR_FACTOR = 3.0
-# Absolute floor on the relative error: the reference can be exact by accident on tiny shapes
-# (e.g. one key: P = 1), and fp32 answers differ from fp64 by summation order alone.
-ERR_FLOOR = {torch.float32: 2e-6, torch.float16: 2e-4, torch.bfloat16: 2e-3}
-# lse is always fp32 in the kernel; its error (absolute, natural-log units) is set by the dot.
-LSE_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
-
-
-@pytest.fixture(autouse=True)
-def fresh_signatures():
-    """Each test launches afresh: a test that forces an internal choice (a group split, a tile path)
-    must not replay a launch an earlier test made for the same call signature (kernels/launcher.py;
-    tests/kernels/test_launcher.py tests the replays)."""
-    from kernels.flash_attn.interface import _SIGNATURES
-
-    _SIGNATURES.clear()
-    yield
-    _SIGNATURES.clear()
-
-
 
 @pytest.fixture(autouse=True)
 def nan_poisoned_empty(monkeypatch):
-    """Every torch.empty / empty_like made during a test starts as NaN (float) so an output
-    element a kernel forgot to write shows up as NaN instead of as stale memory that looks fine."""
-    real_empty, real_empty_like = torch.empty, torch.empty_like
-
-    def _poison(t):
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **kw: _poison(real_empty(*a, **kw)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: _poison(real_empty_like(*a, **kw)))
-
-
-def rel_err(x, ref):
-    """||x - ref|| / ||ref||; where ref is exactly 0 (e.g. dq with a single key) the rms of x instead:
-    inputs are N(0, 1), so that is the error relative to an O(1) answer."""
-    x, ref = x.double(), ref.double()
-    denom = ref.norm() if ref.norm() > 0 else max(ref.numel(), 1) ** 0.5
-    return ((x - ref).norm() / denom).item()
-
-
-def within_tolerance(name, cand, ref_same_dtype, oracle, dtype):
-    """Raise AssertionError naming the tensor if cand is NaN/inf or too far from the oracle."""
-    assert torch.isfinite(cand).all(), f"{name}: non-finite values"
-    c, r = rel_err(cand, oracle), rel_err(ref_same_dtype, oracle)
-    bound = ERR_FACTOR * r + ERR_FLOOR[dtype]
-    assert c <= bound, f"{name}: error {c:.3e} > {bound:.3e} (same-dtype torch reference {r:.3e})"
+    poison_allocations(monkeypatch)
 
 
 def make_inputs(b, sq, sk, hq, hk, d, dtype, device=DEVICE, seed=0, dv=None):

@@ -7,8 +7,9 @@ like 80, 96 and 288 already take several chunks, a masked tail chunk and a parti
 same code paths as 576 / 512 on the GPU's 64-wide chunks. One true 576 / 512 case runs at a tiny
 seqlen. fp32 and fp16 (the interpreter's bf16 tl.dot is wrong, triton issue 11584).
 
-Tolerance rule as tests/kernels/test_flash_attn.py: the error against the oracle may be at most
-ERR_FACTOR x that of a plain torch reference in the same dtype (fp32 softmax), plus a per-dtype floor.
+Tolerance rule as tests/kernels/test_flash_attn.py (one rule for both: tests/kernels/kernel_checks.py):
+the error against the oracle may be at most ERR_FACTOR x that of a plain torch reference in the same
+dtype (fp32 softmax), plus a per-dtype floor.
 """
 
 import os
@@ -19,6 +20,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
+from kernel_checks import LSE_ATOL, poison_allocations, rel_err, within_tolerance
 
 from harness.adapters.eager import eager_attention
 from harness.oracle import softmax_attention
@@ -36,39 +38,10 @@ from kernels.flash_attn.wide import (
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 
-# The same numbers as tests/kernels/test_flash_attn.py (the two kernels answer to one rule).
-ERR_FACTOR = 3.0
-ERR_FLOOR = {torch.float32: 2e-6, torch.float16: 2e-4, torch.bfloat16: 2e-3}
-LSE_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
-
 
 @pytest.fixture(autouse=True)
 def nan_poisoned_empty(monkeypatch):
-    """Every torch.empty / empty_like made during a test starts as NaN, the workspace included: an
-    output a kernel forgot to write, or a workspace element read that no kernel wrote (a masked-out
-    tile), shows up as NaN instead of stale memory that looks fine."""
-    real_empty, real_empty_like = torch.empty, torch.empty_like
-
-    def _poison(t):
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **kw: _poison(real_empty(*a, **kw)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: _poison(real_empty_like(*a, **kw)))
-
-
-def rel_err(x, ref):
-    x, ref = x.double(), ref.double()
-    denom = ref.norm() if ref.norm() > 0 else max(ref.numel(), 1) ** 0.5
-    return ((x - ref).norm() / denom).item()
-
-
-def within_tolerance(name, cand, ref_same_dtype, oracle, dtype):
-    assert torch.isfinite(cand).all(), f"{name}: non-finite values"
-    c, r = rel_err(cand, oracle), rel_err(ref_same_dtype, oracle)
-    bound = ERR_FACTOR * r + ERR_FLOOR[dtype]
-    assert c <= bound, f"{name}: error {c:.3e} > {bound:.3e} (same-dtype torch reference {r:.3e})"
+    poison_allocations(monkeypatch)  # the workspace included: a read of an unwritten element fails
 
 
 def check_wide(b, sq, sk, hq, hk, d, dv, dtype, causal=False, window=(-1, -1), softcap=0.0, seed=0, **launch):

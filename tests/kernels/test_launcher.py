@@ -114,6 +114,15 @@ def _same(replayed, fresh, inputs) -> bool:
     return type(replayed) is type(fresh) and replayed == fresh
 
 
+def _assert_same_launches(replays, fresh, inputs):
+    """Each replay is the fresh launch of the same kernel on the same grid with the same arguments."""
+    assert len(replays) == len(fresh)
+    for r, f in zip(replays, fresh):
+        assert r[1] == f[1] and r[3] == f[3]
+        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b, inputs)]
+        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+
+
 def _launches(log, kind):
     return [e for e in log if e[0] == kind]
 
@@ -154,10 +163,7 @@ def test_a_replay_passes_what_a_fresh_launch_computes(recorded, monkeypatch, nam
     interface._SIGNATURES.clear()  # the same tensors, launched afresh
     flash_attn_func(q, k, v, **kw).backward(do)
     fresh = _launches(recorded, "fresh")
-    for r, f in zip(replays, fresh):
-        assert r[1] == f[1] and r[3] == f[3]
-        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b, (q, k, v, do))]
-        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+    _assert_same_launches(replays, fresh, (q, k, v, do))
 
 
 def test_a_profilers_launch_hook_sees_replayed_launches(recorded):
@@ -335,10 +341,7 @@ def test_a_linear_replay_passes_what_a_fresh_launch_computes(linear_recorded, ga
     chunk._SIGNATURES.clear()
     call(*x)
     mine = [t for t in x if t is not None]
-    for r, f in zip(replays, linear_recorded):
-        assert r[1] == f[1] and r[3] == f[3]
-        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b, mine)]
-        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+    _assert_same_launches(replays, linear_recorded, mine)
 
 
 def test_linear_calls_under_a_forced_plan_are_checked_every_time(monkeypatch):
@@ -398,10 +401,7 @@ def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, mo
     dec._SIGNATURES.clear()
     call(*x)
     mine = [t for t in x if t is not None]
-    for r, f in zip(replays, recorded):
-        assert r[1] == f[1] and r[3] == f[3]
-        bad = [i for i, (a, b) in enumerate(zip(r[2], f[2])) if not _same(a, b, mine)]
-        assert not bad, f"{r[1]}: arguments {bad} differ between the replay and a fresh launch"
+    _assert_same_launches(replays, recorded, mine)
     recorded.clear()
     dec.decode_attention(*x[:5], cache_seqlens=x[5], block_table=x[6], validate=True)
     assert [e[0] for e in recorded] == ["fresh"] * 3  # a validating call reads the device: never replayed

@@ -30,18 +30,6 @@ needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 tl.dot
 GATE_STRENGTHS = (0.1, 1.0, 10.0)
 
 
-@pytest.fixture(autouse=True)
-def fresh_signatures():
-    """Each test launches afresh: a test that forces an internal choice (a group split, a tile path)
-    must not replay a launch an earlier test made for the same call signature (kernels/launcher.py;
-    tests/kernels/test_launcher.py tests the replays)."""
-    from kernels.linear_attn.chunk import _SIGNATURES
-
-    _SIGNATURES.clear()
-    yield
-    _SIGNATURES.clear()
-
-
 
 def make_inputs(B, T, H, K, V, dtype, gate, *, h0=True, seed=0, device=DEVICE):
     """Fresh random inputs (never zeros). gate: None, ("g", n) or "gamma"."""

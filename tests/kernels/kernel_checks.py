@@ -1,0 +1,49 @@
+"""What the flash-attention kernel tests (test_flash_attn.py, test_flash_attn_wide.py) share: one
+tolerance rule against the FP64 oracle for both kernels, and NaN-poisoned allocations.
+
+Tolerance rule: the kernel's error against the FP64 oracle may be at most ERR_FACTOR x the error of
+a plain torch reference computed in the same dtype (fp32 softmax), plus a small per-dtype floor.
+Errors are relative Frobenius norms.
+"""
+
+import torch
+
+# The kernel may be this many times worse than the same-dtype torch reference: it rounds P and dS
+# to the input dtype once per block like any fused kernel, and sums in a different order.
+ERR_FACTOR = 3.0
+# Absolute floor on the relative error: the reference can be exact by accident on tiny shapes
+# (e.g. one key: P = 1), and fp32 answers differ from fp64 by summation order alone.
+ERR_FLOOR = {torch.float32: 2e-6, torch.float16: 2e-4, torch.bfloat16: 2e-3}
+# lse is always fp32 in the kernel; its error (absolute, natural-log units) is set by the dot.
+LSE_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def poison_allocations(monkeypatch):
+    """Every torch.empty / empty_like made from now on starts as NaN (float), workspaces included: an
+    output element a kernel forgot to write, or a workspace element read that no kernel wrote, shows up
+    as NaN instead of as stale memory that looks fine."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def _poison(t):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: _poison(real_empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: _poison(real_empty_like(*a, **kw)))
+
+
+def rel_err(x, ref):
+    """||x - ref|| / ||ref||; where ref is exactly 0 (e.g. dq with a single key) the rms of x instead:
+    inputs are N(0, 1), so that is the error relative to an O(1) answer."""
+    x, ref = x.double(), ref.double()
+    denom = ref.norm() if ref.norm() > 0 else max(ref.numel(), 1) ** 0.5
+    return ((x - ref).norm() / denom).item()
+
+
+def within_tolerance(name, cand, ref_same_dtype, oracle, dtype):
+    """Raise AssertionError naming the tensor if cand is NaN/inf or too far from the oracle."""
+    assert torch.isfinite(cand).all(), f"{name}: non-finite values"
+    c, r = rel_err(cand, oracle), rel_err(ref_same_dtype, oracle)
+    bound = ERR_FACTOR * r + ERR_FLOOR[dtype]
+    assert c <= bound, f"{name}: error {c:.3e} > {bound:.3e} (same-dtype torch reference {r:.3e})"
