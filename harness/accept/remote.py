@@ -72,7 +72,11 @@ class RemoteVerifier:
                                 error_traceback=o.traceback or o.log_tail[-2000:])
         return result
 
-    def close(self) -> None:
+    def close(self, *, now: bool = False) -> None:
+        """End the child. ``now`` (the run was interrupted): kill it at once instead of asking it to
+        exit, which waits up to BYE_GRACE_S twice for a child busy with (or hung in) a task."""
+        if now:
+            self.iso.interrupt("interrupted")
         if self.session is not None:
             self.session.close()
             self.session = None

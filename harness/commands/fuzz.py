@@ -135,7 +135,10 @@ def main(args) -> int:
     per_backend = {r.name: {"cases": 0, "pass": 0, "fail": 0, "error": 0, "unsupported": 0, "known": 0}
                    for r in runners}
     sigterm = SigtermInterrupt()  # an outer time limit's SIGTERM: stop and still write the report
+    interrupted = False
     sigterm.install()
+    print(f"fuzz: {', '.join(r.name for r in runners)} on {device} in {', '.join(dtypes)}, seed {seed}, budget "
+          f"{budget:.0f} s; Ctrl-C or SIGTERM stops and writes the report of what finished", file=sys.stderr, flush=True)
     try:
         while time.perf_counter() - t0 < budget:
             progressed = False
@@ -167,13 +170,14 @@ def main(args) -> int:
             if not progressed:
                 break
     except KeyboardInterrupt as e:
+        interrupted = True
         print(f"\ninterrupted{' (SIGTERM)' if str(e) == 'SIGTERM' else ''}: reporting what finished", file=sys.stderr)
     finally:
         sigterm.armed = False  # from here on a SIGTERM waits for the report
         bar.close()
         log.close()
         for r in runners:
-            r.close()
+            r.close(now=interrupted)
     try:
         return _report(args, out, device, dtypes, seed, time.perf_counter() - t0, done, rejected, per_backend,
                        skipped_backends, failures, known)

@@ -132,17 +132,32 @@ def test_a_lost_cuda_context_costs_one_case_not_the_rest(tmp_path, monkeypatch):
 
 
 def test_a_time_limits_sigterm_still_writes_the_report(tmp_path):
-    # GNU timeout's SIGTERM arrives while a case hangs in its child: the run stops and reports what finished
+    # a time limit's SIGTERM (GNU timeout's) arrives while a case hangs in its child: the run stops and reports what finished
     import os
+    import signal
     import subprocess
     import sys
+    import time
 
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(["timeout", "-s", "TERM", "10", sys.executable, "-m", "harness", "fuzz", "--impl",
-                           "hangs:flash_attn_func", "--device", "cpu", "--budget", "5m", "--timeout", "100",
-                           "--seed", "1", "--out", str(tmp_path / "out")],
-                          cwd=IMPLS, env=env, capture_output=True, text=True, timeout=60)
-    assert "interrupted (SIGTERM)" in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "fuzz", "--impl", "hangs:flash_attn_func", "--device",
+                             "cpu", "--budget", "5m", "--timeout", "100", "--seed", "1", "--out", str(tmp_path / "out")],
+                            cwd=IMPLS, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        # the SIGTERM must find the run in its loop (a case hanging in its child), not still importing:
+        # wait for the line the fuzzer prints as the loop starts (a machine under load takes seconds)
+        deadline = time.monotonic() + 60
+        started = ""
+        while "Ctrl-C or SIGTERM" not in started and time.monotonic() < deadline:
+            started = proc.stderr.readline() or started
+        assert "Ctrl-C or SIGTERM" in started, "the fuzz run did not start its loop within 60 s"
+        time.sleep(1.0)  # the first case's child starts and hangs
+        proc.send_signal(signal.SIGTERM)
+        stderr = started + proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert "interrupted (SIGTERM)" in stderr, stderr[-2000:]
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
     assert rep["seed"] == 1 and rep["cases"] == 0 and (tmp_path / "out" / "report.md").exists()
