@@ -1,7 +1,7 @@
 """Registers, spills and shared memory of the flash-attention kernels for sm_90a, without a GPU.
 
     python benchmarks/flash_attn_ptxas.py --shape 2,2048,32,192 --dv 128 [--dtype bf16] [--causal]
-        [--top 3] [--kernels fwd dq dkdv] [--atomic] [--window L,R] [--softcap C]
+        [--top 3] [--kernels fwd dq dkdv] [--atomic] [--window L,R] [--softcap C] [--fp8]
         [--no-split] [--try 64,64,4,3,T ...]
 
 Runs the launchers (``fwd.flash_attn_fwd``, ``bwd.flash_attn_bwd``) on CPU tensors of the shape
@@ -39,8 +39,9 @@ PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bi
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0):
-    """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call."""
+def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0, fp8=False):
+    """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call (``fp8``: the
+    FP8 forward alone, e4m3 q / k / v with descales and V transposed as on sm90, bf16 out)."""
     from kernels.flash_attn import bwd, configs, fwd
 
     seen = []
@@ -57,10 +58,18 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
     old_mode = os.environ.get("FLASH_ATTN_BWD")
     os.environ["FLASH_ATTN_BWD"] = "atomic" if atomic else "split"
     try:
-        q, do = (torch.empty(b, s, h, n, dtype=dtype) for n in (d, dv))
-        k, v = (torch.empty(b, s, hk, n, dtype=dtype) for n in (d, dv))
         kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=window[0],
                   window_right=0 if causal else window[1], softcap=softcap)
+        if fp8:  # as flash_attn_fp8_func calls it on sm90: V as [B, Hk, Dv, Sk], keys padded to 16
+            e4m3 = torch.float8_e4m3fn
+            q, k = torch.empty(b, s, h, d, dtype=e4m3), torch.empty(b, s, hk, d, dtype=e4m3)
+            vt = torch.empty(b, hk, dv, -(-s // 16) * 16, dtype=e4m3)[..., :s]
+            descales = tuple(torch.ones(b, hk) for _ in range(3))
+            fwd.flash_attn_fwd(q, k, vt, **kw, descales=descales, out_dtype=torch.bfloat16, v_transposed=True,
+                               max_num_imprecise_acc=None)
+            return seen
+        q, do = (torch.empty(b, s, h, n, dtype=dtype) for n in (d, dv))
+        k, v = (torch.empty(b, s, hk, n, dtype=dtype) for n in (d, dv))
         out, lse = fwd.flash_attn_fwd(q, k, v, **kw)
         bwd.flash_attn_bwd(do, q, k, v, out, lse, **kw)
     finally:
@@ -97,6 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dv", type=int, default=None, help="value head dim (default: the head dim)")
     ap.add_argument("--heads-k", type=int, default=None)
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    ap.add_argument("--fp8", action="store_true", help="the FP8 forward (e4m3 inputs, bf16 out) instead of --dtype")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--atomic", action="store_true", help="the atomic-dQ backward instead of the split one")
     ap.add_argument("--window", default="-1,-1", help="left,right (-1: unbounded)")
@@ -116,13 +126,14 @@ def main(argv=None) -> int:
     b, s, h, d = (int(x) for x in a.shape.split(","))
     dv = a.dv or d
     names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}
-    print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {a.dtype} {'causal' if a.causal else 'full'} window {a.window} "
+    print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {'e4m3' if a.fp8 else a.dtype} {'causal' if a.causal else 'full'} window {a.window} "
           f"softcap {a.softcap}{' atomic dQ' if a.atomic else ''}{' padded (no split)' if a.no_split else ''}, sm_90a")
     print("| kernel | BLOCK_M x BLOCK_N | warps | stages | TMA | regs | spill B | smem B | est B | wgmma |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, fn, space, prune, kwargs in record_launches(b, s, h, a.heads_k or h, d, dv, DTYPES[a.dtype],
                                                           a.causal, a.atomic,
-                                                          tuple(int(x) for x in a.window.split(",")), a.softcap):
+                                                          tuple(int(x) for x in a.window.split(",")), a.softcap,
+                                                          a.fp8):
         short = names.get(name, name)
         if short not in a.kernels:
             continue
