@@ -26,7 +26,7 @@ from triton import knobs
 from triton.runtime import _allocation
 from triton.runtime.driver import driver
 
-#: Launches that ran under the interpreter, or whose config carries a pre-launch hook, are not kept.
+#: What inspect gives a parameter without a default.
 _EMPTY = inspect.Parameter.empty
 
 

@@ -163,7 +163,10 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
 
     q: [B, Sq, Hq, D]; k, v: [B, Sk, Hk, D] with Hk dividing Hq (GQA/MQA: query head h reads kv
     head h // (Hq // Hk)); dtype float16, bfloat16 or float32, all on one CUDA device (or CPU
-    under TRITON_INTERPRET=1). D a multiple of 8, at most 256.
+    under TRITON_INTERPRET=1). D and Dv multiples of 8, up to 256 on the flash kernels; wider (absorbed
+    MLA's 576 / 512 and up) on the wide kernels (kernels/flash_attn/wide.py).
+    A call with the signature of an earlier one (shapes, strides, dtypes, devices, 16-byte alignment,
+    keywords) skips the checks and replays its kernel launches (kernels/launcher.py).
     causal: bottom-right aligned (query i sees keys j <= i + Sk - Sq), i.e. window right = 0.
     softmax_scale: default 1 / sqrt(D).
     window_size: (left, right), query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right;
