@@ -78,6 +78,38 @@ def _keys_of_rows(q_first, q_last, seqlen_k, off, left, right,
 
 
 @triton.jit
+def _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """[rows, keys] bool: query qi sees key j (bottom-right aligned window; keys past seqlen_k never).
+    Shared with the wide kernels (wide.py)."""
+    keep = keys[None, :] < seqlen_k
+    if HAS_RIGHT:
+        keep = keep & (keys[None, :] <= qi[:, None] + off + right)
+    if HAS_LEFT:
+        keep = keep & (keys[None, :] >= qi[:, None] + off - left)
+    return keep
+
+
+@triton.jit
+def _softmax_block(s, m_i, sc, keep):
+    """One key block of the online softmax in base 2: scores ``s`` (to be scaled by ``sc``), the rows'
+    running max ``m_i``, ``keep`` the block's visibility mask (None: every row sees every key of the
+    block). Returns (p, alpha, m_new): the block's unnormalised probabilities, the factor that
+    rescales what came before, the new running max. Shared with the wide kernels (wide.py)."""
+    if keep is not None:
+        s = tl.where(keep, s * sc, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row with nothing visible yet keeps m = -inf; subtract 0 there so exp2 gives 0, not NaN.
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
+        p = tl.math.exp2(s * sc - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+    return p, alpha, m_new
+
+
+@triton.jit
 def _make_desc(base, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                USE_TMA: tl.constexpr):
     """A TMA descriptor over one (batch, head)'s [nrows, HEAD_DIM] rows when USE_TMA, else the pointer.
@@ -196,21 +228,10 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
             s, _ = _capped(s, sm_scale, softcap)
             sc = 1.0
         if MASKED:
-            keep = offs_n[None, :] < seqlen_k
-            if HAS_RIGHT:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + off + right)
-            if HAS_LEFT:
-                keep = keep & (offs_n[None, :] >= offs_m[:, None] + off - left)
-            s = tl.where(keep, s * sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            # A row with nothing visible yet keeps m = -inf; subtract 0 there so exp2 gives 0, not NaN.
-            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - m_sub[:, None])
-            alpha = tl.math.exp2(m_i - m_sub)
+            p, alpha, m_new = _softmax_block(s, m_i, sc, _visible(offs_m, offs_n, seqlen_k, off, left, right,
+                                                                  HAS_LEFT, HAS_RIGHT))
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
-            p = tl.math.exp2(s * sc - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
+            p, alpha, m_new = _softmax_block(s, m_i, sc, None)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)

@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 
 from . import configs
-from .fwd import _capped, _keys_of_rows, arch_of, precision_of
+from .fwd import _capped, _keys_of_rows, _softmax_block, _visible, arch_of, precision_of
 
 # Workspace of the score-shaped matrices per launch (P~ in the forward; P and dS in the backward),
 # in bytes; the packed rows are processed in chunks that fit. 1 GiB holds the 576 / 512 forward
@@ -86,17 +86,6 @@ def _query_and_head(r, group):
     """Packed row r of one (batch, kv head) -> (query i, head g within the group)."""
     i = r // group
     return i, r - i * group
-
-
-@triton.jit
-def _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """[rows, keys] bool: query qi sees key j (bottom-right aligned window; keys past seqlen_k never)."""
-    keep = keys[None, :] < seqlen_k
-    if HAS_RIGHT:
-        keep = keep & (keys[None, :] <= qi[:, None] + off + right)
-    if HAS_LEFT:
-        keep = keep & (keys[None, :] >= qi[:, None] + off - left)
-    return keep
 
 
 @triton.jit
@@ -166,17 +155,10 @@ def _scores_loop(m_i, l_i, q_base, q_off, k_base, stride_ks, ws_ptr, wm_ptr, qi,
             s, _ = _capped(s, sm_scale, softcap)
             sc = 1.0
         if MASKED:
-            keep = _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT, HAS_RIGHT)
-            s = tl.where(keep, s * sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            # nothing visible yet: m stays -inf; subtract 0 so exp2 gives 0, not NaN
-            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - m_sub[:, None])
-            alpha = tl.math.exp2(m_i - m_sub)
+            p, alpha, m_new = _softmax_block(s, m_i, sc, _visible(qi, keys, seqlen_k, off, left, right,
+                                                                  HAS_LEFT, HAS_RIGHT))
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
-            p = tl.math.exp2(s * sc - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
+            p, alpha, m_new = _softmax_block(s, m_i, sc, None)
         # The whole block, zeros where the mask hides a score (keys past seqlen_k too: the workspace
         # rows are padded to BLOCK_N), so the P V kernel reads it without masks. m_j stays -inf for
         # a row that has seen nothing yet: its scale exp2(m_j - m) is then 0, never inf.
