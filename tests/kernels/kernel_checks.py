@@ -47,3 +47,19 @@ def within_tolerance(name, cand, ref_same_dtype, oracle, dtype):
     c, r = rel_err(cand, oracle), rel_err(ref_same_dtype, oracle)
     bound = ERR_FACTOR * r + ERR_FLOOR[dtype]
     assert c <= bound, f"{name}: error {c:.3e} > {bound:.3e} (same-dtype torch reference {r:.3e})"
+
+
+def assert_matches_oracle(out, lse, grads, ref_out, ref_grads, orc, dtype):
+    """out and (dq, dk, dv) against the FP64 oracle ``orc`` by the tolerance rule (the same-dtype
+    reference's ``ref_out`` / ``ref_grads`` set each bound), each gradient shaped like the oracle's
+    in the inputs' dtype; lse with the oracle's -inf rows, no NaN, elsewhere within LSE_ATOL."""
+    within_tolerance("out", out, ref_out, orc.out, dtype)
+    for name, cand, ref, o in zip(("dq", "dk", "dv"), grads, ref_grads, (orc.dq, orc.dk, orc.dv)):
+        assert cand.shape == o.shape and cand.dtype == dtype, name
+        within_tolerance(name, cand, ref, o, dtype)
+    masked = torch.isneginf(orc.lse)
+    assert torch.equal(torch.isneginf(lse), masked), "lse: -inf pattern differs from the oracle's"
+    assert not torch.isnan(lse).any()
+    if (~masked).any():
+        lse_err = (lse.double() - orc.lse)[~masked].abs().max().item()
+        assert lse_err <= LSE_ATOL[dtype], f"lse: max abs error {lse_err:.3e}"

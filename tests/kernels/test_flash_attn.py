@@ -21,7 +21,7 @@ import math
 import pytest
 import triton
 import triton.language as tl
-from kernel_checks import LSE_ATOL, poison_allocations, rel_err, within_tolerance
+from kernel_checks import LSE_ATOL, assert_matches_oracle, poison_allocations, rel_err, within_tolerance
 
 from harness.oracle import softmax_attention, softmax_attention_varlen
 from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func
@@ -64,17 +64,7 @@ def check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal=False, window=(-1, 
 
     assert out.shape == q.shape[:-1] + (v.shape[-1],) and out.dtype == dtype
     assert lse.shape == (b, hq, sq) and lse.dtype == torch.float32
-    within_tolerance("out", out, ref_out, orc.out, dtype)
-    for name, cand, ref, o in (("dq", qg.grad, qr.grad, orc.dq), ("dk", kg.grad, kr.grad, orc.dk),
-                               ("dv", vg.grad, vr.grad, orc.dv)):
-        assert cand.shape == o.shape and cand.dtype == dtype
-        within_tolerance(name, cand, ref, o, dtype)
-    masked = torch.isneginf(orc.lse)
-    assert torch.equal(torch.isneginf(lse), masked), "lse: -inf pattern differs from the oracle's"
-    assert not torch.isnan(lse).any()
-    if (~masked).any():
-        lse_err = (lse.double() - orc.lse)[~masked].abs().max().item()
-        assert lse_err <= LSE_ATOL[dtype], f"lse: max abs error {lse_err:.3e}"
+    assert_matches_oracle(out, lse, (qg.grad, kg.grad, vg.grad), ref_out, (qr.grad, kr.grad, vr.grad), orc, dtype)
     return out, lse, qg.grad, kg.grad, vg.grad, orc
 
 
