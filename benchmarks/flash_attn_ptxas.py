@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
@@ -30,12 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+from sm90_compile import TARGET, ptxas_usage  # noqa: E402
 from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-TARGET = GPUTarget("cuda", 90, 32)
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -89,14 +85,8 @@ def compile_config(fn, kwargs, cfg) -> dict:
     options, signature, constexprs, attrs = fn._pack_args(backend, call, bound, spec, options)
     k = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
     ptx = k.asm["ptx"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.ptx")
-        Path(path).write_text(ptx)
-        err = subprocess.run([PTXAS, "-v", "-arch=sm_90a", path, "-o", os.path.join(tmp, "k.o")],
-                             capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", err)
-    spill = re.search(r"(\d+) bytes spill stores", err)
-    return {"regs": int(regs.group(1)) if regs else -1, "spill": int(spill.group(1)) if spill else -1,
+    use = ptxas_usage(ptx)
+    return {"regs": use["regs"], "spill": use["spill_stores"],
             "smem": k.metadata.shared, "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)), "ptx": ptx}
 
 

@@ -17,22 +17,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+from sm90_compile import TARGET, ptxas_usage  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels.linear_attn import chunk  # noqa: E402
 from kernels.linear_attn import configs as cfg  # noqa: E402
 
-TARGET = GPUTarget("cuda", 90, 32)
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 ELT = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
 
 
@@ -42,15 +37,8 @@ def _compile(fn, sig: dict, const: dict, aligned: list[str], num_warps: int, num
     src = ASTSource(fn=fn, signature=sig, attrs=attrs,
                     constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
     k = triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
-    with tempfile.TemporaryDirectory() as d:
-        ptx = os.path.join(d, "k.ptx")
-        with open(ptx, "w") as f:
-            f.write(k.asm["ptx"])
-        err = subprocess.run([PTXAS, "-v", "-arch=sm_90a", ptx, "-o", os.path.join(d, "k.o")],
-                             capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", err)
-    spill = re.search(r"(\d+) bytes spill stores", err)
-    return {"regs": int(regs.group(1)) if regs else -1, "spill": int(spill.group(1)) if spill else -1,
+    use = ptxas_usage(k.asm["ptx"])
+    return {"regs": use["regs"], "spill": use["spill_stores"],
             "smem": k.metadata.shared, "async": k.asm["ttgir"].count("async_copy_global_to_local")
             + k.asm["ttgir"].count("async_tma_copy_global_to_local")}
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
@@ -29,13 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+from sm90_compile import TARGET, ptxas_usage  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels.flash_attn import wide  # noqa: E402
 
-TARGET = GPUTarget("cuda", 90, 32)
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 PTR = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}
 CASES = {"576": (2, 2048, 32, 1, 576, 512), "1088": (1, 4096, 64, 1, 1088, 1024), "2112": (1, 2048, 128, 1, 2112, 2048)}
 KERNELS = {"_fwd_scores_kernel": "scores", "_bwd_delta_kernel": "delta", "_bwd_ds_kernel": "ds",
@@ -110,18 +105,10 @@ def compile_launch(fn, args, kwargs) -> dict:
         else:
             raise TypeError(f"{n}: {type(val).__name__}")
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs), target=TARGET, options=opts)
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "k.ptx")
-        with open(ptx, "w") as f:
-            f.write(k.asm["ptx"])
-        err = subprocess.run([PTXAS, "-v", "-arch=sm_90a", ptx, "-o", os.path.join(tmp, "k.o")],
-                             capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", err)
-    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", err)
+    use = ptxas_usage(k.asm["ptx"])
     ttgir = k.asm["ttgir"]
-    return {"warps": opts["num_warps"], "stages": opts["num_stages"],
-            "regs": int(regs.group(1)) if regs else -1,
-            "spill": f"{spill.group(1)}/{spill.group(2)}" if spill else "?",
+    return {"warps": opts["num_warps"], "stages": opts["num_stages"], "regs": use["regs"],
+            "spill": f"{use['spill_stores']}/{use['spill_loads']}" if use["spill_stores"] >= 0 else "?",
             "smem": k.metadata.shared,
             "async": ttgir.count("async_copy_global_to_local") + ttgir.count("async_tma_copy_global_to_local"),
             "wgmma": k.asm["ptx"].count("wgmma.mma_async")}
