@@ -109,15 +109,15 @@ def test_consumer_tiles_inside_larger_producer_tiles(monkeypatch):
     tiles lying inside a tile the scores / dS kernel wrote whole (the GPU configs pair 128-key
     producers with 64-key consumers). Here the producers take 32 x 32 tiles and the consumers
     16-row / 16-key ones; a read of an unwritten workspace element would show as NaN (the
-    fixture poisons torch.empty). A consumer tile that does not divide its producer's is refused."""
+    fixture poisons torch.empty). A consumer tile that does not divide its producer's is refused.
+    The configs are replaced where every path reads them (wide_configs), on the CPU and the GPU."""
     small = wide._interpret_configs()
     big = {k: dict(v, BLOCK_M=32, BLOCK_N=32) for k, v in small.items() if k in ("scores", "ds")}
-    monkeypatch.setattr(wide, "_interpret_configs", lambda: {**small, **big})
+    monkeypatch.setattr(wide, "wide_configs", lambda *args, **kwargs: {**small, **big})
     check_wide(1, 37, 45, 4, 1, 80, 64, torch.float32, causal=True)
     check_wide(1, 29, 50, 2, 1, 48, 40, torch.float32, window=(7, 2))
-    monkeypatch.setattr(wide, "_interpret_configs", lambda: {**big, **{k: v for k, v in small.items()
-                                                                       if k not in big},
-                                                             "pv": dict(small["pv"], BLOCK_N=64)})
+    refused = {**small, **big, "pv": dict(small["pv"], BLOCK_N=64)}
+    monkeypatch.setattr(wide, "wide_configs", lambda *args, **kwargs: refused)
     with pytest.raises(ValueError, match="pv BLOCK_N=64 must divide scores's 32"):
         check_wide(1, 5, 7, 2, 1, 80, 64, torch.float32)
 
@@ -128,7 +128,8 @@ def test_very_negative_scores_in_a_window(monkeypatch):
     block maximum must be kept as -inf, not 0, or the P V kernel's scale exp2(m_j - m) overflows
     to inf and 0 * inf poisons the row with NaN."""
     small = wide._interpret_configs()
-    monkeypatch.setattr(wide, "_interpret_configs", lambda: {**small, "scores": dict(small["scores"], BLOCK_M=32)})
+    tiles = {**small, "scores": dict(small["scores"], BLOCK_M=32)}
+    monkeypatch.setattr(wide, "wide_configs", lambda *args, **kwargs: tiles)  # on the GPU too
     b, s, h, d = 1, 70, 1, 48
     u = torch.randn(d, generator=torch.Generator().manual_seed(5))
     q = (-4 * u).expand(b, s, h, d).contiguous().to(DEVICE) + 0.01 * torch.randn(b, s, h, d).to(DEVICE)
