@@ -2,6 +2,7 @@
 Hopper wgmma instructions, and the time, beside the bf16 forward's pinned pick on the same shape.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_configs.py [--head-dims 64,128,256] [--seqlen 4096]
+        [--try 256,64,8,2,T ...] [--layouts k-major,stored]
 
 For each head dim (FA sweep: 16k tokens, hidden 2048; hd 256 with 8 heads) and each config of the
 FP8 list (``kernels.flash_attn.configs.fwd_keep(d, 1, 90)``), the list is narrowed to that config
@@ -35,11 +36,27 @@ def _kernels(fn):
         yield from caches[0].values()
 
 
+def _config(text: str) -> tuple:
+    """'128,64,8,3,T' -> (128, 64, 8, 3, True): BLOCK_M, BLOCK_N, warps, stages, TMA (T) or pointers (P)."""
+    parts = text.split(",")
+    if len(parts) != 5 or parts[4] not in ("T", "P") or not all(x.isdigit() for x in parts[:4]):
+        raise ValueError(f"expected BM,BN,WARPS,STAGES,T|P, got {text!r}")
+    return (*map(int, parts[:4]), parts[4] == "T")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P",
+                    help="configs off the list to measure too, after it (T: TMA loads, P: pointer loads)")
+    ap.add_argument("--layouts", default="k-major,stored", help="V layouts: k-major (a K-major copy), stored")
     args = ap.parse_args(argv)
+    try:
+        extra = [_config(c) for c in args.extra]
+    except ValueError as e:
+        ap.error(f"--try: {e}")
+    layouts = [{"k-major": True, "stored": False}[x] for x in args.layouts.split(",")]
     if not torch.cuda.is_available():
         print("fp8_configs: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -61,8 +78,8 @@ def main(argv=None) -> int:
         t = time_callable(functools.partial(flash_attn_func, qb, kb, vb), "cuda").median_ms
         print(f"| {d} | bf16 pinned pick {real_keep(d, 2, 90)[0]} | - | | | | | {t:.3f} | {flops / t / 1e9:.0f} |",
               flush=True)
-        for cfg in real_keep(d, 1, 90):
-            for vt in (True, False):
+        for cfg in list(dict.fromkeys(real_keep(d, 1, 90) + extra)):
+            for vt in layouts:
                 configs.fwd_keep = lambda *_a, _c=cfg: [_c]
                 before = {id(kern) for kern in _kernels(fwd._fwd_kernel)}
                 call = functools.partial(flash_attn_fp8_func, q, k, v, qs, ks, vs, v_transposed=vt,

@@ -42,14 +42,15 @@ DEFAULT_BACKENDS = ("triton_fa", "sdpa_flash", "sdpa_cudnn", "flash_attn_cute", 
                     "fla_fused_chunk", "triton_decode", "flash_attn_cute_decode")
 
 
-def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float] | None:
-    """Host microseconds per call of an in-repo kernel's own launch path (issue 16's budgets: launch,
-    autotune lookup, descriptor set-up): its launchers called directly with their replay caches
-    (kernels/launcher.py), no adapter and no autograd. None for other backends and for cases whose
-    call form the path does not cover (varlen, strided layouts, FP8)."""
+def launch_path_call(backend: str, case, mode: str, device):
+    """``(call, caches)``: one call of an in-repo kernel's own launch path (its launchers called
+    directly with their replay caches, kernels/launcher.py; no adapter, no autograd) and the replay
+    caches it fills (name -> dict of Launches). None for other backends and for cases whose call form
+    the path does not cover (varlen, strided layouts, FP8)."""
     if case.layout != "contiguous" or getattr(case, "fp8", "") or getattr(case, "is_varlen", False):
         return None
     x = make_inputs(case, 0, device)
+    fwd_cache, bwd_cache = {}, {}
     if backend == "triton_fa" and case.family == "softmax":
         from kernels.flash_attn.bwd import flash_attn_bwd
         from kernels.flash_attn.fwd import flash_attn_fwd
@@ -57,7 +58,6 @@ def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float
         left, right = case.window
         kw = dict(softmax_scale=case.scale or case.d ** -0.5, causal=case.causal, window_left=left,
                   window_right=right, softcap=case.softcap)
-        fwd_cache, bwd_cache = {}, {}
         if mode == "fwd":
             call = lambda: flash_attn_fwd(x.q, x.k, x.v, **kw, launches=fwd_cache)
         else:
@@ -69,7 +69,6 @@ def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float
         g = x.g if case.gate == "g" else None
         g_gamma = x.g_gamma if case.gate == "g_gamma" else None
         scale = case.scale or case.d_k ** -0.5
-        fwd_cache, bwd_cache = {}, {}
         if mode == "fwd":
             call = lambda: chunk_linear_attn_fwd(x.q, x.k, x.v, g, g_gamma, scale, x.initial_state, True, 64,
                                                  launches=fwd_cache)
@@ -78,7 +77,14 @@ def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float
                                                  x.grad_final_state, 64, g is not None, launches=bwd_cache)
     else:
         return None
-    return overhead.host_times(call, device, calls)
+    return call, (fwd_cache if mode == "fwd" else bwd_cache)
+
+
+def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float] | None:
+    """Host microseconds per call of an in-repo kernel's own launch path (issue 16's budgets: launch,
+    autotune lookup, descriptor set-up): see :func:`launch_path_call`."""
+    made = launch_path_call(backend, case, mode, device)
+    return None if made is None else overhead.host_times(made[0], device, calls)
 
 
 def main(argv=None) -> int:

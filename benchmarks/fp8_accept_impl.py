@@ -1,0 +1,11 @@
+"""The in-repo FP8 forward as a user's callable for `harness accept --profile fp8` (forward only, FP8)."""
+from kernels.flash_attn import flash_attn_fp8_func
+
+
+def attn(q, k, v, *, q_descale, k_descale, v_descale, causal=False, softmax_scale=None, window_size=(-1, -1),
+         softcap=0.0):
+    return flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, causal=causal,
+                               softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
+
+
+attn.attn_capabilities = {"fp8": True, "backward": False, "dtypes": ["bf16"], "devices": ["cuda"]}
