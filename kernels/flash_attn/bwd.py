@@ -509,6 +509,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         cuq = cuk = q
     if q.numel() == 0 or k.numel() == 0:
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    # launches["plan"]: (atomic, split, the Launches to replay in order) after a first call that
+    # could leave every one of them
     plan = launches.get("plan") if launches is not None else None
     if plan is None:
         atomic = configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
@@ -517,16 +519,16 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
                 configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
             split = group_split(batch, hk, hq // hk, sk, sms)
         split = max(1, min(int(split), hq // hk))
+        replays = None
     else:
-        atomic, split = plan
+        atomic, split, replays = plan
     dq = torch.empty_like(q)
     delta = torch.empty_like(lse)
-    if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic)
-        dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-        dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-        nk = k.numel()  # one allocation for both partials
-        part = torch.empty(split * (nk + v.numel()), device=k.device, dtype=torch.float32)
-        dk_out, dv_out = part[: split * nk].view((split, *k.shape)), part[split * nk:].view((split, *v.shape))
+    if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
+        # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
+        dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)
+        dk_out = k.new_empty((split, *k.shape), dtype=torch.float32)
+        dv_out = v.new_empty((split, *v.shape), dtype=torch.float32)
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)
@@ -539,14 +541,16 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}
-    names = (("dq",) if not atomic else ()) + ("dkdv",) + (("sum",) if split > 1 else ())  # dQ writes delta first
-    replays = [launches.get(n) for n in names] if plan is not None else [None]
-    if all(r is not None for r in replays) and all(r(tensors) for r in replays):
-        return dq, dk, dv
+    if replays is not None:
+        for replay in replays:  # dQ first: it writes delta, which dK/dV reads
+            if not replay(tensors):
+                break
+        else:
+            return dq, dk, dv
     done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal, window_left,
                        window_right, softcap, allow_tf32)
     if launches is not None and not atomic and all(x is not None for x in done.values()):
-        launches.update(done, plan=(atomic, split))
+        launches["plan"] = (atomic, split, tuple(done.values()))
     if atomic:
         dq = dq_acc.to(q.dtype)
     return dq, dk, dv

@@ -400,8 +400,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         cuq, cuk = cu_seqlens_q, cu_seqlens_k
     else:
         batch, sq, hq, d = q.shape
-        out = torch.empty((batch, sq, hq, dv), device=q.device, dtype=out_dtype or q.dtype)
-        lse = torch.empty((batch, hq, sq), device=q.device, dtype=torch.float32)
+        out = q.new_empty((batch, sq, hq, dv), dtype=out_dtype or q.dtype)
+        lse = q.new_empty((batch, hq, sq), dtype=torch.float32)
         cuq = cuk = q  # unused placeholders (IS_VARLEN is a constexpr)
     if out.numel() == 0:
         return out, lse
