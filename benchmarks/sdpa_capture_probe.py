@@ -37,9 +37,9 @@ def capture(adapter, case, inputs) -> dict:
     seen = []
     real = F.scaled_dot_product_attention
 
-    def recording(q, k, v, attn_mask=None, **kw):
-        seen.append(dict(q=q, k=k, v=v, attn_mask=attn_mask, **kw))
-        return real(q, k, v, attn_mask=attn_mask, **kw)
+    def recording(query, key, value, attn_mask=None, **kw):
+        seen.append(dict(query=query, key=key, value=value, attn_mask=attn_mask, **kw))
+        return real(query, key, value, attn_mask=attn_mask, **kw)
 
     F.scaled_dot_product_attention = recording
     try:
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     inputs = V.prepare(case, seed=args.seed, device="cuda").inputs
     got = capture(registry.get(args.backend), case, inputs)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    for n in ("q", "k", "v", "attn_mask"):
+    for n in ("query", "key", "value", "attn_mask"):
         t = got[n]
         if t is None:
             continue
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                                                   f"mean {float(t.float().mean()):.3g}")
         print(f"  {n}: {tuple(t.shape)} strides {t.stride()} {t.dtype} offset {t.storage_offset()} "
               f"ptr%1024 {t.data_ptr() % 1024}{stats}" + (f", all True: {bool(t.all())}" if t.dtype == torch.bool else ""))
-    print(f"  other arguments: { {k: v for k, v in got.items() if k not in ('q', 'k', 'v', 'attn_mask')} }")
+    print(f"  other arguments: { {k: v for k, v in got.items() if k not in ('query', 'key', 'value', 'attn_mask')} }")
     if args.save:
         Path(args.save).mkdir(parents=True, exist_ok=True)
         torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in got.items()},
@@ -104,10 +104,11 @@ def main(argv=None) -> int:
         "captured": got,
         "cloned": {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in got.items()},
         "contiguous": {k: (v.contiguous().clone() if isinstance(v, torch.Tensor) else v) for k, v in got.items()},
-        "q randn": dict(got, q=like(got["q"], gen)),
-        "k randn": dict(got, k=like(got["k"], gen)),
-        "v randn": dict(got, v=like(got["v"], gen)),
-        "q, k, v randn": dict(got, q=like(got["q"], gen), k=like(got["k"], gen), v=like(got["v"], gen)),
+        "q randn": dict(got, query=like(got["query"], gen)),
+        "k randn": dict(got, key=like(got["key"], gen)),
+        "v randn": dict(got, value=like(got["value"], gen)),
+        "q, k, v randn": dict(got, query=like(got["query"], gen), key=like(got["key"], gen),
+                              value=like(got["value"], gen)),
         "no mask": dict(got, attn_mask=None),
         "mask all True": dict(got, attn_mask=torch.ones_like(got["attn_mask"])) if got["attn_mask"] is not None
         else None,

@@ -99,6 +99,14 @@ def _strong_per_step_decay(case: Case) -> bool:
     return isinstance(case, LinearCase) and case.gate == "g" and case.gate_n <= 0.1 and case.grad_final_state
 
 
+def _per_step_decay_long_with_dht(case: Case) -> bool:
+    # shrunk on the H100 (session 13, docs/repro/fla-dg-long/): the per-step gate (n=1) and the final
+    # state's gradient both needed, the initial state not; the dg error grows with the sequence (at
+    # 1000-2000 steps 10.1-10.3x on some inputs, 12-14.5x at 4000-8000), measured at n=1 only
+    return (isinstance(case, LinearCase) and case.gate == "g" and case.gate_n == 1.0 and case.grad_final_state
+            and case.seqlen >= 1000)
+
+
 def _strong_constant_decay_d_k_not_d_v(case: Case) -> bool:
     # shrunk on the H100 (session 10): the decay and d_k != d_v both needed, more than one 64-step chunk
     return (isinstance(case, LinearCase) and case.gate == "g_gamma" and case.gate_n <= 0.1
@@ -160,6 +168,18 @@ KNOWN: tuple[KnownIssue, ...] = (  # all measured on one H100 (sm90)
         summary="fla fused_chunk_simple_gla, strong per-step decay (log-sigmoid(x)/0.1): dg error "
         "42-67x the eager reference's (allowed 10x); out, state, dq, dk, dv pass",
         seen="fla-core 0.6.0, triton 3.6.0, H100, fp16/bf16, B1-H2-T63-K32V32-g(n=0.1)",
+    ),
+    KnownIssue(
+        backends=("fla_fused_chunk",),
+        applies=_per_step_decay_long_with_dht,
+        summary="fla fused_chunk_simple_gla, per-step decay (log-sigmoid, n=1) with the final state's gradient "
+        "over 1000+ steps: the dg error grows with the sequence, 10-14.5x the eager reference's (allowed 10x; "
+        "3.4e-2 rel-RMS at 7999 steps, where the in-repo kernel's is 0.02x the reference's); out, state, "
+        "dq, dk, dv pass",
+        seen="fla-core 0.6.0, triton 3.6.0, H100, bf16, fuzzer (session 10): B4-H4-T1998-K64V64-g(n=1)-h0-dhT; "
+        "B4-H4-T4000 / T8000 (sessions 11, 13)",
+        example=case_from_id("B1-H1-T7999-K64V64-g(n=1)-dhT-bf16"),
+        seed=7,  # the shrink's seed (docs/repro/fla-dg-long/): 14.5x; at seed 202000615 this example passes (3.0x)
     ),
     KnownIssue(
         backends=("fla_fused_chunk",),

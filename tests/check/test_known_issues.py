@@ -139,6 +139,12 @@ def test_session_10_fuzz_entries_cover_their_minimal_triggers_only(on_sm90):
     assert known("fla_fused_chunk", "B2-H1-T64-K16V128-g_gamma(n=0.1)-fp16") is None
     assert known("fla_fused_chunk", "B2-H1-T65-K64V64-g_gamma(n=0.1)-fp16") is None
     assert known("fla_chunk", "B2-H1-T65-K16V128-g_gamma(n=0.1)-fp16") is None
+    # FLA fused_chunk dg over long sequences (session 13's shrink): per-step gate n=1, dhT, 1000+ steps
+    assert known("fla_fused_chunk", "B1-H1-T7999-K64V64-g(n=1)-dhT-bf16")
+    assert known("fla_fused_chunk", "B4-H4-T1998-K64V64-g(n=1)-h0-dhT-bf16")
+    assert known("fla_fused_chunk", "B1-H1-T999-K64V64-g(n=1)-dhT-bf16") is None
+    assert known("fla_fused_chunk", "B1-H1-T7999-K64V64-g(n=1)-bf16") is None  # without dhT it passes
+    assert known("fla_chunk", "B1-H1-T7999-K64V64-g(n=1)-dhT-bf16") is None
     # flash-attn-4's decode path crashes with d_v != d only
     crash = known("flash_attn_cute_decode", "B1-H1-Q1-L0-contig-D32v96-bf16")
     assert crash and crash.crash and crash.signature == "illegal memory access"
