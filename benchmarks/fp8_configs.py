@@ -36,6 +36,12 @@ def _kernels(fn):
         yield from caches[0].values()
 
 
+def _as_tuple(config) -> tuple:
+    """A triton.Config of the forward as (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA)."""
+    kw = config.kwargs
+    return kw["BLOCK_M"], kw["BLOCK_N"], config.num_warps, config.num_stages, bool(kw["USE_TMA"])
+
+
 def _config(text: str) -> tuple:
     """'128,64,8,3,T' -> (128, 64, 8, 3, True): BLOCK_M, BLOCK_N, warps, stages, TMA (T) or pointers (P)."""
     parts = text.split(",")
@@ -63,7 +69,7 @@ def main(argv=None) -> int:
     os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
     from kernels.flash_attn import configs, flash_attn_fp8_func, flash_attn_func, fwd
 
-    real_keep = configs.fwd_keep
+    real_keep, real_prune = configs.fwd_keep, configs.prune_fwd
     print("| hd | config (BM, BN, warps, stages, TMA) | V layout | registers | spill B | shared B | wgmma | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for d in (int(x) for x in args.head_dims.split(",")):
@@ -81,19 +87,26 @@ def main(argv=None) -> int:
         for cfg in list(dict.fromkeys(real_keep(d, 1, 90) + extra)):
             for vt in layouts:
                 configs.fwd_keep = lambda *_a, _c=cfg: [_c]
+                picked = []
+                configs.prune_fwd = lambda *a, _p=picked, **kw: _p.append(real_prune(*a, **kw)) or _p[-1]
                 before = {id(kern) for kern in _kernels(fwd._fwd_kernel)}
                 call = functools.partial(flash_attn_fp8_func, q, k, v, qs, ks, vs, v_transposed=vt,
                                          max_num_imprecise_acc=None)
                 try:
                     call()
                     torch.cuda.synchronize()
+                    ran = _as_tuple(picked[-1][0]) if picked else None
+                    if ran != cfg:  # the filter dropped it: the launch took the fallback, not this config
+                        print(f"| {d} | {cfg} | {'K-major copy' if vt else 'as stored'} | not run: outside the "
+                              f"autotune space or over the shared-memory filter (the fallback {ran} ran) |", flush=True)
+                        continue
                     ms = time_callable(call, "cuda").median_ms
                 except Exception as e:  # out of resources, a compile error: say so and go on
                     print(f"| {d} | {cfg} | {'K-major copy' if vt else 'as stored'} | {type(e).__name__}: "
                           f"{str(e).splitlines()[0][:80]} |", flush=True)
                     continue
                 finally:
-                    configs.fwd_keep = real_keep
+                    configs.fwd_keep, configs.prune_fwd = real_keep, real_prune
                 new = [kern for kern in _kernels(fwd._fwd_kernel) if id(kern) not in before]
                 for kern in new[-1:]:
                     kern._init_handles()
