@@ -554,9 +554,10 @@ def test_fp8_forward_matches_the_fp8_reference(case_id, v_transposed):
     assert err <= 2 * ref_err, f"out: {err:.3e} against the FP8 reference's {ref_err:.3e}"
     live = torch.isfinite(orc.lse)
     assert rel_err(lse[live], orc.lse[live]) <= hardware_floor("lse", "e4m3")
-    promoted = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True,
-                                   v_transposed=v_transposed, max_num_imprecise_acc=0, **kw)[1]
-    assert (promoted.double() - orc.lse)[live].abs().max().item() <= 1e-4
+    if not v_transposed:  # the promotion does not depend on V's layout: checked once per case (CPU time)
+        promoted = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True,
+                                       max_num_imprecise_acc=0, **kw)[1]
+        assert (promoted.double() - orc.lse)[live].abs().max().item() <= 1e-4
 
 
 def test_fp8_tensor_descriptors_with_v_transposed(monkeypatch):

@@ -39,8 +39,8 @@ def test_host_time_counts_what_the_host_spends():
 
 def test_calls_that_wait_do_not_move_the_median():
     """A call that finds the launch queue full waits for the device: its host time is not the
-    host's cost. Every fifth call here sleeps 3 ms (a stand-in for that wait): the median call
-    stays the cheap one, the loop mean shows the waits, and the table prints both."""
+    host's cost. Every fifth call here sleeps 20 ms (a stand-in for that wait): the median call
+    stays a cheap one, the loop mean shows the waits, and the table prints both."""
     import time
 
     class Waits(SoftmaxAdapter):
@@ -50,12 +50,12 @@ def test_calls_that_wait_do_not_move_the_median():
         def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
             Waits.n += 1
             if Waits.n % 5 == 0:
-                time.sleep(0.003)
+                time.sleep(0.02)
             return registry.get("eager").run(case, q=q, k=k, v=v)
 
     r = overhead.measure(Waits(), CASE, "fwd", device="cpu", calls=10, windows=2)
-    assert len(r.calls_us) == 20 and sum(t >= 3000 for t in r.calls_us) == 4
-    assert r.host_us < 3000 and r.mean_us >= 4 * 3000 / 20  # the median a cheap call; the mean carries the waits
+    assert len(r.calls_us) == 20 and sum(t >= 20000 for t in r.calls_us) >= 4  # (a loaded machine adds slow calls)
+    assert r.host_us < 20000 and r.mean_us >= 4 * 20000 / 20  # the median a cheap call; the mean carries the waits
     assert f"| {r.host_us:.1f} | {r.mean_us:.1f} |" in overhead.markdown([r])[-1]
 
 
