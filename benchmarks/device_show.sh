@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -344,6 +344,23 @@ launch-check)  # issue 16 (session 12): replayed launches on the GPU: the kernel
     grep -h "us of host time" "$OUT/launch"/profile-*.log
     cat "$OUT/launch/overhead/overhead.md"
     tarred launch
+    ;;
+host-ab)  # issue 16: host time of this tree's kernels against an earlier commit's, on one host in one call
+    # (carry .old made by `mkdir -p .old && git archive REV kernels | tar -x -C .old`, and .whl): this tree's
+    # harness/ and benchmarks/ measure both (the old kernels/ beside them in /tmp/ab-old), runs alternating
+    # new, old, new, old, pinned configs (the launch path does not depend on the tile), then host_ab.py's table
+    setup
+    rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old "$OUT/host-ab" && cp -r harness benchmarks /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
+    for i in 1 2; do
+        for side in new old; do
+            root=$PWD; [ "$side" = old ] && root=/tmp/ab-old
+            (cd "$root" && FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 150 python3 benchmarks/host_overhead.py \
+                --backends triton_fa,triton_la_chunk --out "$OUT/host-ab/$side-$i") > "$OUT/host-ab/$side-$i.log" 2>&1
+            echo "$side-$i exit $?" >> "$OUT/host-ab/$side-$i.log"
+        done
+    done
+    python3 benchmarks/host_ab.py "$OUT/host-ab" | tee "$OUT/host-ab/ab.md"
+    tarred host-ab
     ;;
 overhead)  # issue 16: host microseconds per call against the kernels' device time (CUDA graphs), in-repo
     # kernels and peers (flash-attn-4 and FLA installed first: fa4-1, fa4-2, then carry .fa4-3 and .whl)

@@ -107,3 +107,24 @@ def test_script_adds_the_in_repo_kernels_launch_path(tmp_path):
     assert rc == 0
     rows = json.loads((tmp_path / "overhead.json").read_text())["rows"]
     assert [r["backend"] for r in rows] == ["triton_fa", "triton_fa (launch path)"]
+
+
+def test_host_ab_puts_runs_side_by_side(tmp_path, capsys):
+    """benchmarks/host_ab.py: each run's median call per row, in run order, and new / old of the means."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import host_ab
+    finally:
+        sys.path.pop(0)
+    for name, us in (("new-1", 20.0), ("old-1", 30.0), ("new-2", 22.0), ("old-2", 28.0)):
+        (tmp_path / name).mkdir()
+        rows = [{"backend": "triton_fa (launch path)", "case": CASE.id, "mode": "fwd", "host_us": us}]
+        if name.startswith("old"):
+            rows.append({"backend": "triton_fa (launch path)", "case": CASE.id, "mode": "bwd", "host_us": 2 * us})
+        (tmp_path / name / "overhead.json").write_text(json.dumps({"rows": rows}))
+    assert host_ab.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| backend | case | mode | new-1 | old-1 | new-2 | old-2 | new / old |"  # run order
+    assert out[2] == f"| triton_fa (launch path) | {CASE.id} | fwd | 20.0 | 30.0 | 22.0 | 28.0 | 0.72 |"
+    assert out[3] == f"| triton_fa (launch path) | {CASE.id} | bwd | - | 60.0 | - | 56.0 | - |"
+    assert host_ab.main([str(tmp_path / "missing")]) == 2

@@ -1,0 +1,59 @@
+"""Host time of two trees' kernels side by side, from `host_overhead.py` runs made on one host in one
+call (issue 16: host speed differs between machines by up to 2x, so budgets and trims are judged by
+an A/B, never across sessions).
+
+    python benchmarks/host_ab.py DIR      (DIR holds new-1/, old-1/, new-2/, ... each with overhead.json)
+
+Prints one row per (backend, case, mode): each run's median call in microseconds, in run order, and
+the ratio of the new runs' mean to the old runs' mean. `benchmarks/device_show.sh host-ab` makes the
+runs (this tree and an earlier commit's kernels/ in `.old`, measured by this tree's harness).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load(root: Path) -> dict[str, dict[tuple, float]]:
+    """run name -> {(backend, case, mode): host us per call (median call)}, in run order (new-1, old-1,
+    new-2, ...: by the number after the last dash, then the name)."""
+    runs = {}
+    for d in sorted((p for p in root.iterdir() if (p / "overhead.json").is_file()),
+                    key=lambda p: (p.name.rsplit("-", 1)[-1], p.name)):
+        rows = json.loads((d / "overhead.json").read_text())["rows"]
+        runs[d.name] = {(r["backend"], r["case"], r["mode"]): r["host_us"] for r in rows}
+    return runs
+
+
+def table(runs: dict[str, dict[tuple, float]]) -> list[str]:
+    names = list(runs)
+    keys = list(dict.fromkeys(k for r in runs.values() for k in r))
+    lines = ["| backend | case | mode | " + " | ".join(names) + " | new / old |",
+             "|---|---|---|" + "---|" * len(names) + "---|"]
+    for k in keys:
+        cells = [f"{runs[n][k]:.1f}" if k in runs[n] else "-" for n in names]
+        new = [runs[n][k] for n in names if n.startswith("new") and k in runs[n]]
+        old = [runs[n][k] for n in names if n.startswith("old") and k in runs[n]]
+        ratio = f"{statistics.fmean(new) / statistics.fmean(old):.2f}" if new and old else "-"
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | " + " | ".join(cells) + f" | {ratio} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print("usage: host_ab.py DIR (with new-1/, old-1/, ... holding overhead.json)", file=sys.stderr)
+        return 2
+    runs = load(Path(argv[0]))
+    if not runs:
+        print(f"host_ab: no overhead.json under {argv[0]}", file=sys.stderr)
+        return 2
+    print("\n".join(table(runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
