@@ -10,8 +10,9 @@ mode), taken in one run:
   synchronisation (the device drained before each loop), the host clock around each call; the
   median call counts. A call that finds the launch queue full waits for the device, and then its
   host time is device time: on the H100 a forward with 188 us of kernels averaged 66 us per call
-  over 300 back-to-back calls whose Python costs 17 us (``benchmarks/launch_probe.py``), and 50
-  calls of a 170 us forward averaged 29 us against 16 us for its neighbours. The median leaves those
+  over 300 back-to-back calls, 16.5 us in loops of 50 (``benchmarks/launch_probe.py``), and loops
+  of 50 calls of a 170 us forward averaged 29 us where its neighbours, with the same Python
+  (cProfile), took 16 us. The median leaves those
   waits out; the loop's mean, reported beside it, shows them (a mean well above the median: calls
   waited on the device, the host was not the bottleneck).
 * **device time per call**: the same calls replayed from a CUDA graph (no host in the loop), timed
