@@ -26,22 +26,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from replay_case import _SDPA, _sdpa_context  # noqa: E402  (one SDPA backend switch for the probes)
 
 from harness.adapters import registry  # noqa: E402
 from harness.cases import DecodeCase, case_from_id  # noqa: E402
 from harness.check import verify as V  # noqa: E402
-
-_SDPA = {"default": None, "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
-
-
-def _sdpa(name: str):
-    if _SDPA[name] is None:
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([getattr(SDPBackend, _SDPA[name])])
 
 
 def _fixed_inputs(case, inputs) -> dict:
@@ -90,7 +82,7 @@ def main(argv=None) -> int:
     for s in args.sdpa.split(","):
         for setting in ("harness", "fresh copies", "same inputs", "same inputs, poisoned"):
             try:
-                with _sdpa(s):
+                with _sdpa_context(s):
                     outs = _outs(adapter, case, baseline.inputs, setting, args.calls)
             except RuntimeError as e:
                 print(f"{s:9} {setting:22}: refused: {str(e).splitlines()[0][:100]}")

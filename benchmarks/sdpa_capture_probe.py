@@ -21,9 +21,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from repeat_probe import _fixed_inputs  # noqa: E402  (the candidate's inputs as the check lays them out)
+from replay_case import _SDPA, _sdpa_context  # noqa: E402  (one SDPA backend switch for the probes)
 
 from harness.adapters import registry  # noqa: E402
 from harness.cases import case_from_id  # noqa: E402
@@ -43,7 +46,7 @@ def capture(adapter, case, inputs) -> dict:
 
     F.scaled_dot_product_attention = recording
     try:
-        passed = V.apply_layout(case, {n: t.detach().clone() for n, t in V._run_inputs(case, inputs).items()})
+        passed = _fixed_inputs(case, inputs)
         with torch.no_grad():
             adapter.run(case, **passed)
     finally:
@@ -74,7 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--case", default=CASE)
     p.add_argument("--seed", type=int, default=202000607)
     p.add_argument("--calls", type=int, default=20)
-    p.add_argument("--sdpa", default="cudnn", help="default or cudnn (only cuDNN allowed)")
+    p.add_argument("--sdpa", default="cudnn", choices=sorted(_SDPA), help="SDPA backends allowed (default: all)")
     p.add_argument("--save", default=None)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -97,8 +100,7 @@ def main(argv=None) -> int:
         Path(args.save).mkdir(parents=True, exist_ok=True)
         torch.save({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in got.items()},
                    Path(args.save) / "sdpa_args.pt")
-    ctx = torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.CUDNN_ATTENTION]) \
-        if args.sdpa == "cudnn" else torch.enable_grad()
+    ctx = _sdpa_context(args.sdpa)
     gen = torch.Generator().manual_seed(0)
     variants = {
         "captured": got,
