@@ -5,9 +5,10 @@
 For each case and mode, on the launch path of ``benchmarks/host_overhead.py`` (the in-repo
 launchers called directly with their replay caches): whether steady calls replay (how many full
 launches the calls after warm-up made: 0 expected), each cached Launch (grid, global scratch bytes,
-direct C launcher or Triton's Python wrapper), the host microseconds of a whole call, of each replay
-alone and of the call's allocations alone, and a cProfile of the call (top functions by own time).
-A GPU run; it prints everything it measured.
+direct C launcher or Triton's Python wrapper), the host microseconds of a whole call and of each
+replay alone (``harness.perf.overhead.host_times``: the median call, and the loops' mean, which is
+above it where calls waited on a full launch queue), and a cProfile of the call (top functions by own
+time). A GPU run; it prints everything it measured.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import cProfile
 import functools
 import io
 import pstats
+import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,6 +28,7 @@ import torch  # noqa: E402
 
 from benchmarks.host_overhead import launch_path_call  # noqa: E402
 from harness.cases import case_from_id  # noqa: E402
+from harness.perf import overhead  # noqa: E402
 from kernels import launcher  # noqa: E402
 from kernels.flash_attn import configs as fa_configs  # noqa: E402
 
@@ -34,18 +36,11 @@ CASES = ("B2-H16/1-S2048x2048-D64-bf16", "B2-H32/8-S2048x2048-D64-bf16", "B1-H40
          "B16-H16-S1024x1024-D128-causal-bf16")
 
 
-def per_call_us(fn, calls: int) -> float:
-    """Median over 5 loops of ``calls`` back-to-back calls, host microseconds per call (device drained
-    before each loop)."""
-    times = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    torch.cuda.synchronize()
-    return sorted(times)[2]
+def per_call_us(fn, calls: int) -> str:
+    """Host microseconds per call of ``fn`` over 5 loops of ``calls`` back-to-back calls: the median
+    call and the loops' mean."""
+    times = overhead.host_times(fn, "cuda", calls)
+    return f"{statistics.median(times):.1f} us (mean {statistics.fmean(times):.1f})"
 
 
 def full_launches(call, calls: int) -> int:
@@ -90,12 +85,12 @@ def probe(case_id: str, mode: str, calls: int) -> None:
     print(f"  full launches in {calls} steady calls: {full_launches(call, calls)} (0: every call replays)")
     for name, launch in cache.items():
         print("  " + describe(name, launch))
-    print(f"  whole call: {per_call_us(call, calls):.1f} us")
+    print(f"  whole call: {per_call_us(call, calls)}")
     captured = _captured_tensors(call)  # the tensors each replay was called with, from one more call
     for name, launch in cache.items():
         if isinstance(launch, launcher.Launch) and id(launch) in captured:
             alone = per_call_us(functools.partial(launch, captured[id(launch)]), calls)
-            print(f"  replay {name} alone: {alone:.1f} us")
+            print(f"  replay {name} alone: {alone}")
     prof = cProfile.Profile()
     torch.cuda.synchronize()
     prof.enable()
