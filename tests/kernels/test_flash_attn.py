@@ -111,8 +111,9 @@ def test_tma_descriptor_path_and_atomic_dq(monkeypatch, bwd):
 @pytest.mark.parametrize("bwd, split", [("split", 2), ("split", 3), ("atomic", 3)])
 def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     """MQA / GQA with few programs: the dK/dV kernel shares a group's query heads among `split`
-    programs (partial fp32 dK / dV, summed on the host); uneven splits (4 heads in 3) included.
-    Varlen too (the partial buffers are packed like k)."""
+    programs (partial fp32 dK / dV, summed by the last of them to finish); uneven splits (4 heads in
+    3) included. Varlen too (the partial buffers are packed like k). Every launch leaves the arrival
+    counters zero, so the calls after it sum too."""
     from kernels.flash_attn import bwd as bwd_mod
 
     monkeypatch.setattr(bwd_mod, "group_split", lambda *a: split)
@@ -120,6 +121,8 @@ def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     check_against_oracle(1, 33, 50, 4, 1, 32, torch.float32, window=(5, 3))
     check_against_oracle(2, 37, 29, 8, 2, 16, torch.float16, causal=True)
     check_varlen()
+    for counters in bwd_mod._ARRIVALS.values():
+        assert not counters.any(), "a launch left an arrival counter non-zero"
 
 
 @pytest.mark.parametrize("d, dv, bwd", [(48, 32, "split"), (48, 32, "atomic"), (32, 48, "split"), (24, 16, "atomic")],
@@ -453,6 +456,32 @@ def test_gpu_split_head_dims_match_oracle(d, dv, dtype):
     configs (TMA or pointer loads as the lists pick): DeepSeek's 192 / 128, 96, 80 / 64, 160."""
     check_against_oracle(1, 777, 1500, 4, 2, d, dtype, causal=True, dv=dv, device="cuda")
     check_against_oracle(2, 300, 300, 4, 1, d, dtype, window=(100, 20), dv=dv, device="cuda")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_group_split_sum_is_the_same_on_every_run():
+    """MQA with one kv head and a small batch: the dK/dV kernel splits the 16-head group over 16
+    programs per key block, and the last of them to finish sums the fp32 partials. Whichever program
+    comes last, the sum is in split order: five backwards give bitwise the same gradients, match the
+    oracle, and leave every arrival counter zero."""
+    from kernels.flash_attn import bwd as bwd_mod
+
+    b, s, hq, hk, d = 1, 2048, 16, 1, 64
+    props = torch.cuda.get_device_properties(0)
+    assert bwd_mod.group_split(b, hk, hq // hk, s, props.multi_processor_count) > 1, "no split on this GPU"
+    q, k, v, do = make_inputs(b, s, s, hq, hk, d, torch.bfloat16, "cuda", 0, None)
+    grads = []
+    for _ in range(5):
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        flash_attn_func(qg, kg, vg, causal=True).backward(do)
+        grads.append((qg.grad, kg.grad, vg.grad))
+    for other in grads[1:]:
+        for name, x, y in zip(("dq", "dk", "dv"), grads[0], other):
+            assert torch.equal(x, y), f"{name} differs between two runs"
+    for counters in bwd_mod._ARRIVALS.values():
+        assert not counters.any(), "a launch left an arrival counter non-zero"
+    check_against_oracle(b, 1000, 1000, hq, hk, d, torch.bfloat16, causal=True, device="cuda")
 
 
 @pytest.mark.gpu
