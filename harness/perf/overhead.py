@@ -12,9 +12,10 @@ mode), taken in one run:
   host time is device time: on the H100 a forward with 188 us of kernels averaged 66 us per call
   over 300 back-to-back calls, 16.5 us in loops of 50 (``benchmarks/launch_probe.py``), and loops
   of 50 calls of a 170 us forward averaged 29 us where its neighbours, with the same Python
-  (cProfile), took 16 us. The median leaves those
-  waits out; the loop's mean, reported beside it, shows them (a mean well above the median: calls
-  waited on the device, the host was not the bottleneck).
+  (cProfile), took 16 us. Hence short loops (10 calls: at most 30 launches queued by a 3-launch
+  backward) and many of them, and the median call; the loop's mean, reported beside it, shows
+  what waits are left (a mean well above the median: calls waited on the device, the host was
+  not the bottleneck).
 * **device time per call**: the same calls replayed from a CUDA graph (no host in the loop), timed
   with CUDA events; when capture fails, the timer's plain device time (then an upper bound).
 
@@ -39,8 +40,9 @@ from harness.perf.timing import TimerOptions, Workload, synchronize, time_worklo
 #: Host microseconds one call may cost, per mode.
 HOST_BUDGET_US = {"fwd": 25.0, "bwd": 50.0, "fwd+bwd": 75.0}
 #: Calls per host-timed loop and loops per measurement (the median call of all of them counts).
-CALLS = 50
-WINDOWS = 5
+#: Short loops keep the launch queue from filling (see the module docstring).
+CALLS = 10
+WINDOWS = 25
 
 
 @dataclass
