@@ -345,15 +345,25 @@ launch-check)  # issue 16 (session 12): replayed launches on the GPU: the kernel
     cat "$OUT/launch/overhead/overhead.md"
     tarred launch
     ;;
-host-ab)  # issue 16: host time of this tree's kernels against an earlier commit's, on one host in one call
-    # (carry .old made by `mkdir -p .old && git archive REV kernels | tar -x -C .old`, and .whl): this tree's
-    # harness/ and benchmarks/ measure both (the old kernels/ beside them in /tmp/ab-old), runs alternating
-    # new, old, new, old, pinned configs (the launch path does not depend on the tile), then host_ab.py's table
+host-ab)  # issue 16: host time of this tree's kernels against earlier commits', on one host in one call
+    # (carry .old and/or .old-REV, each made by `mkdir -p .old && git archive REV kernels | tar -x -C .old`, and
+    # .whl): this tree's harness/ and benchmarks/ measure every tree (each old kernels/ beside them in
+    # /tmp/ab-NAME), runs alternating new, old trees, twice, pinned configs (the launch path does not depend on
+    # the tile), then host_ab.py's table
     setup
-    rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old "$OUT/host-ab" && cp -r harness benchmarks /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
+    trees=""
+    for d in .old .old-*; do
+        [ -d "$d/kernels" ] || continue
+        name=${d#.}; trees="$trees $name"
+        rm -rf "/tmp/ab-$name" && mkdir -p "/tmp/ab-$name" && cp -r harness benchmarks "/tmp/ab-$name/" && cp -r "$d/kernels" "/tmp/ab-$name/"
+    done
+    mkdir -p "$OUT/host-ab"
+    start=$SECONDS
     for i in 1 2; do
-        for side in new old; do
-            root=$PWD; [ "$side" = old ] && root=/tmp/ab-old
+        for side in new $trees; do
+            # no run started past 400 s: the step must end (and tar) inside the device call's 600 s
+            if [ $((SECONDS - start)) -gt 400 ]; then echo "host-ab: $side-$i not started (time)"; continue; fi
+            root=$PWD; [ "$side" = new ] || root=/tmp/ab-$side
             (cd "$root" && FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 150 python3 benchmarks/host_overhead.py \
                 --backends triton_fa,triton_la_chunk --out "$OUT/host-ab/$side-$i") > "$OUT/host-ab/$side-$i.log" 2>&1
             echo "$side-$i exit $?" >> "$OUT/host-ab/$side-$i.log"

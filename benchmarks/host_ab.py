@@ -5,8 +5,9 @@ an A/B, never across sessions).
     python benchmarks/host_ab.py DIR      (DIR holds new-1/, old-1/, new-2/, ... each with overhead.json)
 
 Prints one row per (backend, case, mode): each run's median call in microseconds, in run order, and
-the ratio of the new runs' mean to the old runs' mean. `benchmarks/device_show.sh host-ab` makes the
-runs (this tree and an earlier commit's kernels/ in `.old`, measured by this tree's harness).
+for each earlier tree the ratio of the new runs' mean to that tree's (runs named TREE-N: old-1,
+old-a7bd22b-1, ...). `benchmarks/device_show.sh host-ab` makes the runs (this tree and earlier
+commits' kernels/ in `.old` and `.old-REV`, measured by this tree's harness).
 """
 
 from __future__ import annotations
@@ -29,16 +30,21 @@ def load(root: Path) -> dict[str, dict[tuple, float]]:
 
 
 def table(runs: dict[str, dict[tuple, float]]) -> list[str]:
+    """One row per (backend, case, mode): each run's median call, then for every earlier tree (the
+    runs' names less their "-N": old, old-a7bd22b, ...) the ratio of the new runs' mean to its runs'."""
     names = list(runs)
+    tree = {n: n.rsplit("-", 1)[0] for n in names}
+    others = [t for t in dict.fromkeys(tree.values()) if t != "new"]
     keys = list(dict.fromkeys(k for r in runs.values() for k in r))
-    lines = ["| backend | case | mode | " + " | ".join(names) + " | new / old |",
-             "|---|---|---|" + "---|" * len(names) + "---|"]
+    lines = ["| backend | case | mode | " + " | ".join(names) + " | " + " | ".join(f"new / {t}" for t in others)
+             + " |", "|---|---|---|" + "---|" * (len(names) + len(others))]
     for k in keys:
         cells = [f"{runs[n][k]:.1f}" if k in runs[n] else "-" for n in names]
-        new = [runs[n][k] for n in names if n.startswith("new") and k in runs[n]]
-        old = [runs[n][k] for n in names if n.startswith("old") and k in runs[n]]
-        ratio = f"{statistics.fmean(new) / statistics.fmean(old):.2f}" if new and old else "-"
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | " + " | ".join(cells) + f" | {ratio} |")
+        new = [runs[n][k] for n in names if tree[n] == "new" and k in runs[n]]
+        for t in others:
+            old = [runs[n][k] for n in names if tree[n] == t and k in runs[n]]
+            cells.append(f"{statistics.fmean(new) / statistics.fmean(old):.2f}" if new and old else "-")
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | " + " | ".join(cells) + " |")
     return lines
 
 
