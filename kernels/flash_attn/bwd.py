@@ -7,10 +7,7 @@ FA2's structure. Default ("split", deterministic, no atomics), two launches:
 - `_bwd_dkdv_kernel`: one program per (key block, batch * kv head). K and V stay resident; it loops
   over the query heads of its GQA group and over the query blocks that see the key block,
   recomputing P^T = exp2(K Q^T * scale - lse) and accumulating dV += P^T dO and dK += dS^T Q.
-  Summing over the group inside the program is what makes GQA/MQA need no atomics. With few kv
-  heads and a small batch the group is split over programs (group_split): each writes an fp32
-  partial, and the last of a key block's programs to finish (an arrival counter) sums them in split
-  order, so the result stays bitwise the same from run to run.
+  Summing over the group inside the program is what makes GQA/MQA need no atomics.
 Alternative ("atomic", FLASH_ATTN_BWD=atomic; slower on the H100, see docs/perf/flash_attn.md):
 `_bwd_preprocess` computes delta, then the dK/dV kernel also adds dS K into an fp32 dQ buffer.
 Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
@@ -163,7 +160,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK, DKsum, DVsum, Arrivals,
+def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      stride_qb, stride_qs, stride_qh,
                      stride_kb, stride_ks, stride_kh,
                      stride_vb, stride_vs, stride_vh,
@@ -178,15 +175,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK, DKs
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0, SPLIT_SUM: tl.constexpr = False):
+                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # K, dK and the Q tiles in two column ranges, S^T and dQ as two dots, nothing padded to BLOCK_D
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    # group_split > 1 (MQA / GQA with few kv heads, SPLIT_SUM): the query heads of a group are shared
-    # by that many programs, each writing its partial dK / dV (fp32) at DK + split * stride_dkp; the
-    # last of them to finish sums the partials into DKsum / DVsum (_sum_split)
+    # group_split > 1 (MQA / GQA with few kv heads): the query heads of a group are shared by that
+    # many programs, each writing its partial dK / dV (fp32) at DK + split * stride_dkp; the host sums
     gs = pid_bh % group_split
     b = (pid_bh // group_split) // num_kv_heads
     hk = (pid_bh // group_split) % num_kv_heads
@@ -267,32 +263,6 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK, DKs
                  + offs_db[None, :], dk_b.to(DK.dtype.element_ty), mask=kb_mask)
     tl.store(DV + gs64 * stride_dvp + b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs
              + offs_dv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
-    if SPLIT_SUM:
-        # Every thread's partial stored before the arrival is counted (the barrier), and the count is
-        # an acquire-release atomic: the program that sees group_split - 1 arrivals before its own is
-        # the last, and every other program's partial is visible to it.
-        tl.debug_barrier()
-        counter = Arrivals + (pid_bh // group_split).to(tl.int64) * tl.num_programs(0) + pid_n
-        if tl.atomic_add(counter, 1, sem="acq_rel") == group_split - 1:
-            k_off = b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks
-            _sum_split(DK, DKsum, k_off + offs_d[None, :], kv_mask, stride_dkp, group_split, BLOCK_N, BLOCK_DA)
-            if BLOCK_DB:
-                _sum_split(DK, DKsum, k_off + offs_db[None, :], kb_mask, stride_dkp, group_split, BLOCK_N,
-                           BLOCK_DB)
-            _sum_split(DV, DVsum, b64 * stride_dvb + hk.to(tl.int64) * stride_dvh + dk_rows * stride_dvs
-                       + offs_dv[None, :], v_mask, stride_dvp, group_split, BLOCK_N, BLOCK_DV)
-            tl.atomic_xchg(counter, 0)  # zero again for the next launch
-
-
-@triton.jit
-def _sum_split(P, D, offs, mask, stride_p, split, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """D[offs] = the ``split`` fp32 partials P[s * stride_p + offs] summed in split order (the same
-    sum on every run, whichever program came last), cast to D's dtype. The partials were written by
-    other programs: read through L2 (.cg), never from this SM's L1."""
-    acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
-    for s in range(split):
-        acc += tl.load(P + s * stride_p + offs, mask=mask, other=0.0, cache_modifier=".cg")
-    tl.store(D + offs, acc.to(D.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -473,6 +443,29 @@ def group_split(batch: int, heads_k: int, group: int, seqlen_k: int, sms: int) -
     return triton.cdiv(group, triton.cdiv(group, split))  # no split left without a head
 
 
+@triton.jit
+def _sum_rows(P, D, start, numel, split, BLOCK: tl.constexpr):
+    offs = start + tl.arange(0, BLOCK).to(tl.int64)
+    mask = offs < numel
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in range(split):  # in split order: the sum is the same on every run
+        acc += tl.load(P + s * numel + offs, mask=mask, other=0.0)
+    tl.store(D + offs, acc.to(D.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _sum_partials(PK, PV, DKsum, DVsum, numel_k, numel_v, split, BLOCK: tl.constexpr):
+    """dK and dV from the group split's fp32 partials ([split, numel] each, contiguous), summed in
+    split order and cast to the gradients' dtype: one launch for both (the first cdiv(numel_k, BLOCK)
+    programs do dK, the rest dV)."""
+    pid = tl.program_id(0)
+    k_blocks = tl.cdiv(numel_k, BLOCK)
+    if pid < k_blocks:
+        _sum_rows(PK, DKsum, pid.to(tl.int64) * BLOCK, numel_k, split, BLOCK)
+    else:
+        _sum_rows(PV, DVsum, (pid - k_blocks).to(tl.int64) * BLOCK, numel_v, split, BLOCK)
+
+
 #: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
 _UNUSED: dict = {}
 
@@ -484,29 +477,8 @@ def _unused_buffer(device) -> torch.Tensor:
     return buf
 
 
-#: The smallest key block a dK/dV launch may take (autotune space, the prune's fallback, the
-#: interpreter): the arrival counters are sized for that many blocks per (batch, kv head).
-MIN_BLOCK_N = min([c.kwargs["BLOCK_N"] for c in configs.BWD_SPACE] + [16, configs.INTERPRET_BLOCK_N])
-
-#: (device, stream) -> the group split's arrival counters (int32, zero between launches: the last
-#: program of each group zeroes its counter again). One per stream: launches on one stream run one
-#: after another, so no two launches count on the same counter at once.
-_ARRIVALS: dict = {}
-
-
-def _arrivals(device, programs: int) -> torch.Tensor:
-    """Zeroed int32 counters, at least ``programs``, for a launch on the current stream (kept and
-    reused: every launch leaves them zero). While a CUDA graph is captured, counters of the graph's
-    own (zeroed as the graph replays)."""
-    cuda = device.type == "cuda"
-    if cuda and torch.cuda.is_current_stream_capturing():
-        return torch.zeros(programs, device=device, dtype=torch.int32)
-    key = (device, launcher.current_stream(launcher.current_device()) if cuda else None)
-    buf = _ARRIVALS.get(key)
-    if buf is None or buf.numel() < programs:
-        _ARRIVALS[key] = buf = torch.zeros(max(programs, 2 * buf.numel() if buf is not None else 0),
-                                           device=device, dtype=torch.int32)
-    return buf
+# Elements per program of the partial sum: a bandwidth pass, 1024 fp32 loads in flight per split.
+SUM_BLOCK = 1024
 
 
 def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right, softcap=0.0,
@@ -552,16 +524,14 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         atomic, split, replays = plan
     dq = torch.empty_like(q)
     delta = torch.empty_like(lse)
-    if split > 1:  # partial dK / dV per split, fp32, summed in a fixed order (deterministic) by the
-        # last program of each group (_sum_split); partials and sums contiguous (the same strides)
+    if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
+        # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
         dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)
         dk_out = k.new_empty((split, *k.shape), dtype=torch.float32)
         dv_out = v.new_empty((split, *v.shape), dtype=torch.float32)
-        arrivals = _arrivals(q.device, batch * hk * triton.cdiv(sk, MIN_BLOCK_N))
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)
-        arrivals = lse  # a placeholder the kernel never touches (SPLIT_SUM off)
     # atomic: the dK/dV kernel also adds dS K into an fp32 dQ buffer (5 matmuls instead of 7, not
     # bitwise deterministic); split: a one-element stand-in the kernel never touches. Not an alias of
     # a live tensor: the autotuner zeroes DQacc before each trial (reset_to_zero), and delta in its
@@ -569,8 +539,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     # every first call of a tuning key, found on the H100).
     dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else _unused_buffer(q.device)
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
-               "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "DKsum": dk, "DVsum": dv,
-               "Arrivals": arrivals}
+               "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
+               "DKsum": dk, "DVsum": dv}
     if replays is not None:
         for replay in replays:  # dQ first: it writes delta, which dK/dV reads
             if not replay(tensors):
@@ -645,10 +615,16 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     dkdv_args = dict(common, stride_dkb=dkb, stride_dks=dks, stride_dkh=dkh,
                      stride_dvb=dvb, stride_dvs=dvs, stride_dvh=dvh, num_kv_heads=hk, RESIDENT_N=True,
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
-                     stride_dkp=dkp, stride_dvp=dvp, group_split=split, SPLIT_SUM=split > 1)
+                     stride_dkp=dkp, stride_dvp=dvp, group_split=split)
     done["dkdv"] = configs.launch(
         _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
         lambda bm, bn: (triton.cdiv(sk, bn), batch * hk * split),
-        dict({n: t[n] for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK",
-                                "DKsum", "DVsum", "Arrivals")}, **dkdv_args))
+        dict({n: t[n] for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK")},
+             **dkdv_args))
+    if split > 1:
+        nk, nv = k.numel(), v.numel()
+        grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK),)
+        kwargs = dict({n: t[n] for n in ("PK", "PV", "DKsum", "DVsum")}, numel_k=nk, numel_v=nv, split=split,
+                      BLOCK=SUM_BLOCK)
+        done["sum"] = launcher.launch(_sum_partials, grid, kwargs)
     return done
