@@ -2,7 +2,7 @@
 Hopper wgmma instructions, and the time, beside the bf16 forward's pinned pick on the same shape.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_configs.py [--head-dims 64,128,256] [--seqlen 4096]
-        [--try 256,64,8,2,T ...] [--layouts k-major,stored]
+        [--try 256,64,8,2,T ...] [--layouts k-major,stored] [--causal]
 
 For each head dim (FA sweep: 16k tokens, hidden 2048; hd 256 with 8 heads) and each config of the
 FP8 list (``kernels.flash_attn.configs.fwd_keep(d, 1, 90)``), the list is narrowed to that config
@@ -57,6 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P",
                     help="configs off the list to measure too, after it (T: TMA loads, P: pointer loads)")
     ap.add_argument("--layouts", default="k-major,stored", help="V layouts: k-major (a K-major copy), stored")
+    ap.add_argument("--causal", action="store_true", help="causal attention (half the FLOPs of the full square)")
     args = ap.parse_args(argv)
     try:
         extra = [_config(c) for c in args.extra]
@@ -68,6 +69,7 @@ def main(argv=None) -> int:
         return 2
     os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
     from kernels.flash_attn import configs, flash_attn_fp8_func, flash_attn_func, fwd
+    from kernels.flash_attn.v_layout import v_keys_contiguous
 
     real_keep, real_prune = configs.fwd_keep, configs.prune_fwd
     print("| hd | config (BM, BN, warps, stages, TMA) | V layout | registers | spill B | shared B | wgmma | ms | TFLOP/s |")
@@ -76,14 +78,17 @@ def main(argv=None) -> int:
         heads = 8 if d == 256 else 2048 // d
         s = args.seqlen
         b = max(1, 16384 // s)
-        flops = 4 * b * heads * s * s * d
+        flops = 4 * b * heads * s * s * d // (2 if args.causal else 1)
         g = torch.Generator(device="cpu").manual_seed(0)
         x = [torch.randn(b, s, heads, d, generator=g).to("cuda") for _ in range(3)]
         (q, qs), (k, ks), (v, vs) = (fp8.quantize(t, "e4m3", heads) for t in x)
         qb, kb, vb = (t.to(torch.bfloat16) for t in x)
-        t = time_callable(functools.partial(flash_attn_func, qb, kb, vb), "cuda").median_ms
+        t = time_callable(functools.partial(flash_attn_func, qb, kb, vb, causal=args.causal), "cuda").median_ms
         print(f"| {d} | bf16 pinned pick {real_keep(d, 2, 90)[0]} | - | | | | | {t:.3f} | {flops / t / 1e9:.0f} |",
               flush=True)
+        if True in layouts:  # what the K-major copy of V alone costs (part of every K-major row's time)
+            t = time_callable(functools.partial(v_keys_contiguous, v), "cuda").median_ms
+            print(f"| {d} | V copy alone (v_keys_contiguous) | K-major copy | | | | | {t:.3f} | |", flush=True)
         for cfg in list(dict.fromkeys(real_keep(d, 1, 90) + extra)):
             for vt in layouts:
                 configs.fwd_keep = lambda *_a, _c=cfg: [_c]
@@ -91,7 +96,7 @@ def main(argv=None) -> int:
                 configs.prune_fwd = lambda *a, _p=picked, **kw: _p.append(real_prune(*a, **kw)) or _p[-1]
                 before = {id(kern) for kern in _kernels(fwd._fwd_kernel)}
                 call = functools.partial(flash_attn_fp8_func, q, k, v, qs, ks, vs, v_transposed=vt,
-                                         max_num_imprecise_acc=None)
+                                         max_num_imprecise_acc=None, causal=args.causal)
                 try:
                     call()
                     torch.cuda.synchronize()

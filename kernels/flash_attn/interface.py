@@ -15,6 +15,7 @@ from .. import launcher
 from . import configs
 from .bwd import flash_attn_bwd
 from .fwd import flash_attn_fwd
+from .v_layout import v_keys_contiguous
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -333,11 +334,8 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     descales = tuple(t.contiguous() for t in (q_descale, k_descale, v_descale))
     if v_transposed is None:
         v_transposed = q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9
-    if v_transposed:  # [B, Hk, Dv, Sk], rows padded to 16 keys: 16-byte strides for tensor descriptors
-        sk = v.shape[1]
-        vt = torch.empty((*v.permute(0, 2, 3, 1).shape[:-1], -(-sk // 16) * 16), device=v.device, dtype=v.dtype)
-        vt[..., :sk] = v.permute(0, 2, 3, 1)
-        v = vt[..., :sk]
+    if v_transposed:
+        v = v_keys_contiguous(v)
     out, lse = flash_attn_fwd(q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_left=left,
                               window_right=right, softcap=_check_softcap(softcap), descales=descales,
                               out_dtype=out_dtype, v_transposed=bool(v_transposed),

@@ -607,6 +607,23 @@ def _round_kernel(X, Y, N: tl.constexpr):
     tl.store(Y + r, _round_to_e4m3(tl.load(X + r)))
 
 
+@pytest.mark.parametrize("b, sk, hk, dv, packed", [(1, 300, 2, 64, False), (2, 17, 3, 48, True), (1, 513, 1, 96, False)],
+                         ids=["S300-D64", "S17-D48-packed", "S513-D96"])
+def test_fp8_v_copy_puts_the_keys_contiguous(b, sk, hk, dv, packed):
+    """The FP8 forward's copy of V to [B, Hk, Dv, Sk] (v_layout._transpose_kernel, one byte per
+    element): every byte where torch's permute puts it, over tiles cut by the sequence and the head
+    dim (300 and 513 keys, 48 and 96 dims against 256 x 64 tiles), from a strided V (a slice of a
+    packed kv tensor), rows padded to 16 keys."""
+    from kernels.flash_attn.v_layout import KEY_PAD, v_keys_contiguous
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    raw = torch.randint(0, 255, (b, sk, hk, 2 * dv if packed else dv), generator=g, dtype=torch.uint8)
+    v = (raw[..., dv:] if packed else raw).view(torch.float8_e4m3fn).to(DEVICE)
+    vt = v_keys_contiguous(v)
+    assert vt.shape == (b, hk, dv, sk) and vt.stride(2) == -(-sk // KEY_PAD) * KEY_PAD
+    assert torch.equal(vt.view(torch.uint8).cpu(), v.permute(0, 2, 3, 1).view(torch.uint8).cpu())
+
+
 def test_fp8_p_rounding_under_the_interpreter_matches_torch():
     """The interpreter's own fp32 -> e4m3 cast drops the carry into the exponent (0.496 -> 0.25);
     the kernel rounds P itself there (_round_to_e4m3). That rounding must be torch's."""
