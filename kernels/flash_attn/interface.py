@@ -277,26 +277,23 @@ FP8_DTYPE = torch.float8_e4m3fn
 FP8_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
-                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False,
-                        v_transposed=None, max_num_imprecise_acc=None):
-    """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
-    in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
-    descale; q's factor is per kv head's group). Q K^T of the FP8 values with fp32 accumulation times
-    the descales and the scale, the online softmax in fp32, P cast to e4m3 for P V (fp32
-    accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
-    in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
-    (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
-    P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
-    of the call's time). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
-    add in their own reduced-precision accumulator (about 14 bits) before the sum is promoted to the
-    fp32 one (Triton's ``tl.dot`` knob, at most the dot's depth); an int for both dots or a pair
-    ``(qk, pv)``. None (default) never promotes, as cuDNN's FP8 attention does not: Q K^T starts
-    from zero every key block, so its error stays at the accumulator's ~2^-14 (lse 3-5e-6 rel-RMS
-    on the H100, the tolerance rule's FP8 lse floor is 2^-14), and P V's error is buried under P's
-    e4m3 rounding (out error unchanged at 16k keys). 0 promotes after every MMA: lse as an fp32
-    accumulation (4.5e-8) at 0.5-0.6x the speed (docs/perf/flash_attn.md, session 11).
-    """
+class _Fp8Signature:
+    """What the first FP8 call of a signature leaves for the next ones: the launcher's checked
+    keywords and the launches to replay (the V copy's, the forward's)."""
+
+    __slots__ = ("kw", "v_transposed", "copy", "fwd")
+
+    def __init__(self, kw: dict):
+        self.kw = kw
+        self.v_transposed = kw["v_transposed"]
+        self.copy: dict = {}
+        self.fwd: dict = {}
+
+
+def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_scale, window_size, softcap,
+                   out_dtype, v_transposed, max_num_imprecise_acc) -> _Fp8Signature:
+    """Check a call of :func:`flash_attn_fp8_func` (ValueError naming the argument) and work out its
+    launcher keywords."""
     settings = max_num_imprecise_acc if isinstance(max_num_imprecise_acc, tuple) else (max_num_imprecise_acc,)
     if len(settings) not in (1, 2) or any(
             x is not None and (not isinstance(x, int) or isinstance(x, bool) or x < 0) for x in settings):
@@ -330,14 +327,47 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
         if t.device != q.device:
             raise ValueError(f"{name}: device {t.device} does not match q's {q.device}")
     softmax_scale, left, right = _check_scale_and_window(softmax_scale, window_size, d)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-    descales = tuple(t.contiguous() for t in (q_descale, k_descale, v_descale))
     if v_transposed is None:
         v_transposed = q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9
-    if v_transposed:
-        v = v_keys_contiguous(v)
-    out, lse = flash_attn_fwd(q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_left=left,
-                              window_right=right, softcap=_check_softcap(softcap), descales=descales,
-                              out_dtype=out_dtype, v_transposed=bool(v_transposed),
-                              max_num_imprecise_acc=max_num_imprecise_acc)
+    return _Fp8Signature({"softmax_scale": softmax_scale, "causal": bool(causal), "window_left": left,
+                          "window_right": right, "softcap": _check_softcap(softcap), "out_dtype": out_dtype,
+                          "v_transposed": bool(v_transposed), "max_num_imprecise_acc": max_num_imprecise_acc})
+
+
+def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
+                        window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, return_lse=False,
+                        v_transposed=None, max_num_imprecise_acc=None):
+    """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
+    in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
+    descale; q's factor is per kv head's group). Q K^T of the FP8 values with fp32 accumulation times
+    the descales and the scale, the online softmax in fp32, P cast to e4m3 for P V (fp32
+    accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
+    in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
+    (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
+    P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
+    of the call's time). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
+    add in their own reduced-precision accumulator (about 14 bits) before the sum is promoted to the
+    fp32 one (Triton's ``tl.dot`` knob, at most the dot's depth); an int for both dots or a pair
+    ``(qk, pv)``. None (default) never promotes, as cuDNN's FP8 attention does not: Q K^T starts
+    from zero every key block, so its error stays at the accumulator's ~2^-14 (lse 3-5e-6 rel-RMS
+    on the H100, the tolerance rule's FP8 lse floor is 2^-14), and P V's error is buried under P's
+    e4m3 rounding (out error unchanged at 16k keys). 0 promotes after every MMA: lse as an fp32
+    accumulation (4.5e-8) at 0.5-0.6x the speed (docs/perf/flash_attn.md, session 11).
+    """
+    try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
+        key = ("fp8", *_qkv_key(q, k, v), *(_qkv_key(q_descale, k_descale, v_descale)), causal, softmax_scale,
+               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key())
+    except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
+        key = None
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        sig = _SIGNATURES.put(key, _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_scale,
+                                                  window_size, softcap, out_dtype, v_transposed,
+                                                  max_num_imprecise_acc))
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
+    if sig.v_transposed:
+        v = v_keys_contiguous(v, launches=sig.copy)
+    out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
     return (out, lse) if return_lse else out

@@ -166,6 +166,34 @@ def test_a_replay_passes_what_a_fresh_launch_computes(recorded, monkeypatch, nam
     _assert_same_launches(replays, fresh, (q, k, v, do))
 
 
+def _fp8_inputs(b, s, hq, hk, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    e4m3 = lambda *shape: torch.randn(*shape, generator=g).to(torch.float8_e4m3fn)
+    return (e4m3(b, s, hq, d), e4m3(b, s, hk, d), e4m3(b, s, hk, d),
+            *(torch.rand(b, hk, generator=g) + 0.5 for _ in range(3)))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_an_fp8_call_replays_the_v_copy_and_the_forward(recorded, causal):
+    """flash_attn_fp8_func keeps its checks and launches per signature as flash_attn_func does: the
+    second call replays the K-major copy of V and the forward with its own tensors, passing what a
+    fresh launch computes for them."""
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    flash_attn_fp8_func(*_fp8_inputs(1, 40, 4, 2, 32, 0), causal=causal, v_transposed=True)
+    first = _launches(recorded, "fresh")
+    assert [e[1] for e in first] == ["_transpose_kernel", "_fwd_kernel"]
+    recorded.clear()
+    inputs = _fp8_inputs(1, 40, 4, 2, 32, 1)
+    flash_attn_fp8_func(*inputs, causal=causal, v_transposed=True)
+    replays = list(recorded)
+    assert [e[0] for e in replays] == ["replay"] * 2, "the second call was not replayed in full"
+    recorded.clear()
+    interface._SIGNATURES.clear()
+    flash_attn_fp8_func(*inputs, causal=causal, v_transposed=True)
+    _assert_same_launches(replays, _launches(recorded, "fresh"), inputs)
+
+
 def test_a_profilers_launch_hook_sees_replayed_launches(recorded):
     """With a launch hook installed (a profiler such as proton), replays go through Triton's own
     launcher with the tensors and the launch metadata, so the hook is called for each launch."""
@@ -285,6 +313,24 @@ def test_replayed_launches_compute_what_fresh_ones_do_on_the_gpu(monkeypatch, hk
     assert len(fresh) > n_fresh
     for name, a, b in zip(("out", "dq", "dk", "dv"), replayed, again):
         assert torch.equal(a, b), f"{name}: a replayed launch differs from a fresh one on the same inputs"
+
+
+@pytest.mark.skipif(not CUDA, reason="replayed launches run compiled kernels: needs a CUDA device")
+def test_replayed_fp8_launches_compute_what_fresh_ones_do_on_the_gpu():
+    """The FP8 forward's replays (the V copy and the forward) on the GPU: a replayed call gives
+    bitwise what a fresh launch of the same inputs gives, and what the eager FP8 reference does."""
+    from harness.adapters.eager import eager_fp8_attention
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    interface._SIGNATURES.clear()
+    inputs = [tuple(t.to("cuda") for t in _fp8_inputs(2, 300, 4, 2, 64, seed)) for seed in (0, 1)]
+    flash_attn_fp8_func(*inputs[0], causal=True)
+    replayed = flash_attn_fp8_func(*inputs[1], causal=True)
+    interface._SIGNATURES.clear()
+    fresh = flash_attn_fp8_func(*inputs[1], causal=True)
+    assert torch.equal(replayed, fresh), "a replayed FP8 call differs from a fresh one on the same inputs"
+    ref, _ = eager_fp8_attention(*inputs[1], causal=True)
+    assert (replayed.double() - ref.double()).abs().max().item() < 0.1
 
 
 # --------------------------------------------------------------------------------------------
