@@ -2,8 +2,8 @@
 # flash-attn-4 in three carries instead of two: the working tree (13 MB since session 5) plus the
 # shared script's part A (.whl-fa4a, 54 MiB) is over the 64 MiB a device call may carry.
 #   bash ../shared/tools/device-wheels.sh fa4 && bash benchmarks/fa4_resplit.sh
-# makes ignored folders .fa4-1 (the small wheels and the first 35 MB of the cu13 library wheel),
-# .fa4-2 (the next 35 MB) and .fa4-3 (the rest, and install.sh). On the device, back to back (the
+# makes ignored folders .fa4-1 (the small wheels and the first third of the cu13 library wheel),
+# .fa4-2 (the second third) and .fa4-3 (the rest, and install.sh). On the device, back to back (the
 # machine goes back after 30 s idle, and /tmp with it):
 #   carry [".fa4-1"]:      bash benchmarks/device_show.sh fa4-1   (copies the part to /tmp/fa4)
 #   carry [".fa4-2"]:      bash benchmarks/device_show.sh fa4-2
@@ -17,7 +17,10 @@ for d in /.fa4-1/ /.fa4-2/ /.fa4-3/; do
 done
 rm -rf .fa4-1 .fa4-2 .fa4-3 && mkdir -p .fa4-1 .fa4-2 .fa4-3
 cp .whl-fa4a/*.whl .fa4-1/
-cat .whl-fa4a/cu13part_aa .whl-fa4b/cu13part_ab | split -b 35000000 -a 1 - .fa4-1/cu13_
+# three equal parts (about 30 MB each): the small wheels (~11 MB) ride with the first, and every part
+# plus the working tree (23 MiB in session 14) must stay under a call's 64 MiB
+cat .whl-fa4a/cu13part_aa .whl-fa4b/cu13part_ab > .fa4-1/cu13.whl.tmp
+split -n 3 -a 1 .fa4-1/cu13.whl.tmp .fa4-1/cu13_ && rm .fa4-1/cu13.whl.tmp
 mv .fa4-1/cu13_b .fa4-2/
 mv .fa4-1/cu13_c .fa4-3/
 cat > .fa4-3/install.sh <<'INSTALL'
