@@ -353,9 +353,12 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     on the H100, the tolerance rule's FP8 lse floor is 2^-14), and P V's error is buried under P's
     e4m3 rounding (out error unchanged at 16k keys). 0 promotes after every MMA: lse as an fp32
     accumulation (4.5e-8) at 0.5-0.6x the speed (docs/perf/flash_attn.md, session 11).
+    A call with the signature of an earlier one (shapes, strides, dtypes, devices and 16-byte alignment
+    of the inputs and descales, keywords) skips the checks and replays its launches, the V copy's
+    and the forward's (kernels/launcher.py).
     """
     try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
-        key = ("fp8", *_qkv_key(q, k, v), *(_qkv_key(q_descale, k_descale, v_descale)), causal, softmax_scale,
+        key = ("fp8", *_qkv_key(q, k, v), *_qkv_key(q_descale, k_descale, v_descale), causal, softmax_scale,
                window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key())
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
