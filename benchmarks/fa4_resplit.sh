@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# flash-attn-4 in three carries instead of two: the working tree (13 MB since session 5) plus the
+# flash-attn-4 in three carries instead of two: the working tree (13 MB in session 5, 22 MiB in 14) plus the
 # shared script's part A (.whl-fa4a, 54 MiB) is over the 64 MiB a device call may carry.
 #   bash ../shared/tools/device-wheels.sh fa4 && bash benchmarks/fa4_resplit.sh
 # makes ignored folders .fa4-1 (the small wheels and the first third of the cu13 library wheel),
