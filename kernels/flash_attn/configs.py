@@ -188,13 +188,17 @@ def _fits(cfg, smem_fn, args) -> bool:
     return smem_estimate(cfg, smem_fn, args) <= limit
 
 
-def _cfg(bm, bn, w, s, tma=False):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "USE_TMA": tma}, num_warps=w, num_stages=s)
+def _cfg(bm, bn, w, s, tma=False, tiles=None):
+    """A config; ``tiles``: the forward's query blocks per program (TILES), forward configs only."""
+    kw = {"BLOCK_M": bm, "BLOCK_N": bn, "USE_TMA": tma}
+    if tiles is not None:
+        kw["TILES"] = tiles
+    return triton.Config(kw, num_warps=w, num_stages=s)
 
 
 # Full spaces; the filters below cut each to a handful per key so a sweep tunes in seconds.
-FWD_SPACE = [_cfg(bm, bn, w, s, t) for bm in (32, 64, 128) for bn in (32, 64, 128) for w in (4, 8)
-             for s in (1, 2, 3, 4) for t in (False, True)]
+FWD_SPACE = [_cfg(bm, bn, w, s, t, n) for bm in (32, 64, 128) for bn in (32, 64, 128) for w in (4, 8)
+             for s in (1, 2, 3, 4) for t in (False, True) for n in (1, 2)]
 BWD_SPACE = [_cfg(bm, bn, w, s, t) for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128) for w in (4, 8)
              for s in (1, 2, 3) for t in (False, True)]
 
@@ -228,15 +232,21 @@ _NOT_TMA_STRIDES = ("stride_l", "stride_dqa", "stride_dsb")
 
 def _select(configs, keep, smem_fn, args):
     """The configs named in `keep` (ordered by preference, first = the untuned default) that fit.
-    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma). Where TMA is refused and no
-    pointer-load entry is listed (the FP8 list is all TMA), the same tiles with pointer loads."""
+    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma[, tiles]). Where TMA is refused and
+    no pointer-load entry is listed (the FP8 list is all TMA), the same tiles with pointer loads."""
     by_key = _by_key(configs)
     tma_ok = _tma_ok(args)
-    keys = [tuple(k) + (False,) * (5 - len(k)) for k in keep]
+    keys = [_key6(k) for k in keep]
     out = _listed(by_key, [k for k in keys if tma_ok or not k[4]], smem_fn, args)
     if not out and not tma_ok:
-        out = _listed(by_key, [k[:4] + (False,) for k in keys], smem_fn, args)
+        out = _listed(by_key, [k[:4] + (False,) + k[5:] for k in keys], smem_fn, args)
     return out
+
+
+def _key6(k) -> tuple:
+    """A keep entry as (BLOCK_M, BLOCK_N, warps, stages, use_tma, tiles): TMA off and one tile unless named."""
+    k = tuple(k)
+    return k[:5] + (False,) * (5 - len(k[:5])) + (k[5] if len(k) > 5 else 1,)
 
 
 def _listed(by_key, keys, smem_fn, args):
@@ -253,13 +263,13 @@ _BY_KEY: dict[int, tuple[list, dict]] = {}
 
 
 def _by_key(configs: list) -> dict:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA) -> config, built once per config list (the
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA, TILES) -> config, built once per config list (the
     pinned-config launch path prunes on every call: rebuilding it was most of that call's host time).
     Keyed by the list's identity, which the entry keeps alive."""
     hit = _BY_KEY.get(id(configs))
     if hit is None or hit[0] is not configs:
-        hit = (configs, {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["USE_TMA"]): c
-                         for c in configs})
+        hit = (configs, {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["USE_TMA"],
+                          c.kwargs.get("TILES", 1)): c for c in configs})
         _BY_KEY[id(configs)] = hit
     return hit[1]
 
@@ -288,9 +298,10 @@ _FP8_FWD = {
 }
 
 
-def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
-    """Forward (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA) per (head dim, dtype, arch), best
-    guess first. Reasons (sm90 ptxas reports, bf16; registers per thread / spill bytes):
+def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
+    """Forward (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA[, TILES]) per (head dim, dtype, arch,
+    causal without a left window), best guess first. Reasons (sm90 ptxas reports, bf16; registers per
+    thread / spill bytes):
     - TMA loads first: no per-thread address tensors, so hd 128 128x64 on 8 warps drops from 255
       registers to 160 and 128x128 fits (221, no spill); pointer loads kept as the fallback.
     - hd <= 64: 128x64 tiles, 3 stages (small accumulators; deep pipelines hide loads); 8 warps won
@@ -306,7 +317,13 @@ def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
     - fp32: ieee dots run on the FMA units, not the tensor cores: small tiles, 1-2 stages; at hd 256
       32 rows (64 spills 11 KB).
     - pre-Hopper: no TMA, at most 3 stages.
-    Causal and non-causal share the list; the masked diagonal is a separate loop either way.
+    Causal and non-causal share the tiles; the masked diagonal is a separate loop either way. Causal at
+    hd <= 64 adds the first tile with TILES = 2 (a program runs the heaviest query block with the
+    lightest: equal work per program, half the programs; session 15, H100, kernel alone, FA sweep):
+    FP8 64x128 0.592 -> 0.555 ms at 4k, 1.070 -> 1.017 at 8k, 1.969 -> 1.906 at 16k, so first there;
+    bf16 128x64 -1 to -8% at 4k, within 1% at 8k / 16k over two runs: a challenger the autotuner
+    times. Not at hd 128: the FP8 64x128 tile took 123904 B of shared memory instead of 107520 (one
+    program per SM, not two) and 0.449 -> 0.592 ms.
     """
     if elt == 4:
         keep = ([(32, 32, 4, 1, P), (64, 32, 4, 1, P)] if d > 128 else
@@ -326,7 +343,16 @@ def fwd_keep(d: int, elt: int, arch: int) -> list[tuple]:
         keep = [(64, 64, 4, 2, T), (64, 32, 4, 2, T), (64, 64, 4, 2, P), (64, 32, 4, 1, P)]
     if arch and arch < 90:
         keep = [(bm, bn, w, min(s, 3), P) for bm, bn, w, s, _ in keep]
+    if causal and d <= 64 and elt < 4:
+        paired = keep[0][:5] + (2,)
+        keep = [paired] + keep if elt == 1 else keep[:1] + [paired] + keep[1:]
     return keep
+
+
+#: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
+#: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
+#: as fwd_keep lists them.
+FWD_TILES_FORCE: int | None = None
 
 
 def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
@@ -372,7 +398,9 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
 def prune_fwd(configs, named_args, **kwargs):
     """Named pruning filter of the forward (see fwd_keep for the reasons)."""
     args = _merged(named_args, kwargs)
-    keep = fwd_keep(args["HEAD_DIM"], _elt(args), args["ARCH"])
+    keep = fwd_keep(args["HEAD_DIM"], _elt(args), args["ARCH"], bool(args.get("IS_CAUSAL")) and not args.get("HAS_LEFT"))
+    if FWD_TILES_FORCE is not None:
+        keep = list(dict.fromkeys(_key6(k)[:5] + (FWD_TILES_FORCE,) for k in keep))
     return _select(configs, keep, _smem_fwd, args) or [_cfg(32, 32, 4, 1)]
 
 
@@ -430,7 +458,8 @@ def autotuned(space, prune, reset_to_zero=None):
 def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
     """Run a kernel three ways: interpreter (one small config), untuned (the filter's first pick),
     or autotuned (Triton times the pruned configs once per key and caches the winner).
-    grid_of(BLOCK_M, BLOCK_N) -> grid. kwargs: every kernel argument except the tuned meta-params.
+    grid_of(BLOCK_M, BLOCK_N[, TILES]) -> grid (TILES passed where the config has it: the forward's).
+    kwargs: every kernel argument except the tuned meta-params.
     Returns the :class:`kernels.launcher.Launch` that replays this launch for the same call
     signature (None under the interpreter)."""
     if interpreting():
@@ -440,10 +469,17 @@ def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
     launcher.ensure_allocator()
     if not tuning_enabled():
         cfg = prune(space, {}, **kwargs)[0]
-        grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+        grid = grid_of(*_grid_meta(cfg.kwargs))
         compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
-        compiled = tuned_kernel[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](**kwargs)
+        compiled = tuned_kernel[lambda meta: grid_of(*_grid_meta(meta))](**kwargs)
         cfg = tuned_kernel.best_config
-        grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
+        grid = grid_of(*_grid_meta(cfg.kwargs))
     return launcher.launched(raw_kernel, compiled, grid, kwargs, cfg)
+
+
+def _grid_meta(meta) -> tuple:
+    """grid_of's arguments from a config's (or the autotuner's) meta-parameters."""
+    if "TILES" in meta:
+        return meta["BLOCK_M"], meta["BLOCK_N"], meta["TILES"]
+    return meta["BLOCK_M"], meta["BLOCK_N"]

@@ -1,0 +1,219 @@
+"""Where the causal FP8 forward loses (issue 19): kernel time alone (V already keys-contiguous), the
+V copy alone, one or two query blocks per program (configs.fwd_tiles), and the per-program fixed
+cost from a fit of time against the number of key blocks.
+
+    FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
+        [--tiles 1,2] [--try 64,128,4,3,T ...] [--fit] [--label NAME]
+
+Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads). Rows: `| label | hd | causal |
+seqlen | dtype | config | tiles | ms | TFLOP/s |` (causal TFLOP/s count half the square). `--fit`
+times the non-causal kernel at seqlen_q 4096 against seqlen_k 128-4096 and prints the least-squares
+line (ms = a + b * key blocks per program): `a` is what every program costs before its first key
+block. Runs on an older tree too (PYTHONPATH=that tree): without configs.fwd_tiles it times tiles 1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+
+if "--here" in sys.argv:  # import this tree, not the one on PYTHONPATH
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+
+def _config(text: str) -> tuple:
+    parts = text.split(",")
+    if len(parts) != 5 or parts[4] not in ("T", "P"):
+        raise ValueError(f"expected BM,BN,WARPS,STAGES,T|P, got {text!r}")
+    return (*map(int, parts[:4]), parts[4] == "T")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--head-dims", default="64")
+    ap.add_argument("--seqlens", default="4096,8192,16384")
+    ap.add_argument("--tiles", default="1,2")
+    ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P")
+    ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
+    ap.add_argument("--copy", action="store_true",
+                    help="only the V copy: its tile and warp choices, device time from CUDA-graph replay")
+    ap.add_argument("--label", default="new")
+    ap.add_argument("--here", action="store_true", help="import this tree (default: PYTHONPATH's)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("fp8_causal_probe: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    from harness import fp8
+    from harness.perf.timing import time_callable
+    from kernels.flash_attn import configs
+    from kernels.flash_attn.fwd import flash_attn_fwd
+    from kernels.flash_attn.v_layout import v_keys_contiguous
+
+    if args.copy:
+        return _copy_configs(args.head_dims, args.seqlens, args.label)
+    can_tile = hasattr(configs, "FWD_TILES_FORCE")
+    tiles = [int(t) for t in args.tiles.split(",") if can_tile or t == "1"]
+    real_keep = configs.fwd_keep
+    extra = [_config(c) for c in args.extra]
+
+    def timed(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        return time_callable(fn, "cuda").median_ms
+
+    def run(cfg, t, fn):
+        configs.fwd_keep = lambda *_a, _c=cfg: [_c]
+        if can_tile:
+            configs.FWD_TILES_FORCE = t
+        try:
+            return timed(fn)
+        except Exception as e:  # out of resources, a compile error: say so and go on
+            print(f"| {args.label} | {cfg} tiles {t}: {type(e).__name__}: {str(e).splitlines()[0][:80]} |", flush=True)
+            return None
+        finally:
+            configs.fwd_keep = real_keep
+            if can_tile:
+                configs.FWD_TILES_FORCE = None
+
+    print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for d in (int(x) for x in args.head_dims.split(",")):
+        heads = 8 if d == 256 else 2048 // d
+        for s in (int(x) for x in args.seqlens.split(",")):
+            b = max(1, 16384 // s)
+            g = torch.Generator(device="cpu").manual_seed(0)
+            x = [torch.randn(b, s, heads, d, generator=g).to("cuda") for _ in range(3)]
+            (q, qs), (k, ks), (v, vs) = (fp8.quantize(t, "e4m3", heads) for t in x)
+            vt = v_keys_contiguous(v)
+            ms = timed(functools.partial(v_keys_contiguous, v))
+            print(f"| {args.label} | {d} | - | {s} | e4m3 | V copy alone | - | {ms:.4f} | |", flush=True)
+            qb, kb, vb = (t.to(torch.bfloat16) for t in x)
+            for causal in (False, True):
+                flops = 4 * b * heads * s * s * d // (2 if causal else 1)
+                kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
+                fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,
+                                             v_transposed=True, max_num_imprecise_acc=None, **kw)
+                calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                if args.bf16:
+                    calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
+                for dtype, cfg, fn in calls:
+                    for t in tiles:
+                        ms = run(cfg, t, fn)
+                        if ms is not None:
+                            print(f"| {args.label} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} | {t} "
+                                  f"| {ms:.4f} | {flops / ms / 1e9:.0f} |", flush=True)
+            del x, q, k, v, vt, qb, kb, vb
+            torch.cuda.empty_cache()
+        if args.fit:
+            _fit(d, heads, tiles, real_keep(d, 1, 90)[0], run, args.label, fp8)
+    return 0
+
+
+def graph_ms(fn, n: int = 20) -> float:
+    """Device ms per call of ``fn``: n calls captured in one CUDA graph, the median of 15 replays."""
+    fn()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(15):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / n)
+    return sorted(times)[len(times) // 2]
+
+
+def _copy_configs(head_dims, seqlens, label):
+    """The V copy's kernel at each (BLOCK_S, BLOCK_D, warps): device time, GB/s (bytes read + written),
+    checked equal to torch's permute first."""
+    print("| label | hd | seqlen | BLOCK_S | BLOCK_D | warps | ms (graph) | GB/s |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
+    for d in (int(x) for x in head_dims.split(",")):
+        for s in (int(x) for x in seqlens.split(",")):
+            _copy_shape(label, d, s)
+            torch.cuda.empty_cache()
+    return 0
+
+
+COPY_TILES = [(256, 64, 4), (256, 64, 8), (128, 64, 4), (512, 64, 8), (256, 32, 4), (128, 128, 4), (128, 128, 8),
+              (64, 64, 4), (256, 128, 8), (512, 32, 4)]
+
+
+def _copy_shape(label, d, s):
+    import triton
+
+    from kernels.flash_attn import v_layout
+
+    heads = 8 if d == 256 else 2048 // d
+    b = max(1, 16384 // s)
+    v = torch.randint(0, 256, (b, s, heads, d), dtype=torch.uint8, device="cuda")
+    want = v.permute(0, 2, 3, 1).contiguous()
+    dst = torch.empty(b, heads, d, s, dtype=torch.uint8, device="cuda")
+    ms = graph_ms(functools.partial(v_layout.v_keys_contiguous, v))
+    print(f"| {label} | {d} | {s} | v_keys_contiguous | {v_layout.BLOCK_S} | {v_layout.BLOCK_D} | {ms:.4f} "
+          f"| {2 * v.numel() / ms / 1e6:.0f} |", flush=True)
+    for bs, bd, w in COPY_TILES:
+        if bd > 2 * d:
+            continue
+        run = functools.partial(v_layout._transpose_kernel[(triton.cdiv(s, bs), triton.cdiv(d, bd), b * heads)],
+                                v, dst, s, d, heads, v.stride(0), v.stride(1), v.stride(2), dst.stride(0),
+                                dst.stride(1), dst.stride(2), BLOCK_S=bs, BLOCK_D=bd, num_warps=w)
+        dst.zero_()
+        run()
+        ok = torch.equal(dst, want)
+        ms = graph_ms(run)
+        print(f"| {label} | {d} | {s} | {bs} | {bd} | {w} | {ms:.4f} | {2 * v.numel() / ms / 1e6:.0f}"
+              f"{'' if ok else ' WRONG'} |", flush=True)
+
+
+def _fit(d, heads, tiles, cfg, run, label, fp8):
+    """Non-causal, seqlen_q 4096 (batch 4): time against seqlen_k; least squares ms = a + b * blocks."""
+    from kernels.flash_attn.fwd import flash_attn_fwd
+    from kernels.flash_attn.v_layout import v_keys_contiguous
+
+    sq, b = 4096, 4
+    g = torch.Generator(device="cpu").manual_seed(1)
+    q, qs = fp8.quantize(torch.randn(b, sq, heads, d, generator=g).to("cuda"), "e4m3", heads)
+    for t in tiles:
+        pts = []
+        for sk in (128, 256, 512, 1024, 2048, 4096):
+            (k, ks), (v, vs) = (fp8.quantize(torch.randn(b, sk, heads, d, generator=g).to("cuda"), "e4m3", heads)
+                                for _ in range(2))
+            vt = v_keys_contiguous(v)
+            fn = functools.partial(flash_attn_fwd, q, k, vt, softmax_scale=d ** -0.5, causal=False, window_left=-1,
+                                   window_right=-1, descales=(qs, ks, vs), out_dtype=torch.bfloat16, v_transposed=True,
+                                   max_num_imprecise_acc=None)
+            ms = run(cfg, t, fn)
+            if ms is not None:
+                pts.append((sk / cfg[1], ms))
+                print(f"| {label} | {d} | fit | {sq}x{sk} | e4m3 | {cfg} | {t} | {ms:.4f} | |", flush=True)
+        if len(pts) >= 2:
+            n = len(pts)
+            mx, my = sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n
+            slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / sum((p[0] - mx) ** 2 for p in pts)
+            a = my - slope * mx
+            programs = -(-sq // cfg[0]) // t * b * heads
+            print(f"| {label} | {d} | fit | ms = {a:.4f} + {slope:.5f} x key blocks | tiles {t} | {programs} programs "
+                  f"| a / programs = {a / programs * 1e6:.2f} ns |", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
