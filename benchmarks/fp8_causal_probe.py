@@ -1,16 +1,15 @@
 """Where the causal FP8 forward loses (issue 19): kernel time alone (V already keys-contiguous), the
-V copy alone, one or two query blocks per program (the forward's TILES, configs.FWD_TILES_FORCE and
-FWD_PAIR_BALANCED), and the per-program fixed cost from a fit of time against the number of key blocks.
+V copy alone, one or two query blocks per program (configs.fwd_tiles), and the per-program fixed
+cost from a fit of time against the number of key blocks.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
-        [--tiles 1,2,2a] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--fit] [--label NAME]
-    python benchmarks/fp8_causal_probe.py --copy [--head-dims 64,128,256]   # the V copy's tiles, CUDA graphs
+        [--tiles 1,2] [--try 64,128,4,3,T ...] [--fit] [--label NAME]
 
 Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads). Rows: `| label | hd | causal |
 seqlen | dtype | config | tiles | ms | TFLOP/s |` (causal TFLOP/s count half the square). `--fit`
 times the non-causal kernel at seqlen_q 4096 against seqlen_k 128-4096 and prints the least-squares
 line (ms = a + b * key blocks per program): `a` is what every program costs before its first key
-block. Runs on an older tree too (PYTHONPATH=that tree): without FWD_TILES_FORCE it times tiles 1 only.
+block. Runs on an older tree too (PYTHONPATH=that tree): without configs.fwd_tiles it times tiles 1 only.
 """
 
 from __future__ import annotations
@@ -38,11 +37,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--head-dims", default="64")
     ap.add_argument("--seqlens", default="4096,8192,16384")
-    ap.add_argument("--tiles", default="1,2,2a", help="1, 2 (heaviest + lightest block), 2a (adjacent blocks)")
+    ap.add_argument("--tiles", default="1,2")
     ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P")
     ap.add_argument("--fit", action="store_true")
-    ap.add_argument("--masks", default="no,yes", help="no (full square), yes (causal), or both")
-    ap.add_argument("--fma-exp", default="0", help="configs.FWD_FMA_EXP values to time (FP8 only; 0: MUFU only)")
     ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
     ap.add_argument("--copy", action="store_true",
                     help="only the V copy: its tile and warp choices, device time from CUDA-graph replay")
@@ -62,7 +59,7 @@ def main(argv=None) -> int:
     if args.copy:
         return _copy_configs(args.head_dims, args.seqlens, args.label)
     can_tile = hasattr(configs, "FWD_TILES_FORCE")
-    tiles = [t for t in args.tiles.split(",") if can_tile or t == "1"]
+    tiles = [int(t) for t in args.tiles.split(",") if can_tile or t == "1"]
     real_keep = configs.fwd_keep
     extra = [_config(c) for c in args.extra]
 
@@ -71,15 +68,10 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         return time_callable(fn, "cuda").median_ms
 
-    fmas = [int(x) for x in args.fma_exp.split(",")] if hasattr(configs, "FWD_FMA_EXP") else [0]
-
-    def run(cfg, t, fn, fma=0):
+    def run(cfg, t, fn):
         configs.fwd_keep = lambda *_a, _c=cfg: [_c]
-        if can_tile:  # "2": the heaviest query block with the lightest; "2a": two adjacent ones
-            configs.FWD_TILES_FORCE = int(t[0])
-            configs.FWD_PAIR_BALANCED = t != "2a"
-        if fma:
-            configs.FWD_FMA_EXP = fma
+        if can_tile:
+            configs.FWD_TILES_FORCE = t
         try:
             return timed(fn)
         except Exception as e:  # out of resources, a compile error: say so and go on
@@ -89,9 +81,6 @@ def main(argv=None) -> int:
             configs.fwd_keep = real_keep
             if can_tile:
                 configs.FWD_TILES_FORCE = None
-                configs.FWD_PAIR_BALANCED = True
-            if fma:
-                configs.FWD_FMA_EXP = 0
 
     print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -106,7 +95,7 @@ def main(argv=None) -> int:
             ms = timed(functools.partial(v_keys_contiguous, v))
             print(f"| {args.label} | {d} | - | {s} | e4m3 | V copy alone | - | {ms:.4f} | |", flush=True)
             qb, kb, vb = (t.to(torch.bfloat16) for t in x)
-            for causal in [{"no": False, "yes": True}[m] for m in args.masks.split(",")]:
+            for causal in (False, True):
                 flops = 4 * b * heads * s * s * d // (2 if causal else 1)
                 kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
                 fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,
@@ -116,12 +105,10 @@ def main(argv=None) -> int:
                     calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
                 for dtype, cfg, fn in calls:
                     for t in tiles:
-                        for fma in (fmas if dtype == "e4m3" else [0]):
-                            ms = run(cfg, t, fn, fma)
-                            if ms is not None:
-                                print(f"| {args.label} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
-                                      f"| {t}{f' fma-exp {fma}' if fma else ''} | {ms:.4f} | {flops / ms / 1e9:.0f} |",
-                                      flush=True)
+                        ms = run(cfg, t, fn)
+                        if ms is not None:
+                            print(f"| {args.label} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} | {t} "
+                                  f"| {ms:.4f} | {flops / ms / 1e9:.0f} |", flush=True)
             del x, q, k, v, vt, qb, kb, vb
             torch.cuda.empty_cache()
         if args.fit:
@@ -223,7 +210,7 @@ def _fit(d, heads, tiles, cfg, run, label, fp8):
             mx, my = sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n
             slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / sum((p[0] - mx) ** 2 for p in pts)
             a = my - slope * mx
-            programs = -(-sq // cfg[0]) // int(t[0]) * b * heads
+            programs = -(-sq // cfg[0]) // t * b * heads
             print(f"| {label} | {d} | fit | ms = {a:.4f} + {slope:.5f} x key blocks | tiles {t} | {programs} programs "
                   f"| a / programs = {a / programs * 1e6:.2f} ns |", flush=True)
 

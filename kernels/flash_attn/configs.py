@@ -353,11 +353,6 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.
 FWD_TILES_FORCE: int | None = None
-#: Under a causal mask, TILES = 2 pairs the heaviest query block with the lightest (True) or runs two
-#: adjacent blocks, the heaviest pairs first (False).
-FWD_PAIR_BALANCED = True
-#: FP8 forward: every FWD_FMA_EXP-th key block's exponentials on the FMA units (0: none). Experiment.
-FWD_FMA_EXP = 0
 
 
 def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:

@@ -111,21 +111,6 @@ def _softmax_block(s, m_i, sc, keep):
 
 
 @triton.jit
-def _exp2_fma(x):
-    """2**x for x <= 0 on the FMA units instead of the MUFU (flash-attention 4's trick for an exp-bound
-    softmax): x = j + f with j = round(x) (the 1.5 * 2**23 shifter) and f in [-0.5, 0.5]; 2**f by a
-    degree-3 fit (relative error 7.7e-5, weighted least squares on Chebyshev nodes); j added to the
-    exponent bits. x below -126 gives 2**-126 territory, not 0: inside the online softmax's rounding."""
-    x = tl.maximum(x, -126.0)
-    t = x + 12582912.0
-    f = x - (t - 12582912.0)
-    p = f * 0.05508868396282196 + 0.24260404706001282
-    p = p * f + 0.6932762265205383
-    p = p * f + 0.9999289512634277
-    return (p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _make_desc(base, nrows, stride, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                USE_TMA: tl.constexpr):
     """A TMA descriptor over one (batch, head)'s [nrows, HEAD_DIM] rows when USE_TMA, else the pointer.
@@ -221,7 +206,7 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
                V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0,
-               BLOCK_DB: tl.constexpr = 0, FMA_EXP: tl.constexpr = 0, BLOCK_M: tl.constexpr = 0):
+               BLOCK_DB: tl.constexpr = 0):
     """BLOCK_DB > 0: the head dim is split (see configs.block_db): q and the K tiles hold columns
     [0, BLOCK_D), q_b and the K_b tiles [BLOCK_D, BLOCK_D + BLOCK_DB), and S is the sum of two dots."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -249,17 +234,6 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
         if MASKED:
             p, alpha, m_new = _softmax_block(s, m_i, sc, _visible(offs_m, offs_n, seqlen_k, off, left, right,
                                                                   HAS_LEFT, HAS_RIGHT))
-        elif FMA_EXP:  # 1 / FMA_EXP of the exponentials (odd columns, or every 4th) on the FMA units
-            m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
-            x = s * sc - m_new[:, None]
-            xa, xb = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N // 2, 2)))
-            if FMA_EXP == 2:
-                pb = _exp2_fma(xb)
-            else:
-                xc, xd = tl.split(tl.reshape(xb, (BLOCK_M, BLOCK_N // 4, 2)))
-                pb = tl.reshape(tl.join(tl.math.exp2(xc), _exp2_fma(xd)), (BLOCK_M, BLOCK_N // 2))
-            p = tl.reshape(tl.join(tl.math.exp2(xa), pb), (BLOCK_M, BLOCK_N))
-            alpha = tl.math.exp2(m_i - m_new)
         else:
             p, alpha, m_new = _softmax_block(s, m_i, sc, None)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -287,7 +261,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, BALANCED: tl.constexpr = True, FMA_EXP: tl.constexpr = 0):
+                TILES: tl.constexpr = 1):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -336,29 +310,25 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                   o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
                   left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
                   HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
-                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, FMA_EXP)
+                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
     else:
         # Two query blocks per program. Under a causal mask the heaviest with the lightest (n_m - 1 - p
         # then p): every program sees about n_m key blocks, so no long program is left for the tail and
         # the per-program set-up (descriptors) is paid once for two blocks; otherwise 2p and 2p + 1.
-        if HAS_RIGHT and BALANCED:
+        if HAS_RIGHT:
             n_tiles = tl.where(n_m - 1 - pid_m == pid_m, 1, 2)
-        elif HAS_RIGHT:  # adjacent blocks, the heaviest pair first
-            n_tiles = tl.minimum(n_m - 2 * pid_m, 2)
         else:
             n_tiles = tl.minimum(n_m - 2 * pid_m, 2)
         for t in range(0, n_tiles):
-            if HAS_RIGHT and BALANCED:
+            if HAS_RIGHT:
                 tile = tl.where(t == 0, n_m - 1 - pid_m, pid_m)
-            elif HAS_RIGHT:
-                tile = n_m - 1 - 2 * pid_m - t
             else:
                 tile = 2 * pid_m + t
             _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b,
                       v_desc, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
                       seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
                       BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
-                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, FMA_EXP)
+                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
 
 
 @triton.jit
@@ -368,7 +338,7 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
               BLOCK_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
               IS_FP8: tl.constexpr, EXACT_P_CAST: tl.constexpr, V_T: tl.constexpr, QK_IMPRECISE: tl.constexpr,
-              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, FMA_EXP: tl.constexpr = 0):
+              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr):
     """Query rows [m0, m0 + BLOCK_M) of one (batch, head): load Q, stream the key blocks the mask lets
     them see, store out and lse."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -392,8 +362,7 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB,
-                               FMA_EXP * (1 - HAS_SOFTCAP), BLOCK_M)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
@@ -523,8 +492,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     }
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
-    args["BALANCED"] = configs.FWD_PAIR_BALANCED
-    args["FMA_EXP"] = configs.FWD_FMA_EXP if fp8 else 0
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
