@@ -353,8 +353,6 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.
 FWD_TILES_FORCE: int | None = None
-#: Causal forward with BLOCK_N = 2 * BLOCK_M: the diagonal's keys in blocks of BLOCK_N // 2 (experiment).
-FWD_NARROW_DIAG = False
 
 
 def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:

@@ -261,7 +261,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NARROW_DIAG: tl.constexpr = False):
+                TILES: tl.constexpr = 1):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -302,29 +302,12 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         q_desc_b = q_desc
         k_desc_b = k_desc
     o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
-    # NARROW_DIAG (causal, BLOCK_N > BLOCK_M): the diagonal's keys in blocks of BLOCK_M, which span a
-    # query block's diagonal exactly; their own descriptors (block shape) for those loads.
-    DIAG_N: tl.constexpr = BLOCK_M if NARROW_DIAG and BLOCK_M < BLOCK_N else BLOCK_N
-    if DIAG_N != BLOCK_N:
-        k_desc_n = _make_desc(k_base, seqlen_k, stride_ks, DIAG_N, BLOCK_DA, HEAD_DIM, USE_TMA)
-        if V_T:
-            v_desc_n = _make_desc_t(v_base, seqlen_k, stride_vs, BLOCK_DV, DIAG_N, HEAD_DIM_V, USE_TMA)
-        else:
-            v_desc_n = _make_desc(v_base, seqlen_k, stride_vs, DIAG_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
-        if BLOCK_DB:
-            k_desc_bn = _make_desc(k_base, seqlen_k, stride_ks, DIAG_N, BLOCK_DB, HEAD_DIM, USE_TMA)
-        else:
-            k_desc_bn = k_desc_n
-    else:
-        k_desc_n = k_desc
-        k_desc_bn = k_desc_b
-        v_desc_n = v_desc
     qk_scale = sm_scale * 1.4426950408889634
     if TILES == 1:
         # Heaviest query blocks first under a causal mask (they see the most keys): less tail at the end.
         tile = n_m - 1 - pid_m if HAS_RIGHT else pid_m
         _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc,
-                  k_desc_n, k_desc_bn, v_desc_n, DIAG_N, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
+                  o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
                   left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
                   HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
                   QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
@@ -342,15 +325,14 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
             else:
                 tile = 2 * pid_m + t
             _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b,
-                      v_desc, k_desc_n, k_desc_bn, v_desc_n, DIAG_N, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
+                      v_desc, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
                       seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
                       BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
                       EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
 
 
 @triton.jit
-def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc,
-              k_desc_n, k_desc_bn, v_desc_n, DIAG_N: tl.constexpr, o_desc,
+def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc, o_desc,
               VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off, left, right,
               qk_scale, sm_scale, softcap, HEAD_DIM: tl.constexpr, BLOCK_DA: tl.constexpr, HEAD_DIM_V: tl.constexpr,
               BLOCK_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -371,26 +353,19 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
-                                        BLOCK_M, DIAG_N, HAS_LEFT, HAS_RIGHT)
-    # [mid_lo, mid_hi) in BLOCK_N blocks, the rest of it (one DIAG_N block at most) in DIAG_N ones
-    mid_wide = mid_lo + (mid_hi - mid_lo) // BLOCK_N * BLOCK_N
+                                        BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                    PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
-                               mid_lo, mid_wide, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                               mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
-    if DIAG_N != BLOCK_N:
-        acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc_n, k_desc_bn, v_desc_n, stride_ks,
-                                   stride_vs, mid_wide, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale,
-                                   softcap, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, DIAG_N, BLOCK_DA, HEAD_DIM, BLOCK_DV,
-                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc_n, k_desc_bn, v_desc_n, stride_ks, stride_vs,
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                               True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, DIAG_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
+                               True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
@@ -517,8 +492,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     }
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
-    # narrow diagonal blocks: causal without a left window, keys blocks twice the query block
-    args["NARROW_DIAG"] = configs.FWD_NARROW_DIAG and bool(causal) and window_left < 0
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
