@@ -1,15 +1,17 @@
 """Where the causal FP8 forward loses (issue 19): kernel time alone (V already keys-contiguous), the
-V copy alone, one or two query blocks per program (configs.fwd_tiles), and the per-program fixed
-cost from a fit of time against the number of key blocks.
+V copy alone, one or two query blocks per program (the forward's TILES, forced by
+configs.FWD_TILES_FORCE), and the per-program fixed cost from a fit of time against the number of key
+blocks.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
-        [--tiles 1,2] [--try 64,128,4,3,T ...] [--fit] [--label NAME]
+        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--fit] [--label NAME]
+    python benchmarks/fp8_causal_probe.py --copy [--head-dims 64,128,256]   # the V copy's tiles, CUDA graphs
 
 Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads). Rows: `| label | hd | causal |
 seqlen | dtype | config | tiles | ms | TFLOP/s |` (causal TFLOP/s count half the square). `--fit`
 times the non-causal kernel at seqlen_q 4096 against seqlen_k 128-4096 and prints the least-squares
 line (ms = a + b * key blocks per program): `a` is what every program costs before its first key
-block. Runs on an older tree too (PYTHONPATH=that tree): without configs.fwd_tiles it times tiles 1 only.
+block. Runs on an older tree too (PYTHONPATH=that tree): without FWD_TILES_FORCE it times tiles 1 only.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", default="1,2")
     ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P")
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--masks", default="no,yes", help="no (full square), yes (causal), or both")
     ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
     ap.add_argument("--copy", action="store_true",
                     help="only the V copy: its tile and warp choices, device time from CUDA-graph replay")
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
             ms = timed(functools.partial(v_keys_contiguous, v))
             print(f"| {args.label} | {d} | - | {s} | e4m3 | V copy alone | - | {ms:.4f} | |", flush=True)
             qb, kb, vb = (t.to(torch.bfloat16) for t in x)
-            for causal in (False, True):
+            for causal in [{"no": False, "yes": True}[m] for m in args.masks.split(",")]:
                 flops = 4 * b * heads * s * s * d // (2 if causal else 1)
                 kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
                 fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,

@@ -743,8 +743,10 @@ def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
     runs = {
         "dense": lambda: flash_attn_fwd(q, k, v, **kw),
         "varlen": lambda: flash_attn_fwd(q[0], k[0], v[0], **varlen, **kw),
-        "fp8": lambda: flash_attn_fwd(q8, k8, vt, descales=ds, out_dtype=torch.bfloat16, v_transposed=True, **kw),
     }
+    if d >= 32:  # FP8 dots are at least 32 deep on the GPU (the FP8 entry point refuses smaller head dims)
+        runs["fp8"] = lambda: flash_attn_fwd(q8, k8, vt, descales=ds, out_dtype=torch.bfloat16, v_transposed=True,
+                                             **kw)
     for name, run in runs.items():
         monkeypatch.setattr(configs, "FWD_TILES_FORCE", 1)
         one = run()
