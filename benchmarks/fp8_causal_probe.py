@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P")
     ap.add_argument("--fit", action="store_true")
     ap.add_argument("--masks", default="no,yes", help="no (full square), yes (causal), or both")
+    ap.add_argument("--licm", default="0", help="0: the masked loops as configs.fwd_masked_no_licm says; 1: their "
+                    "loop-invariant code motion forced on; 2: forced off (configs.FWD_MASKED_NO_LICM)")
+    ap.add_argument("--repeat", type=int, default=1, help="time each variant this many times, interleaved")
     ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
     ap.add_argument("--copy", action="store_true",
                     help="only the V copy: its tile and warp choices, device time from CUDA-graph replay")
@@ -71,10 +74,14 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         return time_callable(fn, "cuda").median_ms
 
-    def run(cfg, t, fn):
+    licms = [int(x) for x in args.licm.split(",")] if hasattr(configs, "fwd_masked_no_licm") else [0]
+
+    def run(cfg, t, fn, licm=0):
         configs.fwd_keep = lambda *_a, _c=cfg: [_c]
         if can_tile:
             configs.FWD_TILES_FORCE = t
+        if licm:
+            configs.FWD_MASKED_NO_LICM = licm == 2
         try:
             return timed(fn)
         except Exception as e:  # out of resources, a compile error: say so and go on
@@ -84,6 +91,7 @@ def main(argv=None) -> int:
             configs.fwd_keep = real_keep
             if can_tile:
                 configs.FWD_TILES_FORCE = None
+            configs.FWD_MASKED_NO_LICM = None
 
     print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -106,12 +114,15 @@ def main(argv=None) -> int:
                 calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
                 if args.bf16:
                     calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
-                for dtype, cfg, fn in calls:
-                    for t in tiles:
-                        ms = run(cfg, t, fn)
-                        if ms is not None:
-                            print(f"| {args.label} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} | {t} "
-                                  f"| {ms:.4f} | {flops / ms / 1e9:.0f} |", flush=True)
+                for _ in range(args.repeat):
+                    for dtype, cfg, fn in calls:
+                        for t in tiles:
+                            for licm in licms:
+                                ms = run(cfg, t, fn, licm)
+                                if ms is not None:
+                                    print(f"| {args.label} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
+                                          f"| {t}{['', ' licm on', ' licm off'][licm]} | {ms:.4f} | {flops / ms / 1e9:.0f} |",
+                                          flush=True)
             del x, q, k, v, vt, qb, kb, vb
             torch.cuda.empty_cache()
         if args.fit:

@@ -353,6 +353,20 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.
 FWD_TILES_FORCE: int | None = None
+#: Forces fwd_masked_no_licm's answer (True / False) for experiments (benchmarks/fp8_causal_probe.py).
+FWD_MASKED_NO_LICM: bool | None = None
+
+
+def fwd_masked_no_licm(d: int, elt: int) -> bool:
+    """Whether the forward's masked key loops keep their index arithmetic inside (no loop-invariant code
+    motion): where hoisting it costs occupancy. FP8 at hd <= 64, causal 64x128 tile: 196 -> 155
+    registers (two programs per SM -> three), 0.72 -> 0.59 ms at 4k, 2.10 -> 1.97 ms at 16k. Not
+    elsewhere: FP8 hd 128 (234 -> 204 registers, shared memory holds it at two programs either way)
+    read 1.46-1.55 ms against 1.40-1.44 with the motion at 16k, interleaved runs; bf16 within the
+    runs' +-3% (session 15, H100, benchmarks/fp8_causal_probe.py)."""
+    if FWD_MASKED_NO_LICM is not None:
+        return FWD_MASKED_NO_LICM
+    return elt == 1 and d <= 64
 
 
 def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
