@@ -684,6 +684,9 @@ def test_causal_forward_lists_two_query_blocks_per_program_where_measured(monkey
     assert all(k.kwargs["TILES"] == 1 for k in c.prune_fwd(c.FWD_SPACE, {}, **dict(args, HAS_LEFT=True)))
     monkeypatch.setattr(c, "FWD_TILES_FORCE", 1)
     assert all(k.kwargs["TILES"] == 1 for k in c.prune_fwd(c.FWD_SPACE, {}, **args))
+    # the masked loops' loop-invariant code motion is turned off where it was measured to cost occupancy only
+    assert c.fwd_masked_no_licm(64, 1) and c.fwd_masked_no_licm(32, 1)
+    assert not any(c.fwd_masked_no_licm(d, elt) for d, elt in ((128, 1), (256, 1), (64, 2), (128, 2), (64, 4)))
 
 
 def test_fp8_descale_stride_does_not_cost_the_tensor_descriptors(monkeypatch):
