@@ -155,8 +155,11 @@ def _smem_fwd(cfg, head_dim_padded: int, elt: int, width_v: int | None = None) -
     """Bytes of the forward's tiles: q / k at ``head_dim_padded`` columns, v at ``width_v`` (default the same)."""
     bm, bn, st = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_stages
     wv = head_dim_padded if width_v is None else width_v
-    # Q tile once, K and V tiles per pipeline stage.
-    return bm * head_dim_padded * elt + max(st, 1) * bn * (head_dim_padded + wv) * elt
+    # Q tile once, K and V tiles per pipeline stage. Two query blocks per program (TILES = 2): up to two
+    # more Q-sized buffers (sm_90a compiles, session 15: FP8 hd 64 64x128 +8704 B, FP8 hd 128 64x128
+    # +16384 B, bf16 hd 64 128x64 +16384 B over one block).
+    q_tiles = 1 if cfg.kwargs.get("TILES", 1) == 1 else 3
+    return q_tiles * bm * head_dim_padded * elt + max(st, 1) * bn * (head_dim_padded + wv) * elt
 
 
 def _smem_bwd(cfg, head_dim_padded: int, elt: int, width_v: int | None = None) -> int:
