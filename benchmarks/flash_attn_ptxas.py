@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+from config_arg import parse_config  # noqa: E402
 from sm90_compile import TARGET, ptxas_usage  # noqa: E402
 from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
             continue
         smem_fn = configs._smem_fwd if short == "fwd" else configs._smem_bwd
         if a.try_:
-            cfgs = [configs._cfg(*(int(x) for x in t.split(",")[:4]), t.split(",")[4] == "T") for t in a.try_]
+            cfgs = [configs._cfg(*parse_config(t)) for t in a.try_]
         else:
             cfgs = prune(space, {}, **kwargs)[:a.top]
         for cfg in cfgs:

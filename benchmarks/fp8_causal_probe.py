@@ -26,13 +26,7 @@ if "--here" in sys.argv:  # import this tree, not the one on PYTHONPATH
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-
-
-def _config(text: str) -> tuple:
-    parts = text.split(",")
-    if len(parts) != 5 or parts[4] not in ("T", "P"):
-        raise ValueError(f"expected BM,BN,WARPS,STAGES,T|P, got {text!r}")
-    return (*map(int, parts[:4]), parts[4] == "T")
+from config_arg import parse_config  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -67,7 +61,7 @@ def main(argv=None) -> int:
     can_tile = hasattr(configs, "FWD_TILES_FORCE")
     tiles = [int(t) for t in args.tiles.split(",") if can_tile or t == "1"]
     real_keep = configs.fwd_keep
-    extra = [_config(c) for c in args.extra]
+    extra = [parse_config(c) for c in args.extra]
 
     def timed(fn) -> float:
         fn()
@@ -131,28 +125,20 @@ def main(argv=None) -> int:
 
 
 def graph_ms(fn, n: int = 20) -> float:
-    """Device ms per call of ``fn``: n calls captured in one CUDA graph, the median of 15 replays."""
-    fn()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    """Device ms per call of ``fn``: n calls captured in one CUDA graph (on the harness's capture
+    stream, warmed up there first), the graph's replay timed by the harness's timer, divided by n."""
+    from harness.perf.timing import capture_stream, time_callable
+
+    stream = capture_stream("cuda")
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
         fn()
-    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for _ in range(n):
             fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(15):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return sorted(times)[len(times) // 2]
+    return time_callable(graph.replay, "cuda").median_ms / n
 
 
 def _copy_configs(head_dims, seqlens, label):

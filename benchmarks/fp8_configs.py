@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from config_arg import parse_config as _config  # noqa: E402
 
 from harness import fp8  # noqa: E402
 from harness.perf.timing import time_callable  # noqa: E402
@@ -40,14 +41,6 @@ def _as_tuple(config) -> tuple:
     """A triton.Config of the forward as (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA)."""
     kw = config.kwargs
     return kw["BLOCK_M"], kw["BLOCK_N"], config.num_warps, config.num_stages, bool(kw["USE_TMA"])
-
-
-def _config(text: str) -> tuple:
-    """'128,64,8,3,T' -> (128, 64, 8, 3, True): BLOCK_M, BLOCK_N, warps, stages, TMA (T) or pointers (P)."""
-    parts = text.split(",")
-    if len(parts) != 5 or parts[4] not in ("T", "P") or not all(x.isdigit() for x in parts[:4]):
-        raise ValueError(f"expected BM,BN,WARPS,STAGES,T|P, got {text!r}")
-    return (*map(int, parts[:4]), parts[4] == "T")
 
 
 def main(argv=None) -> int:
