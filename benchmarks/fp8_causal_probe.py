@@ -4,10 +4,10 @@ configs.FWD_TILES_FORCE), and the per-program fixed cost from a fit of time agai
 blocks.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
-        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--fit] [--label NAME]
+        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--v-natural] [--fit] [--label NAME]
     python benchmarks/fp8_causal_probe.py --copy [--head-dims 64,128,256]   # the V copy's tiles, CUDA graphs
 
-Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads). Rows: `| label | hd | causal |
+Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads; `--heads` overrides the head count). Rows: `| label | hd | causal |
 seqlen | dtype | config | tiles | ms | TFLOP/s |` (causal TFLOP/s count half the square). `--fit`
 times the non-causal kernel at seqlen_q 4096 against seqlen_k 128-4096 and prints the least-squares
 line (ms = a + b * key blocks per program): `a` is what every program costs before its first key
@@ -41,8 +41,14 @@ def main(argv=None) -> int:
                     "loop-invariant code motion forced on; 2: forced off (configs.FWD_MASKED_NO_LICM)")
     ap.add_argument("--repeat", type=int, default=1, help="time each variant this many times, interleaved")
     ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
+    ap.add_argument("--v-natural", action="store_true",
+                    help="the FP8 kernel on V as it comes, [B, S, Hk, Dv] (V_T off: Triton transposes each V tile "
+                    "on chip), beside the kernel on the copied V (dtype column 'e4m3 V')")
     ap.add_argument("--copy", action="store_true",
                     help="only the V copy: its tile and warp choices, device time from CUDA-graph replay")
+    ap.add_argument("--heads", default=None,
+                    help="comma list of head counts instead of the FA sweep's (2048 / hd): the program count "
+                    "against the GPU's resident slots (wave quantisation)")
     ap.add_argument("--label", default="new")
     ap.add_argument("--here", action="store_true", help="import this tree (default: PYTHONPATH's)")
     args = ap.parse_args(argv)
@@ -90,15 +96,17 @@ def main(argv=None) -> int:
     print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for d in (int(x) for x in args.head_dims.split(",")):
-        heads = 8 if d == 256 else 2048 // d
-        for s in (int(x) for x in args.seqlens.split(",")):
+        for heads, s in [(hh, ss) for hh in ([int(x) for x in args.heads.split(",")] if args.heads else
+                                             [8 if d == 256 else 2048 // d])
+                         for ss in (int(x) for x in args.seqlens.split(","))]:
             b = max(1, 16384 // s)
+            lab = f"{args.label} H{heads}" if args.heads else args.label
             g = torch.Generator(device="cpu").manual_seed(0)
             x = [torch.randn(b, s, heads, d, generator=g).to("cuda") for _ in range(3)]
             (q, qs), (k, ks), (v, vs) = (fp8.quantize(t, "e4m3", heads) for t in x)
             vt = v_keys_contiguous(v)
-            ms = timed(functools.partial(v_keys_contiguous, v))
-            print(f"| {args.label} | {d} | - | {s} | e4m3 | V copy alone | - | {ms:.4f} | |", flush=True)
+            ms = graph_ms(functools.partial(v_keys_contiguous, v))
+            print(f"| {lab} | {d} | - | {s} | e4m3 | V copy alone (CUDA graph) | - | {ms:.4f} | |", flush=True)
             qb, kb, vb = (t.to(torch.bfloat16) for t in x)
             for causal in [{"no": False, "yes": True}[m] for m in args.masks.split(",")]:
                 flops = 4 * b * heads * s * s * d // (2 if causal else 1)
@@ -106,6 +114,11 @@ def main(argv=None) -> int:
                 fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,
                                              v_transposed=True, max_num_imprecise_acc=None, **kw)
                 calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                if args.v_natural:
+                    natural = functools.partial(flash_attn_fwd, q, k, v, descales=(qs, ks, vs),
+                                                out_dtype=torch.bfloat16, v_transposed=False,
+                                                max_num_imprecise_acc=None, **kw)
+                    calls += [("e4m3 V", c, natural) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
                 if args.bf16:
                     calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
                 for _ in range(args.repeat):
@@ -114,7 +127,7 @@ def main(argv=None) -> int:
                             for licm in licms:
                                 ms = run(cfg, t, fn, licm)
                                 if ms is not None:
-                                    print(f"| {args.label} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
+                                    print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
                                           f"| {t}{['', ' licm on', ' licm off'][licm]} | {ms:.4f} | {flops / ms / 1e9:.0f} |",
                                           flush=True)
             del x, q, k, v, vt, qb, kb, vb
