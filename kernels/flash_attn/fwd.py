@@ -97,11 +97,14 @@ def _softmax_block(s, m_i, sc, keep):
     block). Returns (p, alpha, m_new): the block's unnormalised probabilities, the factor that
     rescales what came before, the new running max. Shared with the wide kernels (wide.py)."""
     if keep is not None:
-        s = tl.where(keep, s * sc, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # The scale after the select, so that it and the max's subtraction are one FMA per score, as in
+        # the unmasked branch (868 -> 806 SASS instructions per FP8 block). It needs sc > 0: -inf x 0 is
+        # NaN, so the kernels raise a zero scale (a zero FP8 descale) to the smallest normal float first.
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
         # A row with nothing visible yet keeps m = -inf; subtract 0 there so exp2 gives 0, not NaN.
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_sub[:, None])
+        p = tl.math.exp2(s * sc - m_sub[:, None])
         alpha = tl.math.exp2(m_i - m_sub)
     else:
         m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
@@ -302,7 +305,8 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         q_desc_b = q_desc
         k_desc_b = k_desc
     o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
-    qk_scale = sm_scale * 1.4426950408889634
+    # at least the smallest normal float: _softmax_block's masked branch multiplies -inf by it
+    qk_scale = tl.maximum(sm_scale * 1.4426950408889634, 1.1754943508222875e-38)
     if TILES == 1:
         # Heaviest query blocks first under a causal mask (they see the most keys): less tail at the end.
         tile = n_m - 1 - pid_m if HAS_RIGHT else pid_m

@@ -199,7 +199,7 @@ def _fwd_scores_kernel(Q, K, Ws, WsMax, RowMax, RowInvL, Lse,
     ws_ptr = Ws + bh.to(tl.int64) * stride_wb + w_rows[:, None] * stride_wr
     wm_ptr = WsMax + bh.to(tl.int64) * stride_mb + w_rows * stride_mr
 
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = tl.maximum(sm_scale * 1.4426950408889634, 1.1754943508222875e-38)  # see _softmax_block
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _keys_of_rows(q_first, q_last, seqlen_k, off, left, right,

@@ -601,6 +601,25 @@ def test_fp8_tensor_descriptors_with_v_transposed(monkeypatch):
     assert rel_err(outs[0], orc.out) < 0.03
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fp8_zero_q_descale_gives_uniform_rows(causal):
+    """A zero descale (an all-zero tensor's quantisation may carry one) makes every score 0: each row
+    is the mean of the values it sees. The masked blocks scale after the mask's select (one FMA per
+    score), where -inf x 0 would be NaN; the kernel raises a zero scale to the smallest normal float."""
+    from harness import fp8
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    g = torch.Generator(device="cpu").manual_seed(7)
+    b, s, h, d = 1, 70, 2, 32
+    (q, _), (k, kd), (v, vd) = (fp8.quantize(torch.randn(b, s, h, d, generator=g).to(DEVICE), "e4m3", h)
+                                for _ in range(3))
+    out = flash_attn_fp8_func(q, k, v, torch.zeros_like(kd), kd, vd, causal=causal, out_dtype=torch.float16)
+    vv = fp8.dequantize(v, vd, dtype=torch.float64)  # (b, s, h, d)
+    seen = torch.arange(1, s + 1, dtype=torch.float64) if causal else torch.full((s,), float(s), dtype=torch.float64)
+    want = (vv.cumsum(1) if causal else vv.sum(1, keepdim=True).expand_as(vv)) / seen[None, :, None, None].to(vv.device)
+    assert torch.isfinite(out).all()
+    assert (out.double() - want).abs().max().item() < 2e-3  # fp16 rounding of O(1) means
+
 @triton.jit
 def _round_kernel(X, Y, N: tl.constexpr):
     r = tl.arange(0, N)
