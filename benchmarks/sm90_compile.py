@@ -17,7 +17,7 @@ PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bi
 
 def ptxas_usage(ptx: str) -> dict:
     """{"regs", "spill_stores", "spill_loads"} (bytes) of ``ptx`` assembled for sm_90a; -1 where
-    ptxas reported nothing."""
+    ptxas reported nothing. "log": ptxas's whole report (its warnings, e.g. serialised wgmmas)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.ptx")
         with open(path, "w") as f:
@@ -27,4 +27,5 @@ def ptxas_usage(ptx: str) -> dict:
     regs = re.search(r"Used (\d+) registers", err)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", err)
     return {"regs": int(regs.group(1)) if regs else -1,
-            "spill_stores": int(spill.group(1)) if spill else -1, "spill_loads": int(spill.group(2)) if spill else -1}
+            "spill_stores": int(spill.group(1)) if spill else -1, "spill_loads": int(spill.group(2)) if spill else -1,
+            "log": err}

@@ -1,0 +1,84 @@
+"""Registers, spills and ptxas's wgmma serialisation warning of the Gluon FP8 forward
+(kernels/flash_attn/fp8_gluon.py) compiled for sm_90a, without a GPU.
+
+    python benchmarks/fp8_gluon_ptxas.py 64,64,128,1,1 256,64,64,0,1 [--json] [--dump DIR]
+
+Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages). Gluon has no interpreter, so this is
+how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
+suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from sm90_compile import TARGET, ptxas_usage  # noqa: E402
+from triton.compiler import make_backend  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+
+def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int) -> dict:
+    """{"regs", "spill", "smem", "wgmma", "serialized", "ptx"} of one config, from CPU tensors."""
+    from kernels.flash_attn import fp8_gluon
+
+    e4m3 = torch.float8_e4m3fn
+    b, s, h = 1, 256, 2
+    q, k = torch.empty(b, s, h, d, dtype=e4m3), torch.empty(b, s, h, d, dtype=e4m3)
+    vt, out = torch.empty(b, h, d, s, dtype=e4m3), torch.empty(b, s, h, d, dtype=torch.bfloat16)
+    lse, ds = torch.empty(b, h, s), torch.ones(b, h)
+    call = dict(Q=q, K=k, VT=vt, Out=out, Lse=lse, QDescale=ds, KDescale=ds, VDescale=ds, stride_dsb=ds.stride(0),
+                stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0),
+                stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=vt.stride(0), stride_vh=vt.stride(1),
+                stride_vd=vt.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1), stride_oh=out.stride(2),
+                stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=s, seqlen_k=s, num_heads=h, group=1,
+                sm_scale=0.125, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=causal, NUM_STAGES=3,
+                OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d), num_warps=block_m // 16)
+    fn = fp8_gluon._fp8_fwd_kernel
+    backend = make_backend(TARGET)
+    bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(**call)
+    options, signature, constexprs, attrs = fn._pack_args(backend, call, bound, spec, options)
+    kernel = triton.compile(GluonASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    ptx = kernel.asm["ptx"]
+    use = ptxas_usage(ptx)
+    return {"regs": use["regs"], "spill": use["spill_stores"], "smem": kernel.metadata.shared,
+            "wgmma": len(re.findall(r"wgmma\.mma_async\S*e4m3\.e4m3", ptx)), "serialized": "serialized" in use["log"],
+            "ptx": ptx}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("specs", nargs="+", metavar="HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP")
+    ap.add_argument("--json", action="store_true", help="one JSON object per spec (without the PTX)")
+    ap.add_argument("--dump", default=None, help="write each PTX into this folder")
+    a = ap.parse_args(argv)
+    if not a.json:
+        print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    for spec in a.specs:
+        d, bm, bn, causal, overlap = (int(x) for x in spec.split(","))
+        r = compile_sm90a(d, bm, bn, bool(causal), overlap)
+        if a.dump:
+            os.makedirs(a.dump, exist_ok=True)
+            Path(a.dump, spec.replace(",", "_") + ".ptx").write_text(r["ptx"])
+        r.pop("ptx")
+        if a.json:
+            print(json.dumps(dict(r, spec=spec)), flush=True)
+        else:
+            print(f"| {d} | {bm} x {bn} | {bool(causal)} | {overlap} | {r['regs']} | {r['spill']} | {r['smem']} | "
+                  f"{r['wgmma']} | {'yes' if r['serialized'] else 'no'} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""FP8 flash-attention forward for Hopper in Gluon: an experiment, not dispatched (session 16).
+
+The Triton FP8 forward (fwd.py) cannot overlap a block's softmax with the tensor cores inside one
+warpgroup: Triton 3.6 waits for the Q K^T wgmma right after issuing it (docs/perf/flash_attn.md,
+session 14). Gluon (``triton.experimental.gluon``, shipped with Triton 3.6) hands the wgmma's
+asynchrony to the kernel, so this kernel can pipeline the way flash-attn 3 does inside a warpgroup:
+
+    S_0 = Q K_0^T
+    for j:  issue S_{j+1} = Q K_{j+1}^T   (tensor cores)              OVERLAP bit 1
+            softmax of S_j                (the rest of the SM, meanwhile)
+            wait for O += P_{j-1} V_{j-1}; rescale O; issue O += P_j V_j
+            wait for S_{j+1}                (bit 2: O's wgmma left in flight into the next block)
+
+K and V^T stream through NUM_STAGES (>= 3) shared-memory slots filled by TMA, one mbarrier per slot.
+
+Where it stands (H100, benchmarks/fp8_gluon_probe.py, docs/perf/flash_attn.md "Session 16"): correct
+against the FP64 oracle on every checked shape (its error equal to the Triton kernel's), but slower
+than the Triton kernel: 0.71-0.79x at hd 64, 0.86-0.92x at hd 128, 0.97x at hd 256 (64x64 tiles),
+with OVERLAP = 1 the best of the four (3-6% over no overlap). Both bits together are serialised by
+ptxas (warning C7514: the wgmmas' accumulators are read inside their pipeline stage). What it lacks
+against the Triton kernel is occupancy: S_{j+1} is live beside S_j, P and O, 230 registers at hd 64
+(64x128) against the Triton kernel's 146, two programs per SM instead of three. flash-attn 3 pays
+this with warp specialisation (a producer warp, consumer warpgroups given 240 registers each), which
+Gluon's ``warp_specialize`` offers; not written yet.
+
+Dense inputs only: q [B, Sq, Hq, D], k [B, Sk, Hk, D] in float8_e4m3fn, V already keys-contiguous
+([B, Hk, D, Sk], ``v_layout.v_keys_contiguous``), descales (B, Hk) float32 as flash-attn 3 takes
+them; out [B, Sq, Hq, D] bf16, lse [B, Hq, Sq] float32. Causal is bottom-right aligned, as in fwd.py.
+Head dims 64, 128, 256 (d_v = d); no windows, softcap or varlen. Gluon has no interpreter: it runs on
+an sm90 GPU (tests/kernels/test_fp8_gluon.py compiles it for sm_90a on the CPU).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+
+from .. import launcher
+
+#: Head dims this kernel compiles for (d_v = d).
+HEAD_DIMS = (64, 128, 256)
+
+
+@gluon.jit
+def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
+                  IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """One key block's online softmax in base 2 (scores ``s`` unscaled): (p, alpha, m_new, l_new).
+    ``masked``: the block holds keys some row may not see (the causal diagonal, the sequence's end)."""
+    if masked:
+        keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+        keep = gl.expand_dims(keys < seqlen_k, 0)
+        if IS_CAUSAL:
+            keep = keep & (gl.expand_dims(keys, 0) <= gl.expand_dims(offs_m + off, 1))
+        s = gl.where(keep, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        # a row that sees nothing yet keeps m = -inf: subtract 0 there so exp2 gives 0, not NaN
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s - gl.expand_dims(m_sub, 1))
+        alpha = gl.exp2(m_i - m_sub)
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+    l_new = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _fp8_fwd_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_dsb,
+                    stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                    stride_vb, stride_vh, stride_vd, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                    seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
+                    num_warps: gl.constexpr):
+    # wgmma: 16-row atoms, 4 warps (a warpgroup) per 64 rows; K of an 8-bit instruction is 32
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 32])
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, 32])
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=4)
+    ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+
+    pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    hk = h // group
+    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    if IS_CAUSAL:  # heaviest query blocks first: they see the most keys
+        m0 = (n_m - 1 - pid_m) * BLOCK_M
+    else:
+        m0 = pid_m * BLOCK_M
+    off = seqlen_k - seqlen_q
+    ds_off = b.to(gl.int64) * stride_dsb + hk
+    qk_scale = sm_scale * gl.load(QDescale + ds_off) * gl.load(KDescale + ds_off) * 1.4426950408889634
+
+    b64 = b.to(gl.int64)
+    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
+                                        [stride_qs, 1], [BLOCK_M, HEAD_DIM], Q_SL)
+    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
+                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(VT + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [HEAD_DIM, seqlen_k],
+                                        [stride_vd, 1], [HEAD_DIM, BLOCK_N], V_SL)
+    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
+                                        [stride_os, 1], [BLOCK_M, HEAD_DIM], O_SL)
+
+    # the key blocks these rows see, and the first that may hold a key some row must not see
+    if IS_CAUSAL:
+        hi = gl.minimum(seqlen_k, gl.maximum(m0 + BLOCK_M + off, 0))
+        mask_from = gl.maximum(m0 + off, 0) // BLOCK_N * BLOCK_N
+    else:
+        hi = seqlen_k
+        mask_from = seqlen_k // BLOCK_N * BLOCK_N
+    # at least one block: rows that see no key go through it fully masked (out 0, lse -inf)
+    n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+
+    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], Q_SL)
+    k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
+    v_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, HEAD_DIM, BLOCK_N], V_SL)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(bars.index(i), count=1)
+
+    kv_bytes: gl.constexpr = 2 * BLOCK_N * HEAD_DIM
+    mbarrier.expect(q_bar, BLOCK_M * HEAD_DIM)
+    tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem)
+    for i in gl.static_range(NUM_STAGES - 1):  # blocks 0 .. NUM_STAGES - 2; the loop loads the rest
+        pred = i < n_blocks
+        mbarrier.expect(bars.index(i), kv_bytes, pred=pred)
+        tma.async_copy_global_to_shared(k_desc, [i * BLOCK_N, 0], bars.index(i), k_smem.index(i), pred=pred)
+        tma.async_copy_global_to_shared(v_desc, [0, i * BLOCK_N], bars.index(i), v_smem.index(i), pred=pred)
+
+    offs_m = m0 + gl.arange(0, BLOCK_M, layout=ROWS)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=ROWS)
+    l_i = gl.zeros([BLOCK_M], gl.float32, layout=ROWS)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=O_LAYOUT)
+    if OVERLAP & 2:
+        acc = warpgroup_mma_init(acc)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=S_LAYOUT)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(bars.index(0), 0)
+    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s, ))
+
+    for j in range(0, n_blocks - 1):
+        # the next block's scores go to the tensor cores first ...
+        nxt = j + 1
+        mbarrier.wait(bars.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
+        s_next = warpgroup_mma(q_smem, k_smem.index(nxt % NUM_STAGES).permute((1, 0)), s_zero, use_acc=False,
+                               is_async=True)
+        if not (OVERLAP & 1):
+            s_next = warpgroup_mma_wait(0, deps=(s_next, ))
+        # ... while this block's softmax runs
+        start = j * BLOCK_N
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
+                                           start >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+        # O += P_{j-1} V_{j-1} was issued before S_{j+1}: waiting down to one leaves only S_{j+1} in flight
+        acc = warpgroup_mma_wait(1, deps=(acc, ))
+        # block j - 1's slot is free now: load block j + NUM_STAGES - 1 into it
+        ld = j + NUM_STAGES - 1
+        slot = ld % NUM_STAGES
+        pred = ld < n_blocks
+        mbarrier.expect(bars.index(slot), kv_bytes, pred=pred)
+        tma.async_copy_global_to_shared(k_desc, [ld * BLOCK_N, 0], bars.index(slot), k_smem.index(slot), pred=pred)
+        tma.async_copy_global_to_shared(v_desc, [0, ld * BLOCK_N], bars.index(slot), v_smem.index(slot), pred=pred)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+        p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
+        acc = warpgroup_mma(p8, v_smem.index(j % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+        if not (OVERLAP & 2):
+            acc = warpgroup_mma_wait(0, deps=(acc, ))
+        s = warpgroup_mma_wait(1, deps=(s_next, ))
+
+    last = n_blocks - 1
+    start = last * BLOCK_N
+    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, start >= mask_from,
+                                       IS_CAUSAL, BLOCK_N, S_LAYOUT)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
+    acc = warpgroup_mma(p8, v_smem.index(last % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+    # fully masked rows (l = 0): out 0, lse -inf (the oracle's convention)
+    empty = l_i == 0.0
+    l_safe = gl.where(empty, 1.0, l_i)
+    v_scale = gl.load(VDescale + ds_off)
+    acc = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, O_ROWS), 1)
+    lse = gl.where(empty, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+    gl.store(Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh + offs_m, lse, mask=offs_m < seqlen_q)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, HEAD_DIM], O_SL)
+    o_smem.store(acc.to(gl.bfloat16))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [m0, 0], o_smem)
+    tma.store_wait(pendings=0)
+
+
+def _layouts(block_m: int, block_n: int, d: int) -> dict:
+    e4m3 = gl.float8e4nv
+    return {"Q_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], e4m3),
+            "K_SL": gl.NVMMASharedLayout.get_default_for([block_n, d], e4m3),
+            "V_SL": gl.NVMMASharedLayout.get_default_for([d, block_n], e4m3),
+            "O_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], gl.bfloat16)}
+
+
+def fp8_fwd_gluon(q, k, vt, descales, *, softmax_scale, causal, block_m=64, block_n=128, num_stages=3,
+                  overlap=1, poison=False):
+    """out [B, Sq, Hq, D] bf16, lse [B, Hq, Sq] fp32 of e4m3 q [B, Sq, Hq, D], k [B, Sk, Hk, D] and V
+    keys-contiguous ``vt`` [B, Hk, D, Sk] (``v_layout.v_keys_contiguous``), descales (q, k, v) each
+    (B, Hk) float32. sm90 GPUs only. ``overlap``: the kernel's OVERLAP bits (module docstring; 1
+    measured best). ``poison``: fill out and lse with NaN first (checks)."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    if d not in HEAD_DIMS or vt.shape[2] != d:
+        raise ValueError(f"fp8_fwd_gluon: head dims {HEAD_DIMS} with d_v = d, got q {d} and v {vt.shape[2]}")
+    if hq % hk:
+        raise ValueError(f"fp8_fwd_gluon: {hq} query heads are not a multiple of {hk} kv heads")
+    if block_m != 64:  # one warpgroup: with two, a slot could be refilled while the other still reads it
+        raise ValueError(f"fp8_fwd_gluon: block_m must be 64 (one warpgroup), got {block_m}")
+    if num_stages < 3:  # block j + 1 is waited for before block j - 1's slot is free to take it
+        raise ValueError("fp8_fwd_gluon: num_stages must be at least 3")
+    if any(t.dtype != torch.float8_e4m3fn for t in (q, k, vt)):
+        raise ValueError(f"fp8_fwd_gluon: q, k, v must be torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, {vt.dtype}")
+    if vt.stride(-1) != 1 or vt.stride(2) % 16:
+        raise ValueError("fp8_fwd_gluon: vt must be [B, Hk, D, Sk] with keys contiguous and 16-byte rows "
+                         "(v_layout.v_keys_contiguous)")
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise RuntimeError("fp8_fwd_gluon: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
+    qds, kds, vds = descales
+    out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    if poison:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    launcher.ensure_allocator()
+    grid = (triton.cdiv(sq, block_m), b * hq)
+    _fp8_fwd_kernel[grid](q, k, vt, out, lse, qds, kds, vds, qds.stride(0),
+                          q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                          vt.stride(0), vt.stride(1), vt.stride(2), out.stride(0), out.stride(1), out.stride(2),
+                          lse.stride(0), lse.stride(1), sq, sk, hq, hq // hk, float(softmax_scale),
+                          HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
+                          NUM_STAGES=num_stages, OVERLAP=overlap, **_layouts(block_m, block_n, d), num_warps=block_m // 16)
+    return out, lse
