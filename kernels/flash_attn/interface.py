@@ -340,10 +340,11 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     """FP8 forward (flash-attn 3's FP8 convention): q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv]
     in float8_e4m3fn; q_descale, k_descale, v_descale [B, Hk] float32 (real value = fp8 value x its
     descale; q's factor is per kv head's group), positive and finite: not checked, since reading them
-    would copy them to the host on every call (the kernel takes each row's max before the scale, so a
-    negative q or k descale gives wrong rows). Q K^T of the FP8 values with fp32 accumulation times
-    the descales and the scale, the online softmax in fp32, P cast to e4m3 for P V (fp32
-    accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
+    would copy them to the host on every call (the kernel takes each row's max before the scale and
+    raises a scale below the smallest normal float to it, so a negative q or k descale gives wrong
+    rows; a zero one gives uniform rows, as the dequantised zeros do). Q K^T of the FP8 values with
+    fp32 accumulation times the descales and the scale, the online softmax in fp32, P cast to e4m3 for
+    P V (fp32 accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
     in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
     (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
     P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
