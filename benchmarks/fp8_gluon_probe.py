@@ -40,7 +40,11 @@ def _inputs(b, sq, sk, hq, hk, d, seed):
 
 
 def _spec(spec: str) -> dict:
-    """BLOCK_M,BLOCK_N,STAGES[,OVERLAP] -> fp8_fwd_gluon's keywords."""
+    """BLOCK_M,BLOCK_N,STAGES[,OVERLAP] -> fp8_fwd_gluon's keywords; ws:BLOCK_N,STAGES[,REGS] -> the
+    warp-specialised kernel's (with "ws": True)."""
+    if spec.startswith("ws:"):
+        parts = [int(x) for x in spec[3:].split(",")]
+        return dict(zip(("block_n", "num_stages", "consumer_regs"), parts), ws=True)
     parts = [int(x) for x in spec.split(",")]
     kw = dict(zip(("block_m", "block_n", "num_stages", "overlap"), parts))
     if len(parts) not in (3, 4):
@@ -48,10 +52,18 @@ def _spec(spec: str) -> dict:
     return kw
 
 
+def _gluon_call(q, k, vt, descales, scale, causal, spec, poison=False):
+    """A no-argument call of the Gluon kernel ``spec`` names (see _spec)."""
+    from kernels.flash_attn.fp8_gluon import fp8_fwd_gluon, fp8_fwd_gluon_ws
+
+    kw = _spec(spec)
+    fn = fp8_fwd_gluon_ws if kw.pop("ws", False) else fp8_fwd_gluon
+    return functools.partial(fn, q, k, vt, descales, softmax_scale=scale, causal=causal, poison=poison, **kw)
+
+
 def check(gluon_cfgs, quick=False) -> bool:
     from harness import fp8
     from harness.oracle.softmax import softmax_attention
-    from kernels.flash_attn.fp8_gluon import fp8_fwd_gluon
     from kernels.flash_attn.fwd import flash_attn_fwd
     from kernels.flash_attn.v_layout import v_keys_contiguous
 
@@ -76,8 +88,7 @@ def check(gluon_cfgs, quick=False) -> bool:
                 le_t = (l_t.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
                 for spec in gluon_cfgs[d]:
                     try:
-                        o_g, l_g = fp8_fwd_gluon(q, k, vt, (qs, ks, vs), softmax_scale=d ** -0.5, causal=causal,
-                                                 poison=True, **_spec(spec))
+                        o_g, l_g = _gluon_call(q, k, vt, (qs, ks, vs), d ** -0.5, causal, spec, poison=True)()
                     except Exception as e:  # a config that does not compile or fit: say so and go on
                         print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | gluon | {spec} | "
                               f"{type(e).__name__}: {str(e).splitlines()[0][:60]} | | |", flush=True)
@@ -97,7 +108,6 @@ def check(gluon_cfgs, quick=False) -> bool:
 def timing(gluon_cfgs, seqlens, masks, repeat):
     from harness.perf.timing import time_callable
     from kernels.flash_attn import configs
-    from kernels.flash_attn.fp8_gluon import fp8_fwd_gluon
     from kernels.flash_attn.fwd import flash_attn_fwd
     from kernels.flash_attn.v_layout import v_keys_contiguous
 
@@ -121,9 +131,7 @@ def timing(gluon_cfgs, seqlens, masks, repeat):
                                             window_left=-1, window_right=0 if causal else -1, descales=(qs, ks, vs),
                                             out_dtype=torch.bfloat16, v_transposed=True, max_num_imprecise_acc=None))]
                 for spec in gluon_cfgs[d]:
-                    calls.append(("gluon", spec, functools.partial(fp8_fwd_gluon, q, k, vt, (qs, ks, vs),
-                                                                   softmax_scale=d ** -0.5, causal=causal,
-                                                                   **_spec(spec))))
+                    calls.append(("gluon", spec, _gluon_call(q, k, vt, (qs, ks, vs), d ** -0.5, causal, spec)))
                 for _ in range(repeat):
                     base = None
                     for name, cfg, fn in calls:

@@ -1,9 +1,10 @@
 """Registers, spills and ptxas's wgmma serialisation warning of the Gluon FP8 forward
 (kernels/flash_attn/fp8_gluon.py) compiled for sm_90a, without a GPU.
 
-    python benchmarks/fp8_gluon_ptxas.py 64,64,128,1,1 256,64,64,0,1 [--json] [--dump DIR]
+    python benchmarks/fp8_gluon_ptxas.py 64,64,128,1,1 256,64,64,0,1 ws:256,64,3,0 [--json] [--dump DIR]
 
-Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages). Gluon has no interpreter, so this is
+Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL for
+the warp-specialised kernel (its partitions' register budgets: the PTX's setmaxnreg). Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -28,8 +29,10 @@ from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
 
-def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int) -> dict:
-    """{"regs", "spill", "smem", "wgmma", "serialized", "ptx"} of one config, from CPU tensors."""
+def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int, ws: bool = False,
+                  stages: int = 3) -> dict:
+    """{"regs", "spill", "smem", "wgmma", "serialized", "setmaxnreg", "ptx"} of one config, from CPU
+    tensors (``ws``: the warp-specialised kernel, 128-row tiles; block_m and overlap unused)."""
     from kernels.flash_attn import fp8_gluon
 
     e4m3 = torch.float8_e4m3fn
@@ -42,9 +45,14 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
                 stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=vt.stride(0), stride_vh=vt.stride(1),
                 stride_vd=vt.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1), stride_oh=out.stride(2),
                 stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=s, seqlen_k=s, num_heads=h, group=1,
-                sm_scale=0.125, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=causal, NUM_STAGES=3,
-                OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d), num_warps=block_m // 16)
-    fn = fp8_gluon._fp8_fwd_kernel
+                sm_scale=0.125, HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=causal, NUM_STAGES=stages)
+    if ws:
+        call.update(CONSUMER_REGS=240, **fp8_gluon._layouts(64, block_n, d), num_warps=4)
+        fn = fp8_gluon._fp8_fwd_ws_kernel
+    else:
+        call.update(BLOCK_M=block_m, OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d),
+                    num_warps=block_m // 16)
+        fn = fp8_gluon._fp8_fwd_kernel
     backend = make_backend(TARGET)
     bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(**call)
     options, signature, constexprs, attrs = fn._pack_args(backend, call, bound, spec, options)
@@ -53,6 +61,7 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
     use = ptxas_usage(ptx)
     return {"regs": use["regs"], "spill": use["spill_stores"], "smem": kernel.metadata.shared,
             "wgmma": len(re.findall(r"wgmma\.mma_async\S*e4m3\.e4m3", ptx)), "serialized": "serialized" in use["log"],
+            "setmaxnreg": [int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)],
             "ptx": ptx}
 
 
@@ -66,8 +75,13 @@ def main(argv=None) -> int:
         print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
-        d, bm, bn, causal, overlap = (int(x) for x in spec.split(","))
-        r = compile_sm90a(d, bm, bn, bool(causal), overlap)
+        if spec.startswith("ws:"):
+            d, bn, stages, causal = (int(x) for x in spec[3:].split(","))
+            bm, overlap = 128, 1
+            r = compile_sm90a(d, 128, bn, bool(causal), 1, ws=True, stages=stages)
+        else:
+            d, bm, bn, causal, overlap = (int(x) for x in spec.split(","))
+            r = compile_sm90a(d, bm, bn, bool(causal), overlap)
         if a.dump:
             os.makedirs(a.dump, exist_ok=True)
             Path(a.dump, spec.replace(",", "_") + ".ptx").write_text(r["ptx"])

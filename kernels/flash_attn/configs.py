@@ -352,6 +352,16 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
     return keep
 
 
+#: FP8 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fp8_fwd_gluon_ws) on sm90,
+#: with its (BLOCK_N, stages); only dense e4m3 calls without window or softcap, bf16 out and the default
+#: accumulation take it. Empty: measured against the Triton FP8 forward in the same runs (kernel alone,
+#: H100, session 16, docs/perf/fp8-s16/8-ws.md, 9-ws-hd256.md) it is not reliably faster: hd 256 with
+#: (64, 3) 0.99-1.09x in one run, 1.03 / 0.82 / 1.05x non-causal and 1.00 / 0.93 / 1.04x causal over three
+#: repeats at 16k (896-913 TFLOP/s at best); hd 128 0.92-1.12x; hd 64 0.67-0.79x. ``{256: (64, 3)}``
+#: turns it on for hd 256 (tests/kernels/test_fp8_gluon.py checks that routing on the GPU); set it before
+#: a signature's first call, which the later ones replay.
+FP8_GLUON_WS: dict[int, tuple[int, int]] = {}
+
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.

@@ -1,4 +1,4 @@
-"""FP8 flash-attention forward for Hopper in Gluon: an experiment, not dispatched (session 16).
+"""FP8 flash-attention forwards for Hopper in Gluon: experiments, not dispatched by default (session 16).
 
 The Triton FP8 forward (fwd.py) cannot overlap a block's softmax with the tensor cores inside one
 warpgroup: Triton 3.6 waits for the Q K^T wgmma right after issuing it (docs/perf/flash_attn.md,
@@ -19,9 +19,17 @@ than the Triton kernel: 0.71-0.79x at hd 64, 0.86-0.92x at hd 128, 0.97x at hd 2
 with OVERLAP = 1 the best of the four (3-6% over no overlap). Both bits together are serialised by
 ptxas (warning C7514: the wgmmas' accumulators are read inside their pipeline stage). What it lacks
 against the Triton kernel is occupancy: S_{j+1} is live beside S_j, P and O, 230 registers at hd 64
-(64x128) against the Triton kernel's 146, two programs per SM instead of three. flash-attn 3 pays
-this with warp specialisation (a producer warp, consumer warpgroups given 240 registers each), which
-Gluon's ``warp_specialize`` offers; not written yet.
+(64x128) against the Triton kernel's 146, two programs per SM instead of three.
+
+``_fp8_fwd_ws_kernel`` (``fp8_fwd_gluon_ws``) is flash-attn 3's answer to that: warp specialisation
+(``gl.warp_specialize``). A loader warp (24 registers) brings both consumers' Q and then K and V^T
+into NUM_STAGES slots (``ready`` mbarriers); two consumer warpgroups (240+ registers each, set by
+``setmaxnreg``) each take 64 rows of a 128-row tile with the OVERLAP = 1 pipeline and release a slot
+(``empty``, two arrivals) once its P V is done; one program per SM. Measured (same runs as the Triton
+kernel): hd 256 0.99-1.09x in one run, over three repeats at 16k 1.03 / 0.82 / 1.05x non-causal and
+1.00 / 0.93 / 1.04x causal (896-913 TFLOP/s at best); hd 128 0.92-1.12x; hd 64 0.67-0.79x. Not reliably
+faster, so ``configs.FP8_GLUON_WS`` (which routes ``flash_attn_fp8_func`` to it) is empty; correct on
+every check, and ACCEPTED by ``accept --profile fp8`` while it ran the hd 256 case.
 
 Dense inputs only: q [B, Sq, Hq, D], k [B, Sk, Hk, D] in float8_e4m3fn, V already keys-contiguous
 ([B, Hk, D, Sk], ``v_layout.v_keys_contiguous``), descales (B, Hk) float32 as flash-attn 3 takes
@@ -44,6 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
+from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
 
@@ -214,6 +223,169 @@ def _fp8_fwd_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_dsb
     tma.store_wait(pendings=0)
 
 
+# --------------------------------------------------------------------------------------------
+# Warp-specialised: a loader warp and two consumer warpgroups (64 query rows each), flash-attn 3's split
+# --------------------------------------------------------------------------------------------
+
+
+@aggregate
+class _WsShape:
+    """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values).
+    Its fields are set as a dict: this module's annotations are strings (``from __future__``)."""
+    __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
+                       "IS_CAUSAL": gl.constexpr}
+
+    @gluon.constexpr_function
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL):
+        self.HEAD_DIM = gl.constexpr(HEAD_DIM)
+        self.BLOCK_N = gl.constexpr(BLOCK_N)
+        self.NUM_STAGES = gl.constexpr(NUM_STAGES)
+        self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+
+
+@gluon.jit
+def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, o_desc, lse_ptr, m0, n_blocks, mask_from,
+                seqlen_q, seqlen_k, off, qk_scale, v_scale, shape):
+    """One consumer warpgroup: query rows [m0 + 64 wg, + 64) against every key block the loader brings."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 32])
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 32])
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=4)
+    ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    row0 = m0 + wg * 64
+    q = q_smem.index(wg)
+    offs_m = row0 + gl.arange(0, 64, layout=ROWS)
+    m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
+    l_i = gl.zeros([64], gl.float32, layout=ROWS)
+    acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
+    s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(ready.index(0), 0)
+    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s, ))
+    for j in range(0, n_blocks - 1):
+        nxt = j + 1
+        mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
+        s_next = warpgroup_mma(q, k_smem.index(nxt % NUM_STAGES).permute((1, 0)), s_zero, use_acc=False,
+                               is_async=True)
+        start = j * BLOCK_N
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
+                                           start >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+        p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
+        acc = warpgroup_mma(p8, v_smem.index(j % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        s = warpgroup_mma_wait(0, deps=(s_next, ))
+        gl.thread_barrier()  # every warp of this warpgroup past its wait before the one arrive
+        mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)  # block j's K and V read: the slot is free
+    last = n_blocks - 1
+    start = last * BLOCK_N
+    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, start >= mask_from,
+                                       IS_CAUSAL, BLOCK_N, S_LAYOUT)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
+    acc = warpgroup_mma(p8, v_smem.index(last % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+
+    empty_row = l_i == 0.0
+    l_safe = gl.where(empty_row, 1.0, l_i)
+    acc = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, O_ROWS), 1)
+    lse = gl.where(empty_row, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+    gl.store(lse_ptr + offs_m, lse, mask=offs_m < seqlen_q)
+    o = o_smem.index(wg)
+    o.store(acc.to(gl.bfloat16))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row0, 0], o)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape):
+    """The loader warp: both consumers' Q, then K and V^T block by block into the slots they release."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM)
+    tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [m0 + 64, 0], q_bar, q_smem.index(1))
+    for j in range(0, n_blocks):
+        slot = j % NUM_STAGES
+        # the slot's previous block released by both consumers (not needed the first time round)
+        mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
+        mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM)
+        tma.async_copy_global_to_shared(k_desc, [j * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [0, j * BLOCK_N], ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_dsb,
+                       stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                       stride_vb, stride_vh, stride_vd, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                       seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
+                       num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
+    pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    hk = h // group
+    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    if IS_CAUSAL:
+        m0 = (n_m - 1 - pid_m) * BLOCK_M
+    else:
+        m0 = pid_m * BLOCK_M
+    off = seqlen_k - seqlen_q
+    ds_off = b.to(gl.int64) * stride_dsb + hk
+    qk_scale = sm_scale * gl.load(QDescale + ds_off) * gl.load(KDescale + ds_off) * 1.4426950408889634
+    v_scale = gl.load(VDescale + ds_off)
+    b64 = b.to(gl.int64)
+    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
+                                        [stride_qs, 1], [64, HEAD_DIM], Q_SL)
+    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
+                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(VT + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [HEAD_DIM, seqlen_k],
+                                        [stride_vd, 1], [HEAD_DIM, BLOCK_N], V_SL)
+    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
+                                        [stride_os, 1], [64, HEAD_DIM], O_SL)
+    lse_ptr = Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh
+    if IS_CAUSAL:
+        hi = gl.minimum(seqlen_k, gl.maximum(m0 + BLOCK_M + off, 0))
+        mask_from = gl.maximum(m0 + off, 0) // BLOCK_N * BLOCK_N
+    else:
+        hi = seqlen_k
+        mask_from = seqlen_k // BLOCK_N * BLOCK_N
+    n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+
+    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 64, HEAD_DIM], Q_SL)
+    k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
+    v_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, HEAD_DIM, BLOCK_N], V_SL)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 64, HEAD_DIM], O_SL)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
+
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
+    consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, o_desc, lse_ptr, m0, n_blocks, mask_from,
+                    seqlen_q, seqlen_k, off, qk_scale, v_scale, shape)
+    gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
+                        (_ws_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks,
+                                    shape))], [4, 1], [CONSUMER_REGS, 24])
+
+
 def _layouts(block_m: int, block_n: int, d: int) -> dict:
     e4m3 = gl.float8e4nv
     return {"Q_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], e4m3),
@@ -259,4 +431,41 @@ def fp8_fwd_gluon(q, k, vt, descales, *, softmax_scale, causal, block_m=64, bloc
                           lse.stride(0), lse.stride(1), sq, sk, hq, hq // hk, float(softmax_scale),
                           HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                           NUM_STAGES=num_stages, OVERLAP=overlap, **_layouts(block_m, block_n, d), num_warps=block_m // 16)
+    return out, lse
+
+
+def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, num_stages=3, consumer_regs=240,
+                     poison=False):
+    """The warp-specialised kernel (a loader warp, two consumer warpgroups of 64 query rows, 128-row tiles):
+    arguments and results as :func:`fp8_fwd_gluon`. ``consumer_regs``: the second consumer's register
+    budget (``setmaxnreg``; the loader keeps 24, the first consumer takes what is left)."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    if d not in HEAD_DIMS or vt.shape[2] != d:
+        raise ValueError(f"fp8_fwd_gluon_ws: head dims {HEAD_DIMS} with d_v = d, got q {d} and v {vt.shape[2]}")
+    if hq % hk:
+        raise ValueError(f"fp8_fwd_gluon_ws: {hq} query heads are not a multiple of {hk} kv heads")
+    if num_stages < 2:
+        raise ValueError("fp8_fwd_gluon_ws: num_stages must be at least 2")
+    if any(t.dtype != torch.float8_e4m3fn for t in (q, k, vt)):
+        raise ValueError(f"fp8_fwd_gluon_ws: q, k, v must be torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, {vt.dtype}")
+    if vt.stride(-1) != 1 or vt.stride(2) % 16:
+        raise ValueError("fp8_fwd_gluon_ws: vt must be [B, Hk, D, Sk] with keys contiguous and 16-byte rows "
+                         "(v_layout.v_keys_contiguous)")
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise RuntimeError("fp8_fwd_gluon_ws: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
+    qds, kds, vds = descales
+    out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    if poison:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    launcher.ensure_allocator()
+    grid = (triton.cdiv(sq, 128), b * hq)
+    _fp8_fwd_ws_kernel[grid](q, k, vt, out, lse, qds, kds, vds, qds.stride(0),
+                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                             vt.stride(0), vt.stride(1), vt.stride(2), out.stride(0), out.stride(1), out.stride(2),
+                             lse.stride(0), lse.stride(1), sq, sk, hq, hq // hk, float(softmax_scale),
+                             HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal), NUM_STAGES=num_stages,
+                             CONSUMER_REGS=consumer_regs, **_layouts(64, block_n, d), num_warps=4)
     return out, lse

@@ -17,6 +17,14 @@ from .bwd import flash_attn_bwd
 from .fwd import flash_attn_fwd
 from .v_layout import v_keys_contiguous
 
+
+def fp8_fwd_gluon_ws(*args, **kwargs):
+    """kernels/flash_attn/fp8_gluon.py's warp-specialised FP8 forward, imported on first use (Gluon is
+    only needed where it runs: sm90 GPUs)."""
+    from .fp8_gluon import fp8_fwd_gluon_ws as run
+
+    return run(*args, **kwargs)
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -281,13 +289,14 @@ class _Fp8Signature:
     """What the first FP8 call of a signature leaves for the next ones: the launcher's checked
     keywords and the launches to replay (the V copy's, the forward's)."""
 
-    __slots__ = ("kw", "v_transposed", "copy", "fwd")
+    __slots__ = ("kw", "v_transposed", "copy", "fwd", "gluon")
 
-    def __init__(self, kw: dict):
+    def __init__(self, kw: dict, gluon: tuple[int, int] | None = None):
         self.kw = kw
         self.v_transposed = kw["v_transposed"]
         self.copy: dict = {}
         self.fwd: dict = {}
+        self.gluon = gluon  # (BLOCK_N, stages) where the warp-specialised Gluon kernel runs the call
 
 
 def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_scale, window_size, softcap,
@@ -329,9 +338,16 @@ def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_sca
     softmax_scale, left, right = _check_scale_and_window(softmax_scale, window_size, d)
     if v_transposed is None:
         v_transposed = q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9
+    softcap = _check_softcap(softcap)
+    gluon = configs.FP8_GLUON_WS.get(d)
+    if gluon and not (q.is_cuda and not configs.interpreting() and torch.cuda.get_device_capability(q.device)[0] == 9
+                      and v_transposed and v.shape[-1] == d and left < 0 and (right < 0 or causal) and not softcap
+                      and out_dtype == torch.bfloat16 and max_num_imprecise_acc is None
+                      and all(t.data_ptr() % 16 == 0 and all(st % 16 == 0 for st in t.stride()[:-1]) for t in (q, k))):
+        gluon = None  # what the Gluon kernel does not do (windows, softcap, fp16 out, promotion, TMA alignment)
     return _Fp8Signature({"softmax_scale": softmax_scale, "causal": bool(causal), "window_left": left,
-                          "window_right": right, "softcap": _check_softcap(softcap), "out_dtype": out_dtype,
-                          "v_transposed": bool(v_transposed), "max_num_imprecise_acc": max_num_imprecise_acc})
+                          "window_right": right, "softcap": softcap, "out_dtype": out_dtype,
+                          "v_transposed": bool(v_transposed), "max_num_imprecise_acc": max_num_imprecise_acc}, gluon)
 
 
 def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
@@ -375,5 +391,9 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
     if sig.v_transposed:
         v = v_keys_contiguous(v, launches=sig.copy)
-    out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
+    if sig.gluon:  # hd 256 on sm90: the warp-specialised Gluon kernel (configs.FP8_GLUON_WS)
+        out, lse = fp8_fwd_gluon_ws(q, k, v, descales, softmax_scale=sig.kw["softmax_scale"], causal=sig.kw["causal"],
+                                    block_n=sig.gluon[0], num_stages=sig.gluon[1])
+    else:
+        out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
     return (out, lse) if return_lse else out

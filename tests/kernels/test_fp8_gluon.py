@@ -41,7 +41,7 @@ def compiled():
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     # hd 64 causal at the measured tile, hd 256 at its best tile (both OVERLAP = 1); both overlaps
-    return _compile_sm90a("64,64,128,1,1", "256,64,64,0,1", "64,64,64,0,3")
+    return _compile_sm90a("64,64,128,1,1", "256,64,64,0,1", "64,64,64,0,3", "ws:256,64,3,1")
 
 
 @pytest.mark.parametrize("spec, max_regs", [("64,64,128,1,1", 232), ("256,64,64,0,1", 240)])
@@ -52,15 +52,28 @@ def test_compiles_to_fp8_wgmma_without_serialisation(compiled, spec, max_regs):
     assert 0 < r["regs"] <= max_regs and r["spill"] == 0
 
 
+def test_the_warp_specialised_kernel_gives_its_consumers_the_registers(compiled):
+    """hd 256 (what flash_attn_fp8_func sends to it): a loader warp at 24 registers, the consumer
+    warpgroups at 240 and more, no spill, no serialised wgmma, FP8 wgmma in both consumers."""
+    from kernels.flash_attn import configs
+
+    assert set(configs.FP8_GLUON_WS) <= set(fp8_gluon.HEAD_DIMS)
+    r = compiled["ws:256,64,3,1"]
+    assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240
+    assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0
+    assert r["smem"] <= 227 * 1024
+
+
 def test_both_overlaps_are_serialised_by_ptxas(compiled):
     """Why OVERLAP = 3 is not the default: ptxas serialises the wgmmas (and it measured slower)."""
     assert compiled["64,64,64,0,3"]["serialized"]
 
 
+@pytest.mark.parametrize("run", [fp8_gluon.fp8_fwd_gluon, fp8_gluon.fp8_fwd_gluon_ws], ids=["one-wg", "ws"])
 @pytest.mark.parametrize("bad, match", [
     (dict(d=96), "head dims"), (dict(hk=3), "multiple"), (dict(block_m=128), "must be 64"),
     (dict(num_stages=2), "at least 3"), (dict(dtype=torch.bfloat16), "float8_e4m3fn"), (dict(), "sm90 GPU")])
-def test_refuses_what_it_cannot_run(bad, match):
+def test_refuses_what_it_cannot_run(run, bad, match):
     d, hk = bad.get("d", 64), bad.get("hk", 2)
     dt = bad.get("dtype", E4M3)
     q = torch.randn(1, 16, 4, d).to(dt)
@@ -68,15 +81,20 @@ def test_refuses_what_it_cannot_run(bad, match):
     vt = torch.randn(1, hk, d, 16).to(dt)
     ds = torch.ones(1, hk)
     kw = {key: bad[key] for key in ("block_m", "num_stages") if key in bad}
+    if run is fp8_gluon.fp8_fwd_gluon_ws:
+        if "block_m" in kw:
+            pytest.skip("the warp-specialised kernel's tile is 128 rows: no block_m")
+        kw = {key: 1 if key == "num_stages" else v for key, v in kw.items()}
+        match = "at least 2" if match == "at least 3" else match
     with pytest.raises((ValueError, RuntimeError), match=match):
-        fp8_gluon.fp8_fwd_gluon(q, k, vt, (ds, ds, ds), softmax_scale=0.1, causal=False, **kw)
+        run(q, k, vt, (ds, ds, ds), softmax_scale=0.1, causal=False, **kw)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not SM90, reason="the Gluon kernel uses Hopper's wgmma and TMA: needs an sm90 GPU")
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D64-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
                                      "B2-H4/2-S200x200-D128-e4m3-bf16", "B1-H2-S130x300-D256-causal-e4m3-bf16"])
-@pytest.mark.parametrize("overlap", [0, 1, 3])
+@pytest.mark.parametrize("overlap", [0, 1, 3, "ws"])
 def test_matches_the_oracle_on_the_gpu(case_id, overlap):
     from kernel_checks import rel_err
 
@@ -90,9 +108,12 @@ def test_matches_the_oracle_on_the_gpu(case_id, overlap):
     x = harness_inputs(c, seed=3, device="cuda")
     orc = compute_oracle(c, x)
     scale = c.scale if c.scale is not None else c.d ** -0.5
-    out, lse = fp8_gluon.fp8_fwd_gluon(x.q, x.k, v_keys_contiguous(x.v), (x.q_descale, x.k_descale, x.v_descale),
-                                       softmax_scale=scale, causal=c.causal, block_n=64 if c.d == 256 else 128,
-                                       overlap=overlap, poison=True)
+    args = (x.q, x.k, v_keys_contiguous(x.v), (x.q_descale, x.k_descale, x.v_descale))
+    kw = dict(softmax_scale=scale, causal=c.causal, block_n=64 if c.d == 256 else 128, poison=True)
+    if overlap == "ws":
+        out, lse = fp8_gluon.fp8_fwd_gluon_ws(*args, **kw)
+    else:
+        out, lse = fp8_gluon.fp8_fwd_gluon(*args, overlap=overlap, **kw)
     ref, _ = eager_fp8_attention(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, causal=c.causal,
                                  softmax_scale=scale, out_dtype=torch.bfloat16)
     assert torch.isfinite(out).all()
@@ -102,3 +123,33 @@ def test_matches_the_oracle_on_the_gpu(case_id, overlap):
     assert torch.equal(lse.isinf(), ~live)  # rows that see no key: lse -inf (and out 0)
     assert (out.transpose(1, 2)[~live] == 0).all()
     assert (lse.double() - orc.lse)[live].abs().max().item() <= 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not SM90, reason="the Gluon kernel uses Hopper's wgmma and TMA: needs an sm90 GPU")
+def test_fp8_func_sends_what_the_ws_kernel_does_to_it(monkeypatch):
+    """With configs.FP8_GLUON_WS listing hd 256 (off by default), flash_attn_fp8_func runs it on the
+    warp-specialised kernel; a window, fp16 out or accumulator promotion stay with the Triton kernel;
+    both answers match the oracle."""
+    from kernel_checks import rel_err
+
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from harness.check.golden import compute_oracle
+    from kernels.flash_attn import configs, flash_attn_fp8_func, interface
+
+    monkeypatch.setattr(configs, "FP8_GLUON_WS", {256: (64, 3)})
+    calls = []
+    real = interface.fp8_fwd_gluon_ws
+    monkeypatch.setattr(interface, "fp8_fwd_gluon_ws", lambda *a, **k: calls.append(1) or real(*a, **k))
+    c = case_from_id("B2-H8/2-S301x301-D256-causal-e4m3-bf16")  # a shape no other test calls first
+    x = harness_inputs(c, seed=5, device="cuda")
+    orc = compute_oracle(c, x)
+    ds = (x.q_descale, x.k_descale, x.v_descale)
+    out = flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=True)
+    assert len(calls) == 1
+    triton_out = flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=True, max_num_imprecise_acc=0)
+    flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=True, window_size=(64, 0))
+    flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=True, out_dtype=torch.float16)
+    assert len(calls) == 1
+    assert rel_err(out, orc.out) <= 1.1 * rel_err(triton_out, orc.out) + 1e-3
