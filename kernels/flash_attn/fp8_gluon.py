@@ -394,43 +394,56 @@ def _layouts(block_m: int, block_n: int, d: int) -> dict:
             "O_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], gl.bfloat16)}
 
 
-def fp8_fwd_gluon(q, k, vt, descales, *, softmax_scale, causal, block_m=64, block_n=128, num_stages=3,
-                  overlap=1, poison=False):
-    """out [B, Sq, Hq, D] bf16, lse [B, Hq, Sq] fp32 of e4m3 q [B, Sq, Hq, D], k [B, Sk, Hk, D] and V
-    keys-contiguous ``vt`` [B, Hk, D, Sk] (``v_layout.v_keys_contiguous``), descales (q, k, v) each
-    (B, Hk) float32. sm90 GPUs only. ``overlap``: the kernel's OVERLAP bits (module docstring; 1
-    measured best). ``poison``: fill out and lse with NaN first (checks)."""
+def _prepare(name, q, k, vt, descales, softmax_scale, num_stages, min_stages, poison):
+    """Check a call of either kernel (ValueError / RuntimeError naming what it cannot run), make out and
+    lse (NaN-filled with ``poison``), and return (out, lse, the kernel's leading positional arguments)."""
     b, sq, hq, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
+    hk = k.shape[2]
     if d not in HEAD_DIMS or vt.shape[2] != d:
-        raise ValueError(f"fp8_fwd_gluon: head dims {HEAD_DIMS} with d_v = d, got q {d} and v {vt.shape[2]}")
+        raise ValueError(f"{name}: head dims {HEAD_DIMS} with d_v = d, got q {d} and v {vt.shape[2]}")
     if hq % hk:
-        raise ValueError(f"fp8_fwd_gluon: {hq} query heads are not a multiple of {hk} kv heads")
-    if block_m != 64:  # one warpgroup: with two, a slot could be refilled while the other still reads it
-        raise ValueError(f"fp8_fwd_gluon: block_m must be 64 (one warpgroup), got {block_m}")
-    if num_stages < 3:  # block j + 1 is waited for before block j - 1's slot is free to take it
-        raise ValueError("fp8_fwd_gluon: num_stages must be at least 3")
+        raise ValueError(f"{name}: {hq} query heads are not a multiple of {hk} kv heads")
+    if num_stages < min_stages:
+        raise ValueError(f"{name}: num_stages must be at least {min_stages}")
     if any(t.dtype != torch.float8_e4m3fn for t in (q, k, vt)):
-        raise ValueError(f"fp8_fwd_gluon: q, k, v must be torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, {vt.dtype}")
+        raise ValueError(f"{name}: q, k, v must be torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, {vt.dtype}")
     if vt.stride(-1) != 1 or vt.stride(2) % 16:
-        raise ValueError("fp8_fwd_gluon: vt must be [B, Hk, D, Sk] with keys contiguous and 16-byte rows "
+        raise ValueError(f"{name}: vt must be [B, Hk, D, Sk] with keys contiguous and 16-byte rows "
                          "(v_layout.v_keys_contiguous)")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        raise RuntimeError("fp8_fwd_gluon: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
-    qds, kds, vds = descales
+        raise RuntimeError(f"{name}: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
     out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
     if poison:
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
     launcher.ensure_allocator()
-    grid = (triton.cdiv(sq, block_m), b * hq)
-    _fp8_fwd_kernel[grid](q, k, vt, out, lse, qds, kds, vds, qds.stride(0),
-                          q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                          vt.stride(0), vt.stride(1), vt.stride(2), out.stride(0), out.stride(1), out.stride(2),
-                          lse.stride(0), lse.stride(1), sq, sk, hq, hq // hk, float(softmax_scale),
-                          HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                          NUM_STAGES=num_stages, OVERLAP=overlap, **_layouts(block_m, block_n, d), num_warps=block_m // 16)
+    return out, lse, _launch_args(q, k, vt, out, lse, descales, softmax_scale)
+
+
+def _launch_args(q, k, vt, out, lse, descales, softmax_scale) -> tuple:
+    """Both kernels' leading positional arguments, in their signatures' order (a CPU test binds them)."""
+    qds, kds, vds = descales
+    return (q, k, vt, out, lse, qds, kds, vds, qds.stride(0), q.stride(0), q.stride(1), q.stride(2),
+            k.stride(0), k.stride(1), k.stride(2), vt.stride(0), vt.stride(1), vt.stride(2),
+            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), q.shape[1], k.shape[1],
+            q.shape[2], q.shape[2] // k.shape[2], float(softmax_scale))
+
+
+def fp8_fwd_gluon(q, k, vt, descales, *, softmax_scale, causal, block_m=64, block_n=128, num_stages=3,
+                  overlap=1, poison=False):
+    """out [B, Sq, Hq, D] bf16, lse [B, Hq, Sq] fp32 of e4m3 q [B, Sq, Hq, D], k [B, Sk, Hk, D] and V
+    keys-contiguous ``vt`` [B, Hk, D, Sk] (``v_layout.v_keys_contiguous``), descales (q, k, v) each
+    (B, Hk) float32. sm90 GPUs only. ``overlap``: the kernel's OVERLAP bits (module docstring; 1
+    measured best). ``poison``: fill out and lse with NaN first (checks)."""
+    if block_m != 64:  # one warpgroup: with two, a slot could be refilled while the other still reads it
+        raise ValueError(f"fp8_fwd_gluon: block_m must be 64 (one warpgroup), got {block_m}")
+    # min 3 stages: block j + 1 is waited for before block j - 1's slot is free to take it
+    out, lse, args = _prepare("fp8_fwd_gluon", q, k, vt, descales, softmax_scale, num_stages, 3, poison)
+    grid = (triton.cdiv(q.shape[1], block_m), q.shape[0] * q.shape[2])
+    _fp8_fwd_kernel[grid](*args, HEAD_DIM=q.shape[-1], BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
+                          NUM_STAGES=num_stages, OVERLAP=overlap, **_layouts(block_m, block_n, q.shape[-1]),
+                          num_warps=block_m // 16)
     return out, lse
 
 
@@ -439,33 +452,9 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
     """The warp-specialised kernel (a loader warp, two consumer warpgroups of 64 query rows, 128-row tiles):
     arguments and results as :func:`fp8_fwd_gluon`. ``consumer_regs``: the second consumer's register
     budget (``setmaxnreg``; the loader keeps 24, the first consumer takes what is left)."""
-    b, sq, hq, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    if d not in HEAD_DIMS or vt.shape[2] != d:
-        raise ValueError(f"fp8_fwd_gluon_ws: head dims {HEAD_DIMS} with d_v = d, got q {d} and v {vt.shape[2]}")
-    if hq % hk:
-        raise ValueError(f"fp8_fwd_gluon_ws: {hq} query heads are not a multiple of {hk} kv heads")
-    if num_stages < 2:
-        raise ValueError("fp8_fwd_gluon_ws: num_stages must be at least 2")
-    if any(t.dtype != torch.float8_e4m3fn for t in (q, k, vt)):
-        raise ValueError(f"fp8_fwd_gluon_ws: q, k, v must be torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, {vt.dtype}")
-    if vt.stride(-1) != 1 or vt.stride(2) % 16:
-        raise ValueError("fp8_fwd_gluon_ws: vt must be [B, Hk, D, Sk] with keys contiguous and 16-byte rows "
-                         "(v_layout.v_keys_contiguous)")
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        raise RuntimeError("fp8_fwd_gluon_ws: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
-    qds, kds, vds = descales
-    out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
-    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
-    if poison:
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-    launcher.ensure_allocator()
-    grid = (triton.cdiv(sq, 128), b * hq)
-    _fp8_fwd_ws_kernel[grid](q, k, vt, out, lse, qds, kds, vds, qds.stride(0),
-                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                             vt.stride(0), vt.stride(1), vt.stride(2), out.stride(0), out.stride(1), out.stride(2),
-                             lse.stride(0), lse.stride(1), sq, sk, hq, hq // hk, float(softmax_scale),
-                             HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal), NUM_STAGES=num_stages,
-                             CONSUMER_REGS=consumer_regs, **_layouts(64, block_n, d), num_warps=4)
+    out, lse, args = _prepare("fp8_fwd_gluon_ws", q, k, vt, descales, softmax_scale, num_stages, 2, poison)
+    grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
+    _fp8_fwd_ws_kernel[grid](*args, HEAD_DIM=q.shape[-1], BLOCK_N=block_n, IS_CAUSAL=bool(causal),
+                             NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, **_layouts(64, block_n, q.shape[-1]),
+                             num_warps=4)
     return out, lse

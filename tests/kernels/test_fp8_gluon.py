@@ -90,6 +90,27 @@ def test_refuses_what_it_cannot_run(run, bad, match):
         run(q, k, vt, (ds, ds, ds), softmax_scale=0.1, causal=False, **kw)
 
 
+@pytest.mark.parametrize("kernel", ["_fp8_fwd_kernel", "_fp8_fwd_ws_kernel"])
+def test_launch_arguments_bind_to_the_kernels_parameters(kernel):
+    """The wrappers pass the kernels' leading arguments positionally: each lands on its name."""
+    import inspect
+
+    q, k = torch.empty(2, 40, 8, 64, dtype=E4M3), torch.empty(2, 56, 2, 64, dtype=E4M3)
+    vt = torch.empty(2, 2, 64, 64, dtype=E4M3)[..., :56]
+    out, lse = torch.empty(2, 40, 8, 64, dtype=torch.bfloat16), torch.empty(2, 8, 40)
+    ds = tuple(torch.full((2, 2), float(i + 1)) for i in range(3))
+    args = fp8_gluon._launch_args(q, k, vt, out, lse, ds, 0.25)
+    params = list(inspect.signature(getattr(fp8_gluon, kernel).fn).parameters)
+    bound = dict(zip(params, args))
+    assert bound["QDescale"] is ds[0] and bound["VDescale"] is ds[2] and bound["VT"] is vt and bound["Out"] is out
+    assert (bound["stride_vb"], bound["stride_vh"], bound["stride_vd"]) == vt.stride()[:3]
+    assert (bound["stride_ob"], bound["stride_os"], bound["stride_oh"]) == out.stride()[:3]
+    assert (bound["stride_lb"], bound["stride_lh"]) == lse.stride()[:2]
+    assert (bound["seqlen_q"], bound["seqlen_k"], bound["num_heads"], bound["group"], bound["sm_scale"]) == \
+        (40, 56, 8, 4, 0.25)
+    assert params[len(args)] == "HEAD_DIM"  # nothing positional left over
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not SM90, reason="the Gluon kernel uses Hopper's wgmma and TMA: needs an sm90 GPU")
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D64-causal-e4m3-bf16", "B1-H4/1-S70x33-D64-causal-e4m3-bf16",
