@@ -40,11 +40,12 @@ def _compile_sm90a(*specs: str) -> dict:
 def compiled():
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
-    # hd 64 causal at the measured tile, hd 256 at its best tile (both OVERLAP = 1); both overlaps
-    return _compile_sm90a("64,64,128,1,1", "256,64,64,0,1", "64,64,64,0,3", "ws:256,64,3,1")
+    # hd 64 causal at the measured tile (OVERLAP = 1), both overlaps, the warp-specialised hd 256
+    # (one subprocess, three compiles: ~8 s of the CPU suite)
+    return _compile_sm90a("64,64,128,1,1", "64,64,64,0,3", "ws:256,64,3,1")
 
 
-@pytest.mark.parametrize("spec, max_regs", [("64,64,128,1,1", 232), ("256,64,64,0,1", 240)])
+@pytest.mark.parametrize("spec, max_regs", [("64,64,128,1,1", 232)])
 def test_compiles_to_fp8_wgmma_without_serialisation(compiled, spec, max_regs):
     r = compiled[spec]
     assert r["wgmma"] > 0  # the dots run on Hopper's FP8 tensor cores
