@@ -1,7 +1,7 @@
-"""The Gluon FP8 forward (kernels/flash_attn/fp8_gluon.py) against the Triton one (fwd.py), H100.
+"""The Gluon FP8 forwards (kernels/flash_attn/fp8_gluon.py) against the Triton one (fwd.py), H100.
 
     python benchmarks/fp8_gluon_probe.py [--check-only] [--head-dims 64,128,256] [--seqlens 4096,16384]
-        [--masks no,yes] [--gluon 64,128,3[,3] ...] [--repeat 2] [--quick-check]
+        [--masks no,yes] [--gluon 64,128,3[,1] ws:128,3 ...] [--repeat 3] [--quick-check]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal): each
    kernel's out against the FP64 oracle on the dequantised inputs, the Gluon kernel's error beside the
@@ -10,8 +10,9 @@
    1e-3) reads FAIL and the script exits 1 before timing.
 2. Kernel time (V already keys-contiguous; the V copy is the same for both), FA sweep shapes (16k
    tokens, hidden 2048; hd 256 with 8 heads), CUDA events via the harness's timer, median; the Triton
-   kernel at its first listed config (FLASH_ATTN_AUTOTUNE=0), the Gluon kernel at each ``--gluon``
-   BLOCK_M,BLOCK_N,STAGES; interleaved ``--repeat`` times. Rows: `| hd | causal | seqlen | kernel |
+   kernel at its first listed config (FLASH_ATTN_AUTOTUNE=0), the Gluon kernels at each ``--gluon``
+   BLOCK_M,BLOCK_N,STAGES[,OVERLAP] (one warpgroup) or ws:BLOCK_N,STAGES[,REGS] (warp-specialised);
+   interleaved ``--repeat`` times (single runs misled by 5-15% in session 16: use 3). Rows: `| hd | causal | seqlen | kernel |
    config | ms | TFLOP/s | / triton |`.
 """
 
@@ -27,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-GLUON_DEFAULT = {64: ["64,128,3,1", "64,64,3,1"], 128: ["64,128,3,1", "64,64,3,1"], 256: ["64,64,3,1", "64,32,3,1"]}
+# each head dim's best measured config of both kernels (session 16, docs/perf/fp8-s16/)
+GLUON_DEFAULT = {64: ["64,128,3,1", "ws:128,3"], 128: ["64,128,3,1", "ws:128,3"], 256: ["64,64,3,1", "ws:64,3"]}
 
 
 def _inputs(b, sq, sk, hq, hk, d, seed):
@@ -154,7 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seqlens", default="4096,16384")
     ap.add_argument("--masks", default="no,yes")
     ap.add_argument("--gluon", nargs="+", default=None, metavar="BLOCK_M,BLOCK_N,STAGES[,OVERLAP]",
-                    help="Gluon configs for every head dim (default: two per head dim); OVERLAP: the kernel's "
+                    help="Gluon configs for every head dim (default: each kernel's best per head dim; ws:BLOCK_N,"
+                    "STAGES[,REGS] is the warp-specialised kernel); OVERLAP: the one-warpgroup kernel's "
                     "wgmma overlap bits (1: S_{j+1} during softmax j, 2: P_j V_j in flight into the next block)")
     ap.add_argument("--quick-check", action="store_true", help="two of the four check shapes")
     ap.add_argument("--repeat", type=int, default=2)
