@@ -27,11 +27,8 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine wi
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 from config_arg import parse_config  # noqa: E402
-from sm90_compile import TARGET, ptxas_usage  # noqa: E402
-from triton.compiler import ASTSource, make_backend  # noqa: E402
-from triton.runtime.jit import create_function_from_signature  # noqa: E402
+from sm90_compile import compile_call, ptxas_usage  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -84,12 +81,7 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
 
 
 def compile_config(fn, kwargs, cfg) -> dict:
-    backend = make_backend(TARGET)
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    call = dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    bound, spec, options = binder(**call)
-    options, signature, constexprs, attrs = fn._pack_args(backend, call, bound, spec, options)
-    k = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    k = compile_call(fn, dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     ptx = k.asm["ptx"]
     use = ptxas_usage(ptx)
     return {"regs": use["regs"], "spill": use["spill_stores"],

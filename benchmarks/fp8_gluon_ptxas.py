@@ -22,11 +22,7 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine wi
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-import triton  # noqa: E402
-from sm90_compile import TARGET, ptxas_usage  # noqa: E402
-from triton.compiler import make_backend  # noqa: E402
-from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
-from triton.runtime.jit import create_function_from_signature  # noqa: E402
+from sm90_compile import compile_call, ptxas_usage  # noqa: E402
 
 
 def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int, ws: bool = False,
@@ -53,10 +49,7 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
         call.update(BLOCK_M=block_m, OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d),
                     num_warps=block_m // 16)
         fn = fp8_gluon._fp8_fwd_kernel
-    backend = make_backend(TARGET)
-    bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(**call)
-    options, signature, constexprs, attrs = fn._pack_args(backend, call, bound, spec, options)
-    kernel = triton.compile(GluonASTSource(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
+    kernel = compile_call(fn, call)
     ptx = kernel.asm["ptx"]
     use = ptxas_usage(ptx)
     return {"regs": use["regs"], "spill": use["spill_stores"], "smem": kernel.metadata.shared,
