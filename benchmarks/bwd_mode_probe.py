@@ -1,9 +1,10 @@
 """The flash-attention backward's two structures on the shapes users run (issue 16): split (a dQ
 kernel + a dK/dV kernel, 7 matmuls, deterministic) against atomic dQ (one dK/dV kernel that also
-adds dS K into an fp32 dQ, 5 matmuls), the atomic adds as vector atomics or as TMA reduce-adds of
-whole tiles; cuDNN's backward (torch SDPA) in the same run as the yardstick.
+adds dS K into an fp32 dQ, 5 matmuls, Triton's vector atomics); cuDNN's backward (torch SDPA) in the
+same run as the yardstick. (Session 17's "atomic-tma" mode, the dQ as TMA reduce-adds, is commit
+b612dd3's kernel: 0.75-0.82x the split backward, reverted; docs/perf/flash_attn.md, session 17.)
 
-    python benchmarks/bwd_mode_probe.py [--shapes mha128,llama8b,...] [--modes split,atomic,atomic-tma]
+    python benchmarks/bwd_mode_probe.py [--shapes mha128,llama8b,...] [--modes split,atomic]
         [--repeat 2] [--no-cudnn]
 
 Each mode autotunes as a user's call does (its own tuning key), runs through the launchers' replay
@@ -35,7 +36,7 @@ SHAPES = {
     "sweep64c": (4, 4096, 32, 32, 64, 64, True),      # FA sweep hd 64 causal 4k
     "sweep128c": (4, 4096, 16, 16, 128, 128, True),   # FA sweep hd 128 causal 4k
 }
-MODES = {"split": ("split", "1"), "atomic": ("atomic", "0"), "atomic-tma": ("atomic", "1")}
+MODES = {"split": "split", "atomic": "atomic"}
 
 
 def main(argv=None) -> int:
@@ -82,7 +83,7 @@ def _shape(name, modes, repeat, cudnn, time_callable, flash_attn_fwd, flash_attn
         cache = {}
 
         def call(m=m, cache=cache):
-            os.environ["FLASH_ATTN_BWD"], os.environ["FLASH_ATTN_DQ_TMA"] = MODES[m]
+            os.environ["FLASH_ATTN_BWD"] = MODES[m]
             return flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=cache)
 
         call()  # autotunes

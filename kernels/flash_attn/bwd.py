@@ -15,8 +15,6 @@ Both kernels split their loop into masked / unmasked parts like the forward (see
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -83,13 +81,12 @@ def _query_range(n0, seqlen_q, seqlen_k, off, left, right,
 
 @triton.jit
 def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base, delta_base, dq_base,
-                dq_desc, dq_desc_b, stride_qs, stride_dos, stride_dqs,
+                stride_qs, stride_dos, stride_dqs,
                 start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                 MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                 BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
-                DQ_TMA: tl.constexpr = False):
+                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
     """BLOCK_DB > 0 (split head dim, configs.block_db): k, q, dk and the atomic dQ hold columns
     [0, BLOCK_D); k_b, q_b, dk_b and dQ's second part [BLOCK_D, BLOCK_D + BLOCK_DB)."""
     offs_m0 = tl.arange(0, BLOCK_M)
@@ -142,9 +139,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
             # folded in here; dK gets it once at the end).
             dq_part = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION) * sm_scale
             dq_ptrs = dq_base + offs_m[:, None] * stride_dqs + offs_d[None, :]
-            if DQ_TMA:  # a TMA reduce-add of the whole tile (the descriptor's bounds drop what is outside)
-                dq_desc.atomic_add([start, 0], dq_part)
-            elif MASKED:
+            if MASKED:
                 tl.atomic_add(dq_ptrs, dq_part, mask=(offs_m[:, None] < seqlen_q) & d_mask, sem="relaxed")
             elif BLOCK_D > HEAD_DIM:
                 tl.atomic_add(dq_ptrs, dq_part, mask=d_mask, sem="relaxed")
@@ -154,9 +149,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
                 dq_part_b = tl.dot(tl.trans(ds_t), k_b, input_precision=PRECISION) * sm_scale
                 offs_db = BLOCK_D + tl.arange(0, BLOCK_DB)
                 dq_ptrs_b = dq_base + offs_m[:, None] * stride_dqs + offs_db[None, :]
-                if DQ_TMA:
-                    dq_desc_b.atomic_add([start, BLOCK_D], dq_part_b)
-                elif MASKED:
+                if MASKED:
                     tl.atomic_add(dq_ptrs_b, dq_part_b, mask=(offs_m[:, None] < seqlen_q) & (offs_db[None, :] < HEAD_DIM),
                                   sem="relaxed")
                 elif BLOCK_D + BLOCK_DB > HEAD_DIM:
@@ -182,12 +175,10 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0, TMA_REDUCE: tl.constexpr = False):
+                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # K, dK and the Q tiles in two column ranges, S^T and dQ as two dots, nothing padded to BLOCK_D
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
-    # atomic dQ through TMA reduce-adds (TMA_REDUCE: sm90 and not the interpreter, which has none)
-    DQ_TMA: tl.constexpr = ATOMIC_DQ and USE_TMA and TMA_REDUCE
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     # group_split > 1 (MQA / GQA with few kv heads): the query heads of a group are shared by that
@@ -242,30 +233,25 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         else:
             q_desc_b = q_desc
         do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
-        dq_desc = _make_desc(dq_base, seqlen_q, stride_dqas, BLOCK_M, BLOCK_DA, HEAD_DIM, DQ_TMA)
-        if BLOCK_DB:
-            dq_desc_b = _make_desc(dq_base, seqlen_q, stride_dqas, BLOCK_M, BLOCK_DB, HEAD_DIM, DQ_TMA)
-        else:
-            dq_desc_b = dq_desc
         if HAS_RIGHT:
             dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
-                                       delta_base, dq_base, dq_desc, dq_desc_b, stride_qs,
+                                       delta_base, dq_base, stride_qs,
                                  stride_dos, stride_dqas,
                                  lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                  True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, DQ_TMA)
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
         dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
-                                       delta_base, dq_base, dq_desc, dq_desc_b, stride_qs,
+                                       delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                              False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, DQ_TMA)
+                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
         dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
-                                       delta_base, dq_base, dq_desc, dq_desc_b, stride_qs,
+                                       delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                              True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, DQ_TMA)
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
     dk = dk * sm_scale
     dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
     gs64 = gs.to(tl.int64)
@@ -627,8 +613,6 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     dkdv_args = dict(common, stride_dkb=dkb, stride_dks=dks, stride_dkh=dkh,
                      stride_dvb=dvb, stride_dvs=dvs, stride_dvh=dvh, num_kv_heads=hk, RESIDENT_N=True,
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
-                     TMA_REDUCE=atomic and common["ARCH"] >= 90 and not configs.interpreting()
-                     and os.environ.get("FLASH_ATTN_DQ_TMA", "1") == "1",
                      stride_dkp=dkp, stride_dvp=dvp, group_split=split)
     done["dkdv"] = configs.launch(
         _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,

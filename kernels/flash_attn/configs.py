@@ -461,8 +461,7 @@ def _tune_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=TUNE_WARMUP_MS, rep=TUNE_REP_MS, quantiles=quantiles)
 
 
-TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "BLOCK_DB", "IS_CAUSAL", "HAS_LEFT", "HAS_SOFTCAP", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ",
-            "TMA_REDUCE"]
+TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "BLOCK_DB", "IS_CAUSAL", "HAS_LEFT", "HAS_SOFTCAP", "SEQ_BUCKET", "FILL_BUCKET", "ARCH", "ATOMIC_DQ"]
 
 
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:

@@ -316,6 +316,39 @@ def test_replayed_launches_compute_what_fresh_ones_do_on_the_gpu(monkeypatch, hk
 
 
 @pytest.mark.skipif(not CUDA, reason="replayed launches run compiled kernels: needs a CUDA device")
+def test_atomic_dq_backward_replays_its_launches_on_the_gpu(monkeypatch):
+    """FLASH_ATTN_BWD=atomic: the delta pass and the dK/dV kernel (dQ by atomics) are replayed for a
+    call of a known signature, not relaunched through the autotuner; the replayed gradients match the
+    float64 reference (dQ's atomics add in no fixed order, so no bitwise comparison)."""
+    monkeypatch.setenv("FLASH_ATTN_BWD", "atomic")
+    fresh = []
+    real_launch, real_plain = configs.launch, launcher.launch
+    monkeypatch.setattr(configs, "launch", lambda *a: fresh.append(a[0].fn.__name__) or real_launch(*a))
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: fresh.append(a[0].fn.__name__) or real_plain(*a, **k))
+    interface._SIGNATURES.clear()
+
+    def call(seed):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        mk = lambda *s: torch.randn(*s, generator=g).to("cuda", torch.bfloat16).requires_grad_(True)
+        q, k, v = mk(2, 300, 4, 64), mk(2, 300, 2, 64), mk(2, 300, 2, 64)
+        do = torch.randn(2, 300, 4, 64, generator=g).to("cuda", torch.bfloat16)
+        flash_attn_func(q, k, v, causal=True).backward(do)
+        return (q, k, v, do), (q.grad, k.grad, v.grad)
+
+    call(0)
+    assert "_bwd_preprocess" in fresh and "_bwd_dkdv_kernel" in fresh and "_bwd_dq_kernel" not in fresh
+    n_fresh = len(fresh)
+    (q, k, v, do), grads = call(1)
+    assert len(fresh) == n_fresh, "the second atomic backward of a signature was launched afresh"
+    qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref, _ = attention_ref(qd, kd, vd, causal=True)
+    ref_grads = torch.autograd.grad(ref, (qd, kd, vd), do.double())
+    for name, a, r in zip(("dq", "dk", "dv"), grads, ref_grads):
+        err = (a.double() - r).abs().max().item() / r.abs().max().item()
+        assert err < 2e-2, f"{name}: {err:.2e} from the float64 reference"
+
+
+@pytest.mark.skipif(not CUDA, reason="replayed launches run compiled kernels: needs a CUDA device")
 def test_replayed_fp8_launches_compute_what_fresh_ones_do_on_the_gpu():
     """The FP8 forward's replays (the V copy and the forward) on the GPU: a replayed call gives
     bitwise what a fresh launch of the same inputs gives, and what the eager FP8 reference does."""
