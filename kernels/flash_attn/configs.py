@@ -354,13 +354,13 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 
 #: FP8 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fp8_fwd_gluon_ws) on sm90,
 #: with its (BLOCK_N, stages); only dense e4m3 calls without window or softcap, bf16 out and the default
-#: accumulation take it. Empty: measured against the Triton FP8 forward in the same runs (kernel alone,
-#: H100, session 16, docs/perf/fp8-s16/8-ws.md, 9-ws-hd256.md) it is not reliably faster: hd 256 with
-#: (64, 3) 0.99-1.09x in one run, 1.03 / 0.82 / 1.05x non-causal and 1.00 / 0.93 / 1.04x causal over three
-#: repeats at 16k (896-913 TFLOP/s at best); hd 128 0.92-1.12x; hd 64 0.67-0.79x. ``{256: (64, 3)}``
-#: turns it on for hd 256 (tests/kernels/test_fp8_gluon.py checks that routing on the GPU); set it before
-#: a signature's first call, which the later ones replay.
-FP8_GLUON_WS: dict[int, tuple[int, int]] = {}
+#: accumulation take it. hd 256: with flash-attn 3's ping-pong between its consumers (session 17), kernel
+#: alone against the Triton FP8 forward in the same runs (H100, three interleaved repeats,
+#: docs/perf/fp8-s17/): 16k 1.08-1.15x non-causal (954-962 TFLOP/s), 0.99-1.13x causal; 4k 1.04-1.10x
+#: non-causal, 1.01-1.04x causal. hd 128 stays on the Triton kernel (0.95-1.27x at 16k, 0.96-0.99x at 4k), hd 64
+#: too (softmax-bound; 0.67-0.79x in session 16). tests/kernels/test_fp8_gluon.py checks the routing on
+#: the GPU; set it before a signature's first call, which the later ones replay.
+FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:

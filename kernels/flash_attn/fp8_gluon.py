@@ -244,9 +244,14 @@ class _WsShape:
 
 
 @gluon.jit
-def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, o_desc, lse_ptr, m0, n_blocks, mask_from,
-                seqlen_q, seqlen_k, off, qk_scale, v_scale, shape):
-    """One consumer warpgroup: query rows [m0 + 64 wg, + 64) against every key block the loader brings."""
+def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
+              mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape):
+    """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j a consumer issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j
+    back to back, then runs the softmax of S_{j+1} while P_j V_j is still on the tensor cores; and the two
+    consumers take turns to issue (``turn``: one mbarrier each, the other consumer arrives on it once it has
+    issued), so that one's softmax runs while the other's matmuls do (ping-pong). Consumer 1 hands the first
+    turn to consumer 0. Both take n_blocks + 1 turns (the same tile), so each barrier is at most one phase
+    ahead of its waiter."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -260,46 +265,60 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, o_desc,
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     row0 = m0 + wg * 64
     q = q_smem.index(wg)
+    mine = turn.index(wg)
+    other = turn.index(1 - wg)
     offs_m = row0 + gl.arange(0, 64, layout=ROWS)
     m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
     l_i = gl.zeros([64], gl.float32, layout=ROWS)
     acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
 
+    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(mine, 0)
     s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
+    mbarrier.arrive(other, count=1)
     s = warpgroup_mma_wait(0, deps=(s, ))
+    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
+                                       IS_CAUSAL, BLOCK_N, S_LAYOUT)
     for j in range(0, n_blocks - 1):
         nxt = j + 1
         mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
+        mbarrier.wait(mine, nxt & 1)
         s_next = warpgroup_mma(q, k_smem.index(nxt % NUM_STAGES).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)
-        start = j * BLOCK_N
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
-                                           start >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
         p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
         acc = warpgroup_mma(p8, v_smem.index(j % NUM_STAGES).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc, ))
-        s = warpgroup_mma_wait(0, deps=(s_next, ))
-        gl.thread_barrier()  # every warp of this warpgroup past its wait before the one arrive
+        gl.thread_barrier()
+        mbarrier.arrive(other, count=1)
+        s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
+                                           nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+        acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
+        gl.thread_barrier()  # every warp past its wait before the one arrive
         mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)  # block j's K and V read: the slot is free
     last = n_blocks - 1
-    start = last * BLOCK_N
-    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, start >= mask_from,
-                                       IS_CAUSAL, BLOCK_N, S_LAYOUT)
+    mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
     p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
     acc = warpgroup_mma(p8, v_smem.index(last % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+    gl.thread_barrier()
+    mbarrier.arrive(other, count=1)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
+    _ws_store(acc, m_i, l_i, offs_m, o_smem.index(wg), o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS)
 
-    empty_row = l_i == 0.0
+
+@gluon.jit
+def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS: gl.constexpr):
+    """A consumer's epilogue: normalise its 64 rows, store lse and (through shared memory, TMA) out."""
+    empty_row = l_i == 0.0  # fully masked rows: out 0, lse -inf (the oracle's convention)
     l_safe = gl.where(empty_row, 1.0, l_i)
     acc = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, O_ROWS), 1)
     lse = gl.where(empty_row, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
     gl.store(lse_ptr + offs_m, lse, mask=offs_m < seqlen_q)
-    o = o_smem.index(wg)
     o.store(acc.to(gl.bfloat16))
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [row0, 0], o)
@@ -379,11 +398,14 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
         mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
-    consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, o_desc, lse_ptr, m0, n_blocks, mask_from,
-                    seqlen_q, seqlen_k, off, qk_scale, v_scale, shape)
+    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape)
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape)
     gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
-                        (_ws_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks,
-                                    shape))], [4, 1], [CONSUMER_REGS, 24])
+                        (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
 def _layouts(block_m: int, block_n: int, d: int) -> dict:
