@@ -1,4 +1,4 @@
-"""FP8 flash-attention forwards for Hopper in Gluon: experiments, not dispatched by default (session 16).
+"""FP8 flash-attention forwards for Hopper in Gluon (sessions 16-17): the warp-specialised one runs hd 256.
 
 The Triton FP8 forward (fwd.py) cannot overlap a block's softmax with the tensor cores inside one
 warpgroup: Triton 3.6 waits for the Q K^T wgmma right after issuing it (docs/perf/flash_attn.md,
@@ -24,12 +24,16 @@ against the Triton kernel is occupancy: S_{j+1} is live beside S_j, P and O, 230
 ``_fp8_fwd_ws_kernel`` (``fp8_fwd_gluon_ws``) is flash-attn 3's answer to that: warp specialisation
 (``gl.warp_specialize``). A loader warp (24 registers) brings both consumers' Q and then K and V^T
 into NUM_STAGES slots (``ready`` mbarriers); two consumer warpgroups (240+ registers each, set by
-``setmaxnreg``) each take 64 rows of a 128-row tile with the OVERLAP = 1 pipeline and release a slot
-(``empty``, two arrivals) once its P V is done; one program per SM. Measured (same runs as the Triton
-kernel): hd 256 0.99-1.09x in one run, over three repeats at 16k 1.03 / 0.82 / 1.05x non-causal and
-1.00 / 0.93 / 1.04x causal (896-913 TFLOP/s at best); hd 128 0.92-1.12x; hd 64 0.67-0.79x. Not reliably
-faster, so ``configs.FP8_GLUON_WS`` (which routes ``flash_attn_fp8_func`` to it) is empty; correct on
-every check, and ACCEPTED by ``accept --profile fp8`` while it ran the hd 256 case.
+``setmaxnreg``) each take 64 rows of a 128-row tile and release a slot (``empty``, two arrivals) once
+its P V is done; one program per SM. The consumers run flash-attn 3's schedule (session 17): in block j
+each issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back and runs the softmax of S_{j+1} while
+P_j V_j is on the tensor cores, and the two take turns to issue (``turn``, two mbarriers), so one's
+softmax runs while the other's matmuls do. Measured (kernel alone, same runs as the Triton kernel,
+three repeats): 1.05-1.13x the session-16 schedule at hd 256 and 1.02-1.11x at hd 128; against the
+Triton FP8 kernel hd 256 1.04-1.15x (one causal 16k repeat 0.99x; 954-962 TFLOP/s non-causal 16k),
+hd 128 0.96-0.99x at 4k and 0.95-1.27x at 16k, hd 64 0.67-0.79x (session 16). ``configs.FP8_GLUON_WS``
+routes ``flash_attn_fp8_func``'s hd 256 calls to it: through the harness 970 TFLOP/s non-causal and 905
+causal at 16k (docs/bench/h100-fp8-sweep-s17), ACCEPTED by ``accept --profile fp8``.
 
 Dense inputs only: q [B, Sq, Hq, D], k [B, Sk, Hk, D] in float8_e4m3fn, V already keys-contiguous
 ([B, Hk, D, Sk], ``v_layout.v_keys_contiguous``), descales (B, Hk) float32 as flash-attn 3 takes

@@ -150,7 +150,7 @@ def test_matches_the_oracle_on_the_gpu(case_id, overlap):
 @pytest.mark.gpu
 @pytest.mark.skipif(not SM90, reason="the Gluon kernel uses Hopper's wgmma and TMA: needs an sm90 GPU")
 def test_fp8_func_sends_what_the_ws_kernel_does_to_it(monkeypatch):
-    """With configs.FP8_GLUON_WS listing hd 256 (off by default), flash_attn_fp8_func runs it on the
+    """With configs.FP8_GLUON_WS listing hd 256 (as it ships), flash_attn_fp8_func runs it on the
     warp-specialised kernel; a window, fp16 out or accumulator promotion stay with the Triton kernel;
     both answers match the oracle."""
     from kernel_checks import rel_err
