@@ -11,7 +11,7 @@
 2. Kernel time (V already keys-contiguous; the V copy is the same for both), FA sweep shapes (16k
    tokens, hidden 2048; hd 256 with 8 heads), CUDA events via the harness's timer, median; the Triton
    kernel at its first listed config (FLASH_ATTN_AUTOTUNE=0), the Gluon kernels at each ``--gluon``
-   BLOCK_M,BLOCK_N,STAGES[,OVERLAP] (one warpgroup) or ws:BLOCK_N,STAGES[,REGS[,CONSUMERS]] (warp-specialised);
+   BLOCK_M,BLOCK_N,STAGES[,OVERLAP] (one warpgroup) or ws:BLOCK_N,STAGES[,REGS] (warp-specialised);
    interleaved ``--repeat`` times (single runs misled by 5-15% in session 16: use 3). Rows: `| hd | causal | seqlen | kernel |
    config | ms | TFLOP/s | / triton |`.
 """
@@ -42,13 +42,11 @@ def _inputs(b, sq, sk, hq, hk, d, seed):
 
 
 def _spec(spec: str) -> dict:
-    """BLOCK_M,BLOCK_N,STAGES[,OVERLAP] -> fp8_fwd_gluon's keywords; ws:BLOCK_N,STAGES[,REGS[,CONSUMERS]] ->
-    the warp-specialised kernel's (with "ws": True; REGS 0: the kernel's default for its consumer count)."""
+    """BLOCK_M,BLOCK_N,STAGES[,OVERLAP] -> fp8_fwd_gluon's keywords; ws:BLOCK_N,STAGES[,REGS] -> the
+    warp-specialised kernel's (with "ws": True)."""
     if spec.startswith("ws:"):
-        kw = dict(zip(("block_n", "num_stages", "consumer_regs", "consumers"), (int(x) for x in spec[3:].split(","))))
-        if not kw.get("consumer_regs"):
-            kw.pop("consumer_regs", None)
-        return dict(kw, ws=True)
+        parts = [int(x) for x in spec[3:].split(",")]
+        return dict(zip(("block_n", "num_stages", "consumer_regs"), parts), ws=True)
     parts = [int(x) for x in spec.split(",")]
     kw = dict(zip(("block_m", "block_n", "num_stages", "overlap"), parts))
     if len(parts) not in (3, 4):

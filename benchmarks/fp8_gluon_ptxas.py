@@ -3,7 +3,7 @@
 
     python benchmarks/fp8_gluon_ptxas.py 64,64,128,1,1 256,64,64,0,1 ws:256,64,3,0 [--json] [--dump DIR]
 
-Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,CONSUMERS] for
+Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL for
 the warp-specialised kernel (its partitions' register budgets: the PTX's setmaxnreg). Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
@@ -26,10 +26,9 @@ from sm90_compile import compile_call, ptxas_usage  # noqa: E402
 
 
 def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int, ws: bool = False,
-                  stages: int = 3, consumers: int = 2) -> dict:
+                  stages: int = 3) -> dict:
     """{"regs", "spill", "smem", "wgmma", "serialized", "setmaxnreg", "ptx"} of one config, from CPU
-    tensors (``ws``: the warp-specialised kernel, ``consumers`` warpgroups of 64 rows; block_m and overlap
-    unused)."""
+    tensors (``ws``: the warp-specialised kernel, 128-row tiles; block_m and overlap unused)."""
     from kernels.flash_attn import fp8_gluon
 
     e4m3 = torch.float8_e4m3fn
@@ -44,8 +43,7 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
                 stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=s, seqlen_k=s, num_heads=h, group=1,
                 sm_scale=0.125, HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=causal, NUM_STAGES=stages)
     if ws:
-        call.update(CONSUMER_REGS=240 if consumers == 2 else 160, CONSUMERS=consumers,
-                    **fp8_gluon._layouts(64, block_n, d), num_warps=4)
+        call.update(CONSUMER_REGS=240, **fp8_gluon._layouts(64, block_n, d), num_warps=4)
         fn = fp8_gluon._fp8_fwd_ws_kernel
     else:
         call.update(BLOCK_M=block_m, OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d),
@@ -71,10 +69,9 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
         if spec.startswith("ws:"):
-            d, bn, stages, causal, *more = (int(x) for x in spec[3:].split(","))
-            consumers = more[0] if more else 2
-            bm, overlap = 64 * consumers, 1
-            r = compile_sm90a(d, bm, bn, bool(causal), 1, ws=True, stages=stages, consumers=consumers)
+            d, bn, stages, causal = (int(x) for x in spec[3:].split(","))
+            bm, overlap = 128, 1
+            r = compile_sm90a(d, 128, bn, bool(causal), 1, ws=True, stages=stages)
         else:
             d, bm, bn, causal, overlap = (int(x) for x in spec.split(","))
             r = compile_sm90a(d, bm, bn, bool(causal), overlap)

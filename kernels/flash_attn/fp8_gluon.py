@@ -237,15 +237,14 @@ class _WsShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values).
     Its fields are set as a dict: this module's annotations are strings (``from __future__``)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr, "CONSUMERS": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, CONSUMERS):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
-        self.CONSUMERS = gl.constexpr(CONSUMERS)
 
 
 @gluon.jit
@@ -270,16 +269,15 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     row0 = m0 + wg * 64
     q = q_smem.index(wg)
-    CONSUMERS: gl.constexpr = shape.CONSUMERS
     mine = turn.index(wg)
-    other = turn.index((wg + 1) % CONSUMERS)  # the next consumer in the round
+    other = turn.index(1 - wg)
     offs_m = row0 + gl.arange(0, 64, layout=ROWS)
     m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
     l_i = gl.zeros([64], gl.float32, layout=ROWS)
     acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
 
-    mbarrier.arrive(turn.index(0), count=1, pred=wg == CONSUMERS - 1)  # consumer 0 issues first
+    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(ready.index(0), 0)
     mbarrier.wait(mine, 0)
@@ -337,10 +335,9 @@ def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
-    CONSUMERS: gl.constexpr = shape.CONSUMERS
-    mbarrier.expect(q_bar, CONSUMERS * 64 * HEAD_DIM)
-    for c in gl.static_range(CONSUMERS):
-        tma.async_copy_global_to_shared(q_desc, [m0 + 64 * c, 0], q_bar, q_smem.index(c))
+    mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM)
+    tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [m0 + 64, 0], q_bar, q_smem.index(1))
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
         # the slot's previous block released by both consumers (not needed the first time round)
@@ -356,10 +353,10 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
                        stride_vb, stride_vh, stride_vd, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
                        seqlen_q, seqlen_k, num_heads, group, sm_scale,
                        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, CONSUMERS: gl.constexpr,
+                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                        num_warps: gl.constexpr):
-    BLOCK_M: gl.constexpr = 64 * CONSUMERS  # consumer warpgroups of 64 rows each
+    BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
     b = pid_bh // num_heads
@@ -392,32 +389,27 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
         mask_from = seqlen_k // BLOCK_N * BLOCK_N
     n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
 
-    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [CONSUMERS, 64, HEAD_DIM], Q_SL)
+    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 64, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, HEAD_DIM, BLOCK_N], V_SL)
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, 64, HEAD_DIM], O_SL)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 64, HEAD_DIM], O_SL)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=CONSUMERS)  # every consumer warpgroup releases a slot
+        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, CONSUMERS)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape)
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(CONSUMERS):
-        mbarrier.init(turn.index(c), count=1)
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                     mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape)
-    if CONSUMERS == 2:
-        gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
-                            (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
-    else:
-        gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
-                            (_ws_consume, (2, ) + consume_args), (_ws_load, load_args)], [4, 4, 1],
-                           [CONSUMER_REGS, CONSUMER_REGS, 24])
+    gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
+                        (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
 def _layouts(block_m: int, block_n: int, d: int) -> dict:
@@ -481,19 +473,14 @@ def fp8_fwd_gluon(q, k, vt, descales, *, softmax_scale, causal, block_m=64, bloc
     return out, lse
 
 
-def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, num_stages=3, consumer_regs=None,
-                     consumers=2, poison=False):
+def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, num_stages=3, consumer_regs=240,
+                     poison=False):
     """The warp-specialised kernel (a loader warp, two consumer warpgroups of 64 query rows, 128-row tiles):
     arguments and results as :func:`fp8_fwd_gluon`. ``consumer_regs``: the second consumer's register
     budget (``setmaxnreg``; the loader keeps 24, the first consumer takes what is left)."""
-    if consumers not in (2, 3):
-        raise ValueError(f"fp8_fwd_gluon_ws: consumers must be 2 or 3 warpgroups, got {consumers}")
     out, lse, args = _prepare("fp8_fwd_gluon_ws", q, k, vt, descales, softmax_scale, num_stages, 2, poison)
-    if consumer_regs is None:  # what 65536 registers give each consumer beside the loader warp's 24
-        consumer_regs = 240 if consumers == 2 else 160
-    grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
+    grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
     _fp8_fwd_ws_kernel[grid](*args, HEAD_DIM=q.shape[-1], BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                             NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, CONSUMERS=consumers,
-                             **_layouts(64, block_n, q.shape[-1]),
+                             NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, **_layouts(64, block_n, q.shape[-1]),
                              num_warps=4)
     return out, lse
