@@ -27,7 +27,7 @@ from sm90_compile import compile_call, ptxas_usage  # noqa: E402
 
 def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int, ws: bool = False,
                   stages: int = 3) -> dict:
-    """{"regs", "spill", "smem", "wgmma", "serialized", "setmaxnreg", "ptx"} of one config, from CPU
+    """{"regs", "spill", "smem", "wgmma", "serialized", "setmaxnreg", "wait_one_pending", "ptx"} of one config, from CPU
     tensors (``ws``: the warp-specialised kernel, 128-row tiles; block_m and overlap unused)."""
     from kernels.flash_attn import fp8_gluon
 
@@ -55,6 +55,8 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
     return {"regs": use["regs"], "spill": use["spill_stores"], "smem": kernel.metadata.shared,
             "wgmma": len(re.findall(r"wgmma\.mma_async\S*e4m3\.e4m3", ptx)), "serialized": "serialized" in use["log"],
             "setmaxnreg": [int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)],
+            # waits that leave one wgmma group in flight (the ping-pong consumers retire S_{j+1} while P_j V_j runs)
+            "wait_one_pending": len(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)),
             "ptx": ptx}
 
 

@@ -17,8 +17,11 @@ As users do, each graph is built once per (shapes, strides, dtypes, mask, scale,
 in cuDNN's words. Forward only (cuDNN's FP8 backward wants FP8 dO and its own scales: not wired).
 
 Written in session 10 from the frontend's documentation and tests (version 1.32 on the H100 box,
-GPU.md); it has **not yet run on a GPU**: the first device call that installs ``.whl-cudnn`` checks
-it against the FP64 oracle (``benchmarks/device_show.sh cudnn-fp8``).
+GPU.md); run on the H100 since session 13 (``benchmarks/device_show.sh cudnn-fp8``, checked against
+the FP64 oracle before it is timed). There cuDNN 9.19 builds FP8 SDPA only with an FP8 output and no
+causal mask: bf16-out cells are refused with "sdpa fp8 forward with HALF/BFLOAT16 output is only
+supported on Blackwell architecture with cuDNN version 9.13.0 and newer", causal ones with "only
+supported on Blackwell" (session 17, docs/bench/h100-fp8-sweep-s17).
 """
 
 from __future__ import annotations
