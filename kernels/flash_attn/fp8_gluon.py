@@ -31,7 +31,8 @@ P_j V_j is on the tensor cores, and the two take turns to issue (``turn``, two m
 softmax runs while the other's matmuls do. Measured (kernel alone, same runs as the Triton kernel,
 three repeats): 1.05-1.13x the session-16 schedule at hd 256 and 1.02-1.11x at hd 128; against the
 Triton FP8 kernel hd 256 1.04-1.15x (one causal 16k repeat 0.99x; 954-962 TFLOP/s non-causal 16k),
-hd 128 0.96-0.99x at 4k and 0.95-1.27x at 16k, hd 64 0.67-0.79x (session 16). ``configs.FP8_GLUON_WS``
+hd 128 0.96-0.99x at 4k and 0.95-1.27x at 16k, hd 64 0.72-0.87x (0.65-0.95x with three consumers,
+tried and reverted: docs/perf/fp8-s17). ``configs.FP8_GLUON_WS``
 routes ``flash_attn_fp8_func``'s hd 256 calls to it: through the harness 970 TFLOP/s non-causal and 905
 causal at 16k (docs/bench/h100-fp8-sweep-s17), ACCEPTED by ``accept --profile fp8``.
 
@@ -250,12 +251,12 @@ class _WsShape:
 @gluon.jit
 def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
               mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape):
-    """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j a consumer issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j
-    back to back, then runs the softmax of S_{j+1} while P_j V_j is still on the tensor cores; and the two
-    consumers take turns to issue (``turn``: one mbarrier each, the other consumer arrives on it once it has
-    issued), so that one's softmax runs while the other's matmuls do (ping-pong). Consumer 1 hands the first
-    turn to consumer 0. Both take n_blocks + 1 turns (the same tile), so each barrier is at most one phase
-    ahead of its waiter."""
+    """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j it
+    issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then runs the softmax of S_{j+1} while
+    P_j V_j is still on the tensor cores; and the two consumers take turns to issue (``turn``: one
+    mbarrier each, the other consumer arrives on it once it has issued), so that one's softmax runs while
+    the other's matmuls do (ping-pong). Consumer 1 hands the first turn to consumer 0. Both take
+    n_blocks + 1 turns (the same tile), so each barrier is at most one phase ahead of its waiter."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
