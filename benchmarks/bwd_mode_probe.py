@@ -36,7 +36,7 @@ SHAPES = {
     "sweep64c": (4, 4096, 32, 32, 64, 64, True),      # FA sweep hd 64 causal 4k
     "sweep128c": (4, 4096, 16, 16, 128, 128, True),   # FA sweep hd 128 causal 4k
 }
-MODES = {"split": "split", "atomic": "atomic"}
+MODES = ("split", "atomic")  # FLASH_ATTN_BWD's values
 
 
 def main(argv=None) -> int:
@@ -83,7 +83,7 @@ def _shape(name, modes, repeat, cudnn, time_callable, flash_attn_fwd, flash_attn
         cache = {}
 
         def call(m=m, cache=cache):
-            os.environ["FLASH_ATTN_BWD"] = MODES[m]
+            os.environ["FLASH_ATTN_BWD"] = m
             return flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=cache)
 
         call()  # autotunes
