@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 try:
     import harness  # noqa: F401
 except ImportError:  # run as plain `pytest` from a checkout that is not installed
@@ -25,6 +27,40 @@ pytest_plugins = ["pytester"]  # tests/test_plugin.py drives the plugin in throw
 # Imported already means the entry point (or `-p harness.plugin`) registered it.
 if "harness.plugin" not in sys.modules:
     pytest_plugins.append("harness.plugin")
+
+
+#: Thread-count variables read by torch (OpenMP), numpy's OpenBLAS and MKL when they load.
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _xdist_workers(config) -> int:
+    """How many pytest-xdist workers this run starts (0 without -n)."""
+    n = getattr(config.option, "numprocesses", None)
+    if n in ("auto", "logical"):
+        return os.cpu_count() or 1
+    try:
+        return int(n or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def pytest_configure(config):
+    # `-n 2` on a 2-core machine: each worker's torch and OpenBLAS would start one thread per core,
+    # so 2 workers (and the children they start) run 4+ spinning threads on 2 cores, and an OpenMP
+    # region waits for a descheduled thread (the suite's small ops: several times slower). Give each
+    # worker its share of the cores. Set here, in the controller before it starts the workers, the
+    # variables reach the workers' torch / numpy at import and every process a test starts; a
+    # variable the user set is kept. Without -n nothing changes (the timing tests run alone).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0) or _xdist_workers(config)
+    if workers > 1:
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for var in _THREAD_VARS:
+            os.environ.setdefault(var, share)
+        if "PYTEST_XDIST_WORKER" in os.environ:  # a worker: its torch may have loaded before this ran
+            try:
+                torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+            except ValueError:  # the user's own setting, not a number: left to torch
+                pass
 
 
 def _param_dtypes(item) -> set[str]:
@@ -55,3 +91,15 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def forked_python():
+    """``run([sys.executable, "-c", CODE, *ARGS], cwd=, env=, timeout=, check=)``: a fresh ``python -c``
+    (tests/forked_python.py) forked from one server per test process that has imported torch: the
+    scripts skip torch's 2-4 s import each."""
+    from forked_python import ForkedPython
+
+    runner = ForkedPython()
+    yield runner.run
+    runner.close()

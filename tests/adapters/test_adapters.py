@@ -8,7 +8,6 @@ import importlib.metadata
 import json
 import math
 import os
-import subprocess
 import sys
 import textwrap
 import uuid
@@ -120,12 +119,13 @@ def test_every_cpu_reason_is_plain_words():
             assert reason is None or (isinstance(reason, str) and len(reason) > 8 and "\n" not in reason)
 
 
-def test_importing_the_adapters_imports_no_optional_package():
+def test_importing_the_adapters_imports_no_optional_package(forked_python):
     code = (
         "import sys; from harness.adapters import all_adapters; all_adapters(); "
         "print([m for m in ('flash_attn', 'flash_attn_interface', 'fla', 'kernels') if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    # a fresh `python -c` forked from a process that imported torch alone (tests/forked_python.py)
+    out = forked_python([sys.executable, "-c", code], cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
@@ -728,17 +728,10 @@ print(json.dumps(report))
 """
 
 
-def test_inrepo_adapters_under_the_triton_interpreter_match_oracle():
+def test_inrepo_adapters_under_the_triton_interpreter_match_oracle(forked_python):
     env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _INTERP_SCRIPT],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    # a fresh `python -c` (forked from a process that imported torch alone, not triton: tests/forked_python.py)
+    proc = forked_python([sys.executable, "-c", _INTERP_SCRIPT], cwd=REPO, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     not_importable = [

@@ -48,22 +48,22 @@ def test_finds_both_features_and_drops_the_rest(shrunk):
     assert rep["signature"] == {"status": "fail", "check": "out"}
 
 
-def _repro(script: Path, *args) -> subprocess.CompletedProcess:
-    # harness made unimportable: the script must stand alone (torch and the callable only)
+def _repro(run, script: Path, *args) -> subprocess.CompletedProcess:
+    # harness made unimportable: the script must stand alone (torch and the callable only); ``run`` is the
+    # forked_python fixture (a fresh `python -c` that starts with torch imported: tests/forked_python.py)
     boot = ("import runpy, sys; sys.modules['harness'] = None; sys.argv = [sys.argv[1], *sys.argv[2:]]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')")
-    return subprocess.run([sys.executable, "-c", boot, str(script), *args], cwd=IMPLS, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return run([sys.executable, "-c", boot, str(script), *args], cwd=IMPLS, timeout=120)
 
 
-def test_the_repro_script_stands_alone_fails_on_the_bug_and_passes_when_fixed(shrunk):
+def test_the_repro_script_stands_alone_fails_on_the_bug_and_passes_when_fixed(shrunk, forked_python):
     _, out, rep = shrunk
     script = Path(rep["repro"])
     assert script.exists() and "import harness" not in script.read_text()
-    bad = _repro(script)
+    bad = _repro(forked_python, script)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "defect reproduced: out" in bad.stdout
-    good = _repro(script, "--impl", "correct_softmax:flash_attn_func")
+    good = _repro(forked_python, script, "--impl", "correct_softmax:flash_attn_func")
     assert good.returncode == 0, good.stdout + good.stderr
     assert "no defect" in good.stdout
 
@@ -81,7 +81,7 @@ def test_bad_case_id_exits_2(tmp_path, monkeypatch, capsys):
     assert code == 2 and "--case" in capsys.readouterr().err
 
 
-def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, capsys):
+def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, capsys, forked_python):
     """A decode kernel that ignores the page table: the paged cache is needed; GQA, the window, the
     softcap, the second new token and the extra sequences go; the standalone script fails on it and
     passes on a correct decode callable."""
@@ -99,13 +99,13 @@ def test_a_decode_case_shrinks_to_the_feature_it_needs(tmp_path, monkeypatch, ca
     assert outcome["window off"].startswith("dropped") and outcome["GQA -> MHA"].startswith("dropped")
     script = Path(rep["repro"])
     assert script.exists() and "import harness" not in script.read_text()
-    bad = _repro(script)
+    bad = _repro(forked_python, script)
     assert bad.returncode == 1 and "defect reproduced" in bad.stdout, bad.stdout + bad.stderr
-    good = _repro(script, "--impl", "decode_impls:attn")
+    good = _repro(forked_python, script, "--impl", "decode_impls:attn")
     assert good.returncode == 0 and "no defect" in good.stdout, good.stdout + good.stderr
 
 
-def test_a_decode_repro_catches_a_wrong_cache_write(tmp_path):
+def test_a_decode_repro_catches_a_wrong_cache_write(tmp_path, forked_python):
     """The caches written in place are compared exactly: a kernel whose output is right but writes
     the new tokens one slot off fails the script on k_cache / v_cache."""
     from harness.adapters.user import make_callable_adapter
@@ -124,7 +124,7 @@ def test_a_decode_repro_catches_a_wrong_cache_write(tmp_path):
     assert result.status == "fail"
     script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result,
                                impl="decode_impls:writes_wrong_slot")
-    bad = _repro(script)
+    bad = _repro(forked_python, script)
     assert bad.returncode == 1 and "k_cache" in bad.stdout.split("defect reproduced:")[-1], bad.stdout + bad.stderr
 
 
@@ -132,7 +132,7 @@ def test_a_decode_repro_catches_a_wrong_cache_write(tmp_path):
     ("ignores:positional_misread", "B1-H2-S24x24-D16-causal-scale0.5-positional-fp32"),
     ("ignores:wrong_without_lse", "B1-H4/2-S40x40-D32-causal-nolse-fp32"),
 ])
-def test_the_repro_script_calls_as_the_case_says(tmp_path, impl, case_id):
+def test_the_repro_script_calls_as_the_case_says(tmp_path, impl, case_id, forked_python):
     """Positional and out-only cases: the script calls the kernel the same way (by position; with
     return_lse=False), so the defect the harness saw reproduces there; called by keyword / with lse
     (the generic case) the same callable is right."""
@@ -151,7 +151,7 @@ def test_the_repro_script_calls_as_the_case_says(tmp_path, impl, case_id):
         sys.path.remove(str(IMPLS))
     assert result.status == "fail"
     script = repro.write_repro(tmp_path / "repro.py", case=case_from_id(case_id), seed=0, result=result, impl=impl)
-    bad = _repro(script)
+    bad = _repro(forked_python, script)
     assert bad.returncode == 1 and "defect reproduced: out" in bad.stdout, bad.stdout + bad.stderr
 
 
@@ -165,7 +165,7 @@ def test_the_call_forms_are_features_the_shrinker_switches_off():
     assert nolse["lse asked for (return_lse on)"].return_lse is True
 
 
-def test_the_in_repo_decode_kernel_has_a_standalone_script_too(tmp_path):
+def test_the_in_repo_decode_kernel_has_a_standalone_script_too(tmp_path, forked_python):
     """triton_decode's script calls kernels.decode like its adapter; on the kernel (correct) it exits 0
     (run from the project root, in Triton's interpreter on a CPU)."""
     import os
@@ -182,8 +182,8 @@ def test_the_in_repo_decode_kernel_has_a_standalone_script_too(tmp_path):
     root = Path(__file__).resolve().parents[2]
     boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, '.'); "
             "sys.argv = [sys.argv[1]]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    run = subprocess.run([sys.executable, "-c", boot, str(script)], cwd=root, capture_output=True, text=True,
-                         timeout=300, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
+    run = forked_python([sys.executable, "-c", boot, str(script)], cwd=root, timeout=300,
+                        env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0 and "no defect" in run.stdout, run.stdout + run.stderr
 
 
@@ -290,7 +290,7 @@ def flash_attn_varlen_func(q, k, v, seqused_k=None, page_table=None, causal=Fals
 
 
 @pytest.mark.parametrize("broken", [False, True])
-def test_the_flash_attn_4_decode_repro_calls_it_as_the_adapter_does(tmp_path, broken):
+def test_the_flash_attn_4_decode_repro_calls_it_as_the_adapter_does(tmp_path, broken, forked_python):
     """flash_attn_cute_decode's script (flash-attn-4's varlen call over the cache, new tokens written
     first) against a stand-in module: right -> exit 0, ignoring the page table -> exit 1."""
     from harness.check import repro
@@ -308,15 +308,15 @@ def test_the_flash_attn_4_decode_repro_calls_it_as_the_adapter_does(tmp_path, br
                                backend="flash_attn_cute_decode")
     boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, sys.argv[2]); "
             "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    p = subprocess.run([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], capture_output=True,
-                       text=True, timeout=120, check=False)
+    p = forked_python([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], timeout=120)
     assert p.returncode == (1 if broken else 0), p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("backend, module", [("flash_attn_kvcache", "flash_attn"),
                                              ("flash_attn3_kvcache", "flash_attn_interface")])
 @pytest.mark.parametrize("impl, code", [("attn", 0), ("ignores_block_table", 1)])
-def test_the_flash_attn_2_and_3_decode_repros_call_as_the_adapters_do(tmp_path, backend, module, impl, code):
+def test_the_flash_attn_2_and_3_decode_repros_call_as_the_adapters_do(tmp_path, backend, module, impl, code,
+                                                                      forked_python):
     """Their scripts call flash_attn_with_kvcache (FA3: the page table as page_table, lse asked for);
     against a stand-in module built on a correct / a page-table-ignoring callable: exit 0 / 1."""
     from harness.check import repro
@@ -338,6 +338,5 @@ def test_the_flash_attn_2_and_3_decode_repros_call_as_the_adapters_do(tmp_path, 
     script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result, backend=backend)
     boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path[:0] = [sys.argv[2], sys.argv[3]]; "
             "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    p = subprocess.run([sys.executable, "-c", boot, str(script), str(fake), str(IMPLS)], capture_output=True,
-                       text=True, timeout=120, check=False)
+    p = forked_python([sys.executable, "-c", boot, str(script), str(fake), str(IMPLS)], timeout=120)
     assert p.returncode == code, p.stdout + p.stderr
