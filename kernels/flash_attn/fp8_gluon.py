@@ -66,6 +66,52 @@ HEAD_DIMS = (64, 128, 256)
 
 
 @gluon.jit
+def _tile(num_heads, group, seqlen_q, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """This program's (batch, query head, kv head, first query row); causal: heaviest query blocks first
+    (they see the most keys)."""
+    pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    if IS_CAUSAL:
+        m0 = (n_m - 1 - pid_m) * BLOCK_M
+    else:
+        m0 = pid_m * BLOCK_M
+    return b, h, h // group, m0
+
+
+@gluon.jit
+def _descriptors(Q, K, VT, Out, b64, h, hk, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                 stride_vb, stride_vh, stride_vd, stride_ob, stride_os, stride_oh, seqlen_q, seqlen_k,
+                 ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, Q_SL: gl.constexpr,
+                 K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr):
+    """TMA descriptors of one (batch, head)'s Q and out (ROWS-row boxes), K and V^T (BLOCK_N-key boxes)."""
+    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
+                                        [stride_qs, 1], [ROWS, HEAD_DIM], Q_SL)
+    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
+                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(VT + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [HEAD_DIM, seqlen_k],
+                                        [stride_vd, 1], [HEAD_DIM, BLOCK_N], V_SL)
+    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
+                                        [stride_os, 1], [ROWS, HEAD_DIM], O_SL)
+    return q_desc, k_desc, v_desc, o_desc
+
+
+@gluon.jit
+def _key_blocks(m0, off, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """(how many key blocks rows [m0, m0 + BLOCK_M) see, the first that may hold a key some row must not
+    see). At least one block: rows that see no key go through it fully masked (out 0, lse -inf)."""
+    if IS_CAUSAL:
+        hi = gl.minimum(seqlen_k, gl.maximum(m0 + BLOCK_M + off, 0))
+        mask_from = gl.maximum(m0 + off, 0) // BLOCK_N * BLOCK_N
+    else:
+        hi = seqlen_k
+        mask_from = seqlen_k // BLOCK_N * BLOCK_N
+    return gl.maximum(gl.cdiv(hi, BLOCK_N), 1), mask_from
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr):
     """One key block's online softmax in base 2 (scores ``s`` unscaled): (p, alpha, m_new, l_new).
@@ -107,39 +153,17 @@ def _fp8_fwd_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_dsb
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
 
-    pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    b = pid_bh // num_heads
-    h = pid_bh % num_heads
-    hk = h // group
-    n_m = gl.cdiv(seqlen_q, BLOCK_M)
-    if IS_CAUSAL:  # heaviest query blocks first: they see the most keys
-        m0 = (n_m - 1 - pid_m) * BLOCK_M
-    else:
-        m0 = pid_m * BLOCK_M
+    b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
     ds_off = b.to(gl.int64) * stride_dsb + hk
     qk_scale = sm_scale * gl.load(QDescale + ds_off) * gl.load(KDescale + ds_off) * 1.4426950408889634
 
     b64 = b.to(gl.int64)
-    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
-                                        [stride_qs, 1], [BLOCK_M, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
-                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
-    v_desc = tma.make_tensor_descriptor(VT + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [HEAD_DIM, seqlen_k],
-                                        [stride_vd, 1], [HEAD_DIM, BLOCK_N], V_SL)
-    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
-                                        [stride_os, 1], [BLOCK_M, HEAD_DIM], O_SL)
-
-    # the key blocks these rows see, and the first that may hold a key some row must not see
-    if IS_CAUSAL:
-        hi = gl.minimum(seqlen_k, gl.maximum(m0 + BLOCK_M + off, 0))
-        mask_from = gl.maximum(m0 + off, 0) // BLOCK_N * BLOCK_N
-    else:
-        hi = seqlen_k
-        mask_from = seqlen_k // BLOCK_N * BLOCK_N
-    # at least one block: rows that see no key go through it fully masked (out 0, lse -inf)
-    n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+    q_desc, k_desc, v_desc, o_desc = _descriptors(
+        Q, K, VT, Out, b64, h, hk, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
+        stride_vh, stride_vd, stride_ob, stride_os, stride_oh, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, HEAD_DIM,
+        Q_SL, K_SL, V_SL, O_SL)
+    n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
@@ -358,37 +382,18 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
                        Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                        num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
-    pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    b = pid_bh // num_heads
-    h = pid_bh % num_heads
-    hk = h // group
-    n_m = gl.cdiv(seqlen_q, BLOCK_M)
-    if IS_CAUSAL:
-        m0 = (n_m - 1 - pid_m) * BLOCK_M
-    else:
-        m0 = pid_m * BLOCK_M
+    b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
     ds_off = b.to(gl.int64) * stride_dsb + hk
     qk_scale = sm_scale * gl.load(QDescale + ds_off) * gl.load(KDescale + ds_off) * 1.4426950408889634
     v_scale = gl.load(VDescale + ds_off)
     b64 = b.to(gl.int64)
-    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
-                                        [stride_qs, 1], [64, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
-                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
-    v_desc = tma.make_tensor_descriptor(VT + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [HEAD_DIM, seqlen_k],
-                                        [stride_vd, 1], [HEAD_DIM, BLOCK_N], V_SL)
-    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
-                                        [stride_os, 1], [64, HEAD_DIM], O_SL)
+    q_desc, k_desc, v_desc, o_desc = _descriptors(  # Q and out in one consumer's 64 rows
+        Q, K, VT, Out, b64, h, hk, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
+        stride_vh, stride_vd, stride_ob, stride_os, stride_oh, seqlen_q, seqlen_k, 64, BLOCK_N, HEAD_DIM,
+        Q_SL, K_SL, V_SL, O_SL)
     lse_ptr = Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh
-    if IS_CAUSAL:
-        hi = gl.minimum(seqlen_k, gl.maximum(m0 + BLOCK_M + off, 0))
-        mask_from = gl.maximum(m0 + off, 0) // BLOCK_N * BLOCK_N
-    else:
-        hi = seqlen_k
-        mask_from = seqlen_k // BLOCK_N * BLOCK_N
-    n_blocks = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+    n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     q_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 64, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
