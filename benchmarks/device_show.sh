@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -480,6 +480,30 @@ cudnn-fp8)  # issue 19: cuDNN's FP8 SDPA adapter (harness/adapters/cudnn_fp8.py,
     tail -n 25 "$OUT/cudnn-fp8-run.log"
     grep -A 8 "TFLOP/s by" "$OUT/cudnn-fp8-bench/report.md" | head -n 60
     tarred cudnn-fp8-run; tarred cudnn-fp8-bench
+    ;;
+fp8-out)  # issue 19, session 18: FP8 output (e4m3 in V's units, read back by the harness outside the timed
+    # call) in the in-repo kernels and cuDNN's FP8 graphs with top-left masks on sm90 (carry .whl-cudnn):
+    # the GPU tests of the FP8 paths, both backends against the FP64 oracle on the small FP8 preset, then
+    # the FP8 sweep's -o8- cells (FP8 out on both sides: what cuDNN 9.19 builds on sm90) at 4k and 16k.
+    setup
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
+    python3 -c "import cudnn; print('cudnn frontend', cudnn.__version__, 'backend', cudnn.backend_version())" 2>&1
+    FLASH_ATTN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_fp8_gluon.py \
+        tests/kernels/test_flash_attn.py -k "fp8 or gluon" > "$OUT/fp8-out-tests.log" 2>&1
+    echo "tests exit $?" >> "$OUT/fp8-out-tests.log"
+    timeout 150 python3 -m harness run --backends cudnn_fp8,triton_fa_fp8,eager_fp8 --preset small-fp8 \
+        --dtypes bf16 --out "$OUT/fp8-out-run" > "$OUT/fp8-out-run.log" 2>&1
+    echo "run exit $?" >> "$OUT/fp8-out-run.log"
+    timeout "${SWEEP_SECONDS:-330}" python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots \
+        --time-limit $(( ${SWEEP_SECONDS:-330} - 20 )) --backends triton_fa_fp8,cudnn_fp8 \
+        --cases "${SWEEP_CASES:-S(4096|16384)x.*-e4m3-o8-bf16\$}" --out "$OUT/fp8-out-sweep" > "$OUT/fp8-out-sweep.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fp8-out-sweep.log"
+    tail -n 4 "$OUT/fp8-out-tests.log"
+    grep -E "cudnn_fp8|triton_fa_fp8" "$OUT/fp8-out-run.log" | grep -v " pass " | head -n 20
+    tail -n 3 "$OUT/fp8-out-run.log"
+    grep -A 8 "TFLOP/s" "$OUT/fp8-out-sweep/report.md" | head -n 80
+    tail -n 2 "$OUT/fp8-out-sweep.log"
+    tarred fp8-out-run; tarred fp8-out-sweep
     ;;
 fp8)  # issue 19: the in-repo FP8 forward's tests, then each accumulator-promotion setting against the bf16
     # forward on the FA sweep's shapes, with accuracy against the FP64 oracle (benchmarks/fp8_promotion.py)

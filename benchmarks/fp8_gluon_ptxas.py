@@ -3,8 +3,8 @@
 
     python benchmarks/fp8_gluon_ptxas.py 64,64,128,1,1 256,64,64,0,1 ws:256,64,3,0 [--json] [--dump DIR]
 
-Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL for
-the warp-specialised kernel (its partitions' register budgets: the PTX's setmaxnreg). Gluon has no interpreter, so this is
+Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,OUT8] for
+the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg). Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -26,7 +26,7 @@ from sm90_compile import compile_call, ptxas_usage  # noqa: E402
 
 
 def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int, ws: bool = False,
-                  stages: int = 3) -> dict:
+                  stages: int = 3, out8: bool = False) -> dict:
     """{"regs", "spill", "smem", "wgmma", "serialized", "setmaxnreg", "wait_one_pending", "ptx"} of one config, from CPU
     tensors (``ws``: the warp-specialised kernel, 128-row tiles; block_m and overlap unused)."""
     from kernels.flash_attn import fp8_gluon
@@ -34,7 +34,7 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
     e4m3 = torch.float8_e4m3fn
     b, s, h = 1, 256, 2
     q, k = torch.empty(b, s, h, d, dtype=e4m3), torch.empty(b, s, h, d, dtype=e4m3)
-    vt, out = torch.empty(b, h, d, s, dtype=e4m3), torch.empty(b, s, h, d, dtype=torch.bfloat16)
+    vt, out = torch.empty(b, h, d, s, dtype=e4m3), torch.empty(b, s, h, d, dtype=e4m3 if out8 else torch.bfloat16)
     lse, ds = torch.empty(b, h, s), torch.ones(b, h)
     call = dict(Q=q, K=k, VT=vt, Out=out, Lse=lse, QDescale=ds, KDescale=ds, VDescale=ds, stride_dsb=ds.stride(0),
                 stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0),
@@ -43,7 +43,8 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
                 stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=s, seqlen_k=s, num_heads=h, group=1,
                 sm_scale=0.125, HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=causal, NUM_STAGES=stages)
     if ws:
-        call.update(CONSUMER_REGS=240, **fp8_gluon._layouts(64, block_n, d), num_warps=4)
+        out_layout = fp8_gluon.gl.float8e4nv if out8 else fp8_gluon.gl.bfloat16
+        call.update(CONSUMER_REGS=240, **fp8_gluon._layouts(64, block_n, d, out_layout), num_warps=4, OUT_FP8=out8)
         fn = fp8_gluon._fp8_fwd_ws_kernel
     else:
         call.update(BLOCK_M=block_m, OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d),
@@ -71,9 +72,9 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
         if spec.startswith("ws:"):
-            d, bn, stages, causal = (int(x) for x in spec[3:].split(","))
+            d, bn, stages, causal, *out8 = (int(x) for x in spec[3:].split(","))
             bm, overlap = 128, 1
-            r = compile_sm90a(d, 128, bn, bool(causal), 1, ws=True, stages=stages)
+            r = compile_sm90a(d, 128, bn, bool(causal), 1, ws=True, stages=stages, out8=bool(out8 and out8[0]))
         else:
             d, bm, bn, causal, overlap = (int(x) for x in spec.split(","))
             r = compile_sm90a(d, bm, bn, bool(causal), overlap)

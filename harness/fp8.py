@@ -67,3 +67,18 @@ def dequantize(x: torch.Tensor, descale: torch.Tensor, *, dtype=torch.float64) -
         raise ValueError(f"descale: shape {tuple(descale.shape)} does not fit a ({B}, *, {H}, *) tensor")
     per_head = descale.to(dtype).repeat_interleave(H // Hk, dim=1)  # (B, H)
     return x.to(dtype) * per_head[:, None, :, None]
+
+
+def read_back(out: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An FP8 output (batch, seq, heads, dim) as its real values in ``dtype``: ``out x descale``,
+    the descale ``(batch, heads_k)`` (query heads of a group share their kv head's factor) or a
+    single element (one factor for the tensor). :func:`round_output` is the reference's side of the
+    same convention."""
+    if descale.numel() == 1:
+        return (out.float() * descale.float().reshape(())).to(dtype)
+    B, _, H, _ = out.shape
+    if descale.dim() != 2 or descale.shape[0] != B or H % descale.shape[1]:
+        raise ValueError(f"out_descale: shape {tuple(descale.shape)} does not fit a ({B}, *, {H}, *) output; "
+                         "expected (batch, heads_k) or one element")
+    per = descale.float().repeat_interleave(H // descale.shape[1], dim=1)[:, None, :, None]
+    return (out.float() * per).to(dtype)

@@ -404,6 +404,30 @@ class FP8OutputRounded(_WrongFP8):
         return SoftmaxOutput(fp8.round_output(res.out, v_descale, "e4m3").to(case.torch_dtype), res.lse)
 
 
+class FP8OutputWritten(_WrongFP8):
+    """Not wrong: an ``fp8_out`` kernel that returns its output as written, e4m3 in V's units, with
+    ``out_descale`` = v_descale (SoftmaxOutput): the harness reads it back and it must pass."""
+
+    name = "fp8_output_written"
+    descale_inverted = False
+
+    def run(self, case, *, q, k, v, q_descale=None, k_descale=None, v_descale=None, cu_seqlens_q=None,
+            cu_seqlens_k=None):
+        res = _fp8_attention(case, q, k, v, q_descale, k_descale, v_descale)
+        group = case.heads_q // case.heads_k
+        vd = v_descale.float().repeat_interleave(group, dim=1)[:, None, :, None]
+        written = (res.out.float() / vd).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return SoftmaxOutput(written, res.lse, out_descale=1.0 / v_descale if self.descale_inverted else v_descale)
+
+
+class FP8OutputDescaleInverted(FP8OutputWritten):
+    """Hands back the output's *scale* (1 / v_descale) where its descale belongs: every value off by
+    v_descale squared."""
+
+    name = "wrong_fp8_output_descale_inverted"
+    descale_inverted = True
+
+
 class FP8OnlineCorrect(_WrongFP8):
     """Not wrong: a flash-style FP8 forward (keys in blocks of 16 with a running maximum, so P is
     quantised against the maximum so far). It must pass: the tolerance must not reject a correct

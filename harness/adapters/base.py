@@ -32,10 +32,18 @@ class Unsupported(Exception):
 @dataclass
 class SoftmaxOutput:
     """out (B, Sq, Hq, Dv) (varlen: (total_q, Hq, Dv)); lse (B, Hq, Sq) (varlen: (Hq, total_q))
-    when the backend returns it, else None."""
+    when the backend returns it, else None.
+
+    ``out_descale``: set by a backend that writes its output in an FP8 format with a scale (the
+    ``fp8_out`` cases): ``out`` is then the FP8 tensor as the kernel wrote it and ``out_descale``
+    the float32 factor its real values are multiplied by ((B, Hk), one per kv head's group of query
+    heads, or one element for the whole tensor). The harness reads the real values back
+    (:func:`harness.fp8.read_back`) when it checks them, not inside the timed call: the kernel's
+    work ends with the FP8 write, and a read-back kernel would be timed as the backend's."""
 
     out: torch.Tensor
     lse: torch.Tensor | None = None
+    out_descale: torch.Tensor | None = None
 
 
 @dataclass

@@ -6,22 +6,31 @@ own strides (dims in cuDNN's (batch, heads, seq, dim) order); ``descale_q/k/v`` 
 factors (cuDNN takes one factor a tensor: per-head FP8 cases are refused); P is quantised to e4m3
 with ``scale_s`` = 448 (P's largest value, 1, to the format's largest) and ``descale_s`` = 1/448; the
 output is bf16 / fp16 with ``scale_o`` = 1, or for ``fp8_out`` cases e4m3 with ``scale_o`` =
-1 / v_descale, read back here (:func:`harness.fp8.round_output`'s convention); ``attn_scale`` is the case's softmax scale (1/sqrt(d) when
-the case leaves it to the callee: the graph has no default). Masks are flash-attn's bottom-right
-ones: ``diagonal_alignment`` BOTTOM_RIGHT with ``right_bound`` 0 for causal, ``left_bound`` /
-``right_bound`` for a window. The softmax statistics (``generate_stats``) are returned as lse.
+1 / v_descale, returned as written with ``out_descale`` = v_descale (the harness reads it back
+outside the timed call: :class:`~harness.adapters.base.SoftmaxOutput`, :func:`harness.fp8.read_back`);
+``attn_scale`` is the case's softmax scale (1/sqrt(d) when the case leaves it to the callee: the
+graph has no default). Masks are flash-attn's bottom-right ones: ``left_bound`` / ``right_bound``
+(``right_bound`` 0 for causal) with ``diagonal_alignment`` TOP_LEFT when there are as many queries as
+keys (the same band; cuDNN 9.19 builds FP8 masks on sm90 only with that alignment), BOTTOM_RIGHT
+otherwise. The softmax statistics (``generate_stats``) are returned as lse. The scalars a call
+passes are views of the descales or made once (P's scale, 1 / v_descale per descale tensor): the
+timed call is the graph's execution.
 
 As users do, each graph is built once per (shapes, strides, dtypes, mask, scale, device) and kept:
 ``validate``, ``build_operation_graph``, execution plans from heuristics A then FALLBACK,
 ``check_support``, ``build_plans``; a graph cuDNN cannot build for a case is that case's refusal,
-in cuDNN's words. Forward only (cuDNN's FP8 backward wants FP8 dO and its own scales: not wired).
+in cuDNN's words. Forward only: cuDNN's FP8 backward (``sdpa_fp8_backward``) builds on sm90 only at
+head dim 128 with FP8 dQ / dK / dV (their scales and amaxes), from FP8 O and dO with descales and
+scales for S and dP: not wired, the harness has no FP8 backward contract yet (issue 19).
 
 Written in session 10 from the frontend's documentation and tests (version 1.32 on the H100 box,
 GPU.md); run on the H100 since session 13 (``benchmarks/device_show.sh cudnn-fp8``, checked against
-the FP64 oracle before it is timed). There cuDNN 9.19 builds FP8 SDPA only with an FP8 output and no
-causal mask: bf16-out cells are refused with "sdpa fp8 forward with HALF/BFLOAT16 output is only
-supported on Blackwell architecture with cuDNN version 9.13.0 and newer", causal ones with "only
-supported on Blackwell" (session 17, docs/bench/h100-fp8-sweep-s17).
+the FP64 oracle before it is timed). There cuDNN 9.19 builds FP8 SDPA only with an FP8 output: bf16-out
+cells are refused with "sdpa fp8 forward with HALF/BFLOAT16 output is only supported on Blackwell
+architecture with cuDNN version 9.13.0 and newer"; bottom-right masks with "only supported on
+Blackwell" (session 17, docs/bench/h100-fp8-sweep-s17), hence the top-left alignment above (session 18).
+Until session 18 the timed call also read an FP8 output back to bf16 (three elementwise kernels over
+O) and filled P's scales: cuDNN's FP8-output times before then include that work.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import weakref
 
 import torch
 
@@ -91,7 +101,11 @@ class _Graph:
             right = 0
         masks = {}
         if left >= 0 or right >= 0:
-            masks["diagonal_alignment"] = cudnn.diagonal_alignment.BOTTOM_RIGHT
+            # flash-attn's masks are bottom-right aligned; with as many queries as keys that is the same
+            # band as cuDNN's top-left one, the alignment cuDNN 9.19 builds FP8 graphs for on sm90
+            # (bottom-right: "only supported on Blackwell").
+            masks["diagonal_alignment"] = (cudnn.diagonal_alignment.TOP_LEFT if q_dims[2] == k_dims[2]
+                                           else cudnn.diagonal_alignment.BOTTOM_RIGHT)
             if left >= 0:
                 masks["left_bound"] = left
             if right >= 0:
@@ -165,24 +179,49 @@ class CudnnFP8(SoftmaxAdapter):
         out = torch.empty(B, Sq, Hq, v.shape[-1], device=q.device, dtype=out_dtype)
         stats = torch.empty(B, Hq, Sq, 1, device=q.device, dtype=torch.float32)
         amax_o = torch.empty(1, 1, 1, 1, device=q.device, dtype=torch.float32)
-
-        def one(t):  # a per-tensor factor: every entry of the (B, Hk) descale holds it
-            return t.reshape(-1)[:1].reshape(1, 1, 1, 1).float()
-
-        p_scale = torch.full((1, 1, 1, 1), P_SCALE, device=q.device, dtype=torch.float32)
-        vd = one(v_descale)
+        p_scale, p_descale, one_scale = _constants(q.device)
+        vd = _one(v_descale)
         pack = {_Graph.Q: q, _Graph.K: k, _Graph.V: v, _Graph.O: out, _Graph.STATS: stats, _Graph.AMAX_O: amax_o,
-                _Graph.DQ: one(q_descale), _Graph.DK: one(k_descale), _Graph.DV: vd,
-                _Graph.SS: p_scale, _Graph.DS: 1.0 / p_scale,
+                _Graph.DQ: _one(q_descale), _Graph.DK: _one(k_descale), _Graph.DV: vd,
+                _Graph.SS: p_scale, _Graph.DS: p_descale,
                 # FP8 output: scale_o = 1 / v_descale (|O| <= max|V|: the format's whole range), harness.fp8
-                _Graph.SO: 1.0 / vd if case.fp8_out else torch.ones_like(p_scale)}
+                _Graph.SO: _reciprocal(v_descale) if case.fp8_out else one_scale}
         workspace = torch.empty(built.workspace_bytes, device=q.device, dtype=torch.uint8)
         handle = _handle(built.device_index)
         cudnn.set_stream(handle=handle, stream=_stream(q.device))
         built.graph.execute(pack, workspace, handle=handle)
-        if case.fp8_out:  # read back: the e4m3 values times v_descale, in the case's dtype
-            out = (out.float() * vd).to(case.torch_dtype)
-        return SoftmaxOutput(out, stats[..., 0] if case.return_lse else None)
+        # FP8 output: the e4m3 values as cuDNN wrote them, read back by the harness (SoftmaxOutput)
+        return SoftmaxOutput(out, stats[..., 0] if case.return_lse else None,
+                             out_descale=vd if case.fp8_out else None)
+
+
+def _one(t: torch.Tensor) -> torch.Tensor:
+    """A per-tensor factor as the graph's (1, 1, 1, 1) scalar: every entry of the (B, Hk) descale holds
+    it, so the first one is taken, as a view (no kernel) of a float32 descale."""
+    return t.reshape(-1)[:1].reshape(1, 1, 1, 1).float()
+
+
+@functools.lru_cache(maxsize=8)
+def _constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """P's scale and descale and a unit output scale on ``device``, made once: filling them on every
+    call would put three small kernels into the timed call that a user's code makes once."""
+    p_scale = torch.full((1, 1, 1, 1), P_SCALE, device=device, dtype=torch.float32)
+    return p_scale, 1.0 / p_scale, torch.ones_like(p_scale)
+
+
+#: id(v_descale) -> (a weak reference to it, its version counter, 1 / its factor): the FP8 output's
+#: scale, worked out once per descale tensor as a user holding the factor would. Weak: nothing is kept
+#: alive; an id reused by another tensor fails the identity check.
+_RECIPROCALS: dict[int, tuple] = {}
+
+
+def _reciprocal(v_descale: torch.Tensor) -> torch.Tensor:
+    hit = _RECIPROCALS.get(id(v_descale))
+    if hit is None or hit[0]() is not v_descale or hit[1] != v_descale._version:
+        if len(_RECIPROCALS) >= 64:
+            _RECIPROCALS.clear()
+        hit = _RECIPROCALS[id(v_descale)] = (weakref.ref(v_descale), v_descale._version, 1.0 / _one(v_descale))
+    return hit[2]
 
 
 register(CudnnFP8)

@@ -262,17 +262,18 @@ class TritonFAFP8(SoftmaxAdapter):
     name = "triton_fa_fp8"
     compiles_per_shape = True
     description = ("in-repo Triton flash attention forward on e4m3 q/k/v with descales (kernels/flash_attn "
-                   "flash_attn_fp8_func): fp32-accumulated QK^T, P in e4m3 for PV, out bf16/fp16")
+                   "flash_attn_fp8_func): fp32-accumulated QK^T, P in e4m3 for PV, out bf16/fp16, or e4m3 "
+                   "with the scale 1 / v_descale (fp8_out cases)")
     module = "kernels.flash_attn"
     fp8 = fp8_only = True
     differentiable = False
 
     def supports(self, case, device):
-        if getattr(case, "fp8_out", False):
-            return "writes bf16 / fp16 output only (no FP8 output with a scale)"
         mod, reason = _module_and_reason(self, case, device)  # the base checks (fp8_only) included
         if reason:
             return reason
+        if getattr(case, "fp8_out", False) and torch.float8_e4m3fn not in getattr(mod, "FP8_OUT_DTYPES", ()):
+            return "this kernels.flash_attn writes bf16 / fp16 output only (no FP8 output with a scale)"
         if not hasattr(mod, "flash_attn_fp8_func"):
             return "this kernels.flash_attn has no flash_attn_fp8_func"
         form = {"fp8": True} if "fp8" in call_params(mod.unsupported_reason) else {}
@@ -290,10 +291,11 @@ class TritonFAFP8(SoftmaxAdapter):
         with _stated_limits():
             res = mod.flash_attn_fp8_func(
                 q, k, v, q_descale, k_descale, v_descale, causal=case.causal, window_size=tuple(case.window),
-                softcap=case.softcap, out_dtype=case.torch_dtype, return_lse=case.return_lse,
-                **scale_kwargs(case, "softmax_scale"))
+                softcap=case.softcap, out_dtype=torch.float8_e4m3fn if case.fp8_out else case.torch_dtype,
+                return_lse=case.return_lse, **scale_kwargs(case, "softmax_scale"))
         out, lse = res if case.return_lse else (res, None)
-        return SoftmaxOutput(out, lse)
+        # FP8 output: in V's units, read back by the harness with v_descale (outside the timed call)
+        return SoftmaxOutput(out, lse, out_descale=v_descale if case.fp8_out else None)
 
 
 register(TritonFA)

@@ -467,6 +467,18 @@ def _output_tensors(case: Case, output) -> dict[str, torch.Tensor]:
     if not isinstance(output.out, torch.Tensor):
         raise _ContractError(f"out: expected a torch.Tensor, got {type(output.out).__name__}")
     res = {"out": output.out}
+    descale = getattr(output, "out_descale", None)
+    if descale is not None:  # an FP8 output with its scale, read back here (outside the timed call)
+        if not (isinstance(case, SoftmaxCase) and case.fp8_out):
+            raise _ContractError("out_descale: only an fp8_out case's output is written in FP8 with a scale")
+        want_dtype = fp8.fmt(case.fp8)[0]
+        if not isinstance(descale, torch.Tensor) or output.out.dtype != want_dtype:
+            raise _ContractError(f"out_descale: expected a float32 tensor beside an out in {want_dtype}, got "
+                                 f"{type(descale).__name__} beside {output.out.dtype}")
+        try:
+            res["out"] = fp8.read_back(output.out, descale, case.torch_dtype)
+        except ValueError as e:
+            raise _ContractError(str(e)) from None
     extra = "final_state" if isinstance(case, LinearCase) else "lse"
     value = getattr(output, extra)
     if isinstance(case, SoftmaxCase) and not case.return_lse:

@@ -1,5 +1,11 @@
 """In-repo Triton flash attention (forward + backward), flash-attn's layout and conventions."""
 
-from .interface import flash_attn_fp8_func, flash_attn_func, flash_attn_varlen_func, unsupported_reason
+from .interface import (
+    FP8_OUT_DTYPES,
+    flash_attn_fp8_func,
+    flash_attn_func,
+    flash_attn_varlen_func,
+    unsupported_reason,
+)
 
-__all__ = ["flash_attn_fp8_func", "flash_attn_func", "flash_attn_varlen_func", "unsupported_reason"]
+__all__ = ["FP8_OUT_DTYPES", "flash_attn_fp8_func", "flash_attn_func", "flash_attn_varlen_func", "unsupported_reason"]

@@ -353,7 +353,7 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 
 
 #: FP8 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fp8_fwd_gluon_ws) on sm90,
-#: with its (BLOCK_N, stages); only dense e4m3 calls without window or softcap, bf16 out and the default
+#: with its (BLOCK_N, stages); only dense e4m3 calls without window or softcap, bf16 or e4m3 out and the default
 #: accumulation take it. hd 256: with flash-attn 3's ping-pong between its consumers (session 17), kernel
 #: alone against the Triton FP8 forward in the same runs (H100, three interleaved repeats,
 #: docs/perf/fp8-s17/): 16k 1.08-1.15x non-causal (954-962 TFLOP/s), 0.99-1.13x causal; 4k 1.04-1.10x

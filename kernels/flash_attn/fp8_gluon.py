@@ -348,7 +348,7 @@ def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale
     acc = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, O_ROWS), 1)
     lse = gl.where(empty_row, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
     gl.store(lse_ptr + offs_m, lse, mask=offs_m < seqlen_q)
-    o.store(acc.to(gl.bfloat16))
+    o.store(acc.to(o.dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [row0, 0], o)
     tma.store_wait(pendings=0)
@@ -380,13 +380,15 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
                        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
-                       num_warps: gl.constexpr):
+                       num_warps: gl.constexpr, OUT_FP8: gl.constexpr = False):
     BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
     ds_off = b.to(gl.int64) * stride_dsb + hk
     qk_scale = sm_scale * gl.load(QDescale + ds_off) * gl.load(KDescale + ds_off) * 1.4426950408889634
     v_scale = gl.load(VDescale + ds_off)
+    if OUT_FP8:  # out written in e4m3 in V's units (real value = out x v_descale): not scaled here
+        v_scale = v_scale * 0.0 + 1.0
     b64 = b.to(gl.int64)
     q_desc, k_desc, v_desc, o_desc = _descriptors(  # Q and out in one consumer's 64 rows
         Q, K, VT, Out, b64, h, hk, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
@@ -398,7 +400,7 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
     q_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 64, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, HEAD_DIM, BLOCK_N], V_SL)
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 64, HEAD_DIM], O_SL)
+    o_smem = gl.allocate_shared_memory(Out.dtype.element_ty, [2, 64, HEAD_DIM], O_SL)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -418,15 +420,15 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
                         (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
-def _layouts(block_m: int, block_n: int, d: int) -> dict:
+def _layouts(block_m: int, block_n: int, d: int, out=gl.bfloat16) -> dict:
     e4m3 = gl.float8e4nv
     return {"Q_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], e4m3),
             "K_SL": gl.NVMMASharedLayout.get_default_for([block_n, d], e4m3),
             "V_SL": gl.NVMMASharedLayout.get_default_for([d, block_n], e4m3),
-            "O_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], gl.bfloat16)}
+            "O_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], out)}
 
 
-def _prepare(name, q, k, vt, descales, softmax_scale, num_stages, min_stages, poison):
+def _prepare(name, q, k, vt, descales, softmax_scale, num_stages, min_stages, poison, out_dtype=torch.bfloat16):
     """Check a call of either kernel (ValueError / RuntimeError naming what it cannot run), make out and
     lse (NaN-filled with ``poison``), and return (out, lse, the kernel's leading positional arguments)."""
     b, sq, hq, d = q.shape
@@ -444,7 +446,7 @@ def _prepare(name, q, k, vt, descales, softmax_scale, num_stages, min_stages, po
                          "(v_layout.v_keys_contiguous)")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
         raise RuntimeError(f"{name}: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
-    out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
+    out = q.new_empty((b, sq, hq, d), dtype=out_dtype)
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
     if poison:
         out.fill_(float("nan"))
@@ -480,13 +482,19 @@ def fp8_fwd_gluon(q, k, vt, descales, *, softmax_scale, causal, block_m=64, bloc
 
 
 def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, num_stages=3, consumer_regs=240,
-                     poison=False):
+                     poison=False, out_dtype=torch.bfloat16):
     """The warp-specialised kernel (a loader warp, two consumer warpgroups of 64 query rows, 128-row tiles):
     arguments and results as :func:`fp8_fwd_gluon`. ``consumer_regs``: the second consumer's register
-    budget (``setmaxnreg``; the loader keeps 24, the first consumer takes what is left)."""
-    out, lse, args = _prepare("fp8_fwd_gluon_ws", q, k, vt, descales, softmax_scale, num_stages, 2, poison)
+    budget (``setmaxnreg``; the loader keeps 24, the first consumer takes what is left). ``out_dtype``:
+    bf16, or float8_e4m3fn for out in V's units (real value = out x v_descale, as flash_attn_fp8_func's)."""
+    if out_dtype not in (torch.bfloat16, torch.float8_e4m3fn):
+        raise ValueError(f"fp8_fwd_gluon_ws: out_dtype bfloat16 or float8_e4m3fn, got {out_dtype}")
+    out, lse, args = _prepare("fp8_fwd_gluon_ws", q, k, vt, descales, softmax_scale, num_stages, 2, poison,
+                              out_dtype)
+    fp8_out = out_dtype == torch.float8_e4m3fn
     grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
     _fp8_fwd_ws_kernel[grid](*args, HEAD_DIM=q.shape[-1], BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                             NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, **_layouts(64, block_n, q.shape[-1]),
-                             num_warps=4)
+                             NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+                             **_layouts(64, block_n, q.shape[-1], gl.float8e4nv if fp8_out else gl.bfloat16),
+                             num_warps=4, OUT_FP8=fp8_out)
     return out, lse

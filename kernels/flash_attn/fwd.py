@@ -202,6 +202,14 @@ def _round_to_e4m3(p):
 
 
 @triton.jit
+def _round_to_e4m3_signed(x):
+    """``_round_to_e4m3`` for values of either sign within e4m3's range (the FP8 output, under the
+    interpreter)."""
+    r = _round_to_e4m3(tl.minimum(tl.abs(x), 448.0))
+    return tl.where(x < 0, -r, r)
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_kn, stride_vn,
                start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -377,7 +385,13 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
     l_safe = tl.where(empty, 1.0, l_i)
     acc = acc / l_safe[:, None]
     if IS_FP8:
-        acc = acc * tl.load(VDescale + ds_off)
+        if Out.dtype.element_ty == tl.float8e4nv:
+            # FP8 output: out x v_descale is the real value, so the values stay in V's units (|out| <=
+            # max|V| <= 448, the format's range); the caller hands v_descale on as out's descale.
+            if EXACT_P_CAST:
+                acc = _round_to_e4m3_signed(acc)
+        else:
+            acc = acc * tl.load(VDescale + ds_off)
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
     row_ok = offs_m < seqlen_q
     tl.store(l_base + offs_m, lse, mask=row_ok)

@@ -283,7 +283,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 
 FP8_DTYPE = torch.float8_e4m3fn
-FP8_OUT_DTYPES = (torch.bfloat16, torch.float16)
+#: The FP8 forward's output dtypes: bf16 / fp16 (real values), or e4m3 in V's units (out x v_descale is
+#: the real value: the output scale is 1 / v_descale, as cuDNN's FP8-output graphs are given it here).
+FP8_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 
 class _Fp8Signature:
@@ -319,7 +321,7 @@ def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_sca
     if not q.is_cuda and not configs.interpreting():
         raise ValueError(f"q: expected a CUDA tensor, got device {q.device} (CPU runs only under TRITON_INTERPRET=1)")
     if out_dtype not in FP8_OUT_DTYPES:
-        raise ValueError(f"out_dtype: bfloat16 or float16, got {out_dtype}")
+        raise ValueError(f"out_dtype: bfloat16, float16 or float8_e4m3fn, got {out_dtype}")
     B, _, hq, d = q.shape
     if k.shape[0] != B or v.shape[0] != B or k.shape[-1] != d or tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
         raise ValueError(f"k, v: expected [B={B}, Sk, Hk, D={d}] and [B, Sk, Hk, Dv], got {tuple(k.shape)} and {tuple(v.shape)}")
@@ -343,7 +345,7 @@ def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_sca
     gluon = configs.FP8_GLUON_WS.get(d)
     if gluon and not (q.is_cuda and not configs.interpreting() and torch.cuda.get_device_capability(q.device)[0] == 9
                       and v_transposed and v.shape[-1] == d and left < 0 and (right < 0 or causal) and not softcap
-                      and out_dtype == torch.bfloat16 and max_num_imprecise_acc is None
+                      and out_dtype in (torch.bfloat16, torch.float8_e4m3fn) and max_num_imprecise_acc is None
                       and all(t.data_ptr() % 16 == 0 and all(st % 16 == 0 for st in t.stride()[:-1]) for t in (q, k))):
         gluon = None  # what the Gluon kernel does not do (windows, softcap, fp16 out, promotion, TMA alignment)
     return _Fp8Signature({"softmax_scale": softmax_scale, "causal": bool(causal), "window_left": left,
@@ -363,7 +365,9 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     fp32 accumulation times the descales and the scale, the online softmax in fp32, P cast to e4m3 for
     P V (fp32 accumulation), v_descale / l at the end. Forward only (no autograd). Masks, scale and softcap as
     in :func:`flash_attn_func`. Returns out [B, Sq, Hq, Dv] in ``out_dtype`` (bf16 or fp16), or
-    (out, lse [B, Hq, Sq] float32). ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
+    (out, lse [B, Hq, Sq] float32). ``out_dtype=torch.float8_e4m3fn`` writes the output in e4m3 with
+    the scale 1 / v_descale: its real value is out x v_descale (per (batch, kv head), shared by the
+    group's query heads); |out| <= max|V| keeps it in the format's range. ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
     P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
     of the call's time). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
     add in their own reduced-precision accumulator (about 14 bits) before the sum is promoted to the
@@ -377,7 +381,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     of the inputs and descales, keywords) skips the checks and replays its launches, the V copy's
     and the forward's (kernels/launcher.py). Head dims listed in ``configs.FP8_GLUON_WS`` (hd 256:
     measured 1.04-1.15x the Triton kernel, session 17) run the warp-specialised Gluon kernel on sm90
-    instead (kernels/flash_attn/fp8_gluon.py) where it applies: no window or softcap, bf16 out, the
+    instead (kernels/flash_attn/fp8_gluon.py) where it applies: no window or softcap, bf16 or e4m3 out, the
     default accumulation.
     """
     try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
@@ -397,7 +401,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
         v = v_keys_contiguous(v, launches=sig.copy)
     if sig.gluon:  # a head dim configs.FP8_GLUON_WS routes to the warp-specialised Gluon kernel (hd 256)
         out, lse = fp8_fwd_gluon_ws(q, k, v, descales, softmax_scale=sig.kw["softmax_scale"], causal=sig.kw["causal"],
-                                    block_n=sig.gluon[0], num_stages=sig.gluon[1])
+                                    block_n=sig.gluon[0], num_stages=sig.gluon[1], out_dtype=sig.kw["out_dtype"])
     else:
         out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
     return (out, lse) if return_lse else out

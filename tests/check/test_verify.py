@@ -447,6 +447,17 @@ def test_fp8_output_knob_rounds_the_reference_and_rejects_a_mismatch():
         SoftmaxCase(1, 2, 2, 8, 8, 16, dtype="bf16", fp8_out=True)
 
 
+def test_an_fp8_output_with_its_descale_is_read_back_by_the_harness():
+    # SoftmaxOutput.out_descale: the e4m3 output as written, read back outside the timed call
+    o8 = dataclasses.replace(FP8, fp8_out=True)
+    assert verify(w.FP8OutputWritten(), o8).status == "pass"
+    wrong = verify(w.FP8OutputDescaleInverted(), o8)
+    assert wrong.status == "fail" and "out" in wrong.failures, wrong.message()
+    # on a bf16-output case an FP8 output breaks the contract, whatever its descale
+    r = verify(w.FP8OutputWritten(), FP8)
+    assert r.status == "fail" and "contract: out_descale" in r.message(), r.message()
+
+
 def test_reading_one_descale_passes_per_tensor_cases_only():
     assert verify(w.FP8DescaleFirstEntry(), FP8).status == "pass"  # why per-head cases exist
     assert verify(w.FP8DescaleFirstEntry(), FP8_PER_HEAD).status == "fail"

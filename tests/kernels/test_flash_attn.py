@@ -25,7 +25,7 @@ from kernel_checks import LSE_ATOL, assert_matches_oracle, poison_allocations, r
 
 from harness.oracle import softmax_attention, softmax_attention_varlen
 from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func
-from kernels.flash_attn.fwd import _round_to_e4m3
+from kernels.flash_attn.fwd import _round_to_e4m3, _round_to_e4m3_signed
 from kernels.flash_attn.reference import attention_ref
 
 CUDA = torch.cuda.is_available()
@@ -626,9 +626,10 @@ def test_fp8_zero_q_descale_gives_uniform_rows(causal):
     assert (out.double() - want).abs().max().item() < 2e-3  # fp16 rounding of O(1) means
 
 @triton.jit
-def _round_kernel(X, Y, N: tl.constexpr):
+def _round_kernel(X, Y, N: tl.constexpr, SIGNED: tl.constexpr = False):
     r = tl.arange(0, N)
-    tl.store(Y + r, _round_to_e4m3(tl.load(X + r)))
+    x = tl.load(X + r)
+    tl.store(Y + r, _round_to_e4m3_signed(x) if SIGNED else _round_to_e4m3(x))
 
 
 @pytest.mark.parametrize("b, sk, hk, dv, packed", [(1, 300, 2, 64, False), (2, 17, 3, 48, True), (1, 513, 1, 96, False)],
@@ -658,6 +659,43 @@ def test_fp8_p_rounding_under_the_interpreter_matches_torch():
     y = torch.empty_like(x)
     _round_kernel[(1,)](x, y, N=x.numel())
     assert torch.equal(y, x.to(torch.float8_e4m3fn).float())
+    # the FP8 output's rounding: either sign, up to e4m3's largest value (448)
+    x = torch.cat([x[:1024], -x[:1024], torch.rand(2048, generator=g) * -900 + 450]).clamp(-448, 448)
+    _round_kernel[(1,)](x, y, N=x.numel(), SIGNED=True)
+    assert torch.equal(y, x.to(torch.float8_e4m3fn).float())
+
+
+@pytest.mark.parametrize("case_id", ["B2-H4/2-S45x70-D32-causal-e4m3-o8-bf16", "B1-H2-S64x64-D128-e4m3-o8-bf16"])
+def test_fp8_output_in_e4m3_reads_back_as_the_fp8_reference(case_id):
+    """out_dtype=float8_e4m3fn: the output written in e4m3 in V's units (real value = out x v_descale,
+    the scale 1 / v_descale), as the reference's FP8-output path rounds it (harness.fp8.round_output);
+    read back, within 2x the reference's error against the FP64 oracle, and lse as with bf16 out."""
+    from harness import fp8
+    from harness.adapters.eager import eager_fp8_attention
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from harness.check.golden import compute_oracle
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    c = case_from_id(case_id)
+    x = harness_inputs(c, seed=4, device=DEVICE)
+    orc = compute_oracle(c, x)
+    kw = dict(causal=c.causal, softmax_scale=c.scale, window_size=c.window)
+    out, lse = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True,
+                                   out_dtype=torch.float8_e4m3fn, **kw)
+    bf16, lse16 = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True, **kw)
+    assert out.dtype == torch.float8_e4m3fn and out.shape == (c.batch, c.seqlen_q, c.heads_q, c.d_v)
+    assert torch.equal(lse, lse16)
+    read = fp8.read_back(out, x.v_descale, torch.float32)
+    ref, _ = eager_fp8_attention(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, out_dtype=torch.float32,
+                                 out_fp8="e4m3", **kw)
+    err, ref_err = rel_err(read, orc.out), rel_err(ref, orc.out)
+    assert err <= 2 * ref_err, f"out: {err:.3e} against the FP8-output reference's {ref_err:.3e}"
+    # the same kernel's bf16 output, scaled to V's units and rounded to e4m3: the FP8 output's values,
+    # but for ties the two fp32 paths round apart (the bf16 one is rounded twice)
+    vd = x.v_descale.float().repeat_interleave(c.heads_q // c.heads_k, dim=1)[:, None, :, None]
+    same = (bf16.float() / vd).to(torch.float8_e4m3fn).float() == out.float()
+    assert same.float().mean() >= 0.9
 
 
 def test_fp8_entry_point_validates_its_arguments():
@@ -670,7 +708,7 @@ def test_fp8_entry_point_validates_its_arguments():
         flash_attn_fp8_func(q.float(), k, v, ds, ds, ds)
     with pytest.raises(ValueError, match=r"k_descale: expected a float32 \[B=1, Hk=1\]"):
         flash_attn_fp8_func(q, k, v, ds, torch.ones(1, 2, device=DEVICE), ds)
-    with pytest.raises(ValueError, match="out_dtype: bfloat16 or float16"):
+    with pytest.raises(ValueError, match="out_dtype: bfloat16, float16 or float8_e4m3fn"):
         flash_attn_fp8_func(q, k, v, ds, ds, ds, out_dtype=torch.float32)
 
 

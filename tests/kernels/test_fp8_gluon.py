@@ -40,9 +40,9 @@ def _compile_sm90a(*specs: str) -> dict:
 def compiled():
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
-    # hd 64 causal at the measured tile (OVERLAP = 1), both overlaps, the warp-specialised hd 256
-    # (one subprocess, three compiles: ~8 s of the CPU suite)
-    return _compile_sm90a("64,64,128,1,1", "64,64,64,0,3", "ws:256,64,3,1")
+    # hd 64 causal at the measured tile (OVERLAP = 1), both overlaps, the warp-specialised hd 256 with
+    # bf16 and e4m3 output (one subprocess, four compiles: ~11 s of the CPU suite)
+    return _compile_sm90a("64,64,128,1,1", "64,64,64,0,3", "ws:256,64,3,1", "ws:256,64,3,1,1")
 
 
 @pytest.mark.parametrize("spec, max_regs", [("64,64,128,1,1", 232)])
@@ -66,6 +66,15 @@ def test_the_warp_specialised_kernel_gives_its_consumers_the_registers(compiled)
     assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0
     assert r["smem"] <= 227 * 1024
     assert r["wait_one_pending"] >= 2  # one per consumer partition
+
+
+def test_the_fp8_output_variant_compiles_as_the_bf16_one(compiled):
+    """e4m3 output (OUT_FP8): the same consumers (registers, wgmmas, ping-pong waits), half the output's
+    shared memory."""
+    bf16, e4m3 = compiled["ws:256,64,3,1"], compiled["ws:256,64,3,1,1"]
+    for key in ("regs", "spill", "wgmma", "serialized", "setmaxnreg", "wait_one_pending"):
+        assert e4m3[key] == bf16[key], key
+    assert e4m3["smem"] == bf16["smem"] - 2 * 64 * 256  # two consumers' [64, 256] tiles, 1 byte less each
 
 
 def test_both_overlaps_are_serialised_by_ptxas(compiled):
@@ -178,3 +187,43 @@ def test_fp8_func_sends_what_the_ws_kernel_does_to_it(monkeypatch):
     flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=True, out_dtype=torch.float16)
     assert len(calls) == 1
     assert rel_err(out, orc.out) <= 1.1 * rel_err(triton_out, orc.out) + 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case_id", ["B2-H8/2-S301x301-D256-causal-e4m3-o8-bf16", "B1-H4/1-S200x333-D64-e4m3-o8-bf16",
+                                     "B2-H4/2-S256x256-D128-causal-e4m3-o8-bf16"])
+def test_fp8_output_reads_back_as_the_fp8_output_reference(case_id):
+    """out_dtype=float8_e4m3fn through flash_attn_fp8_func (hd 256 on the warp-specialised Gluon kernel,
+    64 / 128 on the Triton one): e4m3 values in V's units, poisoned first, read back with v_descale within
+    2x the FP8-output reference's error against the oracle; lse bitwise the bf16-output call's."""
+    from kernel_checks import rel_err
+
+    from harness import fp8
+    from harness.adapters.eager import eager_fp8_attention
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from harness.check.golden import compute_oracle
+    from kernels.flash_attn import configs, flash_attn_fp8_func
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (the FP8 kernels' e4m3 output on the device)")
+    c = case_from_id(case_id)
+    x = harness_inputs(c, seed=6, device="cuda")
+    orc = compute_oracle(c, x)
+    ds = (x.q_descale, x.k_descale, x.v_descale)
+    out, lse = flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=c.causal, out_dtype=E4M3, return_lse=True)
+    lse16 = flash_attn_fp8_func(x.q, x.k, x.v, *ds, causal=c.causal, return_lse=True)[1]
+    assert out.dtype == E4M3 and torch.equal(lse, lse16)
+    read = fp8.read_back(out, x.v_descale, torch.float32)
+    assert torch.isfinite(read).all()
+    ref, _ = eager_fp8_attention(x.q, x.k, x.v, *ds, causal=c.causal, out_dtype=torch.float32, out_fp8="e4m3")
+    err, ref_err = rel_err(read, orc.out), rel_err(ref, orc.out)
+    assert err <= 2 * ref_err, f"out: {err:.3e} against the FP8-output reference's {ref_err:.3e}"
+    if SM90 and c.d in configs.FP8_GLUON_WS:  # the Gluon kernel's output, poisoned before its run
+        from kernels.flash_attn.v_layout import v_keys_contiguous
+
+        bn, stages = configs.FP8_GLUON_WS[c.d]
+        raw, _ = fp8_gluon.fp8_fwd_gluon_ws(x.q, x.k, v_keys_contiguous(x.v), ds, softmax_scale=c.d ** -0.5,
+                                            causal=c.causal, block_n=bn, num_stages=stages, poison=True,
+                                            out_dtype=E4M3)
+        assert torch.equal(raw.view(torch.uint8), out.view(torch.uint8))
