@@ -319,6 +319,7 @@ class Baseline:
     inputs: SoftmaxInputs | LinearInputs
     oracle: object
     _reference_errors: dict[str, float] | None = None
+    _fp8_lse_floor: float | None = None
 
     def oracle_tensors(self) -> dict[str, torch.Tensor]:
         return self.oracle.tensors()
@@ -328,6 +329,18 @@ class Baseline:
         if self._reference_errors is None:
             self._reference_errors = self._compute_reference_errors()
         return self._reference_errors
+
+    def fp8_lse_floor(self) -> float:
+        """The lse floor the case's FP8 inputs set (:func:`tolerance.fp8_lse_floor`), 0 for other
+        cases; worked out once."""
+        if not (isinstance(self.case, SoftmaxCase) and self.case.fp8):
+            return 0.0
+        if self._fp8_lse_floor is None:
+            x, case = self.inputs, self.case
+            scale = case.scale if case.scale is not None else case.d ** -0.5
+            self._fp8_lse_floor = tolerance.fp8_lse_floor(x.q, x.k, x.q_descale, x.k_descale, scale,
+                                                          self.oracle_tensors()["lse"])
+        return self._fp8_lse_floor
 
     def _compute_reference_errors(self) -> dict[str, float]:
         run = _run_once(_ReferenceAdapter(), self.case, self.inputs, want_grad=True, poison=False)
@@ -668,6 +681,7 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
                 reference_error=ref_errors.get(name, 0.0),
                 dtype=_compare_dtype(name, case),
                 case_dtype=getattr(case, "factor_dtype", case.dtype),
+                floor=baseline.fp8_lse_floor() if name == "lse" else 0.0,
             )
         )
     runs = [first] + ([second] if second is not None else [])

@@ -133,6 +133,37 @@ def test_fp8_lse_floor_is_the_fp8_accumulator_and_nothing_else_moves():
     assert all(len(f.reason) > 80 for f in HARDWARE_FLOORS.values())
 
 
+def test_fp8_lse_floor_follows_the_magnitudes_the_accumulator_adds():
+    """The accumulator's 2^-14 is relative to sum |q_d k_d| x scale, not to lse: scale 1 (T5-style)
+    raises the floor with the scores' size; tiny scores keep the table's 2^-14; the floor is a rigorous
+    bound of that premise (Cauchy-Schwarz over each row's largest key norm), worked out per head group."""
+    from harness import fp8
+    from harness.check.tolerance import fp8_lse_floor
+
+    g = torch.Generator().manual_seed(0)
+    q32, k32 = torch.randn(2, 64, 4, 64, generator=g), torch.randn(2, 80, 2, 64, generator=g)
+    (q, qs), (k, ks) = fp8.quantize(q32, "e4m3", 2), fp8.quantize(k32, "e4m3", 2)
+    qd, kd = fp8.dequantize(q, qs), fp8.dequantize(k, ks)
+
+    def lse_of(scale):
+        s = torch.einsum("bihd,bjhd->bhij", qd, kd.repeat_interleave(2, dim=2)) * scale
+        return torch.logsumexp(s, dim=-1), s
+
+    base = 2.0**-14
+    usual, _ = lse_of(64**-0.5)
+    hot, s = lse_of(1.0)
+    f_usual, f_hot = fp8_lse_floor(q, k, qs, ks, 64**-0.5, usual), fp8_lse_floor(q, k, qs, ks, 1.0, hot)
+    assert base <= f_usual < f_hot <= 8 * base  # scale 1: the products outgrow the lse
+    # the premise's worst case, computed directly, sits under the floor's bound
+    worst = base * torch.einsum("bihd,bjhd->bhij", qd.abs(), kd.abs().repeat_interleave(2, dim=2)).amax(-1)
+    assert float(torch.linalg.vector_norm(worst)) / float(torch.linalg.vector_norm(hot)) <= f_hot
+    tiny = fp8_lse_floor(q, k, qs * 1e-3, ks * 1e-3, 1.0, lse_of(1.0)[0] * 0 + 5.0)
+    assert tiny == base
+    masked = usual.clone()
+    masked[..., 0] = float("-inf")  # rows that see no key are left out
+    assert fp8_lse_floor(q, k, qs, ks, 64**-0.5, masked) == pytest.approx(f_usual, rel=0.05)
+
+
 def test_fp64_candidate_bounds_are_sane():
     e = _randn(512)
     ref = 2e-16
