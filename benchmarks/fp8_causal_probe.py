@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tiles", default="1,2")
     ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P")
     ap.add_argument("--fit", action="store_true")
-    ap.add_argument("--masks", default="no,yes", help="no (full square), yes (causal), or both")
+    ap.add_argument("--masks", default="no,yes", help="comma list of no (full square) and yes (causal)")
     ap.add_argument("--licm", default="0", help="0: the masked loops as configs.fwd_masked_no_licm says; 1: their "
                     "loop-invariant code motion forced on; 2: forced off (configs.FWD_MASKED_NO_LICM)")
     ap.add_argument("--repeat", type=int, default=1, help="time each variant this many times, interleaved")
