@@ -189,6 +189,38 @@ class MaskedRowsNaNDocumented(MaskedRowsNaN):
     masked_rows = "fully-masked rows return NaN (like a plain softmax over -inf)"
 
 
+class EmptyRowsPlusInfLse(SoftmaxAdapter):
+    """flash-attn's convention: lse +inf on rows that see no key, declared (``lse_empty_rows``), so
+    the checker maps those rows to -inf: it must pass. ``declared = False``: the same output undeclared
+    (fails masked_rows); ``live_too``: +inf on a row that does see keys as well (fails lse, declared or
+    not)."""
+
+    name = "flash_style_empty_rows"
+    lse_empty_rows = math.inf
+    live_too = False
+
+    def run(self, case, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None):
+        out, lse = eager_attention(
+            q, k, v, causal=case.causal, softmax_scale=default_scale(case), window_size=case.window
+        )
+        lse = torch.where(torch.isneginf(lse), math.inf, lse)
+        if self.live_too:
+            live = torch.isfinite(lse).nonzero()[0]
+            lse = lse.clone()
+            lse[tuple(live)] = math.inf
+        return SoftmaxOutput(out, lse)
+
+
+class EmptyRowsPlusInfUndeclared(EmptyRowsPlusInfLse):
+    name = "wrong_empty_rows_plus_inf_undeclared"
+    lse_empty_rows = None
+
+
+class EmptyRowsPlusInfOnALiveRow(EmptyRowsPlusInfLse):
+    name = "wrong_plus_inf_on_a_live_row"
+    live_too = True
+
+
 class NoisyBackward(SoftmaxAdapter):
     """Backward adds a tiny run-to-run jitter to dk, as atomics-based accumulation does."""
 

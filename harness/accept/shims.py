@@ -77,7 +77,7 @@ def flash_attn_cute_decode(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``flash_attn_cute_decode`` adapter: the new tokens written with ``index_copy_`` first, then
     ``flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=..., page_table=...)``."""
     from harness.adapters.base import Unsupported
-    from harness.adapters.decode import FlashAttnCuteDecode
+    from harness.adapters.decode import FlashAttnCuteDecode, lse_empty_rows_to_neg_inf
     from harness.cases import DTYPE_NAMES, DecodeCase
 
     B, Sq, Hq, D = q.shape
@@ -95,7 +95,11 @@ def flash_attn_cute_decode(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                           block_table=block_table, k=k, v=v)
     except Unsupported as e:
         raise NotImplementedError(str(e)) from None
-    return (res.out, res.lse) if res.lse is not None else res.out
+    if res.lse is None:
+        return res.out
+    # the contract's -inf on rows that see no key (the adapter leaves flash-attn's +inf to the checker)
+    lengths = cache_seqlens + (k.shape[1] if k is not None else 0)
+    return res.out, lse_empty_rows_to_neg_inf(res.lse, case, lengths)
 
 
 flash_attn_cute_decode.attn_capabilities = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"]}

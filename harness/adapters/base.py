@@ -86,6 +86,10 @@ class Adapter(abc.ABC):
     #: False when the backend documents a nondeterministic backward (atomics): determinism is
     #: then reported with its spread instead of failed.
     deterministic_backward: ClassVar[bool] = True
+    #: The lse this backend writes on query rows that see no key, where it is not the oracle's -inf
+    #: (flash-attn: +inf). The harness maps it to -inf on those rows only, when it checks the output:
+    #: not inside the timed call, where the few kernels of the mapping would be timed as the backend's.
+    lse_empty_rows: ClassVar[float | None] = None
 
     def supports(self, case: Case, device: torch.device) -> str | None:
         """None when this adapter can run ``case`` on ``device``, else the reason in plain words."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 
 import torch
 
@@ -137,6 +138,8 @@ def _unsupported_from(e: Exception, words: str) -> Unsupported | None:
 class _VendorDecode(DecodeAdapter):
     """Shared checks of the vendor decode peers: package present, CUDA, dtype, head dims."""
 
+    lse_empty_rows = math.inf  # flash-attn's lse on rows that see no key (the oracle: -inf)
+
     module: str = ""
     function: str = ""
     package_words: str = ""
@@ -148,7 +151,7 @@ class _VendorDecode(DecodeAdapter):
     def probe(self):
         return _probe(self.module, self.function, self.package_words)
 
-    def call(self, fn, case: DecodeCase, kv_lengths, *args, **kw) -> DecodeOutput:
+    def call(self, fn, case: DecodeCase, *args, **kw) -> DecodeOutput:
         """``fn(*args, **kw)`` -> out or (out, lse, ...); a stated limit becomes Unsupported."""
         try:
             res = fn(*args, **kw)
@@ -158,7 +161,7 @@ class _VendorDecode(DecodeAdapter):
                 raise
             raise unsup from None
         out, lse = (res, None) if isinstance(res, torch.Tensor) else (res[0], res[1])
-        return DecodeOutput(out, _lse_or_none(lse, case, kv_lengths))
+        return DecodeOutput(out, _lse_or_none(lse, case))
 
     def supports(self, case, device):
         reason = super().supports(case, device)
@@ -210,8 +213,7 @@ class FlashAttnKVCache(_VendorDecode):
             kw["softcap"] = case.softcap
         if "return_softmax_lse" in params:
             kw["return_softmax_lse"] = True
-        lengths = cache_seqlens + (k.shape[1] if k is not None else 0)
-        return self.call(fn, case, lengths, q, k_cache, v_cache, **kw)
+        return self.call(fn, case, q, k_cache, v_cache, **kw)
 
 
 class FlashAttn3KVCache(FlashAttnKVCache):
@@ -247,7 +249,7 @@ class FlashAttnCuteDecode(_VendorDecode):
             kw["page_table"] = block_table.to(torch.int32)
         if case.softcap:
             kw["softcap"] = case.softcap
-        return self.call(fn, case, used, q, k_cache, v_cache, **kw)
+        return self.call(fn, case, q, k_cache, v_cache, **kw)
 
 
 class _FlexPagedState:
@@ -349,11 +351,20 @@ class FlexPagedDecode(DecodeAdapter):
         return DecodeOutput(out.transpose(1, 2), lse)
 
 
-def _lse_or_none(lse, case: DecodeCase, kv_lengths: torch.Tensor):
-    """The vendor's lse when it has the contract's (B, Hq, Sq) shape; flash-attn writes +inf on rows
-    that see no key (the oracle: -inf): those become -inf, on those rows only. ``kv_lengths``: each
-    sequence's keys during the step (device tensor: no host synchronisation in a timed loop)."""
+def _lse_or_none(lse, case: DecodeCase):
+    """The vendor's lse when it has the contract's (B, Hq, Sq) shape, as the kernel wrote it (flash-attn:
+    +inf on rows that see no key; the adapters declare ``lse_empty_rows`` and the checker maps them)."""
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (case.batch, case.heads_q, case.seqlen_q):
+        return None
+    return lse
+
+
+def lse_empty_rows_to_neg_inf(lse, case: DecodeCase, kv_lengths: torch.Tensor):
+    """flash-attn's +inf lse on rows that see no key as the oracle's -inf, on those rows only: for a
+    caller that must speak the contract itself (harness.accept.shims); the adapters leave it to the
+    checker (``lse_empty_rows``). ``kv_lengths``: each sequence's keys during the step (a device
+    tensor: no host synchronisation)."""
+    if lse is None:
         return None
     left, right = case.window
     if case.causal:

@@ -136,6 +136,16 @@ def test_documented_masked_row_behaviour_is_reported_not_failed():
     assert prop.status == "documented" and "documented" in prop.detail
 
 
+def test_a_declared_lse_on_empty_rows_is_mapped_by_the_checker_on_those_rows_only():
+    # lse_empty_rows (flash-attn's +inf): the checker maps it outside the timed call, on dead rows only
+    ok = verify(w.EmptyRowsPlusInfLse(), DEAD_ROWS)
+    assert ok.status == "pass" and ok.property("masked_rows").status == "pass", ok.message()
+    undeclared = verify(w.EmptyRowsPlusInfUndeclared(), DEAD_ROWS)
+    assert undeclared.property("masked_rows").status == "fail", undeclared.message()
+    live = verify(w.EmptyRowsPlusInfOnALiveRow(), DEAD_ROWS)
+    assert live.status == "fail" and "lse" in live.failures, live.message()
+
+
 def test_masked_rows_property_passes_for_the_oracle_convention():
     r = verify("eager", DEAD_ROWS)
     assert r.property("masked_rows").status == "pass"
