@@ -4,8 +4,9 @@
 user-callable contract of :mod:`harness.adapters.user`:
 
 * window bounds: the contract's -1 ("unbounded") is flash-attn-4's None (a -1 there is a bound);
-* lse: requested when the function has ``return_lse``; the +inf flash-attn writes for rows that
-  see no key becomes the oracle's -inf on those rows only (as the ``flash_attn_cute`` adapter does);
+* lse: requested when the function has ``return_lse``, returned as flash-attn-4 writes it: +inf for
+  rows that see no key, declared (``lse_empty_rows``) so that the judge maps it to -inf on those rows
+  after the call, outside the timed one (as for the ``flash_attn_cute`` adapter);
 * flash-attn-4 states its limits with asserts: they become NotImplementedError ("unsupported");
 * ``deterministic=True`` is passed when the function takes it: its default backward accumulates
   dq with atomics, which the acceptance determinism check (two runs bitwise equal) fails, and the
@@ -15,13 +16,11 @@ user-callable contract of :mod:`harness.adapters.user`:
 
 from __future__ import annotations
 
-import torch
-
-from harness.cases import SoftmaxCase
+import math
 
 
 def _cute(q, k, v, *, causal, softmax_scale, window_size, softcap, deterministic):
-    from harness.adapters.flash_attn import _normalise_lse, _probe_fa4, _split
+    from harness.adapters.flash_attn import _probe_fa4, _split
     from harness.adapters.optional import call_params
 
     fn, _, why = _probe_fa4()
@@ -43,14 +42,9 @@ def _cute(q, k, v, *, causal, softmax_scale, window_size, softcap, deterministic
     except (AssertionError, NotImplementedError) as e:
         raise NotImplementedError(f"flash_attn.cute (flash-attn-4): {e}") from None
     out, lse = _split(res)
-    B, Sq, Hq, D = q.shape
-    Sk, Hk, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    B, Sq, Hq, _ = q.shape
     if lse is not None and tuple(lse.shape) != (B, Hq, Sq):
         lse = None  # another layout: not comparable, so not returned
-    if lse is not None:
-        case = SoftmaxCase(B, Hq, Hk, Sq, Sk, D, d_v=Dv, causal=causal, window=(left, right),
-                           dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(q.dtype, "fp32"))
-        lse = _normalise_lse(lse, case, q.device)
     return (out, lse) if lse is not None else out
 
 
@@ -66,7 +60,7 @@ def flash_attn_cute_fast(q, k, v, *, causal=False, softmax_scale=None, window_si
                  deterministic=False)
 
 
-_CAPS = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"], "varlen": False}
+_CAPS = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"], "varlen": False, "lse_empty_rows": math.inf}
 flash_attn_cute.attn_capabilities = dict(_CAPS)
 flash_attn_cute_fast.attn_capabilities = dict(_CAPS)
 
@@ -77,7 +71,7 @@ def flash_attn_cute_decode(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     ``flash_attn_cute_decode`` adapter: the new tokens written with ``index_copy_`` first, then
     ``flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=..., page_table=...)``."""
     from harness.adapters.base import Unsupported
-    from harness.adapters.decode import FlashAttnCuteDecode, lse_empty_rows_to_neg_inf
+    from harness.adapters.decode import FlashAttnCuteDecode
     from harness.cases import DTYPE_NAMES, DecodeCase
 
     B, Sq, Hq, D = q.shape
@@ -95,11 +89,9 @@ def flash_attn_cute_decode(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                           block_table=block_table, k=k, v=v)
     except Unsupported as e:
         raise NotImplementedError(str(e)) from None
-    if res.lse is None:
-        return res.out
-    # the contract's -inf on rows that see no key (the adapter leaves flash-attn's +inf to the checker)
-    lengths = cache_seqlens + (k.shape[1] if k is not None else 0)
-    return res.out, lse_empty_rows_to_neg_inf(res.lse, case, lengths)
+    # lse as flash-attn-4 writes it (+inf on rows that see no key: declared, mapped by the judge)
+    return (res.out, res.lse) if res.lse is not None else res.out
 
 
-flash_attn_cute_decode.attn_capabilities = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"]}
+flash_attn_cute_decode.attn_capabilities = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"],
+                                            "lse_empty_rows": math.inf}

@@ -359,24 +359,6 @@ def _lse_or_none(lse, case: DecodeCase):
     return lse
 
 
-def lse_empty_rows_to_neg_inf(lse, case: DecodeCase, kv_lengths: torch.Tensor):
-    """flash-attn's +inf lse on rows that see no key as the oracle's -inf, on those rows only: for a
-    caller that must speak the contract itself (harness.accept.shims); the adapters leave it to the
-    checker (``lse_empty_rows``). ``kv_lengths``: each sequence's keys during the step (a device
-    tensor: no host synchronisation)."""
-    if lse is None:
-        return None
-    left, right = case.window
-    if case.causal:
-        right = 0
-    n = kv_lengths.to(lse.device).long()[:, None]
-    pos = n - case.seqlen_q + torch.arange(case.seqlen_q, device=lse.device)[None, :]  # each row's position
-    lo = (pos - left).clamp_min(0) if left >= 0 else torch.zeros_like(pos)
-    hi = torch.minimum(pos + right + 1, n) if right >= 0 else n.expand_as(pos)
-    empty = (hi <= lo)[:, None, :]
-    return torch.where(empty & torch.isposinf(lse), torch.full_like(lse, float("-inf")), lse)
-
-
 register(DecodeEagerAdapter)
 register(DecodeGatherSDPAAdapter)
 for _cls in (FlashAttnKVCache, FlashAttn3KVCache, FlashAttnCuteDecode, FlexPagedDecode):

@@ -76,40 +76,6 @@ def _probe_fa4():
     return fn, varlen, None
 
 
-def dead_rows(case: SoftmaxCase, device=None) -> torch.Tensor:
-    """Boolean mask of query rows that see no key: (B, Sq), or (total_q,) for varlen."""
-    left, right = case.window
-    if case.causal:
-        right = 0
-
-    def rows(sq: int, sk: int) -> torch.Tensor:
-        i = torch.arange(sq, device=device) + (sk - sq)
-        lo = (i - left).clamp_min(0) if left >= 0 else torch.zeros_like(i)
-        hi = (i + right + 1).clamp_max(sk) if right >= 0 else torch.full_like(i, sk)
-        return hi <= lo
-
-    if case.is_varlen:
-        return (
-            torch.cat([rows(a, b) for a, b in case.varlen])
-            if case.varlen
-            else torch.zeros(0, dtype=torch.bool, device=device)
-        )
-    return rows(case.seqlen_q, case.seqlen_k).unsqueeze(0).expand(case.batch, -1)
-
-
-def _normalise_lse(lse, case: SoftmaxCase, device):
-    """FA's +inf lse on empty rows -> the oracle's -inf, on those rows only: for callers that must
-    hand on the oracle's convention themselves (harness.accept.shims). The adapters declare
-    ``lse_empty_rows`` instead and leave the mapping to the checker, outside the timed call."""
-    if lse is None or not (case.causal or case.has_window or case.is_varlen):
-        return lse
-    dead = dead_rows(case, device=device)
-    dead = dead.unsqueeze(-2) if not case.is_varlen else dead.unsqueeze(0)  # broadcast over heads
-    if tuple(lse.shape[-1:]) != tuple(dead.shape[-1:]):
-        return lse
-    return torch.where(dead & torch.isposinf(lse), torch.full_like(lse, -math.inf), lse)
-
-
 def _split(res):
     """out, or (out, lse, ...), or (out, lse) -> (out, lse or None)."""
     if isinstance(res, torch.Tensor):

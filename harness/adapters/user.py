@@ -61,6 +61,9 @@ Optional capability declaration, read by ``supports`` (every key optional, defau
                                     # "softmax_scale", "causal", "window_size", "softcap"])
         "fp8": False,               # softmax: FP8 cases (q, k, v in e4m3 with q_descale, k_descale,
                                     # v_descale (B, Hk) float32 keywords, flash-attn 3's FP8 call)
+        "lse_empty_rows": None,     # softmax / decode: the lse written on rows that see no key when
+                                    # it is not -inf (flash-attn: float("inf")); the harness maps it
+                                    # to -inf on those rows only, after the call (not timed)
     }
 """
 
@@ -105,6 +108,7 @@ DEFAULT_CAPABILITIES: dict[str, Any] = {
     "append": True,
     "fp8": False,
     "positional": None,  # None: the signature's order; a list of names for a wrapper over *args
+    "lse_empty_rows": None,  # None: -inf, the contract's; a float: what the callable writes instead
 }
 _FEATURE_WORDS = {
     "causal": "causal",
@@ -162,6 +166,9 @@ def capabilities(fn) -> dict[str, Any]:
         raise ValueError(
             f"{CAPABILITY_ATTR}: unknown keys {sorted(unknown)}; known: {sorted(DEFAULT_CAPABILITIES)}"
         )
+    empty = declared.get("lse_empty_rows")
+    if empty is not None and (isinstance(empty, bool) or not isinstance(empty, (int, float))):
+        raise ValueError(f"{CAPABILITY_ATTR}: lse_empty_rows: a float (e.g. float('inf')) or None, got {empty!r}")
     return {**DEFAULT_CAPABILITIES, **declared}
 
 
@@ -213,6 +220,8 @@ class _FromCallable:
         self.fn = fn
         self.name = name
         self.caps = capabilities(fn)
+        empty = self.caps["lse_empty_rows"]
+        self.lse_empty_rows = None if empty is None else float(empty)
         self.differentiable = bool(self.caps["backward"])
         self.deterministic_backward = bool(self.caps["deterministic_backward"])
         self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])

@@ -465,17 +465,32 @@ def _limit_name():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_flash_lse_plus_inf_on_dead_rows_only_becomes_neg_inf():
-    from harness.adapters.flash_attn import _normalise_lse, dead_rows
+def test_flash_adapters_declare_their_lse_on_empty_rows_and_the_checker_maps_it():
+    """flash-attn writes +inf lse on rows that see no key: the adapters declare it (nothing in their
+    timed call maps it) and the checker maps it to -inf on those rows only, dense and varlen layouts."""
+    from harness.adapters import decode, flash_attn
+    from harness.check.verify import _map_empty_rows
 
-    case = SoftmaxCase(2, 3, 3, 6, 4, 8, causal=True)  # rows 0, 1 see no key
-    assert dead_rows(case).tolist() == [[True, True, False, False, False, False]] * 2
-    lse = torch.full((2, 3, 6), math.inf)
-    fixed = _normalise_lse(lse, case, CPU)
-    assert torch.isneginf(fixed[..., :2]).all()
-    assert torch.isposinf(fixed[..., 2:]).all()  # a +inf on a live row is left for the runner to flag
-    varlen = SoftmaxCase(1, 2, 2, 0, 0, 8, causal=True, varlen=((3, 1), (2, 2)))
-    assert dead_rows(varlen).tolist() == [True, True, False, False, False]
+    assert flash_attn._FlashAdapter.lse_empty_rows == math.inf
+    assert decode._VendorDecode.lse_empty_rows == math.inf
+
+    class Run:
+        def __init__(self, lse):
+            self.tensors = {"lse": lse}
+
+    dead = torch.zeros(2, 6, 3, dtype=torch.bool)  # (B, Sq, Hq): rows 0, 1 see no key
+    dead[:, :2] = True
+    run = Run(torch.full((2, 3, 6), math.inf))
+    _map_empty_rows(flash_attn.FlashAttnCute(), run, dead)
+    assert torch.isneginf(run.tensors["lse"][..., :2]).all()
+    assert torch.isposinf(run.tensors["lse"][..., 2:]).all()  # a +inf on a live row stays, for the check to fail
+    varlen_dead = torch.tensor([[True, True], [True, True], [False, False], [False, False], [False, False]])
+    run = Run(torch.full((2, 5), math.inf))  # varlen lse (Hq, total_q)
+    _map_empty_rows(flash_attn.FlashAttnCute(), run, varlen_dead)
+    assert torch.isneginf(run.tensors["lse"][:, :2]).all() and torch.isposinf(run.tensors["lse"][:, 2:]).all()
+    run = Run(torch.full((2, 3, 6), math.inf))
+    _map_empty_rows(object(), run, dead)  # no declaration: nothing mapped
+    assert torch.isposinf(run.tensors["lse"]).all()
 
 
 def test_flash_attn_cute_refuses_gqa_with_a_value_head_dim_of_its_own(monkeypatch):
@@ -604,6 +619,31 @@ def test_user_callable_capabilities_and_not_implemented(user_module):
     with pytest.raises(Unsupported, match="declared unsupported by the implementation: head dim 32"):
         from_spec(f"{user_module}:refuses").run(case, q=inp.q, k=inp.k, v=inp.v)
     assert get("eager").differentiable is True  # an instance's capability does not leak to the class
+
+
+def test_user_callable_may_declare_flash_attns_lse_on_empty_rows():
+    """``attn_capabilities["lse_empty_rows"]``: a callable that writes +inf lse on rows that see no key
+    (flash-attn's convention, e.g. the accept shims over flash-attn-4) declares it and passes; without
+    the declaration masked_rows fails; a non-number is refused when the adapter is made."""
+    from harness.adapters.eager import eager_attention
+    from harness.adapters.user import make_callable_adapter
+    from harness.check.verify import verify
+
+    def flash_style(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0):
+        out, lse = eager_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, window_size=window_size,
+                                   softcap=softcap)
+        return out, torch.where(torch.isneginf(lse), math.inf, lse)
+
+    case = SoftmaxCase(1, 4, 1, 70, 33, 16, causal=True)  # Sq > Sk: 37 rows see no key
+    flash_style.attn_capabilities = {"lse_empty_rows": math.inf}
+    declared = verify(make_callable_adapter(flash_style, name="flash_style"), case)
+    assert declared.status == "pass" and declared.property("masked_rows").status == "pass", declared.message()
+    flash_style.attn_capabilities = {}
+    undeclared = verify(make_callable_adapter(flash_style, name="flash_style"), case)
+    assert undeclared.property("masked_rows").status == "fail", undeclared.message()
+    flash_style.attn_capabilities = {"lse_empty_rows": "inf"}
+    with pytest.raises(ValueError, match="lse_empty_rows"):
+        make_callable_adapter(flash_style, name="flash_style")
 
 
 def test_user_callable_varlen_convention(user_module):
