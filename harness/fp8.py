@@ -76,9 +76,6 @@ def read_back(out: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype) -> t
     same convention."""
     if descale.numel() == 1:
         return (out.float() * descale.float().reshape(())).to(dtype)
-    B, _, H, _ = out.shape
-    if descale.dim() != 2 or descale.shape[0] != B or H % descale.shape[1]:
-        raise ValueError(f"out_descale: shape {tuple(descale.shape)} does not fit a ({B}, *, {H}, *) output; "
-                         "expected (batch, heads_k) or one element")
-    per = descale.float().repeat_interleave(H // descale.shape[1], dim=1)[:, None, :, None]
-    return (out.float() * per).to(dtype)
+    if descale.dim() != 2:
+        raise ValueError(f"out_descale: expected (batch, heads_k) or one element, got shape {tuple(descale.shape)}")
+    return dequantize(out, descale, dtype=torch.float32).to(dtype)
