@@ -481,6 +481,23 @@ cudnn-fp8)  # issue 19: cuDNN's FP8 SDPA adapter (harness/adapters/cudnn_fp8.py,
     grep -A 8 "TFLOP/s by" "$OUT/cudnn-fp8-bench/report.md" | head -n 60
     tarred cudnn-fp8-run; tarred cudnn-fp8-bench
     ;;
+fp8-bwd)  # issue 19, session 19: cuDNN's FP8 backward (sdpa_fp8_backward; carry .whl-cudnn): the probe checks it
+    # against the FP64 oracle on small cases and compares cuDNN's amax of dS with the harness's (the dS
+    # convention), then the fp8-bwd preset's forward and backward beside the bf16 kernels of the same run.
+    setup
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
+    timeout 200 python3 benchmarks/cudnn_fp8_bwd_probe.py ${FP8_BWD_PROBE_CASES:+--cases $FP8_BWD_PROBE_CASES} \
+        > "$OUT/fp8-bwd-probe.log" 2>&1
+    echo "probe exit $?" >> "$OUT/fp8-bwd-probe.log"
+    tail -n 14 "$OUT/fp8-bwd-probe.log"
+    timeout "${FP8_BWD_SECONDS:-330}" python3 -m harness bench --preset fp8-bwd --modes fwd,bwd --no-plots \
+        --time-limit $(( ${FP8_BWD_SECONDS:-330} - 30 )) --backends cudnn_fp8,triton_fa_fp8,sdpa_cudnn,triton_fa \
+        --cases "${FP8_BWD_CASES:-S(1024|4096|8192)x}" --out "$OUT/fp8-bwd-bench" > "$OUT/fp8-bwd-bench.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fp8-bwd-bench.log"
+    tail -n 4 "$OUT/fp8-bwd-bench.log"
+    sed -n '/^## Per case/,$p' "$OUT/fp8-bwd-bench/report.md" | grep -v "^$" | head -n 100
+    cp "$OUT/fp8-bwd-probe.log" "$OUT/fp8-bwd-bench/" 2>/dev/null; tarred fp8-bwd-bench
+    ;;
 fp8-out)  # issue 19, session 18: FP8 output (e4m3 in V's units, read back by the harness outside the timed
     # call) in the in-repo kernels and cuDNN's FP8 graphs with top-left masks on sm90 (carry .whl-cudnn):
     # the GPU tests of the FP8 paths, both backends against the FP64 oracle on the small FP8 preset, then

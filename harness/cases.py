@@ -132,6 +132,11 @@ class SoftmaxCase:
     #: forward on Hopper) and the harness compares it dequantised, in ``dtype``; the reference rounds
     #: its output the same way (harness.fp8.round_output). Id ``...-o8-...``.
     fp8_out: bool = False
+    #: FP8 cases: "" (forward only) or the FP8 format of the backward ("e4m3", "e5m2"): gradients are
+    #: checked too, dO arrives in that format with its descale, and the kernel quantises dS (and, with
+    #: ``fp8_out``, writes dQ / dK / dV) in it with the descales the case gives (harness.fp8's
+    #: GRAD_DESCALE_NAMES). Id ``...-grad_e5m2-...``.
+    fp8_grad: str = ""
     #: False: the callee is asked for the output alone (``return_lse=False``, or flash-attn 2's
     #: ``return_attn_probs=False``, where its signature has the keyword) and no lse is compared, so
     #: a kernel's out-only path is checked too; True: lse is asked for where the callee can return it
@@ -173,10 +178,16 @@ class SoftmaxCase:
             fp8.fmt(self.fp8)
             if self.dtype not in ("fp16", "bf16"):
                 raise ValueError(f"fp8: the output dtype of an FP8 case is fp16 or bf16, got {self.dtype}")
+            if self.fp8 not in fp8.INPUT_FORMATS:
+                raise ValueError(f"fp8: q, k, v come in {', '.join(fp8.INPUT_FORMATS)}, got {self.fp8!r}")
             if self.varlen is not None or self.layout != "contiguous":
                 raise ValueError("fp8: FP8 cases are dense and contiguous (varlen and layouts are not modelled)")
-        elif self.fp8_per_head or self.fp8_out:
-            raise ValueError("fp8_per_head, fp8_out: knobs of FP8 cases (set fp8)")
+            if self.fp8_grad:
+                fp8.fmt(self.fp8_grad)
+                if self.softcap:
+                    raise ValueError("fp8_grad: the FP8 backward is modelled without softcap")
+        elif self.fp8_per_head or self.fp8_out or self.fp8_grad:
+            raise ValueError("fp8_per_head, fp8_out, fp8_grad: knobs of FP8 cases (set fp8)")
         if self.call not in ("keyword", "positional"):
             raise ValueError(f"call: expected 'keyword' or 'positional', got {self.call!r}")
         if self.call == "positional" and (self.is_varlen or self.fp8):
@@ -219,6 +230,8 @@ class SoftmaxCase:
             parts.append("perhead")
         if self.fp8_out:
             parts.append("o8")
+        if self.fp8_grad:
+            parts.append(f"grad_{self.fp8_grad}")
         if not self.return_lse:
             parts.append("nolse")
         if self.call != "keyword":
@@ -233,6 +246,11 @@ class SoftmaxCase:
     def factor_dtype(self) -> str:
         """The tolerance table's row: the FP8 format when the inputs are FP8, else ``dtype``."""
         return self.fp8 or self.dtype
+
+    def factor_dtype_of(self, name: str) -> str:
+        """The tolerance row of tensor ``name``: the backward's FP8 format for an ``fp8_grad`` case's
+        gradients, else :attr:`factor_dtype`."""
+        return self.fp8_grad if self.fp8_grad and name in ("dq", "dk", "dv") else self.factor_dtype
 
     def with_dtype(self, dtype: str) -> SoftmaxCase:
         return dataclasses.replace(self, dtype=dtype)
@@ -304,6 +322,13 @@ class SoftmaxInputs(_TensorFields):
     q_descale: torch.Tensor | None = None
     k_descale: torch.Tensor | None = None
     v_descale: torch.Tensor | None = None
+    #: FP8 cases with ``fp8_grad``: grad_out is then in that format, and these are its descale and the
+    #: descales of dS, dQ, dK, dV (harness.fp8.GRAD_DESCALE_NAMES), each (batch, heads_k) float32
+    do_descale: torch.Tensor | None = None
+    ds_descale: torch.Tensor | None = None
+    dq_descale: torch.Tensor | None = None
+    dk_descale: torch.Tensor | None = None
+    dv_descale: torch.Tensor | None = None
 
 
 def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> SoftmaxInputs:
@@ -335,7 +360,12 @@ def make_softmax_inputs(case: SoftmaxCase, seed: int = 0, device="cpu") -> Softm
         do = randn(b, sq, case.heads_q, case.d_v)
         (q, qs), (k, ks), (v, vs) = (fp8.quantize(x, case.fp8, case.heads_k, per_head=case.fp8_per_head)
                                      for x in raw)
-        return SoftmaxInputs(q, k, v, do, q_descale=qs, k_descale=ks, v_descale=vs).to(device)
+        inputs = SoftmaxInputs(q, k, v, do, q_descale=qs, k_descale=ks, v_descale=vs).to(device)
+        if case.fp8_grad:  # dO in the backward's format (one factor), then the descales of what it makes
+            small = do.float().to(device) * fp8.GRAD_OUT_MAGNITUDE
+            inputs.grad_out, inputs.do_descale = fp8.quantize(small, case.fp8_grad, case.heads_k)
+            fp8.grad_descales(case, inputs)
+        return inputs
     q = randn(b, sq, case.heads_q, case.d)
     k = randn(b, sk, case.heads_k, case.d)
     v = randn(b, sk, case.heads_k, case.d_v)
@@ -725,7 +755,8 @@ def case_from_id(case_id: str) -> Case:
         hq = int(m["hq"])
         kw = {"d_v": int(m["dv"]) if m["dv"] else None}
         kw.update(_id_tail(case_id, m["rest"], {"causal": ("causal", True), "e4m3": ("fp8", "e4m3"),
-                                                "perhead": ("fp8_per_head", True), "o8": ("fp8_out", True), "nolse": ("return_lse", False),
+                                                "perhead": ("fp8_per_head", True), "o8": ("fp8_out", True),
+                                                "grad_e4m3": ("fp8_grad", "e4m3"), "grad_e5m2": ("fp8_grad", "e5m2"), "nolse": ("return_lse", False),
                                                 "positional": ("call", "positional")}))
         if m["varlen"] is not None:
             lens = tuple(tuple(int(x) for x in pair.split("x")) for pair in m["varlen"].split(",") if pair)

@@ -40,10 +40,24 @@ def _fp8_sweep() -> list[Case]:
     return cases
 
 
+def _fp8_bwd() -> list[Case]:
+    """The FA-paper sweep at hd 128 (cuDNN's FP8 backward on sm90 builds there only), forward and
+    backward: bf16, and e4m3 in and out with the backward in e4m3 and in e5m2 (flash-attn's / cuDNN's
+    FP8 training forms: ``fp8_grad``), in one bench run."""
+    cases: list[Case] = []
+    for causal in (False, True):
+        for s in FA_SWEEP_SEQLENS:
+            h = FA_SWEEP_HIDDEN // 128
+            c = SoftmaxCase(FA_SWEEP_TOKENS // s, h, h, s, s, 128, causal=causal, dtype="bf16")
+            cases += [c] + [dataclasses.replace(c, fp8="e4m3", fp8_out=True, fp8_grad=g) for g in ("e4m3", "e5m2")]
+    return cases
+
+
 def _small_fp8() -> list[Case]:
     """CPU-sized FP8 cases (e4m3 q, k, v with per-tensor descales, bf16 out): masks, GQA / MQA,
     Sq != Sk, window and softcap, scale 1.0 (large scores: exp(S) unscaled would exceed 448), one
-    with a factor per (sequence, kv head), two with the output written in e4m3 (``fp8_out``)."""
+    with a factor per (sequence, kv head), two with the output written in e4m3 (``fp8_out``), four with
+    the FP8 backward (``fp8_grad``: dO and dS in e4m3 or e5m2, gradients in the case's dtype or in FP8)."""
     return [
         SoftmaxCase(2, 4, 4, 37, 37, 32, dtype="bf16", fp8="e4m3"),
         SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3"),
@@ -56,6 +70,11 @@ def _small_fp8() -> list[Case]:
         # the output written in e4m3 with its scale (cuDNN's FP8 forward on Hopper), read back
         SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_out=True),
         SoftmaxCase(1, 2, 2, 64, 64, 128, dtype="bf16", fp8="e4m3", fp8_out=True),
+        # the FP8 backward: gradients in bf16 or, with fp8_out, written in the gradients' format
+        SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),
+        SoftmaxCase(1, 4, 1, 40, 40, 64, window=(8, 0), dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),
+        SoftmaxCase(1, 2, 2, 64, 64, 128, causal=True, dtype="bf16", fp8="e4m3", fp8_out=True, fp8_grad="e4m3"),
+        SoftmaxCase(1, 2, 2, 64, 64, 128, dtype="bf16", fp8="e4m3", fp8_out=True, fp8_grad="e5m2"),
     ]
 
 
@@ -243,8 +262,9 @@ _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
     "small": (_small, "CPU-sized softmax cases, every feature, scale omitted and passed, strided layouts (fp32)"),
     "small-linear": (_small_linear, "CPU-sized linear-attention cases, every gate, scale passed, strided layouts (fp32)"),
     "small-decode": (_small_decode, "CPU-sized decode cases: paged and contiguous caches, GQA/MQA, 1-4 new tokens, ragged (fp32)"),
-    "small-fp8": (_small_fp8, "CPU-sized FP8 cases: e4m3 q/k/v with per-tensor descales, bf16/fp16 out, masks, GQA/MQA, scale 1.0"),
+    "small-fp8": (_small_fp8, "CPU-sized FP8 cases: e4m3 q/k/v with per-tensor descales, bf16/fp16 out, masks, GQA/MQA, scale 1.0, FP8 backward in e4m3/e5m2"),
     "fp8-sweep": (_fp8_sweep, "FA-paper sweep (hd 64/128 at hidden 2048, hd 256 x 8 heads) in bf16 and in e4m3 with bf16 out"),
+    "fp8-bwd": (_fp8_bwd, "FA-paper sweep at hd 128, forward and backward: bf16, and e4m3 in / out with the backward in e4m3 and in e5m2"),
     "fa-sweep": (_fa_sweep, "FA-paper sweep: hd 64/128, seqlen 512..16k at 16k tokens, hidden 2048, bf16"),
     "configs": (_configs, "MHA / GQA 32/8 / MQA / MLA-shaped (d192 v128), B2 S4096 causal, bf16"),
     "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),

@@ -14,7 +14,7 @@ import torch
 
 from harness.adapters.base import LinearAdapter, LinearOutput, SoftmaxAdapter, SoftmaxOutput, default_scale
 from harness.adapters.decode import DecodeEagerAdapter, write_new_tokens
-from harness.adapters.eager import eager_attention, eager_linear_attention
+from harness.adapters.eager import EagerFP8Adapter, eager_attention, eager_linear_attention
 
 
 def _attention(q, k, v, *, causal, scale, window=(-1, -1), mask_shift=0, gqa="interleave", acc_dtype=None):
@@ -475,3 +475,52 @@ class FP8OnlineCorrect(_WrongFP8):
                                        softmax_scale=case.scale, window_size=case.window, softcap=case.softcap,
                                        out_dtype=case.torch_dtype, block_n=16)
         return SoftmaxOutput(out, lse)
+
+
+# FP8 backward (fp8_grad cases): the eager FP8 backward with one defect each (harness.adapters.eager)
+class _WrongFP8Backward(EagerFP8Adapter):
+    description = "deliberately wrong FP8 backward (tests only)"
+
+
+class FP8BackwardDoDescaleIgnored(_WrongFP8Backward):
+    """dO's FP8 values used as its real ones: every gradient off by dO's factor."""
+
+    name = "wrong_fp8_bwd_do_descale_ignored"
+    flaws = ("do_descale_ignored",)
+
+
+class FP8BackwardDsUnscaled(_WrongFP8Backward):
+    """dS cast to FP8 as it is, without ds_descale: training-sized gradients underflow in e4m3."""
+
+    name = "wrong_fp8_bwd_ds_unscaled"
+    flaws = ("ds_unscaled",)
+
+
+class FP8BackwardNoSoftmaxScale(_WrongFP8Backward):
+    """dS without the softmax scale: dQ and dK off by 1 / scale."""
+
+    name = "wrong_fp8_bwd_no_softmax_scale"
+    flaws = ("no_softmax_scale",)
+
+
+class FP8BackwardDeltaFromFP8Units(_WrongFP8Backward):
+    """D = rowsum(dO o O) from an FP8 output's stored values, its descale forgotten."""
+
+    name = "wrong_fp8_bwd_delta_from_fp8_units"
+    flaws = ("delta_from_fp8_units",)
+
+
+class FP8BackwardRowBlocks(_WrongFP8Backward):
+    """Not wrong: the same FP8 backward walking the query rows in blocks of 16 (dK, dV summed over the
+    blocks in another order, as a kernel's programs do). It must pass."""
+
+    name = "fp8_bwd_row_blocks"
+
+    def run_fp8_backward(self, case, forward, **inputs):
+        from harness.adapters import eager
+
+        old, eager.FP8_BWD_BLOCK = eager.FP8_BWD_BLOCK, 16 * case.batch * case.heads_q * case.seqlen_k
+        try:
+            return super().run_fp8_backward(case, forward, **inputs)
+        finally:
+            eager.FP8_BWD_BLOCK = old

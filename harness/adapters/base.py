@@ -90,6 +90,9 @@ class Adapter(abc.ABC):
     #: (flash-attn: +inf). The harness maps it to -inf on those rows only, when it checks the output:
     #: not inside the timed call, where the few kernels of the mapping would be timed as the backend's.
     lse_empty_rows: ClassVar[float | None] = None
+    #: True when the backend has an FP8 backward (:meth:`SoftmaxAdapter.run_fp8_backward`): the
+    #: gradients of ``fp8_grad`` cases are then checked; FP8 gradients are not taken through autograd.
+    fp8_backward: ClassVar[bool] = False
 
     def supports(self, case: Case, device: torch.device) -> str | None:
         """None when this adapter can run ``case`` on ``device``, else the reason in plain words."""
@@ -117,6 +120,17 @@ class SoftmaxAdapter(Adapter):
 
     @abc.abstractmethod
     def run(self, case: SoftmaxCase, *, q, k, v, cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput: ...
+
+    def run_fp8_backward(self, case: SoftmaxCase, forward: SoftmaxOutput, *, q, k, v, q_descale, k_descale,
+                         v_descale, grad_out, do_descale, ds_descale, dq_descale, dk_descale,
+                         dv_descale) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The FP8 backward of an ``fp8_grad`` case (backends declaring ``fp8_backward``): ``forward``
+        is this adapter's own :meth:`run` answer on the same inputs (its out, as written, and its lse),
+        ``grad_out`` dO in the case's ``fp8_grad`` format with ``do_descale``; ``ds_descale`` the factor
+        dS (the scaled scores' gradient) is quantised with, ``dq/dk/dv_descale`` those of FP8 gradients
+        (:mod:`harness.fp8`). Returns (dq, dk, dv): in the case's dtype or float32, or for ``fp8_out``
+        cases in the ``fp8_grad`` format, whose real values are the tensors times their descales."""
+        raise Unsupported(f"{self.name} has no FP8 backward")
 
 
 class LinearAdapter(Adapter):

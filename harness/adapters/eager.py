@@ -320,12 +320,101 @@ def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     return out.to(out_dtype), lse.squeeze(-1)
 
 
+#: e4m3's largest value: P (<= 1) is quantised with this scale for the P^T dO product, as in the forward.
+P_SCALE = 448.0
+#: Elements of one (batch, heads, rows, keys) block of the FP8 backward (float32): query rows go in
+#: chunks of at most this many scores, so long sequences fit (a 16k x 16k head is 1 GiB a matrix).
+FP8_BWD_BLOCK = 2**26
+
+
+def eager_fp8_attention_backward(q, k, v, q_descale, k_descale, v_descale, out, lse, grad_out, do_descale,
+                                 ds_descale=None, dq_descale=None, dk_descale=None, dv_descale=None, *,
+                                 causal=False, softmax_scale=None, window_size=(-1, -1), grad_fmt="e4m3",
+                                 flaws=()):
+    """What an FP8 attention backward must compute (cuDNN's ``sdpa_fp8_backward`` convention, harness.fp8).
+
+    q, k, v in FP8 with ``(B, Hk)`` descales; ``out`` (B, Sq, Hq, Dv) the forward's output as real values
+    (read back when it was written in FP8); ``lse`` (B, Hq, Sq) natural log; ``grad_out`` dO in the format
+    ``grad_fmt`` with ``do_descale``. Per block of query rows, all float32 with FP8 operands:
+    S = Q K^T x descales x scale, P = exp(S - lse) (0 on masked pairs and dead rows); dV += P^T dO with
+    P quantised to e4m3 (scale 448, as in the forward); dP = dO V^T; D = rowsum(dO o O);
+    dS = scale x P o (dP - D), the gradient of the unscaled scores Q K^T (cuDNN's: the softmax scale
+    folded in), quantised to ``grad_fmt`` with ``ds_descale``; dQ = dS K, dK += dS^T Q (GQA: summed
+    over a group's query heads). ``ds_descale``
+    None: dS is not quantised (the pass :func:`harness.fp8.grad_descales` takes its amaxes from).
+    ``dq/dk/dv_descale``: the gradients are written in ``grad_fmt`` with them and read back (``fp8_out``).
+    Returns (dq, dk, dv, ds_amax), float32 real values. ``flaws``: deliberate defects for the wrong
+    kernels of tests/wrong_impls.py ("do_descale_ignored", "ds_unscaled", "no_softmax_scale",
+    "delta_from_fp8_units"); never set by the harness."""
+    from harness import fp8
+
+    B, Sq, Hq, D = q.shape
+    Sk, Hk = k.shape[1], k.shape[2]
+    if Hk == 0 or Hq % Hk:
+        raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
+    G = Hq // Hk
+    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
+    grad_scale = 1.0 if "no_softmax_scale" in flaws else scale
+
+    def per_q(descale):  # (B, Hk) -> (B, Hq, 1, 1)
+        return descale.float().repeat_interleave(G, dim=1)[:, :, None, None]
+
+    qd, kd, vd = per_q(q_descale), per_q(k_descale), per_q(v_descale)
+    dod = torch.ones_like(qd) if "do_descale_ignored" in flaws else per_q(do_descale)
+    qh = q.float().transpose(1, 2)  # (B, Hq, Sq, D), FP8 units
+    kh = k.float().repeat_interleave(G, dim=2).transpose(1, 2)
+    vh = v.float().repeat_interleave(G, dim=2).transpose(1, 2)
+    doh = grad_out.float().transpose(1, 2)  # (B, Hq, Sq, Dv), FP8 units
+    oh = out.float().transpose(1, 2)  # real values
+    if "delta_from_fp8_units" in flaws:
+        oh = oh / per_q(v_descale)
+    lse4 = lse.float()[..., None]  # (B, Hq, Sq, 1)
+    mask = visibility_mask(Sq, Sk, causal, window_size, q.device)
+    low, top = fp8.fmt(grad_fmt)
+    dsd = per_q(ds_descale) if ds_descale is not None else None
+    dq = torch.zeros(B, Hq, Sq, D, device=q.device)
+    dk = torch.zeros(B, Hq, Sk, D, device=q.device)
+    dv = torch.zeros(B, Hq, Sk, vh.shape[-1], device=q.device)
+    ds_amax = 0.0
+    rows = max(1, FP8_BWD_BLOCK // max(1, B * Hq * Sk))
+    for i in range(0, Sq, rows):
+        sl = slice(i, i + rows)
+        s = torch.matmul(qh[:, :, sl], kh.transpose(-1, -2)) * (qd * kd * scale)
+        if mask is not None:
+            s = s.masked_fill(~mask[sl], float("-inf"))
+        live = torch.isfinite(lse4[:, :, sl])
+        p = torch.where(live, torch.exp(s - torch.where(live, lse4[:, :, sl], torch.zeros_like(lse4[:, :, sl]))),
+                        torch.zeros_like(s))
+        p8 = (p * P_SCALE).to(torch.float8_e4m3fn).float()  # P in e4m3, P_SCALE units
+        dv += torch.matmul(p8.transpose(-1, -2), doh[:, :, sl]) * (dod / P_SCALE)
+        dp = torch.matmul(doh[:, :, sl], vh.transpose(-1, -2)) * (dod * vd)
+        delta = (doh[:, :, sl] * dod * oh[:, :, sl]).sum(-1, keepdim=True)
+        ds = p * (dp - delta) * grad_scale
+        ds_amax = max(ds_amax, float(ds.abs().amax())) if ds.numel() else ds_amax
+        if dsd is not None:
+            if "ds_unscaled" in flaws:  # cast as it is: values past the format's top saturate, small ones vanish
+                ds = ds.clamp(-top, top).to(low).float()
+            else:
+                ds = (ds / dsd).clamp(-top, top).to(low).float() * dsd
+        dq[:, :, sl] = torch.matmul(ds, kh) * kd
+        dk += torch.matmul(ds.transpose(-1, -2), qh[:, :, sl]) * qd
+    dq = dq.transpose(1, 2)
+    dk = dk.reshape(B, Hk, G, Sk, D).sum(2).transpose(1, 2)
+    dv = dv.reshape(B, Hk, G, Sk, -1).sum(2).transpose(1, 2)
+    if dq_descale is not None:
+        dq, dk, dv = (fp8.round_to(t, d, grad_fmt) for t, d in ((dq, dq_descale), (dk, dk_descale), (dv, dv_descale)))
+    return dq, dk, dv, ds_amax
+
+
 class EagerFP8Adapter(SoftmaxAdapter):
     name = "eager_fp8"
     description = ("FP8 (e4m3) attention as an FP8 kernel must compute it: fp32-accumulated QK^T of the FP8 values, "
                    "descales, P quantised to FP8 for PV (the reference of FP8 cases)")
     fp8 = fp8_only = True
     differentiable = False
+    fp8_backward = True
+    #: deliberate defects of the backward (tests/wrong_impls.py); empty here
+    flaws: tuple[str, ...] = ()
 
     def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,
             cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
@@ -336,6 +425,16 @@ class EagerFP8Adapter(SoftmaxAdapter):
                                        softcap=case.softcap, out_dtype=case.torch_dtype,
                                        out_fp8=case.fp8 if case.fp8_out else "")
         return SoftmaxOutput(out, lse)
+
+    def run_fp8_backward(self, case, forward, *, q, k, v, q_descale, k_descale, v_descale, grad_out, do_descale,
+                         ds_descale, dq_descale, dk_descale, dv_descale):
+        if forward.lse is None:
+            raise Unsupported("eager_fp8's backward needs the forward's lse")
+        dq, dk, dv, _ = eager_fp8_attention_backward(
+            q, k, v, q_descale, k_descale, v_descale, forward.out, forward.lse, grad_out, do_descale, ds_descale,
+            *((dq_descale, dk_descale, dv_descale) if case.fp8_out else (None, None, None)), causal=case.causal,
+            **scale_kwargs(case, "softmax_scale"), window_size=case.window, grad_fmt=case.fp8_grad, flaws=self.flaws)
+        return dq, dk, dv
 
 
 class EagerLinearAdapter(LinearAdapter):

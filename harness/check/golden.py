@@ -104,7 +104,8 @@ def compute_oracle(case: Case, inputs):
         if case.fp8:  # the oracle sees the dequantised values: input quantisation is not the kernel's error
             q, k, v = (fp8.dequantize(x, d) for x, d in ((inputs.q, inputs.q_descale), (inputs.k, inputs.k_descale),
                                                          (inputs.v, inputs.v_descale)))
-            return softmax_attention(q, k, v, inputs.grad_out, **case.oracle_kwargs)
+            do = inputs.grad_out if inputs.do_descale is None else fp8.dequantize(inputs.grad_out, inputs.do_descale)
+            return softmax_attention(q, k, v, do, **case.oracle_kwargs)
         return softmax_attention(inputs.q, inputs.k, inputs.v, inputs.grad_out, **case.oracle_kwargs)
     if isinstance(case, LinearCase):
         return linear_attention(

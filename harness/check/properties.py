@@ -20,6 +20,8 @@ def _contract_dtypes(case: Case) -> dict[str, tuple[torch.dtype, ...]]:
     wide = (torch.float64,) if dt == torch.float64 else (torch.float32,)
     d = {"out": (dt,), "lse": wide, "final_state": wide, "dq": (dt,), "dk": (dt,), "dv": (dt,)}
     d.update(dg=(torch.float32,), dh0=(torch.float32,))
+    if getattr(case, "fp8_grad", ""):  # an FP8 backward's gradients: in the dtype, float32, or read back from FP8
+        d.update(dq=(dt, torch.float32), dk=(dt, torch.float32), dv=(dt, torch.float32))
     return d
 
 
@@ -64,7 +66,7 @@ WRITTEN_INPUTS = ("k_cache", "v_cache")
 
 
 def _check_unchanged(case: Case, inputs, runs: list[_Run]) -> PropertyResult:
-    originals = _run_inputs(case, inputs)
+    originals = {**inputs.tensors(), **_run_inputs(case, inputs)}  # an FP8 backward also gets dO and descales
     changed: dict[str, str] = {}
     for run in runs:
         for name, t in run.passed_inputs.items():

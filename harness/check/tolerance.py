@@ -145,6 +145,16 @@ _TABLE: list[tuple[tuple[str, ...], tuple[str, ...], float, str]] = [
     ),
     (
         ("dq", "dk", "dv"),
+        ("e4m3", "e5m2"),
+        2.0,
+        "FP8 backward (fp8_grad cases; cuDNN's sdpa_fp8_backward convention, harness.adapters.eager): "
+        "dS quantised to the gradients' format dominates (e5m2 keeps 2 mantissa bits, e4m3 3), then P in "
+        "e4m3 for dV; a kernel doing the same quantisations differs from the reference only in fp32 "
+        "summation order; a descale ignored, dS cast unscaled or the softmax scale left out costs >3x "
+        "(tests/check/test_fp8_backward.py)",
+    ),
+    (
+        ("dq", "dk", "dv"),
         ("fp32",),
         4.0,
         "fp32 gradients sum over the whole sequence (dk, dv) in an order of the kernel's choosing; "

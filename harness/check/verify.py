@@ -138,7 +138,8 @@ def _expected_input_shapes(case: Case) -> dict[str, tuple[tuple[int, ...], str]]
             "grad_out": ((B, case.seqlen_q, case.heads_q, case.d_v), lay),
         }
         if case.fp8:
-            shapes.update({n: ((B, case.heads_k), "(batch, heads_k)") for n in fp8.DESCALE_NAMES})
+            names = fp8.DESCALE_NAMES + (fp8.GRAD_DESCALE_NAMES if case.fp8_grad else ())
+            shapes.update({n: ((B, case.heads_k), "(batch, heads_k)") for n in names})
         return shapes
     B, T, H, K, V = case.batch, case.seqlen, case.heads, case.d_k, case.d_v
     lay = "(batch, seqlen, heads, dim)"
@@ -213,14 +214,18 @@ def check_inputs(case: Case, inputs: SoftmaxInputs | LinearInputs | dict) -> Non
                 )
     dt = case.torch_dtype
     low = fp8.fmt(case.fp8)[0] if getattr(case, "fp8", "") else None  # FP8 cases: q, k, v in the format
+    grad_low = fp8.fmt(case.fp8_grad)[0] if getattr(case, "fp8_grad", "") else None  # dO of an FP8 backward
     for name, t in tensors.items():
         if low is not None and name in ("q", "k", "v"):
             if t.dtype != low:
                 raise ValueError(f"{name}: dtype {t.dtype}, the case's FP8 inputs are {low}")
+        elif grad_low is not None and name == "grad_out":
+            if t.dtype != grad_low:
+                raise ValueError(f"grad_out: dtype {t.dtype}, the case's FP8 backward takes dO in {grad_low}")
         elif name in _INT_INPUTS:
             if t.dtype != torch.int32:
                 raise ValueError(f"{name}: expected dtype torch.int32, got {t.dtype}")
-        elif name in _FP32_INPUTS or name in fp8.DESCALE_NAMES:
+        elif name in _FP32_INPUTS or name in fp8.DESCALE_NAMES or name in fp8.GRAD_DESCALE_NAMES:
             if t.dtype != torch.float32:
                 raise ValueError(
                     f"{name}: expected dtype torch.float32 (log-decays, states and descales are fp32), got {t.dtype}"
@@ -304,6 +309,11 @@ class _ReferenceAdapter:
         adapter = EagerAdapter() if isinstance(case, SoftmaxCase) else EagerLinearAdapter()
         return adapter.run(case, **inputs)
 
+    def run_fp8_backward(self, case, forward, **inputs):
+        from harness.adapters.eager import EagerFP8Adapter
+
+        return EagerFP8Adapter().run_fp8_backward(case, forward, **inputs)
+
 
 @dataclass
 class Baseline:
@@ -343,7 +353,8 @@ class Baseline:
         return self._fp8_lse_floor
 
     def _compute_reference_errors(self) -> dict[str, float]:
-        run = _run_once(_ReferenceAdapter(), self.case, self.inputs, want_grad=True, poison=False)
+        grads = not getattr(self.case, "fp8", "") or bool(self.case.fp8_grad)  # FP8: with fp8_grad only
+        run = _run_once(_ReferenceAdapter(), self.case, self.inputs, want_grad=grads, poison=False)
         expected = self.oracle_tensors()
         return {
             name: tolerance.rel_rms_error(t, expected[name])
@@ -440,8 +451,11 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
     """Forward (and gradients) of ``adapter`` on fresh copies of ``inputs``."""
     originals = _run_inputs(case, inputs)
     constant = set(getattr(adapter, "nondifferentiable_inputs", ()))
+    # FP8 gradients come from the backend's explicit FP8 backward, not autograd (FP8 leaves hold no grads)
+    fp8_backward = want_grad and isinstance(case, SoftmaxCase) and bool(case.fp8)
+    autograd = want_grad and not fp8_backward
     leaves = {
-        n: t.detach().clone().requires_grad_(want_grad and n in GRAD_NAMES and n not in constant)
+        n: t.detach().clone().requires_grad_(autograd and n in GRAD_NAMES and n not in constant)
         for n, t in originals.items()
     }
     # The candidate gets non-leaf copies: an in-place write then shows up as a mutated input
@@ -449,12 +463,12 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
     # out in memory as the case says (strides, storage offset, packed qkv): same values.
     passed = apply_layout(case, {n: (t.clone() if t.requires_grad else t) for n, t in leaves.items()})
     if isinstance(case, DecodeCase):  # the candidate writes the new tokens into the cache: its own copy
-        want_grad = False
+        want_grad = autograd = False
         passed.update({n: originals[n].clone() for n in ("k_cache", "v_cache")})
     dev = inputs.q.device
     ctx = poisoned_memory(dev) if poison else contextlib.nullcontext()
     with ctx:
-        with torch.set_grad_enabled(want_grad):
+        with torch.set_grad_enabled(autograd):
             output = adapter.run(case, **passed)
         tensors = _output_tensors(case, output)
         # A wrong output shape would surface as autograd's shape error: name it as the contract.
@@ -462,8 +476,13 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
         if tuple(tensors["out"].shape) != want_out:
             raise _ContractError(f"out: shape {tuple(tensors['out'].shape)}, the contract says {want_out}")
         missing: list[str] = []
-        if want_grad:
+        if autograd:
             tensors.update(_gradients(case, inputs, output, leaves, missing))
+        elif fp8_backward:
+            extra = {n: getattr(inputs, n).clone() for n in ("grad_out",) + fp8.GRAD_DESCALE_NAMES}
+            passed.update(extra)
+            grads = adapter.run_fp8_backward(case, output, **passed)
+            tensors.update(_fp8_gradients(case, inputs, grads))
     return _Run(output, {n: t.detach() for n, t in tensors.items()}, passed, tuple(missing))
 
 
@@ -500,6 +519,24 @@ def _output_tensors(case: Case, output) -> dict[str, torch.Tensor]:
         if not isinstance(value, torch.Tensor):
             raise _ContractError(f"{extra}: expected a torch.Tensor or None, got {type(value).__name__}")
         res[extra] = value
+    return res
+
+
+def _fp8_gradients(case: SoftmaxCase, inputs, grads) -> dict[str, torch.Tensor]:
+    """{dq, dk, dv} of an FP8 backward's answer, real values: FP8 gradients (``fp8_out`` cases) read
+    back with the case's descales, here, outside any timed call."""
+    if not (isinstance(grads, (tuple, list)) and len(grads) == 3 and all(isinstance(g, torch.Tensor) for g in grads)):
+        raise _ContractError(f"run_fp8_backward returned {type(grads).__name__}; the contract asks for (dq, dk, dv)")
+    low = fp8.fmt(case.fp8_grad)[0]
+    res = {}
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        if g.dtype == low:
+            if not case.fp8_out:
+                raise _ContractError(f"{name}: written in {low}; only an fp8_out case's gradients are FP8")
+            g = fp8.dequantize(g, getattr(inputs, f"{name}_descale").to(g.device), dtype=torch.float32)
+        elif g.element_size() == 1:
+            raise _ContractError(f"{name}: dtype {g.dtype}, the case's FP8 gradients are {low}")
+        res[name] = g
     return res
 
 
@@ -603,8 +640,7 @@ def verify(
     )
     t0 = time.perf_counter()
     try:
-        # FP8 cases are forward-only (gradients of quantised inputs are not this contract)
-        want_grad = bool(check_backward and getattr(adapter, "differentiable", True) and not getattr(case, "fp8", ""))
+        want_grad = _wants_grad(adapter, case, check_backward)
         try:
             reason = adapter.supports(case, dev) if hasattr(adapter, "supports") else None
             if reason:
@@ -638,6 +674,16 @@ def verify(
         return result
     finally:
         result.seconds = time.perf_counter() - t0
+
+
+def _wants_grad(adapter, case: Case, check_backward: bool) -> bool:
+    """Whether gradients are checked: FP8 cases only with ``fp8_grad`` and a backend that declares an
+    FP8 backward (their gradients are not autograd's), others when the backend is differentiable."""
+    if not check_backward:
+        return False
+    if getattr(case, "fp8", ""):
+        return bool(case.fp8_grad) and getattr(adapter, "fp8_backward", False)
+    return getattr(adapter, "differentiable", True)
 
 
 def judge_runs(adapter, baseline: Baseline, first: _Run, second: _Run | None, *, want_grad: bool) -> CaseResult:
@@ -695,7 +741,8 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
                 exp,
                 reference_error=ref_errors.get(name, 0.0),
                 dtype=_compare_dtype(name, case),
-                case_dtype=getattr(case, "factor_dtype", case.dtype),
+                case_dtype=case.factor_dtype_of(name) if isinstance(case, SoftmaxCase) else getattr(
+                    case, "factor_dtype", case.dtype),
                 floor=baseline.fp8_lse_floor() if name == "lse" else 0.0,
             )
         )
@@ -711,8 +758,10 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
         )
     if not want_grad:
         why = ("check_backward=False" if getattr(adapter, "differentiable", True) else "inference-only backend")
-        if getattr(case, "fp8", ""):
-            why = "FP8 cases are forward-only"
+        if getattr(case, "fp8", "") and not case.fp8_grad:
+            why = "a forward-only FP8 case (no fp8_grad)"
+        elif getattr(case, "fp8", "") and not getattr(adapter, "fp8_backward", False):
+            why = f"{getattr(adapter, 'name', 'this backend')} has no FP8 backward"
         result.properties.append(PropertyResult("backward", "skipped", f"gradients not checked ({why})"))
     else:
         constant = [

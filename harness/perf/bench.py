@@ -39,6 +39,7 @@ from harness.perf.timing import (
     MODES,
     TimerOptions,
     Timing,
+    fp8_backward_reason,
     time_adapter,
 )
 from harness.provenance import source_digest
@@ -290,10 +291,10 @@ class Bench:
         """Time one mode; returns (cell, timing). The cell's status: ok, unsupported, oom, error."""
         from harness.adapters.base import Unsupported
 
-        if mode != "fwd" and not getattr(adapter, "differentiable", True):
+        if mode != "fwd" and not getattr(adapter, "differentiable", True) and not getattr(case, "fp8", ""):
             return _cell("unsupported", "inference-only backend (no backward)"), None
-        if mode != "fwd" and getattr(case, "fp8", ""):
-            return _cell("unsupported", "FP8 cases are forward-only"), None
+        if mode != "fwd" and getattr(case, "fp8", "") and (why := fp8_backward_reason(adapter, case)):
+            return _cell("unsupported", why), None
         failed = None
         try:
             timing = time_adapter(adapter, case, mode, seed=self.seed, device=self.device,

@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from harness import fp8
 from harness.cases import RUN_INPUT_NAMES, Case, LinearCase, apply_layout, make_inputs
 from harness.perf import flops as flop_model
 
@@ -271,12 +272,14 @@ class Workload:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         differentiable = bool(getattr(adapter, "differentiable", True))
-        if mode != "fwd" and not differentiable:
+        if mode != "fwd" and not differentiable and not getattr(case, "fp8", ""):
             raise ValueError(f"mode: {adapter.name} is inference-only; only 'fwd' can be timed")
-        if mode != "fwd" and getattr(case, "fp8", ""):
-            raise ValueError(f"mode: FP8 cases are forward-only; only 'fwd' can be timed ({case.id})")
+        #: FP8 cases time the backend's explicit FP8 backward (run_fp8_backward), never autograd
+        self.fp8_backward = bool(getattr(case, "fp8", "")) and fp8_backward_reason(adapter, case) is None
+        if mode != "fwd" and getattr(case, "fp8", "") and not self.fp8_backward:
+            raise ValueError(f"mode: {fp8_backward_reason(adapter, case)}; only 'fwd' can be timed ({case.id})")
         self.adapter, self.case, self.mode = adapter, case, mode
-        self.grad = differentiable and not getattr(case, "fp8", "")  # FP8 cases: forward only
+        self.grad = differentiable and not getattr(case, "fp8", "")  # FP8 cases: no autograd
         # Inputs the adapter declares constant (e.g. a decay it gives no gradient) stay leaves
         # without grad, as in harness.check.verify.
         constant = set(getattr(adapter, "nondifferentiable_inputs", ()))
@@ -311,9 +314,16 @@ class Workload:
                 passed = apply_layout(self.case, self.sets[i][1])
             return self.adapter.run(self.case, **passed)
 
+    def _fp8_backward(self, i: int, output):
+        inputs = self.sets[i][0]
+        extra = {n: getattr(inputs, n) for n in ("grad_out",) + fp8.GRAD_DESCALE_NAMES}
+        return self.adapter.run_fp8_backward(self.case, output, **self._passed[i], **extra)
+
     def prepare(self) -> None:
-        """bwd: build every set's forward graph (outside the timed region)."""
-        if self.mode == "bwd":
+        """bwd: build every set's forward graph (outside the timed region); FP8: run its forward."""
+        if self.mode == "bwd" and self.fp8_backward:
+            self._graphs = [self.forward(i) for i in range(len(self.sets))]
+        elif self.mode == "bwd":
             ctx = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
             with ctx:
                 for i, (inputs, run_in) in enumerate(self.sets):
@@ -329,6 +339,8 @@ class Workload:
     def call(self, i: int):
         if self.mode == "fwd":
             return self.forward(i)
+        if self.fp8_backward:
+            return self._fp8_backward(i, self._graphs[i] if self.mode == "bwd" else self.forward(i))
         if self.mode == "bwd":
             _, outs, grads, leaves = self._graphs[i]
             return torch.autograd.grad(outs, leaves, grads, retain_graph=True, allow_unused=True)
@@ -336,6 +348,15 @@ class Workload:
         output = self.forward(i)
         outs, grads = loss_pairs(self.case, output, inputs)
         return torch.autograd.grad(outs, self._leaves(run_in), grads, allow_unused=True)
+
+
+def fp8_backward_reason(adapter, case: Case) -> str | None:
+    """None when the backward of FP8 case ``case`` can be run on ``adapter``, else why not."""
+    if not getattr(case, "fp8_grad", ""):
+        return "a forward-only FP8 case (no fp8_grad)"
+    if not getattr(adapter, "fp8_backward", False):
+        return f"{getattr(adapter, 'name', 'this backend')} has no FP8 backward"
+    return None
 
 
 def input_sets(case: Case, seed: int, device, n: int, first=None) -> list:
