@@ -362,15 +362,6 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 #: the GPU; set it before a signature's first call, which the later ones replay.
 FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
-#: Untuned launches (FLASH_ATTN_AUTOTUNE=0) compile with this register cap (ptxas's .maxnreg) when set:
-#: an experiment's knob (session 19, benchmarks/fp8_exp_probe.py), None by default.
-MAXNREG_FORCE: int | None = None
-
-#: FP8 forward, unmasked key blocks: 0, or the share of P's exponentials taken on the FMA units by a
-#: polynomial instead of the MUFU (fwd._exp2_split: 2 = a half, 4 = a quarter). An experiment of
-#: session 19 (benchmarks/fp8_exp_probe.py), off by default.
-FP8_EXP_EMU: int = 0
-
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.
@@ -506,9 +497,7 @@ def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
     if not tuning_enabled():
         cfg = prune(space, {}, **kwargs)[0]
         grid = grid_of(*_grid_meta(cfg.kwargs))
-        extra = {"maxnreg": MAXNREG_FORCE} if MAXNREG_FORCE else {}
-        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                                    **extra)
+        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         compiled = tuned_kernel[lambda meta: grid_of(*_grid_meta(meta))](**kwargs)
         cfg = tuned_kernel.best_config

@@ -91,43 +91,7 @@ def _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT: tl.constexpr, HAS_R
 
 
 @triton.jit
-def _exp2_fma(x):
-    """2^x for x <= 0 on the FMA units instead of the MUFU (flash-attn 4's trick; experiment of session
-    19, configs.FP8_EXP_EMU): x = n + f with n the nearest integer (1.5 x 2^23 added and taken away
-    rounds it into t's low mantissa bits) and f in [-0.5, 0.5]; 2^f by a degree-4 polynomial (relative
-    error <= 2.7e-6, fitted to 2^f on that interval), times 2^n by adding n to the exponent bits. x is
-    clamped at -125 (2^-125: nothing next to a row's maximum, and the exponent cannot underflow)."""
-    x = tl.maximum(x, -125.0)
-    t = x + 12582912.0
-    f = x - (t - 12582912.0)
-    p = 0.009570096619427204 * f + 0.05591785907745361
-    p = p * f + 0.240247443318367
-    p = p * f + 0.6931217908859253
-    p = p * f + 0.9999992847442627
-    n = t.to(tl.int32, bitcast=True) - 0x4B400000
-    return (p.to(tl.int32, bitcast=True) + (n << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _exp2_split(x, EXP_EMU: tl.constexpr):
-    """2^x with part of the elements on the FMA units (_exp2_fma): EXP_EMU 0 none, 2 every second column
-    (the odd one of the pair a thread holds in the MMA layout, so the split moves no data), 4 every
-    second column of the second half of the columns (a quarter)."""
-    if EXP_EMU == 0:
-        return tl.math.exp2(x)
-    R: tl.constexpr = x.shape[0]
-    C: tl.constexpr = x.shape[1]
-    if EXP_EMU == 2:
-        a, b = tl.split(tl.reshape(x, (R, C // 2, 2)))
-        return tl.reshape(tl.join(tl.math.exp2(a), _exp2_fma(b)), (R, C))
-    lo, hi = tl.split(tl.permute(tl.reshape(x, (R, 2, C // 2)), (0, 2, 1)))
-    a, b = tl.split(tl.reshape(hi, (R, C // 4, 2)))
-    hi = tl.reshape(tl.join(tl.math.exp2(a), _exp2_fma(b)), (R, C // 2))
-    return tl.reshape(tl.permute(tl.join(tl.math.exp2(lo), hi), (0, 2, 1)), (R, C))
-
-
-@triton.jit
-def _softmax_block(s, m_i, sc, keep, EXP_EMU: tl.constexpr = 0):
+def _softmax_block(s, m_i, sc, keep):
     """One key block of the online softmax in base 2: scores ``s`` (to be scaled by ``sc``), the rows'
     running max ``m_i``, ``keep`` the block's visibility mask (None: every row sees every key of the
     block). Returns (p, alpha, m_new): the block's unnormalised probabilities, the factor that
@@ -144,7 +108,7 @@ def _softmax_block(s, m_i, sc, keep, EXP_EMU: tl.constexpr = 0):
         alpha = tl.math.exp2(m_i - m_sub)
     else:
         m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
-        p = _exp2_split(s * sc - m_new[:, None], EXP_EMU)
+        p = tl.math.exp2(s * sc - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
     return p, alpha, m_new
 
@@ -253,7 +217,7 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
                V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0,
-               BLOCK_DB: tl.constexpr = 0, NO_LICM: tl.constexpr = True, EXP_EMU: tl.constexpr = 0):
+               BLOCK_DB: tl.constexpr = 0, NO_LICM: tl.constexpr = True):
     """BLOCK_DB > 0: the head dim is split (see configs.block_db): q and the K tiles hold columns
     [0, BLOCK_D), q_b and the K_b tiles [BLOCK_D, BLOCK_D + BLOCK_DB), and S is the sum of two dots."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -282,7 +246,7 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
             p, alpha, m_new = _softmax_block(s, m_i, sc, _visible(offs_m, offs_n, seqlen_k, off, left, right,
                                                                   HAS_LEFT, HAS_RIGHT))
         else:
-            p, alpha, m_new = _softmax_block(s, m_i, sc, None, EXP_EMU)
+            p, alpha, m_new = _softmax_block(s, m_i, sc, None)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)
@@ -308,7 +272,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, EXP_EMU: tl.constexpr = 0):
+                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -358,7 +322,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                   o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
                   left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
                   HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
-                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, EXP_EMU)
+                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
     else:
         # Two query blocks per program. Under a causal mask the heaviest with the lightest (n_m - 1 - p
         # then p): every program sees about n_m key blocks, so no long program is left for the tail and
@@ -376,7 +340,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                       v_desc, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
                       seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
                       BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
-                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, EXP_EMU)
+                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
 
 
 @triton.jit
@@ -386,8 +350,7 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
               BLOCK_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
               IS_FP8: tl.constexpr, EXACT_P_CAST: tl.constexpr, V_T: tl.constexpr, QK_IMPRECISE: tl.constexpr,
-              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True,
-              EXP_EMU: tl.constexpr = 0):
+              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True):
     """Query rows [m0, m0 + BLOCK_M) of one (batch, head): load Q, stream the key blocks the mask lets
     them see, store out and lse."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -411,8 +374,7 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM,
-                               EXP_EMU)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
@@ -549,8 +511,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
-    if fp8 and configs.FP8_EXP_EMU:  # an experiment's knob (session 19), off unless set
-        args["EXP_EMU"] = configs.FP8_EXP_EMU
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
