@@ -237,6 +237,8 @@ class CudnnFP8(SoftmaxAdapter):
             return "cuDNN's FP8 SDPA has no softcap"
         if case.layout == "qkvpacked":
             return "packed qkv: not wired in this adapter"
+        if case.fp8_grad and not case.fp8_out:
+            return "cuDNN's FP8 backward takes its forward's FP8 output: fp8_grad cases with fp8_out only"
         return None
 
     def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,

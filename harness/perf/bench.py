@@ -273,6 +273,9 @@ class Bench:
         out = result.tensor("out")
         if out is not None:  # the report's accuracy table: FP8 cells beside the bf16 ones
             rec.update(out_error=float(out.error), out_ratio=float(out.ratio))
+        grads = {t.name: [float(t.error), float(t.ratio)] for t in result.tensors if t.name in ("dq", "dk", "dv")}
+        if grads:  # and their gradients, where the check compared them
+            rec["grad_errors"] = grads
         if result.status == "pass":
             return _cell("pass", "", **rec)
         if result.status == "unsupported":

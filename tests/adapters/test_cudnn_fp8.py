@@ -174,6 +174,7 @@ def test_what_it_refuses(fake, monkeypatch):
     assert "FP8 cases" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-bf16"), cuda)
     assert "needs CUDA" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-bf16"), torch.device("cpu"))
     assert adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-bf16"), cuda) is None
+    assert "fp8_out only" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-grad_e4m3-bf16"), cuda)
     monkeypatch.setattr(C, "_cudnn", lambda: (None, "nvidia-cudnn-frontend not installed"))
     assert "not installed" in adapter.supports(case_from_id("B1-H4/2-S40x40-D64-e4m3-bf16"), cuda)
 

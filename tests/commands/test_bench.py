@@ -228,3 +228,10 @@ def test_fp8_cells_show_their_error_beside_the_bf16_twin(tmp_path, monkeypatch):
     fp8_err = float(rows[1].split("|")[4])
     assert fp8_err > 3 * float(rows[0].split("|")[4])  # P in e4m3 costs accuracy: 1-2.5% against bf16's ~0.3%
     assert accuracy_table({"results": recs[:1]}) == []  # no FP8 cell, no table
+    # an FP8 backward's cell (fp8_grad) sits beside the same twin, its gradients' errors beside bf16's
+    grad = b.new_record(registry.get("eager_fp8"), dataclasses.replace(e4m3, fp8_grad="e5m2"))
+    md = "\n".join(accuracy_table({"results": recs + [grad]}))
+    rows = [ln for ln in md.splitlines() if ln.startswith("| B1-H2-S40x40-D32-causal-bf16 |")]
+    assert len(rows) == 3 and "| eager_fp8 | e4m3, e5m2 grads |" in rows[2], md
+    bf16_dq, fp8_dq = (float(r.split("|")[6].split("/")[0]) for r in (rows[0], rows[2]))
+    assert fp8_dq > 3 * bf16_dq and rows[1].split("|")[6].strip() == "–"  # the forward-only FP8 cell: none

@@ -65,6 +65,10 @@ def group_of(rec: dict) -> tuple[str, int | None]:
             parts.append(f"cap{p['softcap']:g}")
         if p.get("fp8"):  # FP8 inputs: a sweep of its own beside the same shapes in bf16
             parts.append(p["fp8"])
+            # and one per FP8 form, else the cells of two forms would share (and overwrite) one table
+            parts += ["per-head"] * bool(p.get("fp8_per_head")) + [f"{p['fp8']} out"] * bool(p.get("fp8_out"))
+            if p.get("fp8_grad"):
+                parts.append(f"{p['fp8_grad']} grads")
         parts.append(p["dtype"])
         square = p.get("varlen") is None and p["seqlen_q"] == p["seqlen_k"]
         return " ".join(parts), (p["seqlen_q"] if square else None)

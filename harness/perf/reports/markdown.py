@@ -198,7 +198,8 @@ def summary_tables(data: dict) -> list[str]:
 
 def _shape_key(rec: dict) -> str:
     """The case id without its FP8 words: an e4m3 cell and its bf16 twin share it."""
-    return "-".join(p for p in rec["case"].split("-") if p not in ("e4m3", "o8", "perhead"))
+    return "-".join(p for p in rec["case"].split("-") if p not in ("e4m3", "o8", "perhead")
+                    and not p.startswith("grad_"))
 
 
 def accuracy_table(data: dict) -> list[str]:
@@ -209,11 +210,13 @@ def accuracy_table(data: dict) -> list[str]:
     fp8_shapes = {_shape_key(r) for r in recs if (r.get("params") or {}).get("fp8")}
     if not fp8_shapes:
         return []
-    lines = ["### Accuracy: out error against the FP64 oracle, bf16 and FP8 cells side by side", "",
+    lines = ["### Accuracy: errors against the FP64 oracle, bf16 and FP8 cells side by side", "",
              "Rel-RMS error of each cell's correctness check (on the verified case: fewer heads when the "
              "full one's reference would not fit), and its ratio to the eager reference of the same dtype "
-             "(for FP8: the eager FP8 path, P in e4m3).", "",
-             "| shape | backend | inputs | out rel-RMS error | x the reference's |", "|---|---|---|---|---|"]
+             "(for FP8: the eager FP8 path, P in e4m3; its backward: dS in the gradients' format). Gradients "
+             "where the check compared them (bf16 autograd, the FP8 backward of fp8_grad cells).", "",
+             "| shape | backend | inputs | out rel-RMS error | x the reference's | dq / dk / dv rel-RMS error "
+             "| x the reference's |", "|---|---|---|---|---|---|---|"]
     order = sorted(recs, key=lambda r: (_shape_key(r), bool((r.get("params") or {}).get("fp8")), r["backend"]))
     for r in order:
         key = _shape_key(r)
@@ -221,9 +224,14 @@ def accuracy_table(data: dict) -> list[str]:
             continue
         params = r.get("params") or {}
         form = (f"{params['fp8']}" + (", per head" if params.get("fp8_per_head") else "")
-                + (f", {params['fp8']} out" if params.get("fp8_out") else "")) if params.get("fp8") else r["dtype"]
+                + (f", {params['fp8']} out" if params.get("fp8_out") else "")
+                + (f", {params['fp8_grad']} grads" if params.get("fp8_grad") else "")) if params.get("fp8") else r["dtype"]
         v = r["verify"]
-        lines.append(f"| {_esc(key)} | {r['backend']} | {form} | {v['out_error']:.3g} | {v['out_ratio']:.2f}x |")
+        g = v.get("grad_errors") or {}
+        errs = " / ".join(f"{g[n][0]:.3g}" for n in ("dq", "dk", "dv") if n in g) or DASH
+        ratios = " / ".join(f"{g[n][1]:.2f}x" for n in ("dq", "dk", "dv") if n in g) or DASH
+        lines.append(f"| {_esc(key)} | {r['backend']} | {form} | {v['out_error']:.3g} | {v['out_ratio']:.2f}x "
+                     f"| {errs} | {ratios} |")
     return lines + [""]
 
 
