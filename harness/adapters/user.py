@@ -64,6 +64,12 @@ Optional capability declaration, read by ``supports`` (every key optional, defau
         "lse_empty_rows": None,     # softmax / decode: the lse written on rows that see no key when
                                     # it is not -inf (flash-attn: float("inf")); the harness maps it
                                     # to -inf on those rows only, after the call (not timed)
+        "fp8_backward": None,       # softmax FP8: a callable for the FP8 backward of fp8_grad cases,
+                                    # bwd(q, k, v, out, lse, grad_out, *, causal, window_size,
+                                    # [softmax_scale,] q_descale, k_descale, v_descale, do_descale,
+                                    # ds_descale) -> (dq, dk, dv) in the case's dtype or float32, on
+                                    # this callable's own out / lse; dO in the case's gradient format
+                                    # (harness.fp8: ds_descale is dS's, the gradient of Q K^T)
     }
 """
 
@@ -109,6 +115,7 @@ DEFAULT_CAPABILITIES: dict[str, Any] = {
     "fp8": False,
     "positional": None,  # None: the signature's order; a list of names for a wrapper over *args
     "lse_empty_rows": None,  # None: -inf, the contract's; a float: what the callable writes instead
+    "fp8_backward": None,  # None: no FP8 backward; a callable: the FP8 backward of fp8_grad cases
 }
 _FEATURE_WORDS = {
     "causal": "causal",
@@ -226,6 +233,7 @@ class _FromCallable:
         self.deterministic_backward = bool(self.caps["deterministic_backward"])
         self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
         self.fp8 = bool(self.caps["fp8"])
+        self.fp8_backward = callable(self.caps["fp8_backward"])
         self.description = f"user callable {name}"
 
 
@@ -281,6 +289,21 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
             raise TypeError(f"return_lse=False: expected the output tensor alone, got a {type(res).__name__} "
                             "(a caller unpacking one tensor would break)")
         return _softmax_result(res)
+
+    def run_fp8_backward(self, case, forward, *, q, k, v, q_descale, k_descale, v_descale, grad_out, do_descale,
+                         ds_descale, dq_descale, dk_descale, dv_descale):
+        if forward.lse is None:
+            raise Unsupported("the FP8 backward needs the forward's lse: this call returned none")
+        kw: dict[str, Any] = dict(causal=case.causal, window_size=tuple(case.window),
+                                  **scale_kwargs(case, "softmax_scale"), q_descale=q_descale, k_descale=k_descale,
+                                  v_descale=v_descale, do_descale=do_descale, ds_descale=ds_descale)
+        try:
+            res = self.caps["fp8_backward"](q, k, v, forward.out, forward.lse, grad_out, **kw)
+        except NotImplementedError as e:
+            raise _declared_unsupported(e) from None
+        if not (isinstance(res, (tuple, list)) and len(res) == 3):
+            raise TypeError(f"fp8_backward: expected (dq, dk, dv), got {type(res).__name__}")
+        return tuple(res)
 
 
 class CallableLinearAdapter(_FromCallable, LinearAdapter):
