@@ -165,7 +165,7 @@ class Judge:
         t0 = time.perf_counter()
         result = V.CaseResult(backend=self.declared.name, case=case.id, family=case.family, dtype=case.dtype,
                               device=str(self.device), seed=base.seed, status="pass")
-        want_grad = bool(want_grad and getattr(self.declared, "differentiable", True))
+        want_grad = V._wants_grad(self.declared, case, want_grad)
         reason = self.declared.supports(case, self.device)
         if reason:
             result.status, result.reason = "unsupported", str(reason)
@@ -200,7 +200,12 @@ def run_case(judge: Judge, case, seeds: list[int], *, backward: bool,
     :func:`harness.accept.report.judge_case` reads)."""
     declared, dev = judge.declared, judge.device
     out: dict = {"case": case.id, "seeds": [], "anticheat": [], "unsupported_feature": None}
-    if backward and not getattr(declared, "differentiable", True):
+    if backward and getattr(case, "fp8", "") and not (case.fp8_grad and getattr(declared, "fp8_backward", False)):
+        out["unsupported_feature"] = "backward"
+        out["unsupported_reason"] = ("declares no FP8 backward (attn_capabilities['fp8_backward']): gradients cannot be "
+                                     "checked" if case.fp8_grad else "a forward-only FP8 case")
+        backward = False
+    elif backward and not getattr(declared, "differentiable", True):
         out["unsupported_feature"] = "backward"
         out["unsupported_reason"] = "declares no backward (attn_capabilities backward=False): gradients cannot be checked"
         backward = False  # the forward is still checked and reported
@@ -270,7 +275,7 @@ def _caching(judge: Judge, case, seeds: tuple[int, int], prior_failed: bool) -> 
 
 def _recheck(judge: Judge, case, warm_seed: int, check_seed: int, backward: bool, calls: int,
              prior_failed: bool, after: str = ""):
-    want_grad = bool(backward and getattr(judge.declared, "differentiable", True))
+    want_grad = V._wants_grad(judge.declared, case, backward)
     if calls > 0:
         warm = baseline(case, warm_seed, judge.device)
         try:
@@ -290,7 +295,7 @@ def _side_stream(judge: Judge, case, seed: int, backward: bool) -> V.PropertyRes
     if judge.device.type != "cuda":
         return anticheat.side_stream_not_applicable()
     base = baseline(case, seed, judge.device)
-    want_grad = bool(backward and getattr(judge.declared, "differentiable", True))
+    want_grad = V._wants_grad(judge.declared, case, backward)
     pairs = []
     try:
         for sleep in (0, anticheat.SIDE_STREAM_SLEEP_CYCLES):

@@ -298,6 +298,29 @@ _FP8_CPU = (
     SoftmaxCase(1, 2, 2, 48, 48, 32, causal=True, window=(8, 0), dtype="bf16", fp8="e4m3"),
 )
 
+# FP8 training (the FP8 backward, fp8_grad): dO and dS in e4m3 or e5m2 (harness.fp8), gradients back in
+# bf16 (a callable's contract; cuDNN's FP8-output form is the bench's, not a callable's).
+_FP8_TRAIN_GPU = (
+    SoftmaxCase(2, 16, 16, 1000, 1000, 128, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),
+    SoftmaxCase(2, 16, 16, 1024, 1024, 128, dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),
+    SoftmaxCase(2, 32, 8, 1024, 1024, 128, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),  # GQA 4:1
+    SoftmaxCase(1, 16, 1, 300, 1300, 64, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),  # MQA, Sq < Sk
+    SoftmaxCase(2, 32, 8, 1024, 1024, 128, causal=True, dtype="bf16", fp8="e4m3", fp8_per_head=True,
+                fp8_grad="e4m3"),
+    SoftmaxCase(2, 16, 4, 1024, 1024, 128, causal=True, window=(256, 0), dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),
+)
+_FP8_TRAIN_CPU = (
+    SoftmaxCase(2, 4, 2, 45, 70, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),
+    SoftmaxCase(1, 4, 1, 40, 40, 64, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),
+    SoftmaxCase(2, 4, 4, 37, 37, 32, dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),
+    SoftmaxCase(1, 2, 2, 48, 48, 32, causal=True, window=(8, 0), dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),
+)
+_BENCH_FP8_TRAIN = (
+    SoftmaxCase(4, 16, 16, 4096, 4096, 128, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),
+    SoftmaxCase(4, 16, 16, 4096, 4096, 128, dtype="bf16", fp8="e4m3", fp8_grad="e5m2"),
+)
+_CPU_BENCH_FP8_TRAIN = (SoftmaxCase(1, 4, 2, 128, 128, 32, causal=True, dtype="bf16", fp8="e4m3", fp8_grad="e4m3"),)
+
 # The FP8 speed section: the FA-paper sweep's hd 128 cells at 4k (16k tokens), and hd 256 x 8 heads
 # (the FA3 paper's FP8 chart), against the FP8 peers present (cuDNN's, the in-repo kernel).
 _BENCH_FP8 = (
@@ -347,6 +370,15 @@ _add(Profile(
            "the speed section times the FP8 peers present (cudnn_fp8, triton_fa_fp8); the bf16 kernels on the "
            "same shapes: `harness bench --preset fp8-sweep`"),
 ))
+_add(Profile(
+    "fp8-training", "FP8 training: e4m3 q/k/v with descales, bf16 out, and the FP8 backward (dO and dS in e4m3 / "
+    "e5m2 with descales, gradients in bf16); causal, GQA/MQA and the backward required, windows optional",
+    required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=GPU_SEEDS,
+    softmax=_FP8_TRAIN_GPU, linear=(), cpu_variant="fp8-training-cpu", bench_softmax=_BENCH_FP8_TRAIN,
+    notes=("the FP8 backward is the callable's attn_capabilities['fp8_backward'] (README, FP8 backward); its "
+           "gradients are judged against the FP64 oracle's on the dequantised inputs and dO, with the eager FP8 "
+           "backward's error as the yardstick",),
+))
 _CPU_NOTE = (("CPU-sized variant: the same features on tens of tokens (fp32, one fp16 case); "
              "the speed section only with --speed (host time)"),)
 _add(Profile(
@@ -365,6 +397,12 @@ _add(Profile(
     "fp8-cpu", "CPU-sized fp8: e4m3 q/k/v with descales, forward only; causal and GQA/MQA required",
     required=frozenset({"causal", "gqa"}), backward=False, seeds=CPU_SEEDS,
     softmax=_FP8_CPU, linear=(), sized_for="cpu", bench_softmax=_CPU_BENCH_FP8, notes=_CPU_NOTE,
+))
+_add(Profile(
+    "fp8-training-cpu", "CPU-sized fp8-training: e4m3 q/k/v, the FP8 backward in e4m3 / e5m2; causal, GQA/MQA and "
+    "the backward required",
+    required=frozenset({"causal", "gqa", "backward"}), backward=True, seeds=CPU_SEEDS,
+    softmax=_FP8_TRAIN_CPU, linear=(), sized_for="cpu", bench_softmax=_CPU_BENCH_FP8_TRAIN, notes=_CPU_NOTE,
 ))
 _add(Profile(
     "full-cpu", "CPU-sized full: every feature required, forward and backward",

@@ -138,7 +138,9 @@ class Runner:
         mod_file = getattr(mod, "__file__", None)
         info.update({
             "adapter": self.adapter.name,
-            "capabilities": {k: (list(v) if isinstance(v, (tuple, set, frozenset)) else v) for k, v in caps.items()},
+            # a declared function (fp8_backward) travels as True: the parent needs the declaration, not the code
+            "capabilities": {k: (list(v) if isinstance(v, (tuple, set, frozenset)) else True if callable(v) else v)
+                             for k, v in caps.items()},
             "declared_capabilities": sorted(getattr(fn, "attn_capabilities", None) or {}),
             "module_file": mod_file,
             "module_sha256": _file_sha256(mod_file),
@@ -248,7 +250,7 @@ class Runner:
                 continue
             cells = {}
             for mode in req["modes"]:
-                if mode != "fwd" and not getattr(adapter, "differentiable", True):
+                if mode != "fwd" and not timing.backward_timeable(adapter, case):
                     continue
                 try:
                     t = timing.time_adapter(adapter, case, mode, seed=seed, device=self.device)
@@ -295,12 +297,15 @@ class Runner:
 def early_and_late(adapter, case, inputs, *, sleep_cycles: int, backward: bool):
     """Outputs (and gradients) copied on the calling stream right after the call returned, and the
     same tensors after a full device sync (the side-stream check's two views; the parent compares)."""
+    from harness import fp8
     from harness.check import verify as V
     from harness.check.properties import WRITTEN_INPUTS
 
     dev = inputs.q.device
     originals = V._run_inputs(case, inputs)
-    leaves = {n: t.detach().clone().requires_grad_(backward and n in V.GRAD_NAMES) for n, t in originals.items()}
+    fp8_backward = backward and bool(getattr(case, "fp8", ""))  # FP8: the explicit backward, not autograd
+    autograd = backward and not fp8_backward
+    leaves = {n: t.detach().clone().requires_grad_(autograd and n in V.GRAD_NAMES) for n, t in originals.items()}
     # a decode call writes its cache: it gets copies, so the inputs this child keeps stay as sent
     passed = apply_layout(case, {n: (t.clone() if t.requires_grad or n in WRITTEN_INPUTS else t)
                                  for n, t in leaves.items()})
@@ -309,13 +314,19 @@ def early_and_late(adapter, case, inputs, *, sleep_cycles: int, backward: bool):
         stream = torch.cuda.current_stream(dev)
         if sleep_cycles:
             torch.cuda._sleep(sleep_cycles)
-        with torch.set_grad_enabled(backward):
+        with torch.set_grad_enabled(autograd):
             output = adapter.run(case, **passed)
+        if fp8_backward:  # the FP8 backward's answer as written (its read-back is not the candidate's work)
+            extra = {n: getattr(inputs, n).clone() for n in ("grad_out",) + fp8.GRAD_DESCALE_NAMES}
+            raw = adapter.run_fp8_backward(case, output, **passed, **extra)
         tensors = V._output_tensors(case, output)
         # Enqueued on the calling stream the moment the call returns: what the caller (or the end
         # event of a timer on this stream) sees.
         early = {n: t.detach().clone() for n, t in tensors.items()}
-        if backward:
+        if fp8_backward:
+            early.update({n: g.detach().clone() for n, g in zip(("dq", "dk", "dv"), raw)})
+            tensors.update(zip(("dq", "dk", "dv"), raw))
+        elif backward:
             grads = V._gradients(case, inputs, output, leaves)
             early.update({n: g.detach().clone() for n, g in grads.items()})
             tensors.update(grads)

@@ -233,7 +233,8 @@ class _FromCallable:
         self.deterministic_backward = bool(self.caps["deterministic_backward"])
         self.nondifferentiable_inputs = tuple(self.caps["nondifferentiable_inputs"])
         self.fp8 = bool(self.caps["fp8"])
-        self.fp8_backward = callable(self.caps["fp8_backward"])
+        # a callable here; True where only the declaration travelled (the acceptance check's parent)
+        self.fp8_backward = bool(self.caps["fp8_backward"])
         self.description = f"user callable {name}"
 
 
@@ -292,13 +293,16 @@ class CallableSoftmaxAdapter(_FromCallable, SoftmaxAdapter):
 
     def run_fp8_backward(self, case, forward, *, q, k, v, q_descale, k_descale, v_descale, grad_out, do_descale,
                          ds_descale, dq_descale, dk_descale, dv_descale):
+        bwd = self.caps["fp8_backward"]
+        if not callable(bwd):
+            raise Unsupported("declares no FP8 backward (attn_capabilities['fp8_backward'])")
         if forward.lse is None:
             raise Unsupported("the FP8 backward needs the forward's lse: this call returned none")
         kw: dict[str, Any] = dict(causal=case.causal, window_size=tuple(case.window),
                                   **scale_kwargs(case, "softmax_scale"), q_descale=q_descale, k_descale=k_descale,
                                   v_descale=v_descale, do_descale=do_descale, ds_descale=ds_descale)
         try:
-            res = self.caps["fp8_backward"](q, k, v, forward.out, forward.lse, grad_out, **kw)
+            res = bwd(q, k, v, forward.out, forward.lse, grad_out, **kw)
         except NotImplementedError as e:
             raise _declared_unsupported(e) from None
         if not (isinstance(res, (tuple, list)) and len(res) == 3):

@@ -452,8 +452,9 @@ def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> 
     originals = _run_inputs(case, inputs)
     constant = set(getattr(adapter, "nondifferentiable_inputs", ()))
     # FP8 gradients come from the backend's explicit FP8 backward, not autograd (FP8 leaves hold no grads)
-    fp8_backward = want_grad and isinstance(case, SoftmaxCase) and bool(case.fp8)
-    autograd = want_grad and not fp8_backward
+    fp8_case = isinstance(case, SoftmaxCase) and bool(case.fp8)
+    fp8_backward = want_grad and fp8_case and bool(case.fp8_grad)  # FP8 cases without fp8_grad: forward only
+    autograd = want_grad and not fp8_case
     leaves = {
         n: t.detach().clone().requires_grad_(autograd and n in GRAD_NAMES and n not in constant)
         for n, t in originals.items()

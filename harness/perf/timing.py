@@ -350,6 +350,14 @@ class Workload:
         return torch.autograd.grad(outs, self._leaves(run_in), grads, allow_unused=True)
 
 
+def backward_timeable(adapter, case: Case) -> bool:
+    """Whether ``bwd`` / ``fwd+bwd`` can be timed for (adapter, case): an FP8 case through the backend's FP8
+    backward (:func:`fp8_backward_reason`), any other through autograd on a differentiable backend."""
+    if getattr(case, "fp8", ""):
+        return fp8_backward_reason(adapter, case) is None
+    return bool(getattr(adapter, "differentiable", True))
+
+
 def fp8_backward_reason(adapter, case: Case) -> str | None:
     """None when the backward of FP8 case ``case`` can be run on ``adapter``, else why not."""
     if not getattr(case, "fp8_grad", ""):

@@ -51,3 +51,22 @@ def test_the_fp8_speed_section_times_the_fp8_peers(tmp_path, monkeypatch):
     rows = {r["backend"]: r for r in case["rows"]}
     assert "e4m3" in case["case"] and rows["fp8_impls:correct"]["modes"]["fwd"]["median_ms"] > 0
     assert rows["eager_fp8"]["modes"]["fwd"]["median_ms"] > 0 and "FP8" in rows["sdpa_math"]["unsupported"]
+
+
+@pytest.mark.parametrize("impl, verdict", [
+    ("fp8_impls:training", "ACCEPTED"),
+    ("fp8_impls:training_ignores_do_descale", "REJECTED"),
+    ("fp8_impls:correct", "REJECTED"),  # no FP8 backward declared: the profile requires one
+])
+def test_fp8_training_accepts_a_right_fp8_backward_only(tmp_path, monkeypatch, impl, verdict):
+    monkeypatch.chdir(IMPLS)
+    out = tmp_path / "out"
+    code = cli.main(["accept", "--device", "cpu", "--jobs", "2", "--profile", "fp8-training", "--impl", impl,
+                     "--out", str(out)])
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == verdict and code == (0 if verdict == "ACCEPTED" else 1), rep["reasons"]
+    assert rep["profile"]["name"] == "fp8-training-cpu"
+    if impl.endswith("do_descale"):
+        assert any("dq" in r or "dv" in r for r in rep["reasons"]), rep["reasons"]
+    if impl.endswith("correct"):
+        assert any("FP8 backward" in r for r in rep["reasons"]), rep["reasons"]

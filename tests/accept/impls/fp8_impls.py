@@ -44,3 +44,32 @@ def reads_one_descale(q, k, v, *, q_descale=None, k_descale=None, v_descale=None
 
 for _fn in (correct, reads_one_descale):
     _fn.attn_capabilities = CAPS
+
+
+# FP8 training: the forward above with the FP8 backward beside it (attn_capabilities["fp8_backward"])
+def _fp8_backward(flaws=()):
+    from harness.adapters.eager import eager_fp8_attention_backward
+
+    def bwd(q, k, v, out, lse, grad_out, *, causal, window_size, softmax_scale=None, q_descale, k_descale,
+            v_descale, do_descale, ds_descale):
+        fmt = "e5m2" if grad_out.dtype == torch.float8_e5m2 else "e4m3"
+        dq, dk, dv, _ = eager_fp8_attention_backward(
+            q, k, v, q_descale, k_descale, v_descale, out, lse, grad_out, do_descale, ds_descale, causal=causal,
+            softmax_scale=softmax_scale, window_size=window_size, grad_fmt=fmt, flaws=flaws)
+        return dq.to(out.dtype), dk.to(out.dtype), dv.to(out.dtype)
+
+    return bwd
+
+
+def training(q, k, v, *, q_descale=None, k_descale=None, v_descale=None, **kw):
+    """Right: the flash-style FP8 forward and the FP8 backward."""
+    return _call(q, k, v, q_descale, k_descale, v_descale, **kw)
+
+
+def training_ignores_do_descale(q, k, v, *, q_descale=None, k_descale=None, v_descale=None, **kw):
+    """Its backward takes dO's FP8 values for the real ones."""
+    return _call(q, k, v, q_descale, k_descale, v_descale, **kw)
+
+
+training.attn_capabilities = {"fp8": True, "fp8_backward": _fp8_backward()}
+training_ignores_do_descale.attn_capabilities = {"fp8": True, "fp8_backward": _fp8_backward(("do_descale_ignored",))}
