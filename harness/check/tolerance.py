@@ -150,8 +150,9 @@ _TABLE: list[tuple[tuple[str, ...], tuple[str, ...], float, str]] = [
         "FP8 backward (fp8_grad cases; cuDNN's sdpa_fp8_backward convention, harness.adapters.eager): "
         "dS quantised to the gradients' format dominates (e5m2 keeps 2 mantissa bits, e4m3 3), then P in "
         "e4m3 for dV; a kernel doing the same quantisations differs from the reference only in fp32 "
-        "summation order; a descale ignored, dS cast unscaled or the softmax scale left out costs >3x "
-        "(tests/check/test_fp8_backward.py)",
+        "summation order and where its roundings fall: cuDNN 9.19's sdpa_fp8_backward measured 0.98-1.06x on "
+        "the H100, 1.65x on dq with a 128-key window (session 19, docs/bench/h100-fp8-bwd-s19); a descale "
+        "ignored, dS cast unscaled or the softmax scale left out costs >3x (tests/check/test_fp8_backward.py)",
     ),
     (
         ("dq", "dk", "dv"),
