@@ -264,6 +264,18 @@ class EagerAdapter(SoftmaxAdapter):
         return SoftmaxOutput(out, lse)
 
 
+def _fp8_heads(q, k, v, softmax_scale):
+    """(group size, softmax scale, q, k, v as float32 (B, Hq, S, D) tensors, k and v repeated over each
+    kv head's query heads) of FP8 q (B, Sq, Hq, D), k, v (B, Sk, Hk, D): the values stay in FP8 units."""
+    Hq, Hk = q.shape[2], k.shape[2]
+    if Hk == 0 or Hq % Hk:
+        raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
+    G = Hq // Hk
+    scale = q.shape[3] ** -0.5 if softmax_scale is None else float(softmax_scale)
+    return (G, scale, q.float().transpose(1, 2), k.float().repeat_interleave(G, dim=2).transpose(1, 2),
+            v.float().repeat_interleave(G, dim=2).transpose(1, 2))
+
+
 def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
                         window_size=(-1, -1), softcap=0.0, out_dtype=torch.bfloat16, block_n=None, out_fp8=""):
     """What an FP8 attention forward must compute (flash-attn 3's convention, :mod:`harness.fp8`).
@@ -279,15 +291,9 @@ def eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     format the output is written in before it is read back (:func:`harness.fp8.round_output`).
     """
     B, Sq, Hq, D = q.shape
-    Sk, Hk = k.shape[1], k.shape[2]
-    if Hk == 0 or Hq % Hk:
-        raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
-    G = Hq // Hk
-    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
+    Sk = k.shape[1]
+    G, scale, qh, kh, vh = _fp8_heads(q, k, v, softmax_scale)
     low = q.dtype
-    qh = q.float().transpose(1, 2)  # (B, Hq, Sq, D)
-    kh = k.float().repeat_interleave(G, dim=2).transpose(1, 2)
-    vh = v.float().repeat_interleave(G, dim=2).transpose(1, 2)
     factor = (q_descale.float() * k_descale.float()).repeat_interleave(G, dim=1)[:, :, None, None] * scale
     vs = v_descale.float().repeat_interleave(G, dim=1)[:, :, None, None]
     mask = visibility_mask(Sq, Sk, causal, window_size, q.device)
@@ -350,10 +356,7 @@ def eager_fp8_attention_backward(q, k, v, q_descale, k_descale, v_descale, out, 
 
     B, Sq, Hq, D = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
-    if Hk == 0 or Hq % Hk:
-        raise ValueError(f"k: heads_q ({Hq}) must be a multiple of heads_k ({Hk})")
-    G = Hq // Hk
-    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
+    G, scale, qh, kh, vh = _fp8_heads(q, k, v, softmax_scale)  # FP8 units
     grad_scale = 1.0 if "no_softmax_scale" in flaws else scale
 
     def per_q(descale):  # (B, Hk) -> (B, Hq, 1, 1)
@@ -361,9 +364,6 @@ def eager_fp8_attention_backward(q, k, v, q_descale, k_descale, v_descale, out, 
 
     qd, kd, vd = per_q(q_descale), per_q(k_descale), per_q(v_descale)
     dod = torch.ones_like(qd) if "do_descale_ignored" in flaws else per_q(do_descale)
-    qh = q.float().transpose(1, 2)  # (B, Hq, Sq, D), FP8 units
-    kh = k.float().repeat_interleave(G, dim=2).transpose(1, 2)
-    vh = v.float().repeat_interleave(G, dim=2).transpose(1, 2)
     doh = grad_out.float().transpose(1, 2)  # (B, Hq, Sq, Dv), FP8 units
     oh = out.float().transpose(1, 2)  # real values
     if "delta_from_fp8_units" in flaws:

@@ -148,35 +148,15 @@ def test_the_timer_times_the_fp8_backward_alone():
         Workload(Counting(), dataclasses.replace(O8, fp8_grad=""), input_sets(O8, 0, "cpu", 1), "bwd")
 
 
-def _fp8_callable(bwd_flaws=()):
-    """A user's FP8 callable pair (flash-attn 3's FP8 forward call, the FP8 backward beside it) over
-    the eager FP8 reference; ``bwd_flaws``: its backward's deliberate defects."""
-    from harness.adapters.eager import eager_fp8_attention, eager_fp8_attention_backward
-
-    def fwd(q, k, v, *, causal, window_size, softmax_scale=None, q_descale, k_descale, v_descale):
-        return eager_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=causal,
-                                   softmax_scale=softmax_scale, window_size=window_size)
-
-    def bwd(q, k, v, out, lse, grad_out, *, causal, window_size, softmax_scale=None, q_descale, k_descale,
-            v_descale, do_descale, ds_descale):
-        fmt = "e5m2" if grad_out.dtype == torch.float8_e5m2 else "e4m3"
-        dq, dk, dv, _ = eager_fp8_attention_backward(
-            q, k, v, q_descale, k_descale, v_descale, out, lse, grad_out, do_descale, ds_descale, causal=causal,
-            softmax_scale=softmax_scale, window_size=window_size, grad_fmt=fmt, flaws=bwd_flaws)
-        return dq.to(out.dtype), dk.to(out.dtype), dv.to(out.dtype)
-
-    fwd.attn_capabilities = {"fp8": True, "fp8_backward": bwd}
-    return fwd
-
-
 def test_a_user_callable_declares_its_fp8_backward():
+    # the acceptance tests' FP8 training pair (the eager FP8 forward and backward as a user's callable)
     from harness.adapters.user import make_callable_adapter
+    from tests.accept.impls import fp8_impls
 
-    r = verify(make_callable_adapter(_fp8_callable(), name="mine"), E5M2)
+    r = verify(make_callable_adapter(fp8_impls.training, name="mine"), E5M2)
     assert r.status == "pass" and {"dq", "dk", "dv"} <= {t.name for t in r.tensors}, r.reason
-    r = verify(make_callable_adapter(_fp8_callable(("do_descale_ignored",)), name="mine"), E5M2)
+    r = verify(make_callable_adapter(fp8_impls.training_ignores_do_descale, name="mine"), E5M2)
     assert r.status == "fail" and r.reason.startswith("dq")
-    plain = _fp8_callable()
-    plain.attn_capabilities = {"fp8": True}  # no FP8 backward declared: the forward is still judged
-    r = verify(make_callable_adapter(plain, name="mine"), E5M2)
+    # no FP8 backward declared (the forward-only FP8 callable): the forward is still judged
+    r = verify(make_callable_adapter(fp8_impls.correct, name="mine"), E5M2)
     assert r.status == "pass" and "has no FP8 backward" in next(p for p in r.properties if p.name == "backward").detail
