@@ -123,7 +123,7 @@ class SoftmaxCase:
     #: memory layout of the inputs as the candidate receives them (:data:`LAYOUTS`)
     layout: str = "contiguous"
     #: "" or an FP8 format ("e4m3"): q, k, v are then passed quantised, with descales
-    #: (:mod:`harness.fp8`), and ``dtype`` is the output's dtype (fp16 / bf16); forward only
+    #: (:mod:`harness.fp8`), and ``dtype`` is the output's dtype (fp16 / bf16); forward only unless ``fp8_grad``
     fp8: str = ""
     #: FP8 cases: one quantisation factor per (sequence, kv head) instead of one per tensor, with
     #: heads drawn at different magnitudes (a kernel must index its descales, not read one)

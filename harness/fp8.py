@@ -10,6 +10,10 @@ largest finite value, 448 for e4m3, so the quantised values use the format's who
 descale tensor holds that one factor in every entry) or, with the case knob ``fp8_per_head``, per
 (sequence, kv head). The FP64 oracle works on the dequantised
 values (``fp8_value * descale`` in float64): the error of quantising the inputs is not the kernel's.
+
+The backward (cases with ``fp8_grad``: cuDNN's ``sdpa_fp8_backward`` convention) adds dO in the gradients'
+format (e4m3 or e5m2) with its descale and the descales of what the kernel quantises (dS, and FP8
+gradients): :data:`GRAD_DESCALE_NAMES`, :func:`grad_descales`; the oracle also sees dO dequantised.
 """
 
 from __future__ import annotations
