@@ -229,6 +229,7 @@ class Runner:
     def op_time(self, req: dict) -> dict:
         """Time the candidate (``backends`` absent) or the named registered adapters."""
         from harness.adapters import registry
+        from harness.adapters.base import has_backward
         from harness.perf import timing
 
         case = case_from_dict(req["case"])
@@ -250,7 +251,7 @@ class Runner:
                 continue
             cells = {}
             for mode in req["modes"]:
-                if mode != "fwd" and not timing.backward_timeable(adapter, case):
+                if mode != "fwd" and not has_backward(adapter, case):
                     continue
                 try:
                     t = timing.time_adapter(adapter, case, mode, seed=seed, device=self.device)

@@ -150,6 +150,23 @@ class DecodeAdapter(Adapter):
     def run(self, case, *, q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None) -> DecodeOutput: ...
 
 
+def fp8_backward_reason(adapter, case: Case) -> str | None:
+    """None when the FP8 backward of FP8 case ``case`` can run on ``adapter``, else why not."""
+    if not getattr(case, "fp8_grad", ""):
+        return "a forward-only FP8 case (no fp8_grad)"
+    if not getattr(adapter, "fp8_backward", False):
+        return f"{getattr(adapter, 'name', 'this backend')} has no FP8 backward"
+    return None
+
+
+def has_backward(adapter, case: Case) -> bool:
+    """Whether (adapter, case) has gradients to check and time: an FP8 case through the backend's FP8
+    backward (:func:`fp8_backward_reason`), any other through autograd on a differentiable backend."""
+    if getattr(case, "fp8", ""):
+        return fp8_backward_reason(adapter, case) is None
+    return bool(getattr(adapter, "differentiable", True))
+
+
 def default_scale(case: Case) -> float:
     """The scale the case's scores are multiplied by: its ``scale``, else the contract's default
     head dim ** -0.5 (``case.effective_scale``)."""

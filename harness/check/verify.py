@@ -55,7 +55,14 @@ from dataclasses import dataclass
 import torch
 
 from harness import fp8
-from harness.adapters.base import Adapter, DecodeOutput, LinearOutput, SoftmaxOutput, Unsupported
+from harness.adapters.base import (
+    Adapter,
+    DecodeOutput,
+    LinearOutput,
+    SoftmaxOutput,
+    Unsupported,
+    has_backward,
+)
 from harness.cases import (
     Case,
     DecodeCase,
@@ -680,11 +687,7 @@ def verify(
 def _wants_grad(adapter, case: Case, check_backward: bool) -> bool:
     """Whether gradients are checked: FP8 cases only with ``fp8_grad`` and a backend that declares an
     FP8 backward (their gradients are not autograd's), others when the backend is differentiable."""
-    if not check_backward:
-        return False
-    if getattr(case, "fp8", ""):
-        return bool(case.fp8_grad) and getattr(adapter, "fp8_backward", False)
-    return getattr(adapter, "differentiable", True)
+    return bool(check_backward) and has_backward(adapter, case)
 
 
 def judge_runs(adapter, baseline: Baseline, first: _Run, second: _Run | None, *, want_grad: bool) -> CaseResult:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from harness.adapters.base import fp8_backward_reason
 from harness.cases import Case, SoftmaxCase, make_inputs
 from harness.perf import flops as flop_model
 from harness.perf import roofline
@@ -39,7 +40,6 @@ from harness.perf.timing import (
     MODES,
     TimerOptions,
     Timing,
-    fp8_backward_reason,
     time_adapter,
 )
 from harness.provenance import source_digest

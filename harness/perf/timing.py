@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from harness import fp8
+from harness.adapters.base import fp8_backward_reason
 from harness.cases import RUN_INPUT_NAMES, Case, LinearCase, apply_layout, make_inputs
 from harness.perf import flops as flop_model
 
@@ -348,23 +349,6 @@ class Workload:
         output = self.forward(i)
         outs, grads = loss_pairs(self.case, output, inputs)
         return torch.autograd.grad(outs, self._leaves(run_in), grads, allow_unused=True)
-
-
-def backward_timeable(adapter, case: Case) -> bool:
-    """Whether ``bwd`` / ``fwd+bwd`` can be timed for (adapter, case): an FP8 case through the backend's FP8
-    backward (:func:`fp8_backward_reason`), any other through autograd on a differentiable backend."""
-    if getattr(case, "fp8", ""):
-        return fp8_backward_reason(adapter, case) is None
-    return bool(getattr(adapter, "differentiable", True))
-
-
-def fp8_backward_reason(adapter, case: Case) -> str | None:
-    """None when the backward of FP8 case ``case`` can be run on ``adapter``, else why not."""
-    if not getattr(case, "fp8_grad", ""):
-        return "a forward-only FP8 case (no fp8_grad)"
-    if not getattr(adapter, "fp8_backward", False):
-        return f"{getattr(adapter, 'name', 'this backend')} has no FP8 backward"
-    return None
 
 
 def input_sets(case: Case, seed: int, device, n: int, first=None) -> list:
