@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.check.pool import FORKSERVER_PRELOAD
+
 #: Per-case limit, seconds. A GPU case JIT-compiles forward and backward kernels in a fresh process
 #: (flash-attn-4's CuTe kernels: tens of seconds per shape and dtype) and runs 3 seeds of fwd+bwd
 #: against an FP64 oracle; five minutes is several times that, and a hang is anything beyond.
@@ -51,9 +53,6 @@ DEFAULT_TIMEOUT_S = 300.0
 KILL_GRACE_S = 10.0
 #: Seconds a child told "bye" gets to exit on its own before it is killed.
 BYE_GRACE_S = 5.0
-#: Modules the fork server imports once (children inherit them). torch._inductor is what
-#: torch.use_deterministic_algorithms imports on first use: ~1 s saved per case.
-PRELOAD = ["torch", "torch._inductor", "harness.check.verify", "harness.accept.runner"]
 #: Characters of the child's log kept in a failure's reason / the report.
 LOG_TAIL_CHARS = 2000
 #: Seconds a child that died of SIGTERM / SIGINT (or raised KeyboardInterrupt) waits for the
@@ -136,7 +135,7 @@ class Isolator:
         self.start_method = start_method or default_start_method()
         self.ctx = mp.get_context(self.start_method)
         if self.start_method == "forkserver":
-            self.ctx.set_forkserver_preload(PRELOAD)
+            self.ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         self._stop = threading.Event()
         self._stop_reason = ""
         self._lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The main job's second step: every backend on every case it supports, and its report.
 
 :func:`run_all` verifies each same-family (adapter, case) pair with :func:`harness.check.verify.verify`
-(serially, or in ``jobs`` spawned worker processes), building each case's oracle and reference once
+(serially, or in ``jobs`` worker processes), building each case's oracle and reference once
 per process; :func:`mark_known_issues` labels failures that match a recorded third-party defect;
 :func:`format_table` and :func:`write_reports` give the table and ``report.md`` / ``report.json``.
 """
@@ -100,7 +100,7 @@ def context_lost(device) -> str | None:
 
 
 def _worker(task):
-    """One (adapter, case) in a worker process (spawned: CUDA must not be forked): (result, seconds)."""
+    """One (adapter, case) in a worker process (:func:`worker_start`): (result, seconds)."""
     global _LOST
     import torch
 
@@ -134,12 +134,26 @@ def _warm_up(device: str) -> None:
         (x @ x).sum().item()
 
 
+def worker_start(device) -> dict:
+    """How the worker processes start (harness.check.pool): spawned for a CUDA device, where each
+    needs a process that never forked with a CUDA context or a driver touched by an import; forked
+    from a server that imported torch and the verifier once (``pool.FORKSERVER_PRELOAD``) on a CPU,
+    where spawning repeats those imports (4-5 s of CPU) in every worker and every replacement."""
+    import multiprocessing as mp
+
+    import torch
+
+    if torch.device(device).type == "cuda" or "forkserver" not in mp.get_all_start_methods():
+        return {"start_method": "spawn"}
+    return {"start_method": "forkserver"}
+
+
 def start_workers(jobs: int, device):
     """The main job's worker processes, started (and warming up) now: give them to :func:`run_all`
     as ``pool``, and close them (a context manager) when done."""
     from harness.check.pool import Pool
 
-    return Pool(jobs, _worker, unusable=_lost, warm=_warm_up, warm_arg=str(device))
+    return Pool(jobs, _worker, unusable=_lost, warm=_warm_up, warm_arg=str(device), **worker_start(device))
 
 
 def run_all(cases, adapters, *, seed: int, device, check_backward: bool = True, progress: bool = True,
@@ -192,7 +206,7 @@ def submission_order(pairs, cases, adapters, device):
 
 
 def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, done, bar, worker=None, pool=None):
-    """``pairs`` on ``jobs`` spawned workers (harness.check.pool; or on ``pool``), results into ``done``. A worker
+    """``pairs`` on ``jobs`` workers (harness.check.pool; or on ``pool``), results into ``done``. A worker
     whose CUDA context was lost, or that died, is replaced alone; a pair whose worker died running
     it is an error saying so."""
     from harness.adapters import registry
@@ -223,7 +237,8 @@ def _run_parallel(pairs, cases, adapters, seed, device, check_backward, jobs, do
     if pool is not None:
         pool.run(tasks, done=finished, failed=failed, replaced=replaced)
     else:
-        run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced)
+        run_tasks(tasks, jobs, worker or _worker, done=finished, failed=failed, unusable=_lost, replaced=replaced,
+                  **worker_start(device))
 
 
 # --------------------------------------------------------------------------------------------

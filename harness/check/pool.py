@@ -2,7 +2,7 @@
 
 A GPU worker can become unusable in two ways: its CUDA context is lost (a sticky error such as a
 misaligned address: every later CUDA call in that process fails), or it dies (a segfault, an abort).
-:func:`run_tasks` keeps ``jobs`` spawned processes busy, sends each its next task over its own pipe,
+:func:`run_tasks` keeps ``jobs`` worker processes busy, sends each its next task over its own pipe,
 and replaces only the process that became unusable: the others keep their warm caches (compiled
 kernels, JIT-ed modules, the case's oracle), so one crash costs one process start, not a new pool.
 Because the parent knows which task each process holds, a process that dies fails exactly its own
@@ -12,19 +12,31 @@ task, and one that reports a lost context after a task keeps that task's result.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait
+
+#: What a fork server of the harness imports once, for every child it forks: torch, torch._inductor
+#: (what torch.use_deterministic_algorithms imports on first use: ~1 s a child), the verifier and the
+#: acceptance child's runner. One list: Python keeps one fork server per process, started with the
+#: preload set first, and both the main job's CPU workers and ``accept``'s children fork from it.
+FORKSERVER_PRELOAD = ["torch", "torch._inductor", "harness.check.verify", "harness.accept.runner"]
 
 
 def _never() -> str | None:
     return None
 
 
-def _serve(conn, work: Callable, unusable: Callable[[], str | None], warm: Callable | None, warm_arg) -> None:
+def _serve(conn, work: Callable, unusable: Callable[[], str | None], warm: Callable | None, warm_arg,
+           env: dict[str, str] | None = None) -> None:
     """A worker process: ``warm(warm_arg)`` first (imports, a CUDA context: while the parent is still
     preparing), then run each task the parent sends until it sends None; after each task send
-    ``(index, ("ok", value) or ("raised", text), why unusable or None)``, and exit when unusable."""
+    ``(index, ("ok", value) or ("raised", text), why unusable or None)``, and exit when unusable.
+    ``env``: the parent's environment, put in place first (a forked child has its fork server's)."""
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     try:
         if warm is not None:
             try:
@@ -51,7 +63,8 @@ def _serve(conn, work: Callable, unusable: Callable[[], str | None], warm: Calla
 class _Slot:
     def __init__(self, ctx, args):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, *args), daemon=True)
+        env = dict(os.environ) if ctx.get_start_method() == "forkserver" else None
+        self.proc = ctx.Process(target=_serve, args=(child, *args, env), daemon=True)
         self.proc.start()
         child.close()
         self.task: int | None = None
@@ -78,15 +91,25 @@ class _Slot:
 
 
 class Pool:
-    """``jobs`` spawned processes (CUDA must not be forked) that run ``work(task)``, started at once:
-    each runs ``warm(warm_arg)`` first, so a pool made early warms up while its owner prepares.
-    ``unusable()`` runs in a worker after each task: a reason (a lost CUDA context) retires that
-    process once its result is sent. ``work``, ``unusable`` and ``warm`` must be importable
-    module-level functions. Use as a context manager, or call :meth:`close`."""
+    """``jobs`` processes that run ``work(task)``, started at once: each runs ``warm(warm_arg)``
+    first, so a pool made early warms up while its owner prepares. ``unusable()`` runs in a worker
+    after each task: a reason (a lost CUDA context) retires that process once its result is sent.
+    ``work``, ``unusable`` and ``warm`` must be importable module-level functions. Use as a context
+    manager, or call :meth:`close`.
+
+    ``start_method``: "spawn" (the default: a fresh interpreter each, the only safe one where CUDA
+    may be used, since a CUDA context cannot be forked) or "forkserver": each process forked from one
+    server per parent process that imported :data:`FORKSERVER_PRELOAD` once (a CPU run's workers then
+    start in a fraction of a second instead of repeating torch's imports); harness/accept/isolation.py
+    forks from the same server. Its children are given the parent's environment as it is at their start; what the
+    server's own start-up and imports read (PYTHON*, OMP_NUM_THREADS, TRITON_INTERPRET for
+    triton.language) stays as it was when the server started."""
 
     def __init__(self, jobs: int, work: Callable, *, unusable: Callable[[], str | None] = _never,
-                 warm: Callable | None = None, warm_arg=None):
-        self._ctx = mp.get_context("spawn")
+                 warm: Callable | None = None, warm_arg=None, start_method: str = "spawn"):
+        self._ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         self._args = (work, unusable, warm, warm_arg)
         self.slots: list[_Slot] = []
         try:
@@ -170,10 +193,10 @@ class Pool:
 
 def run_tasks(tasks: list, jobs: int, work: Callable, *, done: Callable[[int, object], None],
               failed: Callable[[int, str], None], unusable: Callable[[], str | None] = _never,
-              replaced: Callable[[str], None] | None = None) -> None:
+              replaced: Callable[[str], None] | None = None, start_method: str = "spawn") -> None:
     """:class:`Pool` of ``min(jobs, len(tasks))`` processes, :meth:`Pool.run` on ``tasks``, closed.
     On KeyboardInterrupt the processes are stopped and the interrupt propagates."""
     if not tasks:
         return
-    with Pool(min(jobs, len(tasks)), work, unusable=unusable) as pool:
+    with Pool(min(jobs, len(tasks)), work, unusable=unusable, start_method=start_method) as pool:
         pool.run(tasks, done=done, failed=failed, replaced=replaced)

@@ -23,3 +23,8 @@ def run(task):
 
 def unusable():
     return "retired (simulated lost context)" if RETIRED else None
+
+
+def environ(name):
+    """The value of variable ``name`` in this process (None when unset)."""
+    return os.environ.get(name)

@@ -1,6 +1,7 @@
 """harness/check/pool.py: worker processes fed one task at a time, each replaced on its own."""
 
 import pool_work
+import pytest
 
 from harness.check.pool import run_tasks
 
@@ -42,3 +43,20 @@ def test_a_process_that_dies_fails_its_own_task_only_and_a_raise_is_that_task_s_
     assert failed[1] == "the worker process died running it (exit code 7)"
     assert failed[2] == "worker process failed: ValueError: bad input"
     assert sorted(done) == [0, 3, 4, 5, 6, 7] and replaced == [failed[1]]
+
+
+def test_forked_workers_see_the_parent_s_environment_not_their_server_s(monkeypatch):
+    """A fork server keeps the environment it started with; its children are given the parent's
+    (the main job sets its compile and tuning variables just before it starts its workers)."""
+    def seen(name):
+        done = {}
+        run_tasks([name], 1, pool_work.environ, done=done.__setitem__, failed=lambda i, why: pytest.fail(why),
+                  start_method="forkserver")
+        return done[0]
+
+    monkeypatch.setenv("ATTN_POOL_GONE", "1")
+    monkeypatch.delenv("ATTN_POOL_NEW", raising=False)
+    assert seen("ATTN_POOL_GONE") == "1"  # the server runs from here on (started here: with it set)
+    monkeypatch.delenv("ATTN_POOL_GONE")
+    monkeypatch.setenv("ATTN_POOL_NEW", "2")
+    assert (seen("ATTN_POOL_GONE"), seen("ATTN_POOL_NEW")) == (None, "2")

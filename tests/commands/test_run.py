@@ -235,3 +235,11 @@ def test_an_interrupted_run_reports_what_finished(monkeypatch):
     results = matrix.run_all(cases, [registry.get("eager")], seed=0, device=torch.device("cpu"), progress=False)
     assert [r.status for r in results] == ["pass", "pass", "error"]
     assert results[2].reason == "not run: the run was interrupted first"
+
+
+def test_workers_spawn_for_a_gpu_and_fork_from_a_preloaded_server_on_a_cpu():
+    """A CUDA context cannot be forked: GPU workers are spawned. CPU workers are forked from a server
+    that imported torch once (each spawned worker would import it again: seconds per worker)."""
+    assert matrix.worker_start("cuda") == {"start_method": "spawn"}
+    assert matrix.worker_start(torch.device("cuda", 1)) == {"start_method": "spawn"}
+    assert matrix.worker_start("cpu") == {"start_method": "forkserver"}
