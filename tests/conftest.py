@@ -16,13 +16,6 @@ try:
 except ImportError:  # run as plain `pytest` from a checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-
-if not torch.cuda.is_available():
-    # Triton reads this when a kernel is defined (at import), so it must be set before any
-    # in-repo kernel is imported: the CPU suite runs them in Triton's interpreter.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 pytest_plugins = ["pytester"]  # tests/test_plugin.py drives the plugin in throwaway projects
 # Imported already means the entry point (or `-p harness.plugin`) registered it.
 if "harness.plugin" not in sys.modules:
@@ -44,6 +37,32 @@ def _xdist_workers(config) -> int:
         return 0
 
 
+def _interpreter_without_cuda() -> None:
+    """Without CUDA the CPU suite runs the in-repo kernels in Triton's interpreter, which Triton reads
+    when a kernel is defined (at import): set before any in-repo kernel is imported. With it, two of
+    the interpreter's repeated costs go (tests/interpreter_patching.py)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        import interpreter_patching
+
+        interpreter_patching.install()
+
+
+def _distributes(config) -> bool:
+    """This process is the xdist controller of a distributed run: it collects and runs no test (its
+    workers do), so it need not import torch (2-3 s before it can start them). As xdist decides it."""
+    return (getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
+            and not config.getvalue("collectonly") and not hasattr(config, "workerinput"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_header(config):
+    _interpreter_without_cuda()  # before the plugin's header reports TRITON_INTERPRET (the controller too)
+
+
 def pytest_configure(config):
     # `-n 2` on a 2-core machine: each worker's torch and OpenBLAS would start one thread per core,
     # so 2 workers (and the children they start) run 4+ spinning threads on 2 cores, and an OpenMP
@@ -57,14 +76,20 @@ def pytest_configure(config):
         for var in _THREAD_VARS:
             os.environ.setdefault(var, share)
         if "PYTEST_XDIST_WORKER" in os.environ:  # a worker: its torch may have loaded before this ran
+            import torch
+
             try:
                 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
             except ValueError:  # the user's own setting, not a number: left to torch
                 pass
+    if not _distributes(config):
+        _interpreter_without_cuda()
 
 
 def _param_dtypes(item) -> set[str]:
     """The dtypes a parametrised test runs in (torch dtypes, dtype names, cases with a dtype)."""
+    import torch
+
     from harness.cases import DTYPE_NAMES
 
     found = set()
