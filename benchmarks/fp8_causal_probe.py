@@ -49,11 +49,6 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", default=None,
                     help="comma list of head counts instead of the FA sweep's (2048 / hd): the program count "
                     "against the GPU's resident slots (wave quantisation)")
-    ap.add_argument("--softmax", default=None,
-                    help="comma list of FP8 softmax variants (configs.fp8_softmax forced): base, p16 (P's exponentials "
-                    "in f16), mma (P's row sums on the tensor cores), both; each a row of its own")
-    ap.add_argument("--maxnreg", default=None,
-                    help="comma list of register caps for the FP8 variants (0: none; configs.MAXNREG_FORCE)")
     ap.add_argument("--label", default="new")
     ap.add_argument("--here", action="store_true", help="import this tree (default: PYTHONPATH's)")
     args = ap.parse_args(argv)
@@ -81,15 +76,8 @@ def main(argv=None) -> int:
 
     licms = [int(x) for x in args.licm.split(",")] if hasattr(configs, "fwd_masked_no_licm") else [0]
 
-    variants = {"base": (False, False), "p16": (True, False), "mma": (False, True), "both": (True, True)}
-    softmaxes = [None] if not args.softmax else args.softmax.split(",")
-    caps = [0] if not args.maxnreg else [int(x) for x in args.maxnreg.split(",")]
-
-    def run(cfg, t, fn, licm=0, softmax=None, cap=0):
+    def run(cfg, t, fn, licm=0):
         configs.fwd_keep = lambda *_a, _c=cfg: [_c]
-        if softmax is not None:
-            configs.FP8_SOFTMAX_FORCE = variants[softmax]
-        configs.MAXNREG_FORCE = cap or None
         if can_tile:
             configs.FWD_TILES_FORCE = t
         if licm:
@@ -104,8 +92,6 @@ def main(argv=None) -> int:
             if can_tile:
                 configs.FWD_TILES_FORCE = None
             configs.FWD_MASKED_NO_LICM = None
-            configs.FP8_SOFTMAX_FORCE = None
-            configs.MAXNREG_FORCE = None
 
     print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -127,23 +113,19 @@ def main(argv=None) -> int:
                 kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
                 fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,
                                              v_transposed=True, max_num_imprecise_acc=None, **kw)
-                calls = [(f"e4m3{' ' + sm if sm else ''}{f' cap {cap}' if cap else ''}", c, fp8_call, sm, cap)
-                         for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))
-                         for sm in softmaxes for cap in caps]
+                calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
                 if args.v_natural:
                     natural = functools.partial(flash_attn_fwd, q, k, v, descales=(qs, ks, vs),
                                                 out_dtype=torch.bfloat16, v_transposed=False,
                                                 max_num_imprecise_acc=None, **kw)
-                    calls += [("e4m3 V", c, natural, None, 0)
-                              for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                    calls += [("e4m3 V", c, natural) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
                 if args.bf16:
-                    calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw),
-                                  None, 0))
+                    calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
                 for _ in range(args.repeat):
-                    for dtype, cfg, fn, sm, cap in calls:
+                    for dtype, cfg, fn in calls:
                         for t in tiles:
                             for licm in licms:
-                                ms = run(cfg, t, fn, licm, sm, cap)
+                                ms = run(cfg, t, fn, licm)
                                 if ms is not None:
                                     print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
                                           f"| {t}{['', ' licm on', ' licm off'][licm]} | {ms:.4f} | {flops / ms / 1e9:.0f} |",

@@ -370,25 +370,6 @@ FWD_TILES_FORCE: int | None = None
 FWD_MASKED_NO_LICM: bool | None = None
 
 
-#: Untuned launches (FLASH_ATTN_AUTOTUNE=0) compile with this register cap (ptxas's .maxnreg) when set:
-#: an experiment's knob (benchmarks/fp8_causal_probe.py --maxnreg), None by default.
-MAXNREG_FORCE: int | None = None
-
-#: Forces fp8_softmax's answer, a (P_F16, ROWSUM_MMA) pair, for experiments (benchmarks/fp8_causal_probe.py).
-FP8_SOFTMAX_FORCE: tuple[bool, bool] | None = None
-
-
-def fp8_softmax(d: int) -> tuple[bool, bool]:
-    """The FP8 forward's softmax, (P_F16, ROWSUM_MMA): P's exponentials as f16 pairs
-    (``ex2.approx.f16x2``, one MUFU operation for two), and the rows' sums of P taken by a dot of P (in
-    f16: e4m3's rounding would move lse by ~1e-3) with ones on the tensor cores instead of ~70 FADDs and
-    shuffles a thread and key block. At hd
-    64 the loop is bound by instruction issue and the MUFU together (docs/perf/fp8-s19)."""
-    if FP8_SOFTMAX_FORCE is not None:
-        return FP8_SOFTMAX_FORCE
-    return (False, False)
-
-
 def fwd_masked_no_licm(d: int, elt: int) -> bool:
     """Whether the forward's masked key loops keep their index arithmetic inside (no loop-invariant code
     motion): where hoisting it costs occupancy. FP8 at hd <= 64, causal 64x128 tile: 196 -> 155
@@ -516,9 +497,7 @@ def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
     if not tuning_enabled():
         cfg = prune(space, {}, **kwargs)[0]
         grid = grid_of(*_grid_meta(cfg.kwargs))
-        extra = {"maxnreg": MAXNREG_FORCE} if MAXNREG_FORCE else {}
-        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                                    **extra)
+        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         compiled = tuned_kernel[lambda meta: grid_of(*_grid_meta(meta))](**kwargs)
         cfg = tuned_kernel.best_config

@@ -91,27 +91,11 @@ def _visible(qi, keys, seqlen_k, off, left, right, HAS_LEFT: tl.constexpr, HAS_R
 
 
 @triton.jit
-def _exp2_f16(x, INTERPRETED: tl.constexpr):
-    """2^x in half precision, two values an instruction (``ex2.approx.f16x2``: one MUFU operation for
-    two exponentials where fp32 takes one each). For FP8's P, which is rounded to e4m3 next (3 mantissa
-    bits): x's rounding to f16 and the approximation move p by ~2^-10, e4m3's rounding by up to 2^-4.
-    Under the interpreter (no inline assembly) the same roundings in numpy: x to f16, 2^x in fp32 to f16."""
-    x = x.to(tl.float16)
-    if INTERPRETED:
-        p = tl.math.exp2(x.to(tl.float32)).to(tl.float16)
-    else:
-        p = tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [x], dtype=tl.float16, is_pure=True,
-                                      pack=2)
-    return p
-
-
-@triton.jit
-def _softmax_block(s, m_i, sc, keep, P_F16: tl.constexpr = False, INTERPRETED: tl.constexpr = False):
+def _softmax_block(s, m_i, sc, keep):
     """One key block of the online softmax in base 2: scores ``s`` (to be scaled by ``sc``), the rows'
     running max ``m_i``, ``keep`` the block's visibility mask (None: every row sees every key of the
     block). Returns (p, alpha, m_new): the block's unnormalised probabilities, the factor that
-    rescales what came before, the new running max. ``P_F16``: p in float16 (:func:`_exp2_f16`; the
-    FP8 forward's P). Shared with the wide kernels (wide.py)."""
+    rescales what came before, the new running max. Shared with the wide kernels (wide.py)."""
     if keep is not None:
         # The scale after the select, so that it and the max's subtraction are one FMA per score, as in
         # the unmasked branch (868 -> 806 SASS instructions per FP8 block). It needs sc > 0: -inf x 0 is
@@ -120,15 +104,12 @@ def _softmax_block(s, m_i, sc, keep, P_F16: tl.constexpr = False, INTERPRETED: t
         m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
         # A row with nothing visible yet keeps m = -inf; subtract 0 there so exp2 gives 0, not NaN.
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s * sc - m_sub[:, None])
         alpha = tl.math.exp2(m_i - m_sub)
     else:
         m_new = tl.maximum(m_i, tl.max(s, 1) * sc)
-        m_sub = m_new
+        p = tl.math.exp2(s * sc - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
-    if P_F16:
-        p = _exp2_f16(s * sc - m_sub[:, None], INTERPRETED)
-    else:
-        p = tl.math.exp2(s * sc - m_sub[:, None])
     return p, alpha, m_new
 
 
@@ -236,13 +217,9 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
                V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0,
-               BLOCK_DB: tl.constexpr = 0, NO_LICM: tl.constexpr = True, P_F16: tl.constexpr = False,
-               ROWSUM_MMA: tl.constexpr = False, ones=None):
+               BLOCK_DB: tl.constexpr = 0, NO_LICM: tl.constexpr = True):
     """BLOCK_DB > 0: the head dim is split (see configs.block_db): q and the K tiles hold columns
-    [0, BLOCK_D), q_b and the K_b tiles [BLOCK_D, BLOCK_D + BLOCK_DB), and S is the sum of two dots.
-    FP8 (configs.fp8_softmax): ``P_F16``, P's exponentials in f16 pairs; ``ROWSUM_MMA``, the rows' sums
-    of P on the tensor cores, ``l_i`` a [BLOCK_M, 16] accumulator of P (f16) times ``ones`` (every
-    column the row's sum) instead of a reduction over P's registers."""
+    [0, BLOCK_D), q_b and the K_b tiles [BLOCK_D, BLOCK_D + BLOCK_DB), and S is the sum of two dots."""
     offs_n0 = tl.arange(0, BLOCK_N)
     # NO_LICM: masked loops keep their index arithmetic inside; hoisted out of the loop (Triton's
     # default), the mask's per-element indices stay live across the whole kernel
@@ -267,16 +244,13 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
             sc = 1.0
         if MASKED:
             p, alpha, m_new = _softmax_block(s, m_i, sc, _visible(offs_m, offs_n, seqlen_k, off, left, right,
-                                                                  HAS_LEFT, HAS_RIGHT), P_F16, EXACT_P_CAST)
+                                                                  HAS_LEFT, HAS_RIGHT))
         else:
-            p, alpha, m_new = _softmax_block(s, m_i, sc, None, P_F16, EXACT_P_CAST)
-        if ROWSUM_MMA:  # in f16, exact sums of P's f16 values (e4m3's would move lse by ~1e-3)
-            l_i = tl.dot(p.to(tl.float16), ones, l_i * alpha[:, None])
-        else:
-            l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+            p, alpha, m_new = _softmax_block(s, m_i, sc, None)
+        l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)
-            p = _round_to_e4m3(p.to(tl.float32))
+            p = _round_to_e4m3(p)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION,  # FP8 inputs: P quantised to e4m3
                      max_num_imprecise_acc=PV_IMPRECISE)
         m_i = m_new
@@ -298,8 +272,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, P_F16: tl.constexpr = False,
-                ROWSUM_MMA: tl.constexpr = False):
+                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -349,7 +322,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                   o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
                   left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
                   HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
-                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, P_F16, ROWSUM_MMA)
+                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
     else:
         # Two query blocks per program. Under a causal mask the heaviest with the lightest (n_m - 1 - p
         # then p): every program sees about n_m key blocks, so no long program is left for the tail and
@@ -367,7 +340,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                       v_desc, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
                       seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
                       BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
-                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, P_F16, ROWSUM_MMA)
+                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
 
 
 @triton.jit
@@ -377,8 +350,7 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
               BLOCK_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
               IS_FP8: tl.constexpr, EXACT_P_CAST: tl.constexpr, V_T: tl.constexpr, QK_IMPRECISE: tl.constexpr,
-              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True,
-              P_F16: tl.constexpr = False, ROWSUM_MMA: tl.constexpr = False):
+              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True):
     """Query rows [m0, m0 + BLOCK_M) of one (batch, head): load Q, stream the key blocks the mask lets
     them see, store out and lse."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -389,12 +361,7 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
     else:
         q_b = q
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    if ROWSUM_MMA:  # P's row sums accumulated by a dot with ones (P in f16), 16 equal columns
-        l_i = tl.zeros([BLOCK_M, 16], dtype=tl.float32)
-        ones = tl.full([BLOCK_N, 16], 1.0, dtype=tl.float16)
-    else:
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        ones = None
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
 
     lo, mid_lo, mid_hi, hi = _key_range(m0, seqlen_q, seqlen_k, off, left, right,
@@ -403,21 +370,16 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM,
-                                   P_F16, ROWSUM_MMA, ones)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM,
-                                   P_F16, ROWSUM_MMA, ones)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM,
-                                   P_F16, ROWSUM_MMA, ones)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
 
-    if ROWSUM_MMA:
-        l_i = tl.max(l_i, 1)
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -549,7 +511,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
-    args["P_F16"], args["ROWSUM_MMA"] = configs.fp8_softmax(d) if fp8 else (False, False)
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
