@@ -13,6 +13,7 @@ IMPLS = Path(__file__).resolve().parent / "impls"
 
 
 @pytest.mark.gpu
+@pytest.mark.timing  # the parent's clock against the child's: run alone (gpu-tests' timing stage), as the CPU twin
 def test_parents_clock_flags_a_patched_timer_on_cuda_and_passes_an_honest_one(tmp_path, monkeypatch):
     from harness.accept import speed
     from harness.accept.isolation import Isolator
