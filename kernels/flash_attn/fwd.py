@@ -429,7 +429,7 @@ def _imprecise(setting) -> dict:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=0, launches=None):
+                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=None, launches=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -439,7 +439,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``. ``v_transposed`` (dense
     only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V.
     ``max_num_imprecise_acc``: Triton's knob for FP8 dots on sm90 (see :func:`flash_attn_fp8_func`), one
-    value for both dots or a (Q K^T, P V) pair.
+    value for both dots or a (Q K^T, P V) pair; None (the default, as flash_attn_fp8_func's) never
+    promotes, 0 promotes after every MMA (about half the speed).
     ``launches``: a dict this call may replay its launch from and leave it in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature.
     """
