@@ -34,11 +34,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0, fp8=False,
-                    v_natural=False, fused=False):
+                    v_natural=False):
     """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call (``fp8``: the
     FP8 forward alone, e4m3 q / k / v with descales and V transposed as on sm90, bf16 out;
-    ``v_natural``: V left as [B, S, Hk, Dv], the kernel's ``V_T`` off; ``fused``: V^T made by the
-    forward's own programs, v_layout.fused_copy)."""
+    ``v_natural``: V left as [B, S, Hk, Dv], the kernel's ``V_T`` off)."""
     from kernels.flash_attn import bwd, configs, fwd
 
     seen = []
@@ -65,9 +64,8 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
             else:
                 vt = torch.empty(b, hk, dv, -(-s // 16) * 16, dtype=e4m3)[..., :s]
             descales = tuple(torch.ones(b, hk) for _ in range(3))
-            vn = torch.empty(b, s, hk, dv, dtype=e4m3) if fused else None
             fwd.flash_attn_fwd(q, k, vt, **kw, descales=descales, out_dtype=torch.bfloat16,
-                               v_transposed=not v_natural, max_num_imprecise_acc=None, v_natural=vn)
+                               v_transposed=not v_natural, max_num_imprecise_acc=None)
             return seen
         q, do = (torch.empty(b, s, h, n, dtype=dtype) for n in (d, dv))
         k, v = (torch.empty(b, s, hk, n, dtype=dtype) for n in (d, dv))
@@ -99,8 +97,6 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8", action="store_true", help="the FP8 forward (e4m3 inputs, bf16 out) instead of --dtype")
     ap.add_argument("--v-natural", action="store_true",
                     help="with --fp8: V as [B, S, Hk, Dv] (no K-major copy; the kernel's V_T off)")
-    ap.add_argument("--fused", action="store_true",
-                    help="with --fp8: V^T made inside the forward (v_layout.fused_copy), no copy launched")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--atomic", action="store_true", help="the atomic-dQ backward instead of the split one")
     ap.add_argument("--window", default="-1,-1", help="left,right (-1: unbounded)")
@@ -127,7 +123,7 @@ def main(argv=None) -> int:
     for name, fn, space, prune, kwargs in record_launches(b, s, h, a.heads_k or h, d, dv, DTYPES[a.dtype],
                                                           a.causal, a.atomic,
                                                           tuple(int(x) for x in a.window.split(",")), a.softcap,
-                                                          a.fp8, a.v_natural, a.fused):
+                                                          a.fp8, a.v_natural):
         short = names.get(name, name)
         if short not in a.kernels:
             continue

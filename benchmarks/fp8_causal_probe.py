@@ -49,10 +49,6 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", default=None,
                     help="comma list of head counts instead of the FA sweep's (2048 / hd): the program count "
                     "against the GPU's resident slots (wave quantisation)")
-    ap.add_argument("--calls", action="store_true",
-                    help="time the whole FP8 call on V as it comes, two ways: the copy to keys-contiguous launched "
-                    "first (dtype 'e4m3 call copy') and V^T made by the forward's own programs ('e4m3 call fused', "
-                    "v_layout.fused_copy), beside the kernel alone")
     ap.add_argument("--label", default="new")
     ap.add_argument("--here", action="store_true", help="import this tree (default: PYTHONPATH's)")
     args = ap.parse_args(argv)
@@ -123,20 +119,6 @@ def main(argv=None) -> int:
                                                 out_dtype=torch.bfloat16, v_transposed=False,
                                                 max_num_imprecise_acc=None, **kw)
                     calls += [("e4m3 V", c, natural) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
-                if args.calls:
-                    from kernels.flash_attn import v_layout
-
-                    def copied(kw=kw, q=q, k=k, v=v, ds=(qs, ks, vs)):
-                        return flash_attn_fwd(q, k, v_keys_contiguous(v), descales=ds, out_dtype=torch.bfloat16,
-                                              v_transposed=True, max_num_imprecise_acc=None, **kw)
-
-                    def fused(kw=kw, q=q, k=k, v=v, ds=(qs, ks, vs)):
-                        return flash_attn_fwd(q, k, v_layout.keys_contiguous_buffer(v), descales=ds,
-                                              out_dtype=torch.bfloat16, v_transposed=True, max_num_imprecise_acc=None,
-                                              v_natural=v, **kw)
-
-                    c0 = real_keep(d, 1, 90)[0]
-                    calls += [("e4m3 call copy", c0, copied), ("e4m3 call fused", c0, fused)]
                 if args.bf16:
                     calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
                 for _ in range(args.repeat):

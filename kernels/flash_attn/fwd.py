@@ -17,8 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import configs, v_layout
-from .v_layout import fused_copy
+from . import configs
 
 LOG2E = 1.4426950408889634
 
@@ -259,8 +258,7 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale, VN, Sync, stride_dsb,
-                stride_nb, stride_ns, stride_nh, lookahead_items,
+def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale, stride_dsb,
                 stride_qb, stride_qs, stride_qh,
                 stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh,
@@ -274,28 +272,15 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, FUSED_VT: tl.constexpr = False,
-                SLICES: tl.constexpr = 1):
+                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
-    if FUSED_VT:  # V^T made by the programs themselves (v_layout.fused_copy): work items in start order
-        n_items = tl.num_programs(0) * tl.num_programs(1)
-        item = tl.atomic_add(Sync, 1, sem="relaxed", scope="gpu")
-        if item == n_items - 1:  # every item handed out: the counter back to zero for the next launch
-            tl.atomic_xchg(Sync, 0, sem="relaxed", scope="gpu")
-        pid_m = item % tl.num_programs(0)
-        pid_bh = item // tl.num_programs(0)
-    else:
-        pid_m = tl.program_id(0)
-        pid_bh = tl.program_id(1)
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     hk = h // group
-    if FUSED_VT:
-        fused_copy(VN, V, Sync, b, hk, pid_m, h, tl.num_programs(0), num_heads, group,
-                   tl.num_programs(1) // num_heads, seqlen_k, stride_nb, stride_ns, stride_nh,
-                   stride_vb, stride_vh, stride_vs, HEAD_DIM_V, BLOCK_DV, SLICES, lookahead_items, EXACT_P_CAST)
     if IS_FP8:  # e4m3 q, k, v (flash-attn 3's convention): real value = fp8 value x its (batch, kv head) descale
         ds_off = b.to(tl.int64) * stride_dsb + hk
         sm_scale = sm_scale * tl.load(QDescale + ds_off) * tl.load(KDescale + ds_off)
@@ -444,7 +429,7 @@ def _imprecise(setting) -> dict:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=None, launches=None, v_natural=None):
+                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=None, launches=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -458,9 +443,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     promotes, 0 promotes after every MMA (about half the speed).
     ``launches``: a dict this call may replay its launch from and leave it in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature.
-    ``v_natural`` (FP8 with ``v_transposed``): V as given, [B, Sk, Hk, Dv]; ``v`` is then the uninitialised
-    [B, Hk, Dv, Sk] buffer the kernel's own programs fill before they read it (v_layout.fused_copy), no
-    separate copy launched.
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
@@ -468,9 +450,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     dv = v.shape[2] if v_transposed else v.shape[-1]
     if dv > configs.MAX_HEAD_DIM or q.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
         from .wide import wide_fwd
-
-        if v_natural is not None:  # the wide kernels read a finished V^T
-            v = v_layout.v_keys_contiguous(v_natural)
 
         return wide_fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
                         window_right=window_right, softcap=softcap, allow_tf32=allow_tf32, cu_seqlens_q=cu_seqlens_q,
@@ -489,12 +468,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         return out, lse
     fp8 = descales is not None
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
-    fused = v_natural is not None
-    if fused and not (fp8 and v_transposed):
-        raise ValueError("v_natural: FP8 with v_transposed only")
-    sync = v_layout.sync_buffer(q.device, 1 + 2 * q.shape[0] * k.shape[2]) if fused else lse
     tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": cuq, "CuSeqK": cuk,
-               "QDescale": qds, "KDescale": kds, "VDescale": vds, "VN": v_natural if fused else v, "Sync": sync}
+               "QDescale": qds, "KDescale": kds, "VDescale": vds}
     replay = launches.get("fwd") if launches is not None else None
     if replay is not None and replay(tensors):
         return out, lse
@@ -537,10 +512,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
-    vn = v_natural if fused else v
-    args.update(stride_nb=vn.stride(0), stride_ns=vn.stride(1), stride_nh=vn.stride(2), FUSED_VT=fused,
-                SLICES=1 if configs.interpreting() else v_layout.SLICES,
-                lookahead_items=v_layout.LOOKAHEAD_ITEMS)
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1

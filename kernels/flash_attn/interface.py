@@ -12,7 +12,7 @@ import weakref
 import torch
 
 from .. import launcher
-from . import configs, v_layout
+from . import configs
 from .bwd import flash_attn_bwd
 from .fwd import flash_attn_fwd
 from .v_layout import v_keys_contiguous
@@ -386,7 +386,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     """
     try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
         key = ("fp8", *_qkv_key(q, k, v), *_qkv_key(q_descale, k_descale, v_descale), causal, softmax_scale,
-               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key(), v_layout.FUSED)
+               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key())
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
     sig = _SIGNATURES.get(key)
@@ -397,14 +397,11 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
-    v_natural = None
-    if sig.v_transposed and v_layout.FUSED and not sig.gluon:  # the forward's programs transpose V themselves
-        v_natural, v = v, v_layout.keys_contiguous_buffer(v)
-    elif sig.v_transposed:
+    if sig.v_transposed:
         v = v_keys_contiguous(v, launches=sig.copy)
     if sig.gluon:  # a head dim configs.FP8_GLUON_WS routes to the warp-specialised Gluon kernel (hd 256)
         out, lse = fp8_fwd_gluon_ws(q, k, v, descales, softmax_scale=sig.kw["softmax_scale"], causal=sig.kw["causal"],
                                     block_n=sig.gluon[0], num_stages=sig.gluon[1], out_dtype=sig.kw["out_dtype"])
     else:
-        out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd, v_natural=v_natural)
+        out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
     return (out, lse) if return_lse else out
