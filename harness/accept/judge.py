@@ -26,6 +26,7 @@ import torch
 
 from harness.accept import anticheat, exchange
 from harness.accept.exchange import case_to_dict
+from harness.adapters.base import fp8_backward_reason
 from harness.cases import make_inputs
 from harness.check import verify as V
 
@@ -200,7 +201,7 @@ def run_case(judge: Judge, case, seeds: list[int], *, backward: bool,
     :func:`harness.accept.report.judge_case` reads)."""
     declared, dev = judge.declared, judge.device
     out: dict = {"case": case.id, "seeds": [], "anticheat": [], "unsupported_feature": None}
-    if backward and getattr(case, "fp8", "") and not (case.fp8_grad and getattr(declared, "fp8_backward", False)):
+    if backward and getattr(case, "fp8", "") and fp8_backward_reason(declared, case):
         out["unsupported_feature"] = "backward"
         out["unsupported_reason"] = ("declares no FP8 backward (attn_capabilities['fp8_backward']): gradients cannot be "
                                      "checked" if case.fp8_grad else "a forward-only FP8 case")

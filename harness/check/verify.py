@@ -61,6 +61,7 @@ from harness.adapters.base import (
     LinearOutput,
     SoftmaxOutput,
     Unsupported,
+    fp8_backward_reason,
     has_backward,
 )
 from harness.cases import (
@@ -762,10 +763,8 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
         )
     if not want_grad:
         why = ("check_backward=False" if getattr(adapter, "differentiable", True) else "inference-only backend")
-        if getattr(case, "fp8", "") and not case.fp8_grad:
-            why = "a forward-only FP8 case (no fp8_grad)"
-        elif getattr(case, "fp8", "") and not getattr(adapter, "fp8_backward", False):
-            why = f"{getattr(adapter, 'name', 'this backend')} has no FP8 backward"
+        if getattr(case, "fp8", ""):
+            why = fp8_backward_reason(adapter, case) or why
         result.properties.append(PropertyResult("backward", "skipped", f"gradients not checked ({why})"))
     else:
         constant = [
