@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 | fa4-2 | new-gpu | fp8 | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -93,8 +93,10 @@ case "$step" in
 fa4a)  # part A of flash-attn-4 (carry .whl-fa4a alone)
     mkdir -p /tmp/fa4a && cp .whl-fa4a/* /tmp/fa4a/ && ls /tmp/fa4a | wc -l
     ;;
-fa4-1|fa4-2)  # flash-attn-4 in three carries (benchmarks/fa4_resplit.sh): parts 1 and 2, each carried alone
+fa4-1|fa4-2)  # flash-attn-4 in three carries (benchmarks/fa4_resplit.sh): parts 1 and 2, each carried alone;
+    # `fa4-1 STEP ARGS...` then runs STEP in the same call (the part is copied first)
     mkdir -p /tmp/fa4 && cp ".$step"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
+    if [ -n "${2:-}" ]; then shift; exec bash "$0" "$@"; fi
     ;;
 correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-attn-4 accepted)
     setup
@@ -486,10 +488,12 @@ fp8-bwd)  # issue 19, session 19: cuDNN's FP8 backward (sdpa_fp8_backward; carry
     # convention), then the fp8-bwd preset's forward and backward beside the bf16 kernels of the same run.
     setup
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
-    timeout 200 python3 benchmarks/cudnn_fp8_bwd_probe.py ${FP8_BWD_PROBE_CASES:+--cases $FP8_BWD_PROBE_CASES} \
-        > "$OUT/fp8-bwd-probe.log" 2>&1
-    echo "probe exit $?" >> "$OUT/fp8-bwd-probe.log"
-    tail -n 14 "$OUT/fp8-bwd-probe.log"
+    if [ "${FP8_BWD_PROBE:-1}" != 0 ]; then  # FP8_BWD_PROBE=0: the bench alone
+        timeout 200 python3 benchmarks/cudnn_fp8_bwd_probe.py ${FP8_BWD_PROBE_CASES:+--cases $FP8_BWD_PROBE_CASES} \
+            > "$OUT/fp8-bwd-probe.log" 2>&1
+        echo "probe exit $?" >> "$OUT/fp8-bwd-probe.log"
+        tail -n 14 "$OUT/fp8-bwd-probe.log"
+    fi
     timeout "${FP8_BWD_SECONDS:-330}" python3 -m harness bench --preset fp8-bwd --modes fwd,bwd --no-plots \
         --time-limit $(( ${FP8_BWD_SECONDS:-330} - 30 )) --backends cudnn_fp8,triton_fa_fp8,sdpa_cudnn,triton_fa \
         --cases "${FP8_BWD_CASES:-S(1024|4096|8192)x}" --out "$OUT/fp8-bwd-bench" > "$OUT/fp8-bwd-bench.log" 2>&1
@@ -497,6 +501,33 @@ fp8-bwd)  # issue 19, session 19: cuDNN's FP8 backward (sdpa_fp8_backward; carry
     tail -n 4 "$OUT/fp8-bwd-bench.log"
     sed -n '/^## Per case/,$p' "$OUT/fp8-bwd-bench/report.md" | grep -v "^$" | head -n 100
     cp "$OUT/fp8-bwd-probe.log" "$OUT/fp8-bwd-bench/" 2>/dev/null; tarred fp8-bwd-bench
+    ;;
+fp8-bwd-ours)  # issue 19, session 21: the in-repo FP8 backward (flash_attn_fp8_bwd_func) on the GPU, no peer
+    # installed: the flash kernels' GPU tests with pinned configs (the bf16 / fp16 / fp32 backward shares its
+    # kernels), the small FP8 preset through the harness with the eager reference, then the fp8-bwd preset's
+    # backward beside the in-repo bf16 kernel and torch's cuDNN SDPA (FP8_BWD_CASES, FP8_BWD_SECONDS).
+    # `FP8_BWD_TESTS=0` skips the tests. The cuDNN FP8 peer: the `fp8-bwd` step (carry .whl-cudnn).
+    setup
+    if [ "${FP8_BWD_TESTS:-1}" != 0 ]; then
+        FLASH_ATTN_AUTOTUNE=0 timeout 260 python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels/test_flash_attn.py \
+            tests/kernels/test_launcher.py > "$OUT/fp8-bwd-tests.log" 2>&1
+        echo "tests exit $?" >> "$OUT/fp8-bwd-tests.log"
+        grep -E "^(FAILED|ERROR)" "$OUT/fp8-bwd-tests.log" | head -n 20; tail -n 2 "$OUT/fp8-bwd-tests.log"
+    fi
+    timeout 120 python3 -m harness run --backends triton_fa_fp8,eager_fp8 --preset small-fp8 --dtypes bf16 \
+        --out "$OUT/fp8-bwd-run" > "$OUT/fp8-bwd-run.log" 2>&1
+    echo "run exit $?" >> "$OUT/fp8-bwd-run.log"
+    grep -E "triton_fa_fp8" "$OUT/fp8-bwd-run.log" | grep -v " pass " | head -n 20; tail -n 3 "$OUT/fp8-bwd-run.log"
+    if [ "${FP8_BWD_SECONDS:-0}" != 0 ]; then
+        timeout "$FP8_BWD_SECONDS" python3 -m harness bench --preset fp8-bwd --modes bwd --no-plots \
+            --time-limit $(( FP8_BWD_SECONDS - 20 )) --backends triton_fa_fp8,triton_fa,sdpa_cudnn \
+            --cases "${FP8_BWD_CASES:-S(4096|8192)x}" --out "$OUT/fp8-bwd-ours" > "$OUT/fp8-bwd-ours.log" 2>&1
+        echo "bench exit $?" >> "$OUT/fp8-bwd-ours.log"
+        tail -n 4 "$OUT/fp8-bwd-ours.log"
+        sed -n '/^## Per case/,$p' "$OUT/fp8-bwd-ours/report.md" | grep -v "^$" | head -n 60
+        tarred fp8-bwd-ours
+    fi
+    cp "$OUT/fp8-bwd-tests.log" "$OUT/fp8-bwd-run/" 2>/dev/null; tarred fp8-bwd-run
     ;;
 fp8-out)  # issue 19, session 18: FP8 output (e4m3 in V's units, read back by the harness outside the timed
     # call) in the in-repo kernels and cuDNN's FP8 graphs with top-left masks on sm90 (carry .whl-cudnn):

@@ -17,12 +17,15 @@ for d in /.fa4-1/ /.fa4-2/ /.fa4-3/; do
 done
 rm -rf .fa4-1 .fa4-2 .fa4-3 && mkdir -p .fa4-1 .fa4-2 .fa4-3
 cp .whl-fa4a/*.whl .fa4-1/
-# three equal parts (about 30 MB each): the small wheels (~11 MB) ride with the first, and every part
-# plus the working tree (23 MiB in session 14) must stay under a call's 64 MiB
+# three parts of the 92 MB library wheel: 30.6 MB with the small wheels (~10 MB) in the first, 40 MB in
+# the second, the rest (~21 MB) in the third, so that the third call can also carry .whl-cudnn (11.6 MB);
+# every part plus the working tree (24.3 MiB in session 21) must stay under a call's 64 MiB
 cat .whl-fa4a/cu13part_aa .whl-fa4b/cu13part_ab > .fa4-1/cu13.whl.tmp
-split -n 3 -a 1 .fa4-1/cu13.whl.tmp .fa4-1/cu13_ && rm .fa4-1/cu13.whl.tmp
-mv .fa4-1/cu13_b .fa4-2/
-mv .fa4-1/cu13_c .fa4-3/
+cut() { dd if=.fa4-1/cu13.whl.tmp of="$1" bs=4M iflag=skip_bytes,count_bytes skip="$2" ${3:+count=$3} status=none; }
+cut .fa4-1/cu13_a 0 30600000
+cut .fa4-2/cu13_b 30600000 40000000
+cut .fa4-3/cu13_c 70600000
+rm .fa4-1/cu13.whl.tmp
 cat > .fa4-3/install.sh <<'INSTALL'
 #!/usr/bin/env bash
 # On the device, after .fa4-1 and .fa4-2 were copied to /tmp/fa4: join the library wheel, install all.

@@ -263,10 +263,13 @@ class TritonFAFP8(SoftmaxAdapter):
     compiles_per_shape = True
     description = ("in-repo Triton flash attention forward on e4m3 q/k/v with descales (kernels/flash_attn "
                    "flash_attn_fp8_func): fp32-accumulated QK^T, P in e4m3 for PV, out bf16/fp16, or e4m3 "
-                   "with the scale 1 / v_descale (fp8_out cases)")
+                   "with the scale 1 / v_descale (fp8_out cases); its FP8 backward flash_attn_fp8_bwd_func "
+                   "(fp8_grad cases: dO and dS in e4m3 / e5m2, gradients in the case's dtype or in FP8)")
     module = "kernels.flash_attn"
     fp8 = fp8_only = True
     differentiable = False
+    #: flash_attn_fp8_bwd_func (fp8_grad cases), where the kernel module has it (supports says why not)
+    fp8_backward = True
 
     def supports(self, case, device):
         mod, reason = _module_and_reason(self, case, device)  # the base checks (fp8_only) included
@@ -281,6 +284,11 @@ class TritonFAFP8(SoftmaxAdapter):
             reason = mod.unsupported_reason(dim, torch.bfloat16, **form)
             if reason:
                 return reason
+        if getattr(case, "fp8_grad", ""):
+            if not hasattr(mod, "flash_attn_fp8_bwd_func"):
+                return "this kernels.flash_attn has no FP8 backward (flash_attn_fp8_bwd_func)"
+            if reason := mod.fp8_bwd_unsupported_reason(case.d, case.d_v):
+                return reason
         return None
 
     def run(self, case: SoftmaxCase, *, q, k, v, q_descale=None, k_descale=None, v_descale=None,
@@ -292,10 +300,25 @@ class TritonFAFP8(SoftmaxAdapter):
             res = mod.flash_attn_fp8_func(
                 q, k, v, q_descale, k_descale, v_descale, causal=case.causal, window_size=tuple(case.window),
                 softcap=case.softcap, out_dtype=torch.float8_e4m3fn if case.fp8_out else case.torch_dtype,
-                return_lse=case.return_lse, **scale_kwargs(case, "softmax_scale"))
-        out, lse = res if case.return_lse else (res, None)
+                return_lse=case.return_lse or bool(case.fp8_grad), **scale_kwargs(case, "softmax_scale"))
+        out, lse = res if case.return_lse or case.fp8_grad else (res, None)
         # FP8 output: in V's units, read back by the harness with v_descale (outside the timed call)
         return SoftmaxOutput(out, lse, out_descale=v_descale if case.fp8_out else None)
+
+    def run_fp8_backward(self, case, forward, *, q, k, v, q_descale, k_descale, v_descale, grad_out, do_descale,
+                         ds_descale, dq_descale, dk_descale, dv_descale):
+        mod, why = _import(self.module)
+        if mod is None:
+            raise Unsupported(why)
+        if forward.lse is None:
+            raise Unsupported("the FP8 backward needs the forward's lse")
+        fp8_grads = {"grad_dtype": grad_out.dtype, "dq_descale": dq_descale, "dk_descale": dk_descale,
+                     "dv_descale": dv_descale} if case.fp8_out else {"grad_dtype": case.torch_dtype}
+        with _stated_limits():
+            return mod.flash_attn_fp8_bwd_func(
+                grad_out, q, k, v, forward.out, forward.lse, q_descale, k_descale, v_descale, do_descale, ds_descale,
+                causal=case.causal, window_size=tuple(case.window), out_descale=forward.out_descale,
+                **scale_kwargs(case, "softmax_scale"), **fp8_grads)
 
 
 register(TritonFA)

@@ -21,7 +21,24 @@ import triton.language as tl
 
 from .. import launcher
 from . import configs
-from .fwd import _capped, _head_rows, _key_range, _load_rows, _make_desc, _sequence, arch_of, precision_of
+from .fwd import (
+    _capped,
+    _exact_fp8,
+    _head_rows,
+    _key_range,
+    _load_cols,
+    _load_rows,
+    _make_desc,
+    _make_desc_t,
+    _round_to_e4m3,
+    _sequence,
+    arch_of,
+    precision_of,
+)
+
+#: The FP8 backward quantises P (at most 1) to e4m3 at this scale for dV += P^T dO: e4m3's largest value,
+#: as the forward's P and cuDNN's FP8 backward (its scale_s) do.
+P_SCALE = tl.constexpr(448.0)
 
 
 @triton.jit
@@ -83,12 +100,18 @@ def _query_range(n0, seqlen_q, seqlen_k, off, left, right,
 def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base, delta_base, dq_base,
                 stride_qs, stride_dos, stride_dqs,
                 start_m, end_m, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                 MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                 BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
+                PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
+                IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
     """BLOCK_DB > 0 (split head dim, configs.block_db): k, q, dk and the atomic dQ hold columns
-    [0, BLOCK_D); k_b, q_b, dk_b and dQ's second part [BLOCK_D, BLOCK_D + BLOCK_DB)."""
+    [0, BLOCK_D); k_b, q_b, dk_b and dQ's second part [BLOCK_D, BLOCK_D + BLOCK_DB).
+    IS_FP8 (see _bwd_dkdv_kernel): scores and dP^T in FP8 units (qk_scale carries the descales, dP^T is
+    scaled by ``dp_scale``); P^T goes to e4m3 at P_SCALE for dV += P^T dO and dS^T to dO's format at
+    ``ds_scale`` for dK += dS^T Q, both second operands read K-major from the sequence-contiguous copies
+    of dO and Q (``dot_*``, ``qt_*``: [Dv or D, Sq] per head), as Hopper's FP8 MMA wants."""
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d[None, :] < HEAD_DIM
@@ -125,13 +148,28 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
             if HAS_LEFT:
                 keep = keep & (offs_n[:, None] >= offs_m[None, :] + off - left)
             p_t = tl.where(keep, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
+        if IS_FP8:  # P^T in e4m3 at P_SCALE; dO^T's tile [Dv, BLOCK_M] from its sequence-contiguous copy
+            p8 = p_t * P_SCALE
+            if EXACT_CAST:
+                p8 = _round_to_e4m3(p8)
+            do_t = _load_cols(dot_base, dot_desc, start, seqlen_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, MASKED,
+                              USE_TMA)
+            dv = tl.dot(p8.to(k.dtype), tl.trans(do_t), dv)
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        ds_t = p_t * (dp_t - delta[None, :])
-        if HAS_SOFTCAP:  # through the cap: d(c tanh(x / c)) / dx = 1 - tanh**2
-            ds_t = ds_t * (1.0 - t_t * t_t)
-        ds_t = ds_t.to(q.dtype)
-        dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+        if IS_FP8:  # dS^T in dO's format: the real dS (softmax scale folded in) over ds_descale
+            ds_t = p_t * (dp_t * dp_scale - delta[None, :]) * ds_scale
+            if EXACT_CAST:
+                ds_t = _exact_fp8(ds_t, do.dtype)
+            q_t = _load_cols(qt_base, qt_desc, start, seqlen_q, stride_qtd, BLOCK_D, BLOCK_M, HEAD_DIM, MASKED, USE_TMA)
+            dk = tl.dot(ds_t.to(do.dtype), tl.trans(q_t), dk)
+        else:
+            ds_t = p_t * (dp_t - delta[None, :])
+            if HAS_SOFTCAP:  # through the cap: d(c tanh(x / c)) / dx = 1 - tanh**2
+                ds_t = ds_t * (1.0 - t_t * t_t)
+            ds_t = ds_t.to(q.dtype)
+            dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
         if BLOCK_DB:
             dk_b = tl.dot(ds_t, q_b, dk_b, input_precision=PRECISION)
         if ATOMIC_DQ:
@@ -161,6 +199,8 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
 
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
+                     QT, DOT, QDescale, KDescale, VDescale, DODescale, DSDescale, DKDescale, DVDescale, stride_dsb,
+                     stride_qtb, stride_qth, stride_qtd, stride_dotb, stride_doth, stride_dotd,
                      stride_qb, stride_qs, stride_qh,
                      stride_kb, stride_ks, stride_kh,
                      stride_vb, stride_vs, stride_vh,
@@ -175,9 +215,13 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, RESIDENT_N: tl.constexpr,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
+                     USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
+                     IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # K, dK and the Q tiles in two column ranges, S^T and dQ as two dots, nothing padded to BLOCK_D
+    # IS_FP8: q, k, v in e4m3 and dO in e4m3 / e5m2 with (batch, kv head) descales (flash_attn_fp8_bwd);
+    # QT / DOT are Q and dO with the sequence contiguous ([B, H, D, S]); DK / DV get the real values, or
+    # in FP8 (their dtype) over DKDescale / DVDescale. Dense only, no softcap, split head dim or atomics.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -218,6 +262,17 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         k_b = k
         dk_b = dk
     qk_scale = sm_scale * 1.4426950408889634
+    if IS_FP8:  # FP8 units in the dots; the real values by the descales (see _dkdv_inner)
+        ds_off = b64 * stride_dsb + hk
+        q_d = tl.load(QDescale + ds_off)
+        do_d = tl.load(DODescale + ds_off)
+        dsd = tl.load(DSDescale + ds_off)
+        qk_scale = qk_scale * q_d * tl.load(KDescale + ds_off)
+        dp_scale = tl.load(VDescale + ds_off)
+        ds_scale = sm_scale * do_d / dsd
+    else:
+        dp_scale = 1.0
+        ds_scale = 1.0
     lo, mid_lo, mid_hi, hi = _query_range(n0, seqlen_q, seqlen_k, off, left, right,
                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     for g in range(g_lo, g_hi):
@@ -233,26 +288,49 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         else:
             q_desc_b = q_desc
         do_desc = _make_desc(do_base, seqlen_q, stride_dos, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
+        if IS_FP8:
+            qt_base = QT + b64 * stride_qtb + h * stride_qth
+            dot_base = DOT + b64 * stride_dotb + h * stride_doth
+            qt_desc = _make_desc_t(qt_base, seqlen_q, stride_qtd, BLOCK_DA, BLOCK_M, HEAD_DIM, USE_TMA)
+            dot_desc = _make_desc_t(dot_base, seqlen_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, USE_TMA)
+        else:
+            qt_base = QT
+            dot_base = DOT
+            qt_desc = QT
+            dot_desc = DOT
         if HAS_RIGHT:
             dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
                                        delta_base, dq_base, stride_qs,
                                  stride_dos, stride_dqas,
                                  lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                                 qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                                  True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST)
         dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
                                        delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                             qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                              False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
+                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST)
         dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
                                        delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                             qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                              True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB)
-    dk = dk * sm_scale
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST)
+    if IS_FP8:  # real values: dK from dS (ds_descale units) and Q, dV from P (P_SCALE units) and dO
+        dk = dk * (dsd * q_d)
+        dv = dv * (do_d / P_SCALE)
+        if DK.dtype.element_ty.is_fp8():  # the gradients' format, over their descales (no group split)
+            dk = dk / tl.load(DKDescale + ds_off)
+            dv = dv / tl.load(DVDescale + ds_off)
+            if EXACT_CAST:
+                dk = _exact_fp8(dk, DK.dtype.element_ty)
+                dv = _exact_fp8(dv, DV.dtype.element_ty)
+    else:
+        dk = dk * sm_scale
     dk_rows = (k_start + offs_n[:, None]).to(tl.int64)
     gs64 = gs.to(tl.int64)
     tl.store(DK + gs64 * stride_dkp + b64 * stride_dkb + hk.to(tl.int64) * stride_dkh + dk_rows * stride_dks
@@ -268,12 +346,16 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
 @triton.jit
 def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
               start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+              kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
               MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
               BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-              PRECISION: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0):
+              PRECISION: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
+              IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
     """BLOCK_DB > 0 (split head dim, configs.block_db): q, the K tiles and dq hold columns [0, BLOCK_D);
-    q_b, the K_b tiles and dq_b [BLOCK_D, BLOCK_D + BLOCK_DB)."""
+    q_b, the K_b tiles and dq_b [BLOCK_D, BLOCK_D + BLOCK_DB).
+    IS_FP8 (see _bwd_dq_kernel): as _dkdv_inner's, dS in dO's format at ``ds_scale`` for dQ += dS K, K
+    read K-major from its sequence-contiguous copy (``kt_*``: [D, Sk] per kv head)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start in tl.range(start_n, end_n, BLOCK_N):
         offs_n = start + offs_n0
@@ -298,10 +380,17 @@ def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_
                 keep = keep & (offs_n[None, :] >= offs_m[:, None] + off - left)
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        if HAS_SOFTCAP:
-            ds = ds * (1.0 - t * t)
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+        if IS_FP8:
+            ds = p * (dp * dp_scale - delta[:, None]) * ds_scale
+            if EXACT_CAST:
+                ds = _exact_fp8(ds, do.dtype)
+            k_t = _load_cols(kt_base, kt_desc, start, seqlen_k, stride_ktd, BLOCK_D, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
+            dq = tl.dot(ds.to(do.dtype), tl.trans(k_t), dq)
+        else:
+            ds = p * (dp - delta[:, None])
+            if HAS_SOFTCAP:
+                ds = ds * (1.0 - t * t)
+            dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
         if BLOCK_DB:
             dq_b = tl.dot(ds.to(k.dtype), k_b, dq_b, input_precision=PRECISION)
     return dq, dq_b
@@ -309,6 +398,8 @@ def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_
 
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
+                   KT, QDescale, KDescale, VDescale, DODescale, DSDescale, DQDescale, ODescale, stride_dsb,
+                   stride_ktb, stride_kth, stride_ktd,
                    stride_qb, stride_qs, stride_qh,
                    stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh,
@@ -323,9 +414,11 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                    SEQ_BUCKET, FILL_BUCKET, ARCH,
                    FUSE_DELTA: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
-                   BLOCK_DB: tl.constexpr = 0):
+                   BLOCK_DB: tl.constexpr = 0, IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # Q, the K tiles and dQ in two column ranges, S as two dots, dQ = dS K per part
+    # IS_FP8: as _bwd_dkdv_kernel's; KT is K with the sequence contiguous ([B, Hk, D, Sk]), an FP8 Out is
+    # read back with ODescale, delta is kept in dO's FP8 units (rowsum(dO x O), dO's descale left out)
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -355,8 +448,11 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
         # This kernel runs first and owns these rows: compute delta = rowsum(dO * O) here (dO is
         # already loaded) and publish it for the dK/dV kernel, instead of a separate pass.
         o = tl.load(Out + b64 * stride_ob + h64 * stride_oh + q_rows * stride_os + offs_dv[None, :],
-                    mask=o_mask, other=0.0)
-        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+                    mask=o_mask, other=0.0).to(tl.float32)
+        if IS_FP8:
+            if Out.dtype.element_ty.is_fp8():
+                o = o * tl.load(ODescale + b64 * stride_dsb + hk)
+        delta = tl.sum(o * do.to(tl.float32), axis=1)
         tl.store(Delta + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, delta, mask=row_ok)
     else:
         delta = tl.load(Delta + b64 * stride_lb + h64 * stride_lh + q_start + offs_m, mask=row_ok, other=0.0)
@@ -377,6 +473,20 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
     k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DA, HEAD_DIM, USE_TMA)
     v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     qk_scale = sm_scale * 1.4426950408889634
+    if IS_FP8:  # FP8 units in the dots; the real values by the descales (see _dkdv_inner)
+        ds_off = b64 * stride_dsb + hk
+        k_d = tl.load(KDescale + ds_off)
+        dsd = tl.load(DSDescale + ds_off)
+        qk_scale = qk_scale * tl.load(QDescale + ds_off) * k_d
+        dp_scale = tl.load(VDescale + ds_off)
+        ds_scale = sm_scale * tl.load(DODescale + ds_off) / dsd
+        kt_base = KT + b64 * stride_ktb + hk.to(tl.int64) * stride_kth
+        kt_desc = _make_desc_t(kt_base, seqlen_k, stride_ktd, BLOCK_DA, BLOCK_N, HEAD_DIM, USE_TMA)
+    else:
+        dp_scale = 1.0
+        ds_scale = 1.0
+        kt_base = KT
+        kt_desc = KT
     dq = tl.zeros([BLOCK_M, BLOCK_DA], dtype=tl.float32)
     if BLOCK_DB:
         k_desc_b = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DB, HEAD_DIM, USE_TMA)
@@ -390,19 +500,29 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
         dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
                              stride_vs,
                        lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                       kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
                        True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
-                             BLOCK_DB)
+                             BLOCK_DB, IS_FP8, EXACT_CAST)
     dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
                              stride_vs,
                    mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                   kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
                    False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
-                             BLOCK_DB)
+                             BLOCK_DB, IS_FP8, EXACT_CAST)
     dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
                              stride_vs,
                    mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                   kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
-                             BLOCK_DB)
-    dq = dq * sm_scale
+                             BLOCK_DB, IS_FP8, EXACT_CAST)
+    if IS_FP8:  # real values (dS in ds_descale units, K in k_descale's), or FP8 over DQDescale
+        dq = dq * (dsd * k_d)
+        if DQ.dtype.element_ty.is_fp8():
+            dq = dq / tl.load(DQDescale + ds_off)
+            if EXACT_CAST:
+                dq = _exact_fp8(dq, DQ.dtype.element_ty)
+    else:
+        dq = dq * sm_scale
     tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + q_rows * stride_dqs + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
     if BLOCK_DB:
@@ -444,36 +564,47 @@ def group_split(batch: int, heads_k: int, group: int, seqlen_k: int, sms: int) -
 
 
 @triton.jit
-def _sum_rows(P, D, start, numel, split, BLOCK: tl.constexpr):
+def _sum_rows(P, D, Scale, start, numel, split, per_batch, dim, heads_k, stride_sb, BLOCK: tl.constexpr,
+              SCALED: tl.constexpr, EXACT_CAST: tl.constexpr):
     offs = start + tl.arange(0, BLOCK).to(tl.int64)
     mask = offs < numel
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for s in range(split):  # in split order: the sum is the same on every run
         acc += tl.load(P + s * numel + offs, mask=mask, other=0.0)
+    if SCALED:  # FP8 gradients: over their (batch, kv head) descale; element (b, s, hk, d) of [B, S, Hk, dim]
+        acc = acc / tl.load(Scale + (offs // per_batch) * stride_sb + (offs // dim) % heads_k, mask=mask, other=1.0)
+        if EXACT_CAST:
+            acc = _exact_fp8(acc, D.dtype.element_ty)
     tl.store(D + offs, acc.to(D.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _sum_partials(PK, PV, DKsum, DVsum, numel_k, numel_v, split, BLOCK: tl.constexpr):
+def _sum_partials(PK, PV, DKsum, DVsum, DKDescale, DVDescale, numel_k, numel_v, split, per_batch_k, per_batch_v,
+                  head_dim, head_dim_v, heads_k, stride_dsb, BLOCK: tl.constexpr, SCALED: tl.constexpr = False,
+                  EXACT_CAST: tl.constexpr = False):
     """dK and dV from the group split's fp32 partials ([split, numel] each, contiguous), summed in
     split order and cast to the gradients' dtype: one launch for both (the first cdiv(numel_k, BLOCK)
-    programs do dK, the rest dV)."""
+    programs do dK, the rest dV). SCALED: FP8 gradients, each written over its (batch, kv head)
+    descale (DKDescale / DVDescale)."""
     pid = tl.program_id(0)
     k_blocks = tl.cdiv(numel_k, BLOCK)
     if pid < k_blocks:
-        _sum_rows(PK, DKsum, pid.to(tl.int64) * BLOCK, numel_k, split, BLOCK)
+        _sum_rows(PK, DKsum, DKDescale, pid.to(tl.int64) * BLOCK, numel_k, split, per_batch_k, head_dim, heads_k,
+                  stride_dsb, BLOCK, SCALED, EXACT_CAST)
     else:
-        _sum_rows(PV, DVsum, (pid - k_blocks).to(tl.int64) * BLOCK, numel_v, split, BLOCK)
+        _sum_rows(PV, DVsum, DVDescale, (pid - k_blocks).to(tl.int64) * BLOCK, numel_v, split, per_batch_v,
+                  head_dim_v, heads_k, stride_dsb, BLOCK, SCALED, EXACT_CAST)
 
 
-#: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
+#: (device, use) -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads. One
+#: per use: the autotuner zeroes DQacc's stand-in (reset_to_zero), which no other argument may share.
 _UNUSED: dict = {}
 
 
-def _unused_buffer(device) -> torch.Tensor:
-    buf = _UNUSED.get(device)
+def _unused_buffer(device, use: str = "dq") -> torch.Tensor:
+    buf = _UNUSED.get((device, use))
     if buf is None:
-        buf = _UNUSED[device] = torch.zeros(1, device=device, dtype=torch.float32)
+        buf = _UNUSED[(device, use)] = torch.zeros(1, device=device, dtype=torch.float32)
     return buf
 
 
@@ -481,13 +612,23 @@ def _unused_buffer(device) -> torch.Tensor:
 SUM_BLOCK = 1024
 
 
+#: The FP8 backward's extra kernel arguments (flash_attn_bwd's ``fp8``): Q, K and dO with the sequence
+#: contiguous ([B, H, D, S], v_layout.seq_contiguous), and the (batch, kv head) descales.
+FP8_TENSORS = ("QT", "KT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "ODescale",
+               "DQDescale", "DKDescale", "DVDescale")
+
+
 def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right, softcap=0.0,
                    allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                   max_seqlen_k=None, split=None, launches=None):
+                   max_seqlen_k=None, split=None, fp8=None, grad_dtype=None, launches=None):
     """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (same dtype).
 
     lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp. ``split``: the
     dK/dV kernel's group split (default :func:`group_split` from the GPU's multiprocessors).
+    ``fp8`` (dense, no softcap, unsplit head dims; checked by interface.flash_attn_fp8_bwd_func): the
+    FP8 backward, q, k, v in e4m3 and do in e4m3 / e5m2, ``fp8`` a dict of :data:`FP8_TENSORS`; the
+    gradients come in ``grad_dtype``: real values in bf16 / fp16 / fp32, or in do's FP8 format over
+    the DQ / DK / DV descales. Always the split mode (no atomic dQ).
     ``launches``: a dict this call may replay its launches from and leave them in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature (dO's included).
     """
@@ -507,13 +648,15 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         batch, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
         cuq = cuk = q
+    gdt = grad_dtype or q.dtype
     if q.numel() == 0 or k.numel() == 0:
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        return (torch.zeros(q.shape, device=q.device, dtype=gdt), torch.zeros(k.shape, device=q.device, dtype=gdt),
+                torch.zeros(v.shape, device=q.device, dtype=gdt))
     # launches["plan"]: (atomic, split, the Launches to replay in order) after a first call that
     # could leave every one of them
     plan = launches.get("plan") if launches is not None else None
     if plan is None:
-        atomic = configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
+        atomic = fp8 is None and configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
         if split is None:
             sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
                 configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
@@ -522,13 +665,16 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         replays = None
     else:
         atomic, split, replays = plan
-    dq = _unused_buffer(q.device) if atomic else torch.empty_like(q)  # atomic: dQ from the fp32 buffer
+    dq = _unused_buffer(q.device) if atomic else q.new_empty(q.shape, dtype=gdt)  # atomic: from the fp32 buffer
     delta = torch.empty_like(lse)
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
-        dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)
+        dk, dv = k.new_empty(k.shape, dtype=gdt), v.new_empty(v.shape, dtype=gdt)
         dk_out = k.new_empty((split, *k.shape), dtype=torch.float32)
         dv_out = v.new_empty((split, *v.shape), dtype=torch.float32)
+    elif fp8 is not None:  # contiguous, as the FP8 inputs are
+        dk_out = dk = k.new_empty(k.shape, dtype=gdt)
+        dv_out = dv = v.new_empty(v.shape, dtype=gdt)
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)
@@ -541,10 +687,14 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}
+    if fp8 is not None:
+        tensors.update(fp8)
+    else:  # one-element stand-ins for the FP8 arguments, never read (IS_FP8 is a constexpr)
+        tensors.update(dict.fromkeys(FP8_TENSORS, _unused_buffer(q.device, "fp8")))
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
     if replays is None or not all(replay(tensors) for replay in replays):
         done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal,
-                           window_left, window_right, softcap, allow_tf32)
+                           window_left, window_right, softcap, allow_tf32, fp8 is not None)
         if launches is not None and all(x is not None for x in done.values()):
             launches["plan"] = (atomic, split, tuple(done.values()))
     if atomic:
@@ -553,7 +703,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
 
 
 def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal, window_left,
-                window_right, softcap, allow_tf32) -> dict:
+                window_right, softcap, allow_tf32, fp8=False) -> dict:
     """The backward's launches with every argument worked out (the first call of a signature, or
     every call without a replay cache): name -> its Launch (None where it cannot be replayed)."""
     q, k, v, do, out, lse = t["Q"], t["K"], t["V"], t["DO"], t["Out"], t["Lse"]
@@ -589,6 +739,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),
+        "IS_FP8": fp8, "EXACT_CAST": fp8 and configs.interpreting(), "stride_dsb": t["QDescale"].stride(0),
     }
     dk_out, dv_out = t["DK"], t["DV"]
     if split > 1:
@@ -602,27 +753,44 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     if not atomic:
         # split: the dQ kernel runs first (it also computes delta), then dK/dV. Deterministic.
         dqb, dqs, dqh = _s3(t["DQ"], varlen)
+        kt = t["KT"]
         dq_args = dict(common, stride_dqb=dqb, stride_dqs=dqs, stride_dqh=dqh, stride_ob=sob, stride_os=sos,
-                       stride_oh=soh, num_heads=hq, RESIDENT_N=False, FUSE_DELTA=True)
+                       stride_oh=soh, num_heads=hq, RESIDENT_N=False, FUSE_DELTA=True,
+                       **_t3("stride_kt", kt, fp8))
         done["dq"] = configs.launch(
             _bwd_dq_kernel, _bwd_dq_tuned, configs.BWD_SPACE, configs.prune_bwd,
             lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
-            dict({n: t[n] for n in ("Q", "K", "V", "DO", "Out", "Lse", "Delta", "DQ", "CuSeqQ", "CuSeqK")}, **dq_args))
+            dict({n: t[n] for n in ("Q", "K", "V", "DO", "Out", "Lse", "Delta", "DQ", "CuSeqQ", "CuSeqK", "KT",
+                                    "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DQDescale",
+                                    "ODescale")}, **dq_args))
     dq_acc = t["DQacc"]
     dqab, dqas, dqah = _s3(dq_acc, varlen) if atomic else (0, 0, 0)
     dkdv_args = dict(common, stride_dkb=dkb, stride_dks=dks, stride_dkh=dkh,
                      stride_dvb=dvb, stride_dvs=dvs, stride_dvh=dvh, num_kv_heads=hk, RESIDENT_N=True,
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
-                     stride_dkp=dkp, stride_dvp=dvp, group_split=split)
+                     stride_dkp=dkp, stride_dvp=dvp, group_split=split,
+                     **_t3("stride_qt", t["QT"], fp8), **_t3("stride_dot", t["DOT"], fp8))
     done["dkdv"] = configs.launch(
         _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
         lambda bm, bn: (triton.cdiv(sk, bn), batch * hk * split),
-        dict({n: t[n] for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK")},
+        dict({n: t[n] for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK", "QT",
+                                "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DKDescale",
+                                "DVDescale")},
              **dkdv_args))
     if split > 1:
         nk, nv = k.numel(), v.numel()
         grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK),)
-        kwargs = dict({n: t[n] for n in ("PK", "PV", "DKsum", "DVsum")}, numel_k=nk, numel_v=nv, split=split,
-                      BLOCK=SUM_BLOCK)
+        scaled = fp8 and t["DKsum"].dtype.itemsize == 1  # FP8 gradients: written over their descales
+        kwargs = dict({n: t[n] for n in ("PK", "PV", "DKsum", "DVsum", "DKDescale", "DVDescale")}, numel_k=nk,
+                      numel_v=nv, split=split, per_batch_k=nk // batch, per_batch_v=nv // batch, head_dim=d,
+                      head_dim_v=dv_dim, heads_k=hk, stride_dsb=common["stride_dsb"], BLOCK=SUM_BLOCK, SCALED=scaled,
+                      EXACT_CAST=scaled and configs.interpreting())
         done["sum"] = launcher.launch(_sum_partials, grid, kwargs)
     return done
+
+
+def _t3(prefix: str, t, fp8: bool) -> dict:
+    """The (batch, head, row) strides of a sequence-contiguous FP8 copy ([B, H, D, S]) under ``prefix``
+    (``stride_qt`` -> stride_qtb, stride_qth, stride_qtd); zeros where there is none (not FP8)."""
+    strides = t.stride()[:3] if fp8 else (0, 0, 0)
+    return dict(zip((prefix + "b", prefix + "h", prefix + "d"), strides))

@@ -210,6 +210,30 @@ def _round_to_e4m3_signed(x):
 
 
 @triton.jit
+def _round_to_e5m2_signed(x):
+    """fp32 values rounded to the nearest e5m2 value (2 mantissa bits, ties to even; subnormals below
+    2**-14 on their 2**-16 grid), saturated at its largest finite value 57344 as the GPU's
+    ``cvt.rn.satfinite`` does, still in fp32. Interpreter only (see _round_to_e4m3: its fp32 -> e5m2
+    cast loses the carry too, 7.5 -> 4)."""
+    a = tl.minimum(tl.abs(x), 57344.0)
+    bits = a.to(tl.int32, bitcast=True)
+    normal = (bits + 0xFFFFF + ((bits >> 21) & 1)) & -2097152  # 2 mantissa bits kept
+    r = tl.where(a >= 6.103515625e-05, normal.to(tl.float32, bitcast=True), tl.floor(a * 65536.0 + 0.5) / 65536.0)
+    return tl.where(x < 0, -r, r)
+
+
+@triton.jit
+def _exact_fp8(x, dtype: tl.constexpr):
+    """``x`` (fp32) rounded as the GPU's saturating cast to the FP8 ``dtype`` rounds it, still in fp32
+    (under the interpreter, whose own cast drops carries; see _round_to_e4m3)."""
+    if dtype == tl.float8e5:
+        out = _round_to_e5m2_signed(x)
+    else:
+        out = _round_to_e4m3_signed(x)
+    return out
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_kn, stride_vn,
                start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,

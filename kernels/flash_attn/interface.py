@@ -405,3 +405,127 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     else:
         out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
     return (out, lse) if return_lse else out
+
+
+#: The FP8 backward's gradient formats (dO's, and dQ / dK / dV written in it when asked for).
+FP8_GRAD_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+#: The FP8 backward's output dtypes besides dO's FP8 format: real values.
+FP8_BWD_REAL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class _Fp8BwdSignature:
+    """What the first FP8 backward call of a signature leaves for the next ones: the launcher's checked
+    keywords and the launches to replay (the three sequence-contiguous copies', the backward's)."""
+
+    __slots__ = ("kw", "copies", "bwd")
+
+    def __init__(self, kw: dict):
+        self.kw = kw
+        self.copies: dict = {"q": {}, "k": {}, "do": {}}
+        self.bwd: dict = {}
+
+
+def fp8_bwd_unsupported_reason(head_dim: int, head_dim_v: int) -> str | None:
+    """Why the FP8 backward cannot take these head dims ("<q or v>: unsupported: ..."), or None."""
+    for name, dim in (("q", head_dim), ("v", head_dim_v)):
+        if dim < 32 or dim > configs.MAX_HEAD_DIM or dim % 16:
+            return (f"{name}: unsupported: head dim {dim} in the FP8 backward (multiples of 16 from 32 to "
+                    f"{configs.MAX_HEAD_DIM}: its dots reduce over the head dims, 32 deep for FP8)")
+    if configs.block_db(head_dim, 1):
+        return (f"q: unsupported: head dim {head_dim} in the FP8 backward (the forward splits it in two "
+                "power-of-two parts; the FP8 backward takes power-of-two or padded head dims)")
+    return None
+
+
+def _meta(t) -> tuple | None:
+    """What a signature keys a small tensor argument on (a descale): shape, strides, dtype, device; None for None."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _fp8_bwd_signature(do, q, k, v, out, lse, descales: dict, causal, softmax_scale, window_size,
+                       grad_dtype) -> _Fp8BwdSignature:
+    """Check a call of :func:`flash_attn_fp8_bwd_func` (ValueError naming the argument) and work out its
+    launcher keywords. The forward's checks first (q, k, v, their descales, scale, window)."""
+    fwd = _fp8_signature(q, k, v, descales["q_descale"], descales["k_descale"], descales["v_descale"], causal,
+                         softmax_scale, window_size, 0.0, torch.bfloat16, None, None)
+    B, sq, hq, d = q.shape
+    hk, dv = k.shape[2], v.shape[-1]
+    if not isinstance(do, torch.Tensor) or do.dtype not in FP8_GRAD_DTYPES or tuple(do.shape) != (B, sq, hq, dv):
+        raise ValueError(f"do: expected a [B={B}, Sq={sq}, Hq={hq}, Dv={dv}] float8_e4m3fn or float8_e5m2 tensor, got "
+                         f"{getattr(do, 'shape', type(do).__name__)} {getattr(do, 'dtype', '')}")
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, sq, hq, dv) or out.dtype not in FP8_OUT_DTYPES + (
+            torch.float32,):
+        raise ValueError(f"out: expected the forward's [B={B}, Sq={sq}, Hq={hq}, Dv={dv}] output (bf16, fp16, fp32 or "
+                         f"e4m3), got {getattr(out, 'shape', type(out).__name__)} {getattr(out, 'dtype', '')}")
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, hq, sq) or lse.dtype != torch.float32:
+        raise ValueError(f"lse: expected the forward's float32 [B={B}, Hq={hq}, Sq={sq}] log-sum-exp, got "
+                         f"{getattr(lse, 'shape', type(lse).__name__)} {getattr(lse, 'dtype', '')}")
+    if grad_dtype not in FP8_BWD_REAL_DTYPES + (do.dtype,):
+        raise ValueError(f"grad_dtype: bfloat16, float16, float32 or dO's format {do.dtype}, got {grad_dtype}")
+    needed = ["do_descale", "ds_descale", "out_descale"]
+    if grad_dtype.itemsize == 1:
+        needed += ["dq_descale", "dk_descale", "dv_descale"]
+    for name in needed:
+        t = descales[name]
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (B, hk) or t.dtype != torch.float32:
+            raise ValueError(f"{name}: expected a float32 [B={B}, Hk={hk}] tensor, got "
+                             f"{getattr(t, 'shape', type(t).__name__)} {getattr(t, 'dtype', '')}"
+                             + (" (FP8 gradients are written over their descales)" if name[1] in "qkv" else ""))
+    for name, t in (("do", do), ("out", out), ("lse", lse), *((n, descales[n]) for n in needed)):
+        if t.device != q.device:
+            raise ValueError(f"{name}: device {t.device} does not match q's {q.device}")
+    reason = fp8_bwd_unsupported_reason(d, dv)
+    if reason:
+        raise ValueError(reason)
+    kw = {n: fwd.kw[n] for n in ("softmax_scale", "causal", "window_left", "window_right")}
+    return _Fp8BwdSignature(dict(kw, grad_dtype=grad_dtype))
+
+
+def flash_attn_fp8_bwd_func(do, q, k, v, out, lse, q_descale, k_descale, v_descale, do_descale, ds_descale, *,
+                            causal=False, softmax_scale=None, window_size=(-1, -1), out_descale=None,
+                            grad_dtype=torch.bfloat16, dq_descale=None, dk_descale=None, dv_descale=None):
+    """FP8 backward (cuDNN's ``sdpa_fp8_backward`` convention, the harness's ``fp8_grad`` contract): the
+    gradients of :func:`flash_attn_fp8_func`'s attention, computed on the FP8 tensor cores.
+
+    q, k, v: the forward's e4m3 inputs with their [B, Hk] float32 descales; ``out`` the forward's output
+    (bf16 / fp16 / fp32 real values, or e4m3 whose real value is out x ``out_descale``, by default
+    ``v_descale`` as flash_attn_fp8_func writes it) and its lse [B, Hq, Sq] (``return_lse=True``); ``do``
+    dO in e4m3 or e5m2 (real value dO x ``do_descale``). Per key block: S = Q K^T from the FP8 values,
+    P = exp(S x descales x scale - lse); dV += P^T dO with P in e4m3 at 448 (as the forward's P); dP = dO V^T;
+    dS = scale x P o (dP - rowsum(dO o O)), the gradient of the unscaled scores, quantised to dO's format
+    over ``ds_descale`` for dQ = dS K and dK += dS^T Q (GQA: summed over a group's query heads); every dot
+    accumulates in fp32. The dots that reduce over the sequence read Q, K and dO from copies with the
+    sequence contiguous (v_layout.v_keys_contiguous: Hopper's FP8 MMA reads both operands K-major); the
+    copies are part of the call. Returns (dq, dk, dv) shaped like q, k, v: real values in ``grad_dtype``
+    (bf16, fp16, fp32), or written in dO's format over ``dq_descale``, ``dk_descale``, ``dv_descale``
+    (``grad_dtype=do.dtype``; real value = gradient x its descale). Masks and scale as in
+    :func:`flash_attn_func`; no softcap, dense inputs, head dims 32-256 (multiples of 16, no split).
+    Deterministic (the dK / dV kernel sums a group's heads in order, the group split's partials too).
+    A call with the signature of an earlier one skips the checks and replays its launches.
+    Raises ValueError naming the argument for bad input."""
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale, "do_descale": do_descale,
+                "ds_descale": ds_descale, "out_descale": v_descale if out_descale is None else out_descale,
+                "dq_descale": dq_descale, "dk_descale": dk_descale, "dv_descale": dv_descale}
+    try:  # a call like an earlier one reuses its checks and launches
+        key = ("fp8-bwd", *_qkv_key(q, k, v), *_qkv_key(do, out, lse), *map(_meta, descales.values()), causal,
+               softmax_scale, window_size, grad_dtype, configs.env_key())
+    except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
+        key = None
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        sig = _SIGNATURES.put(key, _fp8_bwd_signature(do, q, k, v, out, lse, descales, causal, softmax_scale,
+                                                      window_size, grad_dtype))
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or do.stride(-1) != 1:
+        q, k, v, do = (_last_dim_contiguous(t) for t in (q, k, v, do))
+    fp8 = {"QT": v_keys_contiguous(q, launches=sig.copies["q"]), "KT": v_keys_contiguous(k, launches=sig.copies["k"]),
+           "DOT": v_keys_contiguous(do, launches=sig.copies["do"])}
+    unused = descales["do_descale"]  # where the gradients are real values, their descales are never read
+    for kernel_name, name in (("QDescale", "q_descale"), ("KDescale", "k_descale"), ("VDescale", "v_descale"),
+                              ("DODescale", "do_descale"), ("DSDescale", "ds_descale"), ("ODescale", "out_descale"),
+                              ("DQDescale", "dq_descale"), ("DKDescale", "dk_descale"), ("DVDescale", "dv_descale")):
+        t = descales[name]
+        fp8[kernel_name] = unused if t is None else t.contiguous()
+    kw = sig.kw
+    return flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=kw["softmax_scale"], causal=kw["causal"],
+                          window_left=kw["window_left"], window_right=kw["window_right"], fp8=fp8,
+                          grad_dtype=kw["grad_dtype"], launches=sig.bwd)

@@ -1,8 +1,9 @@
-"""V with its keys contiguous, for the FP8 forward's P V on Hopper.
+"""V with its keys contiguous, for the FP8 forward's P V on Hopper (and Q, K, dO for the FP8 backward).
 
 Hopper's FP8 MMA reads its B operand K-major: for P V that is V with the keys contiguous,
 [B, Hk, Dv, Sk], where callers hold V as [B, Sk, Hk, Dv] (flash-attn's layout). The FP8 forward
-copies it once per call. A copy by torch (``vt[...] = v.permute(0, 2, 3, 1)``) moves one byte per
+copies it once per call; the FP8 backward copies Q, K and dO the same way (dK += dS^T Q, dQ += dS K and
+dV += P^T dO reduce over the sequence). A copy by torch (``vt[...] = v.permute(0, 2, 3, 1)``) moves one byte per
 thread with strided reads: 0.216 ms for 32 MiB of V on the H100 (310 GB/s), a fifth of the FP8
 forward's time at 4k tokens (docs/perf/flash_attn.md, session 14). ``_transpose_kernel`` moves
 [BLOCK_S, BLOCK_D] tiles instead: rows of BLOCK_D bytes read, rows of BLOCK_S bytes written, the
@@ -46,7 +47,8 @@ def _transpose_kernel(V, VT, seqlen, head_dim, num_heads, stride_vb, stride_vs, 
 
 def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None) -> torch.Tensor:
     """V [B, Sk, Hk, Dv] (its last dim contiguous) copied to [B, Hk, Dv, Sk] with the keys contiguous,
-    rows padded to ``KEY_PAD`` keys; returns the view of the real keys. On a GPU (and under the
+    rows padded to ``KEY_PAD`` keys; returns the view of the real keys. Any [B, S, H, D] tensor of one-byte
+    elements the same way (the FP8 backward's Q, K and dO). On a GPU (and under the
     interpreter) one launch of ``_transpose_kernel``, the bytes moved as bytes (any one-byte dtype);
     elsewhere torch's copy. ``launches``: a dict this call may replay its launch from and leave it in
     (kernels/launcher.py; the caller keys it on v's shape, strides and alignment)."""

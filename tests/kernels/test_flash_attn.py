@@ -25,7 +25,8 @@ from kernel_checks import LSE_ATOL, assert_matches_oracle, poison_allocations, r
 
 from harness.oracle import softmax_attention, softmax_attention_varlen
 from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func
-from kernels.flash_attn.fwd import _round_to_e4m3, _round_to_e4m3_signed
+from kernels.flash_attn import interface
+from kernels.flash_attn.fwd import _round_to_e4m3, _round_to_e4m3_signed, _round_to_e5m2_signed
 from kernels.flash_attn.reference import attention_ref
 
 CUDA = torch.cuda.is_available()
@@ -827,3 +828,164 @@ def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
         assert torch.isfinite(one[0]).all(), name
     monkeypatch.setattr(configs, "FWD_TILES_FORCE", 2)
     check_against_oracle(b, sq, sk, hq, hk, d, torch.float32, causal, window)  # and the backward after it
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 backward (flash_attn_fp8_bwd_func): e4m3 q, k, v, dO in e4m3 / e5m2, cuDNN's convention
+# --------------------------------------------------------------------------------------------
+
+
+def _fp8_backward(c, x, out, lse, **kw):
+    """The in-repo FP8 backward of harness case ``c`` on its inputs ``x`` and the forward's ``out``, ``lse``:
+    gradients in fp32, or (fp8_out) in dO's format over the case's descales."""
+    from kernels.flash_attn import flash_attn_fp8_bwd_func
+
+    grads = (dict(grad_dtype=x.grad_out.dtype, dq_descale=x.dq_descale, dk_descale=x.dk_descale,
+                  dv_descale=x.dv_descale) if c.fp8_out else dict(grad_dtype=torch.float32))
+    return flash_attn_fp8_bwd_func(x.grad_out, x.q, x.k, x.v, out, lse, x.q_descale, x.k_descale, x.v_descale,
+                                   x.do_descale, x.ds_descale, causal=c.causal, softmax_scale=c.scale,
+                                   window_size=c.window, **grads, **kw)
+
+
+def _fp8_forward_and_reference(c, x):
+    """(out, lse) of the in-repo FP8 forward (FP8 output for fp8_out cases), and the eager FP8 backward's
+    gradients (harness.adapters.eager) on that output, real values in float32."""
+    from harness import fp8
+    from harness.adapters.eager import eager_fp8_attention_backward
+    from kernels.flash_attn import flash_attn_fp8_func
+
+    kw = dict(causal=c.causal, softmax_scale=c.scale, window_size=c.window)
+    out, lse = flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, return_lse=True,
+                                   out_dtype=torch.float8_e4m3fn if c.fp8_out else c.torch_dtype, **kw)
+    real = fp8.read_back(out, x.v_descale, torch.float32) if c.fp8_out else out.float()
+    fp8_grads = (x.dq_descale, x.dk_descale, x.dv_descale) if c.fp8_out else (None, None, None)
+    ref = eager_fp8_attention_backward(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, real, lse, x.grad_out,
+                                       x.do_descale, x.ds_descale, *fp8_grads, grad_fmt=c.fp8_grad, **kw)[:3]
+    return out, lse, ref
+
+
+def _real_grads(c, x, grads):
+    from harness import fp8
+
+    if not c.fp8_out:
+        return [g.float() for g in grads]
+    return [fp8.dequantize(g, d, dtype=torch.float32) for g, d in zip(grads, (x.dq_descale, x.dk_descale, x.dv_descale))]
+
+
+FP8_BWD_CASES = ["B2-H4/2-S45x70-D32-causal-e4m3-grad_e5m2-bf16", "B1-H4/1-S40x40-D64-win8x0-e4m3-grad_e4m3-bf16",
+                 "B1-H2-S64x64-D128-causal-e4m3-o8-grad_e4m3-bf16", "B1-H2-S64x64-D128-e4m3-o8-grad_e5m2-bf16",
+                 "B1-H2-S33x50-D32-causal-e4m3-grad_e4m3-fp16", "B2-H4/2-S64x64-D64-scale1-e4m3-grad_e5m2-bf16"]
+
+
+@pytest.mark.parametrize("case_id", FP8_BWD_CASES)
+def test_fp8_backward_matches_the_fp8_reference(case_id):
+    """dQ, dK, dV of the FP8 backward against the FP64 oracle on the dequantised inputs and dO, within 1.5x
+    the error of the eager FP8 backward (dS's quantisation dominates both; the harness's rule allows 2x); on
+    the CPU the interpreter computes what the reference does (same operands, same roundings), so within
+    1e-4 of it. GQA / MQA, causal and windowed, e4m3 and e5m2 gradients, real and FP8 (fp8_out) ones."""
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from harness.check.golden import compute_oracle
+
+    c = case_from_id(case_id)
+    x = harness_inputs(c, seed=5, device=DEVICE)
+    orc = compute_oracle(c, x)
+    out, lse, ref = _fp8_forward_and_reference(c, x)
+    grads = _fp8_backward(c, x, out, lse)
+    fmt = x.grad_out.dtype if c.fp8_out else torch.float32
+    for name, g, want, r, like in zip(("dq", "dk", "dv"), _real_grads(c, x, grads), (orc.dq, orc.dk, orc.dv), ref,
+                                      (x.q, x.k, x.v)):
+        assert g.shape == like.shape and torch.isfinite(g).all(), name
+        err, ref_err = rel_err(g, want), rel_err(r, want)
+        assert err <= 1.5 * ref_err, f"{name}: {err:.3e} against the FP8 reference's {ref_err:.3e}"
+        if not CUDA:
+            assert rel_err(g, r) <= 1e-4, f"{name}: {rel_err(g, r):.2e} from the reference under the interpreter"
+    assert all(g.dtype == fmt for g in grads)
+
+
+@pytest.mark.parametrize("case_id", ["B1-H8/1-S40x40-D32-causal-e4m3-o8-grad_e5m2-bf16",
+                                     "B2-H4/2-S45x70-D32-causal-e4m3-grad_e4m3-bf16"])
+def test_fp8_backward_group_split_sums_the_partials(monkeypatch, case_id):
+    """MQA / GQA with few kv heads splits a group's query heads over programs (bwd.group_split; forced
+    here, the interpreter has one SM): their fp32 partials summed in order, and FP8 gradients written
+    over their (batch, kv head) descales by the sum (SCALED), as the unsplit kernel writes them."""
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from kernels.flash_attn import bwd
+
+    c = case_from_id(case_id)
+    x = harness_inputs(c, seed=6, device=DEVICE)
+    out, lse, ref = _fp8_forward_and_reference(c, x)
+    whole = _real_grads(c, x, _fp8_backward(c, x, out, lse))
+    monkeypatch.setattr(bwd, "group_split", lambda batch, hk, group, sk, sms: 2)
+    launched = []
+    real_launch = bwd.launcher.launch
+    monkeypatch.setattr(bwd.launcher, "launch", lambda fn, *a, **k: launched.append(fn.fn.__name__) or real_launch(fn, *a, **k))
+    interface._SIGNATURES.clear()
+    split = _real_grads(c, x, _fp8_backward(c, x, out, lse))
+    assert "_sum_partials" in launched
+    assert torch.equal(split[0], whole[0])  # dQ does not depend on the split
+    for name, s, w, r in zip(("dk", "dv"), split[1:], whole[1:], ref[1:]):
+        # the partials' sum rounds in another order: an FP8 value may fall on the other side of a tie
+        assert rel_err(s, w) <= (0.02 if c.fp8_out else 1e-5), name
+        assert rel_err(s, r) <= 1.5 * rel_err(w, r) + (0.02 if c.fp8_out else 1e-5), name
+
+
+def test_fp8_backward_tensor_descriptors_read_what_pointers_do(monkeypatch):
+    """The TMA (tensor-descriptor) loads of the FP8 backward, the sequence-contiguous copies' tiles among
+    them (rows padded to 16 positions; 45 and 70 here), compute what the pointer loads do, bitwise."""
+    from harness.cases import case_from_id
+    from harness.cases import make_inputs as harness_inputs
+    from kernels.flash_attn import configs
+
+    c = case_from_id("B2-H4/2-S45x70-D32-causal-e4m3-o8-grad_e5m2-bf16")
+    x = harness_inputs(c, seed=2, device=DEVICE)
+    out, lse, _ = _fp8_forward_and_reference(c, x)
+    runs = []
+    for tma in (False, True):
+        monkeypatch.setattr(configs, "INTERPRET_USE_TMA", tma and configs.interpreting())
+        interface._SIGNATURES.clear()
+        runs.append(_fp8_backward(c, x, out, lse))
+    for a, b in zip(*runs):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_fp8_backward_validates_its_arguments():
+    from kernels.flash_attn import flash_attn_fp8_bwd_func
+
+    g = torch.Generator().manual_seed(0)
+    f8 = lambda *s, dt=torch.float8_e4m3fn: torch.randn(*s, generator=g).to(dt).to(DEVICE)  # noqa: E731
+    q, k, v, do = f8(1, 8, 2, 32), f8(1, 8, 1, 32), f8(1, 8, 1, 32), f8(1, 8, 2, 32, dt=torch.float8_e5m2)
+    out, lse, ds = torch.zeros(1, 8, 2, 32, device=DEVICE), torch.zeros(1, 2, 8, device=DEVICE), torch.ones(1, 1, device=DEVICE)
+    args = (q, k, v, out, lse, ds, ds, ds, ds, ds)
+    with pytest.raises(ValueError, match="do: expected a .* float8_e4m3fn or float8_e5m2"):
+        flash_attn_fp8_bwd_func(do.float(), *args)
+    with pytest.raises(ValueError, match=r"lse: expected the forward's float32 \[B=1, Hq=2, Sq=8\]"):
+        flash_attn_fp8_bwd_func(do, q, k, v, out, lse[..., :4], ds, ds, ds, ds, ds)
+    with pytest.raises(ValueError, match="grad_dtype: bfloat16, float16, float32 or dO's format"):
+        flash_attn_fp8_bwd_func(do, *args, grad_dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="dq_descale: expected a float32 .* written over their descales"):
+        flash_attn_fp8_bwd_func(do, *args, grad_dtype=torch.float8_e5m2)
+    with pytest.raises(ValueError, match="k_descale: expected a float32"):
+        flash_attn_fp8_bwd_func(do, q, k, v, out, lse, ds, torch.ones(2, device=DEVICE), ds, ds, ds)
+    with pytest.raises(ValueError, match="q: unsupported: head dim 16 in the FP8 backward"):
+        flash_attn_fp8_bwd_func(do[..., :16], q[..., :16], k[..., :16], v[..., :16], out[..., :16], lse, ds, ds, ds, ds, ds)
+
+
+def test_e5m2_rounding_under_the_interpreter_matches_torch():
+    """The FP8 backward rounds dS and FP8 gradients to e5m2 itself under the interpreter (its own cast
+    drops carries, 7.5 -> 4): that rounding, saturated at 57344, must be torch's."""
+    if CUDA:
+        pytest.skip("the interpreter's rounding path only runs without a GPU (the GPU casts in hardware)")
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat([torch.randn(2048, generator=g) * 4, torch.rand(1024, generator=g) * 2e-4,  # normals, subnormals
+                   torch.randn(1024, generator=g) * 3e4]).clamp(-57344, 57344)
+    y = torch.empty_like(x)
+    _round_e5m2_kernel[(1,)](x, y, N=x.numel())
+    assert torch.equal(y, x.to(torch.float8_e5m2).float())
+
+
+@triton.jit
+def _round_e5m2_kernel(X, Y, N: tl.constexpr):
+    r = tl.arange(0, N)
+    tl.store(Y + r, _round_to_e5m2_signed(tl.load(X + r)))
