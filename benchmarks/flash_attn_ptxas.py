@@ -2,7 +2,7 @@
 
     python benchmarks/flash_attn_ptxas.py --shape 2,2048,32,192 --dv 128 [--dtype bf16] [--causal]
         [--top 3] [--kernels fwd dq dkdv] [--atomic] [--window L,R] [--softcap C] [--fp8]
-        [--no-split] [--try 64,64,4,3,T ...]
+        [--no-split] [--try 64,64,4,3,T ...] [--fp8-bwd e4m3|e5m2 [--fp8-grads]]
 
 Runs the launchers (``fwd.flash_attn_fwd``, ``bwd.flash_attn_bwd``) on CPU tensors of the shape
 (batch, seqlen, heads, head dim) with the launch itself replaced by a recorder, so the kernel
@@ -34,10 +34,11 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0, fp8=False,
-                    v_natural=False):
+                    v_natural=False, fp8_bwd="", fp8_grads=False):
     """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call (``fp8``: the
     FP8 forward alone, e4m3 q / k / v with descales and V transposed as on sm90, bf16 out;
-    ``v_natural``: V left as [B, S, Hk, Dv], the kernel's ``V_T`` off)."""
+    ``v_natural``: V left as [B, S, Hk, Dv], the kernel's ``V_T`` off; ``fp8_bwd``: the FP8 backward
+    alone, dO in that format, its gradients bf16 or, ``fp8_grads``, in dO's format)."""
     from kernels.flash_attn import bwd, configs, fwd
 
     seen = []
@@ -56,6 +57,15 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
     try:
         kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=window[0],
                   window_right=0 if causal else window[1], softcap=softcap)
+        if fp8_bwd:  # as flash_attn_fp8_bwd_func calls it: Q, K, dO also as [B, H, D, S], positions padded to 16
+            e4m3, fmt = torch.float8_e4m3fn, {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8_bwd]
+            q, do = torch.empty(b, s, h, d, dtype=e4m3), torch.empty(b, s, h, dv, dtype=fmt)
+            k, v = torch.empty(b, s, hk, d, dtype=e4m3), torch.empty(b, s, hk, dv, dtype=e4m3)
+            seq = lambda t: torch.empty(*t.shape[:1], t.shape[2], t.shape[3], -(-s // 16) * 16, dtype=t.dtype)[..., :s]
+            extra = dict(QT=seq(q), KT=seq(k), DOT=seq(do), **{n: torch.ones(b, hk) for n in bwd.FP8_TENSORS[3:]})
+            out, lse = torch.empty(b, s, h, dv, dtype=torch.bfloat16), torch.empty(b, h, s)
+            bwd.flash_attn_bwd(do, q, k, v, out, lse, **kw, fp8=extra, grad_dtype=fmt if fp8_grads else torch.bfloat16)
+            return seen
         if fp8:  # as flash_attn_fp8_func calls it on sm90: V as [B, Hk, Dv, Sk], keys padded to 16
             e4m3 = torch.float8_e4m3fn
             q, k = torch.empty(b, s, h, d, dtype=e4m3), torch.empty(b, s, hk, d, dtype=e4m3)
@@ -97,6 +107,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8", action="store_true", help="the FP8 forward (e4m3 inputs, bf16 out) instead of --dtype")
     ap.add_argument("--v-natural", action="store_true",
                     help="with --fp8: V as [B, S, Hk, Dv] (no K-major copy; the kernel's V_T off)")
+    ap.add_argument("--fp8-bwd", choices=["e4m3", "e5m2"], default="",
+                    help="the FP8 backward (e4m3 q / k / v, dO in this format) instead of --dtype")
+    ap.add_argument("--fp8-grads", action="store_true", help="with --fp8-bwd: gradients in dO's format, not bf16")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--atomic", action="store_true", help="the atomic-dQ backward instead of the split one")
     ap.add_argument("--window", default="-1,-1", help="left,right (-1: unbounded)")
@@ -116,14 +129,15 @@ def main(argv=None) -> int:
     b, s, h, d = (int(x) for x in a.shape.split(","))
     dv = a.dv or d
     names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}
-    print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {'e4m3' if a.fp8 else a.dtype} {'causal' if a.causal else 'full'} window {a.window} "
+    form = f"e4m3, dO {a.fp8_bwd}{' FP8 grads' if a.fp8_grads else ''}" if a.fp8_bwd else 'e4m3' if a.fp8 else a.dtype
+    print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {form} {'causal' if a.causal else 'full'} window {a.window} "
           f"softcap {a.softcap}{' atomic dQ' if a.atomic else ''}{' padded (no split)' if a.no_split else ''}, sm_90a")
     print("| kernel | BLOCK_M x BLOCK_N | warps | stages | TMA | regs | spill B | smem B | est B | wgmma |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, fn, space, prune, kwargs in record_launches(b, s, h, a.heads_k or h, d, dv, DTYPES[a.dtype],
                                                           a.causal, a.atomic,
                                                           tuple(int(x) for x in a.window.split(",")), a.softcap,
-                                                          a.fp8, a.v_natural):
+                                                          a.fp8, a.v_natural, a.fp8_bwd, a.fp8_grads):
         short = names.get(name, name)
         if short not in a.kernels:
             continue

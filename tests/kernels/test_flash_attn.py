@@ -24,8 +24,7 @@ import triton.language as tl
 from kernel_checks import LSE_ATOL, assert_matches_oracle, poison_allocations, rel_err, within_tolerance
 
 from harness.oracle import softmax_attention, softmax_attention_varlen
-from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func
-from kernels.flash_attn import interface
+from kernels.flash_attn import flash_attn_func, flash_attn_varlen_func, interface
 from kernels.flash_attn.fwd import _round_to_e4m3, _round_to_e4m3_signed, _round_to_e5m2_signed
 from kernels.flash_attn.reference import attention_ref
 
