@@ -219,7 +219,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # K, dK and the Q tiles in two column ranges, S^T and dQ as two dots, nothing padded to BLOCK_D
-    # IS_FP8: q, k, v in e4m3 and dO in e4m3 / e5m2 with (batch, kv head) descales (flash_attn_fp8_bwd);
+    # IS_FP8: q, k, v in e4m3 and dO in e4m3 / e5m2 with (batch, kv head) descales (flash_attn_fp8_bwd_func);
     # QT / DOT are Q and dO with the sequence contiguous ([B, H, D, S]); DK / DV get the real values, or
     # in FP8 (their dtype) over DKDescale / DVDescale. Dense only, no softcap, split head dim or atomics.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -613,7 +613,7 @@ SUM_BLOCK = 1024
 
 
 #: The FP8 backward's extra kernel arguments (flash_attn_bwd's ``fp8``): Q, K and dO with the sequence
-#: contiguous ([B, H, D, S], v_layout.seq_contiguous), and the (batch, kv head) descales.
+#: contiguous ([B, H, D, S], v_layout.v_keys_contiguous), and the (batch, kv head) descales.
 FP8_TENSORS = ("QT", "KT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "ODescale",
                "DQDescale", "DKDescale", "DVDescale")
 
@@ -621,7 +621,7 @@ FP8_TENSORS = ("QT", "KT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale
 def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right, softcap=0.0,
                    allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                    max_seqlen_k=None, split=None, fp8=None, grad_dtype=None, launches=None):
-    """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (same dtype).
+    """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (in ``grad_dtype``, default q's).
 
     lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp. ``split``: the
     dK/dV kernel's group split (default :func:`group_split` from the GPU's multiprocessors).

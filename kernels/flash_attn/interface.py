@@ -438,8 +438,9 @@ def fp8_bwd_unsupported_reason(head_dim: int, head_dim_v: int) -> str | None:
 
 
 def _meta(t) -> tuple | None:
-    """What a signature keys a small tensor argument on (a descale): shape, strides, dtype, device; None for None."""
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+    """What a signature keys a small tensor argument on (a descale): shape, strides, dtype, device and 16-byte
+    alignment (Triton specialises pointers on it); None for None."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
 
 
 def _fp8_bwd_signature(do, q, k, v, out, lse, descales: dict, causal, softmax_scale, window_size,

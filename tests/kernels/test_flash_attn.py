@@ -790,6 +790,29 @@ def test_fp8_accept_callable_passes_the_checks_of_an_fp8_case():
     assert r.status == "pass", r.message()
 
 
+@pytest.mark.parametrize("name", ["B2-H4/2-S45x70-D32-causal-e4m3-grad_e5m2-bf16", "B1-H2-S64x64-D128-e4m3-o8-grad_e4m3-bf16"])
+def test_the_in_repo_fp8_backward_passes_the_harness_checks(name):
+    """triton_fa_fp8 declares the FP8 backward: its fp8_grad cases' gradients (bf16, or FP8 over their descales)
+    pass the harness's check against the FP64 oracle; head dims under 32 are refused for the backward, in the
+    kernel's words, while their forward-only cases still run. The accept callable with the FP8 backward
+    (benchmarks/fp8_accept_impl.py:train) passes the same check."""
+    from benchmarks.fp8_accept_impl import train
+    from harness.adapters import registry
+    from harness.adapters.user import CallableSoftmaxAdapter
+    from harness.cases import case_from_id
+    from harness.check.verify import verify
+
+    case = case_from_id(name)
+    r = verify("triton_fa_fp8", case, seed=1, device=DEVICE)
+    assert r.status == "pass", r.message()
+    adapter = registry.get("triton_fa_fp8")
+    assert "head dim 16 in the FP8 backward" in adapter.supports(case_from_id("B1-H2-S40x40-D16-e4m3-grad_e4m3-bf16"), DEVICE)
+    assert adapter.supports(case_from_id("B1-H2-S40x40-D16-e4m3-bf16"), DEVICE) is None
+    if not case.fp8_out:  # the callable contract is bf16 output
+        r = verify(CallableSoftmaxAdapter(train, name="fp8_accept_impl.train"), case, seed=1, device=DEVICE)
+        assert r.status == "pass", r.message()
+
+
 @pytest.mark.parametrize("case", ["S45x37-D64-causal-Sq>Sk", "S21x50-D16-causal-Sq<Sk", "S33x50-D32-window5,3-MQA",
                                   "S37x45-D32-GQA4/2", "S1x1-D16-causal", "S30x30-D16-window4-causal"])
 def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):

@@ -194,6 +194,40 @@ def test_an_fp8_call_replays_the_v_copy_and_the_forward(recorded, causal):
     _assert_same_launches(replays, _launches(recorded, "fresh"), inputs)
 
 
+@pytest.mark.parametrize("grads", ["bf16", "e5m2"])
+def test_an_fp8_backward_call_replays_its_copies_and_kernels(recorded, grads):
+    """flash_attn_fp8_bwd_func keeps its checks and launches per signature: the second call replays the three
+    sequence-contiguous copies (Q, K, dO) and both backward kernels with its own tensors, passing what a fresh
+    launch computes for them; FP8 gradients (over their descales) as well as bf16 ones."""
+    from kernels.flash_attn import flash_attn_fp8_bwd_func
+
+    def inputs_of(seed):
+        q, k, v, *descales = _fp8_inputs(1, 40, 4, 2, 32, seed)
+        g = torch.Generator().manual_seed(seed + 100)
+        do = torch.randn(1, 40, 4, 32, generator=g).to(torch.float8_e5m2)
+        out, lse = torch.randn(1, 40, 4, 32, generator=g).to(torch.bfloat16), torch.randn(1, 4, 40, generator=g)
+        more = [torch.rand(1, 2, generator=g) + 0.5 for _ in range(5)]  # dO, dS, dQ, dK, dV descales
+        return (do, q, k, v, out, lse, *descales, *more)
+
+    def call(x):
+        grad = dict(grad_dtype=torch.float8_e5m2, dq_descale=x[11], dk_descale=x[12], dv_descale=x[13]) \
+            if grads == "e5m2" else {}
+        flash_attn_fp8_bwd_func(*x[:11], causal=True, **grad)
+
+    call(inputs_of(0))
+    first = _launches(recorded, "fresh")
+    assert [e[1] for e in first] == ["_transpose_kernel"] * 3 + ["_bwd_dq_kernel", "_bwd_dkdv_kernel"]
+    recorded.clear()
+    inputs = inputs_of(1)
+    call(inputs)
+    replays = list(recorded)
+    assert [e[0] for e in replays] == ["replay"] * 5, "the second call was not replayed in full"
+    recorded.clear()
+    interface._SIGNATURES.clear()
+    call(inputs)
+    _assert_same_launches(replays, _launches(recorded, "fresh"), inputs)
+
+
 def test_a_profilers_launch_hook_sees_replayed_launches(recorded):
     """With a launch hook installed (a profiler such as proton), replays go through Triton's own
     launcher with the tensors and the launch metadata, so the hook is called for each launch."""
