@@ -596,15 +596,14 @@ def _sum_partials(PK, PV, DKsum, DVsum, DKDescale, DVDescale, numel_k, numel_v, 
                   head_dim_v, heads_k, stride_dsb, BLOCK, SCALED, EXACT_CAST)
 
 
-#: (device, use) -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads. One
-#: per use: the autotuner zeroes DQacc's stand-in (reset_to_zero), which no other argument may share.
+#: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
 _UNUSED: dict = {}
 
 
-def _unused_buffer(device, use: str = "dq") -> torch.Tensor:
-    buf = _UNUSED.get((device, use))
+def _unused_buffer(device) -> torch.Tensor:
+    buf = _UNUSED.get(device)
     if buf is None:
-        buf = _UNUSED[(device, use)] = torch.zeros(1, device=device, dtype=torch.float32)
+        buf = _UNUSED[device] = torch.zeros(1, device=device, dtype=torch.float32)
     return buf
 
 
@@ -613,7 +612,8 @@ SUM_BLOCK = 1024
 
 
 #: The FP8 backward's extra kernel arguments (flash_attn_bwd's ``fp8``): Q, K and dO with the sequence
-#: contiguous ([B, H, D, S], v_layout.v_keys_contiguous), and the (batch, kv head) descales.
+#: contiguous ([B, H, D, S], v_layout.v_keys_contiguous), and the (batch, kv head) descales. Other calls
+#: pass None there (a constexpr: nothing for a replay to fill, IS_FP8's branches compiled out).
 FP8_TENSORS = ("QT", "KT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "ODescale",
                "DQDescale", "DKDescale", "DVDescale")
 
@@ -687,10 +687,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}
-    if fp8 is not None:
+    if fp8 is not None:  # (otherwise the FP8 arguments are None: constexprs, no slot to fill per call)
         tensors.update(fp8)
-    else:  # one-element stand-ins for the FP8 arguments, never read (IS_FP8 is a constexpr)
-        tensors.update(dict.fromkeys(FP8_TENSORS, _unused_buffer(q.device, "fp8")))
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
     if replays is None or not all(replay(tensors) for replay in replays):
         done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal,
@@ -739,7 +737,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         "IS_VARLEN": varlen, "PRECISION": precision_of(q.dtype, allow_tf32),
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),
-        "IS_FP8": fp8, "EXACT_CAST": fp8 and configs.interpreting(), "stride_dsb": t["QDescale"].stride(0),
+        "IS_FP8": fp8, "EXACT_CAST": fp8 and configs.interpreting(), "stride_dsb": t["QDescale"].stride(0) if fp8 else None,
     }
     dk_out, dv_out = t["DK"], t["DV"]
     if split > 1:
@@ -753,35 +751,34 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     if not atomic:
         # split: the dQ kernel runs first (it also computes delta), then dK/dV. Deterministic.
         dqb, dqs, dqh = _s3(t["DQ"], varlen)
-        kt = t["KT"]
         dq_args = dict(common, stride_dqb=dqb, stride_dqs=dqs, stride_dqh=dqh, stride_ob=sob, stride_os=sos,
                        stride_oh=soh, num_heads=hq, RESIDENT_N=False, FUSE_DELTA=True,
-                       **_t3("stride_kt", kt, fp8))
+                       **_t3("stride_kt", t.get("KT"), fp8))
         done["dq"] = configs.launch(
             _bwd_dq_kernel, _bwd_dq_tuned, configs.BWD_SPACE, configs.prune_bwd,
             lambda bm, bn: (triton.cdiv(sq, bm), batch * hq),
-            dict({n: t[n] for n in ("Q", "K", "V", "DO", "Out", "Lse", "Delta", "DQ", "CuSeqQ", "CuSeqK", "KT",
-                                    "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DQDescale",
-                                    "ODescale")}, **dq_args))
+            dict({n: t.get(n) for n in ("Q", "K", "V", "DO", "Out", "Lse", "Delta", "DQ", "CuSeqQ", "CuSeqK", "KT",
+                                        "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DQDescale",
+                                        "ODescale")}, **dq_args))
     dq_acc = t["DQacc"]
     dqab, dqas, dqah = _s3(dq_acc, varlen) if atomic else (0, 0, 0)
     dkdv_args = dict(common, stride_dkb=dkb, stride_dks=dks, stride_dkh=dkh,
                      stride_dvb=dvb, stride_dvs=dvs, stride_dvh=dvh, num_kv_heads=hk, RESIDENT_N=True,
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
                      stride_dkp=dkp, stride_dvp=dvp, group_split=split,
-                     **_t3("stride_qt", t["QT"], fp8), **_t3("stride_dot", t["DOT"], fp8))
+                     **_t3("stride_qt", t.get("QT"), fp8), **_t3("stride_dot", t.get("DOT"), fp8))
     done["dkdv"] = configs.launch(
         _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
         lambda bm, bn: (triton.cdiv(sk, bn), batch * hk * split),
-        dict({n: t[n] for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK", "QT",
-                                "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DKDescale",
-                                "DVDescale")},
+        dict({n: t.get(n) for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK", "QT",
+                                    "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DKDescale",
+                                    "DVDescale")},
              **dkdv_args))
     if split > 1:
         nk, nv = k.numel(), v.numel()
         grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK),)
         scaled = fp8 and t["DKsum"].dtype.itemsize == 1  # FP8 gradients: written over their descales
-        kwargs = dict({n: t[n] for n in ("PK", "PV", "DKsum", "DVsum", "DKDescale", "DVDescale")}, numel_k=nk,
+        kwargs = dict({n: t.get(n) for n in ("PK", "PV", "DKsum", "DVsum", "DKDescale", "DVDescale")}, numel_k=nk,
                       numel_v=nv, split=split, per_batch_k=nk // batch, per_batch_v=nv // batch, head_dim=d,
                       head_dim_v=dv_dim, heads_k=hk, stride_dsb=common["stride_dsb"], BLOCK=SUM_BLOCK, SCALED=scaled,
                       EXACT_CAST=scaled and configs.interpreting())
@@ -791,6 +788,6 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
 
 def _t3(prefix: str, t, fp8: bool) -> dict:
     """The (batch, head, row) strides of a sequence-contiguous FP8 copy ([B, H, D, S]) under ``prefix``
-    (``stride_qt`` -> stride_qtb, stride_qth, stride_qtd); zeros where there is none (not FP8)."""
-    strides = t.stride()[:3] if fp8 else (0, 0, 0)
+    (``stride_qt`` -> stride_qtb, stride_qth, stride_qtd); None where there is none (not FP8: constexprs)."""
+    strides = t.stride()[:3] if fp8 else (None, None, None)
     return dict(zip((prefix + "b", prefix + "h", prefix + "d"), strides))
