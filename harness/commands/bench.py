@@ -6,7 +6,8 @@ what survives a time limit), and writes the reports. ``--merge`` joins the resul
 several runs into one report instead.
 
 Exit status: 0 when the report was written (failed or flagged cells are results, in the report),
-2 on bad arguments.
+2 on bad arguments, 130 when Ctrl-C or an outer time limit's SIGTERM stopped the run: the report of what
+finished is written first, the cells not reached (and the one cut short) read "not run: interrupted".
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from harness.cases import Case
+from harness.interrupts import SigtermInterrupt
 from harness.perf import roofline
 from harness.perf.bench import (
     DEFAULT_BACKENDS,
@@ -163,33 +165,51 @@ def main(args) -> int:
 
     partial = out / "results.partial.json"
     bar = tqdm(total=len(pairs), desc="bench", unit="cell", disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
+    # Ctrl-C, or an outer time limit's SIGTERM (timeout, a CI cancel): stop and report what finished
+    sigterm = SigtermInterrupt()
+    sigterm.install()
+    interrupted = ""
     try:
-        for i, (case, adapter) in enumerate(pairs):
-            bar.set_postfix_str(f"{adapter.name} {case.id}", refresh=True)
-            if args.time_limit is not None and time.time() - started > args.time_limit:
-                results.append({"case": case.id, "family": case.family, "dtype": case.dtype,
-                                "params": case_params(case), "backend": adapter.name, "status": "not-timed",
-                                "reason": f"not run: --time-limit {args.time_limit:g} s reached", "modes": {},
-                                "memory": None, "verify": {}})
-            else:
-                results.append(runner.run(adapter, case, modes))
-            bar.update(1)
-            if i + 1 == len(pairs) or pairs[i + 1][0].id != case.id:
-                # After each case: what survives a run killed by a time limit.
-                write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
-                                       time.time() - started), partial)
+        try:
+            for i, (case, adapter) in enumerate(pairs):
+                bar.set_postfix_str(f"{adapter.name} {case.id}", refresh=True)
+                if args.time_limit is not None and time.time() - started > args.time_limit:
+                    results.append(_not_run(case, adapter, f"not run: --time-limit {args.time_limit:g} s reached"))
+                else:
+                    results.append(runner.run(adapter, case, modes))
+                bar.update(1)
+                if i + 1 == len(pairs) or pairs[i + 1][0].id != case.id:
+                    # After each case: what survives a run killed without a chance to report (SIGKILL).
+                    write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
+                                           time.time() - started), partial)
+        except KeyboardInterrupt as e:
+            interrupted = "SIGTERM" if str(e) == "SIGTERM" else "Ctrl-C"
+            print(f"\nbench: interrupted ({interrupted}): reporting what finished", file=sys.stderr, flush=True)
+            results += [_not_run(c, a, f"not run: the bench was interrupted ({interrupted})")
+                        for c, a in pairs[len(results):]]
+        finally:
+            sigterm.armed = False  # from here on a second SIGTERM (timeout's to the group) waits for the report
+            bar.close()
+        add_speedups(results, baselines)
+        data = report_data(results, device, {**settings, **({"interrupted": interrupted} if interrupted else {})},
+                           peaks, command, time.time() - started)
+
+        paths = write_reports(data, out, plots=not args.no_plots)
+        partial.unlink(missing_ok=True)
+        from harness.perf.reports.markdown import summary_lines
+
+        print("\n".join(summary_lines(data)))
+        for kind, path in paths.items():
+            print(f"bench: {kind}: {path}")
+        return 130 if interrupted else 0
     finally:
-        bar.close()
-    add_speedups(results, baselines)
-    data = report_data(results, device, settings, peaks, command, time.time() - started)
+        sigterm.restore()
 
-    paths = write_reports(data, out, plots=not args.no_plots)
-    partial.unlink(missing_ok=True)
-    from harness.perf.reports.markdown import summary_lines
 
-    print("\n".join(summary_lines(data)))
-    for kind, path in paths.items():
-        print(f"bench: {kind}: {path}")
-    return 0
+def _not_run(case: Case, adapter, reason: str) -> dict:
+    """The result of a cell the bench did not run (a time limit, an interrupt): no timings, the reason."""
+    return {"case": case.id, "family": case.family, "dtype": case.dtype, "params": case_params(case),
+            "backend": adapter.name, "status": "not-timed", "reason": reason, "modes": {}, "memory": None,
+            "verify": {}}
 
 

@@ -174,6 +174,34 @@ def test_time_limit_leaves_the_rest_not_run(tmp_path, monkeypatch):
     assert "not run: --time-limit" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_an_interrupted_bench_reports_what_finished(tmp_path, monkeypatch):
+    """Ctrl-C or an outer time limit's SIGTERM (KeyboardInterrupt("SIGTERM")) in the middle of a cell: the report
+    is still written, with the cells that finished, the rest (the cut cell among them) "not run: the bench was
+    interrupted (SIGTERM)", the header saying so; exit 130; no partial JSON left behind."""
+    from harness.perf.bench import Bench
+
+    real, calls = Bench.run, []
+
+    def interrupted_second(self, adapter, case, modes):
+        calls.append(case.id)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("SIGTERM")
+        return real(self, adapter, case, modes)
+
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(Bench, "run", interrupted_second)
+    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--cases", "S37x37|S24x24-D48",
+                   "--reps", "3", "--warmup-ms", "0", "--out", str(tmp_path / "out"), "--quiet", "--no-plots"])
+    assert rc == 130
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["status"] for r in data["results"]] == ["ok", "not-timed"]
+    assert data["results"][1]["reason"] == "not run: the bench was interrupted (SIGTERM)"
+    assert data["settings"]["interrupted"] == "SIGTERM"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "**interrupted** (SIGTERM)" in md and "not run: the bench was interrupted" in md
+    assert not (tmp_path / "out" / "results.partial.json").exists()
+
+
 def test_unsupported_reason_is_worded_once():
     # torch's refusal reaches the bench as "unsupported: <why>": the cell keeps <why>, the report
     # and the pytest skip add the word once ("unsupported: unsupported: ..." was seen on an H200)

@@ -132,6 +132,9 @@ def header_lines(data: dict) -> list[str]:
         "- versions: " + ", ".join(f"{k} {v}" for k, v in ver.items() if v),
         f"- timing: {_clock_words(data)}",
     ]
+    if data.get("settings", {}).get("interrupted"):
+        lines.insert(2, f"- **interrupted** ({data['settings']['interrupted']}): the cells that finished before it; the "
+                        "others read \"not run: the bench was interrupted\"")
     if data.get("settings", {}).get("clock") != "host":
         lines.append(f"- launch-bound: a number whose repetition the host took longer to enqueue (less the L2 flush "
                      f"the device ran meanwhile) than {LAUNCH_BOUND_FRACTION:g}x the time measured is mostly launch "
