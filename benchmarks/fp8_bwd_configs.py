@@ -5,7 +5,7 @@
 
 FA-sweep shapes (16k tokens, hidden 2048). For each dQ tile with the first dK/dV tile, and each dK/dV tile
 with the first dQ tile, ``flash_attn_fp8_bwd_func``
-with its configs pinned (``configs.bwd_keep`` replaced, FLASH_ATTN_AUTOTUNE=0), timed from CUDA graphs (the
+with its configs pinned (``configs.prune_bwd`` replaced by the tile as given, FLASH_ATTN_AUTOTUNE=0), timed from CUDA graphs (the
 three sequence-contiguous copies included, as in a call), its gradients checked first against the eager
 FP8 reference on the first sequence of the batch (relative error, real values, bf16 gradients: dS's
 roundings differ where the sums' order does, a few percent at most). The bf16 backward's row:

@@ -7,7 +7,8 @@ several runs into one report instead.
 
 Exit status: 0 when the report was written (failed or flagged cells are results, in the report),
 2 on bad arguments, 130 when Ctrl-C or an outer time limit's SIGTERM stopped the run: the report of what
-finished is written first, the cells not reached (and the one cut short) read "not run: interrupted".
+finished is written first, the cells not reached (and the one cut short) read "not run: the bench was
+interrupted (SIGTERM | Ctrl-C)".
 """
 
 from __future__ import annotations
