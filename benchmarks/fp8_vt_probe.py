@@ -31,6 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seqlens", default="4096,16384")
     ap.add_argument("--masks", default="no,yes", help="comma list of no (full square) and yes (causal)")
     ap.add_argument("--modes", default="launch,helper,self")
+    ap.add_argument("--helpers", default="", help="comma list of HELPERS_PER_SM values to time the helper at "
+                    "(rows 'helper h=N c=CHUNK'; default: v_layout's)")
+    ap.add_argument("--chunks", default="", help="comma list of CHUNK values (keys per work item) for those rows")
     ap.add_argument("--repeat", type=int, default=2, help="time each variant this many times, interleaved")
     ap.add_argument("--here", action="store_true", help="import this tree (default: PYTHONPATH's)")
     args = ap.parse_args(argv)
@@ -48,16 +51,22 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         return time_callable(fn, "cuda").median_ms
 
-    def in_mode(mode, fn):
+    def in_mode(mode, fn, helpers=None, chunk=None):
         def call():
-            old, v_layout.VT_MODE = v_layout.VT_MODE, mode
+            old = v_layout.VT_MODE, v_layout.HELPERS_PER_SM, v_layout.CHUNK
+            v_layout.VT_MODE = mode
+            v_layout.HELPERS_PER_SM = helpers or old[1]
+            v_layout.CHUNK = chunk or old[2]
             try:
                 return fn()
             finally:
-                v_layout.VT_MODE = old
+                v_layout.VT_MODE, v_layout.HELPERS_PER_SM, v_layout.CHUNK = old
         return call
 
-    modes = args.modes.split(",")
+    variants = [(m, None, None) for m in args.modes.split(",")]
+    variants += [("helper", int(h), int(c)) for h in args.helpers.split(",") if h
+                 for c in (args.chunks or str(v_layout.CHUNK)).split(",")]
+
     bad = 0
     print("| hd | causal | seqlen | what | ms | TFLOP/s | bf16 / this |")
     print("|---|---|---|---|---|---|---|", flush=True)
@@ -79,15 +88,16 @@ def main(argv=None) -> int:
                 for vv, vvs in ((v, vs), (v2, vs2), (v, vs), (v2, vs2)):
                     one = functools.partial(fp8_call, vv, qs, ks, vvs)
                     want = in_mode("launch", one)()
-                    for mode in modes:
-                        got = in_mode(mode, one)()
+                    for mode, hh, cc in variants:
+                        got = in_mode(mode, one, hh, cc)()
                         if not torch.equal(got, want):
                             bad += 1
                             diff = (got.float() - want.float()).abs()
                             print(f"| {d} | {causal} | {s} | MISMATCH {mode}: {int((diff > 0).sum())} elements, max "
                                   f"{float(diff.max()):.3g}, NaN {int(got.isnan().sum())} |", flush=True)
                 kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
-                calls = [(f"FP8 call, V^T {m}", in_mode(m, functools.partial(fp8_call, v, qs, ks, vs))) for m in modes]
+                calls = [(f"FP8 call, V^T {m}" + (f" h={hh} c={cc}" if hh else ""),
+                          in_mode(m, functools.partial(fp8_call, v, qs, ks, vs), hh, cc)) for m, hh, cc in variants]
                 calls.append(("FP8 kernel alone (V^T ready)",
                               functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs),
                                                 out_dtype=torch.bfloat16, v_transposed=True, **kw)))

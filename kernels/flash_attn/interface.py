@@ -392,7 +392,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
         key = ("fp8", *_qkv_key(q, k, v), *_qkv_key(q_descale, k_descale, v_descale), causal, softmax_scale,
                window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key(),
-               v_layout.VT_MODE)
+               v_layout.key())
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
     sig = _SIGNATURES.get(key)

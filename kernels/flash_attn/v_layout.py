@@ -111,6 +111,11 @@ VT_MODE: str | None = None
 HELPER_HEAD_DIMS = (64, 128)
 
 
+def key() -> tuple:
+    """The settings above that change a call's launches: part of the FP8 forward's call signature."""
+    return VT_MODE, CHUNK, HELPERS_PER_SM
+
+
 def vt_mode(head_dim_v: int) -> str:
     """The V^T mode of an FP8 forward with this V head dim (see ``VT_MODE``)."""
     if VT_MODE is not None:
