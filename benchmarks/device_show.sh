@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | new-gpu | fp8 | fp8-vt | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -601,38 +601,6 @@ issue17b)  # issue 17: the standalone repro of torch SDPA cuDNN's non-repeatable
     shrink_case "$d" fla-dg fla_fused_chunk 'B4-H4-T8000-K64V64-g(n=1)-h0-dhT-bf16' 7 --family linear --max-checks 14
     cat "$d/sdpa-cudnn.log"; summary "$d/fla-dg.log" 12
     tarred issue17b
-    ;;
-fp8-vt)  # issue 19, session 22: V^T beside the FP8 forward (v_layout.begin_helped). FP8_VT_PARTS picks parts (default
-    # "tests probe bench"): the FP8 forward's GPU tests; benchmarks/fp8_vt_probe.py (each V^T mode bitwise the launched
-    # copy's, then timed beside the kernel alone and bf16); the fp8-sweep bench at 4k-16k, hd 64 / 128
-    # (FP8_VT_CASES), with cuDNN's FP8 graph beside it when .whl-cudnn is carried
-    setup
-    [ -d .whl-cudnn ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
-    parts="${FP8_VT_PARTS:-tests probe bench}"
-    if [[ " $parts " == *" tests "* ]]; then
-        FLASH_ATTN_AUTOTUNE=0 timeout "${FP8_VT_TEST_SECONDS:-120}" python3 -m pytest -q -p no:cacheprovider \
-            tests/kernels/test_flash_attn.py -k "fp8 and not backward" > "$OUT/fp8-vt-tests.log" 2>&1
-        echo "fp8 tests exit $?" >> "$OUT/fp8-vt-tests.log"
-        summary "$OUT/fp8-vt-tests.log" 6
-    fi
-    if [[ " $parts " == *" probe "* ]]; then
-        FLASH_ATTN_AUTOTUNE=0 timeout "${FP8_VT_PROBE_SECONDS:-240}" python3 benchmarks/fp8_vt_probe.py --here \
-            ${FP8_VT_PROBE_ARGS:-} > "$OUT/fp8-vt-probe.md" 2>&1
-        echo "probe exit $?" >> "$OUT/fp8-vt-probe.md"
-        cat "$OUT/fp8-vt-probe.md"
-    fi
-    if [[ " $parts " == *" bench "* ]]; then
-        backends=triton_fa_fp8,triton_fa
-        [ -d .whl-cudnn ] && backends=triton_fa_fp8,triton_fa,cudnn_fp8
-        timeout "${FP8_VT_BENCH_SECONDS:-400}" python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots \
-            --time-limit $(( ${FP8_VT_BENCH_SECONDS:-400} - 30 )) --backends "${FP8_BACKENDS:-$backends}" \
-            --cases "${FP8_VT_CASES:-S(4096|8192|16384)x[0-9]+-D(64|128)-}" --out "$OUT/fp8-vt-bench" \
-            > "$OUT/fp8-vt-bench.log" 2>&1
-        echo "bench exit $?" >> "$OUT/fp8-vt-bench.log"
-        tail -n 1 "$OUT/fp8-vt-bench.log"
-        grep -A 30 "TFLOP/s by" "$OUT/fp8-vt-bench/report.md" | head -n 40
-        tarred fp8-vt-bench
-    fi
     ;;
 fp8-sweep)  # issue 19: the FP8 sweep's forward, the in-repo FP8 kernel beside the bf16 kernels of the same run (the
     # report's accuracy table puts each FP8 cell's error beside its bf16 twin's), after the FP8 GPU tests

@@ -34,12 +34,11 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0, fp8=False,
-                    v_natural=False, fp8_bwd="", fp8_grads=False, helped=False):
+                    v_natural=False, fp8_bwd="", fp8_grads=False):
     """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call (``fp8``: the
     FP8 forward alone, e4m3 q / k / v with descales and V transposed as on sm90, bf16 out;
     ``v_natural``: V left as [B, S, Hk, Dv], the kernel's ``V_T`` off; ``fp8_bwd``: the FP8 backward
-    alone, dO in that format, its gradients bf16 or, ``fp8_grads``, in dO's format; ``helped``: the FP8
-    forward waiting for V^T from v_layout's helper, and the helper kernel's own launch)."""
+    alone, dO in that format, its gradients bf16 or, ``fp8_grads``, in dO's format)."""
     from kernels.flash_attn import bwd, configs, fwd
 
     seen = []
@@ -75,25 +74,8 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
             else:
                 vt = torch.empty(b, hk, dv, -(-s // 16) * 16, dtype=e4m3)[..., :s]
             descales = tuple(torch.ones(b, hk) for _ in range(3))
-            fwd_args = None
-            if helped:  # the helper's launch recorded as the forward's are (not through configs.launch)
-                from kernels import launcher
-                from kernels.flash_attn import v_layout
-
-                real_launch = launcher.launch
-
-                def record(jit_fn, grid, kwargs, num_warps=4, **_):
-                    import triton
-
-                    seen.append((jit_fn.fn.__name__, jit_fn, [triton.Config({}, num_warps=num_warps, num_stages=1)],
-                                 lambda space, *_a, **_k: space, kwargs))
-                launcher.launch = record
-                try:
-                    vt, fwd_args, _end = v_layout.begin_helped(torch.empty(b, s, hk, dv, dtype=e4m3), "helper")
-                finally:
-                    launcher.launch = real_launch
             fwd.flash_attn_fwd(q, k, vt, **kw, descales=descales, out_dtype=torch.bfloat16,
-                               v_transposed=not v_natural, max_num_imprecise_acc=None, helped=fwd_args)
+                               v_transposed=not v_natural, max_num_imprecise_acc=None)
             return seen
         q, do = (torch.empty(b, s, h, n, dtype=dtype) for n in (d, dv))
         k, v = (torch.empty(b, s, hk, n, dtype=dtype) for n in (d, dv))
@@ -128,9 +110,6 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8-bwd", choices=["e4m3", "e5m2"], default="",
                     help="the FP8 backward (e4m3 q / k / v, dO in this format) instead of --dtype")
     ap.add_argument("--fp8-grads", action="store_true", help="with --fp8-bwd: gradients in dO's format, not bf16")
-    ap.add_argument("--helped", action="store_true",
-                    help="with --fp8: the forward waiting for V^T from v_layout's helper kernel (HELPED_VT), and "
-                    "the helper ('helper' in --kernels)")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--atomic", action="store_true", help="the atomic-dQ backward instead of the split one")
     ap.add_argument("--window", default="-1,-1", help="left,right (-1: unbounded)")
@@ -149,7 +128,7 @@ def main(argv=None) -> int:
         configs.HEAD_DIM_SPLIT = False
     b, s, h, d = (int(x) for x in a.shape.split(","))
     dv = a.dv or d
-    names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv", "_helper_kernel": "helper"}
+    names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}
     form = f"e4m3, dO {a.fp8_bwd}{' FP8 grads' if a.fp8_grads else ''}" if a.fp8_bwd else 'e4m3' if a.fp8 else a.dtype
     print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {form} {'causal' if a.causal else 'full'} window {a.window} "
           f"softcap {a.softcap}{' atomic dQ' if a.atomic else ''}{' padded (no split)' if a.no_split else ''}, sm_90a")
@@ -158,25 +137,19 @@ def main(argv=None) -> int:
     for name, fn, space, prune, kwargs in record_launches(b, s, h, a.heads_k or h, d, dv, DTYPES[a.dtype],
                                                           a.causal, a.atomic,
                                                           tuple(int(x) for x in a.window.split(",")), a.softcap,
-                                                          a.fp8, a.v_natural, a.fp8_bwd, a.fp8_grads, a.helped):
+                                                          a.fp8, a.v_natural, a.fp8_bwd, a.fp8_grads):
         short = names.get(name, name)
-        if short not in a.kernels and not (short == "helper" and "fwd" in a.kernels):
+        if short not in a.kernels:
             continue
         smem_fn = configs._smem_fwd if short == "fwd" else configs._smem_bwd
-        if short == "helper":
-            cfgs = space
-        elif a.try_:
+        if a.try_:
             cfgs = [configs._cfg(*parse_config(t)) for t in a.try_]
         else:
             cfgs = prune(space, {}, **kwargs)[:a.top]
         for cfg in cfgs:
             r = compile_config(fn, kwargs, cfg)
-            kw = cfg.kwargs
-            if short == "helper":  # the helper has no tile config of its own
-                print(f"| helper | - | {cfg.num_warps} | - | no | {r['regs']} | {r['spill']} | {r['smem']} | - | - |",
-                      flush=True)
-                continue
             est = configs.smem_estimate(cfg, smem_fn, kwargs) if hasattr(configs, "smem_estimate") else "-"
+            kw = cfg.kwargs
             print(f"| {short} | {kw['BLOCK_M']} x {kw['BLOCK_N']} | {cfg.num_warps} | {cfg.num_stages} | "
                   f"{'yes' if kw['USE_TMA'] else 'no'} | {r['regs']} | {r['spill']} | {r['smem']} | {est} | "
                   f"{r['wgmma']} |", flush=True)

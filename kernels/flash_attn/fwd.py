@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import configs, v_layout
+from . import configs
 
 LOG2E = 1.4426950408889634
 
@@ -296,9 +296,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True,
-                HELPED_VT: tl.constexpr = False, VN=None, Sync=None, stride_nb=0, stride_ns=0, stride_nh=0,
-                vt_items=0, vt_chunks=1, VT_CHUNK: tl.constexpr = 512, VT_TILE: tl.constexpr = 32):
+                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -316,11 +314,6 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     n_m = tl.cdiv(seqlen_q, BLOCK_M)
     if pid_m >= tl.cdiv(n_m, TILES):
         return
-    if HELPED_VT:  # V^T being filled beside this launch (v_layout.begin_helped): wait for this kv head's
-        heads_k = num_heads // group
-        v_layout.wait_for_head(VN, V, Sync, b * heads_k + hk, vt_items, vt_chunks, heads_k, seqlen_k,
-                               stride_nb, stride_ns, stride_nh, stride_vb, stride_vh, stride_vs, HEAD_DIM_V,
-                               BLOCK_DV, VT_CHUNK, VT_TILE, EXACT_P_CAST)  # EXACT_P_CAST: FP8 interpreted
     off = seqlen_k - seqlen_q
     b64 = b.to(tl.int64)
     q_base = _head_rows(Q, b64, h, q_start, stride_qb, stride_qh, stride_qs)
@@ -460,7 +453,7 @@ def _imprecise(setting) -> dict:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=None, launches=None, helped=None):
+                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=None, launches=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -474,8 +467,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     promotes, 0 promotes after every MMA (about half the speed).
     ``launches``: a dict this call may replay its launch from and leave it in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature.
-    ``helped`` (FP8 with ``v_transposed``): the protocol arguments of ``v_layout.begin_helped``, whose
-    ``vt`` is ``v``: V^T is being filled while this forward runs, and each program waits for its kv head.
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
@@ -484,8 +475,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     if dv > configs.MAX_HEAD_DIM or q.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
         from .wide import wide_fwd
 
-        if helped is not None:
-            raise ValueError("helped: the wide kernels read a finished V^T (v_layout.v_keys_contiguous)")
         return wide_fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
                         window_right=window_right, softcap=softcap, allow_tf32=allow_tf32, cu_seqlens_q=cu_seqlens_q,
                         descales=descales, out_dtype=out_dtype, v_transposed=v_transposed)
@@ -505,10 +494,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
     tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": cuq, "CuSeqK": cuk,
                "QDescale": qds, "KDescale": kds, "VDescale": vds}
-    if helped is not None:
-        if not (fp8 and v_transposed) or varlen:
-            raise ValueError("helped: a dense FP8 forward on V^T (v_transposed) only")
-        tensors.update(VN=helped["VN"], Sync=helped["Sync"])
     replay = launches.get("fwd") if launches is not None else None
     if replay is not None and replay(tensors):
         return out, lse
@@ -551,8 +536,6 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
-    if helped is not None:
-        args.update({name: value for name, value in helped.items() if name not in tensors})
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1

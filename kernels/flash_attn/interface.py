@@ -12,7 +12,7 @@ import weakref
 import torch
 
 from .. import launcher
-from . import configs, v_layout
+from . import configs
 from .bwd import flash_attn_bwd
 from .fwd import flash_attn_fwd
 from .v_layout import v_keys_contiguous
@@ -292,18 +292,14 @@ class _Fp8Signature:
     """What the first FP8 call of a signature leaves for the next ones: the launcher's checked
     keywords and the launches to replay (the V copy's, the forward's)."""
 
-    __slots__ = ("kw", "v_transposed", "copy", "fwd", "gluon", "vt_mode")
+    __slots__ = ("kw", "v_transposed", "copy", "fwd", "gluon")
 
-    def __init__(self, kw: dict, gluon: tuple[int, int] | None = None, head_dim_v: int = 0, head_dim: int = 0):
+    def __init__(self, kw: dict, gluon: tuple[int, int] | None = None):
         self.kw = kw
         self.v_transposed = kw["v_transposed"]
         self.copy: dict = {}
         self.fwd: dict = {}
         self.gluon = gluon  # (BLOCK_N, stages) where the warp-specialised Gluon kernel runs the call
-        # how V^T is made (v_layout.vt_mode): the Gluon and the wide kernels read a finished one
-        wide = max(head_dim, head_dim_v) > configs.MAX_HEAD_DIM
-        self.vt_mode = (v_layout.vt_mode(head_dim_v) if self.v_transposed and not gluon and not wide
-                        else "launch" if self.v_transposed else None)
 
 
 def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_scale, window_size, softcap,
@@ -354,8 +350,7 @@ def _fp8_signature(q, k, v, q_descale, k_descale, v_descale, causal, softmax_sca
         gluon = None  # what the Gluon kernel does not do (windows, softcap, fp16 out, promotion, TMA alignment)
     return _Fp8Signature({"softmax_scale": softmax_scale, "causal": bool(causal), "window_left": left,
                           "window_right": right, "softcap": softcap, "out_dtype": out_dtype,
-                          "v_transposed": bool(v_transposed), "max_num_imprecise_acc": max_num_imprecise_acc}, gluon,
-                         head_dim_v=v.shape[-1], head_dim=d)
+                          "v_transposed": bool(v_transposed), "max_num_imprecise_acc": max_num_imprecise_acc}, gluon)
 
 
 def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
@@ -391,8 +386,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     """
     try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
         key = ("fp8", *_qkv_key(q, k, v), *_qkv_key(q_descale, k_descale, v_descale), causal, softmax_scale,
-               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key(),
-               v_layout.key())
+               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key())
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
     sig = _SIGNATURES.get(key)
@@ -403,18 +397,13 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
-    helped, end = None, None
-    if sig.vt_mode in ("helper", "self"):  # V^T filled while the forward runs (v_layout.begin_helped)
-        v, helped, end = v_layout.begin_helped(v, sig.vt_mode, launches=sig.copy)
-    elif sig.v_transposed:
+    if sig.v_transposed:
         v = v_keys_contiguous(v, launches=sig.copy)
     if sig.gluon:  # a head dim configs.FP8_GLUON_WS routes to the warp-specialised Gluon kernel (hd 256)
         out, lse = fp8_fwd_gluon_ws(q, k, v, descales, softmax_scale=sig.kw["softmax_scale"], causal=sig.kw["causal"],
                                     block_n=sig.gluon[0], num_stages=sig.gluon[1], out_dtype=sig.kw["out_dtype"])
     else:
-        out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd, helped=helped)
-    if end is not None:
-        end()
+        out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
     return (out, lse) if return_lse else out
 
 

@@ -649,62 +649,6 @@ def test_fp8_v_copy_puts_the_keys_contiguous(b, sk, hk, dv, packed):
     assert torch.equal(vt.view(torch.uint8).cpu(), v.permute(0, 2, 3, 1).view(torch.uint8).cpu())
 
 
-@pytest.mark.parametrize("mode", ["helper", "self"])
-@pytest.mark.parametrize("case_id", ["B2-H4/2-S70x70-D32-causal-e4m3-bf16", "B1-H3/1-S45x90-D64-e4m3-bf16"],
-                         ids=["gqa-causal", "mqa-full"])
-def test_fp8_v_transposed_beside_the_forward_matches_the_launched_copy(monkeypatch, mode, case_id):
-    """V^T filled while the FP8 forward runs (v_layout.begin_helped: the helper kernel on a side stream,
-    or the forward's programs alone): out and lse bitwise those of the forward on the launched copy, into
-    a NaN-poisoned buffer (a chunk nobody copied would read NaN), with 32-key work items (several per kv
-    head); every kv head's count complete after the launch, every item taken."""
-    from harness.cases import case_from_id
-    from harness.cases import make_inputs as harness_inputs
-    from kernels.flash_attn import flash_attn_fp8_func, v_layout
-    from kernels.flash_attn.fwd import flash_attn_fwd
-
-    monkeypatch.setattr(v_layout, "CHUNK", 32)
-    c = case_from_id(case_id)
-    x = harness_inputs(c, seed=5, device=DEVICE)
-    call = lambda: flash_attn_fp8_func(x.q, x.k, x.v, x.q_descale, x.k_descale, x.v_descale, causal=c.causal,
-                                       v_transposed=True, return_lse=True)
-    monkeypatch.setattr(v_layout, "VT_MODE", "launch")
-    want = call()
-    monkeypatch.setattr(v_layout, "VT_MODE", mode)
-    for got in (call(), call()):  # the second call replays the launches
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    # the protocol's counts, from the launchers themselves
-    vt, helped, end = v_layout.begin_helped(x.v, mode)
-    kw = dict(softmax_scale=c.scale or x.q.shape[-1] ** -0.5, causal=c.causal, window_left=-1,
-              window_right=0 if c.causal else -1)
-    out, lse = flash_attn_fwd(x.q, x.k, vt, **kw, descales=(x.q_descale, x.k_descale, x.v_descale),
-                              out_dtype=torch.bfloat16, v_transposed=True, helped=helped)
-    end()
-    n_chunks = -(-c.seqlen_k // 32)
-    sync = helped["Sync"].cpu()
-    assert sync[1:].tolist() == [n_chunks] * (c.batch * c.heads_k)
-    assert sync[0] >= c.batch * c.heads_k * n_chunks
-    assert torch.equal(out, want[0]) and torch.equal(vt.cpu(), v_layout.v_keys_contiguous(x.v).cpu())
-
-
-def test_fp8_v_transposed_mode_is_checked_and_chosen_by_head_dim(monkeypatch):
-    """v_layout.vt_mode: the helper where it was measured to pay (HELPER_HEAD_DIMS), the launched copy
-    elsewhere, an override that must name a mode; the wide kernels refuse a V^T still being filled."""
-    from kernels.flash_attn import v_layout
-    from kernels.flash_attn.fwd import flash_attn_fwd
-
-    for dv in (32, 64, 128, 256):
-        assert v_layout.vt_mode(dv) == ("helper" if dv in v_layout.HELPER_HEAD_DIMS else "launch")
-    monkeypatch.setattr(v_layout, "VT_MODE", "self")
-    assert v_layout.vt_mode(256) == "self"
-    monkeypatch.setattr(v_layout, "VT_MODE", "fused")
-    with pytest.raises(ValueError, match="VT_MODE: one of"):
-        v_layout.vt_mode(64)
-    q = torch.zeros(1, 16, 1, 288, dtype=torch.float8_e4m3fn, device=DEVICE)
-    with pytest.raises(ValueError, match="wide kernels read a finished V"):
-        flash_attn_fwd(q, q, q, softmax_scale=1.0, causal=False, window_left=-1, window_right=-1,
-                       descales=(None,) * 3, v_transposed=True, helped={})
-
-
 def test_fp8_p_rounding_under_the_interpreter_matches_torch():
     """The interpreter's own fp32 -> e4m3 cast drops the carry into the exponent (0.496 -> 0.25);
     the kernel rounds P itself there (_round_to_e4m3). That rounding must be torch's."""
