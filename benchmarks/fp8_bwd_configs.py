@@ -1,7 +1,7 @@
 """The FP8 backward's tiles, each forced, against the bf16 backward of the same shapes (GPU only).
 
     python benchmarks/fp8_bwd_configs.py [--head-dims 128] [--seqlens 4096] [--causal both] [--grad e4m3]
-        [--dq 64,64,4,2,T ...] [--dkdv 64,128,8,2,T ...]
+        [--dq 64,64,4,2,T ...] [--dkdv 64,128,8,2,T ...] [--routed [--routed-only]]
 
 FA-sweep shapes (16k tokens, hidden 2048). For each dQ tile with the first dK/dV tile, and each dK/dV tile
 with the first dQ tile, ``flash_attn_fp8_bwd_func``
@@ -72,6 +72,21 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
         return flash_attn_fp8_bwd_func(do, q, k, v, out, lse, qd, kd, vd, dod, ds, causal=causal,
                                        grad_dtype=torch.bfloat16)
 
+    def row(dq_t, dkdv_t):
+        grads = call()
+        errs = [float((g[:1].float() - r).norm() / r.norm()) for g, r in zip(grads, ref)]
+        ms = graph_ms(call)
+        print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
+              f"{bf16_ms / ms:.2f} | {' / '.join(f'{e:.1e}' for e in errs)} |", flush=True)
+
+    if a.routed:  # the tiles the backward picks itself (configs.bwd_keep): its first, then autotuned
+        for tune, label in (("0", "untuned first"), ("1", "autotuned")):
+            os.environ["FLASH_ATTN_AUTOTUNE"] = tune
+            interface._SIGNATURES.clear()
+            row("routed", label)
+        os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+        if a.routed_only:
+            return
     real_prune = configs.prune_bwd
     try:
         # each kernel's tiles with the other's first one (the two kernels' times add up)
@@ -81,15 +96,10 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
             configs.prune_bwd = lambda space, named, p=picks, **kwargs: [p[kwargs["RESIDENT_N"]]]
             interface._SIGNATURES.clear()
             try:
-                grads = call()
+                row(dq_t, dkdv_t)
             except Exception as e:  # noqa: BLE001 - a tile that does not compile or fit: say so
                 print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | failed: {type(e).__name__}: "
                       f"{str(e).splitlines()[0][:80]} | | | |", flush=True)
-                continue
-            errs = [float((g[:1].float() - r).norm() / r.norm()) for g, r in zip(grads, ref)]
-            ms = graph_ms(call)
-            print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
-                  f"{bf16_ms / ms:.2f} | {' / '.join(f'{e:.1e}' for e in errs)} |", flush=True)
     finally:
         configs.prune_bwd = real_prune
 
@@ -102,6 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--grad", choices=["e4m3", "e5m2"], default="e4m3")
     ap.add_argument("--dq", nargs="+", default=DQ)
     ap.add_argument("--dkdv", nargs="+", default=DKDV)
+    ap.add_argument("--routed", action="store_true",
+                    help="first the backward on the tiles it picks itself (bwd_keep's first; then autotuned)")
+    ap.add_argument("--routed-only", action="store_true", help="with --routed: no forced tiles")
     a = ap.parse_args(argv)
     print("| hd | seqlen | causal | dQ tile | dK/dV tile | ms | TFLOP/s | x bf16 | rel err dq / dk / dv vs FP8 ref |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)

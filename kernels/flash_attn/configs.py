@@ -407,6 +407,8 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
       99 KB let two share an SM) and 64x32 on 4 warps (192, 0, 82944 B: two CTAs); the old 32x32
       tiles stay as challengers (sm90 compile reports, not timed: docs/perf/flash_attn.md, session 12).
     """
+    if elt == 1 and (d <= 64 or d > 128):  # the FP8 backward (one-byte q / k): measured lists of its own
+        return _fp8_bwd_keep(d, arch, resident_is_n)
     if elt == 4:
         pairs = ([(32, 16, 4, 1, P), (16, 16, 4, 1, P)] if d > 128 else
                  [(64, 32, 4, 1, P), (32, 32, 4, 1, P), (64, 16, 4, 1, P)])
@@ -423,6 +425,27 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     else:
         keep = ([(32, 32, 4, 1, T), (32, 64, 4, 1, T), (32, 32, 4, 1, P), (32, 64, 8, 1, P)] if resident_is_n else
                 [(32, 32, 4, 1, T), (64, 32, 4, 1, T), (32, 32, 4, 1, P), (64, 32, 8, 1, P)])
+    if arch and arch < 90:
+        keep = [(bm, bn, w, min(st, 2), P) for bm, bn, w, st, _ in keep]
+    return keep
+
+
+def _fp8_bwd_keep(d: int, arch: int, resident_is_n: bool) -> list[tuple]:
+    """The FP8 backward's tiles where the bf16 lists' lose (session 22, H100, hd 64 / 256 at 4k, the FA
+    sweep's shapes, benchmarks/fp8_bwd_configs.py with each tile pinned, CUDA graphs; docs/perf/fp8-bwd-s22):
+    - hd 256: the bf16 list's 32-row tiles run on mma.sync; dK/dV 64x64 on 8 warps, 2 stages (wgmma, sm_90a
+      compile screen of session 21) with dQ 64x64 on 4 warps: 3.78 / 2.32 ms non-causal / causal, 2.03 /
+      1.77x the in-repo bf16 backward, where dK/dV 64x128 on 8 warps read 9.03 / 5.47 ms and 32x128 15.7 / 9.2.
+    - hd 64: dK/dV 128x128 on 8 warps, 3.90 / 2.41 ms (0.93x bf16 either way), ahead of 64x128 (4.17 /
+      2.63), 64x128 on 3 stages (4.11 / 2.65) and on 4 warps (6.46 / 2.56); dQ 64x64 on 4 warps ahead of
+      64x128 on 4 warps, 128x64 and 64x64 on 8 warps (4.17-5.45 ms non-causal).
+    hd 65-128 keeps the bf16 list (its first tiles within 1% of the best pair, session 21)."""
+    if d <= 64:
+        keep = ([(128, 128, 8, 2, T), (64, 128, 8, 2, T), (32, 128, 8, 2, T)] if resident_is_n
+                else [(64, 64, 4, 2, T), (64, 128, 4, 2, T)])
+    else:
+        keep = ([(64, 64, 8, 2, T), (32, 32, 4, 1, T)] if resident_is_n
+                else [(64, 64, 4, 2, T), (64, 64, 8, 2, T), (32, 32, 4, 1, T)])
     if arch and arch < 90:
         keep = [(bm, bn, w, min(st, 2), P) for bm, bn, w, st, _ in keep]
     return keep

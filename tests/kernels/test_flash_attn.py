@@ -726,6 +726,30 @@ def test_fp8_forward_takes_its_measured_list_first():
             assert c._smem_fwd(cfg, c.block_d(d), 1) + c.SMEM_HEADROOM_BYTES <= c.H100_SMEM_BYTES, (d, cfg)
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp8_backward_takes_its_measured_tiles_first(monkeypatch, d):
+    """The FP8 backward (one-byte q / k) prunes to its own measured tiles at hd 64 and 256 (session 22:
+    dK/dV 128x128 and 64x64 on 8 warps first, dQ 64x64 on 4 warps) and to the bf16 list at hd 128, each
+    pick within the shared memory the filter counts for it (FP8 operands at two bytes); bf16 unchanged."""
+    from kernels.flash_attn import configs as c
+
+    monkeypatch.setattr(c, "interpreting", lambda: False)
+    want = {64: ((128, 128, 8, 2), (64, 64, 4, 2)), 256: ((64, 64, 8, 2), (64, 64, 4, 2))}
+    for elt, dtype in ((1, torch.float8_e4m3fn), (2, torch.bfloat16)):
+        q = torch.zeros(2, 64, 8, d, dtype=dtype)
+        for resident_n in (True, False):
+            args = dict(Q=q, K=q, V=q, HEAD_DIM=d, BLOCK_D=d, BLOCK_DV=d, ARCH=90, RESIDENT_N=resident_n,
+                        stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2), IS_FP8=elt == 1)
+            first = c.prune_bwd(c.BWD_SPACE, {}, **args)[0]
+            got = (first.kwargs["BLOCK_M"], first.kwargs["BLOCK_N"], first.num_warps, first.num_stages)
+            if elt == 1 and d in want:
+                assert got == want[d][0 if resident_n else 1] and first.kwargs["USE_TMA"], (d, resident_n, got)
+            else:  # the bf16 list's first pick that fits, as before
+                listed = [k[:4] for k in c.bwd_keep(d, 2, 90, resident_n)]
+                assert got in listed, (d, elt, resident_n, got)
+            assert c.smem_estimate(first, c._smem_bwd, args) <= c.H100_SMEM_BYTES
+
+
 def test_causal_forward_lists_two_query_blocks_per_program_where_measured(monkeypatch):
     """Causal at hd <= 64 (no left window): the first tile with TILES = 2 first for FP8 (measured
     faster at 4k-16k), second for bf16 / fp16 (a challenger); never at hd 128 (one program per SM)
@@ -896,7 +920,8 @@ def _real_grads(c, x, grads):
 
 FP8_BWD_CASES = ["B2-H4/2-S45x70-D32-causal-e4m3-grad_e5m2-bf16", "B1-H4/1-S40x40-D64-win8x0-e4m3-grad_e4m3-bf16",
                  "B1-H2-S64x64-D128-causal-e4m3-o8-grad_e4m3-bf16", "B1-H2-S64x64-D128-e4m3-o8-grad_e5m2-bf16",
-                 "B1-H2-S33x50-D32-causal-e4m3-grad_e4m3-fp16", "B2-H4/2-S64x64-D64-scale1-e4m3-grad_e5m2-bf16"]
+                 "B1-H2-S33x50-D32-causal-e4m3-grad_e4m3-fp16", "B2-H4/2-S64x64-D64-scale1-e4m3-grad_e5m2-bf16",
+                 "B1-H2/1-S40x72-D256-causal-e4m3-grad_e4m3-bf16"]
 
 
 @pytest.mark.parametrize("case_id", FP8_BWD_CASES)
