@@ -1,0 +1,83 @@
+"""The bf16 backward's tiles at a head dim, each pair forced, against its own pick (GPU only; issue 16).
+
+    python benchmarks/bf16_bwd_tiles.py [--head-dim 256] [--seqlen 4096] [--causal both]
+        [--pairs 64,64,4,2,T/64,64,8,2,T ...]
+
+FA-sweep shape (16k tokens, hidden 2048: H = 2048 / hd, 8 at hd 256). Rows: the backward on the tiles it
+picks itself (``bwd_keep``'s first, FLASH_ATTN_AUTOTUNE=0), then each ``DQ/DKDV`` pair forced past the
+shared-memory filter; time from CUDA graphs (``flash_attn_bwd`` alone, on one forward), gradients compared
+with the FP64 oracle on the first sequence and head (relative error, beside the pick's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from config_arg import parse_config  # noqa: E402
+from fp8_causal_probe import graph_ms  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--head-dim", type=int, default=256)
+    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--causal", choices=["no", "yes", "both"], default="both")
+    ap.add_argument("--pairs", nargs="+", default=["64,64,8,2,T/64,64,8,2,T", "64,64,4,2,T/64,64,8,2,T"])
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bf16_bwd_tiles: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    from harness.oracle import softmax_attention
+    from kernels.flash_attn import configs
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    d, s = a.head_dim, a.seqlen
+    h, b = 2048 // d if d < 256 else 8, max(1, 16384 // s)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(4))
+    print("| hd | seqlen | causal | dQ tile | dK/dV tile | ms | TFLOP/s | rel err dq / dk / dv (FP64 oracle, b0 h0) |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
+    for causal in {"no": [False], "yes": [True], "both": [False, True]}[a.causal]:
+        kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
+        flops = 4 * b * h * s * s * d * 2.5 / (2 if causal else 1)
+        out, lse = flash_attn_fwd(q, k, v, **kw)
+        one = [t[:1, :, :1].double() for t in (q, k, v, do)]
+        orc = softmax_attention(*one, causal=causal)
+        want = (orc.dq, orc.dk, orc.dv)
+        call = functools.partial(flash_attn_bwd, do, q, k, v, out, lse, **kw)
+
+        def row(dq_t, dkdv_t, call=call, causal=causal, flops=flops, want=want):
+            grads = call()[:3]
+            errs = [float((gr[:1, :, :1].double() - w).norm() / w.norm()) for gr, w in zip(grads, want)]
+            ms = graph_ms(call)
+            print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
+                  f"{' / '.join(f'{e:.1e}' for e in errs)} |", flush=True)
+
+        row("picked", "picked")
+        real = configs.prune_bwd
+        try:
+            for pair in a.pairs:
+                dq_t, dkdv_t = pair.split("/")
+                picks = {False: configs._cfg(*parse_config(dq_t)), True: configs._cfg(*parse_config(dkdv_t))}
+                configs.prune_bwd = lambda space, named, p=picks, **kwargs: [p[kwargs["RESIDENT_N"]]]
+                try:
+                    row(dq_t, dkdv_t)
+                except Exception as e:  # noqa: BLE001 - a pair that does not compile or fit: say so
+                    print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | failed: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:80]} | | |", flush=True)
+        finally:
+            configs.prune_bwd = real
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
