@@ -114,6 +114,19 @@ def _observe(session, case_dict: dict, mode: str, seed: int) -> dict:
             "per_call_ms": min(walls) / n}
 
 
+def _observed(session, case_dict: dict, mode: str, seed: int, claimed_ms: float, clock: str) -> dict:
+    """:func:`_observe`, and where the claim reads implausible next to it, a second look (the faster of the
+    two counts, the other kept as ``other_look_ms``): a machine loaded by something else for a moment (a
+    2-core CI machine running other tests: an honest candidate's claim at 0.48x of one look) slows one
+    observation; a timer that reports a fraction of the truth is below it at both."""
+    first = _observe(session, case_dict, mode, seed)
+    if clock_flag(claimed_ms, first, clock) is None:
+        return first
+    second = _observe(session, case_dict, mode, seed)
+    best, other = (second, first) if second["per_call_ms"] < first["per_call_ms"] else (first, second)
+    return dict(best, other_look_ms=other["per_call_ms"])
+
+
 def clock_flag(claimed_ms: float, observed: dict, clock: str = "cuda-events") -> str | None:
     """The parent-clock rule: why ``claimed_ms`` is implausible next to ``observed``, or None.
     ``clock``: the claim's clock ("host" on a CPU: :data:`PLAUSIBLE_FRACTION_HOST`)."""
@@ -123,8 +136,9 @@ def clock_flag(claimed_ms: float, observed: dict, clock: str = "cuda-events") ->
         return None
     return (f"{PARENT_CLOCK}: it claims a median of {claimed_ms:.4g} ms a call; the parent's clock saw "
             f"{per_call:.4g} ms a call over {observed['calls']} back-to-back calls ({observed['wall_ms']:.0f} ms, "
-            f"the fastest of {observed.get('windows', 1)} windows), and a claim below {fraction:g}x "
-            "of that is not a measurement")
+            f"the fastest of {observed.get('windows', 1)} windows"
+            + (f"; a second look saw {observed['other_look_ms']:.4g} ms" if "other_look_ms" in observed else "")
+            + f"), and a claim below {fraction:g}x of that is not a measurement")
 
 
 def run_speed(isolator, *, hello: dict, declared, family: str, device: str, cases, backward: bool, base_seed: int,
@@ -187,7 +201,8 @@ class _SpeedRun:
             self._base = None
 
     def case(self, case) -> None:
-        """Time one benchmark case (candidate, the parent's clock, re-check, baselines), judge it."""
+        """Time one benchmark case (candidate, the parent's clock, re-check, baselines; for an FP8 case the
+        peers that run only its FP8-output twin, on the twin), judge it."""
         from harness.accept.exchange import case_to_dict
         from harness.accept.isolation import ChildFailed
 
@@ -213,6 +228,15 @@ class _SpeedRun:
             except ChildFailed as e:
                 self._base = None
                 notes.append(f"baselines not timed: {e.outcome.kind}: {e.outcome.reason}")
+            twin = fp8_out_twin(case, rows)
+            if twin is not None and self._base is not None:
+                try:  # the peers that build FP8 only with FP8 output (cuDNN on Hopper) timed on the twin
+                    twin_rows = self._base.ask("time", case=case_to_dict(twin[0]), seed=self.seed,
+                                               modes=list(self.modes), backends=list(twin[1]))["rows"]
+                    notes += merge_twin_rows(rows, twin_rows, twin[0].id)
+                except ChildFailed as e:
+                    self._base = None
+                    notes.append(f"FP8-output twin not timed: {e.outcome.kind}: {e.outcome.reason}")
         seconds["baselines"] = time.perf_counter() - t0
         self._rates(case, rows)
         r = {"case": case.id, "family": case.family, "modes": list(self.modes), "rows": rows, "peaks": self.peaks.to_dict(),
@@ -239,7 +263,8 @@ class _SpeedRun:
                 row["backend"], row["candidate"] = self.declared.name, True
                 for mode, cell in (row.get("modes") or {}).items():
                     if "median_ms" in cell:
-                        cell["observed"] = _observe(s, cd, mode, self.seed)
+                        cell["observed"] = _observed(s, cd, mode, self.seed, float(cell["median_ms"]),
+                                                     cell.get("clock", "cuda-events"))
             seconds["clock"] = time.perf_counter() - t0
             if any("modes" in r for r in rows):
                 t0 = time.perf_counter()
@@ -303,6 +328,46 @@ class _SpeedRun:
                 if other:
                     self.failed.append({"case": case.id, "check": "roofline", "kind": "speed",
                                         "detail": f"{mode}: {IMPLAUSIBLE}: " + "; ".join(other)})
+
+
+def _timed(row: dict) -> bool:
+    return any("median_ms" in c for c in (row.get("modes") or {}).values())
+
+
+#: The name a peer's row takes when it was timed on a case's FP8-output twin.
+TWIN_SUFFIX = " (FP8 out)"
+
+
+def fp8_out_twin(case, rows: list[dict]):
+    """For an FP8 case with a real (bf16 / fp16) output: its twin with the output in e4m3 (``fp8_out``: same
+    inputs, same FLOPs, O written at 1 / v_descale) and the baselines of ``rows`` timed in no mode, which may
+    build that form only (cuDNN's FP8 graph on Hopper: "HALF/BFLOAT16 output is only supported on Blackwell";
+    its FP8 backward takes its forward's FP8 output). None where there is nothing to time on a twin."""
+    import dataclasses
+
+    if getattr(case, "family", "") != "softmax" or not getattr(case, "fp8", "") or getattr(case, "fp8_out", False):
+        return None
+    names = [r["backend"] for r in rows if not r.get("candidate") and not _timed(r)]
+    if not names:
+        return None
+    return dataclasses.replace(case, fp8_out=True), tuple(names)
+
+
+def merge_twin_rows(rows: list[dict], twin_rows: list[dict], twin_id: str) -> list[str]:
+    """Each baseline timed on the FP8-output twin replaces its untimed row in ``rows``, renamed
+    "<backend> (FP8 out)" and marked with the twin's id; returns the report's note (none if nothing timed)."""
+    timed = {r["backend"]: r for r in twin_rows if _timed(r)}
+    if not timed:
+        return []
+    for i, row in enumerate(rows):
+        got = timed.get(row["backend"])
+        if got is not None and not row.get("candidate"):
+            rows[i] = dict(got, backend=row["backend"] + TWIN_SUFFIX, twin=twin_id,
+                       real_out=row.get("unsupported") or "; ".join(
+                           f"{m}: {c.get('error', '')}" for m, c in (row.get("modes") or {}).items()))
+    return [f"{', '.join(n + TWIN_SUFFIX for n in timed)}: timed on the case's FP8-output twin `{twin_id}` (O written "
+            "in e4m3 at 1 / v_descale, the same inputs and FLOPs): the form this peer builds here; with the case's "
+            "own output it did not run (its words are in report.json, `real_out`)."]
 
 
 def _cand_rate(row_by, cand, mode, rate="tflops"):

@@ -70,3 +70,42 @@ def test_fp8_training_accepts_a_right_fp8_backward_only(tmp_path, monkeypatch, i
         assert any("dq" in r or "dv" in r for r in rep["reasons"]), rep["reasons"]
     if impl.endswith("correct"):
         assert any("FP8 backward" in r for r in rep["reasons"]), rep["reasons"]
+
+
+def test_the_speed_section_times_fp8_output_only_peers_on_the_cases_twin():
+    """cuDNN's FP8 graph builds only with FP8 output on Hopper (and its FP8 backward only after it): for an
+    FP8 case with bf16 output, the peers timed in no mode are asked again on the case's FP8-output twin
+    (same inputs, FLOPs), and a peer timed there replaces its row as "<name> (FP8 out)", with a ratio
+    against the candidate and a note naming the twin; nothing is asked for non-FP8 or FP8-output cases."""
+    from harness.accept import speed
+    from harness.cases import case_from_id
+
+    case = case_from_id("B4-H16-S4096x4096-D128-causal-e4m3-grad_e4m3-bf16")
+    cell = lambda ms: {"median_ms": ms, "spread": 0.01, "reps": 10, "clock": "cuda-events"}  # noqa: E731
+    rows = [{"backend": "mine", "candidate": True, "modes": {"fwd": cell(0.5), "bwd": cell(1.7)}},
+            {"backend": "sdpa_cudnn", "candidate": False, "unsupported": "FP8 (e4m3) inputs: not a path"},
+            {"backend": "cudnn_fp8", "candidate": False,
+             "unsupported": "cuDNN's FP8 backward takes its forward's FP8 output: fp8_grad cases with fp8_out only"},
+            {"backend": "triton_fa_fp8", "candidate": False, "modes": {"fwd": cell(0.5), "bwd": cell(1.68)}}]
+    twin, names = speed.fp8_out_twin(case, rows)
+    assert twin.fp8_out and twin.id == "B4-H16-S4096x4096-D128-causal-e4m3-o8-grad_e4m3-bf16"
+    assert names == ("sdpa_cudnn", "cudnn_fp8")
+    twin_rows = [{"backend": "sdpa_cudnn", "candidate": False, "unsupported": "FP8 (e4m3) inputs: not a path"},
+                 {"backend": "cudnn_fp8", "candidate": False, "modes": {"fwd": cell(0.38), "bwd": cell(2.27)}}]
+    notes = speed.merge_twin_rows(rows, twin_rows, twin.id)
+    by = {r["backend"]: r for r in rows}
+    assert "cudnn_fp8" not in by and by["cudnn_fp8 (FP8 out)"]["twin"] == twin.id
+    assert "fp8_out only" in by["cudnn_fp8 (FP8 out)"]["real_out"] and "unsupported" in by["sdpa_cudnn"]
+    assert len(notes) == 1 and twin.id in notes[0] and "cudnn_fp8 (FP8 out)" in notes[0]
+    for r in rows:  # the rates the section computes, then its table: the twin row has a ratio
+        for m, c in (r.get("modes") or {}).items():
+            c["tflops"] = {"fwd": 100.0, "bwd": 250.0}[m] / c["median_ms"]
+    table = speed._markdown([{"case": case.id, "family": "softmax", "modes": ["fwd", "bwd"], "rows": rows,
+                              "recheck": {"status": "pass", "detail": "-"}, "notes": notes}], [])
+    line = next(x for x in table if x.startswith("| cudnn_fp8 (FP8 out) |"))
+    assert "0.76x" in line and "1.34x" in line, line  # 0.38 / 0.5 forward, 2.27 / 1.7 backward
+    # nothing to ask: every peer timed, a real-output twin already, a non-FP8 case
+    assert speed.fp8_out_twin(case, [rows[0], rows[3]]) is None
+    assert speed.fp8_out_twin(twin, rows) is None
+    assert speed.fp8_out_twin(case_from_id("B4-H16-S4096x4096-D128-causal-bf16"), rows) is None
+    assert speed.merge_twin_rows(rows, twin_rows[:1], twin.id) == []

@@ -212,3 +212,34 @@ def test_tensor_files_round_trip_and_check_their_digest(tmp_path):
 def test_cases_cross_as_json():
     case = SoftmaxCase(1, 4, 2, 0, 0, 32, causal=True, varlen=((17, 17), (0, 5)), window=(8, 0))
     assert exchange.case_from_dict(json.loads(json.dumps(exchange.case_to_dict(case)))) == case
+
+
+def test_an_implausible_first_look_gets_a_second_one():
+    """The parent's clock looks twice only where the first look makes the claim implausible, and keeps
+    the faster look: a machine slowed for a moment (the first look at 4 ms a call) does not reject an
+    honest 1 ms claim, while a claim under the bound at both looks stays flagged, naming both."""
+    import time as _time
+
+    class Session:  # the candidate's child, as _observe drives it: each loop_run sleeps per call
+        def __init__(self, per_call_s):
+            self.per_call_s = list(per_call_s)
+            self.looks = 0
+
+        def ask(self, op, **kw):
+            if op == "loop_setup":
+                self.looks += 1
+            elif op == "loop_run":
+                _time.sleep(kw["n"] * self.per_call_s[min(self.looks, len(self.per_call_s)) - 1])
+            return {"status": "ok"}
+
+    busy_then_quiet = Session([0.004, 0.001])
+    seen = speed._observed(busy_then_quiet, {}, "fwd", 0, claimed_ms=1.0, clock="cuda-events")
+    assert busy_then_quiet.looks == 2 and seen["other_look_ms"] > 3.0 and seen["per_call_ms"] < 1.4
+    assert speed.clock_flag(1.0, seen) is None
+    quiet = Session([0.001])
+    seen = speed._observed(quiet, {}, "fwd", 0, claimed_ms=1.0, clock="cuda-events")
+    assert quiet.looks == 1 and "other_look_ms" not in seen  # no second look where the first is plausible
+    forger = Session([0.001, 0.001])
+    seen = speed._observed(forger, {}, "fwd", 0, claimed_ms=0.1, clock="cuda-events")
+    flag = speed.clock_flag(0.1, seen)
+    assert forger.looks == 2 and flag and "a second look saw" in flag
