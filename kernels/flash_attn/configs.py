@@ -433,9 +433,10 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
 def _fp8_bwd_keep(d: int, arch: int, resident_is_n: bool) -> list[tuple]:
     """The FP8 backward's tiles where the bf16 lists' lose (session 22, H100, hd 64 / 256 at 4k, the FA
     sweep's shapes, benchmarks/fp8_bwd_configs.py with each tile pinned, CUDA graphs; docs/perf/fp8-s22):
-    - hd 129-256 (padded to 256; those the forward splits are refused; measured at 256): the bf16 list's 32-row tiles run on mma.sync; dK/dV 64x64 on 8 warps, 2 stages (wgmma, sm_90a
-      compile screen of session 21) with dQ 64x64 on 4 warps: 3.78 / 2.32 ms non-causal / causal, 2.03 /
-      1.77x the in-repo bf16 backward, where dK/dV 64x128 on 8 warps read 9.03 / 5.47 ms and 32x128 15.7 / 9.2.
+    - hd 129-256 (padded to 256; those the forward splits are refused; measured at 256): the bf16
+      list's 32-row tiles run on mma.sync; dK/dV 64x64 on 8 warps, 2 stages (wgmma, sm_90a compile
+      screen of session 21) with dQ 64x64 on 4 warps: 3.78 / 2.32 ms non-causal / causal, 2.03 / 1.77x
+      the in-repo bf16 backward, where dK/dV 64x128 on 8 warps read 9.03 / 5.47 ms and 32x128 15.7 / 9.2.
     - hd 64: dK/dV 128x128 on 8 warps, 3.90 / 2.41 ms (0.93x bf16 either way), ahead of 64x128 (4.17 /
       2.63), 64x128 on 3 stages (4.11 / 2.65) and on 4 warps (6.46 / 2.56); dQ 64x64 on 4 warps ahead of
       64x128 on 4 warps, 128x64 and 64x64 on 8 warps (4.17-5.45 ms non-causal).
