@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -23,10 +23,13 @@ setup() {
     if [ ! -d /tmp/site/flash_attn ] && [ -d .fa4-3 ] && [ -d /tmp/fa4 ]; then  # benchmarks/fa4_resplit.sh
         bash .fa4-3/install.sh >/dev/null 2>&1
     fi
+    if [ ! -d /tmp/site/flashinfer ] && [ -d .fi-3 ] && [ -d /tmp/fi ]; then  # benchmarks/flashinfer_wheels.sh
+        bash .fi-3/install.sh 2>&1 | tail -n 3
+    fi
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
     python3 - <<'PY'
 import importlib.util as u
-print("installed:", {m: bool(u.find_spec(m)) for m in ("nox", "fla", "flash_attn")})
+print("installed:", {m: bool(u.find_spec(m)) for m in ("nox", "fla", "flash_attn", "flashinfer")})
 PY
 }
 
@@ -97,6 +100,20 @@ fa4-1|fa4-2)  # flash-attn-4 in three carries (benchmarks/fa4_resplit.sh): parts
     # `fa4-1 STEP ARGS...` then runs STEP in the same call (the part is copied first)
     mkdir -p /tmp/fa4 && cp ".$step"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
     if [ -n "${2:-}" ]; then shift; exec bash "$0" "$@"; fi
+    ;;
+fi-1|fi-2|fi-4)  # flashinfer in four carries (benchmarks/flashinfer_wheels.sh): parts 1, 2 and 4, each carried alone;
+    # `fi-1 STEP ARGS...` then runs STEP in the same call (the part is copied first)
+    mkdir -p /tmp/fi && cp ".$step"/* /tmp/fi/ && ls /tmp/fi | wc -l
+    [ "$step" = fi-4 ] && [ -d .whl-cudnn ] && cp .whl-cudnn/*.whl /tmp/fi/  # cuDNN's frontend, a flashinfer dep
+    if [ -n "${2:-}" ]; then shift; exec bash "$0" "$@"; fi
+    ;;
+flashinfer-fp8)  # issue 19: flashinfer's FP8 prefill, first contact (carry [".fa4-3", ".fi-3"] after fi-1, fi-2,
+    # fi-4 and fa4-1, fa4-2: benchmarks/flashinfer_wheels.sh): import, scale convention, error against the FP64
+    # oracle beside the in-repo FP8 forward, time
+    setup
+    timeout "${FI_SECONDS:-500}" python3 benchmarks/flashinfer_fp8_probe.py ${FI_ARGS:-} > "$OUT/flashinfer-fp8.md" 2>&1
+    echo "probe exit $?" >> "$OUT/flashinfer-fp8.md"
+    cat "$OUT/flashinfer-fp8.md"
     ;;
 correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-attn-4 accepted)
     setup
