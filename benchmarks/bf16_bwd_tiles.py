@@ -29,7 +29,11 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dim", type=int, default=256)
     ap.add_argument("--seqlen", type=int, default=4096)
     ap.add_argument("--causal", choices=["no", "yes", "both"], default="both")
-    ap.add_argument("--pairs", nargs="+", default=["64,64,8,2,T/64,64,8,2,T", "64,64,4,2,T/64,64,8,2,T"])
+    # hd 256's wgmma candidates from the sm_90a compile screen (session 22, flash_attn_ptxas.py --try): dQ 64x64 on
+    # 8 warps, 2 stages (221-230 registers, no spill); dK/dV 64x64 on 8 warps, 2 stages (116-244 B of spills) and
+    # 32x64 on 8 warps, 2 stages (8 B); the picked 32-row tiles run on mma.sync
+    ap.add_argument("--pairs", nargs="+", default=["64,64,8,2,T/64,64,8,2,T", "64,64,8,2,T/32,64,8,2,T",
+                                                   "64,64,4,2,T/64,64,8,2,T"])
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bf16_bwd_tiles: needs a CUDA GPU", file=sys.stderr)
