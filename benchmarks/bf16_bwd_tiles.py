@@ -4,7 +4,7 @@
         [--pairs 64,64,4,2,T/64,64,8,2,T ...]
 
 FA-sweep shape (16k tokens, hidden 2048: H = 2048 / hd, 8 at hd 256). Rows: the backward on the tiles it
-picks itself (``bwd_keep``'s first, FLASH_ATTN_AUTOTUNE=0), then each ``DQ/DKDV`` pair forced past the
+picks itself (``bwd_keep``'s first, FLASH_ATTN_AUTOTUNE=0; then autotuned over its list), then each ``DQ/DKDV`` pair forced past the
 shared-memory filter; time from CUDA graphs (``flash_attn_bwd`` alone, on one forward), gradients compared
 with the FP64 oracle on the first sequence and head (relative error, beside the pick's).
 """
@@ -66,7 +66,10 @@ def main(argv=None) -> int:
             print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
                   f"{' / '.join(f'{e:.1e}' for e in errs)} |", flush=True)
 
-        row("picked", "picked")
+        row("picked", "untuned first")
+        os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
+        row("picked", "autotuned")
+        os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
         real = configs.prune_bwd
         try:
             for pair in a.pairs:
