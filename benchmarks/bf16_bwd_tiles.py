@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from config_arg import parse_config  # noqa: E402
+from config_arg import pinned_backward  # noqa: E402
 from fp8_causal_probe import graph_ms  # noqa: E402
 
 
@@ -74,8 +74,7 @@ def main(argv=None) -> int:
         try:
             for pair in a.pairs:
                 dq_t, dkdv_t = pair.split("/")
-                picks = {False: configs._cfg(*parse_config(dq_t)), True: configs._cfg(*parse_config(dkdv_t))}
-                configs.prune_bwd = lambda space, named, p=picks, **kwargs: [p[kwargs["RESIDENT_N"]]]
+                configs.prune_bwd = pinned_backward(configs, dq_t, dkdv_t)
                 try:
                     row(dq_t, dkdv_t)
                 except Exception as e:  # noqa: BLE001 - a pair that does not compile or fit: say so

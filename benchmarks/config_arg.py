@@ -1,6 +1,7 @@
 """The `--try BM,BN,WARPS,STAGES,T|P` argument the kernel-config scripts share (fp8_configs.py,
-fp8_causal_probe.py, flash_attn_ptxas.py). No imports of the project: a script that runs an older
-tree's kernels (PYTHONPATH=that tree) can use it without putting this tree on the path."""
+fp8_causal_probe.py, flash_attn_ptxas.py, fp8_bwd_configs.py, bf16_bwd_tiles.py), and the backward's tiles
+pinned from two of them. No imports of the project: a script that runs an older tree's kernels
+(PYTHONPATH=that tree) can use it without putting this tree on the path."""
 
 from __future__ import annotations
 
@@ -11,3 +12,11 @@ def parse_config(text: str) -> tuple:
     if len(parts) != 5 or parts[4] not in ("T", "P") or not all(x.isdigit() for x in parts[:4]):
         raise ValueError(f"expected BM,BN,WARPS,STAGES,T|P, got {text!r}")
     return (*map(int, parts[:4]), parts[4] == "T")
+
+
+def pinned_backward(configs, dq: str, dkdv: str):
+    """A stand-in for ``configs.prune_bwd`` (kernels.flash_attn.configs, passed in) that gives the dQ kernel
+    the ``dq`` tile and the dK/dV kernel the ``dkdv`` tile, past the shared-memory filter (a tile that does not
+    fit fails to launch): assign it to ``configs.prune_bwd`` and put the real one back after."""
+    picks = {False: configs._cfg(*parse_config(dq)), True: configs._cfg(*parse_config(dkdv))}
+    return lambda space, named, **kwargs: [picks[kwargs["RESIDENT_N"]]]

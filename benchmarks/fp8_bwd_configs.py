@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from config_arg import parse_config  # noqa: E402
+from config_arg import pinned_backward  # noqa: E402
 from fp8_causal_probe import graph_ms  # noqa: E402
 
 DQ = ["64,64,4,2,T", "64,128,4,2,T", "128,64,8,2,T", "64,64,8,2,T"]
@@ -91,9 +91,7 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
     try:
         # each kernel's tiles with the other's first one (the two kernels' times add up)
         for dq_t, dkdv_t in [(t, a.dkdv[0]) for t in a.dq] + [(a.dq[0], t) for t in a.dkdv[1:]]:
-            picks = {False: configs._cfg(*parse_config(dq_t)), True: configs._cfg(*parse_config(dkdv_t))}
-            # the tile as given, past the shared-memory filter (a tile that does not fit fails to launch)
-            configs.prune_bwd = lambda space, named, p=picks, **kwargs: [p[kwargs["RESIDENT_N"]]]
+            configs.prune_bwd = pinned_backward(configs, dq_t, dkdv_t)
             interface._SIGNATURES.clear()
             try:
                 row(dq_t, dkdv_t)
