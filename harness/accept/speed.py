@@ -31,6 +31,7 @@ the CPU baselines.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -343,8 +344,6 @@ def fp8_out_twin(case, rows: list[dict]):
     inputs, same FLOPs, O written at 1 / v_descale) and the baselines of ``rows`` timed in no mode, which may
     build that form only (cuDNN's FP8 graph on Hopper: "HALF/BFLOAT16 output is only supported on Blackwell";
     its FP8 backward takes its forward's FP8 output). None where there is nothing to time on a twin."""
-    import dataclasses
-
     if getattr(case, "family", "") != "softmax" or not getattr(case, "fp8", "") or getattr(case, "fp8_out", False):
         return None
     names = [r["backend"] for r in rows if not r.get("candidate") and not _timed(r)]
