@@ -263,3 +263,16 @@ def test_fp8_cells_show_their_error_beside_the_bf16_twin(tmp_path, monkeypatch):
     assert len(rows) == 3 and "| eager_fp8 | e4m3, e5m2 grads |" in rows[2], md
     bf16_dq, fp8_dq = (float(r.split("|")[6].split("/")[0]) for r in (rows[0], rows[2]))
     assert fp8_dq > 3 * bf16_dq and rows[1].split("|")[6].strip() == "–"  # the forward-only FP8 cell: none
+    # what FP8 saves in time: each FP8 cell against the fastest real-dtype cell of its shape, per mode
+    ok = lambda ms, **kw: {"status": "ok", "median_ms": ms, **kw}  # noqa: E731
+    recs[0]["modes"] = {"fwd": ok(1.30), "bwd": ok(3.0)}
+    slower = dict(recs[0], backend="sdpa_math", modes={"fwd": ok(2.0), "bwd": ok(0.1, launch_bound="host")})
+    recs[1]["modes"] = {"fwd": ok(1.0)}
+    grad["modes"] = {"fwd": ok(1.0), "bwd": ok(2.0)}
+    md = "\n".join(accuracy_table({"results": recs + [slower, grad]}))
+    assert "speed: x the fastest bf16 cell (fwd / bwd) |" in md
+    rows = {ln.split("|")[2].strip() + ln.split("|")[3]: ln for ln in md.splitlines()
+            if ln.startswith("| B1-H2-S40x40-D32-causal-bf16 |")}
+    assert rows["eager_fp8 e4m3 "].rstrip().endswith("| 1.30x (eager) / – |"), rows  # no bwd timed: a dash
+    assert rows["eager_fp8 e4m3, e5m2 grads "].rstrip().endswith("| 1.30x (eager) / 1.50x (eager) |"), rows
+    assert rows["eager bf16 "].rstrip().endswith("| – |")  # a bf16 cell: its own row, no ratio

@@ -6,6 +6,8 @@ speedup, memory). A cell that is not a plain measurement says what it is instead
 
 from __future__ import annotations
 
+import math
+
 from harness.perf.flops import LINEAR_BWD_FACTOR, LINEAR_CHUNK, SOFTMAX_BWD_FACTOR
 from harness.perf.reports import group_of
 from harness.perf.roofline import BWD_MIN_FRACTION, E2E_MIN_FRACTION, IMPLAUSIBLE, PEAK_MARGIN
@@ -205,21 +207,41 @@ def _shape_key(rec: dict) -> str:
                     and not p.startswith("grad_"))
 
 
+def _timed_ms(rec: dict, mode: str) -> float | None:
+    """A record's median ms in ``mode`` where it is a device-bound measurement (not launch-bound)."""
+    cell = (rec.get("modes") or {}).get(mode) or {}
+    if cell.get("status") != "ok" or cell.get("launch_bound") or "median_ms" not in cell:
+        return None
+    return float(cell["median_ms"])
+
+
 def accuracy_table(data: dict) -> list[str]:
     """Where a run has FP8 cells: each cell's out error against the FP64 oracle (from its correctness
     check), the bf16 cells of the same shape beside them, so the report shows what FP8 costs in
-    accuracy next to what it saves in time."""
+    accuracy next to what it saves in time (each FP8 cell's time against the fastest real-dtype cell of
+    its shape in the run, per mode)."""
     recs = [r for r in data["results"] if r.get("family") == "softmax" and "out_error" in r.get("verify", {})]
     fp8_shapes = {_shape_key(r) for r in recs if (r.get("params") or {}).get("fp8")}
     if not fp8_shapes:
         return []
+    modes = [m for m in ("fwd", "bwd") if any(_timed_ms(r, m) for r in recs)]
+    fastest: dict[tuple[str, str], tuple[float, str]] = {}  # (shape, mode) -> the fastest real-dtype cell
+    for r in recs:
+        for m in modes:
+            ms = _timed_ms(r, m)
+            key = (_shape_key(r), m)
+            if ms is not None and not (r.get("params") or {}).get("fp8") and ms < fastest.get(key, (math.inf,))[0]:
+                fastest[key] = (ms, r["backend"])
     lines = ["### Accuracy: errors against the FP64 oracle, bf16 and FP8 cells side by side", "",
              "Rel-RMS error of each cell's correctness check (on the verified case: fewer heads when the "
              "full one's reference would not fit), and its ratio to the eager reference of the same dtype "
              "(for FP8: the eager FP8 path, P in e4m3; its backward: dS in the gradients' format). Gradients "
-             "where the check compared them (bf16 autograd, the FP8 backward of fp8_grad cells).", "",
+             "where the check compared them (bf16 autograd, the FP8 backward of fp8_grad cells). Speed: an FP8 "
+             "cell's time against the fastest bf16 / fp16 cell of its shape in this run (that cell's median / "
+             "this one's; above 1x the FP8 cell is faster), per mode.", "",
              "| shape | backend | inputs | out rel-RMS error | x the reference's | dq / dk / dv rel-RMS error "
-             "| x the reference's |", "|---|---|---|---|---|---|---|"]
+             "| x the reference's | speed: x the fastest bf16 cell" + (f" ({' / '.join(modes)})" if modes else "")
+             + " |", "|---|---|---|---|---|---|---|---|"]
     order = sorted(recs, key=lambda r: (_shape_key(r), bool((r.get("params") or {}).get("fp8")), r["backend"]))
     for r in order:
         key = _shape_key(r)
@@ -233,8 +255,15 @@ def accuracy_table(data: dict) -> list[str]:
         g = v.get("grad_errors") or {}
         errs = " / ".join(f"{g[n][0]:.3g}" for n in ("dq", "dk", "dv") if n in g) or DASH
         ratios = " / ".join(f"{g[n][1]:.2f}x" for n in ("dq", "dk", "dv") if n in g) or DASH
+        speed = DASH
+        if params.get("fp8") and modes:
+            parts = []
+            for m in modes:
+                ms, best = _timed_ms(r, m), fastest.get((key, m))
+                parts.append(f"{best[0] / ms:.2f}x ({best[1]})" if ms and best else DASH)
+            speed = " / ".join(parts)
         lines.append(f"| {_esc(key)} | {r['backend']} | {form} | {v['out_error']:.3g} | {v['out_ratio']:.2f}x "
-                     f"| {errs} | {ratios} |")
+                     f"| {errs} | {ratios} | {speed} |")
     return lines + [""]
 
 
