@@ -97,9 +97,12 @@ def runner():
 
 @pytest.mark.timing  # repetition counts from host-clock timings: run alone
 def test_correct_backend_is_timed():
-    rec = runner().run(Eager(), CASE)
+    # seven repetitions, not QUICK's three: on the host clock this tiny case's backward is 0.6-0.8x its forward,
+    # near the roofline's 0.5x consistency rule; with a median of three the test failed once in a CI run of
+    # session 22 (the cells were not printed then: likely that rule after one slow moment; now they are)
+    rec = Bench("cpu", options=TimerOptions(warmup_ms=0.0, reps=7)).run(Eager(), CASE)
     assert rec["status"] == "ok" and rec["verify"]["status"] == "pass"
-    assert all(c["status"] == "ok" and c["reps"] == 3 for c in rec["modes"].values())
+    assert all(c["status"] == "ok" and c["reps"] == 7 for c in rec["modes"].values()), rec["modes"]
 
 
 def test_failing_backend_is_not_timed_and_says_why():
