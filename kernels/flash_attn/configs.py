@@ -408,8 +408,8 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
       tiles stay as challengers (sm90 compile reports, not timed: docs/perf/flash_attn.md, session 12).
     """
     if elt == 1 and (d <= 64 or d > 128):  # the FP8 backward (one-byte q / k): measured lists of its own
-        return _fp8_bwd_keep(d, arch, resident_is_n)
-    if elt == 4:
+        keep = _fp8_bwd_keep(d, resident_is_n)
+    elif elt == 4:
         pairs = ([(32, 16, 4, 1, P), (16, 16, 4, 1, P)] if d > 128 else
                  [(64, 32, 4, 1, P), (32, 32, 4, 1, P), (64, 16, 4, 1, P)])
         keep = [(s_, r, w, st, t) if resident_is_n else (r, s_, w, st, t) for r, s_, w, st, t in pairs]
@@ -430,7 +430,7 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     return keep
 
 
-def _fp8_bwd_keep(d: int, arch: int, resident_is_n: bool) -> list[tuple]:
+def _fp8_bwd_keep(d: int, resident_is_n: bool) -> list[tuple]:
     """The FP8 backward's tiles where the bf16 lists' lose (session 22, H100, hd 64 / 256 at 4k, the FA
     sweep's shapes, benchmarks/fp8_bwd_configs.py with each tile pinned, CUDA graphs; docs/perf/fp8-s22):
     - hd 129-256 (padded to 256; those the forward splits are refused; measured at 256): the bf16
@@ -447,8 +447,6 @@ def _fp8_bwd_keep(d: int, arch: int, resident_is_n: bool) -> list[tuple]:
     else:
         keep = ([(64, 64, 8, 2, T), (32, 32, 4, 1, T)] if resident_is_n
                 else [(64, 64, 4, 2, T), (64, 64, 8, 2, T), (32, 32, 4, 1, T)])
-    if arch and arch < 90:
-        keep = [(bm, bn, w, min(st, 2), P) for bm, bn, w, st, _ in keep]
     return keep
 
 
