@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from config_arg import pinned_backward  # noqa: E402
+from config_arg import time_pinned_pairs  # noqa: E402
 from fp8_causal_probe import graph_ms  # noqa: E402
 
 
@@ -79,18 +79,7 @@ def main(argv=None) -> int:
         os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
         row("picked", "autotuned")
         os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
-        real = configs.prune_bwd
-        try:
-            for pair in a.pairs:
-                dq_t, dkdv_t = pair.split("/")
-                configs.prune_bwd = pinned_backward(configs, dq_t, dkdv_t)
-                try:
-                    row(dq_t, dkdv_t)
-                except Exception as e:  # noqa: BLE001 - a pair that does not compile or fit: say so
-                    print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | failed: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:80]} | | |", flush=True)
-        finally:
-            configs.prune_bwd = real
+        time_pinned_pairs(configs, [pair.split("/") for pair in a.pairs], row, f"{d} | {s} | {causal}", 2)
     return 0
 
 

@@ -20,3 +20,20 @@ def pinned_backward(configs, dq: str, dkdv: str):
     fit fails to launch): assign it to ``configs.prune_bwd`` and put the real one back after."""
     picks = {False: configs._cfg(*parse_config(dq)), True: configs._cfg(*parse_config(dkdv))}
     return lambda space, named, **kwargs: [picks[kwargs["RESIDENT_N"]]]
+
+
+def time_pinned_pairs(configs, pairs, row, lead: str, blanks: int) -> None:
+    """``row(dq, dkdv)`` for each (dq, dkdv) tile pair, pinned by :func:`pinned_backward` (the real
+    ``configs.prune_bwd`` back after); a pair that does not compile or fit prints its table row as
+    ``| lead | dq | dkdv | failed: ... |`` and ``blanks`` empty cells, and the next pair runs."""
+    real = configs.prune_bwd
+    try:
+        for dq, dkdv in pairs:
+            configs.prune_bwd = pinned_backward(configs, dq, dkdv)
+            try:
+                row(dq, dkdv)
+            except Exception as e:  # noqa: BLE001 - a pair that does not compile or fit: say so
+                print(f"| {lead} | {dq} | {dkdv} | failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} |"
+                      + " |" * blanks, flush=True)
+    finally:
+        configs.prune_bwd = real

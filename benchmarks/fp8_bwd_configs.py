@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from config_arg import pinned_backward  # noqa: E402
+from config_arg import time_pinned_pairs  # noqa: E402
 from fp8_causal_probe import graph_ms  # noqa: E402
 
 DQ = ["64,64,4,2,T", "64,128,4,2,T", "128,64,8,2,T", "64,64,8,2,T"]
@@ -73,6 +73,7 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
                                        grad_dtype=torch.bfloat16)
 
     def row(dq_t, dkdv_t):
+        interface._SIGNATURES.clear()  # the tiles as configs says now, not a replay of the last call's
         grads = call()
         errs = [float((g[:1].float() - r).norm() / r.norm()) for g, r in zip(grads, ref)]
         ms = graph_ms(call)
@@ -82,24 +83,13 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
     if a.routed:  # the tiles the backward picks itself (configs.bwd_keep): its first, then autotuned
         for tune, label in (("0", "untuned first"), ("1", "autotuned")):
             os.environ["FLASH_ATTN_AUTOTUNE"] = tune
-            interface._SIGNATURES.clear()
             row("routed", label)
         os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
         if a.routed_only:
             return
-    real_prune = configs.prune_bwd
-    try:
-        # each kernel's tiles with the other's first one (the two kernels' times add up)
-        for dq_t, dkdv_t in [(t, a.dkdv[0]) for t in a.dq] + [(a.dq[0], t) for t in a.dkdv[1:]]:
-            configs.prune_bwd = pinned_backward(configs, dq_t, dkdv_t)
-            interface._SIGNATURES.clear()
-            try:
-                row(dq_t, dkdv_t)
-            except Exception as e:  # noqa: BLE001 - a tile that does not compile or fit: say so
-                print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | failed: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0][:80]} | | | |", flush=True)
-    finally:
-        configs.prune_bwd = real_prune
+    # each kernel's tiles with the other's first one (the two kernels' times add up)
+    pairs = [(t, a.dkdv[0]) for t in a.dq] + [(a.dq[0], t) for t in a.dkdv[1:]]
+    time_pinned_pairs(configs, pairs, row, f"{d} | {s} | {causal}", 3)
 
 
 def main(argv=None) -> int:
