@@ -4,7 +4,7 @@
         [--shape B,HQ,HK] [--softcap C] [--pairs 64,64,4,2,T/64,64,8,2,T ...]
 
 FA-sweep shape (16k tokens, hidden 2048: H = 2048 / hd, 8 at hd 256) or ``--shape`` (GQA: query heads over kv
-heads; the gradients' check takes query head 0 and its kv head 0). Rows: the backward on the tiles it
+heads; the gradients' check takes kv head 0 and its whole query group). Rows: the backward on the tiles it
 picks itself (``bwd_keep``'s first, FLASH_ATTN_AUTOTUNE=0; then autotuned over its list), then each ``DQ/DKDV`` pair forced past the
 shared-memory filter; time from CUDA graphs (``flash_attn_bwd`` alone, on one forward), gradients compared
 with the FP64 oracle on the first sequence and head (relative error, beside the pick's).
@@ -56,21 +56,23 @@ def main(argv=None) -> int:
     g = torch.Generator(device="cuda").manual_seed(0)
     q, do = (torch.randn(b, s, h, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
     k, v = (torch.randn(b, s, hk, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
-    print("| hd | seqlen | causal | dQ tile | dK/dV tile | ms | TFLOP/s | rel err dq / dk / dv (FP64 oracle, b0 h0) |")
+    print("| hd | seqlen | causal | dQ tile | dK/dV tile | ms | TFLOP/s | rel err dq / dk / dv (FP64 oracle, b0, kv head 0 and its group) |")
     print("|---|---|---|---|---|---|---|---|", flush=True)
     for causal in {"no": [False], "yes": [True], "both": [False, True]}[a.causal]:
         kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1,
                   softcap=a.softcap)
         flops = 4 * b * h * s * s * d * 2.5 / (2 if causal else 1)
         out, lse = flash_attn_fwd(q, k, v, **kw)
-        one = [t[:1, :, :1].double() for t in (q, k, v, do)]
+        # kv head 0's dK / dV sum over its whole query group (heads 0 .. h / hk - 1): the oracle takes them all
+        group = h // hk
+        one = [t[:1, :, :n].double() for t, n in ((q, group), (k, 1), (v, 1), (do, group))]
         orc = softmax_attention(*one, causal=causal, softcap=a.softcap)
         want = (orc.dq, orc.dk, orc.dv)
         call = functools.partial(flash_attn_bwd, do, q, k, v, out, lse, **kw)
 
         def row(dq_t, dkdv_t, call=call, causal=causal, flops=flops, want=want):
             grads = call()[:3]
-            errs = [float((gr[:1, :, :1].double() - w).norm() / w.norm()) for gr, w in zip(grads, want)]
+            errs = [float((gr[:1, :, :w.shape[2]].double() - w).norm() / w.norm()) for gr, w in zip(grads, want)]
             ms = graph_ms(call)
             print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
                   f"{' / '.join(f'{e:.1e}' for e in errs)} |", flush=True)

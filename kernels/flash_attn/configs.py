@@ -398,7 +398,14 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
       spills; v2: 64x128 with TMA); 64x64 on 8 warps is the spill-free alternative.
     - dK/dV hd 64: 32x128 (TMA) or 64x64 on 4 warps won depending on seqlen (v2).
     - dQ: 64x64 on 4 warps won everywhere (v1, v2), TMA or pointers by a hair.
-    - hd 256 and fp32: small tiles, 1 stage (registers and shared memory are the limit).
+    - hd 129-256 (padded to 256): dK/dV 64x64 on 8 warps, 2 stages with dQ 64x64 on 4 warps, 2 stages
+      (wgmma; 197632 B, one CTA per SM; dK/dV spills 116-244 B, 696 B with softcap and GQA): H100, 4k,
+      CUDA graphs, each pair pinned (benchmarks/bf16_bwd_tiles.py, session 23): 5.24 / 3.30 ms non-causal
+      / causal on the FA sweep's hd 256 (8 heads, batch 4) where the 32-row mma.sync tiles listed first
+      before read 7.70 / 4.20 autotuned (10.0 / 5.44 untuned), 1.47 / 1.27x; Gemma-2-9B (B2 H16/8,
+      softcap 50, causal) 3.68 against 4.51, 1.23x. dK/dV 32x64 on 8 warps (8 B of spills) read 8.33 /
+      5.01 and dQ on 8 warps 6.56 / 3.97. The FP8 backward takes the same pair there (session 22).
+    - fp32: small tiles, 1 stage (registers and shared memory are the limit).
     - hd 136-192 split in two parts (block_db; 192 / 128 bf16): the hd 256 list's 32-row tiles run on
       mma.sync (no wgmma below 64 rows per warpgroup) or spill (32x64: 356 B padded). Split, 64-row
       tiles fit without spills: dK/dV 64x64 on 8 warps, 2 stages (240 registers, 0 spills, 123904 B;
@@ -407,7 +414,7 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
       99 KB let two share an SM) and 64x32 on 4 warps (192, 0, 82944 B: two CTAs); the old 32x32
       tiles stay as challengers (sm90 compile reports, not timed: docs/perf/flash_attn.md, session 12).
     """
-    if elt == 1 and (d <= 64 or d > 128):  # the FP8 backward (one-byte q / k): measured lists of its own
+    if elt == 1 and d <= 64:  # the FP8 backward (one-byte q / k) at hd 64: a measured list of its own
         keep = _fp8_bwd_keep(d, resident_is_n)
     elif elt == 4:
         pairs = ([(32, 16, 4, 1, P), (16, 16, 4, 1, P)] if d > 128 else
@@ -422,32 +429,28 @@ def bwd_keep(d: int, elt: int, arch: int, resident_is_n: bool) -> list[tuple]:
     elif d <= 192 and block_db(d, elt):
         keep = ([(64, 64, 8, 2, T), (32, 64, 8, 2, T), (32, 32, 4, 1, T), (32, 32, 4, 1, P)] if resident_is_n
                 else [(64, 64, 8, 2, T), (64, 64, 4, 2, T), (64, 32, 4, 2, T), (32, 32, 4, 1, T), (32, 32, 4, 1, P)])
-    else:
-        keep = ([(32, 32, 4, 1, T), (32, 64, 4, 1, T), (32, 32, 4, 1, P), (32, 64, 8, 1, P)] if resident_is_n else
-                [(32, 32, 4, 1, T), (64, 32, 4, 1, T), (32, 32, 4, 1, P), (64, 32, 8, 1, P)])
+    else:  # hd 129-256, and the FP8 backward's (which refuses split head dims) at hd 129-256 too
+        keep = ([(64, 64, 8, 2, T), (32, 32, 4, 1, T), (32, 64, 4, 1, T), (32, 32, 4, 1, P), (32, 64, 8, 1, P)]
+                if resident_is_n else
+                [(64, 64, 4, 2, T), (64, 64, 8, 2, T), (32, 32, 4, 1, T), (64, 32, 4, 1, T), (32, 32, 4, 1, P),
+                 (64, 32, 8, 1, P)])
     if arch and arch < 90:
         keep = [(bm, bn, w, min(st, 2), P) for bm, bn, w, st, _ in keep]
     return keep
 
 
 def _fp8_bwd_keep(d: int, resident_is_n: bool) -> list[tuple]:
-    """The FP8 backward's tiles where the bf16 lists' lose (session 22, H100, hd 64 / 256 at 4k, the FA
+    """The FP8 backward's tiles at hd <= 64, where the bf16 list's lose (session 22, H100, 4k, the FA
     sweep's shapes, benchmarks/fp8_bwd_configs.py with each tile pinned, CUDA graphs; docs/perf/fp8-s22):
-    - hd 129-256 (padded to 256; those the forward splits are refused; measured at 256): the bf16
-      list's 32-row tiles run on mma.sync; dK/dV 64x64 on 8 warps, 2 stages (wgmma, sm_90a compile
-      screen of session 21) with dQ 64x64 on 4 warps: 3.78 / 2.32 ms non-causal / causal, 2.03 / 1.77x
-      the in-repo bf16 backward, where dK/dV 64x128 on 8 warps read 9.03 / 5.47 ms and 32x128 15.7 / 9.2.
-    - hd 64: dK/dV 128x128 on 8 warps, 3.90 / 2.41 ms (0.93x bf16 either way), ahead of 64x128 (4.17 /
-      2.63), 64x128 on 3 stages (4.11 / 2.65) and on 4 warps (6.46 / 2.56); dQ 64x64 on 4 warps ahead of
-      64x128 on 4 warps, 128x64 and 64x64 on 8 warps (4.17-5.45 ms non-causal).
-    hd 65-128 keeps the bf16 list (its first tiles within 1% of the best pair, session 21)."""
-    if d <= 64:
-        keep = ([(128, 128, 8, 2, T), (64, 128, 8, 2, T), (32, 128, 8, 2, T)] if resident_is_n
-                else [(64, 64, 4, 2, T), (64, 128, 4, 2, T)])
-    else:
-        keep = ([(64, 64, 8, 2, T), (32, 32, 4, 1, T)] if resident_is_n
-                else [(64, 64, 4, 2, T), (64, 64, 8, 2, T), (32, 32, 4, 1, T)])
-    return keep
+    dK/dV 128x128 on 8 warps, 3.90 / 2.41 ms (0.93x bf16 either way), ahead of 64x128 (4.17 / 2.63),
+    64x128 on 3 stages (4.11 / 2.65) and on 4 warps (6.46 / 2.56); dQ 64x64 on 4 warps ahead of 64x128 on
+    4 warps, 128x64 and 64x64 on 8 warps (4.17-5.45 ms non-causal).
+    hd 65-128 keeps the bf16 list (its first tiles within 1% of the best pair, session 21). hd 129-256
+    shares the bf16 list's pair, measured for FP8 first (session 22: dK/dV 64x64 on 8 warps, 2 stages with
+    dQ 64x64 on 4 warps, 3.78 / 2.32 ms non-causal / causal, 2.03 / 1.77x the bf16 backward of then,
+    where dK/dV 64x128 on 8 warps read 9.03 / 5.47 ms and 32x128 15.7 / 9.2), then for bf16 (session 23)."""
+    return ([(128, 128, 8, 2, T), (64, 128, 8, 2, T), (32, 128, 8, 2, T)] if resident_is_n
+            else [(64, 64, 4, 2, T), (64, 128, 4, 2, T)])
 
 
 def prune_fwd(configs, named_args, **kwargs):

@@ -728,9 +728,11 @@ def test_fp8_forward_takes_its_measured_list_first():
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_fp8_backward_takes_its_measured_tiles_first(monkeypatch, d):
-    """The FP8 backward (one-byte q / k) prunes to its own measured tiles at hd 64 and 256 (session 22:
-    dK/dV 128x128 and 64x64 on 8 warps first, dQ 64x64 on 4 warps) and to the bf16 list at hd 128, each
-    pick within the shared memory the filter counts for it (FP8 operands at two bytes); bf16 unchanged."""
+    """The FP8 backward (one-byte q / k) prunes to its own measured tiles at hd 64 (session 22: dK/dV
+    128x128 on 8 warps first, dQ 64x64 on 4 warps) and to the bf16 list at hd 128 and 256, where bf16 and
+    FP8 both take dK/dV 64x64 on 8 warps with dQ 64x64 on 4 warps, 2 stages (wgmma tiles; measured for FP8
+    in session 22, for bf16 in session 23), each pick within the shared memory the filter counts for it
+    (FP8 operands at two bytes)."""
     from kernels.flash_attn import configs as c
 
     monkeypatch.setattr(c, "interpreting", lambda: False)
@@ -742,8 +744,8 @@ def test_fp8_backward_takes_its_measured_tiles_first(monkeypatch, d):
                         stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2), IS_FP8=elt == 1)
             first = c.prune_bwd(c.BWD_SPACE, {}, **args)[0]
             got = (first.kwargs["BLOCK_M"], first.kwargs["BLOCK_N"], first.num_warps, first.num_stages)
-            if elt == 1 and d in want:
-                assert got == want[d][0 if resident_n else 1] and first.kwargs["USE_TMA"], (d, resident_n, got)
+            if (elt == 1 and d in want) or d == 256:
+                assert got == want[d][0 if resident_n else 1] and first.kwargs["USE_TMA"], (d, elt, resident_n, got)
             else:  # the bf16 list's first pick that fits, as before
                 listed = [k[:4] for k in c.bwd_keep(d, 2, 90, resident_n)]
                 assert got in listed, (d, elt, resident_n, got)
