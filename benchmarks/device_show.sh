@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -114,6 +114,18 @@ flashinfer-fp8)  # issue 19: flashinfer's FP8 prefill, first contact (carry [".f
     timeout "${FI_SECONDS:-500}" python3 benchmarks/flashinfer_fp8_probe.py ${FI_ARGS:-} > "$OUT/flashinfer-fp8.md" 2>&1
     echo "probe exit $?" >> "$OUT/flashinfer-fp8.md"
     cat "$OUT/flashinfer-fp8.md"
+    ;;
+flashinfer-bench)  # issue 19: flashinfer's FP8 prefill (adapter flashinfer_fp8) through the harness beside the
+    # in-repo and cuDNN FP8 forwards and the in-repo bf16 forward, one run (carry .fi-3 after fi-1, fi-2, fi-4;
+    # flashinfer JIT-compiles each head dim's module first, ~100 s each). FI_CASES / FI_LIMIT pick the cells.
+    setup
+    timeout "${FI_SECONDS:-560}" python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots \
+        --time-limit "${FI_LIMIT:-470}" --backends flashinfer_fp8,triton_fa_fp8,triton_fa,cudnn_fp8 \
+        --cases "${FI_CASES:-S(4096|16384)x[0-9]+-D(64|128)-}" --out "$OUT/fi-bench" > "$OUT/fi-bench.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fi-bench.log"
+    tail -n 3 "$OUT/fi-bench.log"
+    grep -A 40 "TFLOP/s by" "$OUT/fi-bench/report.md" | head -n 60
+    tarred fi-bench
     ;;
 correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-attn-4 accepted)
     setup

@@ -367,8 +367,8 @@ _add(Profile(
     softmax=_FP8_GPU, linear=(), cpu_variant="fp8-cpu", bench_softmax=_BENCH_FP8,
     notes=("FP8 cases are judged against the FP64 oracle on the dequantised inputs, with the eager FP8 "
            "reference's error (P quantised to e4m3) as the yardstick (README, FP8 cases)",
-           "the speed section times the FP8 peers present (cudnn_fp8, triton_fa_fp8); the bf16 kernels on the "
-           "same shapes: `harness bench --preset fp8-sweep`"),
+           "the speed section times the FP8 peers present (cudnn_fp8, flashinfer_fp8, triton_fa_fp8); the bf16 "
+           "kernels on the same shapes: `harness bench --preset fp8-sweep`"),
 ))
 _add(Profile(
     "fp8-training", "FP8 training: e4m3 q/k/v with descales, bf16 out, and the FP8 backward (dO and dS in e4m3 / "

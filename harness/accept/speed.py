@@ -41,7 +41,7 @@ BASELINES = {
     "cuda": {
         # the FP8 ones take FP8 cases only, the others none: each case gets the peers of its kind
         "softmax": ("sdpa_cudnn", "sdpa_flash", "flash_attn_cute", "flash_attn3", "flash_attn", "triton_fa",
-                    "cudnn_fp8", "triton_fa_fp8"),
+                    "cudnn_fp8", "flashinfer_fp8", "triton_fa_fp8"),
         "linear": ("fla_chunk", "fla_fused_chunk", "triton_la_chunk"),
         "decode": ("flash_attn_cute_decode", "flash_attn3_kvcache", "flash_attn_kvcache", "triton_decode",
                    "decode_sdpa"),

@@ -28,6 +28,7 @@ BUILTIN_MODULES = (
     "harness.adapters.inrepo",
     "harness.adapters.decode",
     "harness.adapters.cudnn_fp8",
+    "harness.adapters.flashinfer_fp8",
 )
 
 _REGISTRY: dict[str, Adapter] = {}
