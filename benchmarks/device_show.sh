@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-1 [STEP...] | fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | hd256-bwd | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -126,6 +126,25 @@ flashinfer-bench)  # issue 19: flashinfer's FP8 prefill (adapter flashinfer_fp8)
     tail -n 3 "$OUT/fi-bench.log"
     grep -A 40 "TFLOP/s by" "$OUT/fi-bench/report.md" | head -n 60
     tarred fi-bench
+    ;;
+hd256-bwd)  # issue 16: the bf16 backward's hd 256 tiles (session 23) on the GPU: the hd 256 kernel tests, then the
+    # Gemma-2-9B row of `models` and the FA sweep's hd 256 at 4k through the harness (every cell checked
+    # against the FP64 oracle before it is timed), CUDA graphs, the torch backends beside it
+    setup
+    FLASH_ATTN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py \
+        -k "D256 or 256_works" > "$OUT/hd256-tests.log" 2>&1
+    echo "tests exit $?" >> "$OUT/hd256-tests.log"
+    timeout 200 python3 -m harness bench --preset models --modes fwd,bwd --no-plots --no-memory --cuda-graphs \
+        --backends sdpa_flash,sdpa_cudnn,sdpa_efficient,triton_fa --cases 'D256-causal-cap50' \
+        --out "$OUT/hd256-bwd/models" --quiet > "$OUT/hd256-models.log" 2>&1
+    echo "models exit $?" >> "$OUT/hd256-models.log"
+    timeout 200 python3 -m harness bench --preset fp8-sweep --modes fwd,bwd --no-plots --no-memory --cuda-graphs \
+        --backends sdpa_flash,sdpa_cudnn,triton_fa --cases 'S4096x4096-D256-(causal-)?bf16$' \
+        --out "$OUT/hd256-bwd/sweep" --quiet > "$OUT/hd256-sweep.log" 2>&1
+    echo "sweep exit $?" >> "$OUT/hd256-sweep.log"
+    summary "$OUT/hd256-tests.log" 3; tail -n 1 "$OUT/hd256-models.log" "$OUT/hd256-sweep.log"
+    grep -h -A 8 "TFLOP/s, " "$OUT/hd256-bwd/models/report.md" "$OUT/hd256-bwd/sweep/report.md" | head -n 60
+    tarred hd256-bwd
     ;;
 correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-attn-4 accepted)
     setup
