@@ -113,8 +113,8 @@ class FlashinferFP8(SoftmaxAdapter):
             return reason
         if torch.device(device).type != "cuda":
             return "needs CUDA (flashinfer's FP8 prefill is a GPU kernel)"
-        if torch.cuda.get_device_capability(device) != (9, 0):
-            major, minor = torch.cuda.get_device_capability(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) != (9, 0):
             return f"flashinfer's FP8 prefill (its fa3 kernels) is built for sm90 (Hopper); this GPU is sm{major}{minor}"
         if case.window != (-1, -1):
             return "flashinfer's FP8 prefill has no sliding window (it asserts window_left == -1)"

@@ -12,10 +12,9 @@ import math
 import pytest
 import torch
 
-from harness import fp8
 from harness.adapters import flashinfer_fp8 as F
 from harness.adapters.eager import eager_fp8_attention
-from harness.cases import case_from_id
+from harness.cases import case_from_id, make_softmax_inputs
 
 
 class _Wrapper:
@@ -65,12 +64,9 @@ def fake(monkeypatch):
 
 
 def _inputs(case, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = [torch.randn(case.batch, s, h, d, generator=g) for s, h, d in
-         ((case.seqlen_q, case.heads_q, case.d), (case.seqlen_k, case.heads_k, case.d),
-          (case.seqlen_k, case.heads_k, case.d_v))]
-    (q, qs), (k, ks), (v, vs) = (fp8.quantize(t, "e4m3", case.heads_k, per_head=case.fp8_per_head) for t in x)
-    return dict(q=q, k=k, v=v, q_descale=qs, k_descale=ks, v_descale=vs)
+    """The harness's own FP8 inputs of ``case`` (drawn in fp32, quantised by harness.fp8), as keywords."""
+    x = make_softmax_inputs(case, seed)
+    return dict(q=x.q, k=x.k, v=x.v, q_descale=x.q_descale, k_descale=x.k_descale, v_descale=x.v_descale)
 
 
 @pytest.mark.parametrize("case_id", ["B2-H4/2-S19x37-D64-causal-e4m3-bf16", "B3-H4-S24x24-D64-e4m3-fp16",
