@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | hd256-bwd | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -126,6 +126,35 @@ flashinfer-bench)  # issue 19: flashinfer's FP8 prefill (adapter flashinfer_fp8)
     tail -n 3 "$OUT/fi-bench.log"
     grep -A 40 "TFLOP/s by" "$OUT/fi-bench/report.md" | head -n 60
     tarred fi-bench
+    ;;
+flashinfer-warm)  # flashinfer JIT-builds its FP8 batch-prefill module per head dim (~100 s each) on first use: build
+    # hd 64 / 128 / 256 once on this machine (~/.cache/flashinfer), so that the next call (accept-flashinfer) times
+    # kernels, not nvcc. Carry .fi-3 (after fi-1, fi-2, fi-4).
+    setup
+    timeout 560 python3 - <<'PY' 2>&1 | tail -n 5
+import time
+import torch
+from harness.adapters.flashinfer_fp8 import flashinfer_fp8_attention
+for d in (64, 128, 256):
+    t = time.time()
+    q = torch.randn(1, 256, 4, d, device="cuda").to(torch.float8_e4m3fn)
+    k = torch.randn(1, 256, 2, d, device="cuda").to(torch.float8_e4m3fn)
+    ds = torch.ones(1, 2, device="cuda")
+    for causal in (False, True):
+        flashinfer_fp8_attention(q, k, k, ds, ds, ds, causal=causal)
+    torch.cuda.synchronize()
+    print(f"hd {d}: built and ran in {time.time() - t:.0f} s", flush=True)
+PY
+    ;;
+accept-flashinfer)  # issue 19: a vendor FP8 kernel through `accept --profile fp8` (flashinfer's FP8 prefill behind
+    # flash-attn 3's FP8 signature, harness.accept.shims:flashinfer_fp8), with the speed section; carry .fi-3 on the
+    # machine flashinfer-warm left warm
+    setup
+    TRITON_CACHE_DIR=/tmp/tc-acc-fi timeout 560 python3 -m harness accept --impl harness.accept.shims:flashinfer_fp8 \
+        --profile fp8 --device cuda --jobs 4 --timeout 300 --out "$OUT/acc-flashinfer" > "$OUT/acc-flashinfer.log" 2>&1
+    echo "accept exit $?" >> "$OUT/acc-flashinfer.log"
+    tail -n 30 "$OUT/acc-flashinfer.log"
+    tarred acc-flashinfer
     ;;
 hd256-bwd)  # issue 16: the bf16 backward's hd 256 tiles (session 23) on the GPU: the hd 256 kernel tests, then the
     # Gemma-2-9B row of `models` and the FA sweep's hd 256 at 4k through the harness (every cell checked

@@ -12,6 +12,11 @@ user-callable contract of :mod:`harness.adapters.user`:
   dq with atomics, which the acceptance determinism check (two runs bitwise equal) fails, and the
   user-callable contract has no way yet to declare a nondeterministic backward.
   ``flash_attn_cute_fast`` is the default (atomic) backward, for the speed numbers.
+
+``harness.accept.shims:flashinfer_fp8`` is flashinfer's FP8 prefill (``flashinfer-python``, fa3 kernels, sm90)
+in flash-attn 3's FP8 convention (e4m3 q, k, v, (batch, kv head) descales by keyword, bf16 out), through the
+``flashinfer_fp8`` adapter's call (:func:`harness.adapters.flashinfer_fp8.flashinfer_fp8_attention`): what
+flashinfer cannot express (windows, softcap, descales that differ between sequences) is NotImplementedError.
 """
 
 from __future__ import annotations
@@ -95,3 +100,18 @@ def flash_attn_cute_decode(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
 
 flash_attn_cute_decode.attn_capabilities = {"dtypes": ["fp16", "bf16"], "devices": ["cuda"],
                                             "lse_empty_rows": math.inf}
+
+
+def flashinfer_fp8(q, k, v, *, q_descale, k_descale, v_descale, causal=False, softmax_scale=None,
+                   window_size=(-1, -1), softcap=0.0):
+    from harness.adapters.flashinfer_fp8 import flashinfer_fp8_attention
+
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError("flashinfer's FP8 prefill has no sliding window (it asserts window_left == -1)")
+    if softcap:
+        raise NotImplementedError("flashinfer's FP8 attention variant has no logits soft cap")
+    return flashinfer_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=causal,
+                                    softmax_scale=softmax_scale)
+
+
+flashinfer_fp8.attn_capabilities = {"fp8": True, "backward": False, "dtypes": ["bf16"], "devices": ["cuda"]}

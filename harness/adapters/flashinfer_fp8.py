@@ -57,7 +57,7 @@ def _planned(key):
     B, Sq, Sk, Hq, Hk, D, causal, scale, out_dtype, index = key
     cls, why = _wrapper_class()
     if cls is None:
-        raise Unsupported(why)
+        raise NotImplementedError(why)
     wrapper = cls(_workspace(torch.device("cuda", index)), "NHD", backend="fa3")
     rows = torch.arange(B + 1, dtype=torch.int32)
     wrapper.plan(rows * Sq, rows * Sk, Hq, Hk, D, head_dim_vo=D, causal=causal, sm_scale=scale,
@@ -69,16 +69,18 @@ def _workspace(device: torch.device) -> torch.Tensor:
     return torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
 
 
-#: id(q_descale) -> (weak refs to the three descales, their version counters, the three scale tensors):
-#: flashinfer's per-head scales, made once per set of descale tensors. Weak: nothing is kept alive; an
-#: id reused by another tensor fails the identity check.
+#: id(q_descale) -> (weak refs to the three descales, their version counters, the three scale tensors, whether
+#: every sequence's row equals the first): flashinfer's per-head scales, made once per set of descale tensors.
+#: Weak: nothing is kept alive; an id reused by another tensor fails the identity check.
 _SCALES: dict[int, tuple] = {}
 
 
 def head_scales(q_descale, k_descale, v_descale, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """flashinfer's (scale_q [Hq], scale_k [Hk], scale_v [Hk]) from the harness's (batch, kv head)
     descales: row 0 (the case's per-tensor factor, or its one sequence's per-head factors), q's
-    repeated over the query heads of each kv head's group."""
+    repeated over the query heads of each kv head's group. NotImplementedError when the sequences' rows
+    differ (per-(sequence, head) descales: flashinfer's scales are shared by the batch); that check reads
+    the descales once, when their scales are made."""
     ds = (q_descale, k_descale, v_descale)
     hit = _SCALES.get(id(q_descale))
     if hit is None or any(r() is not t for r, t in zip(hit[0], ds)) or hit[1] != tuple(t._version for t in ds):
@@ -86,8 +88,31 @@ def head_scales(q_descale, k_descale, v_descale, group: int) -> tuple[torch.Tens
             _SCALES.clear()
         scales = (q_descale[0].float().repeat_interleave(group).contiguous(), k_descale[0].float().contiguous(),
                   v_descale[0].float().contiguous())
-        hit = _SCALES[id(q_descale)] = (tuple(weakref.ref(t) for t in ds), tuple(t._version for t in ds), scales)
+        shared = all(torch.equal(t, t[:1].expand_as(t)) for t in ds)
+        hit = _SCALES[id(q_descale)] = (tuple(weakref.ref(t) for t in ds), tuple(t._version for t in ds), scales,
+                                        shared)
+    if not hit[3]:
+        raise NotImplementedError("flashinfer's FP8 scales are per head, shared by every sequence of a batch; these "
+                                  "descales differ between sequences")
     return hit[2]
+
+
+def flashinfer_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
+                             out_dtype=torch.bfloat16, return_lse=False):
+    """flashinfer's FP8 prefill on flash-attn's layout: e4m3 q (B, Sq, Hq, D), k / v (B, Sk, Hk, D), (B, Hk)
+    float32 descales (flash-attn 3's convention), bottom-right causal; returns out (B, Sq, Hq, D) in
+    ``out_dtype`` and, with ``return_lse``, the natural-log lse (B, Hq, Sq). The adapter's call and the
+    accept shim's (harness.accept.shims.flashinfer_fp8). NotImplementedError for what flashinfer cannot
+    express (per-sequence descales, inputs whose batch and sequence dims do not merge without a copy)."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hk = k.shape[1], k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    wrapper = _planned((B, Sq, Sk, Hq, Hk, D, bool(causal), float(scale), out_dtype, q.device.index or 0))
+    scales = head_scales(q_descale, k_descale, v_descale, Hq // Hk)
+    got = wrapper.run(_rows(q), _rows(k), _rows(v), *scales, return_lse=return_lse, lse_base="ln")
+    out, lse = got if return_lse else (got, None)
+    out = out.view(B, Sq, Hq, out.shape[-1])
+    return (out, lse.view(B, Sq, Hq).permute(0, 2, 1)) if return_lse else out
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -95,8 +120,8 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     try:
         return t.view(t.shape[0] * t.shape[1], t.shape[2], t.shape[3])
     except RuntimeError:
-        raise Unsupported("flashinfer's ragged layout needs the batch and sequence dims mergeable without a "
-                          "copy (these inputs' strides do not allow it)") from None
+        raise NotImplementedError("flashinfer's ragged layout needs the batch and sequence dims mergeable without a "
+                                  "copy (these inputs' strides do not allow it)") from None
 
 
 class FlashinferFP8(SoftmaxAdapter):
@@ -138,17 +163,14 @@ class FlashinferFP8(SoftmaxAdapter):
             cu_seqlens_q=None, cu_seqlens_k=None) -> SoftmaxOutput:
         if q_descale is None or k_descale is None or v_descale is None:
             raise Unsupported("flashinfer_fp8 runs FP8 cases (e4m3 q, k, v with q/k/v_descale)")
-        B, Sq, Hq, D = q.shape
-        Sk, Hk = k.shape[1], k.shape[2]
-        scale = case.scale if case.scale is not None else 1.0 / math.sqrt(D)
-        wrapper = _planned((B, Sq, Sk, Hq, Hk, D, bool(case.causal), float(scale), case.torch_dtype,
-                            q.device.index or 0))
-        scales = head_scales(q_descale, k_descale, v_descale, Hq // Hk)
-        need_lse = bool(case.return_lse)
-        got = wrapper.run(_rows(q), _rows(k), _rows(v), *scales, return_lse=need_lse, lse_base="ln")
-        out, lse = got if need_lse else (got, None)
-        out = out.view(B, Sq, Hq, out.shape[-1])
-        return SoftmaxOutput(out, lse.view(B, Sq, Hq).permute(0, 2, 1) if lse is not None else None)
+        try:
+            got = flashinfer_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=case.causal,
+                                           softmax_scale=case.scale, out_dtype=case.torch_dtype,
+                                           return_lse=bool(case.return_lse))
+        except NotImplementedError as e:
+            raise Unsupported(str(e)) from None
+        out, lse = got if case.return_lse else (got, None)
+        return SoftmaxOutput(out, lse)
 
 
 register(FlashinferFP8)

@@ -137,3 +137,23 @@ def test_what_it_refuses(fake, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(F, "_wrapper_class", lambda: (None, "flashinfer-python not installed (x)"))
     assert "not installed" in adapter.supports(case_from_id(ok), cuda)
+
+
+def test_the_accept_shim_is_the_adapters_call(fake):
+    """harness.accept.shims:flashinfer_fp8 (flash-attn 3's FP8 signature, for `harness accept`) gives the
+    adapter's output; what flashinfer cannot express is NotImplementedError (accept's "unsupported"):
+    windows, softcap, descales that differ between the sequences of a batch."""
+    from harness.accept import shims
+
+    case = case_from_id("B2-H4/2-S19x37-D64-causal-e4m3-bf16")
+    x = _inputs(case)
+    want = F.FlashinferFP8().run(case, **x).out
+    got = shims.flashinfer_fp8(**x, causal=True)
+    assert torch.equal(got, want)
+    with pytest.raises(NotImplementedError, match="sliding window"):
+        shims.flashinfer_fp8(**x, causal=True, window_size=(8, 0))
+    with pytest.raises(NotImplementedError, match="soft cap"):
+        shims.flashinfer_fp8(**x, softcap=30.0)
+    per_head = case_from_id("B2-H4/2-S24x24-D64-causal-e4m3-perhead-bf16")
+    with pytest.raises(NotImplementedError, match="differ between sequences"):
+        shims.flashinfer_fp8(**_inputs(per_head), causal=True)
