@@ -21,8 +21,10 @@ has no logits cap), ``d_v != d`` (its FP8 entry asserts equal head dims), head d
 / 256 (the sm90 kernels it builds), FP8 output, FP8 gradients, GPUs other than sm90. (FP8 cases are
 dense and contiguous: no varlen or packed layouts reach it.)
 
-flashinfer JIT-compiles each (dtype, head dim) module with nvcc on first use (about 100 s each on the
-H100 box, session 23), then keeps it in its cache (~/.cache/flashinfer).
+The call itself is :func:`flashinfer_fp8_attention`, which accept's shim
+(``harness.accept.shims:flashinfer_fp8``) calls too. flashinfer JIT-compiles each (dtype, head dim) module
+with nvcc on first use (111-118 s each on the H100 box, session 23: ``device_show.sh flashinfer-warm``), then
+keeps it in its cache (~/.cache/flashinfer).
 """
 
 from __future__ import annotations
