@@ -12,6 +12,7 @@ layout. Gradients are taken by the caller through torch autograd on the returned
 from __future__ import annotations
 
 import abc
+import weakref
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -20,6 +21,30 @@ import torch
 from harness.cases import Case, LinearCase, SoftmaxCase
 
 Family = Literal["softmax", "linear", "decode"]
+
+
+class MadeOnce:
+    """Values an adapter derives from input tensors (an FP8 descale's reciprocal, a backend's own scale
+    layout), made once per set of tensors as a user holding them would, not inside every timed call; made
+    again when one of them changes in place (its version counter) or is another tensor at a reused id.
+    Weak: nothing is kept alive. At most ``limit`` entries (then all are dropped)."""
+
+    def __init__(self, limit: int = 64):
+        self._hits: dict[tuple[int, ...], tuple] = {}
+        self._limit = limit
+
+    def get(self, tensors: tuple[torch.Tensor, ...], make):
+        """``make()``'s value for ``tensors``, made on the first call and after any of them changed."""
+        key, versions = tuple(id(t) for t in tensors), tuple(t._version for t in tensors)
+        hit = self._hits.get(key)
+        if hit is None or any(r() is not t for r, t in zip(hit[0], tensors)) or hit[1] != versions:
+            if len(self._hits) >= self._limit:
+                self._hits.clear()
+            hit = self._hits[key] = (tuple(weakref.ref(t) for t in tensors), versions, make())
+        return hit[2]
+
+    def clear(self) -> None:
+        self._hits.clear()
 
 
 class Unsupported(Exception):

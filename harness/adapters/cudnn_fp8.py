@@ -44,11 +44,10 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import weakref
 
 import torch
 
-from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported
+from harness.adapters.base import MadeOnce, SoftmaxAdapter, SoftmaxOutput, Unsupported
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
 
@@ -317,19 +316,13 @@ def _constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.
     return p_scale, 1.0 / p_scale, torch.ones_like(p_scale)
 
 
-#: id(v_descale) -> (a weak reference to it, its version counter, 1 / its factor): the FP8 output's
-#: scale, worked out once per descale tensor as a user holding the factor would. Weak: nothing is kept
-#: alive; an id reused by another tensor fails the identity check.
-_RECIPROCALS: dict[int, tuple] = {}
+#: 1 / v_descale's factor: the FP8 output's scale, worked out once per descale tensor as a user holding the
+#: factor would.
+_RECIPROCALS = MadeOnce()
 
 
 def _reciprocal(v_descale: torch.Tensor) -> torch.Tensor:
-    hit = _RECIPROCALS.get(id(v_descale))
-    if hit is None or hit[0]() is not v_descale or hit[1] != v_descale._version:
-        if len(_RECIPROCALS) >= 64:
-            _RECIPROCALS.clear()
-        hit = _RECIPROCALS[id(v_descale)] = (weakref.ref(v_descale), v_descale._version, 1.0 / _one(v_descale))
-    return hit[2]
+    return _RECIPROCALS.get((v_descale,), lambda: 1.0 / _one(v_descale))
 
 
 register(CudnnFP8)

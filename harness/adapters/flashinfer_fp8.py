@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 
 import torch
 
-from harness.adapters.base import SoftmaxAdapter, SoftmaxOutput, Unsupported
+from harness.adapters.base import MadeOnce, SoftmaxAdapter, SoftmaxOutput, Unsupported
 from harness.adapters.optional import import_attr
 from harness.adapters.registry import register
 from harness.cases import SoftmaxCase
@@ -71,10 +70,9 @@ def _workspace(device: torch.device) -> torch.Tensor:
     return torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
 
 
-#: id(q_descale) -> (weak refs to the three descales, their version counters, the three scale tensors, whether
-#: every sequence's row equals the first): flashinfer's per-head scales, made once per set of descale tensors.
-#: Weak: nothing is kept alive; an id reused by another tensor fails the identity check.
-_SCALES: dict[int, tuple] = {}
+#: flashinfer's per-head scales and whether every sequence's descale row equals the first, made once per set
+#: of descale tensors.
+_SCALES = MadeOnce()
 
 
 def head_scales(q_descale, k_descale, v_descale, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -84,19 +82,17 @@ def head_scales(q_descale, k_descale, v_descale, group: int) -> tuple[torch.Tens
     differ (per-(sequence, head) descales: flashinfer's scales are shared by the batch); that check reads
     the descales once, when their scales are made."""
     ds = (q_descale, k_descale, v_descale)
-    hit = _SCALES.get(id(q_descale))
-    if hit is None or any(r() is not t for r, t in zip(hit[0], ds)) or hit[1] != tuple(t._version for t in ds):
-        if len(_SCALES) >= 64:
-            _SCALES.clear()
+
+    def make():
         scales = (q_descale[0].float().repeat_interleave(group).contiguous(), k_descale[0].float().contiguous(),
                   v_descale[0].float().contiguous())
-        shared = all(torch.equal(t, t[:1].expand_as(t)) for t in ds)
-        hit = _SCALES[id(q_descale)] = (tuple(weakref.ref(t) for t in ds), tuple(t._version for t in ds), scales,
-                                        shared)
-    if not hit[3]:
+        return scales, all(torch.equal(t, t[:1].expand_as(t)) for t in ds)
+
+    scales, shared = _SCALES.get(ds, make)
+    if not shared:
         raise NotImplementedError("flashinfer's FP8 scales are per head, shared by every sequence of a batch; these "
                                   "descales differ between sequences")
-    return hit[2]
+    return scales
 
 
 def flashinfer_fp8_attention(q, k, v, q_descale, k_descale, v_descale, *, causal=False, softmax_scale=None,
