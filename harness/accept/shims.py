@@ -104,12 +104,12 @@ flash_attn_cute_decode.attn_capabilities = {"dtypes": ["fp16", "bf16"], "devices
 
 def flashinfer_fp8(q, k, v, *, q_descale, k_descale, v_descale, causal=False, softmax_scale=None,
                    window_size=(-1, -1), softcap=0.0):
-    from harness.adapters.flashinfer_fp8 import flashinfer_fp8_attention
+    from harness.adapters.flashinfer_fp8 import NO_SOFTCAP, NO_WINDOW, flashinfer_fp8_attention
 
     if tuple(window_size) != (-1, -1):
-        raise NotImplementedError("flashinfer's FP8 prefill has no sliding window (it asserts window_left == -1)")
+        raise NotImplementedError(NO_WINDOW)
     if softcap:
-        raise NotImplementedError("flashinfer's FP8 attention variant has no logits soft cap")
+        raise NotImplementedError(NO_SOFTCAP)
     return flashinfer_fp8_attention(q, k, v, q_descale, k_descale, v_descale, causal=causal,
                                     softmax_scale=softmax_scale)
 

@@ -41,6 +41,9 @@ from harness.cases import SoftmaxCase
 
 #: Head dims flashinfer's sm90 FP8 prefill is built for.
 HEAD_DIMS = (64, 128, 256)
+#: What flashinfer's FP8 path cannot run, in the adapter's refusals and the accept shim's NotImplementedError.
+NO_WINDOW = "flashinfer's FP8 prefill has no sliding window (it asserts window_left == -1)"
+NO_SOFTCAP = "flashinfer's FP8 attention variant has no logits soft cap"
 #: Bytes of the float workspace each planned wrapper owns (flashinfer's examples use 128 MiB).
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
@@ -140,9 +143,9 @@ class FlashinferFP8(SoftmaxAdapter):
         if (major, minor) != (9, 0):
             return f"flashinfer's FP8 prefill (its fa3 kernels) is built for sm90 (Hopper); this GPU is sm{major}{minor}"
         if case.window != (-1, -1):
-            return "flashinfer's FP8 prefill has no sliding window (it asserts window_left == -1)"
+            return NO_WINDOW
         if case.softcap:
-            return "flashinfer's FP8 attention variant has no logits soft cap"
+            return NO_SOFTCAP
         if case.d != case.d_v:
             return "flashinfer's FP8 prefill takes equal q/k and v head dims"
         if case.d not in HEAD_DIMS:
