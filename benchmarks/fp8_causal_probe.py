@@ -4,7 +4,8 @@ configs.FWD_TILES_FORCE), and the per-program fixed cost from a fit of time agai
 blocks.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
-        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--v-natural] [--fit] [--label NAME]
+        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--v-natural] [--mma-order] [--fit]
+        [--label NAME]
     python benchmarks/fp8_causal_probe.py --copy [--head-dims 64,128,256]   # the V copy's tiles, CUDA graphs
 
 Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads; `--heads` overrides the head count). Rows: `| label | hd | causal |
@@ -44,6 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--v-natural", action="store_true",
                     help="the FP8 kernel on V as it comes, [B, S, Hk, Dv] (V_T off: Triton transposes each V tile "
                     "on chip), beside the kernel on the copied V (dtype column 'e4m3 V')")
+    ap.add_argument("--mma-order", action="store_true",
+                    help="the kernel on V in the MMA order too (v_keys_contiguous(mma_order=True), P used as its MMA "
+                    "registers hold it; dtype column 'e4m3 mma'), interleaved with the kernel on V in key order")
     ap.add_argument("--copy", action="store_true",
                     help="only the V copy: its tile and warp choices, device time from CUDA-graph replay")
     ap.add_argument("--heads", default=None,
@@ -114,6 +118,16 @@ def main(argv=None) -> int:
                 fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,
                                              v_transposed=True, max_num_imprecise_acc=None, **kw)
                 calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                if args.mma_order:
+                    vt_mma = v_keys_contiguous(v, mma_order=True)
+                    mma_call = functools.partial(flash_attn_fwd, q, k, vt_mma, descales=(qs, ks, vs),
+                                                 out_dtype=torch.bfloat16, v_transposed=True, v_mma_order=True,
+                                                 max_num_imprecise_acc=None, **kw)
+                    a, m = fp8_call()[0].float(), mma_call()[0].float()
+                    print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | e4m3 mma | max abs diff to key order "
+                          f"{(a - m).abs().max().item():.3e} (max abs out {a.abs().max().item():.3e}) | | | |",
+                          flush=True)
+                    calls += [("e4m3 mma", c, mma_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
                 if args.v_natural:
                     natural = functools.partial(flash_attn_fwd, q, k, v, descales=(qs, ks, vs),
                                                 out_dtype=torch.bfloat16, v_transposed=False,

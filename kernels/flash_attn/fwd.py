@@ -234,6 +234,18 @@ def _exact_fp8(x, dtype: tl.constexpr):
 
 
 @triton.jit
+def _keys_in_mma_order(p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """P's key columns in the MMA order of each group of 16 (v_layout.mma_order_position): key 8b + 2c + r to
+    column 4c + 2b + r. On Hopper these are the columns a thread already holds, in the order the FP8
+    MMA's A operand reads them: the relabelling compiles to nothing, where P in key order took 16
+    shuffles and 16 byte permutes per 64 x 128 block (sm_90a SASS). V's keys come in the same order."""
+    tl.static_assert(BLOCK_N % 16 == 0, "the MMA order permutes groups of 16 keys")
+    p = tl.reshape(p, [BLOCK_M, BLOCK_N // 16, 2, 4, 2])
+    p = tl.permute(p, [0, 1, 3, 2, 4])
+    return tl.reshape(p, [BLOCK_M, BLOCK_N])
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_kn, stride_vn,
                start_n, end_n, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -241,7 +253,7 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
                BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                PRECISION: tl.constexpr, USE_TMA: tl.constexpr, EXACT_P_CAST: tl.constexpr = False,
                V_T: tl.constexpr = False, QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0,
-               BLOCK_DB: tl.constexpr = 0, NO_LICM: tl.constexpr = True):
+               BLOCK_DB: tl.constexpr = 0, NO_LICM: tl.constexpr = True, V_MMA_ORDER: tl.constexpr = False):
     """BLOCK_DB > 0: the head dim is split (see configs.block_db): q and the K tiles hold columns
     [0, BLOCK_D), q_b and the K_b tiles [BLOCK_D, BLOCK_D + BLOCK_DB), and S is the sum of two dots."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -255,7 +267,8 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
             k_b = _load_rows(k_base, k_desc_b, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_DB, HEAD_DIM, MASKED,
                              USE_TMA, BLOCK_D)
         if V_T:  # V stored transposed, [Dv, Sk] per (batch, head): the P V dot's B operand is K-major
-            v = tl.trans(_load_cols(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_DV, BLOCK_N, HEAD_DIM_V,
+            v_cols = tl.cdiv(seqlen_k, 16) * 16 if V_MMA_ORDER else seqlen_k  # (the padding's zeros too)
+            v = tl.trans(_load_cols(v_base, v_desc, start, v_cols, stride_vn, BLOCK_DV, BLOCK_N, HEAD_DIM_V,
                                     MASKED, USE_TMA))
         else:
             v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
@@ -275,7 +288,10 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
         acc = acc * alpha[:, None]
         if EXACT_P_CAST:  # FP8 under the interpreter (see _round_to_e4m3)
             p = _round_to_e4m3(p)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION,  # FP8 inputs: P quantised to e4m3
+        p = p.to(v.dtype)
+        if V_MMA_ORDER:  # V^T's keys in the MMA order: P's follow (see _keys_in_mma_order)
+            p = _keys_in_mma_order(p, p.shape[0], BLOCK_N)
+        acc = tl.dot(p, v, acc, input_precision=PRECISION,  # FP8 inputs: P quantised to e4m3
                      max_num_imprecise_acc=PV_IMPRECISE)
         m_i = m_new
     return acc, m_i, l_i
@@ -296,7 +312,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True):
+                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, V_MMA_ORDER: tl.constexpr = False):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -326,8 +342,9 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     l_base = Lse + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start
     q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_DA, HEAD_DIM, USE_TMA)
     k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DA, HEAD_DIM, USE_TMA)
-    if V_T:
-        v_desc = _make_desc_t(v_base, seqlen_k, stride_vs, BLOCK_DV, BLOCK_N, HEAD_DIM_V, USE_TMA)
+    if V_T:  # in the MMA order the last group of 16 keys is read whole (its zeros included)
+        v_cols = tl.cdiv(seqlen_k, 16) * 16 if V_MMA_ORDER else seqlen_k
+        v_desc = _make_desc_t(v_base, v_cols, stride_vs, BLOCK_DV, BLOCK_N, HEAD_DIM_V, USE_TMA)
     else:
         v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     if BLOCK_DB:  # the second part: its own descriptors (block width BLOCK_DB), read at column BLOCK_DA
@@ -346,7 +363,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                   o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
                   left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
                   HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
-                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
+                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
     else:
         # Two query blocks per program. Under a causal mask the heaviest with the lightest (n_m - 1 - p
         # then p): every program sees about n_m key blocks, so no long program is left for the tail and
@@ -364,7 +381,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                       v_desc, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
                       seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
                       BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
-                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
+                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
 
 
 @triton.jit
@@ -374,7 +391,8 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
               BLOCK_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
               IS_FP8: tl.constexpr, EXACT_P_CAST: tl.constexpr, V_T: tl.constexpr, QK_IMPRECISE: tl.constexpr,
-              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True):
+              PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True,
+              V_MMA_ORDER: tl.constexpr = False):
     """Query rows [m0, m0 + BLOCK_M) of one (batch, head): load Q, stream the key blocks the mask lets
     them see, store out and lse."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -394,15 +412,15 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -453,7 +471,7 @@ def _imprecise(setting) -> dict:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False, max_num_imprecise_acc=None, launches=None):
+                   out_dtype=None, v_transposed=False, v_mma_order=False, max_num_imprecise_acc=None, launches=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -461,7 +479,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     window_left / window_right: -1 for unbounded; causal is window_right = 0.
     FP8 (dense only): q, k, v in float8_e4m3fn, ``descales`` = (q_descale, k_descale, v_descale), each
     (B, Hk) float32; P is quantised to e4m3 for P V; out in ``out_dtype``. ``v_transposed`` (dense
-    only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V.
+    only): v is [B, Hk, Dv, Sk] (keys contiguous), the layout Hopper's FP8 MMA wants for P V;
+    ``v_mma_order``: its keys also in the MMA order (``v_layout.v_keys_contiguous(v, mma_order=True)``).
     ``max_num_imprecise_acc``: Triton's knob for FP8 dots on sm90 (see :func:`flash_attn_fp8_func`), one
     value for both dots or a (Q K^T, P V) pair; None (the default, as flash_attn_fp8_func's) never
     promotes, 0 promotes after every MMA (about half the speed).
@@ -471,6 +490,8 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
         raise ValueError("v_transposed: dense inputs only")
+    if v_mma_order and not v_transposed:
+        raise ValueError("v_mma_order: only for a transposed V (v_transposed=True)")
     dv = v.shape[2] if v_transposed else v.shape[-1]
     if dv > configs.MAX_HEAD_DIM or q.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
         from .wide import wide_fwd
@@ -536,6 +557,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args.update(stride_dsb=qds.stride(0) if fp8 else 0, IS_FP8=fp8, EXACT_P_CAST=fp8 and configs.interpreting(),
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
+    args["V_MMA_ORDER"] = bool(v_mma_order)
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1

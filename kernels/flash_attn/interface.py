@@ -369,7 +369,8 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     the scale 1 / v_descale: its real value is out x v_descale (per (batch, kv head), shared by the
     group's query heads); |out| <= max|V| keeps it in the format's range. ``v_transposed``: copy V to [B, Hk, Dv, Sk] first so that the
     P V dot reads it K-major, as Hopper's FP8 MMA wants (default: on sm90 and newer; the copy is part
-    of the call's time). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
+    of the call's time), its keys in the order P's MMA registers hold them (v_layout's MMA order: no
+    shuffle of P before P V). ``max_num_imprecise_acc``: how many products Hopper's FP8 tensor cores may
     add in their own reduced-precision accumulator (about 14 bits) before the sum is promoted to the
     fp32 one (Triton's ``tl.dot`` knob, at most the dot's depth); an int for both dots or a pair
     ``(qk, pv)``. None (default) never promotes, as cuDNN's FP8 attention does not: Q K^T starts
@@ -397,13 +398,14 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
-    if sig.v_transposed:
-        v = v_keys_contiguous(v, launches=sig.copy)
+    if sig.v_transposed:  # the Triton kernel reads V's keys in the MMA order (v_layout), the Gluon kernel in order
+        v = v_keys_contiguous(v, launches=sig.copy, mma_order=not sig.gluon)
     if sig.gluon:  # a head dim configs.FP8_GLUON_WS routes to the warp-specialised Gluon kernel (hd 256)
         out, lse = fp8_fwd_gluon_ws(q, k, v, descales, softmax_scale=sig.kw["softmax_scale"], causal=sig.kw["causal"],
                                     block_n=sig.gluon[0], num_stages=sig.gluon[1], out_dtype=sig.kw["out_dtype"])
     else:
-        out, lse = flash_attn_fwd(q, k, v, **sig.kw, descales=descales, launches=sig.fwd)
+        out, lse = flash_attn_fwd(q, k, v, **sig.kw, v_mma_order=sig.v_transposed, descales=descales,
+                                  launches=sig.fwd)
     return (out, lse) if return_lse else out
 
 
