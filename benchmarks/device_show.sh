@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -696,14 +696,27 @@ fp8-mma)  # issue 19, session 24: the FP8 forward with V's keys in the MMA order
     # it): the FP8 kernel tests (and the Gluon kernel's, which reads V in key order), then the kernel alone in both
     # orders with the bf16 pick, interleaved (benchmarks/fp8_causal_probe.py --mma-order)
     setup
-    FLASH_ATTN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_flash_attn.py \
-        tests/kernels/test_fp8_gluon.py -k "fp8" > "$OUT/fp8-tests.log" 2>&1
+    # (PROBE_EXTRA: more probe options, e.g. "--narrow off,on --masks yes")
+    FLASH_ATTN_AUTOTUNE=0 timeout "${TEST_SECONDS:-240}" python3 -m pytest -q -p no:cacheprovider \
+        tests/kernels/test_flash_attn.py tests/kernels/test_fp8_gluon.py -k "fp8 or narrow" > "$OUT/fp8-tests.log" 2>&1
     echo "fp8 tests exit $?" >> "$OUT/fp8-tests.log"
     timeout "${PROBE_SECONDS:-380}" python3 benchmarks/fp8_causal_probe.py --head-dims "${PROBE_DIMS:-64,128}" \
         --seqlens "${PROBE_SEQLENS:-4096,16384}" --tiles 2 --mma-order --bf16 --repeat "${PROBE_REPEAT:-2}" \
-        --label s24 > "$OUT/fp8-mma.log" 2>&1
+        ${PROBE_EXTRA:-} --label s24 > "$OUT/fp8-mma.log" 2>&1
     echo "probe exit $?" >> "$OUT/fp8-mma.log"
     summary "$OUT/fp8-tests.log" 4; cat "$OUT/fp8-mma.log"
+    ;;
+fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 64 / 128 (FP8_CASES), the in-repo FP8
+    # and bf16 forwards beside cuDNN's FP8 (carry .whl-cudnn), autotuned, one run; the report's TFLOP/s table last
+    setup
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
+    timeout "${FP8_SECONDS:-540}" python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots \
+        --time-limit "${FP8_LIMIT:-500}" --cases "${FP8_CASES:-S(4096|16384)x[0-9]+-D(64|128)-}" \
+        --backends "${FP8_BACKENDS:-triton_fa_fp8,triton_fa,cudnn_fp8}" --out "$OUT/fp8-must" > "$OUT/fp8-must.log" 2>&1
+    echo "bench exit $?" >> "$OUT/fp8-must.log"
+    tail -n 2 "$OUT/fp8-must.log"
+    grep -A 30 "TFLOP/s by" "$OUT/fp8-must/report.md" | head -n 45
+    tarred fp8-must
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

@@ -4,8 +4,8 @@ configs.FWD_TILES_FORCE), and the per-program fixed cost from a fit of time agai
 blocks.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
-        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--v-natural] [--mma-order] [--fit]
-        [--label NAME]
+        [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--v-natural] [--mma-order]
+        [--narrow off,on] [--fit] [--label NAME]
     python benchmarks/fp8_causal_probe.py --copy [--head-dims 64,128,256]   # the V copy's tiles, CUDA graphs
 
 Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads; `--heads` overrides the head count). Rows: `| label | hd | causal |
@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("--masks", default="no,yes", help="comma list of no (full square) and yes (causal)")
     ap.add_argument("--licm", default="0", help="0: the masked loops as configs.fwd_masked_no_licm says; 1: their "
                     "loop-invariant code motion forced on; 2: forced off (configs.FWD_MASKED_NO_LICM)")
+    ap.add_argument("--narrow", default="", help="comma list of off, on: the causal diagonal in BLOCK_N-wide key "
+                    "blocks or in BLOCK_M-wide ones where BLOCK_M < BLOCK_N (configs.FWD_NARROW_DIAGONAL forced); "
+                    "default: as configs.fwd_narrow_diagonal says")
     ap.add_argument("--repeat", type=int, default=1, help="time each variant this many times, interleaved")
     ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
     ap.add_argument("--v-natural", action="store_true",
@@ -80,12 +83,17 @@ def main(argv=None) -> int:
 
     licms = [int(x) for x in args.licm.split(",")] if hasattr(configs, "fwd_masked_no_licm") else [0]
 
-    def run(cfg, t, fn, licm=0):
+    narrows = [x for x in args.narrow.split(",") if x] if hasattr(configs, "FWD_NARROW_DIAGONAL") else []
+    narrows = narrows or [""]
+
+    def run(cfg, t, fn, licm=0, narrow=""):
         configs.fwd_keep = lambda *_a, _c=cfg: [_c]
         if can_tile:
             configs.FWD_TILES_FORCE = t
         if licm:
             configs.FWD_MASKED_NO_LICM = licm == 2
+        if narrow:
+            configs.FWD_NARROW_DIAGONAL = narrow == "on"
         try:
             return timed(fn)
         except Exception as e:  # out of resources, a compile error: say so and go on
@@ -96,6 +104,8 @@ def main(argv=None) -> int:
             if can_tile:
                 configs.FWD_TILES_FORCE = None
             configs.FWD_MASKED_NO_LICM = None
+            if narrow:
+                configs.FWD_NARROW_DIAGONAL = None
 
     print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -139,11 +149,13 @@ def main(argv=None) -> int:
                     for dtype, cfg, fn in calls:
                         for t in tiles:
                             for licm in licms:
-                                ms = run(cfg, t, fn, licm)
-                                if ms is not None:
-                                    print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
-                                          f"| {t}{['', ' licm on', ' licm off'][licm]} | {ms:.4f} | {flops / ms / 1e9:.0f} |",
-                                          flush=True)
+                                for narrow in narrows:
+                                    ms = run(cfg, t, fn, licm, narrow)
+                                    if ms is not None:
+                                        print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
+                                              f"| {t}{['', ' licm on', ' licm off'][licm]}"
+                                              f"{' narrow ' + narrow if narrow else ''} | {ms:.4f} "
+                                              f"| {flops / ms / 1e9:.0f} |", flush=True)
             del x, q, k, v, vt, qb, kb, vb
             torch.cuda.empty_cache()
         if args.fit:

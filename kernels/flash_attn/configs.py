@@ -376,6 +376,17 @@ FWD_TILES_FORCE: int | None = None
 FWD_MASKED_NO_LICM: bool | None = None
 
 
+#: Forces fwd_narrow_diagonal's answer (True / False) for experiments (benchmarks/fp8_causal_probe.py --narrow).
+FWD_NARROW_DIAGONAL: bool | None = None
+
+
+def fwd_narrow_diagonal() -> bool:
+    """Whether the forward reads the keys right of a tile's unmasked part (the causal diagonal) in
+    BLOCK_M-wide blocks where BLOCK_M < BLOCK_N (the FP8 64x128 tile): a 64-row query block whose diagonal
+    lies in the first half of a 128-key block then skips the second half, whose every key it masks."""
+    return True if FWD_NARROW_DIAGONAL is None else FWD_NARROW_DIAGONAL
+
+
 def fwd_masked_no_licm(d: int, elt: int) -> bool:
     """Whether the forward's masked key loops keep their index arithmetic inside (no loop-invariant code
     motion): where hoisting it costs occupancy. FP8 at hd <= 64, causal 64x128 tile: 196 -> 155

@@ -312,7 +312,8 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
-                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, V_MMA_ORDER: tl.constexpr = False):
+                TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, V_MMA_ORDER: tl.constexpr = False,
+                NARROW_DIAGONAL: tl.constexpr = True):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -353,6 +354,18 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     else:
         q_desc_b = q_desc
         k_desc_b = k_desc
+    # The right-hand masked keys (the causal diagonal) in BLOCK_M-wide blocks where BLOCK_M < BLOCK_N: a query
+    # block then skips the part of a BLOCK_N block past its diagonal (see _fwd_tile).
+    NARROW: tl.constexpr = NARROW_DIAGONAL and HAS_RIGHT and BLOCK_M < BLOCK_N and BLOCK_DB == 0
+    if NARROW:
+        k_desc_n = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_M, BLOCK_DA, HEAD_DIM, USE_TMA)
+        if V_T:
+            v_desc_n = _make_desc_t(v_base, v_cols, stride_vs, BLOCK_DV, BLOCK_M, HEAD_DIM_V, USE_TMA)
+        else:
+            v_desc_n = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
+    else:
+        k_desc_n = k_desc
+        v_desc_n = v_desc
     o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
     # at least the smallest normal float: _softmax_block's masked branch multiplies -inf by it
     qk_scale = tl.maximum(sm_scale * 1.4426950408889634, 1.1754943508222875e-38)
@@ -360,10 +373,10 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         # Heaviest query blocks first under a causal mask (they see the most keys): less tail at the end.
         tile = n_m - 1 - pid_m if HAS_RIGHT else pid_m
         _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc,
-                  o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
+                  k_desc_n, v_desc_n, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
                   left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
                   HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
-                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
+                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER, NARROW)
     else:
         # Two query blocks per program. Under a causal mask the heaviest with the lightest (n_m - 1 - p
         # then p): every program sees about n_m key blocks, so no long program is left for the tail and
@@ -378,21 +391,22 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
             else:
                 tile = 2 * pid_m + t
             _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b,
-                      v_desc, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
+                      v_desc, k_desc_n, v_desc_n, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
                       seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
                       BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
-                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
+                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER, NARROW)
 
 
 @triton.jit
-def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc, o_desc,
+def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc, k_desc_n,
+              v_desc_n, o_desc,
               VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off, left, right,
               qk_scale, sm_scale, softcap, HEAD_DIM: tl.constexpr, BLOCK_DA: tl.constexpr, HEAD_DIM_V: tl.constexpr,
               BLOCK_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
               IS_FP8: tl.constexpr, EXACT_P_CAST: tl.constexpr, V_T: tl.constexpr, QK_IMPRECISE: tl.constexpr,
               PV_IMPRECISE: tl.constexpr, BLOCK_DB: tl.constexpr, NO_LICM: tl.constexpr = True,
-              V_MMA_ORDER: tl.constexpr = False):
+              V_MMA_ORDER: tl.constexpr = False, NARROW: tl.constexpr = False):
     """Query rows [m0, m0 + BLOCK_M) of one (batch, head): load Q, stream the key blocks the mask lets
     them see, store out and lse."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -417,10 +431,18 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
                                PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
-                               mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
-                               True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
+    if NARROW:  # the diagonal's keys in BLOCK_M-wide blocks: none past the tile's last row's diagonal is read
+        acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc_n, k_desc_n, v_desc_n, stride_ks,
+                                   stride_vs, mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV,
+                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB,
+                                   NO_LICM, V_MMA_ORDER)
+    else:
+        acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
+                                   mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
+                                   True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV,
+                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB,
+                                   NO_LICM, V_MMA_ORDER)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
@@ -558,6 +580,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
     args["V_MMA_ORDER"] = bool(v_mma_order)
+    args["NARROW_DIAGONAL"] = configs.fwd_narrow_diagonal()
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1

@@ -896,6 +896,51 @@ def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
     check_against_oracle(b, sq, sk, hq, hk, d, torch.float32, causal, window)  # and the backward after it
 
 
+@pytest.mark.parametrize("case", ["S45x37-D64-causal-Sq>Sk", "S21x50-D16-causal-Sq<Sk", "S30x30-D16-window4-causal",
+                                  "S37x45-D32-GQA4/2"])
+def test_narrow_diagonal_computes_what_wide_blocks_do(monkeypatch, case):
+    """configs.fwd_narrow_diagonal: where BLOCK_M < BLOCK_N (the FP8 64 x 128 tile; 16 x 32 here under the
+    interpreter) the keys right of a tile's unmasked part go in BLOCK_M-wide blocks. Out and lse as with
+    BLOCK_N-wide blocks (the online softmax's blocks differ, so to rounding), dense, varlen and FP8 with V in
+    the MMA order, one and two query blocks per program; non-causal cases take the wide path either way."""
+    from kernels.flash_attn import configs
+    from kernels.flash_attn.fwd import flash_attn_fwd
+    from kernels.flash_attn.v_layout import v_keys_contiguous
+
+    monkeypatch.setattr(configs, "INTERPRET_BLOCK_N", 32)
+    b, sq, sk, hq, hk, d, causal, window = CPU_CASES[case]
+    q, k, v, _ = make_inputs(b, sq, sk, hq, hk, d, torch.float32)
+    kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=window[0], window_right=window[1])
+    cu_q = torch.tensor([0, sq // 3, sq], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, sk // 2, sk], dtype=torch.int32, device=DEVICE)
+    varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=sq - sq // 3, max_seqlen_k=sk - sk // 2)
+    runs = {"dense": lambda: flash_attn_fwd(q, k, v, **kw),
+            "varlen": lambda: flash_attn_fwd(q[0], k[0], v[0], **varlen, **kw)}
+    if d >= 32:
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        ds = [torch.full((b, hk), s, device=DEVICE) for s in (0.5, 0.25, 2.0)]
+        vt = v_keys_contiguous(v8, mma_order=True)
+        runs["fp8"] = lambda: flash_attn_fwd(q8, k8, vt, descales=ds, out_dtype=torch.float32, v_transposed=True,
+                                             v_mma_order=True, **kw)
+    for tiles in (1, 2):
+        monkeypatch.setattr(configs, "FWD_TILES_FORCE", tiles)
+        for name, run in runs.items():
+            monkeypatch.setattr(configs, "FWD_NARROW_DIAGONAL", False)
+            wide = run()
+            monkeypatch.setattr(configs, "FWD_NARROW_DIAGONAL", True)
+            narrow = run()
+            for what, x1, x2 in zip(("out", "lse"), wide, narrow):
+                assert torch.equal(x1.isinf(), x2.isinf()) and not x2.isnan().any(), f"{name} {what}"
+                live = x1.isfinite()
+                if name == "fp8" and what == "out":  # P's e4m3 rounding follows each block's running max
+                    ref = attention_ref(q8.double() * 0.5, k8.double() * 0.25, v8.double() * 2.0, upcast=False,
+                                        causal=causal, softmax_scale=d ** -0.5, window_size=window)[0]
+                    assert rel_err(x2, ref) <= max(1.25 * rel_err(x1, ref), 1e-3), f"fp8 out tiles {tiles}"
+                    continue
+                assert (x1[live] - x2[live]).abs().max().item() <= 1e-5 * max(1.0, x1[live].abs().max().item()), \
+                    f"{name} {what} tiles {tiles}"
+
+
 # --------------------------------------------------------------------------------------------
 # FP8 backward (flash_attn_fp8_bwd_func): e4m3 q, k, v, dO in e4m3 / e5m2, cuDNN's convention
 # --------------------------------------------------------------------------------------------
