@@ -698,7 +698,7 @@ fp8-mma)  # issue 19, session 24: the FP8 forward with V's keys in the MMA order
     setup
     # (PROBE_EXTRA: more probe options, e.g. "--narrow off,on --masks yes")
     FLASH_ATTN_AUTOTUNE=0 timeout "${TEST_SECONDS:-240}" python3 -m pytest -q -p no:cacheprovider \
-        tests/kernels/test_flash_attn.py tests/kernels/test_fp8_gluon.py -k "fp8 or narrow" > "$OUT/fp8-tests.log" 2>&1
+        tests/kernels/test_flash_attn.py tests/kernels/test_fp8_gluon.py -k "fp8 or narrow" ${TEST_ARGS:-} > "$OUT/fp8-tests.log" 2>&1
     echo "fp8 tests exit $?" >> "$OUT/fp8-tests.log"
     timeout "${PROBE_SECONDS:-380}" python3 benchmarks/fp8_causal_probe.py --head-dims "${PROBE_DIMS:-64,128}" \
         --seqlens "${PROBE_SEQLENS:-4096,16384}" --tiles 2 --mma-order --bf16 --repeat "${PROBE_REPEAT:-2}" \

@@ -580,7 +580,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
                 V_T=bool(v_transposed), **_imprecise(max_num_imprecise_acc if fp8 else 0))
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
     args["V_MMA_ORDER"] = bool(v_mma_order)
-    args["NARROW_DIAGONAL"] = configs.fwd_narrow_diagonal()
+    args["NARROW_DIAGONAL"] = configs.fwd_narrow_diagonal(d)
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
