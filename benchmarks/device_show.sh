@@ -715,7 +715,7 @@ fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 
         --backends "${FP8_BACKENDS:-triton_fa_fp8,triton_fa,cudnn_fp8}" --out "$OUT/fp8-must" > "$OUT/fp8-must.log" 2>&1
     echo "bench exit $?" >> "$OUT/fp8-must.log"
     tail -n 2 "$OUT/fp8-must.log"
-    grep -A 30 "TFLOP/s by" "$OUT/fp8-must/report.md" | head -n 45
+    grep -A 6 "^### TFLOP/s" "$OUT/fp8-must/report.md" | grep -v "^$" | head -n 80
     tarred fp8-must
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
