@@ -2,7 +2,7 @@
 
     python benchmarks/flash_attn_ptxas.py --shape 2,2048,32,192 --dv 128 [--dtype bf16] [--causal]
         [--top 3] [--kernels fwd dq dkdv] [--atomic] [--window L,R] [--softcap C] [--fp8]
-        [--no-split] [--try 64,64,4,3,T ...] [--fp8-bwd e4m3|e5m2 [--fp8-grads]]
+        [--no-split] [--try 64,64,4,3,T ...] [--fp8-bwd e4m3|e5m2 [--fp8-grads]] [--loops]
 
 Runs the launchers (``fwd.flash_attn_fwd``, ``bwd.flash_attn_bwd``) on CPU tensors of the shape
 (batch, seqlen, heads, head dim) with the launch itself replaced by a recorder, so the kernel
@@ -12,12 +12,15 @@ sm_90a the way Triton's launcher would (the same binder: 16-byte divisible point
 carry their divisibility). ptxas (the one shipped with Triton) reports registers and spills; the
 shared memory is Triton's; "wgmma" counts the Hopper MMA instructions in the PTX (0: the dots fell
 back to mma.sync or FMA); "est" is the shared-memory filter's estimate plus its headroom (what
-``configs._fits`` compares with the 227 KiB limit).
+``configs._fits`` compares with the 227 KiB limit). ``--loops``: each loop's SASS instructions per
+iteration and their most frequent opcodes (nvdisasm's disassembly; the forward's unmasked and masked
+key loops, session 24's compile screen in docs/perf/flash_attn.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -28,15 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 from config_arg import parse_config  # noqa: E402
-from sm90_compile import compile_call, ptxas_usage  # noqa: E402
+from sm90_compile import compile_call, ptxas_usage, sass_loops  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), softcap=0.0, fp8=False,
-                    v_natural=False, fp8_bwd="", fp8_grads=False):
+                    v_natural=False, fp8_bwd="", fp8_grads=False, key_order=False):
     """[(name, raw kernel, space, prune, kwargs)] of one forward and one backward call (``fp8``: the
-    FP8 forward alone, e4m3 q / k / v with descales and V transposed as on sm90, bf16 out;
+    FP8 forward alone, e4m3 q / k / v with descales and V transposed as on sm90 (its keys in the MMA order,
+    v_layout; ``key_order``: in key order, the kernel before session 24), bf16 out;
     ``v_natural``: V left as [B, S, Hk, Dv], the kernel's ``V_T`` off; ``fp8_bwd``: the FP8 backward
     alone, dO in that format, its gradients bf16 or, ``fp8_grads``, in dO's format)."""
     from kernels.flash_attn import bwd, configs, fwd
@@ -75,7 +79,8 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
                 vt = torch.empty(b, hk, dv, -(-s // 16) * 16, dtype=e4m3)[..., :s]
             descales = tuple(torch.ones(b, hk) for _ in range(3))
             fwd.flash_attn_fwd(q, k, vt, **kw, descales=descales, out_dtype=torch.bfloat16,
-                               v_transposed=not v_natural, max_num_imprecise_acc=None)
+                               v_transposed=not v_natural, v_mma_order=not v_natural and not key_order,
+                               max_num_imprecise_acc=None)
             return seen
         q, do = (torch.empty(b, s, h, n, dtype=dtype) for n in (d, dv))
         k, v = (torch.empty(b, s, hk, n, dtype=dtype) for n in (d, dv))
@@ -95,7 +100,8 @@ def compile_config(fn, kwargs, cfg) -> dict:
     ptx = k.asm["ptx"]
     use = ptxas_usage(ptx)
     return {"regs": use["regs"], "spill": use["spill_stores"],
-            "smem": k.metadata.shared, "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)), "ptx": ptx}
+            "smem": k.metadata.shared, "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)), "ptx": ptx,
+            "cubin": k.asm["cubin"]}
 
 
 def main(argv=None) -> int:
@@ -110,6 +116,12 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8-bwd", choices=["e4m3", "e5m2"], default="",
                     help="the FP8 backward (e4m3 q / k / v, dO in this format) instead of --dtype")
     ap.add_argument("--fp8-grads", action="store_true", help="with --fp8-bwd: gradients in dO's format, not bf16")
+    ap.add_argument("--key-order", action="store_true",
+                    help="with --fp8: V's keys in key order (the kernel's V_MMA_ORDER off; before session 24)")
+    ap.add_argument("--loops", action="store_true",
+                    help="each loop's SASS instructions per iteration and its most frequent opcodes (nvdisasm)")
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON line per compiled config instead of the table (its loops' opcode counts included)")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--atomic", action="store_true", help="the atomic-dQ backward instead of the split one")
     ap.add_argument("--window", default="-1,-1", help="left,right (-1: unbounded)")
@@ -130,14 +142,17 @@ def main(argv=None) -> int:
     dv = a.dv or d
     names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}
     form = f"e4m3, dO {a.fp8_bwd}{' FP8 grads' if a.fp8_grads else ''}" if a.fp8_bwd else 'e4m3' if a.fp8 else a.dtype
-    print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {form} {'causal' if a.causal else 'full'} window {a.window} "
-          f"softcap {a.softcap}{' atomic dQ' if a.atomic else ''}{' padded (no split)' if a.no_split else ''}, sm_90a")
-    print("| kernel | BLOCK_M x BLOCK_N | warps | stages | TMA | regs | spill B | smem B | est B | wgmma |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    if not a.json:
+        print(f"B{b} S{s} H{h}/{a.heads_k or h} d{d} v{dv} {form} {'causal' if a.causal else 'full'} window "
+              f"{a.window} softcap {a.softcap}{' atomic dQ' if a.atomic else ''}"
+              f"{' padded (no split)' if a.no_split else ''}, sm_90a")
+        print("| kernel | BLOCK_M x BLOCK_N | warps | stages | TMA | regs | spill B | smem B | est B | wgmma |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
     for name, fn, space, prune, kwargs in record_launches(b, s, h, a.heads_k or h, d, dv, DTYPES[a.dtype],
                                                           a.causal, a.atomic,
                                                           tuple(int(x) for x in a.window.split(",")), a.softcap,
-                                                          a.fp8, a.v_natural, a.fp8_bwd, a.fp8_grads):
+                                                          a.fp8, a.v_natural, a.fp8_bwd, a.fp8_grads,
+                                                          a.key_order):
         short = names.get(name, name)
         if short not in a.kernels:
             continue
@@ -150,9 +165,20 @@ def main(argv=None) -> int:
             r = compile_config(fn, kwargs, cfg)
             est = configs.smem_estimate(cfg, smem_fn, kwargs) if hasattr(configs, "smem_estimate") else "-"
             kw = cfg.kwargs
+            if a.json:
+                print(json.dumps({"kernel": short, "config": [kw["BLOCK_M"], kw["BLOCK_N"], cfg.num_warps,
+                                                              cfg.num_stages, bool(kw["USE_TMA"])],
+                                  "regs": r["regs"], "spill": r["spill"], "smem": r["smem"], "wgmma": r["wgmma"],
+                                  "loops": [dict(loop, ops=dict(loop["ops"])) for loop in sass_loops(r["cubin"])]}),
+                      flush=True)
+                continue
             print(f"| {short} | {kw['BLOCK_M']} x {kw['BLOCK_N']} | {cfg.num_warps} | {cfg.num_stages} | "
                   f"{'yes' if kw['USE_TMA'] else 'no'} | {r['regs']} | {r['spill']} | {r['smem']} | {est} | "
                   f"{r['wgmma']} |", flush=True)
+            if a.loops:
+                for loop in sass_loops(r["cubin"]):
+                    mix = ", ".join(f"{op} {n}" for op, n in loop["ops"].most_common(12))
+                    print(f"|   loop {loop['start']:#x}-{loop['end']:#x} | {loop['count']} SASS instructions: {mix} |")
             if a.dump:
                 os.makedirs(a.dump, exist_ok=True)
                 tag = f"{short}-{kw['BLOCK_M']}x{kw['BLOCK_N']}-w{cfg.num_warps}-s{cfg.num_stages}-" \

@@ -1,9 +1,11 @@
 """What the sm_90a compile reports share (ptxas_report.py, flash_attn_ptxas.py, fp8_gluon_ptxas.py,
-wide_ptxas.py): the H100 target, a compile bound the way Triton's launcher binds a call, and Triton's
-bundled ptxas, whose -v report gives a kernel's registers and spills."""
+wide_ptxas.py): the H100 target, a compile bound the way Triton's launcher binds a call, Triton's
+bundled ptxas, whose -v report gives a kernel's registers and spills, and its nvdisasm, whose SASS
+gives each loop's instruction mix (``sass_loops``)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import subprocess
@@ -47,3 +49,42 @@ def ptxas_usage(ptx: str) -> dict:
     return {"regs": int(regs.group(1)) if regs else -1,
             "spill_stores": int(spill.group(1)) if spill else -1, "spill_loads": int(spill.group(2)) if spill else -1,
             "log": err}
+NVDISASM = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_SASS_LABEL = re.compile(r"^\s*\.(L_x_\d+):")
+_SASS_BRANCH = re.compile(r"BRA\s+`?\(?\.(L_x_\d+)")
+
+
+def sass_loops(cubin: bytes, min_len: int = 100) -> list[dict]:
+    """Each loop of a compiled kernel's SASS (a branch back to an earlier label; nested loops are listed
+    with their bodies, the outer ones holding the inner ones) of at least ``min_len`` instructions, in
+    address order: {"start", "end" (byte addresses), "count", "ops" (a Counter of opcodes without their
+    modifiers: MUFU, SHFL, QGMMA, ...)}. Per iteration of an inner loop, "count" is what one warp issues."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([NVDISASM, "-c", path], capture_output=True, text=True, check=True).stdout
+    labels, instrs, pending = {}, [], []
+    for line in sass.splitlines():
+        m = _SASS_LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = _SASS_LINE.search(line)
+        if m:
+            addr = int(m.group(1), 16)
+            for name in pending:
+                labels[name] = addr
+            pending = []
+            instrs.append((addr, m.group(2)))
+    loops = []
+    for addr, text in instrs:
+        m = _SASS_BRANCH.search(text)
+        if not m or labels.get(m.group(1), addr) >= addr:
+            continue
+        body = [t for a, t in instrs if labels[m.group(1)] <= a <= addr]
+        if len(body) >= min_len:
+            ops = collections.Counter(t.split()[1 if t.startswith("@") else 0].split(".")[0] for t in body)
+            loops.append({"start": labels[m.group(1)], "end": addr, "count": len(body), "ops": ops})
+    return sorted(loops, key=lambda x: x["start"])

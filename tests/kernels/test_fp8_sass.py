@@ -1,0 +1,62 @@
+"""The FP8 forward's hot loops as Hopper runs them, checked in the sm_90a SASS on the CPU (session 24).
+
+The FP8 P V dot takes P from registers. With V's keys in the MMA order (v_layout) the kernel relabels P's
+columns instead of moving them, which Triton must lower to nothing: the unmasked key loop keeps only the
+row max / sum shuffles (8 per block) and no byte permutes, where P in key order takes 16 SHFL.IDX and 16
+PRMT more. The causal diagonal runs in 64-key blocks at hd 64 (configs.fwd_narrow_diagonal), and the kernel
+stays within the 168 registers that let three programs share an SM (the measured occupancy). Compiled
+through benchmarks/flash_attn_ptxas.py (Triton's bundled ptxas and nvdisasm) in a process of its own: this
+suite runs Triton under its interpreter. A Triton upgrade that brings the shuffles back fails here before
+any GPU run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _compile(*extra: str) -> dict:
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "flash_attn_ptxas.py"), "--shape", "4,4096,32,64",
+                          "--fp8", "--causal", "--kernels", "fwd", "--top", "1", "--json", *extra],
+                         capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="0"), cwd=root,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def _innermost(report: dict) -> list[dict]:
+    """The loops that hold no other loop: the forward's key loops (per 64 x 128 or 64 x 64 block)."""
+    loops = report["loops"]
+    return [x for x in loops if not any(y is not x and x["start"] <= y["start"] and y["end"] <= x["end"]
+                                        for y in loops)]
+
+
+@pytest.fixture(scope="module")
+def reports():
+    if sys.platform != "linux":
+        pytest.skip("Triton's bundled ptxas and nvdisasm are Linux binaries")
+    return {"mma": _compile(), "keys": _compile("--key-order")}  # ~8 s of the CPU suite
+
+
+def test_p_in_the_mma_order_costs_no_shuffle(reports):
+    unmasked = [x for x in _innermost(reports["mma"]) if not x["ops"].get("FSEL")]
+    assert len(unmasked) == 1 and unmasked[0]["ops"]["MUFU"] == 66  # 64 exponentials of P + 2 rescales a block
+    ops = unmasked[0]["ops"]
+    assert ops.get("SHFL", 0) <= 8 and not ops.get("PRMT"), ops  # the row max and sum only
+    keys = [x for x in _innermost(reports["keys"]) if not x["ops"].get("FSEL")][0]["ops"]
+    assert keys["SHFL"] >= ops.get("SHFL", 0) + 16 and keys["PRMT"] >= 16, keys  # what the relabelling saves
+
+
+def test_the_causal_diagonal_runs_in_64_key_blocks_within_three_programs_an_sm(reports):
+    r = reports["mma"]
+    assert r["config"][:2] == [64, 128] and r["wgmma"] > 0 and r["spill"] == 0
+    masked = [x["ops"]["MUFU"] for x in _innermost(r) if x["ops"].get("FSEL")]
+    assert 34 in masked and max(masked) < 66, masked  # 64 x 64 blocks (32 exponentials + 2 rescales), no 64 x 128 one
+    assert r["regs"] <= 168  # 65536 registers / (3 programs x 128 threads), rounded to ptxas's 8
