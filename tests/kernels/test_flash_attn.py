@@ -857,16 +857,14 @@ def test_the_in_repo_fp8_backward_passes_the_harness_checks(name):
         assert r.status == "pass", r.message()
 
 
-@pytest.mark.parametrize("case", ["S45x37-D64-causal-Sq>Sk", "S21x50-D16-causal-Sq<Sk", "S33x50-D32-window5,3-MQA",
-                                  "S37x45-D32-GQA4/2", "S1x1-D16-causal", "S30x30-D16-window4-causal"])
-def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
-    """The forward's TILES = 2 (configs.fwd_tiles: a program runs query blocks n_m - 1 - p and p under
-    a causal mask, 2p and 2p + 1 otherwise; odd block counts leave one program a single block):
-    out and lse bitwise those of one block per program (each block's sums run in the same order),
-    dense, varlen and FP8 (V transposed, as on Hopper). The launcher is called directly: the public
-    functions replay a signature's first launch, which would hide the forced setting on a GPU."""
-    from kernels.flash_attn import configs
+def _forward_launches(case, fp8_out, mma_order=False):
+    """The forward launcher called directly on CPU_CASES[case] (fp32 inputs), dense, varlen (two
+    sequences) and, at d >= 32, FP8 (the inputs cast to e4m3, descales 0.5 / 0.25 / 2, V transposed as on
+    Hopper: its keys in the MMA order with ``mma_order``, out in ``fp8_out``): ({name: call}, (q8, k8, v8)).
+    Called directly: the public functions replay a signature's first launch, which would hide the config
+    knobs the tests force on a GPU."""
     from kernels.flash_attn.fwd import flash_attn_fwd
+    from kernels.flash_attn.v_layout import v_keys_contiguous
 
     b, sq, sk, hq, hk, d, causal, window = CPU_CASES[case]
     q, k, v, _ = make_inputs(b, sq, sk, hq, hk, d, torch.float32)
@@ -875,15 +873,26 @@ def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
     cu_k = torch.tensor([0, sk // 2, sk], dtype=torch.int32, device=DEVICE)
     varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=sq - sq // 3, max_seqlen_k=sk - sk // 2)
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-    ds = [torch.full((b, hk), s, device=DEVICE) for s in (0.5, 0.25, 2.0)]
-    vt = v8.permute(0, 2, 3, 1).contiguous()
-    runs = {
-        "dense": lambda: flash_attn_fwd(q, k, v, **kw),
-        "varlen": lambda: flash_attn_fwd(q[0], k[0], v[0], **varlen, **kw),
-    }
+    runs = {"dense": lambda: flash_attn_fwd(q, k, v, **kw),
+            "varlen": lambda: flash_attn_fwd(q[0], k[0], v[0], **varlen, **kw)}
     if d >= 32:  # FP8 dots are at least 32 deep on the GPU (the FP8 entry point refuses smaller head dims)
-        runs["fp8"] = lambda: flash_attn_fwd(q8, k8, vt, descales=ds, out_dtype=torch.bfloat16, v_transposed=True,
-                                             **kw)
+        ds = [torch.full((b, hk), s, device=DEVICE) for s in (0.5, 0.25, 2.0)]
+        vt = v_keys_contiguous(v8, mma_order=mma_order)
+        runs["fp8"] = lambda: flash_attn_fwd(q8, k8, vt, descales=ds, out_dtype=fp8_out, v_transposed=True,
+                                             v_mma_order=mma_order, **kw)
+    return runs, (q8, k8, v8)
+
+
+@pytest.mark.parametrize("case", ["S45x37-D64-causal-Sq>Sk", "S21x50-D16-causal-Sq<Sk", "S33x50-D32-window5,3-MQA",
+                                  "S37x45-D32-GQA4/2", "S1x1-D16-causal", "S30x30-D16-window4-causal"])
+def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
+    """The forward's TILES = 2 (configs.fwd_tiles: a program runs query blocks n_m - 1 - p and p under
+    a causal mask, 2p and 2p + 1 otherwise; odd block counts leave one program a single block):
+    out and lse bitwise those of one block per program (each block's sums run in the same order),
+    dense, varlen and FP8 (V transposed, as on Hopper; _forward_launches)."""
+    from kernels.flash_attn import configs
+
+    runs, _ = _forward_launches(case, torch.bfloat16)
     for name, run in runs.items():
         monkeypatch.setattr(configs, "FWD_TILES_FORCE", 1)
         one = run()
@@ -893,7 +902,7 @@ def test_two_query_blocks_per_program_compute_what_one_does(monkeypatch, case):
             assert torch.equal(x1, x2), f"{name} {what}"
         assert torch.isfinite(one[0]).all(), name
     monkeypatch.setattr(configs, "FWD_TILES_FORCE", 2)
-    check_against_oracle(b, sq, sk, hq, hk, d, torch.float32, causal, window)  # and the backward after it
+    check_against_oracle(*CPU_CASES[case][:6], torch.float32, *CPU_CASES[case][6:])  # and the backward after it
 
 
 @pytest.mark.parametrize("case", ["S45x37-D64-causal-Sq>Sk", "S21x50-D16-causal-Sq<Sk", "S30x30-D16-window4-causal",
@@ -904,24 +913,10 @@ def test_narrow_diagonal_computes_what_wide_blocks_do(monkeypatch, case):
     BLOCK_N-wide blocks (the online softmax's blocks differ, so to rounding), dense, varlen and FP8 with V in
     the MMA order, one and two query blocks per program; non-causal cases take the wide path either way."""
     from kernels.flash_attn import configs
-    from kernels.flash_attn.fwd import flash_attn_fwd
-    from kernels.flash_attn.v_layout import v_keys_contiguous
 
     monkeypatch.setattr(configs, "INTERPRET_BLOCK_N", 32)
-    b, sq, sk, hq, hk, d, causal, window = CPU_CASES[case]
-    q, k, v, _ = make_inputs(b, sq, sk, hq, hk, d, torch.float32)
-    kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=window[0], window_right=window[1])
-    cu_q = torch.tensor([0, sq // 3, sq], dtype=torch.int32, device=DEVICE)
-    cu_k = torch.tensor([0, sk // 2, sk], dtype=torch.int32, device=DEVICE)
-    varlen = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=sq - sq // 3, max_seqlen_k=sk - sk // 2)
-    runs = {"dense": lambda: flash_attn_fwd(q, k, v, **kw),
-            "varlen": lambda: flash_attn_fwd(q[0], k[0], v[0], **varlen, **kw)}
-    if d >= 32:
-        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
-        ds = [torch.full((b, hk), s, device=DEVICE) for s in (0.5, 0.25, 2.0)]
-        vt = v_keys_contiguous(v8, mma_order=True)
-        runs["fp8"] = lambda: flash_attn_fwd(q8, k8, vt, descales=ds, out_dtype=torch.float32, v_transposed=True,
-                                             v_mma_order=True, **kw)
+    _, _, _, _, _, d, causal, window = CPU_CASES[case]
+    runs, (q8, k8, v8) = _forward_launches(case, torch.float32, mma_order=True)
     for tiles in (1, 2):
         monkeypatch.setattr(configs, "FWD_TILES_FORCE", tiles)
         for name, run in runs.items():
