@@ -68,7 +68,8 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
             seq = lambda t: torch.empty(*t.shape[:1], t.shape[2], t.shape[3], -(-s // 16) * 16, dtype=t.dtype)[..., :s]
             extra = dict(QT=seq(q), KT=seq(k), DOT=seq(do), **{n: torch.ones(b, hk) for n in bwd.FP8_TENSORS[3:]})
             out, lse = torch.empty(b, s, h, dv, dtype=torch.bfloat16), torch.empty(b, h, s)
-            bwd.flash_attn_bwd(do, q, k, v, out, lse, **kw, fp8=extra, grad_dtype=fmt if fp8_grads else torch.bfloat16)
+            bwd.flash_attn_bwd(do, q, k, v, out, lse, **kw, fp8=extra, grad_dtype=fmt if fp8_grads else torch.bfloat16,
+                               fp8_mma_order=configs.FP8_BWD_MMA_ORDER and not key_order)
             return seen
         if fp8:  # as flash_attn_fp8_func calls it on sm90: V as [B, Hk, Dv, Sk], keys padded to 16
             e4m3 = torch.float8_e4m3fn
@@ -118,6 +119,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8-grads", action="store_true", help="with --fp8-bwd: gradients in dO's format, not bf16")
     ap.add_argument("--key-order", action="store_true",
                     help="with --fp8: V's keys in key order (the kernel's V_MMA_ORDER off; before session 24)")
+    ap.add_argument("--mma-order", action="store_true",
+                    help="with --fp8-bwd: the copies of Q, K, dO in the MMA order (configs.FP8_BWD_MMA_ORDER on)")
     ap.add_argument("--loops", action="store_true",
                     help="each loop's SASS instructions per iteration and its most frequent opcodes (nvdisasm)")
     ap.add_argument("--json", action="store_true",
@@ -138,6 +141,8 @@ def main(argv=None) -> int:
 
     if a.no_split:
         configs.HEAD_DIM_SPLIT = False
+    if a.mma_order:
+        configs.FP8_BWD_MMA_ORDER = True
     b, s, h, d = (int(x) for x in a.shape.split(","))
     dv = a.dv or d
     names = {"_fwd_kernel": "fwd", "_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}

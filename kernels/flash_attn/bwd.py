@@ -26,6 +26,7 @@ from .fwd import (
     _exact_fp8,
     _head_rows,
     _key_range,
+    _keys_in_mma_order,
     _load_cols,
     _load_rows,
     _make_desc,
@@ -105,7 +106,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
                 BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                 PRECISION: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
-                IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
+                IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False, MMA_ORDER: tl.constexpr = False):
     """BLOCK_DB > 0 (split head dim, configs.block_db): k, q, dk and the atomic dQ hold columns
     [0, BLOCK_D); k_b, q_b, dk_b and dQ's second part [BLOCK_D, BLOCK_D + BLOCK_DB).
     IS_FP8 (see _bwd_dkdv_kernel): scores and dP^T in FP8 units (qk_scale carries the descales, dP^T is
@@ -152,9 +153,13 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
             p8 = p_t * P_SCALE
             if EXACT_CAST:
                 p8 = _round_to_e4m3(p8)
-            do_t = _load_cols(dot_base, dot_desc, start, seqlen_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, MASKED,
+            rows_q = tl.cdiv(seqlen_q, 16) * 16 if MMA_ORDER else seqlen_q  # (the padding's zeros too)
+            do_t = _load_cols(dot_base, dot_desc, start, rows_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, MASKED,
                               USE_TMA)
-            dv = tl.dot(p8.to(k.dtype), tl.trans(do_t), dv)
+            p8 = p8.to(k.dtype)
+            if MMA_ORDER:  # the copies' queries in the MMA order: P^T's columns follow (fwd._keys_in_mma_order)
+                p8 = _keys_in_mma_order(p8, p8.shape[0], BLOCK_M)
+            dv = tl.dot(p8, tl.trans(do_t), dv)
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
@@ -162,8 +167,11 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
             ds_t = p_t * (dp_t * dp_scale - delta[None, :]) * ds_scale
             if EXACT_CAST:
                 ds_t = _exact_fp8(ds_t, do.dtype)
-            q_t = _load_cols(qt_base, qt_desc, start, seqlen_q, stride_qtd, BLOCK_D, BLOCK_M, HEAD_DIM, MASKED, USE_TMA)
-            dk = tl.dot(ds_t.to(do.dtype), tl.trans(q_t), dk)
+            q_t = _load_cols(qt_base, qt_desc, start, rows_q, stride_qtd, BLOCK_D, BLOCK_M, HEAD_DIM, MASKED, USE_TMA)
+            ds8 = ds_t.to(do.dtype)
+            if MMA_ORDER:
+                ds8 = _keys_in_mma_order(ds8, ds8.shape[0], BLOCK_M)
+            dk = tl.dot(ds8, tl.trans(q_t), dk)
         else:
             ds_t = p_t * (dp_t - delta[None, :])
             if HAS_SOFTCAP:  # through the cap: d(c tanh(x / c)) / dx = 1 - tanh**2
@@ -216,7 +224,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                      SEQ_BUCKET, FILL_BUCKET, ARCH,
                      ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
-                     IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
+                     IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False, MMA_ORDER: tl.constexpr = False):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # K, dK and the Q tiles in two column ranges, S^T and dQ as two dots, nothing padded to BLOCK_D
     # IS_FP8: q, k, v in e4m3 and dO in e4m3 / e5m2 with (batch, kv head) descales (flash_attn_fp8_bwd_func);
@@ -291,8 +299,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         if IS_FP8:
             qt_base = QT + b64 * stride_qtb + h * stride_qth
             dot_base = DOT + b64 * stride_dotb + h * stride_doth
-            qt_desc = _make_desc_t(qt_base, seqlen_q, stride_qtd, BLOCK_DA, BLOCK_M, HEAD_DIM, USE_TMA)
-            dot_desc = _make_desc_t(dot_base, seqlen_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, USE_TMA)
+            rows_q = tl.cdiv(seqlen_q, 16) * 16 if MMA_ORDER else seqlen_q  # MMA order: the last group read whole
+            qt_desc = _make_desc_t(qt_base, rows_q, stride_qtd, BLOCK_DA, BLOCK_M, HEAD_DIM, USE_TMA)
+            dot_desc = _make_desc_t(dot_base, rows_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, USE_TMA)
         else:
             qt_base = QT
             dot_base = DOT
@@ -305,21 +314,21 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
                                  lo, mid_lo, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                  qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                                  True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST)
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST, MMA_ORDER)
         dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
                                        delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_lo, mid_hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                              qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                              False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST)
+                             PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST, MMA_ORDER)
         dk, dk_b, dv = _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_desc, lse_base,
                                        delta_base, dq_base, stride_qs,
                              stride_dos, stride_dqas,
                              mid_hi, hi, offs_n, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                              qt_base, qt_desc, stride_qtd, dot_base, dot_desc, stride_dotd, dp_scale, ds_scale,
                              True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST)
+                                 PRECISION, ATOMIC_DQ, USE_TMA, BLOCK_DB, IS_FP8, EXACT_CAST, MMA_ORDER)
     if IS_FP8:  # real values: dK from dS (ds_descale units) and Q, dV from P (P_SCALE units) and dO
         dk = dk * (dsd * q_d)
         dv = dv * (do_d / P_SCALE)
@@ -351,7 +360,7 @@ def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr,
               BLOCK_DV: tl.constexpr, HEAD_DIM_V: tl.constexpr,
               PRECISION: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_DB: tl.constexpr = 0,
-              IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
+              IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False, MMA_ORDER: tl.constexpr = False):
     """BLOCK_DB > 0 (split head dim, configs.block_db): q, the K tiles and dq hold columns [0, BLOCK_D);
     q_b, the K_b tiles and dq_b [BLOCK_D, BLOCK_D + BLOCK_DB).
     IS_FP8 (see _bwd_dq_kernel): as _dkdv_inner's, dS in dO's format at ``ds_scale`` for dQ += dS K, K
@@ -384,8 +393,12 @@ def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_
             ds = p * (dp * dp_scale - delta[:, None]) * ds_scale
             if EXACT_CAST:
                 ds = _exact_fp8(ds, do.dtype)
-            k_t = _load_cols(kt_base, kt_desc, start, seqlen_k, stride_ktd, BLOCK_D, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
-            dq = tl.dot(ds.to(do.dtype), tl.trans(k_t), dq)
+            rows_k = tl.cdiv(seqlen_k, 16) * 16 if MMA_ORDER else seqlen_k  # (the padding's zeros too)
+            k_t = _load_cols(kt_base, kt_desc, start, rows_k, stride_ktd, BLOCK_D, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
+            ds8 = ds.to(do.dtype)
+            if MMA_ORDER:  # KT's keys in the MMA order: dS's columns follow
+                ds8 = _keys_in_mma_order(ds8, ds8.shape[0], BLOCK_N)
+            dq = tl.dot(ds8, tl.trans(k_t), dq)
         else:
             ds = p * (dp - delta[:, None])
             if HAS_SOFTCAP:
@@ -414,7 +427,8 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                    SEQ_BUCKET, FILL_BUCKET, ARCH,
                    FUSE_DELTA: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr,
-                   BLOCK_DB: tl.constexpr = 0, IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False):
+                   BLOCK_DB: tl.constexpr = 0, IS_FP8: tl.constexpr = False, EXACT_CAST: tl.constexpr = False,
+                   MMA_ORDER: tl.constexpr = False):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db, 192 = 128 + 64):
     # Q, the K tiles and dQ in two column ranges, S as two dots, dQ = dS K per part
     # IS_FP8: as _bwd_dkdv_kernel's; KT is K with the sequence contiguous ([B, Hk, D, Sk]), an FP8 Out is
@@ -481,7 +495,8 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
         dp_scale = tl.load(VDescale + ds_off)
         ds_scale = sm_scale * tl.load(DODescale + ds_off) / dsd
         kt_base = KT + b64 * stride_ktb + hk.to(tl.int64) * stride_kth
-        kt_desc = _make_desc_t(kt_base, seqlen_k, stride_ktd, BLOCK_DA, BLOCK_N, HEAD_DIM, USE_TMA)
+        rows_k = tl.cdiv(seqlen_k, 16) * 16 if MMA_ORDER else seqlen_k  # MMA order: the last group read whole
+        kt_desc = _make_desc_t(kt_base, rows_k, stride_ktd, BLOCK_DA, BLOCK_N, HEAD_DIM, USE_TMA)
     else:
         dp_scale = 1.0
         ds_scale = 1.0
@@ -502,19 +517,19 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
                        lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                        kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
                        True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
-                             BLOCK_DB, IS_FP8, EXACT_CAST)
+                             BLOCK_DB, IS_FP8, EXACT_CAST, MMA_ORDER)
     dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
                              stride_vs,
                    mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                    kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
                    False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
-                             BLOCK_DB, IS_FP8, EXACT_CAST)
+                             BLOCK_DB, IS_FP8, EXACT_CAST, MMA_ORDER)
     dq, dq_b = _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks,
                              stride_vs,
                    mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                    kt_base, kt_desc, stride_ktd, dp_scale, ds_scale,
                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V, PRECISION, USE_TMA,
-                             BLOCK_DB, IS_FP8, EXACT_CAST)
+                             BLOCK_DB, IS_FP8, EXACT_CAST, MMA_ORDER)
     if IS_FP8:  # real values (dS in ds_descale units, K in k_descale's), or FP8 over DQDescale
         dq = dq * (dsd * k_d)
         if DQ.dtype.element_ty.is_fp8():
@@ -620,7 +635,7 @@ FP8_TENSORS = ("QT", "KT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale
 
 def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right, softcap=0.0,
                    allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                   max_seqlen_k=None, split=None, fp8=None, grad_dtype=None, launches=None):
+                   max_seqlen_k=None, split=None, fp8=None, grad_dtype=None, fp8_mma_order=False, launches=None):
     """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (in ``grad_dtype``, default q's).
 
     lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp. ``split``: the
@@ -628,7 +643,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     ``fp8`` (dense, no softcap, unsplit head dims; checked by interface.flash_attn_fp8_bwd_func): the
     FP8 backward, q, k, v in e4m3 and do in e4m3 / e5m2, ``fp8`` a dict of :data:`FP8_TENSORS`; the
     gradients come in ``grad_dtype``: real values in bf16 / fp16 / fp32, or in do's FP8 format over
-    the DQ / DK / DV descales. Always the split mode (no atomic dQ).
+    the DQ / DK / DV descales. Always the split mode (no atomic dQ). ``fp8_mma_order``: the copies QT, KT and
+    DOT hold their sequence in the MMA order of each 16 (``v_layout.v_keys_contiguous(..., mma_order=True)``):
+    dS, dS^T and P^T then go to their dots as the MMA left them (``fwd._keys_in_mma_order``).
     ``launches``: a dict this call may replay its launches from and leave them in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature (dO's included).
     """
@@ -692,7 +709,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
     if replays is None or not all(replay(tensors) for replay in replays):
         done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal,
-                           window_left, window_right, softcap, allow_tf32, fp8 is not None)
+                           window_left, window_right, softcap, allow_tf32, fp8 is not None, fp8_mma_order)
         if launches is not None and all(x is not None for x in done.values()):
             launches["plan"] = (atomic, split, tuple(done.values()))
     if atomic:
@@ -701,7 +718,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
 
 
 def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal, window_left,
-                window_right, softcap, allow_tf32, fp8=False) -> dict:
+                window_right, softcap, allow_tf32, fp8=False, mma_order=False) -> dict:
     """The backward's launches with every argument worked out (the first call of a signature, or
     every call without a replay cache): name -> its Launch (None where it cannot be replayed)."""
     q, k, v, do, out, lse = t["Q"], t["K"], t["V"], t["DO"], t["Out"], t["Lse"]
@@ -738,6 +755,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         "SEQ_BUCKET": configs.seq_bucket(sq, sk), "FILL_BUCKET": configs.fill_bucket(batch * hq * max(sq, sk)),
         "ARCH": arch_of(q),
         "IS_FP8": fp8, "EXACT_CAST": fp8 and configs.interpreting(), "stride_dsb": t["QDescale"].stride(0) if fp8 else None,
+        "MMA_ORDER": bool(fp8 and mma_order),
     }
     dk_out, dv_out = t["DK"], t["DV"]
     if split > 1:

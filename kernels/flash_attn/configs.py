@@ -368,6 +368,12 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 #: the GPU; set it before a signature's first call, which the later ones replay.
 FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
+#: The FP8 backward's sequence-contiguous copies of Q, K and dO in the MMA order of each 16 positions (v_layout),
+#: so dS, dS^T and P^T reach their dots as the MMA left them (the forward's V since session 24). Off until measured
+#: on the GPU: the sm_90a compile drops the dots' shuffles (docs/perf/flash_attn.md "Session 24"); the CPU suite
+#: runs both. Part of a call's signature (flash_attn_fp8_bwd_func keys its replayed launches on it).
+FP8_BWD_MMA_ORDER = False
+
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.

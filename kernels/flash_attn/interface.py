@@ -481,7 +481,7 @@ def _fp8_bwd_signature(do, q, k, v, out, lse, descales: dict, causal, softmax_sc
     if reason:
         raise ValueError(reason)
     kw = {n: fwd.kw[n] for n in ("softmax_scale", "causal", "window_left", "window_right")}
-    return _Fp8BwdSignature(dict(kw, grad_dtype=grad_dtype))
+    return _Fp8BwdSignature(dict(kw, grad_dtype=grad_dtype, mma_order=configs.FP8_BWD_MMA_ORDER))
 
 
 def flash_attn_fp8_bwd_func(do, q, k, v, out, lse, q_descale, k_descale, v_descale, do_descale, ds_descale, *,
@@ -511,7 +511,7 @@ def flash_attn_fp8_bwd_func(do, q, k, v, out, lse, q_descale, k_descale, v_desca
                 "dq_descale": dq_descale, "dk_descale": dk_descale, "dv_descale": dv_descale}
     try:  # a call like an earlier one reuses its checks and launches
         key = ("fp8-bwd", *_qkv_key(q, k, v), *_qkv_key(do, out, lse), *map(_meta, descales.values()), causal,
-               softmax_scale, window_size, grad_dtype, configs.env_key())
+               softmax_scale, window_size, grad_dtype, configs.env_key(), configs.FP8_BWD_MMA_ORDER)
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
     sig = _SIGNATURES.get(key)
@@ -520,8 +520,10 @@ def flash_attn_fp8_bwd_func(do, q, k, v, out, lse, q_descale, k_descale, v_desca
                                                       window_size, grad_dtype))
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or do.stride(-1) != 1:
         q, k, v, do = (_last_dim_contiguous(t) for t in (q, k, v, do))
-    fp8 = {"QT": v_keys_contiguous(q, launches=sig.copies["q"]), "KT": v_keys_contiguous(k, launches=sig.copies["k"]),
-           "DOT": v_keys_contiguous(do, launches=sig.copies["do"])}
+    mma = sig.kw["mma_order"]
+    fp8 = {"QT": v_keys_contiguous(q, launches=sig.copies["q"], mma_order=mma),
+           "KT": v_keys_contiguous(k, launches=sig.copies["k"], mma_order=mma),
+           "DOT": v_keys_contiguous(do, launches=sig.copies["do"], mma_order=mma)}
     unused = descales["do_descale"]  # where the gradients are real values, their descales are never read
     for kernel_name, name in (("QDescale", "q_descale"), ("KDescale", "k_descale"), ("VDescale", "v_descale"),
                               ("DODescale", "do_descale"), ("DSDescale", "ds_descale"), ("ODescale", "out_descale"),
@@ -531,4 +533,4 @@ def flash_attn_fp8_bwd_func(do, q, k, v, out, lse, q_descale, k_descale, v_desca
     kw = sig.kw
     return flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=kw["softmax_scale"], causal=kw["causal"],
                           window_left=kw["window_left"], window_right=kw["window_right"], fp8=fp8,
-                          grad_dtype=kw["grad_dtype"], launches=sig.bwd)
+                          grad_dtype=kw["grad_dtype"], fp8_mma_order=mma, launches=sig.bwd)

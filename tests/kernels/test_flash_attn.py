@@ -984,16 +984,21 @@ FP8_BWD_CASES = ["B2-H4/2-S45x70-D32-causal-e4m3-grad_e5m2-bf16", "B1-H4/1-S40x4
                  "B1-H2/1-S40x72-D256-causal-e4m3-grad_e4m3-bf16"]
 
 
+@pytest.mark.parametrize("mma_order", [False, True], ids=["keys", "mma-order"])
 @pytest.mark.parametrize("case_id", FP8_BWD_CASES)
-def test_fp8_backward_matches_the_fp8_reference(case_id):
+def test_fp8_backward_matches_the_fp8_reference(monkeypatch, case_id, mma_order):
     """dQ, dK, dV of the FP8 backward against the FP64 oracle on the dequantised inputs and dO, within 1.5x
     the error of the eager FP8 backward (dS's quantisation dominates both; the harness's rule allows 2x); on
     the CPU the interpreter computes what the reference does (same operands, same roundings), so within
-    1e-4 of it. GQA / MQA, causal and windowed, e4m3 and e5m2 gradients, real and FP8 (fp8_out) ones."""
+    1e-4 of it. GQA / MQA, causal and windowed, e4m3 and e5m2 gradients, real and FP8 (fp8_out) ones; the
+    copies of Q, K and dO in sequence order and in the MMA order (configs.FP8_BWD_MMA_ORDER: dS, dS^T and P^T
+    relabelled to match; sequences of 33-72 put real positions in the last group's padding)."""
     from harness.cases import case_from_id
     from harness.cases import make_inputs as harness_inputs
     from harness.check.golden import compute_oracle
+    from kernels.flash_attn import configs
 
+    monkeypatch.setattr(configs, "FP8_BWD_MMA_ORDER", mma_order)
     c = case_from_id(case_id)
     x = harness_inputs(c, seed=5, device=DEVICE)
     orc = compute_oracle(c, x)

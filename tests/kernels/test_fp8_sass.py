@@ -7,7 +7,8 @@ PRMT more. The causal diagonal runs in 64-key blocks at hd 64 (configs.fwd_narro
 stays within the 168 registers that let three programs share an SM (the measured occupancy). Compiled
 through benchmarks/flash_attn_ptxas.py (Triton's bundled ptxas and nvdisasm) in a process of its own: this
 suite runs Triton under its interpreter. A Triton upgrade that brings the shuffles back fails here before
-any GPU run.
+any GPU run. The FP8 backward's dots that take dS, dS^T and P^T from registers get the same treatment from
+copies of Q, K and dO in the MMA order (configs.FP8_BWD_MMA_ORDER).
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from pathlib import Path
 import pytest
 
 
-def _compile(*extra: str) -> dict:
+def _compile(*extra: str, forward: bool = True) -> dict:
+    """{kernel name: its report} of benchmarks/flash_attn_ptxas.py --json on the FA sweep's hd 64 causal shape:
+    the FP8 forward, or (forward=False) the FP8 backward's dQ and dK/dV kernels."""
     root = Path(__file__).resolve().parents[2]
+    which = ["--fp8", "--kernels", "fwd"] if forward else ["--fp8-bwd", "e4m3", "--kernels", "dq", "dkdv"]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "flash_attn_ptxas.py"), "--shape", "4,4096,32,64",
-                          "--fp8", "--causal", "--kernels", "fwd", "--top", "1", "--json", *extra],
+                          "--causal", "--top", "1", "--json", *which, *extra],
                          capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="0"), cwd=root,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.splitlines()[-1])
+    return {r["kernel"]: r for r in map(json.loads, run.stdout.splitlines())}
 
 
 def _innermost(report: dict) -> list[dict]:
@@ -42,7 +46,9 @@ def _innermost(report: dict) -> list[dict]:
 def reports():
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas and nvdisasm are Linux binaries")
-    return {"mma": _compile(), "keys": _compile("--key-order")}  # ~8 s of the CPU suite
+    # ~13 s of the CPU suite: the forward both ways, the backward in the MMA order
+    return {"mma": _compile()["fwd"], "keys": _compile("--key-order")["fwd"],
+            "bwd-mma": _compile("--mma-order", forward=False)}
 
 
 def test_p_in_the_mma_order_costs_no_shuffle(reports):
@@ -60,3 +66,14 @@ def test_the_causal_diagonal_runs_in_64_key_blocks_within_three_programs_an_sm(r
     masked = [x["ops"]["MUFU"] for x in _innermost(r) if x["ops"].get("FSEL")]
     assert 34 in masked and max(masked) < 66, masked  # 64 x 64 blocks (32 exponentials + 2 rescales), no 64 x 128 one
     assert r["regs"] <= 168  # 65536 registers / (3 programs x 128 threads), rounded to ptxas's 8
+
+
+def test_the_fp8_backward_in_the_mma_order_costs_no_shuffle(reports):
+    """configs.FP8_BWD_MMA_ORDER (off until measured on the GPU): the copies of Q, K and dO in the MMA order
+    take every shuffle and byte permute out of the dQ and dK / dV loops (in sequence order the dK / dV loops
+    carry 32 SHFL and 32-33 PRMT a block, the dQ loops 8 and 8: session 24's compile)."""
+    for name in ("dq", "dkdv"):
+        r = reports["bwd-mma"][name]
+        assert r["wgmma"] > 0 and r["spill"] == 0, name
+        for loop in _innermost(r):
+            assert not loop["ops"].get("SHFL") and loop["ops"].get("PRMT", 0) <= 1, (name, loop["ops"])
