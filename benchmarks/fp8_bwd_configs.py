@@ -1,7 +1,8 @@
 """The FP8 backward's tiles, each forced, against the bf16 backward of the same shapes (GPU only).
 
     python benchmarks/fp8_bwd_configs.py [--head-dims 128] [--seqlens 4096] [--causal both] [--grad e4m3]
-        [--dq 64,64,4,2,T ...] [--dkdv 64,128,8,2,T ...] [--routed [--routed-only]]
+        [--dq 64,64,4,2,T ...] [--dkdv 64,128,8,2,T ...] [--routed [--routed-only]] [--orders keys,mma [--repeat N]]
+        [--no-bf16]
 
 FA-sweep shapes (16k tokens, hidden 2048). For each dQ tile with the first dK/dV tile, and each dK/dV tile
 with the first dQ tile, ``flash_attn_fp8_bwd_func``
@@ -53,14 +54,16 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
     (q, qd), (k, kd), (v, vd), (do, dod) = _inputs(b, s, h, d, a.grad)
     out, lse = flash_attn_fp8_func(q, k, v, qd, kd, vd, causal=causal, return_lse=True)
     # the bf16 backward of the same shape (autotuned), the ratio's denominator
-    os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
-    qb, kb, vb, dob = (t.float().to(torch.bfloat16) for t in (q, k, v, do))
-    kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
-    ob, lb = flash_attn_fwd(qb, kb, vb, **kw)
-    bf16_ms = graph_ms(lambda: flash_attn_bwd(dob, qb, kb, vb, ob, lb, **kw))
-    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
-    print(f"| {d} | {s} | {causal} | bf16 (autotuned) | | {bf16_ms:.3f} | {flops / bf16_ms / 1e9:.0f} | 1.00 | |",
-          flush=True)
+    bf16_ms = float("nan")
+    if not a.no_bf16:
+        os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
+        qb, kb, vb, dob = (t.float().to(torch.bfloat16) for t in (q, k, v, do))
+        kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
+        ob, lb = flash_attn_fwd(qb, kb, vb, **kw)
+        bf16_ms = graph_ms(lambda: flash_attn_bwd(dob, qb, kb, vb, ob, lb, **kw))
+        os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+        print(f"| {d} | {s} | {causal} | bf16 (autotuned) | | {bf16_ms:.3f} | {flops / bf16_ms / 1e9:.0f} | 1.00 | |",
+              flush=True)
     # the FP8 reference on the first sequence: dS's amax (its descale), then the quantised pass
     top = 448.0 if a.grad == "e4m3" else 57344.0
     one = (q[:1], k[:1], v[:1], qd[:1], kd[:1], vd[:1], out[:1].float(), lse[:1], do[:1], dod[:1])
@@ -80,6 +83,13 @@ def _shape(d: int, s: int, causal: bool, a) -> None:
         print(f"| {d} | {s} | {causal} | {dq_t} | {dkdv_t} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
               f"{bf16_ms / ms:.2f} | {' / '.join(f'{e:.1e}' for e in errs)} |", flush=True)
 
+    if a.orders:  # the pinned first tiles with the copies in sequence order and in the MMA order, interleaved
+        for _ in range(a.repeat):
+            for order in a.orders.split(","):
+                configs.FP8_BWD_MMA_ORDER = order == "mma"
+                row("routed", f"untuned first, {order} order")
+        configs.FP8_BWD_MMA_ORDER = False
+        return
     if a.routed:  # the tiles the backward picks itself (configs.bwd_keep): its first, then autotuned
         for tune, label in (("0", "untuned first"), ("1", "autotuned")):
             os.environ["FLASH_ATTN_AUTOTUNE"] = tune
@@ -103,6 +113,10 @@ def main(argv=None) -> int:
     ap.add_argument("--routed", action="store_true",
                     help="first the backward on the tiles it picks itself (bwd_keep's first; then autotuned)")
     ap.add_argument("--routed-only", action="store_true", help="with --routed: no forced tiles")
+    ap.add_argument("--orders", default="", help="comma list of keys, mma: only the backward on its first tiles with "
+                    "the copies of Q, K, dO in sequence order / in the MMA order (configs.FP8_BWD_MMA_ORDER)")
+    ap.add_argument("--repeat", type=int, default=1, help="with --orders: interleaved repeats")
+    ap.add_argument("--no-bf16", action="store_true", help="no bf16 row (its autotuning takes a minute a shape)")
     a = ap.parse_args(argv)
     print("| hd | seqlen | causal | dQ tile | dK/dV tile | ms | TFLOP/s | x bf16 | rel err dq / dk / dv vs FP8 ref |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
