@@ -8,7 +8,9 @@ base 2 (the scale is folded with log2(e) so each score costs one multiply-add be
 The key range splits into at most three loops: masked blocks left of the window, blocks that every
 query row of the tile sees in full (no mask, no bounds check), and masked blocks on the right
 (the causal diagonal, the window's right edge, the last partial key block). Only the masked loops
-pay for the index arithmetic.
+pay for the index arithmetic. Where BLOCK_M < BLOCK_N (the FP8 64 x 128 tile) the right-hand masked loop
+steps BLOCK_M keys at a time (configs.fwd_narrow_diagonal). The FP8 forward reads V transposed, its keys in
+the order P's MMA registers hold them (v_layout's MMA order, _keys_in_mma_order).
 """
 
 from __future__ import annotations
@@ -373,10 +375,10 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         # Heaviest query blocks first under a causal mask (they see the most keys): less tail at the end.
         tile = n_m - 1 - pid_m if HAS_RIGHT else pid_m
         _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b, v_desc,
-                  k_desc_n, v_desc_n, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q, seqlen_k, off,
-                  left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT,
-                  HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8, EXACT_P_CAST, V_T,
-                  QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER, NARROW)
+                  k_desc_n, v_desc_n, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os,
+                  seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
+                  BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
+                  EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER, NARROW)
     else:
         # Two query blocks per program. Under a causal mask the heaviest with the lightest (n_m - 1 - p
         # then p): every program sees about n_m key blocks, so no long program is left for the tail and
@@ -391,10 +393,11 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
             else:
                 tile = 2 * pid_m + t
             _fwd_tile(tile * BLOCK_M, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_desc, k_desc_b,
-                      v_desc, k_desc_n, v_desc_n, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs, stride_os, seqlen_q,
-                      seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM, BLOCK_DA, HEAD_DIM_V,
-                      BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N, USE_TMA, IS_FP8,
-                      EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER, NARROW)
+                      v_desc, k_desc_n, v_desc_n, o_desc, VDescale, ds_off, Out, stride_qs, stride_ks, stride_vs,
+                      stride_os, seqlen_q, seqlen_k, off, left, right, qk_scale, sm_scale, softcap, HEAD_DIM,
+                      BLOCK_DA, HEAD_DIM_V, BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, PRECISION, BLOCK_M, BLOCK_N,
+                      USE_TMA, IS_FP8, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER,
+                      NARROW)
 
 
 @triton.jit
@@ -426,23 +429,25 @@ def _fwd_tile(m0, q_base, k_base, v_base, o_base, l_base, q_desc, q_desc_b, k_de
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                    lo, mid_lo, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
+                                   PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM,
+                                   V_MMA_ORDER)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                mid_lo, mid_hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV, HEAD_DIM_V,
-                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM, V_MMA_ORDER)
+                               PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB, NO_LICM,
+                               V_MMA_ORDER)
     if NARROW:  # the diagonal's keys in BLOCK_M-wide blocks: none past the tile's last row's diagonal is read
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc_n, k_desc_n, v_desc_n, stride_ks,
                                    stride_vs, mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_M, BLOCK_DA, HEAD_DIM, BLOCK_DV,
-                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB,
-                                   NO_LICM, V_MMA_ORDER)
+                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE,
+                                   BLOCK_DB, NO_LICM, V_MMA_ORDER)
     else:
         acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, stride_ks, stride_vs,
                                    mid_hi, hi, offs_m, seqlen_k, off, left, right, qk_scale, sm_scale, softcap,
                                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, BLOCK_N, BLOCK_DA, HEAD_DIM, BLOCK_DV,
-                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE, BLOCK_DB,
-                                   NO_LICM, V_MMA_ORDER)
+                                   HEAD_DIM_V, PRECISION, USE_TMA, EXACT_P_CAST, V_T, QK_IMPRECISE, PV_IMPRECISE,
+                                   BLOCK_DB, NO_LICM, V_MMA_ORDER)
 
     # Fully masked rows (l = 0): out 0, lse -inf, the oracle's convention.
     empty = l_i == 0.0
