@@ -81,10 +81,11 @@ def check(gluon_cfgs, quick=False) -> bool:
                 (q, qs), (k, ks), (v, vs) = _inputs(b, sq, sk, hq, hk, d, seed=100 + n)
                 ref = softmax_attention(fp8.dequantize(q, qs), fp8.dequantize(k, ks), fp8.dequantize(v, vs),
                                         causal=causal, softmax_scale=d ** -0.5)
-                vt = v_keys_contiguous(v)
-                o_t, l_t = flash_attn_fwd(q, k, vt, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
-                                          window_right=0 if causal else -1, descales=(qs, ks, vs),
-                                          out_dtype=torch.bfloat16, v_transposed=True, max_num_imprecise_acc=None)
+                vt = v_keys_contiguous(v)  # the Gluon kernel's V: keys in order; the Triton kernel's in the MMA order
+                o_t, l_t = flash_attn_fwd(q, k, v_keys_contiguous(v, mma_order=True), softmax_scale=d ** -0.5,
+                                          causal=causal, window_left=-1, window_right=0 if causal else -1,
+                                          descales=(qs, ks, vs), out_dtype=torch.bfloat16, v_transposed=True,
+                                          v_mma_order=True, max_num_imprecise_acc=None)
                 seen = ref.lse > float("-inf")
                 e_t = (o_t.double() - ref.out).abs().max().item()
                 le_t = (l_t.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
@@ -125,13 +126,15 @@ def timing(gluon_cfgs, seqlens, masks, repeat):
         for s in seqlens:
             b = max(1, 16384 // s)
             (q, qs), (k, ks), (v, vs) = _inputs(b, s, s, heads, heads, d, seed=0)
-            vt = v_keys_contiguous(v)
+            vt = v_keys_contiguous(v)  # the Gluon kernel's V: keys in order; the Triton kernel's in the MMA order
+            vt_mma = v_keys_contiguous(v, mma_order=True)
             for causal in masks:
                 flops = 4 * b * heads * s * s * d // (2 if causal else 1)
                 calls = [("triton", str(configs.fwd_keep(d, 1, 90, causal)[0]),
-                          functools.partial(flash_attn_fwd, q, k, vt, softmax_scale=d ** -0.5, causal=causal,
+                          functools.partial(flash_attn_fwd, q, k, vt_mma, softmax_scale=d ** -0.5, causal=causal,
                                             window_left=-1, window_right=0 if causal else -1, descales=(qs, ks, vs),
-                                            out_dtype=torch.bfloat16, v_transposed=True, max_num_imprecise_acc=None))]
+                                            out_dtype=torch.bfloat16, v_transposed=True, v_mma_order=True,
+                                            max_num_imprecise_acc=None))]
                 for spec in gluon_cfgs[d]:
                     calls.append(("gluon", spec, _gluon_call(q, k, vt, (qs, ks, vs), d ** -0.5, causal, spec)))
                 for _ in range(repeat):
