@@ -23,6 +23,7 @@ from .. import launcher
 from . import configs
 from .fwd import (
     _capped,
+    _copy_len,
     _exact_fp8,
     _head_rows,
     _key_range,
@@ -153,7 +154,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
             p8 = p_t * P_SCALE
             if EXACT_CAST:
                 p8 = _round_to_e4m3(p8)
-            rows_q = tl.cdiv(seqlen_q, 16) * 16 if MMA_ORDER else seqlen_q  # (the padding's zeros too)
+            rows_q = _copy_len(seqlen_q, MMA_ORDER)
             do_t = _load_cols(dot_base, dot_desc, start, rows_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, MASKED,
                               USE_TMA)
             p8 = p8.to(k.dtype)
@@ -299,7 +300,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, DQacc, CuSeqQ, CuSeqK,
         if IS_FP8:
             qt_base = QT + b64 * stride_qtb + h * stride_qth
             dot_base = DOT + b64 * stride_dotb + h * stride_doth
-            rows_q = tl.cdiv(seqlen_q, 16) * 16 if MMA_ORDER else seqlen_q  # MMA order: the last group read whole
+            rows_q = _copy_len(seqlen_q, MMA_ORDER)
             qt_desc = _make_desc_t(qt_base, rows_q, stride_qtd, BLOCK_DA, BLOCK_M, HEAD_DIM, USE_TMA)
             dot_desc = _make_desc_t(dot_base, rows_q, stride_dotd, BLOCK_DV, BLOCK_M, HEAD_DIM_V, USE_TMA)
         else:
@@ -393,7 +394,7 @@ def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_
             ds = p * (dp * dp_scale - delta[:, None]) * ds_scale
             if EXACT_CAST:
                 ds = _exact_fp8(ds, do.dtype)
-            rows_k = tl.cdiv(seqlen_k, 16) * 16 if MMA_ORDER else seqlen_k  # (the padding's zeros too)
+            rows_k = _copy_len(seqlen_k, MMA_ORDER)
             k_t = _load_cols(kt_base, kt_desc, start, rows_k, stride_ktd, BLOCK_D, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
             ds8 = ds.to(do.dtype)
             if MMA_ORDER:  # KT's keys in the MMA order: dS's columns follow
@@ -495,7 +496,7 @@ def _bwd_dq_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, CuSeqQ, CuSeqK,
         dp_scale = tl.load(VDescale + ds_off)
         ds_scale = sm_scale * tl.load(DODescale + ds_off) / dsd
         kt_base = KT + b64 * stride_ktb + hk.to(tl.int64) * stride_kth
-        rows_k = tl.cdiv(seqlen_k, 16) * 16 if MMA_ORDER else seqlen_k  # MMA order: the last group read whole
+        rows_k = _copy_len(seqlen_k, MMA_ORDER)
         kt_desc = _make_desc_t(kt_base, rows_k, stride_ktd, BLOCK_DA, BLOCK_N, HEAD_DIM, USE_TMA)
     else:
         dp_scale = 1.0

@@ -236,6 +236,16 @@ def _exact_fp8(x, dtype: tl.constexpr):
 
 
 @triton.jit
+def _copy_len(n, MMA_ORDER: tl.constexpr):
+    """How many positions of a sequence-contiguous copy (v_layout) a kernel reads for a sequence of ``n``:
+    ``n``, or in the MMA order ``n`` rounded up to a whole group of 16 (a real position of the last group may
+    sit in its padding, which the copy fills with zeros)."""
+    if MMA_ORDER:
+        n = tl.cdiv(n, 16) * 16
+    return n
+
+
+@triton.jit
 def _keys_in_mma_order(p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """P's key columns in the MMA order of each group of 16 (v_layout.mma_order_position): key 8b + 2c + r to
     column 4c + 2b + r. On Hopper these are the columns a thread already holds, in the order the FP8
@@ -269,9 +279,8 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
             k_b = _load_rows(k_base, k_desc_b, start, seqlen_k, stride_kn, BLOCK_N, BLOCK_DB, HEAD_DIM, MASKED,
                              USE_TMA, BLOCK_D)
         if V_T:  # V stored transposed, [Dv, Sk] per (batch, head): the P V dot's B operand is K-major
-            v_cols = tl.cdiv(seqlen_k, 16) * 16 if V_MMA_ORDER else seqlen_k  # (the padding's zeros too)
-            v = tl.trans(_load_cols(v_base, v_desc, start, v_cols, stride_vn, BLOCK_DV, BLOCK_N, HEAD_DIM_V,
-                                    MASKED, USE_TMA))
+            v = tl.trans(_load_cols(v_base, v_desc, start, _copy_len(seqlen_k, V_MMA_ORDER), stride_vn, BLOCK_DV,
+                                    BLOCK_N, HEAD_DIM_V, MASKED, USE_TMA))
         else:
             v = _load_rows(v_base, v_desc, start, seqlen_k, stride_vn, BLOCK_N, BLOCK_DV, HEAD_DIM_V, MASKED, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION, max_num_imprecise_acc=QK_IMPRECISE)
@@ -345,8 +354,8 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
     l_base = Lse + b64 * stride_lb + h.to(tl.int64) * stride_lh + q_start
     q_desc = _make_desc(q_base, seqlen_q, stride_qs, BLOCK_M, BLOCK_DA, HEAD_DIM, USE_TMA)
     k_desc = _make_desc(k_base, seqlen_k, stride_ks, BLOCK_N, BLOCK_DA, HEAD_DIM, USE_TMA)
-    if V_T:  # in the MMA order the last group of 16 keys is read whole (its zeros included)
-        v_cols = tl.cdiv(seqlen_k, 16) * 16 if V_MMA_ORDER else seqlen_k
+    if V_T:
+        v_cols = _copy_len(seqlen_k, V_MMA_ORDER)
         v_desc = _make_desc_t(v_base, v_cols, stride_vs, BLOCK_DV, BLOCK_N, HEAD_DIM_V, USE_TMA)
     else:
         v_desc = _make_desc(v_base, seqlen_k, stride_vs, BLOCK_N, BLOCK_DV, HEAD_DIM_V, USE_TMA)
