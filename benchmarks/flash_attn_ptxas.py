@@ -96,8 +96,9 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
     return seen
 
 
-def compile_config(fn, kwargs, cfg) -> dict:
-    k = compile_call(fn, dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+def compile_config(fn, kwargs, cfg, maxnreg=None) -> dict:
+    cap = {"maxnreg": maxnreg} if maxnreg else {}
+    k = compile_call(fn, dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cap))
     ptx = k.asm["ptx"]
     use = ptxas_usage(ptx)
     return {"regs": use["regs"], "spill": use["spill_stores"],
@@ -123,6 +124,7 @@ def main(argv=None) -> int:
                     help="with --fp8-bwd: the copies of Q, K, dO in the MMA order (configs.FP8_BWD_MMA_ORDER on)")
     ap.add_argument("--loops", action="store_true",
                     help="each loop's SASS instructions per iteration and its most frequent opcodes (nvdisasm)")
+    ap.add_argument("--maxnreg", type=int, default=0, help="a register cap for ptxas (configs.FWD_MAXNREG's)")
     ap.add_argument("--json", action="store_true",
                     help="one JSON line per compiled config instead of the table (its loops' opcode counts included)")
     ap.add_argument("--causal", action="store_true")
@@ -167,7 +169,7 @@ def main(argv=None) -> int:
         else:
             cfgs = prune(space, {}, **kwargs)[:a.top]
         for cfg in cfgs:
-            r = compile_config(fn, kwargs, cfg)
+            r = compile_config(fn, kwargs, cfg, a.maxnreg)
             est = configs.smem_estimate(cfg, smem_fn, kwargs) if hasattr(configs, "smem_estimate") else "-"
             kw = cfg.kwargs
             if a.json:

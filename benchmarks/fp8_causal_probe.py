@@ -5,7 +5,7 @@ blocks.
 
     FLASH_ATTN_AUTOTUNE=0 python benchmarks/fp8_causal_probe.py [--head-dims 64] [--seqlens 4096,8192]
         [--tiles 1,2] [--masks no,yes] [--try 64,128,4,3,T ...] [--bf16] [--v-natural] [--mma-order]
-        [--narrow off,on] [--fit] [--label NAME]
+        [--narrow off,on] [--maxnreg 0,128] [--fit] [--label NAME]
     python benchmarks/fp8_causal_probe.py --copy [--head-dims 64,128,256]   # the V copy's tiles, CUDA graphs
 
 Shapes: the FA sweep's (16k tokens, hidden 2048; hd 256 with 8 heads; `--heads` overrides the head count). Rows: `| label | hd | causal |
@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--narrow", default="", help="comma list of off, on: the causal diagonal in BLOCK_N-wide key "
                     "blocks or in BLOCK_M-wide ones where BLOCK_M < BLOCK_N (configs.FWD_NARROW_DIAGONAL forced); "
                     "default: as configs.fwd_narrow_diagonal says")
+    ap.add_argument("--maxnreg", default="", help="comma list of register caps (0: none) for every variant "
+                    "(configs.FWD_MAXNREG; 128 lets the FP8 64x128 tile run four programs an SM, with 2 stages causal)")
     ap.add_argument("--repeat", type=int, default=1, help="time each variant this many times, interleaved")
     ap.add_argument("--bf16", action="store_true", help="the bf16 forward too (its pinned pick)")
     ap.add_argument("--v-natural", action="store_true",
@@ -85,8 +87,10 @@ def main(argv=None) -> int:
 
     narrows = [x for x in args.narrow.split(",") if x] if hasattr(configs, "FWD_NARROW_DIAGONAL") else []
     narrows = narrows or [""]
+    caps = [int(x) for x in args.maxnreg.split(",") if x] if hasattr(configs, "FWD_MAXNREG") else []
+    caps = caps or [0]
 
-    def run(cfg, t, fn, licm=0, narrow=""):
+    def run(cfg, t, fn, licm=0, narrow="", cap=0):
         configs.fwd_keep = lambda *_a, _c=cfg: [_c]
         if can_tile:
             configs.FWD_TILES_FORCE = t
@@ -94,6 +98,8 @@ def main(argv=None) -> int:
             configs.FWD_MASKED_NO_LICM = licm == 2
         if narrow:
             configs.FWD_NARROW_DIAGONAL = narrow == "on"
+        if cap:
+            configs.FWD_MAXNREG = cap
         try:
             return timed(fn)
         except Exception as e:  # out of resources, a compile error: say so and go on
@@ -106,6 +112,8 @@ def main(argv=None) -> int:
             configs.FWD_MASKED_NO_LICM = None
             if narrow:
                 configs.FWD_NARROW_DIAGONAL = None
+            if cap:
+                configs.FWD_MAXNREG = None
 
     print("| label | hd | causal | seqlen | dtype | config | tiles | ms | TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -150,12 +158,14 @@ def main(argv=None) -> int:
                         for t in tiles:
                             for licm in licms:
                                 for narrow in narrows:
-                                    ms = run(cfg, t, fn, licm, narrow)
-                                    if ms is not None:
-                                        print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} | {cfg} "
-                                              f"| {t}{['', ' licm on', ' licm off'][licm]}"
-                                              f"{' narrow ' + narrow if narrow else ''} | {ms:.4f} "
-                                              f"| {flops / ms / 1e9:.0f} |", flush=True)
+                                    for cap in caps:
+                                        ms = run(cfg, t, fn, licm, narrow, cap)
+                                        if ms is not None:
+                                            print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | {dtype} "
+                                                  f"| {cfg} | {t}{['', ' licm on', ' licm off'][licm]}"
+                                                  f"{' narrow ' + narrow if narrow else ''}"
+                                                  f"{f' maxnreg {cap}' if cap else ''} | {ms:.4f} "
+                                                  f"| {flops / ms / 1e9:.0f} |", flush=True)
             del x, q, k, v, vt, qb, kb, vb
             torch.cuda.empty_cache()
         if args.fit:

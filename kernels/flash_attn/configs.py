@@ -378,6 +378,10 @@ FP8_BWD_MMA_ORDER = False
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.
 FWD_TILES_FORCE: int | None = None
+#: A register cap (ptxas's maxnreg) on every forward config, for experiments (benchmarks/fp8_causal_probe.py
+#: --maxnreg): at 128 the FP8 64x128 tile on 4 warps fits four programs an SM (session 24's compile: 125-128
+#: registers, no spill in its key loops; with two stages causal). None: no cap, as measured so far.
+FWD_MAXNREG: int | None = None
 #: Forces fwd_masked_no_licm's answer (True / False) for experiments (benchmarks/fp8_causal_probe.py).
 FWD_MASKED_NO_LICM: bool | None = None
 
@@ -479,7 +483,11 @@ def prune_fwd(configs, named_args, **kwargs):
     keep = fwd_keep(args["HEAD_DIM"], _elt(args), args["ARCH"], bool(args.get("IS_CAUSAL")) and not args.get("HAS_LEFT"))
     if FWD_TILES_FORCE is not None:
         keep = list(dict.fromkeys(_key6(k)[:5] + (FWD_TILES_FORCE,) for k in keep))
-    return _select(configs, keep, _smem_fwd, args) or [_cfg(32, 32, 4, 1)]
+    picked = _select(configs, keep, _smem_fwd, args) or [_cfg(32, 32, 4, 1)]
+    if FWD_MAXNREG:
+        picked = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=FWD_MAXNREG)
+                  for c in picked]
+    return picked
 
 
 def prune_bwd(configs, named_args, **kwargs):
@@ -548,7 +556,8 @@ def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
     if not tuning_enabled():
         cfg = prune(space, {}, **kwargs)[0]
         grid = grid_of(*_grid_meta(cfg.kwargs))
-        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        cap = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}  # (FWD_MAXNREG's experiments)
+        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cap)
     else:
         compiled = tuned_kernel[lambda meta: grid_of(*_grid_meta(meta))](**kwargs)
         cfg = tuned_kernel.best_config
