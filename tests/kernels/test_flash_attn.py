@@ -795,6 +795,14 @@ def test_causal_forward_lists_two_query_blocks_per_program_where_measured(monkey
     for d, elt, bm, bn, w, compiled in ((64, 1, 64, 128, 4, 62464), (128, 1, 64, 128, 4, 123904),
                                         (64, 2, 128, 64, 8, 82944)):
         assert c._smem_fwd(c._cfg(bm, bn, w, 3, True, 2), d, elt) + c.SMEM_HEADROOM_BYTES >= compiled, (d, elt)
+    # the register cap of the experiments (FWD_MAXNREG) reaches every pruned config, and only while set
+    plain = c.prune_fwd(c.FWD_SPACE, {}, **args)
+    assert all(getattr(k, "maxnreg", None) is None for k in plain)
+    monkeypatch.setattr(c, "FWD_MAXNREG", 128)
+    capped = c.prune_fwd(c.FWD_SPACE, {}, **args)
+    assert capped and all(k.maxnreg == 128 for k in capped)
+    assert [(k.kwargs, k.num_warps, k.num_stages) for k in capped] == [(k.kwargs, k.num_warps, k.num_stages)
+                                                                      for k in plain]
     # the masked loops' loop-invariant code motion is turned off where it was measured to cost occupancy only
     assert c.fwd_masked_no_licm(64, 1) and c.fwd_masked_no_licm(32, 1)
     assert not any(c.fwd_masked_no_licm(d, elt) for d, elt in ((128, 1), (256, 1), (64, 2), (128, 2), (64, 4)))
