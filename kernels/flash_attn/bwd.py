@@ -159,7 +159,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
                               USE_TMA)
             p8 = p8.to(k.dtype)
             if MMA_ORDER:  # the copies' queries in the MMA order: P^T's columns follow (fwd._keys_in_mma_order)
-                p8 = _keys_in_mma_order(p8, p8.shape[0], BLOCK_M)
+                p8 = _keys_in_mma_order(p8)
             dv = tl.dot(p8, tl.trans(do_t), dv)
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
@@ -171,7 +171,7 @@ def _dkdv_inner(dk, dk_b, dv, k, k_b, v, q_base, do_base, q_desc, q_desc_b, do_d
             q_t = _load_cols(qt_base, qt_desc, start, rows_q, stride_qtd, BLOCK_D, BLOCK_M, HEAD_DIM, MASKED, USE_TMA)
             ds8 = ds_t.to(do.dtype)
             if MMA_ORDER:
-                ds8 = _keys_in_mma_order(ds8, ds8.shape[0], BLOCK_M)
+                ds8 = _keys_in_mma_order(ds8)
             dk = tl.dot(ds8, tl.trans(q_t), dk)
         else:
             ds_t = p_t * (dp_t - delta[None, :])
@@ -398,7 +398,7 @@ def _dq_inner(dq, dq_b, q, q_b, do, lse2, delta, k_base, v_base, k_desc, k_desc_
             k_t = _load_cols(kt_base, kt_desc, start, rows_k, stride_ktd, BLOCK_D, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
             ds8 = ds.to(do.dtype)
             if MMA_ORDER:  # KT's keys in the MMA order: dS's columns follow
-                ds8 = _keys_in_mma_order(ds8, ds8.shape[0], BLOCK_N)
+                ds8 = _keys_in_mma_order(ds8)
             dq = tl.dot(ds8, tl.trans(k_t), dq)
         else:
             ds = p * (dp - delta[:, None])

@@ -246,15 +246,17 @@ def _copy_len(n, MMA_ORDER: tl.constexpr):
 
 
 @triton.jit
-def _keys_in_mma_order(p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _keys_in_mma_order(p):
     """P's key columns in the MMA order of each group of 16 (v_layout.mma_order_position): key 8b + 2c + r to
     column 4c + 2b + r. On Hopper these are the columns a thread already holds, in the order the FP8
     MMA's A operand reads them: the relabelling compiles to nothing, where P in key order took 16
     shuffles and 16 byte permutes per 64 x 128 block (sm_90a SASS). V's keys come in the same order."""
-    tl.static_assert(BLOCK_N % 16 == 0, "the MMA order permutes groups of 16 keys")
-    p = tl.reshape(p, [BLOCK_M, BLOCK_N // 16, 2, 4, 2])
+    rows: tl.constexpr = p.shape[0]
+    keys: tl.constexpr = p.shape[1]
+    tl.static_assert(keys % 16 == 0, "the MMA order permutes groups of 16 keys")
+    p = tl.reshape(p, [rows, keys // 16, 2, 4, 2])
     p = tl.permute(p, [0, 1, 3, 2, 4])
-    return tl.reshape(p, [BLOCK_M, BLOCK_N])
+    return tl.reshape(p, [rows, keys])
 
 
 @triton.jit
@@ -301,7 +303,7 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
             p = _round_to_e4m3(p)
         p = p.to(v.dtype)
         if V_MMA_ORDER:  # V^T's keys in the MMA order: P's follow (see _keys_in_mma_order)
-            p = _keys_in_mma_order(p, p.shape[0], BLOCK_N)
+            p = _keys_in_mma_order(p)
         acc = tl.dot(p, v, acc, input_precision=PRECISION,  # FP8 inputs: P quantised to e4m3
                      max_num_imprecise_acc=PV_IMPRECISE)
         m_i = m_new
