@@ -97,6 +97,8 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
 
 
 def compile_config(fn, kwargs, cfg, maxnreg=None) -> dict:
+    """ptxas's report of one config; ``maxnreg``: a register cap (default: the config's own, as the launch)."""
+    maxnreg = maxnreg or getattr(cfg, "maxnreg", None)
     cap = {"maxnreg": maxnreg} if maxnreg else {}
     k = compile_call(fn, dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cap))
     ptx = k.asm["ptx"]
@@ -175,6 +177,7 @@ def main(argv=None) -> int:
             if a.json:
                 print(json.dumps({"kernel": short, "config": [kw["BLOCK_M"], kw["BLOCK_N"], cfg.num_warps,
                                                               cfg.num_stages, bool(kw["USE_TMA"])],
+                                  "maxnreg": a.maxnreg or getattr(cfg, "maxnreg", None),
                                   "regs": r["regs"], "spill": r["spill"], "smem": r["smem"], "wgmma": r["wgmma"],
                                   "loops": [dict(loop, ops=dict(loop["ops"])) for loop in sass_loops(r["cubin"])]}),
                       flush=True)

@@ -241,11 +241,11 @@ _NOT_TMA_STRIDES = ("stride_l", "stride_dqa", "stride_dsb")
 
 def _select(configs, keep, smem_fn, args):
     """The configs named in `keep` (ordered by preference, first = the untuned default) that fit.
-    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma[, tiles]). Where TMA is refused and
-    no pointer-load entry is listed (the FP8 list is all TMA), the same tiles with pointer loads."""
+    keep entries: (BLOCK_M, BLOCK_N, num_warps, num_stages, use_tma[, tiles[, maxnreg]]). Where TMA is
+    refused and no pointer-load entry is listed (the FP8 list is all TMA), the same tiles with pointer loads."""
     by_key = _by_key(configs)
     tma_ok = _tma_ok(args)
-    keys = [_key6(k) for k in keep]
+    keys = [_key7(k) for k in keep]
     out = _listed(by_key, [k for k in keys if tma_ok or not k[4]], smem_fn, args)
     if not out and not tma_ok:
         out = _listed(by_key, [k[:4] + (False,) + k[5:] for k in keys], smem_fn, args)
@@ -258,13 +258,33 @@ def _key6(k) -> tuple:
     return k[:5] + (False,) * (5 - len(k[:5])) + (k[5] if len(k) > 5 else 1,)
 
 
+def _key7(k) -> tuple:
+    """_key6 and the entry's register cap (ptxas's maxnreg; None: none)."""
+    return _key6(k) + (k[6] if len(k) > 6 else None,)
+
+
+#: (the uncapped config's id, cap) -> (that config, the capped one), made once per config and cap
+_CAPPED: dict[tuple[int, int], tuple] = {}
+
+
+def _capped(c, cap: int | None):
+    """``c`` under a register cap (the same object when there is none)."""
+    if not cap:
+        return c
+    hit = _CAPPED.get((id(c), cap))
+    if hit is None or hit[0] is not c:
+        hit = _CAPPED[(id(c), cap)] = (c, triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages,
+                                                        maxnreg=cap))
+    return hit[1]
+
+
 def _listed(by_key, keys, smem_fn, args):
     out, seen = [], set()
     for k in keys:
-        c = by_key.get(k)
-        if c is not None and id(c) not in seen and _fits(c, smem_fn, args):
-            out.append(c)
-            seen.add(id(c))
+        c = by_key.get(k[:6])
+        if c is not None and (id(c), k[6]) not in seen and _fits(c, smem_fn, args):
+            out.append(_capped(c, k[6]))
+            seen.add((id(c), k[6]))
     return out
 
 
@@ -308,8 +328,8 @@ _FP8_FWD = {
 
 
 def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
-    """Forward (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA[, TILES]) per (head dim, dtype, arch,
-    causal without a left window), best guess first. Reasons (sm90 ptxas reports, bf16; registers per
+    """Forward (BLOCK_M, BLOCK_N, num_warps, num_stages, USE_TMA[, TILES[, MAXNREG]]) per (head dim, dtype,
+    arch, causal without a left window), best guess first. Reasons (sm90 ptxas reports, bf16; registers per
     thread / spill bytes):
     - TMA loads first: no per-thread address tensors, so hd 128 128x64 on 8 warps drops from 255
       registers to 160 and 128x128 fits (221, no spill); pointer loads kept as the fallback.
@@ -333,6 +353,8 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
     bf16 128x64 -1 to -8% at 4k, within 1% at 8k / 16k over two runs: a challenger the autotuner
     times. Not at hd 128: the FP8 64x128 tile took 123904 B of shared memory instead of 107520 (one
     program per SM, not two) and 0.449 -> 0.592 ms.
+    FP8 at hd <= 64 on sm90 adds the 64x128 tile under a register cap of 128 (_FP8_FOUR_AN_SM: four programs an
+    SM), first where causal, second (a challenger) where not.
     """
     if elt == 4:
         keep = ([(32, 32, 4, 1, P), (64, 32, 4, 1, P)] if d > 128 else
@@ -355,7 +377,20 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
     if causal and d <= 64 and elt < 4:
         paired = keep[0][:5] + (2,)
         keep = [paired] + keep if elt == 1 else keep[:1] + [paired] + keep[1:]
+    if elt == 1 and d <= 64 and not (arch and arch < 90):  # four programs an SM: first causal, a challenger else
+        four = _FP8_FOUR_AN_SM[:5] + (2 if causal else 1,) + _FP8_FOUR_AN_SM[5:]
+        keep = [four] + keep if causal else keep[:1] + [four] + keep[1:]
     return keep
+
+
+#: The FP8 64x128 tile on 4 warps, 2 stages, under a cap of 128 registers (ptxas's maxnreg): 125-128 registers
+#: with no spill in its key loops (sm_90a; 138-139 uncapped), 46 KB of shared memory, so four programs share an
+#: SM instead of three. Measured (session 25, H100, hd 64, FP8 kernel alone on V in the MMA order, TILES 2, two
+#: interleaved repeats, bf16 out; docs/perf/fp8-s25): causal 4k 0.5346 / 0.5322 ms against 0.5392 / 0.5443 for
+#: the uncapped 3-stage pick (-1 to -2%), causal 16k 1.8745 / 1.8696 against 1.8811 / 1.8975 (-0.4 to -1.5%),
+#: non-causal 16k 3.4745 / 3.5460 against 3.6408 / 3.6024 (-2 to -5%; TILES forced to 2 there: non-causal calls
+#: take TILES 1, not measured, so a challenger the autotuner times). Uncapped, 2 stages lose (0.60 ms at 4k).
+_FP8_FOUR_AN_SM = (64, 128, 4, 2, T, 128)
 
 
 #: FP8 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fp8_fwd_gluon_ws) on sm90,
@@ -369,10 +404,13 @@ def fwd_keep(d: int, elt: int, arch: int, causal: bool = False) -> list[tuple]:
 FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
 #: The FP8 backward's sequence-contiguous copies of Q, K and dO in the MMA order of each 16 positions (v_layout),
-#: so dS, dS^T and P^T reach their dots as the MMA left them (the forward's V since session 24). Off until measured
-#: on the GPU: the sm_90a compile drops the dots' shuffles (docs/perf/flash_attn.md "Session 24"); the CPU suite
-#: runs both. Part of a call's signature (flash_attn_fp8_bwd_func keys its replayed launches on it).
-FP8_BWD_MMA_ORDER = False
+#: so dS, dS^T and P^T reach their dots as the MMA left them (the forward's V since session 24): the sm_90a compile
+#: drops the dots' shuffles (docs/perf/flash_attn.md "Session 24"). Measured (session 25, H100, the backward's
+#: first tiles, two interleaved repeats, docs/perf/fp8-s25): at 4k hd 64 3.913 / 3.916 -> 3.648 / 3.638 ms
+#: non-causal, 2.416 / 2.408 -> 2.156 / 2.153 causal; hd 128 2.801 / 2.822 -> 2.687 / 2.716, 1.687 / 1.715 ->
+#: 1.583 / 1.585 (4-11% faster); the errors against the FP8 reference equal to the digits printed. The CPU suite
+#: runs both orders. Part of a call's signature (flash_attn_fp8_bwd_func keys its replayed launches on it).
+FP8_BWD_MMA_ORDER = True
 
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
@@ -482,7 +520,7 @@ def prune_fwd(configs, named_args, **kwargs):
     args = _merged(named_args, kwargs)
     keep = fwd_keep(args["HEAD_DIM"], _elt(args), args["ARCH"], bool(args.get("IS_CAUSAL")) and not args.get("HAS_LEFT"))
     if FWD_TILES_FORCE is not None:
-        keep = list(dict.fromkeys(_key6(k)[:5] + (FWD_TILES_FORCE,) for k in keep))
+        keep = list(dict.fromkeys(_key7(k)[:5] + (FWD_TILES_FORCE,) + _key7(k)[6:] for k in keep))
     picked = _select(configs, keep, _smem_fwd, args) or [_cfg(32, 32, 4, 1)]
     if FWD_MAXNREG:
         picked = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=FWD_MAXNREG)

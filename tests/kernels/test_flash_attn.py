@@ -732,15 +732,18 @@ def test_fp8_entry_point_validates_its_arguments():
 
 def test_fp8_forward_takes_its_measured_list_first():
     """FP8 (1-byte tiles): the measured FP8 list first (its fastest is the untuned pick), the bf16
-    pick kept as a fallback, each within the shared memory."""
+    pick kept as a fallback, each within the shared memory; at hd 64 the four-programs-an-SM tile (a register
+    cap of 128) second, as a challenger (first where causal: test_causal_forward_lists_...)."""
     from kernels.flash_attn import configs as c
 
     for d in (64, 128, 256):
         keep = c.fwd_keep(d, 1, 90)
-        assert keep[: len(c._FP8_FWD[d])] == c._FP8_FWD[d] and len(keep) == len(set(keep)) > 2
+        uncapped = [k for k in keep if len(k) < 7]
+        assert uncapped[: len(c._FP8_FWD[d])] == c._FP8_FWD[d] and len(keep) == len(set(keep)) > 2
+        assert [k for k in keep if len(k) == 7] == ([(64, 128, 4, 2, True, 1, 128)] if d == 64 else [])
         assert c.fwd_keep(d, 2, 90)[0] in keep
-        for bm, bn, w, st, tma in keep:
-            cfg = c._cfg(bm, bn, w, st, tma)
+        for k in keep:
+            cfg = c._cfg(*k[:5])
             assert c._smem_fwd(cfg, c.block_d(d), 1) + c.SMEM_HEADROOM_BYTES <= c.H100_SMEM_BYTES, (d, cfg)
 
 
@@ -776,16 +779,16 @@ def test_causal_forward_lists_two_query_blocks_per_program_where_measured(monkey
     or fp32, nor without a causal mask. The pruned configs carry TILES and the launch's grid halves."""
     from kernels.flash_attn import configs as c
 
-    assert c.fwd_keep(64, 1, 90, True)[0] == c.fwd_keep(64, 1, 90)[0][:5] + (2,)
+    assert c.fwd_keep(64, 1, 90, True)[1] == c.fwd_keep(64, 1, 90)[0][:5] + (2,)
     assert c.fwd_keep(64, 2, 90, True)[1] == c.fwd_keep(64, 2, 90)[0][:5] + (2,)
     for d, elt, causal in ((128, 1, True), (128, 2, True), (64, 4, True), (64, 1, False), (64, 2, False)):
-        assert all(len(k) == 5 for k in c.fwd_keep(d, elt, 90, causal)), (d, elt, causal)
+        assert all(len(k) == 5 or k[5] == 1 for k in c.fwd_keep(d, elt, 90, causal)), (d, elt, causal)
     monkeypatch.setattr(c, "interpreting", lambda: False)
     q = torch.zeros(2, 64, 8, 64, dtype=torch.float8_e4m3fn)
     args = dict(Q=q, K=q, V=q, HEAD_DIM=64, BLOCK_D=64, BLOCK_DV=64, ARCH=90, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), IS_CAUSAL=True, HAS_LEFT=False)
     picked = c.prune_fwd(c.FWD_SPACE, {}, **args)
-    assert picked[0].kwargs["TILES"] == 2 and picked[1].kwargs["TILES"] == 1
+    assert [k.kwargs["TILES"] for k in picked[:3]] == [2, 2, 1]
     assert c._grid_meta(picked[0].kwargs) == (64, 128, 2)
     assert all(k.kwargs["TILES"] == 1 for k in c.prune_fwd(c.FWD_SPACE, {}, **dict(args, HAS_LEFT=True)))
     monkeypatch.setattr(c, "FWD_TILES_FORCE", 1)
@@ -795,9 +798,11 @@ def test_causal_forward_lists_two_query_blocks_per_program_where_measured(monkey
     for d, elt, bm, bn, w, compiled in ((64, 1, 64, 128, 4, 62464), (128, 1, 64, 128, 4, 123904),
                                         (64, 2, 128, 64, 8, 82944)):
         assert c._smem_fwd(c._cfg(bm, bn, w, 3, True, 2), d, elt) + c.SMEM_HEADROOM_BYTES >= compiled, (d, elt)
-    # the register cap of the experiments (FWD_MAXNREG) reaches every pruned config, and only while set
+    # a listed register cap (the four-programs tile, first) survives FWD_TILES_FORCE; the experiments' cap
+    # (FWD_MAXNREG) reaches every pruned config, and only while set
     plain = c.prune_fwd(c.FWD_SPACE, {}, **args)
-    assert all(getattr(k, "maxnreg", None) is None for k in plain)
+    assert [k.maxnreg for k in plain] == [128] + [None] * (len(plain) - 1)
+    assert (plain[0].num_stages, plain[0].kwargs["TILES"]) == (2, 1)
     monkeypatch.setattr(c, "FWD_MAXNREG", 128)
     capped = c.prune_fwd(c.FWD_SPACE, {}, **args)
     assert capped and all(k.maxnreg == 128 for k in capped)

@@ -3,8 +3,8 @@
 The FP8 P V dot takes P from registers. With V's keys in the MMA order (v_layout) the kernel relabels P's
 columns instead of moving them, which Triton must lower to nothing: the unmasked key loop keeps only the
 row max / sum shuffles (8 per block) and no byte permutes, where P in key order takes 16 SHFL.IDX and 16
-PRMT more. The causal diagonal runs in 64-key blocks at hd 64 (configs.fwd_narrow_diagonal), and the kernel
-stays within the 168 registers that let three programs share an SM (the measured occupancy). Compiled
+PRMT more. The causal diagonal runs in 64-key blocks at hd 64 (configs.fwd_narrow_diagonal), and the kernel's
+first config stays within the 128 registers and the shared memory that let four programs share an SM. Compiled
 through benchmarks/flash_attn_ptxas.py (Triton's bundled ptxas and nvdisasm) in a process of its own: this
 suite runs Triton under its interpreter. A Triton upgrade that brings the shuffles back fails here before
 any GPU run. The FP8 backward's dots that take dS, dS^T and P^T from registers get the same treatment from
@@ -60,16 +60,24 @@ def test_p_in_the_mma_order_costs_no_shuffle(reports):
     assert keys["SHFL"] >= ops.get("SHFL", 0) + 16 and keys["PRMT"] >= 16, keys  # what the relabelling saves
 
 
-def test_the_causal_diagonal_runs_in_64_key_blocks_within_three_programs_an_sm(reports):
+def test_the_causal_diagonal_runs_in_64_key_blocks_within_four_programs_an_sm(reports):
     r = reports["mma"]
-    assert r["config"][:2] == [64, 128] and r["wgmma"] > 0 and r["spill"] == 0
+    assert r["config"][:2] == [64, 128] and r["wgmma"] > 0
     masked = [x["ops"]["MUFU"] for x in _innermost(r) if x["ops"].get("FSEL")]
     assert 34 in masked and max(masked) < 66, masked  # 64 x 64 blocks (32 exponentials + 2 rescales), no 64 x 128 one
-    assert r["regs"] <= 168  # 65536 registers / (3 programs x 128 threads), rounded to ptxas's 8
+    # the first config is the four-programs one (configs._FP8_FOUR_AN_SM): 65536 registers / (4 programs x 128
+    # threads) and 4 x (its shared memory + the 1 KB the SM keeps per program) within the H100's 228 KB; what ptxas
+    # spills under the cap (12 B in session 25's compile) stays out of the unmasked key loop, where the time goes,
+    # and the masked loops only reload it (3 LDL a block then)
+    assert r["maxnreg"] == 128 and r["config"][3] == 2 and r["regs"] <= 128
+    assert 4 * (r["smem"] + 1024) <= 228 * 1024, r["smem"]
+    inner = _innermost(r)
+    assert r["spill"] <= 64 and not any(x["ops"].get("STL") for x in inner), r["spill"]
+    assert all(x["ops"].get("LDL", 0) <= (0 if not x["ops"].get("FSEL") else 4) for x in inner), inner
 
 
 def test_the_fp8_backward_in_the_mma_order_costs_no_shuffle(reports):
-    """configs.FP8_BWD_MMA_ORDER (off until measured on the GPU): the copies of Q, K and dO in the MMA order
+    """configs.FP8_BWD_MMA_ORDER (on since session 25's H100 timing, 4-11% faster): the copies of Q, K and dO in the MMA order
     take every shuffle and byte permute out of the dQ and dK / dV loops (in sequence order the dK / dV loops
     carry 32 SHFL and 32-33 PRMT a block, the dQ loops 8 and 8: session 24's compile)."""
     for name in ("dq", "dkdv"):
