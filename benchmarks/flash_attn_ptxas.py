@@ -47,7 +47,7 @@ def record_launches(b, s, h, hk, d, dv, dtype, causal, atomic, window=(-1, -1), 
 
     seen = []
 
-    def recorder(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
+    def recorder(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs, options=None):
         seen.append((raw_kernel.fn.__name__, raw_kernel, space, prune, dict(kwargs, ARCH=90)))
 
     class _NoLaunch:  # the atomic backward's delta pass is launched directly: not compiled here

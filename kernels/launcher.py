@@ -148,6 +148,29 @@ def launched(jit_fn, compiled, grid, kwargs: dict, config=None) -> Launch | None
     return Launch(jit_fn, compiled, grid, full, current_device())
 
 
+#: CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (cuda.h's CUfunction_attribute)
+_CARVEOUT_ATTRIBUTE = 9
+_LIBCUDA = []
+
+
+def prefer_max_shared_memory(launch: Launch | None) -> bool:
+    """Ask the driver to run ``launch``'s kernel with the SM's largest shared-memory carveout (100%). A kernel
+    that needs little shared memory otherwise gets a small one, and an SM cannot change its carveout while one of
+    its programs runs: a kernel launched to run beside it (programmatic dependent launch) and needing more shared
+    memory then waits for it to leave the SM. A hint to the driver (cuFuncSetAttribute); False where it could not
+    be given (no CUDA driver library, the interpreter)."""
+    if launch is None:
+        return False
+    import ctypes
+
+    try:
+        if not _LIBCUDA:
+            _LIBCUDA.append(ctypes.CDLL("libcuda.so.1"))
+        return _LIBCUDA[0].cuFuncSetAttribute(ctypes.c_void_p(launch.compiled.function), _CARVEOUT_ATTRIBUTE, 100) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def current_device() -> int:
     """The device Triton launches on (the current CUDA device). torch's own query, without
     torch.cuda.current_device's initialisation checks (a replay follows a launch that initialised)."""

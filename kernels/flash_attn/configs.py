@@ -412,6 +412,16 @@ FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 #: runs both orders. Part of a call's signature (flash_attn_fp8_bwd_func keys its replayed launches on it).
 FP8_BWD_MMA_ORDER = True
 
+#: The FP8 forward overlaps its V copy (v_layout): the copy runs as persistent programs that count each (batch,
+#: kv head) done, and the forward, launched with programmatic dependent launch, starts while the copy runs and
+#: waits per program for its own head only (fwd._wait_ready). Predicted (session 25): the copy's 27 us at the FA
+#: sweep's 4k (5% of the hd 64 causal call) mostly hidden, 2-4% off the call. Measured (session 25, H100, hd 64,
+#: whole calls, benchmarks/fp8_overlap_probe.py, docs/perf/fp8-s25): first +13% (the copy's small shared-memory
+#: carveout kept the forward off its SMs until it ended: both kernels now ask for the largest), then within
+#: +-2% of the call without it at 4k and 16k, causal or not (0.5560 / 0.5582 ms against 0.5560 / 0.5691 at 4k
+#: causal): no gain, so off. Outputs bitwise equal in every race check. Part of a call's signature.
+FP8_V_OVERLAP = False
+
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:
 #: as fwd_keep lists them.
@@ -579,11 +589,12 @@ def autotuned(space, prune, reset_to_zero=None):
                            do_bench=_tune_bench, reset_to_zero=reset_to_zero, cache_results=True)
 
 
-def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
+def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs, options=None):
     """Run a kernel three ways: interpreter (one small config), untuned (the filter's first pick),
     or autotuned (Triton times the pruned configs once per key and caches the winner).
     grid_of(BLOCK_M, BLOCK_N[, TILES]) -> grid (TILES passed where the config has it: the forward's).
-    kwargs: every kernel argument except the tuned meta-params.
+    kwargs: every kernel argument except the tuned meta-params; options: Triton launch options (the
+    forward's launch_pdl), not under the interpreter.
     Returns the :class:`kernels.launcher.Launch` that replays this launch for the same call
     signature (None under the interpreter)."""
     if interpreting():
@@ -595,9 +606,10 @@ def launch(raw_kernel, tuned_kernel, space, prune, grid_of, kwargs):
         cfg = prune(space, {}, **kwargs)[0]
         grid = grid_of(*_grid_meta(cfg.kwargs))
         cap = {"maxnreg": cfg.maxnreg} if getattr(cfg, "maxnreg", None) else {}  # (FWD_MAXNREG's experiments)
-        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cap)
+        compiled = raw_kernel[grid](**kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cap,
+                                    **(options or {}))
     else:
-        compiled = tuned_kernel[lambda meta: grid_of(*_grid_meta(meta))](**kwargs)
+        compiled = tuned_kernel[lambda meta: grid_of(*_grid_meta(meta))](**kwargs, **(options or {}))
         cfg = tuned_kernel.best_config
         grid = grid_of(*_grid_meta(cfg.kwargs))
     return launcher.launched(raw_kernel, compiled, grid, kwargs, cfg)

@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import launcher
 from . import configs
 
 LOG2E = 1.4426950408889634
@@ -311,7 +312,19 @@ def _fwd_inner(acc, m_i, l_i, q, q_b, k_base, v_base, k_desc, k_desc_b, v_desc, 
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale, stride_dsb,
+def _wait_ready(flag, need, ASM: tl.constexpr):
+    """Spin until ``flag`` (int32) reaches ``need``, with acquire semantics (v_layout's signalling copy releases it
+    per tile), then order what this program's tensor-memory (TMA) loads read after it (fence.proxy.async: the copy
+    wrote with ordinary stores). ASM: the PTX fence (off under the interpreter)."""
+    seen = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+    while seen < need:
+        seen = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+    if ASM:
+        tl.inline_asm_elementwise("fence.proxy.async.global; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale, VReady, v_tiles, stride_dsb,
                 stride_qb, stride_qs, stride_qh,
                 stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh,
@@ -326,7 +339,7 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
                 IS_FP8: tl.constexpr = False, EXACT_P_CAST: tl.constexpr = False, V_T: tl.constexpr = False,
                 QK_IMPRECISE: tl.constexpr = 0, PV_IMPRECISE: tl.constexpr = 0, BLOCK_DB: tl.constexpr = 0,
                 TILES: tl.constexpr = 1, NO_LICM: tl.constexpr = True, V_MMA_ORDER: tl.constexpr = False,
-                NARROW_DIAGONAL: tl.constexpr = True):
+                NARROW_DIAGONAL: tl.constexpr = True, V_WAIT: tl.constexpr = 0):
     # BLOCK_DB > 0: q / k's head dim split in two power-of-two parts (configs.block_db: 192 = 128 + 64)
     # instead of padded to BLOCK_D; the first part is BLOCK_D // 2 wide, every column of it real.
     BLOCK_DA: tl.constexpr = BLOCK_D // 2 if BLOCK_DB else BLOCK_D
@@ -380,6 +393,8 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         k_desc_n = k_desc
         v_desc_n = v_desc
     o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
+    if V_WAIT:  # V still being copied by the kernel before this one (v_ready): this head's copy first
+        _wait_ready(VReady + b64 * (num_heads // group) + hk, v_tiles, V_WAIT == 1)
     # at least the smallest normal float: _softmax_block's masked branch multiplies -inf by it
     qk_scale = tl.maximum(sm_scale * 1.4426950408889634, 1.1754943508222875e-38)
     if TILES == 1:
@@ -509,7 +524,8 @@ def _imprecise(setting) -> dict:
 
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
-                   out_dtype=None, v_transposed=False, v_mma_order=False, max_num_imprecise_acc=None, launches=None):
+                   out_dtype=None, v_transposed=False, v_mma_order=False, max_num_imprecise_acc=None, launches=None,
+                   v_ready=None):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -524,6 +540,9 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     promotes, 0 promotes after every MMA (about half the speed).
     ``launches``: a dict this call may replay its launch from and leave it in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature.
+    ``v_ready`` (with ``v_transposed``): (counters, tiles): V is still being written by the kernel launched just
+    before, ``v_layout.v_keys_contiguous(..., ready=counters)``; this launch starts while it runs (programmatic
+    dependent launch on a GPU) and each program waits for its (batch, kv head) counter to reach ``tiles``.
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
@@ -551,8 +570,10 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         return out, lse
     fp8 = descales is not None
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
+    if v_ready is not None and not v_transposed:
+        raise ValueError("v_ready: only for a transposed V (v_transposed=True)")
     tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": cuq, "CuSeqK": cuk,
-               "QDescale": qds, "KDescale": kds, "VDescale": vds}
+               "QDescale": qds, "KDescale": kds, "VDescale": vds, "VReady": lse if v_ready is None else v_ready[0]}
     replay = launches.get("fwd") if launches is not None else None
     if replay is not None and replay(tensors):
         return out, lse
@@ -597,13 +618,18 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args["NO_LICM"] = configs.fwd_masked_no_licm(d, q.element_size())
     args["V_MMA_ORDER"] = bool(v_mma_order)
     args["NARROW_DIAGONAL"] = configs.fwd_narrow_diagonal(d)
+    args["v_tiles"] = v_ready[1] if v_ready is not None else 0
+    args["V_WAIT"] = 0 if v_ready is None else 2 if configs.interpreting() else 1
+    options = {"launch_pdl": True} if v_ready is not None and not configs.interpreting() else {}
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
     launch = configs.launch(_fwd_kernel, _fwd_kernel_tuned, configs.FWD_SPACE, configs.prune_fwd,
                             lambda bm, bn, tiles=interpreted_tiles: (triton.cdiv(triton.cdiv(sq, bm), tiles),
                                                                      batch * hq),
-                            dict(tensors, **args))
+                            dict(tensors, **args), options=options)
+    if v_ready is not None:  # beside the copy (v_layout): the same carveout, or it waits for the copy to leave
+        launcher.prefer_max_shared_memory(launch)
     if launches is not None and launch is not None:
         launches["fwd"] = launch
     return out, lse

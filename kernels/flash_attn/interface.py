@@ -15,7 +15,7 @@ from .. import launcher
 from . import configs
 from .bwd import flash_attn_bwd
 from .fwd import flash_attn_fwd
-from .v_layout import v_keys_contiguous
+from .v_layout import tiles_per_head, v_keys_contiguous
 
 
 def fp8_fwd_gluon_ws(*args, **kwargs):
@@ -385,9 +385,10 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     instead (kernels/flash_attn/fp8_gluon.py) where it applies: no window or softcap, bf16 or e4m3 out, the
     default accumulation.
     """
+    overlap = configs.FP8_V_OVERLAP
     try:  # a call like an earlier one reuses its checks and launches (the V copy's and the forward's)
         key = ("fp8", *_qkv_key(q, k, v), *_qkv_key(q_descale, k_descale, v_descale), causal, softmax_scale,
-               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key())
+               window_size, softcap, out_dtype, v_transposed, max_num_imprecise_acc, configs.env_key(), overlap)
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
     sig = _SIGNATURES.get(key)
@@ -398,14 +399,19 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
-    if sig.v_transposed:  # the Triton kernel reads V's keys in the MMA order (v_layout), the Gluon kernel in order
+    v_ready = None
+    if sig.v_transposed and not sig.gluon and overlap:  # the forward reads each head as soon as it is copied
+        v_ready = (torch.zeros(v.shape[0] * v.shape[2], dtype=torch.int32, device=v.device),
+                   tiles_per_head(v.shape[1], v.shape[3]))
+        v = v_keys_contiguous(v, launches=sig.copy, mma_order=True, ready=v_ready[0])
+    elif sig.v_transposed:  # the Triton kernel reads V's keys in the MMA order (v_layout), the Gluon kernel in order
         v = v_keys_contiguous(v, launches=sig.copy, mma_order=not sig.gluon)
     if sig.gluon:  # a head dim configs.FP8_GLUON_WS routes to the warp-specialised Gluon kernel (hd 256)
         out, lse = fp8_fwd_gluon_ws(q, k, v, descales, softmax_scale=sig.kw["softmax_scale"], causal=sig.kw["causal"],
                                     block_n=sig.gluon[0], num_stages=sig.gluon[1], out_dtype=sig.kw["out_dtype"])
     else:
         out, lse = flash_attn_fwd(q, k, v, **sig.kw, v_mma_order=sig.v_transposed, descales=descales,
-                                  launches=sig.fwd)
+                                  launches=sig.fwd, v_ready=v_ready)
     return (out, lse) if return_lse else out
 
 

@@ -667,6 +667,35 @@ def test_fp8_v_copy_puts_the_keys_contiguous(b, sk, hk, dv, packed, mma_order):
     assert not whole[..., pos[sk:]].any()  # the padding's zeros (every real byte is nonzero here)
 
 
+@pytest.mark.parametrize("b, s, hq, hk, d, causal", [(1, 140, 4, 2, 64, True), (1, 70, 2, 1, 32, False)],
+                         ids=["B1-S140-H4/2-D64-causal", "B1-S70-H2/1-D32"])
+def test_fp8_forward_overlapped_with_its_v_copy_is_the_same_forward(monkeypatch, b, s, hq, hk, d, causal):
+    """configs.FP8_V_OVERLAP: the V copy signals each (batch, kv head) done (v_layout._transpose_signal_kernel,
+    counters reaching tiles_per_head) and the forward waits per program for its own head (fwd._wait_ready; on a
+    GPU it starts while the copy runs, programmatic dependent launch). The copied bytes are the plain copy's, and
+    the output is bitwise the forward's without the overlap, on two V's called alternately: on a GPU a program
+    that read its head before the copy was done would read the other V's bytes left in the reused buffer."""
+    from kernels.flash_attn import configs, flash_attn_fp8_func, v_layout
+    from kernels.flash_attn.v_layout import tiles_per_head, v_keys_contiguous
+
+    monkeypatch.setattr(v_layout, "SIGNAL_BLOCK_S", 64)  # several tiles a head, so counting them is checked
+    g = torch.Generator(device="cpu").manual_seed(3)
+    q, k, v, v2 = (torch.randn(b, s, h, d, generator=g).to(torch.float8_e4m3fn).to(DEVICE) for h in (hq, hk, hk, hk))
+    ds = (torch.rand(b, hk, generator=g) + 0.5).to(DEVICE)
+    ready = torch.zeros(b * hk, dtype=torch.int32, device=DEVICE)
+    signalled = v_keys_contiguous(v, mma_order=True, ready=ready)
+    assert torch.equal(signalled.view(torch.uint8), v_keys_contiguous(v, mma_order=True).view(torch.uint8))
+    assert ready.tolist() == [tiles_per_head(s, d)] * (b * hk)
+
+    def call(overlap, vv):
+        monkeypatch.setattr(configs, "FP8_V_OVERLAP", overlap)
+        return flash_attn_fp8_func(q, k, vv, ds, ds, ds, causal=causal, v_transposed=True)
+
+    want = [call(False, vv).view(torch.uint16) for vv in (v, v2)]
+    for i in range(6 if CUDA else 2):
+        assert torch.equal(call(True, (v, v2)[i % 2]).view(torch.uint16), want[i % 2]), i
+
+
 def test_fp8_p_rounding_under_the_interpreter_matches_torch():
     """The interpreter's own fp32 -> e4m3 cast drops the carry into the exponent (0.496 -> 0.25);
     the kernel rounds P itself there (_round_to_e4m3). That rounding must be torch's."""

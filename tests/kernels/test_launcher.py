@@ -77,7 +77,7 @@ def recorded(monkeypatch):
         grid = tuple(grid) + (1,) * (3 - len(grid))
         log.append(("fresh", jit_fn.fn.__name__, [v for _, v in launcher.arguments(jit_fn, full)], grid))
 
-    def fake_launch(raw, tuned, space, prune, grid_of, kwargs):  # configs.launch's pinned path
+    def fake_launch(raw, tuned, space, prune, grid_of, kwargs, options=None):  # configs.launch's pinned path
         _no_alias_of_a_reset_argument(tuned, kwargs)
         cfg = prune(space, {}, **kwargs)[0]
         grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
