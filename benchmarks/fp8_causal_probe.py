@@ -202,7 +202,8 @@ def _copy_configs(head_dims, seqlens, label):
     return 0
 
 
-COPY_TILES = [(256, 64, 4), (256, 64, 8), (128, 64, 4), (512, 64, 8), (256, 32, 4), (128, 128, 4), (128, 128, 8),
+COPY_TILES = [(256, 64, 4), (256, 64, 8), (256, 64, 2), (128, 64, 4), (128, 64, 2), (512, 64, 8), (512, 64, 4),
+              (1024, 64, 8), (256, 32, 4), (128, 128, 4), (128, 128, 8),
               (64, 64, 4), (256, 128, 8), (512, 32, 4)]
 
 
@@ -214,9 +215,10 @@ def _copy_shape(label, d, s):
     heads = 8 if d == 256 else 2048 // d
     b = max(1, 16384 // s)
     v = torch.randint(0, 256, (b, s, heads, d), dtype=torch.uint8, device="cuda")
-    want = v.permute(0, 2, 3, 1).contiguous()
+    # the forward's copy: keys in the MMA order (s is a multiple of 16 here: no padding)
+    want = v_layout.v_keys_contiguous(v, mma_order=True).contiguous()
     dst = torch.empty(b, heads, d, s, dtype=torch.uint8, device="cuda")
-    ms = graph_ms(functools.partial(v_layout.v_keys_contiguous, v))
+    ms = graph_ms(functools.partial(v_layout.v_keys_contiguous, v, mma_order=True))
     print(f"| {label} | {d} | {s} | v_keys_contiguous | {v_layout.BLOCK_S} | {v_layout.BLOCK_D} | {ms:.4f} "
           f"| {2 * v.numel() / ms / 1e6:.0f} |", flush=True)
     for bs, bd, w in COPY_TILES:
@@ -224,7 +226,7 @@ def _copy_shape(label, d, s):
             continue
         run = functools.partial(v_layout._transpose_kernel[(triton.cdiv(s, bs), triton.cdiv(d, bd), b * heads)],
                                 v, dst, s, d, heads, v.stride(0), v.stride(1), v.stride(2), dst.stride(0),
-                                dst.stride(1), dst.stride(2), BLOCK_S=bs, BLOCK_D=bd, num_warps=w)
+                                dst.stride(1), dst.stride(2), s, BLOCK_S=bs, BLOCK_D=bd, MMA_ORDER=True, num_warps=w)
         dst.zero_()
         run()
         ok = torch.equal(dst, want)

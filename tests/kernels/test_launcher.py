@@ -324,7 +324,7 @@ def test_replayed_launches_compute_what_fresh_ones_do_on_the_gpu(monkeypatch, hk
     (the same kernels on the same inputs, and the backward is deterministic)."""
     fresh = []
     real = configs.launch
-    monkeypatch.setattr(configs, "launch", lambda *a: fresh.append(a[0].fn.__name__) or real(*a))
+    monkeypatch.setattr(configs, "launch", lambda *a, **k: fresh.append(a[0].fn.__name__) or real(*a, **k))
     interface._SIGNATURES.clear()
 
     def call(seed):
@@ -357,7 +357,7 @@ def test_atomic_dq_backward_replays_its_launches_on_the_gpu(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_BWD", "atomic")
     fresh = []
     real_launch, real_plain = configs.launch, launcher.launch
-    monkeypatch.setattr(configs, "launch", lambda *a: fresh.append(a[0].fn.__name__) or real_launch(*a))
+    monkeypatch.setattr(configs, "launch", lambda *a, **k: fresh.append(a[0].fn.__name__) or real_launch(*a, **k))
     monkeypatch.setattr(launcher, "launch", lambda *a, **k: fresh.append(a[0].fn.__name__) or real_plain(*a, **k))
     interface._SIGNATURES.clear()
 
