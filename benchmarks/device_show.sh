@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -705,6 +705,14 @@ fp8-mma)  # issue 19, session 24: the FP8 forward with V's keys in the MMA order
         ${PROBE_EXTRA:-} --label s24 > "$OUT/fp8-mma.log" 2>&1
     echo "probe exit $?" >> "$OUT/fp8-mma.log"
     summary "$OUT/fp8-tests.log" 4; cat "$OUT/fp8-mma.log"
+    ;;
+fp8-overlap)  # issue 19, session 25: whole FP8 forward calls with the V copy overlapped (configs.FP8_V_OVERLAP) or
+    # not, the bf16 forward beside, after a race check (benchmarks/fp8_overlap_probe.py; OVERLAP_ARGS: its options)
+    setup
+    FLASH_ATTN_AUTOTUNE=0 timeout "${PROBE_SECONDS:-300}" python3 benchmarks/fp8_overlap_probe.py \
+        ${OVERLAP_ARGS:---head-dims 64 --seqlens 4096,16384 --repeat 2} > "$OUT/fp8-overlap.log" 2>&1
+    echo "probe exit $?" >> "$OUT/fp8-overlap.log"
+    cat "$OUT/fp8-overlap.log"
     ;;
 fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 64 / 128 (FP8_CASES), the in-repo FP8
     # and bf16 forwards beside cuDNN's FP8 (carry .whl-cudnn), autotuned, one run; the report's TFLOP/s table last
