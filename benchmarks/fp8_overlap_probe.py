@@ -29,6 +29,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seqlens", default="4096,16384")
     ap.add_argument("--causal", default="yes,no", help="comma list of yes, no")
     ap.add_argument("--out", default="bf16", choices=["bf16", "e4m3"], help="the FP8 forward's output dtype")
+    ap.add_argument("--modes", default="counters,pdl", help="comma list of configs.FP8_V_OVERLAP's modes to time "
+                    "beside the plain call: counters (per-head waits), pdl (the forward launched to start as the "
+                    "copy ends)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--checks", type=int, default=10, help="alternating calls per setting in the race check")
     ap.add_argument("--signal-block-s", type=int, default=0, help="the signalling copy's keys per tile "
@@ -60,11 +63,11 @@ def main(argv=None) -> int:
     for d in (int(x) for x in args.head_dims.split(",")):
         for s in (int(x) for x in args.seqlens.split(",")):
             for causal in (c == "yes" for c in args.causal.split(",")):
-                failed += _shape(d, s, causal, out_dtype, args, timed)
+                failed += _shape(d, s, causal, out_dtype, args, timed, [m for m in args.modes.split(",") if m])
     return 1 if failed else 0
 
 
-def _shape(d: int, s: int, causal: bool, out_dtype, args, timed) -> bool:
+def _shape(d: int, s: int, causal: bool, out_dtype, args, timed, modes) -> bool:
     """One FA-sweep shape's rows; True where the race check failed."""
     from kernels.flash_attn import configs
     from kernels.flash_attn.interface import flash_attn_fp8_func, flash_attn_func
@@ -75,28 +78,29 @@ def _shape(d: int, s: int, causal: bool, out_dtype, args, timed) -> bool:
     q, k, v, v2 = (x.to(torch.float8_e4m3fn) for x in (qb, kb, vb, vb2))
     ds = torch.full((b, h), 1.0, device="cuda")
 
-    def call(overlap, vv=v):
-        configs.FP8_V_OVERLAP = overlap
+    def call(mode, vv=v):
+        configs.FP8_V_OVERLAP = mode
         return flash_attn_fp8_func(q, k, vv, ds, ds, ds, causal=causal, out_dtype=out_dtype)
 
+    worst = 0.0
     try:
-        ref = {id(vv): call(False, vv).float() for vv in (v, v2)}
-        worst = 0.0
-        for i in range(2 * args.checks):
-            vv = (v, v2)[i % 2]
-            worst = max(worst, (call(True, vv).float() - ref[id(vv)]).abs().max().item())
-        torch.cuda.synchronize()
-        print(f"| {d} | {s} | {causal} | race check: max abs diff overlap on / off over {2 * args.checks} "
-              f"alternating calls | {worst:.3e} | |", flush=True)
+        ref = {id(vv): call("", vv).float() for vv in (v, v2)}
+        for mode in modes:
+            for i in range(2 * args.checks):
+                vv = (v, v2)[i % 2]
+                worst = max(worst, (call(mode, vv).float() - ref[id(vv)]).abs().max().item())
+            torch.cuda.synchronize()
+            print(f"| {d} | {s} | {causal} | race check: max abs diff {mode} / off over {2 * args.checks} "
+                  f"alternating calls | {worst:.3e} | |", flush=True)
         for _ in range(args.repeat):
             bf16 = timed(lambda: flash_attn_func(qb, kb, vb, causal=causal))
-            for overlap in (False, True):
-                ms = timed(lambda o=overlap: call(o))
-                print(f"| {d} | {s} | {causal} | FP8 call, overlap {'on' if overlap else 'off'} | {ms:.4f} | "
-                      f"{bf16 / ms:.3f} |", flush=True)
+            for mode in [""] + modes:
+                ms = timed(lambda m=mode: call(m))
+                print(f"| {d} | {s} | {causal} | FP8 call, overlap {mode or 'off'} | {ms:.4f} | {bf16 / ms:.3f} |",
+                      flush=True)
             print(f"| {d} | {s} | {causal} | bf16 forward | {bf16:.4f} | |", flush=True)
     finally:
-        configs.FP8_V_OVERLAP = False
+        configs.FP8_V_OVERLAP = ""
     return worst != 0.0
 
 

@@ -419,8 +419,11 @@ FP8_BWD_MMA_ORDER = True
 #: whole calls, benchmarks/fp8_overlap_probe.py, docs/perf/fp8-s25): first +13% (the copy's small shared-memory
 #: carveout kept the forward off its SMs until it ended: both kernels now ask for the largest), then within
 #: +-2% of the call without it at 4k and 16k, causal or not (0.5560 / 0.5582 ms against 0.5560 / 0.5691 at 4k
-#: causal): no gain, so off. Outputs bitwise equal in every race check. Part of a call's signature.
-FP8_V_OVERLAP = False
+#: causal): no gain, so off. Outputs bitwise equal in every race check. That is "counters"; "pdl" keeps the plain
+#: copy and launches the forward with programmatic dependent launch only, every program waiting for the whole copy
+#: (griddepcontrol.wait) before it reads: its launch and set-up during the copy's last programs. "": neither. Part
+#: of a call's signature.
+FP8_V_OVERLAP = ""
 
 #: Query blocks per forward program (the kernel's TILES), forced to 1 or 2 on every config of the list
 #: (tests, benchmarks/fp8_causal_probe.py; under the interpreter it is the only way to get 2). None:

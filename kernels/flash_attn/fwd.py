@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from .. import launcher
 from . import configs
@@ -393,7 +394,9 @@ def _fwd_kernel(Q, K, V, Out, Lse, CuSeqQ, CuSeqK, QDescale, KDescale, VDescale,
         k_desc_n = k_desc
         v_desc_n = v_desc
     o_desc = _make_desc(o_base, seqlen_q, stride_os, BLOCK_M, BLOCK_DV, HEAD_DIM_V, USE_TMA)
-    if V_WAIT:  # V still being copied by the kernel before this one (v_ready): this head's copy first
+    if V_WAIT == 3:  # V written by the kernel launched before this one, which let it start early (v_after_copy)
+        gdc_wait()
+    elif V_WAIT:  # V still being copied by the kernel before this one (v_ready): this head's copy first
         _wait_ready(VReady + b64 * (num_heads // group) + hk, v_tiles, V_WAIT == 1)
     # at least the smallest normal float: _softmax_block's masked branch multiplies -inf by it
     qk_scale = tl.maximum(sm_scale * 1.4426950408889634, 1.1754943508222875e-38)
@@ -525,7 +528,7 @@ def _imprecise(setting) -> dict:
 def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right, softcap=0.0, allow_tf32=False,
                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, descales=None,
                    out_dtype=None, v_transposed=False, v_mma_order=False, max_num_imprecise_acc=None, launches=None,
-                   v_ready=None):
+                   v_ready=None, v_after_copy=False):
     """Launch the forward kernel. Inputs already validated by the public function.
 
     Dense: q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] -> out [B, Sq, Hq, Dv], lse [B, Hq, Sq] fp32.
@@ -543,6 +546,9 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     ``v_ready`` (with ``v_transposed``): (counters, tiles): V is still being written by the kernel launched just
     before, ``v_layout.v_keys_contiguous(..., ready=counters)``; this launch starts while it runs (programmatic
     dependent launch on a GPU) and each program waits for its (batch, kv head) counter to reach ``tiles``.
+    ``v_after_copy`` (with ``v_transposed``): V is written by the kernel launched just before,
+    ``v_keys_contiguous(..., launch_dependents=True)``; this launch starts while that one ends (programmatic
+    dependent launch) and every program waits for it (griddepcontrol.wait) before reading anything.
     """
     varlen = cu_seqlens_q is not None
     if v_transposed and varlen:
@@ -570,8 +576,10 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         return out, lse
     fp8 = descales is not None
     qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
-    if v_ready is not None and not v_transposed:
-        raise ValueError("v_ready: only for a transposed V (v_transposed=True)")
+    if (v_ready is not None or v_after_copy) and not v_transposed:
+        raise ValueError("v_ready, v_after_copy: only for a transposed V (v_transposed=True)")
+    if v_ready is not None and v_after_copy:
+        raise ValueError("v_ready and v_after_copy: one or the other")
     tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": cuq, "CuSeqK": cuk,
                "QDescale": qds, "KDescale": kds, "VDescale": vds, "VReady": lse if v_ready is None else v_ready[0]}
     replay = launches.get("fwd") if launches is not None else None
@@ -619,8 +627,10 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     args["V_MMA_ORDER"] = bool(v_mma_order)
     args["NARROW_DIAGONAL"] = configs.fwd_narrow_diagonal(d)
     args["v_tiles"] = v_ready[1] if v_ready is not None else 0
-    args["V_WAIT"] = 0 if v_ready is None else 2 if configs.interpreting() else 1
-    options = {"launch_pdl": True} if v_ready is not None and not configs.interpreting() else {}
+    pdl = (v_ready is not None or v_after_copy) and not configs.interpreting()
+    # 1 / 2: the per-head counters with / without the PTX fence (the interpreter); 3: griddepcontrol.wait
+    args["V_WAIT"] = (1 if pdl else 2) if v_ready is not None else 3 if pdl else 0
+    options = {"launch_pdl": True} if pdl else {}
     interpreted_tiles = 1
     if configs.interpreting():  # no config list there: TILES is an argument (1 unless forced)
         interpreted_tiles = args["TILES"] = configs.FWD_TILES_FORCE or 1
@@ -628,7 +638,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
                             lambda bm, bn, tiles=interpreted_tiles: (triton.cdiv(triton.cdiv(sq, bm), tiles),
                                                                      batch * hq),
                             dict(tensors, **args), options=options)
-    if v_ready is not None:  # beside the copy (v_layout): the same carveout, or it waits for the copy to leave
+    if pdl:  # beside the copy (v_layout): the same carveout, or it waits for the copy to leave
         launcher.prefer_max_shared_memory(launch)
     if launches is not None and launch is not None:
         launches["fwd"] = launch

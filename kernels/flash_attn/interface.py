@@ -399,11 +399,14 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
-    v_ready = None
-    if sig.v_transposed and not sig.gluon and overlap:  # the forward reads each head as soon as it is copied
+    v_ready, after = None, False
+    if sig.v_transposed and not sig.gluon and overlap == "counters":  # each head read as soon as it is copied
         v_ready = (torch.zeros(v.shape[0] * v.shape[2], dtype=torch.int32, device=v.device),
                    tiles_per_head(v.shape[1], v.shape[3]))
         v = v_keys_contiguous(v, launches=sig.copy, mma_order=True, ready=v_ready[0])
+    elif sig.v_transposed and not sig.gluon and overlap == "pdl":  # the forward starts as the copy ends
+        after = q.is_cuda
+        v = v_keys_contiguous(v, launches=sig.copy, mma_order=True, launch_dependents=after)
     elif sig.v_transposed:  # the Triton kernel reads V's keys in the MMA order (v_layout), the Gluon kernel in order
         v = v_keys_contiguous(v, launches=sig.copy, mma_order=not sig.gluon)
     if sig.gluon:  # a head dim configs.FP8_GLUON_WS routes to the warp-specialised Gluon kernel (hd 256)
@@ -411,7 +414,7 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
                                     block_n=sig.gluon[0], num_stages=sig.gluon[1], out_dtype=sig.kw["out_dtype"])
     else:
         out, lse = flash_attn_fwd(q, k, v, **sig.kw, v_mma_order=sig.v_transposed, descales=descales,
-                                  launches=sig.fwd, v_ready=v_ready)
+                                  launches=sig.fwd, v_ready=v_ready, v_after_copy=after)
     return (out, lse) if return_lse else out
 
 

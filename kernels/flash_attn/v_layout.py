@@ -29,9 +29,12 @@ from triton.language.extra.cuda import gdc_launch_dependents
 from .. import launcher
 from . import configs
 
-#: Keys and value dims per program: 256-byte rows written, 64-byte rows read (one byte per element).
-BLOCK_S = 256
+#: Keys and value dims per program (64-byte rows written and read, one byte per element), and its warps: the
+#: fastest tile or within 0.2 us of it at the FA sweep's hd 64 and 128, 4k and 16k (session 25, H100, CUDA
+#: graphs, docs/perf/fp8-s25/6-copy-tiles.md: 25.5-27.0 us against 26.9-27.5 for the 256 x 64 tiles before).
+BLOCK_S = 64
 BLOCK_D = 64
+COPY_WARPS = 4
 #: The copy's rows are padded to this many keys: every stride a 16-byte multiple (tensor descriptors).
 KEY_PAD = 16
 #: Keys per group of the MMA order (half an FP8 MMA's depth); the padding (KEY_PAD) keeps whole groups.
@@ -76,8 +79,13 @@ def _transpose_tile(V, VT, b, h, pid_s, pid_d, seqlen, head_dim, stride_vb, stri
 @triton.jit
 def _transpose_kernel(V, VT, seqlen, head_dim, num_heads, stride_vb, stride_vs, stride_vh,
                       stride_tb, stride_th, stride_td, padded,
-                      BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, MMA_ORDER: tl.constexpr = False):
-    """One tile per program (_transpose_tile): grid (key tiles, dim tiles, batch x heads)."""
+                      BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, MMA_ORDER: tl.constexpr = False,
+                      LAUNCH_DEPENDENTS: tl.constexpr = False):
+    """One tile per program (_transpose_tile): grid (key tiles, dim tiles, batch x heads). LAUNCH_DEPENDENTS: let a
+    kernel launched next with programmatic dependent launch start once every program here has begun (it must
+    wait for this grid, griddepcontrol.wait, before it reads VT)."""
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     pid_bh = tl.program_id(2)
     _transpose_tile(V, VT, (pid_bh // num_heads).to(tl.int64), (pid_bh % num_heads).to(tl.int64), tl.program_id(0),
                     tl.program_id(1), seqlen, head_dim, stride_vb, stride_vs, stride_vh, stride_tb, stride_th,
@@ -133,7 +141,7 @@ def _sm_count(device) -> int:
 
 
 def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: bool = False,
-                      ready: torch.Tensor | None = None) -> torch.Tensor:
+                      ready: torch.Tensor | None = None, launch_dependents: bool = False) -> torch.Tensor:
     """V [B, Sk, Hk, Dv] (its last dim contiguous) copied to [B, Hk, Dv, Sk] with the keys contiguous,
     rows padded to ``KEY_PAD`` keys; returns the view of the real keys. ``mma_order``: the keys in the
     MMA order of each group of 16 (see the module docstring), the padding zeros; the view still has Sk
@@ -145,7 +153,8 @@ def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: 
     [B * Hk] (GPU or interpreter): the copy then signals each (batch, head) done there, counting its tiles up to
     ``tiles_per_head(Sk, Dv)`` (``_transpose_signal_kernel``), so that a kernel launched next with programmatic
     dependent launch may start while it runs and read each head as soon as it is there (the FP8 forward's
-    ``v_ready``)."""
+    ``v_ready``). ``launch_dependents`` (GPU): the plain copy lets a kernel launched next with programmatic
+    dependent launch start once all its programs have begun (the FP8 forward's ``v_after_copy``)."""
     b, sk, hk, dv = v.shape
     padded = -(-sk // KEY_PAD) * KEY_PAD  # whole groups of the MMA order (KEY_PAD % MMA_GROUP == 0)
     vt = torch.empty((b, hk, dv, padded), device=v.device, dtype=v.dtype)
@@ -161,7 +170,7 @@ def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: 
             vt[..., :sk] = v.permute(0, 2, 3, 1)
         return vt[..., :sk]
     tensors = {"V": v.view(torch.uint8), "VT": vt.view(torch.uint8)}
-    name = "copy" if ready is None else "copy-signal"
+    name = "copy-signal" if ready is not None else "copy-pdl" if launch_dependents else "copy"
     if ready is not None:
         if ready.dtype != torch.int32 or ready.numel() != b * hk or ready.device != v.device:
             raise ValueError(f"ready: expected int32 zeros [{b * hk}] on {v.device}, got {tuple(ready.shape)} "
@@ -175,7 +184,11 @@ def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: 
                     stride_td=dst.stride(2), padded=padded, BLOCK_S=BLOCK_S, BLOCK_D=BLOCK_D, MMA_ORDER=mma_order)
         n_d = triton.cdiv(dv, BLOCK_D)
         if ready is None:
-            launch = launcher.launch(_transpose_kernel, (triton.cdiv(padded, BLOCK_S), n_d, b * hk), args, num_warps=4)
+            pdl = launch_dependents and not configs.interpreting()
+            launch = launcher.launch(_transpose_kernel, (triton.cdiv(padded, BLOCK_S), n_d, b * hk),
+                                     dict(args, LAUNCH_DEPENDENTS=pdl), num_warps=COPY_WARPS)
+            if pdl:
+                launcher.prefer_max_shared_memory(launch)  # so the forward's programs fit beside its last ones
         else:
             n_s = triton.cdiv(padded, SIGNAL_BLOCK_S)
             total = n_s * n_d * b * hk

@@ -641,7 +641,7 @@ def _round_kernel(X, Y, N: tl.constexpr, SIGNED: tl.constexpr = False):
 def test_fp8_v_copy_puts_the_keys_contiguous(b, sk, hk, dv, packed, mma_order):
     """The FP8 forward's copy of V to [B, Hk, Dv, Sk] (v_layout._transpose_kernel, one byte per
     element): every byte where torch's permute puts it, over tiles cut by the sequence and the head
-    dim (300 and 513 keys, 48 and 96 dims against 256 x 64 tiles), from a strided V (a slice of a
+    dim (300 and 513 keys, 48 and 96 dims against 64 x 64 tiles), from a strided V (a slice of a
     packed kv tensor), rows padded to 16 keys. In the MMA order (the forward's V) key n sits at
     mma_order_position(n), a permutation of each group of 16 (checked here against its definition,
     bit by bit), and the padding holds zeros: the last group's real keys land in it (17, 300, 513 keys)."""
@@ -670,11 +670,13 @@ def test_fp8_v_copy_puts_the_keys_contiguous(b, sk, hk, dv, packed, mma_order):
 @pytest.mark.parametrize("b, s, hq, hk, d, causal", [(1, 140, 4, 2, 64, True), (1, 70, 2, 1, 32, False)],
                          ids=["B1-S140-H4/2-D64-causal", "B1-S70-H2/1-D32"])
 def test_fp8_forward_overlapped_with_its_v_copy_is_the_same_forward(monkeypatch, b, s, hq, hk, d, causal):
-    """configs.FP8_V_OVERLAP: the V copy signals each (batch, kv head) done (v_layout._transpose_signal_kernel,
-    counters reaching tiles_per_head) and the forward waits per program for its own head (fwd._wait_ready; on a
-    GPU it starts while the copy runs, programmatic dependent launch). The copied bytes are the plain copy's, and
-    the output is bitwise the forward's without the overlap, on two V's called alternately: on a GPU a program
-    that read its head before the copy was done would read the other V's bytes left in the reused buffer."""
+    """configs.FP8_V_OVERLAP "counters": the V copy signals each (batch, kv head) done
+    (v_layout._transpose_signal_kernel, counters reaching tiles_per_head) and the forward waits per program for its
+    own head (fwd._wait_ready; on a GPU it starts while the copy runs, programmatic dependent launch); "pdl": the
+    plain copy, and the forward launched to start as it ends, waiting for all of it (griddepcontrol.wait; on the
+    CPU the plain call). The copied bytes are the plain copy's, and the output is bitwise the forward's without
+    the overlap, on two V's called alternately: on a GPU a program that read its head before the copy was done
+    would read the other V's bytes left in the reused buffer."""
     from kernels.flash_attn import configs, flash_attn_fp8_func, v_layout
     from kernels.flash_attn.v_layout import tiles_per_head, v_keys_contiguous
 
@@ -691,9 +693,10 @@ def test_fp8_forward_overlapped_with_its_v_copy_is_the_same_forward(monkeypatch,
         monkeypatch.setattr(configs, "FP8_V_OVERLAP", overlap)
         return flash_attn_fp8_func(q, k, vv, ds, ds, ds, causal=causal, v_transposed=True)
 
-    want = [call(False, vv).view(torch.uint16) for vv in (v, v2)]
-    for i in range(6 if CUDA else 2):
-        assert torch.equal(call(True, (v, v2)[i % 2]).view(torch.uint16), want[i % 2]), i
+    want = [call("", vv).view(torch.uint16) for vv in (v, v2)]
+    for mode in ("counters", "pdl") if CUDA else ("counters",):
+        for i in range(6 if CUDA else 2):
+            assert torch.equal(call(mode, (v, v2)[i % 2]).view(torch.uint16), want[i % 2]), (mode, i)
 
 
 def test_fp8_p_rounding_under_the_interpreter_matches_torch():
