@@ -1,13 +1,14 @@
 """The FP8 forward's V copy overlapped with the forward (configs.FP8_V_OVERLAP), timed as users call it (GPU only).
 
 Issue 19's must counts the whole call: the copy of V to keys-contiguous (27 us at the FA sweep's 4k, ~5% of the
-hd 64 causal call) and the forward. With the overlap the copy signals each (batch, kv head) done and the forward,
-launched with programmatic dependent launch, starts while the copy runs (kernels/flash_attn/v_layout.py,
-fwd._wait_ready). For each FA-sweep shape (16k tokens, hidden 2048) this prints, per repeat and interleaved:
-``flash_attn_fp8_func`` with the overlap off and on, the bf16 ``flash_attn_func`` forward, their ms (harness
-timer, median) and the FP8 / bf16 ratio; first, the race check: the two settings' outputs bitwise equal, on two
-different V's called alternately (a forward that read a head before its copy was done would read the other V's
-bytes left in the reused buffer), ``--checks`` times each.
+hd 64 causal call) and the forward. The overlap's modes (``--modes``): "counters", the copy signals each (batch,
+kv head) done and the forward, launched with programmatic dependent launch, starts while the copy runs and waits
+per head (kernels/flash_attn/v_layout.py, fwd._wait_ready); "pdl", the plain copy lets the forward launch as it
+ends and the forward waits for all of it (griddepcontrol.wait). For each FA-sweep shape (16k tokens, hidden 2048)
+this prints, per repeat and interleaved: ``flash_attn_fp8_func`` with the overlap off and in each mode, the bf16
+``flash_attn_func`` forward, their ms (harness timer, median) and the FP8 / bf16 ratio; first, each mode's race
+check: its outputs bitwise the plain call's, on two different V's called alternately (a forward that read a head
+before its copy was done would read the other V's bytes left in the reused buffer), ``--checks`` times each.
 
     FLASH_ATTN_AUTOTUNE=0 python3 benchmarks/fp8_overlap_probe.py --head-dims 64,128 --seqlens 4096,16384
 """

@@ -103,7 +103,8 @@ def _transpose_signal_kernel(V, VT, Ready, seqlen, head_dim, num_heads, stride_v
     consumer that reads n_s x n_d there may read that head's copy. First thing, each program lets a kernel
     launched after it with programmatic dependent launch start (griddepcontrol.launch_dependents): every
     program of this grid is then resident or done, so a consumer that spins on ``Ready`` cannot wait on a
-    program that never runs. ASM: the PTX fences (off under the interpreter, which runs programs one by one)."""
+    program that never runs. ASM: that griddepcontrol instruction (off under the interpreter, which runs programs
+    one by one)."""
     if ASM:
         gdc_launch_dependents()
     per_bh = n_s * n_d
