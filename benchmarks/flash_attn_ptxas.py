@@ -103,7 +103,7 @@ def compile_config(fn, kwargs, cfg, maxnreg=None) -> dict:
     k = compile_call(fn, dict(kwargs, **cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cap))
     ptx = k.asm["ptx"]
     use = ptxas_usage(ptx)
-    return {"regs": use["regs"], "spill": use["spill_stores"],
+    return {"maxnreg": maxnreg, "regs": use["regs"], "spill": use["spill_stores"],
             "smem": k.metadata.shared, "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)), "ptx": ptx,
             "cubin": k.asm["cubin"]}
 
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
             if a.json:
                 print(json.dumps({"kernel": short, "config": [kw["BLOCK_M"], kw["BLOCK_N"], cfg.num_warps,
                                                               cfg.num_stages, bool(kw["USE_TMA"])],
-                                  "maxnreg": a.maxnreg or getattr(cfg, "maxnreg", None),
+                                  "maxnreg": r["maxnreg"],
                                   "regs": r["regs"], "spill": r["spill"], "smem": r["smem"], "wgmma": r["wgmma"],
                                   "loops": [dict(loop, ops=dict(loop["ops"])) for loop in sass_loops(r["cubin"])]}),
                       flush=True)

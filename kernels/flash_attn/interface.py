@@ -400,11 +400,12 @@ def flash_attn_fp8_func(q, k, v, q_descale, k_descale, v_descale, *, causal=Fals
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
     descales = (q_descale.contiguous(), k_descale.contiguous(), v_descale.contiguous())
     v_ready, after = None, False
-    if sig.v_transposed and not sig.gluon and overlap == "counters":  # each head read as soon as it is copied
+    mode = overlap if sig.v_transposed and not sig.gluon else ""  # the overlap is the Triton kernel's
+    if mode == "counters":  # each head read as soon as it is copied
         v_ready = (torch.zeros(v.shape[0] * v.shape[2], dtype=torch.int32, device=v.device),
                    tiles_per_head(v.shape[1], v.shape[3]))
         v = v_keys_contiguous(v, launches=sig.copy, mma_order=True, ready=v_ready[0])
-    elif sig.v_transposed and not sig.gluon and overlap == "pdl":  # the forward starts as the copy ends
+    elif mode == "pdl":  # the forward starts as the copy ends
         after = q.is_cuda
         v = v_keys_contiguous(v, launches=sig.copy, mma_order=True, launch_dependents=after)
     elif sig.v_transposed:  # the Triton kernel reads V's keys in the MMA order (v_layout), the Gluon kernel in order

@@ -131,14 +131,6 @@ def tiles_per_head(seqlen: int, head_dim: int) -> int:
 #: stay ahead of the forward's first wave only.
 SIGNAL_PROGRAMS_PER_SM = 1
 SIGNAL_BLOCK_S = 256
-_SM_COUNT: dict = {}
-
-
-def _sm_count(device) -> int:
-    n = _SM_COUNT.get(device)
-    if n is None:
-        n = _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return n
 
 
 def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: bool = False,
@@ -193,7 +185,8 @@ def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: 
         else:
             n_s = triton.cdiv(padded, SIGNAL_BLOCK_S)
             total = n_s * n_d * b * hk
-            slots = 4 if configs.interpreting() else SIGNAL_PROGRAMS_PER_SM * _sm_count(v.device)
+            slots = 4 if configs.interpreting() else SIGNAL_PROGRAMS_PER_SM * configs.sm_count(
+                v.device.index if v.device.index is not None else torch.cuda.current_device())
             launch = launcher.launch(_transpose_signal_kernel, (min(total, slots),), dict(
                 args, n_s=n_s, n_d=n_d, total=total, BLOCK_S=SIGNAL_BLOCK_S, ASM=not configs.interpreting()),
                 num_warps=4)
