@@ -665,7 +665,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     else:
         batch, sq, hq, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
-        cuq = cuk = q
+        cuq = cuk = None  # IS_VARLEN is a constexpr: None is one too, no slot for a replay to fill
     gdt = grad_dtype or q.dtype
     if q.numel() == 0 or k.numel() == 0:
         return (torch.zeros(q.shape, device=q.device, dtype=gdt), torch.zeros(k.shape, device=q.device, dtype=gdt),

@@ -571,17 +571,17 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         batch, sq, hq, d = q.shape
         out = q.new_empty((batch, sq, hq, dv), dtype=out_dtype or q.dtype)
         lse = q.new_empty((batch, hq, sq), dtype=torch.float32)
-        cuq = cuk = q  # unused placeholders (IS_VARLEN is a constexpr)
+        cuq = cuk = None  # IS_VARLEN is a constexpr: None is one too, no slot for a replay to fill
     if out.numel() == 0:
         return out, lse
     fp8 = descales is not None
-    qds, kds, vds = descales if fp8 else (lse, lse, lse)  # placeholders when not FP8
+    qds, kds, vds = descales if fp8 else (None, None, None)  # (IS_FP8 a constexpr, as IS_VARLEN)
     if (v_ready is not None or v_after_copy) and not v_transposed:
         raise ValueError("v_ready, v_after_copy: only for a transposed V (v_transposed=True)")
     if v_ready is not None and v_after_copy:
         raise ValueError("v_ready and v_after_copy: one or the other")
     tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": cuq, "CuSeqK": cuk,
-               "QDescale": qds, "KDescale": kds, "VDescale": vds, "VReady": lse if v_ready is None else v_ready[0]}
+               "QDescale": qds, "KDescale": kds, "VDescale": vds, "VReady": None if v_ready is None else v_ready[0]}
     replay = launches.get("fwd") if launches is not None else None
     if replay is not None and replay(tensors):
         return out, lse
