@@ -34,7 +34,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--head-dims", default="64")
     ap.add_argument("--seqlens", default="4096,8192,16384")
-    ap.add_argument("--tiles", default="1,2")
+    ap.add_argument("--tiles", default="1,2", help="comma list of query blocks per program forced on each config "
+                    "(configs.FWD_TILES_FORCE); 0: the config's own")
     ap.add_argument("--try", dest="extra", nargs="+", default=[], metavar="BM,BN,WARPS,STAGES,T|P")
     ap.add_argument("--fit", action="store_true")
     ap.add_argument("--masks", default="no,yes", help="comma list of no (full square) and yes (causal)")
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     def run(cfg, t, fn, licm=0, narrow="", cap=0):
         configs.fwd_keep = lambda *_a, _c=cfg: [_c]
         if can_tile:
-            configs.FWD_TILES_FORCE = t
+            configs.FWD_TILES_FORCE = t or None  # 0: the config's own
         if licm:
             configs.FWD_MASKED_NO_LICM = licm == 2
         if narrow:
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
                 kw = dict(softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0 if causal else -1)
                 fp8_call = functools.partial(flash_attn_fwd, q, k, vt, descales=(qs, ks, vs), out_dtype=torch.bfloat16,
                                              v_transposed=True, max_num_imprecise_acc=None, **kw)
-                calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                calls = [("e4m3", c, fp8_call) for c in list(dict.fromkeys(_first_fp8(real_keep, d, causal) + extra))]
                 if args.mma_order:
                     vt_mma = v_keys_contiguous(v, mma_order=True)
                     mma_call = functools.partial(flash_attn_fwd, q, k, vt_mma, descales=(qs, ks, vs),
@@ -145,12 +146,12 @@ def main(argv=None) -> int:
                     print(f"| {lab} | {d} | {'yes' if causal else 'no'} | {s} | e4m3 mma | max abs diff to key order "
                           f"{(a - m).abs().max().item():.3e} (max abs out {a.abs().max().item():.3e}) | | | |",
                           flush=True)
-                    calls += [("e4m3 mma", c, mma_call) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                    calls += [("e4m3 mma", c, mma_call) for c in list(dict.fromkeys(_first_fp8(real_keep, d, causal) + extra))]
                 if args.v_natural:
                     natural = functools.partial(flash_attn_fwd, q, k, v, descales=(qs, ks, vs),
                                                 out_dtype=torch.bfloat16, v_transposed=False,
                                                 max_num_imprecise_acc=None, **kw)
-                    calls += [("e4m3 V", c, natural) for c in list(dict.fromkeys(real_keep(d, 1, 90)[:1] + extra))]
+                    calls += [("e4m3 V", c, natural) for c in list(dict.fromkeys(_first_fp8(real_keep, d, causal) + extra))]
                 if args.bf16:
                     calls.append(("bf16", real_keep(d, 2, 90)[0], functools.partial(flash_attn_fwd, qb, kb, vb, **kw)))
                 for _ in range(args.repeat):
@@ -171,6 +172,15 @@ def main(argv=None) -> int:
         if args.fit:
             _fit(d, heads, tiles, real_keep(d, 1, 90)[0], run, args.label, fp8)
     return 0
+
+
+def _first_fp8(keep, d, causal) -> list:
+    """The FP8 forward's first config at head dim ``d`` for this mask (the causal list since session 15; an
+    older tree's keep list may not take the mask)."""
+    try:
+        return keep(d, 1, 90, causal)[:1]
+    except TypeError:
+        return keep(d, 1, 90)[:1]
 
 
 def graph_ms(fn, n: int = 20) -> float:
