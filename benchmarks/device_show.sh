@@ -715,11 +715,12 @@ fp8-overlap)  # issue 19, session 25: whole FP8 forward calls with the V copy ov
     cat "$OUT/fp8-overlap.log"
     ;;
 fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 64 / 128 (FP8_CASES), the in-repo FP8
-    # and bf16 forwards beside cuDNN's FP8 (carry .whl-cudnn), autotuned, one run; the report's TFLOP/s table last
+    # and bf16 forwards beside cuDNN's FP8 (carry .whl-cudnn), autotuned, one run (FP8_ROUNDS passes over it, bench
+    # --rounds); the report's TFLOP/s table last
     setup
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-cudnn/*.whl > /dev/null 2>&1
     timeout "${FP8_SECONDS:-540}" python3 -m harness bench --preset fp8-sweep --modes fwd --no-plots \
-        --time-limit "${FP8_LIMIT:-500}" --cases "${FP8_CASES:-S(4096|16384)x[0-9]+-D(64|128)-}" \
+        --time-limit "${FP8_LIMIT:-500}" --cases "${FP8_CASES:-S(4096|16384)x[0-9]+-D(64|128)-}" --rounds "${FP8_ROUNDS:-1}" \
         --backends "${FP8_BACKENDS:-triton_fa_fp8,triton_fa,cudnn_fp8}" --out "$OUT/fp8-must" > "$OUT/fp8-must.log" 2>&1
     echo "bench exit $?" >> "$OUT/fp8-must.log"
     tail -n 2 "$OUT/fp8-must.log"

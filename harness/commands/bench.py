@@ -77,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                    help="start no new (case, backend) after this many seconds; the rest read 'not run' "
                         "(keeps a run inside a machine's per-command limit with its report written)")
+    p.add_argument("--rounds", type=int, default=1, metavar="N",
+                   help="time every cell in N passes over all (case, backend) pairs (the first checks and times, "
+                        "each later one times again) and report the median of the passes' medians: on a machine "
+                        "whose speed drifts by the minute each backend then sees its slow and fast spells alike; "
+                        "default 1. --time-limit ends the passes early (each cell's JSON lists the ones it got)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                    help="run nothing: merge these results.json files (e.g. fetched from the GPU machine) into one "
                         "report in --out (markdown, JSON, plots)")
@@ -88,7 +93,7 @@ def _settings(args, device: torch.device) -> dict:
         "dtypes": _split(args.dtypes) or None, "cases": args.cases,
         "target_ms": args.target_ms, "warmup_ms": args.warmup_ms, "min_reps": args.min_reps,
         "max_reps": args.max_reps, "reps": args.reps, "flush_l2": args.flush_l2, "cuda_graphs": args.cuda_graphs,
-        "time_limit": args.time_limit,
+        "time_limit": args.time_limit, "rounds": args.rounds,
         "settle": {"window_ms": SETTLE_WINDOW_MS, "min_ms": SETTLE_MIN_MS, "tol": SETTLE_TOL, "max_ms": args.settle_max_ms},
         "clock": "cuda-events" if device.type == "cuda" else "host",
     }
@@ -115,6 +120,9 @@ def main(args) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         print("bench: --device cuda asked for, but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        print(f"bench: --rounds: expected a positive count, got {args.rounds}", file=sys.stderr)
         return 2
     modes = _split(args.modes)
     bad = [m for m in modes if m not in MODES]
@@ -183,14 +191,22 @@ def main(args) -> int:
                     # After each case: what survives a run killed without a chance to report (SIGKILL).
                     write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
                                            time.time() - started), partial)
+            bar.close()
+            rounds_done = _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial,
+                                       device)
         except KeyboardInterrupt as e:
             interrupted = "SIGTERM" if str(e) == "SIGTERM" else "Ctrl-C"
             print(f"\nbench: interrupted ({interrupted}): reporting what finished", file=sys.stderr, flush=True)
             results += [_not_run(c, a, f"not run: the bench was interrupted ({interrupted})")
                         for c, a in pairs[len(results):]]
+            rounds_done = None
         finally:
             sigterm.armed = False  # from here on a second SIGTERM (timeout's to the group) waits for the report
             bar.close()
+        for (case, _), rec in zip(pairs, results):
+            runner.close_rounds(rec, case)
+        if args.rounds > 1:
+            settings["rounds_done"] = rounds_done
         add_speedups(results, baselines)
         data = report_data(results, device, {**settings, **({"interrupted": interrupted} if interrupted else {})},
                            peaks, command, time.time() - started)
@@ -205,6 +221,37 @@ def main(args) -> int:
         return 130 if interrupted else 0
     finally:
         sigterm.restore()
+
+
+def _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial, device) -> int:
+    """Passes 2..--rounds over every timed (case, backend), in the first pass's order (Bench.add_round), each with
+    its own progress bar and a partial JSON after each case; none started past --time-limit. Returns the passes
+    completed (the first included)."""
+    from tqdm import tqdm
+
+    from harness.perf.reports import write_json
+
+    done = 1
+    for r in range(2, args.rounds + 1):
+        bar = tqdm(total=len(pairs), desc=f"round {r}/{args.rounds}", unit="cell", disable=args.quiet,
+                   file=sys.stderr, dynamic_ncols=True)
+        try:
+            for i, ((case, adapter), rec) in enumerate(zip(pairs, results)):
+                if args.time_limit is not None and time.time() - started > args.time_limit:
+                    print(f"bench: --time-limit {args.time_limit:g} s reached in round {r}: the cells keep the "
+                          "rounds they got", file=sys.stderr)
+                    return done
+                if rec["status"] == "ok":
+                    bar.set_postfix_str(f"{adapter.name} {case.id}", refresh=True)
+                    runner.add_round(rec, adapter, case)
+                bar.update(1)
+                if i + 1 == len(pairs) or pairs[i + 1][0].id != case.id:
+                    write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
+                                           time.time() - started), partial)
+        finally:
+            bar.close()
+        done = r
+    return done
 
 
 def _not_run(case: Case, adapter, reason: str) -> dict:

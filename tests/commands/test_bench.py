@@ -279,3 +279,49 @@ def test_fp8_cells_show_their_error_beside_the_bf16_twin(tmp_path, monkeypatch):
     assert rows["eager_fp8 e4m3 "].rstrip().endswith("| 1.30x (eager) / – |"), rows  # no bwd timed: a dash
     assert rows["eager_fp8 e4m3, e5m2 grads "].rstrip().endswith("| 1.30x (eager) / 1.50x (eager) |"), rows
     assert rows["eager bf16 "].rstrip().endswith("| – |")  # a bf16 cell: its own row, no ratio
+
+
+def test_rounds_time_every_cell_again_and_report_the_median_of_the_rounds(tmp_path, monkeypatch):
+    """--rounds 3: every timed cell gets three medians (round_ms), reports their median and the rates from it, keeps
+    the first round's; the report's header says how the numbers were made."""
+    import statistics
+
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager,sdpa_math", "--cases", "S37x37",
+                   "--modes", "fwd,bwd", "--reps", "3", "--warmup-ms", "0", "--out", str(out), "--quiet", "--no-plots",
+                   "--no-memory", "--rounds", "3"])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["settings"]["rounds"] == 3 and data["settings"]["rounds_done"] == 3
+    cells = [c for r in data["results"] if r["status"] == "ok" for c in r["modes"].values() if c["status"] == "ok"]
+    assert {r["backend"] for r in data["results"] if any(c["status"] == "ok" for c in r["modes"].values())} == {
+        "eager", "sdpa_math"}
+    for c in cells:
+        assert len(c["round_ms"]) == 3 and c["first_round_ms"] == c["round_ms"][0]
+        assert c["median_ms"] == pytest.approx(statistics.median(c["round_ms"]))
+        assert c["tflops"] == pytest.approx(c["flops"] / (c["median_ms"] * 1e-3) / 1e12)
+        assert c["round_spread"] == pytest.approx((max(c["round_ms"]) - min(c["round_ms"])) / c["median_ms"])
+    assert "timed in 3 passes over the whole run" in (out / "report.md").read_text()
+    assert not (out / "results.partial.json").exists()
+
+
+def test_rounds_must_be_positive(tmp_path, capsys):
+    assert cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--rounds", "0",
+                     "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "--rounds: expected a positive count, got 0" in capsys.readouterr().err
+
+
+def test_close_rounds_takes_the_median_and_judges_it_again():
+    """Bench.close_rounds on a hand-made record: the rounds' median replaces the first round's, the rates follow it,
+    a cell the roofline rules had flagged on its first round is judged again; a second close changes nothing."""
+    bench = Bench("cpu", options=QUICK)
+    cell = {"status": "ok", "median_ms": 3.0, "flops": 2e9, "bytes": 1e6, "flags": [], "round_ms": [3.0, 1.0, 2.0]}
+    one = {"status": "ok", "median_ms": 5.0, "flops": 2e9, "bytes": 1e6, "flags": [], "round_ms": [5.0]}
+    rec = {"backend": "eager", "modes": {"fwd": cell, "bwd": one}}
+    bench.close_rounds(rec, CASE)
+    assert cell["median_ms"] == 2.0 and cell["first_round_ms"] == 3.0 and cell["round_spread"] == 1.0
+    assert cell["tflops"] == pytest.approx(2e9 / 2e-3 / 1e12) and cell["gbps"] == pytest.approx(1e6 / 2e-3 / 1e9)
+    assert one["median_ms"] == 5.0 and "first_round_ms" not in one  # one round: as timed
+    bench.close_rounds(rec, CASE)
+    assert cell["median_ms"] == 2.0 and cell["first_round_ms"] == 3.0

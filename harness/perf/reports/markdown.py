@@ -76,7 +76,9 @@ def cell_text(cell: dict | None, what: str, notes: list[str] | None = None) -> s
     # launch-bound: the number is an upper bound of the device time, mostly the host's launches
     bound = cell.get("launch_bound")
     if what == "ms":
-        text = f"{fmt_ms(cell['median_ms'])} ±{100 * cell.get('spread', 0) / 2:.0f}%"
+        # over several rounds (bench --rounds): the larger of the first round's IQR and the rounds' range
+        spread = max(cell.get("spread", 0), cell.get("round_spread", 0))
+        text = f"{fmt_ms(cell['median_ms'])} ±{100 * spread / 2:.0f}%"
         if cell.get("unsteady"):  # the number stands, with why it may be off
             text += " unsteady" + _note(notes, cell["unsteady"])
         return text + " launch-bound" + _note(notes, bound) if bound else text
@@ -102,7 +104,7 @@ def _clock_words(data: dict) -> str:
     s = data.get("settings", {})
     if s.get("clock") == "host":
         return ("**HOST TIME**: `time.perf_counter` around each call on the CPU, not device time "
-                "(the CPU path exists for tests and dry runs)")
+                "(the CPU path exists for tests and dry runs)" + _rounds_words(s))
     graphs = "CUDA-graph replay" if s.get("cuda_graphs") else "no CUDA graphs"
     st = s.get("settle")
     if not st:  # reports from before settling existed
@@ -116,7 +118,19 @@ def _clock_words(data: dict) -> str:
             f"warm-up {s.get('warmup_ms', '?')} ms (JIT, autotune, torch.compile excluded), {settle}; L2 flushed and "
             f"inputs rotated when the working set fits in L2 (flush: {s.get('flush_l2', 'auto')}); {graphs}; "
             f"repetitions for ~{s.get('target_ms', '?')} ms of work ({s.get('min_reps', '?')}..{s.get('max_reps', '?')}); "
-            "median shown, ±half the interquartile range")
+            "median shown, ±half the interquartile range" + _rounds_words(s))
+
+
+def _rounds_words(settings: dict) -> str:
+    """What ``bench --rounds`` changed in the numbers (nothing for one round)."""
+    asked = settings.get("rounds") or 1
+    if asked <= 1:
+        return ""
+    done = settings.get("rounds_done")
+    got = f"{done} of {asked}" if done is not None and done != asked else f"{asked}"
+    return (f"; every cell timed in {got} passes over the whole run, the median of the passes' medians shown, ± half "
+            "the larger of the first pass's interquartile range and the passes' range (each cell's passes in the JSON: "
+            "round_ms)")
 
 
 def header_lines(data: dict) -> list[str]:
