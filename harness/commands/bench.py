@@ -192,21 +192,17 @@ def main(args) -> int:
                     write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
                                            time.time() - started), partial)
             bar.close()
-            rounds_done = _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial,
-                                       device)
+            _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial, device)
         except KeyboardInterrupt as e:
             interrupted = "SIGTERM" if str(e) == "SIGTERM" else "Ctrl-C"
             print(f"\nbench: interrupted ({interrupted}): reporting what finished", file=sys.stderr, flush=True)
             results += [_not_run(c, a, f"not run: the bench was interrupted ({interrupted})")
                         for c, a in pairs[len(results):]]
-            rounds_done = None
         finally:
             sigterm.armed = False  # from here on a second SIGTERM (timeout's to the group) waits for the report
             bar.close()
         for (case, _), rec in zip(pairs, results):
             runner.close_rounds(rec, case)
-        if args.rounds > 1:
-            settings["rounds_done"] = rounds_done
         add_speedups(results, baselines)
         data = report_data(results, device, {**settings, **({"interrupted": interrupted} if interrupted else {})},
                            peaks, command, time.time() - started)
@@ -223,15 +219,17 @@ def main(args) -> int:
         sigterm.restore()
 
 
-def _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial, device) -> int:
+def _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial, device) -> None:
     """Passes 2..--rounds over every timed (case, backend), in the first pass's order (Bench.add_round), each with
-    its own progress bar and a partial JSON after each case; none started past --time-limit. Returns the passes
-    completed (the first included)."""
+    its own progress bar and a partial JSON after each case; none started past --time-limit. ``settings``'s
+    "rounds_done" counts the passes completed (the first included) as they end, so an interrupted run's report
+    says how far it got."""
     from tqdm import tqdm
 
     from harness.perf.reports import write_json
 
-    done = 1
+    if args.rounds > 1:
+        settings["rounds_done"] = 1
     for r in range(2, args.rounds + 1):
         bar = tqdm(total=len(pairs), desc=f"round {r}/{args.rounds}", unit="cell", disable=args.quiet,
                    file=sys.stderr, dynamic_ncols=True)
@@ -240,7 +238,7 @@ def _more_rounds(runner, pairs, results, args, started, settings, peaks, command
                 if args.time_limit is not None and time.time() - started > args.time_limit:
                     print(f"bench: --time-limit {args.time_limit:g} s reached in round {r}: the cells keep the "
                           "rounds they got", file=sys.stderr)
-                    return done
+                    return
                 if rec["status"] == "ok":
                     bar.set_postfix_str(f"{adapter.name} {case.id}", refresh=True)
                     runner.add_round(rec, adapter, case)
@@ -250,8 +248,7 @@ def _more_rounds(runner, pairs, results, args, started, settings, peaks, command
                                            time.time() - started), partial)
         finally:
             bar.close()
-        done = r
-    return done
+        settings["rounds_done"] = r
 
 
 def _not_run(case: Case, adapter, reason: str) -> dict:

@@ -325,3 +325,23 @@ def test_close_rounds_takes_the_median_and_judges_it_again():
     assert one["median_ms"] == 5.0 and "first_round_ms" not in one  # one round: as timed
     bench.close_rounds(rec, CASE)
     assert cell["median_ms"] == 2.0 and cell["first_round_ms"] == 3.0
+
+
+def test_an_interrupted_second_round_reports_the_first(tmp_path, monkeypatch):
+    """SIGTERM in the second pass: the first pass's numbers are reported as timed, the header says 1 of 3 passes,
+    exit 130."""
+    def interrupted(self, rec, adapter, case):
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(Bench, "add_round", interrupted)
+    out = tmp_path / "out"
+    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--cases", "S37x37",
+                   "--modes", "fwd", "--reps", "3", "--warmup-ms", "0", "--out", str(out), "--quiet", "--no-plots",
+                   "--no-memory", "--rounds", "3"])
+    assert rc == 130
+    data = json.loads((out / "results.json").read_text())
+    assert data["settings"]["rounds_done"] == 1 and data["settings"]["interrupted"] == "SIGTERM"
+    cell = data["results"][0]["modes"]["fwd"]
+    assert cell["status"] == "ok" and "round_ms" not in cell and "first_round_ms" not in cell
+    assert "timed in 1 of 3 passes" in (out / "report.md").read_text()

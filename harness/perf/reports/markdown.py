@@ -126,8 +126,8 @@ def _rounds_words(settings: dict) -> str:
     asked = settings.get("rounds") or 1
     if asked <= 1:
         return ""
-    done = settings.get("rounds_done")
-    got = f"{done} of {asked}" if done is not None and done != asked else f"{asked}"
+    done = settings.get("rounds_done") or 1
+    got = f"{done} of {asked}" if done != asked else f"{asked}"
     return (f"; every cell timed in {got} passes over the whole run, the median of the passes' medians shown, ± half "
             "the larger of the first pass's interquartile range and the passes' range (each cell's passes in the JSON: "
             "round_ms)")
