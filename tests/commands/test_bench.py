@@ -281,16 +281,22 @@ def test_fp8_cells_show_their_error_beside_the_bf16_twin(tmp_path, monkeypatch):
     assert rows["eager bf16 "].rstrip().endswith("| – |")  # a bf16 cell: its own row, no ratio
 
 
+def _three_rounds(tmp_path, monkeypatch, backends: str, modes: str):
+    """``bench --rounds 3`` on the CPU over the small preset's S37x37 case: (exit status, report folder)."""
+    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", backends, "--cases", "S37x37",
+                   "--modes", modes, "--reps", "3", "--warmup-ms", "0", "--out", str(out), "--quiet", "--no-plots",
+                   "--no-memory", "--rounds", "3"])
+    return rc, out
+
+
 def test_rounds_time_every_cell_again_and_report_the_median_of_the_rounds(tmp_path, monkeypatch):
     """--rounds 3: every timed cell gets three medians (round_ms), reports their median and the rates from it, keeps
     the first round's; the report's header says how the numbers were made."""
     import statistics
 
-    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
-    out = tmp_path / "out"
-    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager,sdpa_math", "--cases", "S37x37",
-                   "--modes", "fwd,bwd", "--reps", "3", "--warmup-ms", "0", "--out", str(out), "--quiet", "--no-plots",
-                   "--no-memory", "--rounds", "3"])
+    rc, out = _three_rounds(tmp_path, monkeypatch, "eager,sdpa_math", "fwd,bwd")
     assert rc == 0
     data = json.loads((out / "results.json").read_text())
     assert data["settings"]["rounds"] == 3 and data["settings"]["rounds_done"] == 3
@@ -333,12 +339,8 @@ def test_an_interrupted_second_round_reports_the_first(tmp_path, monkeypatch):
     def interrupted(self, rec, adapter, case):
         raise KeyboardInterrupt("SIGTERM")
 
-    monkeypatch.setenv("ATTN_HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(Bench, "add_round", interrupted)
-    out = tmp_path / "out"
-    rc = cli.main(["bench", "--preset", "small", "--device", "cpu", "--backends", "eager", "--cases", "S37x37",
-                   "--modes", "fwd", "--reps", "3", "--warmup-ms", "0", "--out", str(out), "--quiet", "--no-plots",
-                   "--no-memory", "--rounds", "3"])
+    rc, out = _three_rounds(tmp_path, monkeypatch, "eager", "fwd")
     assert rc == 130
     data = json.loads((out / "results.json").read_text())
     assert data["settings"]["rounds_done"] == 1 and data["settings"]["interrupted"] == "SIGTERM"
