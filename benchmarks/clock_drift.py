@@ -5,37 +5,20 @@ nvidia-smi's reading of the SM clock, power draw, temperature and active throttl
 
 The kernel: the in-repo FP8 forward on the FA sweep's shape (16k tokens, hidden 2048), V already keys-contiguous
 (kernel alone), at its first listed config. Rows: `| round | ms | SM MHz | W | C | throttle reasons |`; a kernel
-whose time moves with the clock is the machine, not the kernel (session 26: repeats 10-40% apart in one call).
+whose time moves with the clock is the machine, not the kernel (session 26: one kernel 0.43-0.57 ms in one call at a
+steady clock).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-
-FIELDS = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
-
-
-def smi(index: int) -> list[str]:
-    """nvidia-smi's current SM MHz, watts, degrees C and active clock-event (throttle) reasons as a hex mask."""
-    out = ""
-    for fields in (FIELDS, FIELDS.replace("clocks_event_reasons", "clocks_throttle_reasons")):  # older drivers
-        try:
-            done = subprocess.run(["nvidia-smi", f"--id={index}", f"--query-gpu={fields}",
-                                   "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError) as e:
-            return [f"nvidia-smi: {type(e).__name__}"] * 4
-        out = done.stdout.strip()
-        if done.returncode == 0 and out:
-            break
-    return [x.strip() for x in out.split(",")] if out else ["-"] * 4
 
 
 def main(argv=None) -> int:
@@ -49,6 +32,7 @@ def main(argv=None) -> int:
         print("clock_drift: needs a CUDA GPU", file=sys.stderr)
         return 2
     from harness import fp8
+    from harness.perf.bench import nvidia_smi_clocks
     from harness.perf.timing import time_callable
     from kernels.flash_attn.fwd import flash_attn_fwd
     from kernels.flash_attn.v_layout import v_keys_contiguous
@@ -70,11 +54,12 @@ def main(argv=None) -> int:
     print("| round | ms | SM MHz | W | C | throttle reasons |")
     print("|---|---|---|---|---|---|", flush=True)
     for r in range(args.rounds):
-        before = smi(index)
+        before = nvidia_smi_clocks(index)
         ms = time_callable(call, "cuda").median_ms
-        after = smi(index)
-        print(f"| {r} | {ms:.4f} | {before[0]} -> {after[0]} | {after[1]} | {after[2]} | {before[3]} -> {after[3]} |",
-              flush=True)
+        after = nvidia_smi_clocks(index)
+        print(f"| {r} | {ms:.4f} | {before.get('sm_mhz', '-')} -> {after.get('sm_mhz', '-')} | "
+              f"{after.get('power_w', '-')} | {after.get('temperature_c', '-')} | "
+              f"{before.get('clock_event_reasons', '-')} -> {after.get('clock_event_reasons', '-')} |", flush=True)
     return 0
 
 

@@ -125,19 +125,32 @@ def _pkg_version(name: str) -> str | None:
         return None
 
 
-def _nvidia_smi_clocks(index: int) -> dict:
-    """Current and maximum clocks, power and temperature (read-only nvidia-smi query)."""
+def nvidia_smi_clocks(index: int) -> dict:
+    """Current and maximum clocks, power, temperature and the active clock-event (throttle) reasons, nvidia-smi's
+    hex mask (read-only nvidia-smi queries; {} without nvidia-smi). Also what benchmarks/clock_drift.py prints."""
     fields = ["clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "power.draw", "temperature.gpu"]
+    vals = _nvidia_smi(index, fields)
+    if vals is None:
+        return {}
+    names = ["sm_mhz", "mem_mhz", "max_sm_mhz", "max_mem_mhz", "power_w", "temperature_c"]
+    out = {"source": "nvidia-smi", **dict(zip(names, vals))}
+    # the reasons' field took its newer name in later drivers; a driver that knows neither leaves it out
+    reasons = _nvidia_smi(index, ["clocks_event_reasons.active"]) or _nvidia_smi(index, ["clocks_throttle_reasons.active"])
+    if reasons:
+        out["clock_event_reasons"] = reasons[0]
+    return out
+
+
+def _nvidia_smi(index: int, fields: list[str]) -> list[str] | None:
+    """One read-only ``nvidia-smi --query-gpu`` of GPU ``index``: the fields' values, or None where it failed."""
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--id={index}", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=15, check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return {}
-    vals = [v.strip() for v in out.split(",")]
-    names = ["sm_mhz", "mem_mhz", "max_sm_mhz", "max_mem_mhz", "power_w", "temperature_c"]
-    return {"source": "nvidia-smi", **dict(zip(names, vals))}
+        return None
+    return [v.strip() for v in out.split(",")] if out else None
 
 
 def environment(device: torch.device) -> dict:
@@ -181,7 +194,7 @@ def environment(device: torch.device) -> dict:
             name=p.name, index=idx, capability=f"sm{p.major}{p.minor}", sm_count=p.multi_processor_count,
             memory_gib=round(p.total_memory / 2**30, 1), l2_bytes=l2_bytes(torch.device("cuda", idx)),
         )
-        clocks = _nvidia_smi_clocks(idx)
+        clocks = nvidia_smi_clocks(idx)
         if not clocks:
             try:
                 clocks = {"source": "torch.cuda.clock_rate", "sm_mhz": torch.cuda.clock_rate(idx)}

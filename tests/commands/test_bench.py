@@ -347,3 +347,34 @@ def test_an_interrupted_second_round_reports_the_first(tmp_path, monkeypatch):
     cell = data["results"][0]["modes"]["fwd"]
     assert cell["status"] == "ok" and "round_ms" not in cell and "first_round_ms" not in cell
     assert "timed in 1 of 3 passes" in (out / "report.md").read_text()
+
+
+def test_nvidia_smi_clocks_reads_the_throttle_reasons_under_either_name(monkeypatch):
+    """The reasons' field is clocks_event_reasons.active on newer drivers and clocks_throttle_reasons.active on older
+    ones (an unknown field fails the whole query): the first that answers is kept; without nvidia-smi, {}."""
+    import subprocess
+
+    from harness.perf import bench as bench_mod
+
+    def fake(known):
+        def run(cmd, **kw):
+            query = next(a for a in cmd if a.startswith("--query-gpu=")).split("=", 1)[1]
+            if query not in known:
+                raise subprocess.CalledProcessError(2, cmd)
+            return subprocess.CompletedProcess(cmd, 0, stdout=known[query], stderr="")
+        return run
+
+    base = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu"
+    old_driver = {base: "1875, 2619, 1980, 2619, 531.40, 53\n", "clocks_throttle_reasons.active": "0x0000000000000004\n"}
+    monkeypatch.setattr(bench_mod.subprocess, "run", fake(old_driver))
+    got = bench_mod.nvidia_smi_clocks(0)
+    assert got["sm_mhz"] == "1875" and got["power_w"] == "531.40"
+    assert got["clock_event_reasons"] == "0x0000000000000004"
+    monkeypatch.setattr(bench_mod.subprocess, "run", fake({base: "1980, 2619, 1980, 2619, 120.0, 40\n"}))
+    assert "clock_event_reasons" not in bench_mod.nvidia_smi_clocks(0)  # a driver with neither field
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(bench_mod.subprocess, "run", missing)
+    assert bench_mod.nvidia_smi_clocks(0) == {}
