@@ -173,6 +173,11 @@ def main(args) -> int:
     from harness.perf.reports import write_json, write_reports
 
     partial = out / "results.partial.json"
+
+    def save_partial() -> None:  # after each case: what survives a run killed without a chance to report (SIGKILL)
+        write_json(report_data(results, device, {**settings, "partial": True}, peaks, command, time.time() - started),
+                   partial)
+
     bar = tqdm(total=len(pairs), desc="bench", unit="cell", disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
     # Ctrl-C, or an outer time limit's SIGTERM (timeout, a CI cancel): stop and report what finished
     sigterm = SigtermInterrupt()
@@ -188,11 +193,9 @@ def main(args) -> int:
                     results.append(runner.run(adapter, case, modes))
                 bar.update(1)
                 if i + 1 == len(pairs) or pairs[i + 1][0].id != case.id:
-                    # After each case: what survives a run killed without a chance to report (SIGKILL).
-                    write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
-                                           time.time() - started), partial)
+                    save_partial()
             bar.close()
-            _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial, device)
+            _more_rounds(runner, pairs, results, args, started, settings, save_partial)
         except KeyboardInterrupt as e:
             interrupted = "SIGTERM" if str(e) == "SIGTERM" else "Ctrl-C"
             print(f"\nbench: interrupted ({interrupted}): reporting what finished", file=sys.stderr, flush=True)
@@ -219,14 +222,12 @@ def main(args) -> int:
         sigterm.restore()
 
 
-def _more_rounds(runner, pairs, results, args, started, settings, peaks, command, partial, device) -> None:
+def _more_rounds(runner, pairs, results, args, started, settings, save_partial) -> None:
     """Passes 2..--rounds over every timed (case, backend), in the first pass's order (Bench.add_round), each with
-    its own progress bar and a partial JSON after each case; none started past --time-limit. ``settings``'s
+    its own progress bar and ``save_partial()`` after each case; none started past --time-limit. ``settings``'s
     "rounds_done" counts the passes completed (the first included) as they end, so an interrupted run's report
     says how far it got."""
     from tqdm import tqdm
-
-    from harness.perf.reports import write_json
 
     if args.rounds > 1:
         settings["rounds_done"] = 1
@@ -244,8 +245,7 @@ def _more_rounds(runner, pairs, results, args, started, settings, peaks, command
                     runner.add_round(rec, adapter, case)
                 bar.update(1)
                 if i + 1 == len(pairs) or pairs[i + 1][0].id != case.id:
-                    write_json(report_data(results, device, {**settings, "partial": True}, peaks, command,
-                                           time.time() - started), partial)
+                    save_partial()
         finally:
             bar.close()
         settings["rounds_done"] = r
