@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -713,6 +713,13 @@ fp8-overlap)  # issue 19, session 25: whole FP8 forward calls with the V copy ov
         ${OVERLAP_ARGS:---head-dims 64 --seqlens 4096,16384 --repeat 2} > "$OUT/fp8-overlap.log" 2>&1
     echo "probe exit $?" >> "$OUT/fp8-overlap.log"
     cat "$OUT/fp8-overlap.log"
+    ;;
+desc-cost)  # issue 19 (session 26's open question): what a device-side TMA descriptor costs a program, from two
+    # kernels loading the same tiles through one descriptor or one each (benchmarks/desc_cost_probe.py; DESC_ARGS)
+    setup
+    timeout 200 python3 benchmarks/desc_cost_probe.py ${DESC_ARGS:-} > "$OUT/desc-cost.log" 2>&1
+    echo "probe exit $?" >> "$OUT/desc-cost.log"
+    cat "$OUT/desc-cost.log"
     ;;
 fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 64 / 128 (FP8_CASES), the in-repo FP8
     # and bf16 forwards beside cuDNN's FP8 (carry .whl-cudnn), autotuned, one run (FP8_ROUNDS passes over it, bench

@@ -85,3 +85,29 @@ def test_the_fp8_backward_in_the_mma_order_costs_no_shuffle(reports):
         assert r["wgmma"] > 0 and r["spill"] == 0, name
         for loop in _innermost(r):
             assert not loop["ops"].get("SHFL") and loop["ops"].get("PRMT", 0) <= 1, (name, loop["ops"])
+
+
+def test_desc_cost_probe_makes_a_descriptor_per_tile_where_it_says():
+    """benchmarks/desc_cost_probe.py prices the forward's device-side descriptors by one kernel that makes one and
+    another that makes one per tile: the compiler must keep every one (an earlier "make them twice" attempt was
+    folded away). sm_90a compile in a process of its own, as _compile."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "desc_cost_probe.py"), "--compile"],
+                         capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="0"), cwd=root,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]]
+            for line in run.stdout.splitlines() if line.startswith("| one") or line.startswith("| each")}
+    assert rows == {"one": ["1", "6"], "each": ["6", "6"]}
+
+
+def test_desc_cost_probe_kernels_sum_the_same_tiles(capsys):
+    """Under the interpreter (this suite's Triton): the two kernels' sums agree, so their time difference is the
+    descriptors' alone."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import desc_cost_probe
+    finally:
+        sys.path.pop(0)
+    assert desc_cost_probe.main(["--check", "--programs", "16", "--seqlen", "128"]) == 0
+    assert "sums agree" in capsys.readouterr().out
