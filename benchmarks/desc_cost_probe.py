@@ -98,19 +98,11 @@ def main(argv=None) -> int:
         return 1
     if args.check:
         return 0
-    from harness.perf.timing import capture_stream, time_callable
+    # device time of one call from CUDA-graph replay (this script's folder is on the path when it runs)
+    from fp8_causal_probe import graph_ms
 
-    def graph_us(fn, n=20):
-        stream = capture_stream("cuda")
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(n):
-                fn()
-        return time_callable(graph.replay, "cuda").median_ms * 1e3 / n
+    def graph_us(fn):
+        return graph_ms(fn) * 1e3
 
     props = torch.cuda.get_device_properties(0)
     print(f"{props.name}; DESCS {args.descs}, BLOCK_M {args.block_m}, hd {args.head_dim}, {heads * per_head} programs")
