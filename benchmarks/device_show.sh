@@ -451,6 +451,23 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
     python3 benchmarks/host_ab.py "$OUT/host-ab" | tee "$OUT/host-ab/ab.md"
     tarred host-ab
     ;;
+host-floors)  # issue 16: the in-repo kernels' launch paths beside their launches alone and the host's floors
+    # (one torch.empty, one replayed one-pointer launch), unpinned and pinned to one core (HOST_PIN, default 3),
+    # ABBA, pinned configs; host_ab.py's table of the four runs
+    setup
+    mkdir -p "$OUT/host-floors"
+    start=$SECONDS
+    for run in free-1 pin-1 pin-2 free-2; do
+        if [ $((SECONDS - start)) -gt 300 ]; then echo "host-floors: $run not started (time)"; continue; fi
+        pin=""; [ "${run%-*}" = pin ] && pin="--pin-cpu ${HOST_PIN:-3}"
+        FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 120 python3 benchmarks/host_overhead.py $pin \
+            --backends ${HOST_BACKENDS:-triton_fa,triton_la_chunk} --out "$OUT/host-floors/$run" > "$OUT/host-floors/$run.log" 2>&1
+        echo "$run exit $?" >> "$OUT/host-floors/$run.log"
+        grep "host floor" "$OUT/host-floors/$run.log"
+    done
+    python3 benchmarks/host_ab.py "$OUT/host-floors" | tee "$OUT/host-floors/table.md"
+    tarred host-floors
+    ;;
 overhead)  # issue 16: host microseconds per call against the kernels' device time (CUDA graphs), in-repo
     # kernels and peers (flash-attn-4 and FLA installed first: fa4-0, fa4-1, fa4-2, then carry .fa4-3 and .whl)
     setup

@@ -10,7 +10,12 @@ backwards that were host-bound), a decode step and the linear preset at T=4k. Ea
 starts with the autograd floor (``overhead.AutogradFloor``: autograd and the allocator, no kernel),
 what any differentiable call pays before its own launches; each in-repo kernel's row is followed by
 its launch path alone (its launchers called directly: launch, autotune lookup, descriptor set-up,
-the part issue 16's budgets are about). Writes overhead.json and overhead.md to --out and prints
+the part issue 16's budgets are about), then by its launches alone (the same replayed launches with the
+tensors of one earlier call: the launch path less its allocations and Python). On a GPU the run starts
+with the host's floors: one ``torch.empty`` on the device and one replayed launch of a one-pointer Triton
+kernel, what any launch path is made of (hosts differ: session 13's read the forward's launch path at 16 us,
+session 26's at 20-32 us for the same code). ``--pin-cpu N`` runs on CPU core N alone (the scheduler
+cannot move the process between cores mid-loop). Writes overhead.json and overhead.md to --out and prints
 the table last.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -80,11 +86,84 @@ def launch_path_call(backend: str, case, mode: str, device):
     return call, (fwd_cache if mode == "fwd" else bwd_cache)
 
 
-def launch_path(backend: str, case, mode: str, device, calls: int) -> list[float] | None:
+class _Recorder:
+    """A Launch that keeps the tensors of the last call it replayed (see :func:`launches_alone`)."""
+
+    def __init__(self, launch):
+        self.launch, self.tensors = launch, None
+
+    def __call__(self, tensors) -> bool:
+        self.tensors = tensors
+        return self.launch(tensors)
+
+
+def _record(cache: dict) -> list:
+    """Wrap every Launch of a launch path's cache (a value, or the backward's plan ``(atomic, split,
+    launches)``) in a :class:`_Recorder`, in place; the recorders in launch order."""
+    from kernels.launcher import Launch
+
+    recorders = []
+    for key, value in list(cache.items()):
+        if isinstance(value, Launch):
+            recorders.append(_Recorder(value))
+            cache[key] = recorders[-1]
+        elif isinstance(value, tuple) and value and isinstance(value[-1], tuple) and value[-1] and all(
+                isinstance(x, Launch) for x in value[-1]):
+            wrapped = tuple(_Recorder(x) for x in value[-1])
+            recorders.extend(wrapped)
+            cache[key] = (*value[:-1], wrapped)
+    return recorders
+
+
+def launches_alone(made):
+    """A call replaying only the launches of a launch path (``made``: :func:`launch_path_call`'s pair)
+    with the tensors an earlier call gave them: no allocation, no argument handling. None where the path
+    left nothing to replay (the interpreter compiles nothing)."""
+    call, cache = made
+    call()  # the signature's first call fills the cache
+    recorders = _record(cache)
+    if not recorders:
+        return None
+    call()  # the recorders keep this call's tensors (alive as long as they are)
+    pairs = [(r.launch, r.tensors) for r in recorders]
+    return lambda: [launch(tensors) for launch, tensors in pairs]
+
+
+def host_floors(device, calls: int) -> dict[str, float]:
+    """The host's own costs in microseconds (median call) that any launch path is made of: one
+    ``torch.empty`` of 1 MiB on ``device``, and one replayed launch (kernels/launcher.py, as the in-repo
+    kernels launch) of a Triton kernel with a single pointer argument. Empty on a CPU."""
+    if device.type != "cuda":
+        return {}
+    import triton
+    import triton.language as tl
+
+    from kernels import launcher
+
+    @triton.jit
+    def _one_store(X):
+        tl.store(X, 1.0)
+
+    x = torch.empty(1, device=device)
+    floors = {"one torch.empty (1 MiB)": statistics.median(overhead.host_times(
+        lambda: torch.empty(1 << 18, device=device), device, calls))}
+    made = launcher.launch(_one_store, (1,), {"X": x})
+    if made is not None:
+        floors["one replayed Triton launch (1 pointer)"] = statistics.median(overhead.host_times(
+            lambda: made({"X": x}), device, calls))
+    return floors
+
+
+def launch_path(backend: str, case, mode: str, device, calls: int) -> tuple[list[float], list[float] | None] | None:
     """Host microseconds per call of an in-repo kernel's own launch path (issue 16's budgets: launch,
-    autotune lookup, descriptor set-up): see :func:`launch_path_call`."""
+    autotune lookup, descriptor set-up; :func:`launch_path_call`) and of its launches alone
+    (:func:`launches_alone`; None where there is nothing to replay). None for other backends."""
     made = launch_path_call(backend, case, mode, device)
-    return None if made is None else overhead.host_times(made[0], device, calls)
+    if made is None:
+        return None
+    path = overhead.host_times(made[0], device, calls)
+    alone = launches_alone(made)
+    return path, None if alone is None else overhead.host_times(alone, device, calls)
 
 
 def main(argv=None) -> int:
@@ -98,7 +177,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-floor", action="store_true", help="leave out the autograd-floor row per softmax case")
     ap.add_argument("--no-launch-path", action="store_true",
                     help="leave out the in-repo kernels' launch-path rows (launchers called directly)")
+    ap.add_argument("--pin-cpu", type=int, default=None, metavar="N",
+                    help="run on CPU core N alone (os.sched_setaffinity), so the scheduler cannot move the loop")
     args = ap.parse_args(argv)
+    if args.pin_cpu is not None:
+        try:
+            os.sched_setaffinity(0, {args.pin_cpu})
+        except (AttributeError, OSError, ValueError) as e:
+            print(f"host_overhead: --pin-cpu {args.pin_cpu}: {e}", file=sys.stderr)
+            return 2
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
         cases = [case_from_id(c) for c in args.cases.split(",") if c]
@@ -108,6 +195,9 @@ def main(argv=None) -> int:
         return 2
     modes = [m for m in args.modes.split(",") if m]
     rows, skipped = [], []
+    floors = host_floors(device, args.calls)
+    for name, us in floors.items():
+        print(f"host floor: {name:40s} {us:8.1f} us", flush=True)
     for case in cases:
         # the floor first: autograd and the allocator alone, what every differentiable call pays
         floor = [overhead.AutogradFloor()] if case.family == "softmax" and not args.no_floor else []
@@ -126,20 +216,26 @@ def main(argv=None) -> int:
                     skipped.append(f"{a.name} on {case.id} {mode}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                     continue
                 rows.append(r)
-                path = launch_path(a.name, case, mode, device, args.calls) if not args.no_launch_path else None
-                if path is not None:  # the same kernels: the adapter row's device time
-                    rows.append(overhead.Overhead(f"{a.name} (launch path)", case.id, mode, statistics.median(path),
-                                                  r.device_us, r.device_clock, r.budget_us, path))
-                for x in rows[-(2 if path is not None else 1):]:
+                first = len(rows) - 1
+                made = launch_path(a.name, case, mode, device, args.calls) if not args.no_launch_path else None
+                for label, times in zip(("launch path", "launches alone"), made or ()):
+                    if times is not None:  # the same kernels: the adapter row's device time
+                        rows.append(overhead.Overhead(f"{a.name} ({label})", case.id, mode, statistics.median(times),
+                                                      r.device_us, r.device_clock, r.budget_us, times))
+                for x in rows[first:]:
                     print(f"{x.backend:30s} {case.id:45s} {mode:4s} host {x.host_us:8.1f} us  device "
                           f"{x.device_us if x.device_us is not None else float('nan'):8.1f} us", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps({"device": str(device), "rows": [r.to_dict() for r in rows],
-                                                   "skipped": skipped, "budgets_us": overhead.HOST_BUDGET_US},
+                                                   "skipped": skipped, "budgets_us": overhead.HOST_BUDGET_US,
+                                                   "host_floors_us": floors, "pinned_cpu": args.pin_cpu},
                                                   indent=1) + "\n")
     md = ["# Host overhead per call", "", f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}",
           "", *overhead.markdown(rows), ""]
+    if floors:
+        md += [f"The host's floors{f' (pinned to CPU {args.pin_cpu})' if args.pin_cpu is not None else ''}: "
+               + "; ".join(f"{name} {us:.1f} us" for name, us in floors.items()) + ".", ""]
     if skipped:
         md += ["Not measured:", "", *[f"- {s}" for s in skipped], ""]
     (out / "overhead.md").write_text("\n".join(md))

@@ -130,3 +130,43 @@ def test_host_ab_puts_runs_side_by_side(tmp_path, capsys):
     assert out[2] == f"| triton_fa (launch path) | {CASE.id} | fwd | 20.0 | 30.0 | 22.0 | 28.0 | 0.72 |"
     assert out[3] == f"| triton_fa (launch path) | {CASE.id} | bwd | - | 60.0 | - | 56.0 | - |"
     assert host_ab.main([str(tmp_path / "missing")]) == 2
+
+
+def test_launches_alone_replays_what_the_path_launched_with_its_tensors():
+    """benchmarks/host_overhead.py's "launches alone" row: every Launch of a path's cache (the forward's
+    value, the backward's plan) replayed in order with the tensors of the call before, nothing else run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import host_overhead
+    finally:
+        sys.path.pop(0)
+    from kernels.launcher import Launch
+
+    class FakeLaunch(Launch):
+        def __init__(self, name, log):
+            self.compiled = name  # (a slot of Launch's)
+            self.template = log
+
+        def __call__(self, tensors):
+            self.template.append((self.compiled, tensors["X"]))
+            return True
+
+    log, cache, made = [], {}, []
+
+    def path():  # a launch path: allocates, then replays its cache (fills it on the first call)
+        x = len(made)
+        made.append(x)
+        if not cache:
+            cache["fwd"] = FakeLaunch("fwd", log)
+            cache["plan"] = (False, 2, (FakeLaunch("dq", log), FakeLaunch("dkdv", log)))
+            return
+        for launch in (cache["fwd"], *cache["plan"][2]):
+            launch({"X": x})
+
+    alone = host_overhead.launches_alone((path, cache))
+    assert made == [0, 1] and log == [("fwd", 1), ("dq", 1), ("dkdv", 1)]
+    alone()
+    alone()
+    assert made == [0, 1]  # no allocation: the path itself is not called again
+    assert log[3:] == [("fwd", 1), ("dq", 1), ("dkdv", 1)] * 2
+    assert host_overhead.launches_alone((lambda: None, {})) is None  # nothing to replay (the interpreter)
