@@ -468,23 +468,6 @@ host-floors)  # issue 16: the in-repo kernels' launch paths beside their launche
     python3 benchmarks/host_ab.py "$OUT/host-floors" | tee "$OUT/host-floors/table.md"
     tarred host-floors
     ;;
-driver-ab)  # issue 16: replays through Triton's C launcher (KERNELS_DRIVER_LAUNCH=0) against cuLaunchKernelEx
-    # called from kernels/launcher.py's DriverLaunch, on one host, ABBA, each run pinned to one core (HOST_PIN)
-    setup
-    mkdir -p "$OUT/driver-ab"
-    start=$SECONDS
-    for run in triton-1 driver-1 driver-2 triton-2; do
-        if [ $((SECONDS - start)) -gt 330 ]; then echo "driver-ab: $run not started (time)"; continue; fi
-        flag=1; [ "${run%-*}" = triton ] && flag=0
-        KERNELS_DRIVER_LAUNCH=$flag FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 120 \
-            python3 benchmarks/host_overhead.py --pin-cpu "${HOST_PIN:-3}" --backends ${HOST_BACKENDS:-triton_fa,triton_la_chunk} \
-            --out "$OUT/driver-ab/$run" > "$OUT/driver-ab/$run.log" 2>&1
-        echo "$run exit $?" >> "$OUT/driver-ab/$run.log"
-        grep "host floor" "$OUT/driver-ab/$run.log"
-    done
-    python3 benchmarks/host_ab.py "$OUT/driver-ab" | tee "$OUT/driver-ab/table.md"
-    tarred driver-ab
-    ;;
 overhead)  # issue 16: host microseconds per call against the kernels' device time (CUDA graphs), in-repo
     # kernels and peers (flash-attn-4 and FLA installed first: fa4-0, fa4-1, fa4-2, then carry .fa4-3 and .whl)
     setup

@@ -17,11 +17,8 @@ allocate itself (Triton specialises pointers on it; fresh tensors from torch's c
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import os
-import struct
-import threading
 
 import torch
 import triton
@@ -37,7 +34,7 @@ class Launch:
     """One launch of a compiled kernel, replayable with other tensors of the same signature."""
 
     __slots__ = ("compiled", "grid", "template", "slots", "device", "_run", "_launch", "_function", "_packed",
-                 "_flags", "_scratch_bytes", "_scratch_align", "_driver")
+                 "_flags", "_scratch_bytes", "_scratch_align")
 
     def __init__(self, jit_fn, compiled, grid, kwargs: dict, device: int):
         """``jit_fn``: the @triton.jit function; ``compiled``: the CompiledKernel that ran with
@@ -69,9 +66,6 @@ class Launch:
         per_program = getattr(run, "global_scratch_size", 0) if direct else 0
         self._scratch_bytes = self.grid[0] * self.grid[1] * self.grid[2] * getattr(run, "num_ctas", 1) * per_program
         self._scratch_align = getattr(run, "global_scratch_align", 1) if direct else 1
-        # the driver called from here (cuLaunchKernelEx through ctypes) where the kernel's arguments can be packed
-        # as Triton's launcher packs them; None: Triton's C launcher (see DriverLaunch)
-        self._driver = DriverLaunch.make(compiled, self.template, self.slots, self.grid) if direct else None
 
     def __call__(self, tensors: dict) -> bool:
         """Launch on the current stream with ``tensors`` (name -> tensor) in the slots. False, and
@@ -79,13 +73,13 @@ class Launch:
         dev = current_device()
         if dev != self.device:
             return False
+        args = self.template.copy()
         stream = current_stream(dev)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # Triton's own path where a profiler's hooks are set (they see tensors and launch metadata);
         # Triton 3.6's knobs hold an empty HookChain by default.
         if self._launch is None or (enter is not None and getattr(enter, "calls", True)) or (
                 leave is not None and getattr(leave, "calls", True)):
-            args = self.template.copy()
             for i, name in self.slots:
                 args[i] = tensors[name]
             if self._scratch_bytes:
@@ -93,162 +87,13 @@ class Launch:
             meta = self.compiled.launch_metadata(self.grid, stream, *args)
             self._run(*self.grid, stream, self._function, self._packed, meta, enter, leave, *args)
             return True
-        scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
-        if self._driver is not None and self._driver(tensors, stream, scratch):
-            return True
         # Pointers as ints: Triton's launcher then skips a Python call and a driver query per tensor.
-        args = self.template.copy()
         for i, name in self.slots:
             args[i] = tensors[name].data_ptr()
+        scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
         self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
                      *args)
         return True
-
-
-#: Whether replays call the driver directly (DriverLaunch); KERNELS_DRIVER_LAUNCH=0 keeps Triton's C launcher.
-DRIVER_LAUNCH = os.environ.get("KERNELS_DRIVER_LAUNCH", "1") != "0"
-
-#: Kernel argument types (Triton's signature strings) -> how one is packed into its 8-byte cell: (struct format,
-#: value conversion). Pointers are filled per call; other types (fp16 / bf16 scalars, tensor descriptors,
-#: tuples) keep Triton's launcher.
-_PACK = {"i1": ("<b", int), "i8": ("<b", int), "i16": ("<h", int), "i32": ("<i", int), "i64": ("<q", int),
-         "u1": ("<B", int), "u8": ("<B", int), "u16": ("<H", int), "u32": ("<I", int), "u64": ("<Q", int),
-         "fp32": ("<f", float), "f32": ("<f", float), "fp64": ("<d", float)}
-#: cuda.h: CUlaunchAttributeID values and CUDA_ERROR_INVALID_CONTEXT
-_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-_INVALID_CONTEXT = 201
-
-
-class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
-
-
-_DRIVER = []  # [cuLaunchKernelEx, cuGetErrorString] once loaded
-
-
-def _driver_functions():
-    if not _DRIVER:
-        lib = ctypes.CDLL("libcuda.so.1")
-        launch = lib.cuLaunchKernelEx
-        launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        launch.restype = ctypes.c_int
-        name = lib.cuGetErrorString
-        name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        _DRIVER.extend((launch, name))
-    return _DRIVER
-
-
-def pack_arguments(signature: list, template: list, slots) -> tuple[list[int], list[int]] | None:
-    """The kernel parameter cells of a launch as Triton's C launcher lays them out: one 8-byte cell (an int holding
-    its little-endian bytes) per argument that is not a constexpr, in order, then the global and profile scratch
-    pointers. ``signature``: Triton's type per kernel parameter ("constexpr", "*bf16", "i32", "fp32", ...);
-    ``template``: the launch's values (None in the tensor slots); ``slots``: (parameter index, name) of the tensor
-    arguments. Returns (cells, the cell of each slot in ``slots`` order), or None where an argument type is not
-    handled here (the launch keeps Triton's launcher)."""
-    if len(signature) != len(template):
-        return None
-    slot_of = {i for i, _ in slots}
-    cells, cell_of = [], {}
-    for i, (ty, value) in enumerate(zip(signature, template)):
-        if ty == "constexpr":
-            continue
-        if not isinstance(ty, str):
-            return None
-        if ty.startswith("*"):
-            if i not in slot_of:
-                return None
-            cell_of[i] = len(cells)
-            cells.append(0)
-            continue
-        if ty not in _PACK or i in slot_of:
-            return None
-        fmt, conv = _PACK[ty]
-        try:
-            raw = struct.pack(fmt, conv(value))
-        except (struct.error, TypeError, ValueError):
-            return None
-        cells.append(int.from_bytes(raw.ljust(8, b"\0"), "little"))
-    cells += [0, 0]  # global scratch, profile scratch (filled per call / none)
-    return cells, [cell_of[i] for i, _ in slots]
-
-
-class DriverLaunch:
-    """A replay that calls the driver's ``cuLaunchKernelEx`` through ctypes with the argument cells packed once:
-    per call it writes the tensors' pointers, the stream and the scratch pointer, and launches. Triton's C
-    launcher instead parses every argument of the call (constexprs included: 60-80 for the attention kernels)
-    and looks up each pointer; on the H100 host of session 27 a replay through it cost 8-15 us for one kernel
-    where a one-pointer kernel cost 7. Only for what that launcher would pass the same way: one CTA per cluster,
-    no cooperative grid, arguments of the types in ``_PACK``."""
-
-    __slots__ = ("cells", "slot_cells", "params", "config", "config_ref", "attrs", "function", "scratch_cell",
-                 "names", "lock")
-
-    @classmethod
-    def make(cls, compiled, template, slots, grid):
-        """The DriverLaunch of a compiled kernel and its launch values, or None (see the class docstring)."""
-        if not DRIVER_LAUNCH:
-            return None
-        run = compiled.run
-        signature = getattr(getattr(compiled, "src", None), "signature", None)
-        packed = getattr(compiled, "packed_metadata", None)
-        if (not isinstance(signature, dict) or getattr(run, "num_ctas", 1) != 1 or run.launch_cooperative_grid
-                or not isinstance(packed, tuple) or len(packed) != 3 or packed[1] != 1 or 0 in grid):
-            return None
-        made = pack_arguments(list(signature.values()), template, slots)
-        if made is None:
-            return None
-        try:
-            _driver_functions()
-        except (OSError, AttributeError):
-            return None
-        return cls(compiled.function, packed, made, slots, grid, bool(run.launch_pdl))
-
-    def __init__(self, function, packed, made, slots, grid, pdl: bool):
-        cells, slot_cells = made
-        self.cells = (ctypes.c_uint64 * len(cells))(*cells)
-        base = ctypes.addressof(self.cells)
-        self.params = (ctypes.c_void_p * len(cells))(*[base + 8 * i for i in range(len(cells))])
-        self.slot_cells = tuple(slot_cells)
-        self.names = tuple(name for _, name in slots)
-        self.scratch_cell = len(cells) - 2
-        self.function = function
-        num_warps, _, shared = packed
-        self.attrs = (_LaunchAttribute * 1)()
-        if pdl:
-            self.attrs[0].id = _ATTR_PROGRAMMATIC_STREAM_SERIALIZATION
-            self.attrs[0].value[0] = 1
-        self.config = _LaunchConfig(grid[0], grid[1], grid[2], 32 * num_warps, 1, 1, shared, None, self.attrs,
-                                    1 if pdl else 0)
-        self.config_ref = ctypes.byref(self.config)
-        # the cells are this object's: two threads replaying it at once take turns (the driver copies them
-        # during the call, which ctypes makes without the GIL)
-        self.lock = threading.Lock()
-
-    def __call__(self, tensors: dict, stream: int, scratch) -> bool:
-        """Launch with ``tensors`` on ``stream``; False (nothing launched) where the calling thread has no current
-        CUDA context, which Triton's launcher makes current."""
-        cells = self.cells
-        launch, error_name = _DRIVER
-        with self.lock:
-            for cell, name in zip(self.slot_cells, self.names):
-                cells[cell] = tensors[name].data_ptr()
-            cells[self.scratch_cell] = scratch or 0
-            self.config.hStream = stream or None
-            rc = launch(self.config_ref, self.function, self.params, None)
-        if rc == 0:
-            return True
-        if rc == _INVALID_CONTEXT:
-            return False
-        text = ctypes.c_char_p()
-        error_name(rc, ctypes.byref(text))
-        raise RuntimeError(f"cuLaunchKernelEx: CUDA error {rc}: {(text.value or b'?').decode()}")
 
 
 #: (device, stream) -> a byte buffer for kernels' global scratch, reused by every replay on that

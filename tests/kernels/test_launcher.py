@@ -563,38 +563,3 @@ def test_decode_replays_compute_what_fresh_launches_do_on_the_gpu(paged):
     assert torch.equal(replayed, again), "a replayed decode launch differs from a fresh one on the same inputs"
     assert torch.equal(kc, cache_after[0]) and torch.equal(vc, cache_after[1])
     dec._SIGNATURES.clear()
-
-
-def _mixed_arguments(X, Y, n, m, scale, flag, one, none_arg, BLOCK: "tl.constexpr"):  # noqa: F821 (a signature only)
-    pass
-
-
-def test_driver_launch_packs_arguments_as_tritons_launcher():
-    """kernels.launcher.pack_arguments on the signature Triton's binder gives a launch (pointers, i32, i64, fp32,
-    a bool; an int of 1 and None specialised to constexprs): one 8-byte cell per non-constexpr argument in order,
-    little-endian, then the two scratch cells; the tensors' cells filled per call. The packing the H100 runs
-    (DriverLaunch) is checked there by every replayed kernel's results."""
-    import struct
-
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
-    from triton.runtime.jit import JITFunction, create_function_from_signature
-
-    jf = JITFunction(_mixed_arguments)
-    backend = make_backend(GPUTarget("cuda", 90, 32))
-    call = dict(X=torch.empty(4), Y=torch.empty(4, dtype=torch.bfloat16), n=-3, m=2 ** 40, scale=0.5, flag=True,
-                one=1, none_arg=None, BLOCK=16)
-    bound, spec, options = create_function_from_signature(jf.signature, jf.params, backend)(**call)
-    signature = jf._pack_args(backend, call, bound, spec, options)[1]
-    assert list(signature.values()) == ["*fp32", "*bf16", "i32", "i64", "fp32", "u1", "constexpr", "constexpr",
-                                        "constexpr"]
-    template = [None, None, -3, 2 ** 40, 0.5, True, 1, None, 16]
-    slots = ((0, "X"), (1, "Y"))
-    cells, slot_cells = launcher.pack_arguments(list(signature.values()), template, slots)
-    assert cells == [0, 0, 2 ** 32 - 3, 2 ** 40, struct.unpack("<I", struct.pack("<f", 0.5))[0], 1, 0, 0]
-    assert slot_cells == [0, 1]
-    # what it leaves to Triton's launcher: a half-precision scalar, a pointer that is not a tensor slot, a
-    # signature that does not match the launch
-    assert launcher.pack_arguments(["*fp32", "fp16"], [None, 0.5], ((0, "X"),)) is None
-    assert launcher.pack_arguments(["*fp32", "*fp32"], [None, None], ((0, "X"),)) is None
-    assert launcher.pack_arguments(["*fp32"], [None, 1], ((0, "X"),)) is None
