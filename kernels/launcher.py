@@ -68,7 +68,8 @@ class Launch:
         self._scratch_align = getattr(run, "global_scratch_align", 1) if direct else 1
 
     def __call__(self, tensors: dict) -> bool:
-        """Launch on the current stream with ``tensors`` (name -> tensor) in the slots. False, and
+        """Launch on the current stream with ``tensors`` (name -> tensor, or a device pointer as an int: it must
+        keep the first launch's 16-byte alignment) in the slots. False, and
         nothing launched, when the current device is not the one this launch was made on."""
         dev = current_device()
         if dev != self.device:
@@ -87,9 +88,11 @@ class Launch:
             meta = self.compiled.launch_metadata(self.grid, stream, *args)
             self._run(*self.grid, stream, self._function, self._packed, meta, enter, leave, *args)
             return True
-        # Pointers as ints: Triton's launcher then skips a Python call and a driver query per tensor.
+        # Pointers as ints: Triton's launcher then skips a Python call and a driver query per tensor. A slot
+        # may hold an int already: a pointer into a buffer the caller cut up (the backward's workspace)
         for i, name in self.slots:
-            args[i] = tensors[name].data_ptr()
+            t = tensors[name]
+            args[i] = t if t.__class__ is int else t.data_ptr()
         scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
         self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
                      *args)

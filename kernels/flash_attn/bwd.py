@@ -15,6 +15,8 @@ Both kernels split their loop into masked / unmasked parts like the forward (see
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import triton
 import triton.language as tl
@@ -623,6 +625,55 @@ def _unused_buffer(device) -> torch.Tensor:
     return buf
 
 
+#: The backward's scratch (delta, the group split's fp32 partials) comes from a byte buffer kept per (thread,
+#: device, stream) while a call needs at most this much: no allocation per call (each costs the host 3-4 us with
+#: its free on the H100 host), and nothing a call can race with: one thread's launches on one stream run in
+#: order, and the scratch lives from a call's first kernel to its last. Larger calls allocate theirs (their
+#: kernels take milliseconds), as do calls captured into a CUDA graph (the graph owns what it uses).
+WORKSPACE_KEEP_BYTES = 64 << 20
+#: Alignment of each scratch array in the workspace (Triton specialises pointers on 16 bytes).
+_SCRATCH_ALIGN = 256
+_WORKSPACE = threading.local()
+
+
+def _workspace(device, nbytes: int) -> torch.Tensor:
+    """A uint8 buffer of at least ``nbytes`` on ``device`` for one backward call's scratch: this thread's kept
+    buffer for the current stream, or a fresh one (above :data:`WORKSPACE_KEEP_BYTES`, or while a CUDA graph is
+    captured)."""
+    cuda = device.type == "cuda"
+    if nbytes > WORKSPACE_KEEP_BYTES or cuda and torch.cuda.is_current_stream_capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    index = device.index if device.index is not None else (launcher.current_device() if cuda else 0)
+    key = (device.type, index, launcher.current_stream(index) if cuda else None)
+    kept = _WORKSPACE.__dict__
+    buf = kept.get(key)
+    if buf is None or buf.numel() < nbytes:
+        buf = kept[key] = torch.empty(max(nbytes, 2 * buf.numel() if buf is not None else 0), dtype=torch.uint8,
+                                      device=device)
+    return buf
+
+
+def _scratch_layout(lse, k, v, split: int) -> tuple[int, int, int]:
+    """Byte offsets of delta (lse's shape, fp32) and the split's dK / dV partials ([split, *k.shape] and
+    [split, *v.shape], fp32; none without a split) in the workspace, and its size."""
+    def up(n):
+        return -(-n // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+
+    pk = up(lse.numel() * 4)
+    pv = pk + (up(split * k.numel() * 4) if split > 1 else 0)
+    return pk, pv, pv + (up(split * v.numel() * 4) if split > 1 else 0)
+
+
+def _scratch_views(ws, lse, k, v, split: int, pk: int, pv: int, dk_out, dv_out):
+    """(delta, dK's and dV's kernel outputs) as tensors viewing the workspace ``ws`` (:func:`_scratch_layout`'s
+    offsets); ``dk_out`` / ``dv_out`` pass through without a split (the kernel writes the gradients)."""
+    delta = ws[:lse.numel() * 4].view(torch.float32).view(lse.shape)
+    if split > 1:
+        dk_out = ws[pk:pk + split * k.numel() * 4].view(torch.float32).view(split, *k.shape)
+        dv_out = ws[pv:pv + split * v.numel() * 4].view(torch.float32).view(split, *v.shape)
+    return delta, dk_out, dv_out
+
+
 # Elements per program of the partial sum: a bandwidth pass, 1024 fp32 loads in flight per split.
 SUM_BLOCK = 1024
 
@@ -684,18 +735,32 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     else:
         atomic, split, replays = plan
     dq = _unused_buffer(q.device) if atomic else q.new_empty(q.shape, dtype=gdt)  # atomic: from the fp32 buffer
-    delta = torch.empty_like(lse)
+    # delta and the split's partials: in the workspace (see WORKSPACE_KEEP_BYTES); a replay takes their pointers,
+    # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
+    pk, pv, nbytes = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
+    ws = _workspace(q.device, nbytes) if nbytes else None
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
         dk, dv = k.new_empty(k.shape, dtype=gdt), v.new_empty(v.shape, dtype=gdt)
-        dk_out = k.new_empty((split, *k.shape), dtype=torch.float32)
-        dv_out = v.new_empty((split, *v.shape), dtype=torch.float32)
+        dk_out = dv_out = None  # the partials, below
     elif fp8 is not None:  # contiguous, as the FP8 inputs are
         dk_out = dk = k.new_empty(k.shape, dtype=gdt)
         dv_out = dv = v.new_empty(v.shape, dtype=gdt)
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)
+    if ws is None:  # lse not contiguous (a caller's own): delta as lse, the partials apart
+        delta = torch.empty_like(lse)
+        if split > 1:
+            dk_out = k.new_empty((split, *k.shape), dtype=torch.float32)
+            dv_out = v.new_empty((split, *v.shape), dtype=torch.float32)
+    elif replays is not None:  # pointers: no view made per call
+        base = ws.data_ptr()
+        delta = base
+        if split > 1:
+            dk_out, dv_out = base + pk, base + pv
+    else:
+        delta, dk_out, dv_out = _scratch_views(ws, lse, k, v, split, pk, pv, dk_out, dv_out)
     # atomic: the dK/dV kernel also adds dS K into an fp32 dQ buffer (5 matmuls instead of 7, not
     # bitwise deterministic); split: a one-element stand-in the kernel never touches. Not an alias of
     # a live tensor: the autotuner zeroes DQacc before each trial (reset_to_zero), and delta in its
@@ -709,6 +774,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         tensors.update(fp8)
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
     if replays is None or not all(replay(tensors) for replay in replays):
+        if replays is not None and ws is not None:  # a replay refused (another device): views for a launch
+            delta, dk_out, dv_out = _scratch_views(ws, lse, k, v, split, pk, pv, dk_out, dv_out)
+            tensors.update(Delta=delta, DK=dk_out, DV=dv_out, PK=dk_out, PV=dv_out)
         done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal,
                            window_left, window_right, softcap, allow_tf32, fp8 is not None, fp8_mma_order)
         if launches is not None and all(x is not None for x in done.values()):

@@ -127,6 +127,47 @@ def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     check_varlen()
 
 
+def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
+    """delta and the group split's fp32 partials live in a buffer kept per (thread, device, stream)
+    (kernels/flash_attn/bwd.py, WORKSPACE_KEEP_BYTES): a second call reuses it, here filled with NaN in between
+    (nothing is read there before this call wrote it), a larger call grows it, another thread gets its own, and
+    above the limit each call allocates and keeps nothing. Every call's gradients against the oracle."""
+    import threading
+
+    from kernels.flash_attn import bwd as bwd_mod
+
+    monkeypatch.setattr(bwd_mod, "group_split", lambda *a: 2)
+    kept = bwd_mod._WORKSPACE.__dict__
+    kept.clear()
+    check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3))
+    assert len(kept) == 1
+    (buf,) = kept.values()
+    first = (buf.data_ptr(), buf.numel())
+    buf.fill_(0xFF)  # every fp32 word a NaN
+    check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3), seed=1)
+    assert [(b.data_ptr(), b.numel()) for b in kept.values()] == [first]
+    check_against_oracle(2, 37, 29, 8, 2, 16, torch.float16, causal=True)  # more heads and batches: more scratch
+    (grown,) = kept.values()
+    assert grown.numel() > first[1]
+    theirs, errors = [], []
+
+    def other_thread():
+        try:
+            check_against_oracle(1, 21, 21, 2, 1, 16, torch.float32)
+            theirs.extend(bwd_mod._WORKSPACE.__dict__.values())
+        except Exception as e:  # reported in the test's thread
+            errors.append(e)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert not errors and len(theirs) == 1 and theirs[0].data_ptr() != grown.data_ptr()
+    monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 0)
+    kept.clear()
+    check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3))
+    assert not kept
+
+
 @pytest.mark.parametrize("d, dv, bwd", [(48, 32, "split"), (48, 32, "atomic"), (32, 48, "split"), (24, 16, "atomic")],
                          ids=["D48v32-split", "D48v32-atomic", "D32v48-split", "D24v16-atomic"])
 def test_value_head_dim_other_than_the_query_s(monkeypatch, d, dv, bwd):
