@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -118,7 +119,8 @@ def _record(cache: dict) -> list:
 def launches_alone(made):
     """A call replaying only the launches of a launch path (``made``: :func:`launch_path_call`'s pair)
     with the tensors an earlier call gave them: no allocation, no argument handling. None where the path
-    left nothing to replay (the interpreter compiles nothing)."""
+    left nothing to replay (the interpreter compiles nothing). Its ``launches`` attribute: how many
+    kernels one call launches."""
     call, cache = made
     call()  # the signature's first call fills the cache
     recorders = _record(cache)
@@ -126,7 +128,30 @@ def launches_alone(made):
         return None
     call()  # the recorders keep this call's tensors (alive as long as they are)
     pairs = [(r.launch, r.tensors) for r in recorders]
-    return lambda: [launch(tensors) for launch, tensors in pairs]
+
+    def alone():
+        for launch, tensors in pairs:
+            launch(tensors)
+
+    alone.launches = len(pairs)
+    return alone
+
+
+def allocations_per_call(call, device, calls: int = 20) -> float | None:
+    """How many device allocations one ``call()`` asks torch's caching allocator for (its own count of
+    requests, over ``calls`` calls after a warm one); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    call()
+    before = torch.cuda.memory_stats(device).get("allocation.all.allocated", 0)
+    for _ in range(calls):
+        call()
+    return (torch.cuda.memory_stats(device).get("allocation.all.allocated", 0) - before) / calls
+
+
+#: The host's floors (:func:`host_floors`) by name.
+FLOOR_EMPTY = "one torch.empty (1 MiB)"
+FLOOR_LAUNCH = "one replayed Triton launch (1 pointer)"
 
 
 def host_floors(device, calls: int) -> dict[str, float]:
@@ -145,25 +170,60 @@ def host_floors(device, calls: int) -> dict[str, float]:
         tl.store(X, 1.0)
 
     x = torch.empty(1, device=device)
-    floors = {"one torch.empty (1 MiB)": statistics.median(overhead.host_times(
+    floors = {FLOOR_EMPTY: statistics.median(overhead.host_times(
         lambda: torch.empty(1 << 18, device=device), device, calls))}
     made = launcher.launch(_one_store, (1,), {"X": x})
     if made is not None:
-        floors["one replayed Triton launch (1 pointer)"] = statistics.median(overhead.host_times(
+        floors[FLOOR_LAUNCH] = statistics.median(overhead.host_times(
             lambda: made({"X": x}), device, calls))
     return floors
 
 
-def launch_path(backend: str, case, mode: str, device, calls: int) -> tuple[list[float], list[float] | None] | None:
-    """Host microseconds per call of an in-repo kernel's own launch path (issue 16's budgets: launch,
-    autotune lookup, descriptor set-up; :func:`launch_path_call`) and of its launches alone
-    (:func:`launches_alone`; None where there is nothing to replay). None for other backends."""
+@dataclass
+class PathTimes:
+    """An in-repo kernel's launch path measured (:func:`launch_path`): host microseconds of every timed call of
+    the path and of its launches alone, how many kernels a call launches and allocations it asks for."""
+
+    path: list[float]
+    alone: list[float] | None
+    launches: int | None
+    allocations: float | None
+
+    def floor_model_us(self, floors: dict[str, float]) -> float | None:
+        """What the host's floors price the call's launches and allocations at (each allocation with its free):
+        the path's time less this is its own Python. None without floors or counts."""
+        launch, alloc = floors.get(FLOOR_LAUNCH), floors.get(FLOOR_EMPTY)
+        if None in (launch, alloc, self.launches, self.allocations):
+            return None
+        return self.launches * launch + self.allocations * alloc
+
+
+def launch_path(backend: str, case, mode: str, device, calls: int) -> PathTimes | None:
+    """An in-repo kernel's own launch path (issue 16's budgets: launch, autotune lookup, descriptor set-up;
+    :func:`launch_path_call`) and its launches alone (:func:`launches_alone`), timed. None for other backends."""
     made = launch_path_call(backend, case, mode, device)
     if made is None:
         return None
     path = overhead.host_times(made[0], device, calls)
+    allocations = allocations_per_call(made[0], device)
     alone = launches_alone(made)
-    return path, None if alone is None else overhead.host_times(alone, device, calls)
+    return PathTimes(path, None if alone is None else overhead.host_times(alone, device, calls),
+                     getattr(alone, "launches", None), allocations)
+
+
+def decomposition(rows: list[tuple[str, str, str, PathTimes]], floors: dict[str, float]) -> list[str]:
+    """A table of the launch paths against the host's floors: each path's median call, its launches and
+    allocations per call, what the floors price them at, and the rest (the path's own Python)."""
+    lines = ["| launch path | case | mode | host us / call | launches | allocations | at the host's floors | "
+             "the path's own |", "|---|---|---|---|---|---|---|---|"]
+    for backend, case, mode, t in rows:
+        host = statistics.median(t.path)
+        model = t.floor_model_us(floors)
+        cells = ["-" if t.launches is None else str(t.launches),
+                 "-" if t.allocations is None else f"{t.allocations:g}",
+                 "-" if model is None else f"{model:.1f}", "-" if model is None else f"{host - model:.1f}"]
+        lines.append(f"| {backend} | {case} | {mode} | {host:.1f} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -194,7 +254,7 @@ def main(argv=None) -> int:
         print(f"host_overhead: {e}", file=sys.stderr)
         return 2
     modes = [m for m in args.modes.split(",") if m]
-    rows, skipped = [], []
+    rows, skipped, paths = [], [], []
     floors = host_floors(device, args.calls)
     for name, us in floors.items():
         print(f"host floor: {name:40s} {us:8.1f} us", flush=True)
@@ -218,7 +278,9 @@ def main(argv=None) -> int:
                 rows.append(r)
                 first = len(rows) - 1
                 made = launch_path(a.name, case, mode, device, args.calls) if not args.no_launch_path else None
-                for label, times in zip(("launch path", "launches alone"), made or ()):
+                if made is not None:
+                    paths.append((a.name, case.id, mode, made))
+                for label, times in (("launch path", made.path), ("launches alone", made.alone)) if made else ():
                     if times is not None:  # the same kernels: the adapter row's device time
                         rows.append(overhead.Overhead(f"{a.name} ({label})", case.id, mode, statistics.median(times),
                                                       r.device_us, r.device_clock, r.budget_us, times))
@@ -229,10 +291,18 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "overhead.json").write_text(json.dumps({"device": str(device), "rows": [r.to_dict() for r in rows],
                                                    "skipped": skipped, "budgets_us": overhead.HOST_BUDGET_US,
-                                                   "host_floors_us": floors, "pinned_cpu": args.pin_cpu},
+                                                   "host_floors_us": floors, "pinned_cpu": args.pin_cpu,
+                                                   "launch_paths": [{"backend": b, "case": c, "mode": m,
+                                                                     "launches": t.launches,
+                                                                     "allocations": t.allocations,
+                                                                     "floor_model_us": t.floor_model_us(floors)}
+                                                                    for b, c, m, t in paths]},
                                                   indent=1) + "\n")
     md = ["# Host overhead per call", "", f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}",
           "", *overhead.markdown(rows), ""]
+    if paths:
+        md += ["The launch paths against the host's floors (each allocation priced with its free):", "",
+               *decomposition(paths, floors), ""]
     if floors:
         md += [f"The host's floors{f' (pinned to CPU {args.pin_cpu})' if args.pin_cpu is not None else ''}: "
                + "; ".join(f"{name} {us:.1f} us" for name, us in floors.items()) + ".", ""]

@@ -164,9 +164,27 @@ def test_launches_alone_replays_what_the_path_launched_with_its_tensors():
             launch({"X": x})
 
     alone = host_overhead.launches_alone((path, cache))
-    assert made == [0, 1] and log == [("fwd", 1), ("dq", 1), ("dkdv", 1)]
+    assert made == [0, 1] and log == [("fwd", 1), ("dq", 1), ("dkdv", 1)] and alone.launches == 3
     alone()
     alone()
     assert made == [0, 1]  # no allocation: the path itself is not called again
     assert log[3:] == [("fwd", 1), ("dq", 1), ("dkdv", 1)] * 2
     assert host_overhead.launches_alone((lambda: None, {})) is None  # nothing to replay (the interpreter)
+
+
+def test_launch_paths_are_priced_at_the_hosts_floors():
+    """host_overhead.py's decomposition: launches x the one-pointer launch floor + allocations x the torch.empty
+    floor, and the rest as the path's own; a dash where a count or a floor is missing (a CPU run)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import host_overhead
+    finally:
+        sys.path.pop(0)
+    floors = {host_overhead.FLOOR_LAUNCH: 7.0, host_overhead.FLOOR_EMPTY: 3.0}
+    t = host_overhead.PathTimes(path=[40.0, 50.0, 45.0], alone=[21.0], launches=3, allocations=4.0)
+    assert t.floor_model_us(floors) == 33.0 and t.floor_model_us({}) is None
+    table = host_overhead.decomposition([("triton_fa", CASE.id, "bwd", t),
+                                         ("triton_fa", CASE.id, "fwd", host_overhead.PathTimes([9.0], None, None, None))],
+                                        floors)
+    assert table[2] == f"| triton_fa | {CASE.id} | bwd | 45.0 | 3 | 4 | 33.0 | 12.0 |"
+    assert table[3] == f"| triton_fa | {CASE.id} | fwd | 9.0 | - | - | - | - |"
