@@ -721,7 +721,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     if q.numel() == 0 or k.numel() == 0:
         return (torch.zeros(q.shape, device=q.device, dtype=gdt), torch.zeros(k.shape, device=q.device, dtype=gdt),
                 torch.zeros(v.shape, device=q.device, dtype=gdt))
-    # launches["plan"]: (atomic, split, the Launches to replay in order) after a first call that
+    # launches["plan"]: (atomic, split, the scratch layout, the Launches to replay in order) after a first call that
     # could leave every one of them
     plan = launches.get("plan") if launches is not None else None
     if plan is None:
@@ -732,12 +732,13 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
             split = group_split(batch, hk, hq // hk, sk, sms)
         split = max(1, min(int(split), hq // hk))
         replays = None
+        layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
     else:
-        atomic, split, replays = plan
+        atomic, split, layout, replays = plan
     dq = _unused_buffer(q.device) if atomic else q.new_empty(q.shape, dtype=gdt)  # atomic: from the fp32 buffer
     # delta and the split's partials: in the workspace (see WORKSPACE_KEEP_BYTES); a replay takes their pointers,
     # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
-    pk, pv, nbytes = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
+    pk, pv, nbytes = layout
     ws = _workspace(q.device, nbytes) if nbytes else None
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
@@ -780,7 +781,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal,
                            window_left, window_right, softcap, allow_tf32, fp8 is not None, fp8_mma_order)
         if launches is not None and all(x is not None for x in done.values()):
-            launches["plan"] = (atomic, split, tuple(done.values()))
+            launches["plan"] = (atomic, split, layout, tuple(done.values()))
     if atomic:
         dq = dq_acc.to(q.dtype)
     return dq, dk, dv
