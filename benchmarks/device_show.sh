@@ -599,7 +599,8 @@ fp8-bwd)  # issue 19, session 19: cuDNN's FP8 backward (sdpa_fp8_backward; carry
 fp8-bwd-ours)  # issue 19, session 21: the in-repo FP8 backward (flash_attn_fp8_bwd_func) on the GPU, no peer
     # installed: the flash kernels' GPU tests with pinned configs (the bf16 / fp16 / fp32 backward shares its
     # kernels), the small FP8 preset through the harness with the eager reference, then the fp8-bwd preset's
-    # backward beside the in-repo bf16 kernel and torch's cuDNN SDPA (FP8_BWD_CASES, FP8_BWD_SECONDS).
+    # backward beside the in-repo bf16 kernel and torch's cuDNN SDPA (FP8_BWD_CASES, FP8_BWD_SECONDS;
+    # FP8_BWD_PRESET=fp8-bwd-hd64 for hd 64).
     # `FP8_BWD_TESTS=0` skips the tests. The cuDNN FP8 peer: the `fp8-bwd` step (carry .whl-cudnn).
     setup
     if [ "${FP8_BWD_TESTS:-1}" != 0 ]; then
@@ -613,7 +614,7 @@ fp8-bwd-ours)  # issue 19, session 21: the in-repo FP8 backward (flash_attn_fp8_
     echo "run exit $?" >> "$OUT/fp8-bwd-run.log"
     grep -E "triton_fa_fp8" "$OUT/fp8-bwd-run.log" | grep -v " pass " | head -n 20; tail -n 3 "$OUT/fp8-bwd-run.log"
     if [ "${FP8_BWD_SECONDS:-0}" != 0 ]; then
-        timeout "$FP8_BWD_SECONDS" python3 -m harness bench --preset fp8-bwd --modes bwd --no-plots \
+        timeout "$FP8_BWD_SECONDS" python3 -m harness bench --preset "${FP8_BWD_PRESET:-fp8-bwd}" --modes bwd --no-plots \
             --time-limit $(( FP8_BWD_SECONDS - 20 )) --backends triton_fa_fp8,triton_fa,sdpa_cudnn \
             --cases "${FP8_BWD_CASES:-S(4096|8192)x}" --out "$OUT/fp8-bwd-ours" > "$OUT/fp8-bwd-ours.log" 2>&1
         echo "bench exit $?" >> "$OUT/fp8-bwd-ours.log"

@@ -40,15 +40,15 @@ def _fp8_sweep() -> list[Case]:
     return cases
 
 
-def _fp8_bwd() -> list[Case]:
-    """The FA-paper sweep at hd 128 (cuDNN's FP8 backward on sm90 builds there only), forward and
-    backward: bf16, and e4m3 in and out with the backward in e4m3 and in e5m2 (flash-attn's / cuDNN's
-    FP8 training forms: ``fp8_grad``), in one bench run."""
+def _fp8_bwd(head_dim: int = 128) -> list[Case]:
+    """The FA-paper sweep at ``head_dim`` (128: cuDNN's FP8 backward on sm90 builds there only; 64: the in-repo
+    FP8 backward beside the bf16 kernels, no FP8 peer), forward and backward: bf16, and e4m3 in and out with the
+    backward in e4m3 and in e5m2 (flash-attn's / cuDNN's FP8 training forms: ``fp8_grad``), in one bench run."""
     cases: list[Case] = []
     for causal in (False, True):
         for s in FA_SWEEP_SEQLENS:
-            h = FA_SWEEP_HIDDEN // 128
-            c = SoftmaxCase(FA_SWEEP_TOKENS // s, h, h, s, s, 128, causal=causal, dtype="bf16")
+            h = FA_SWEEP_HIDDEN // head_dim
+            c = SoftmaxCase(FA_SWEEP_TOKENS // s, h, h, s, s, head_dim, causal=causal, dtype="bf16")
             cases += [c] + [dataclasses.replace(c, fp8="e4m3", fp8_out=True, fp8_grad=g) for g in ("e4m3", "e5m2")]
     return cases
 
@@ -265,6 +265,7 @@ _BUILDERS: dict[str, tuple[Callable[[], list[Case]], str]] = {
     "small-fp8": (_small_fp8, "CPU-sized FP8 cases: e4m3 q/k/v with per-tensor descales, bf16/fp16 out, masks, GQA/MQA, scale 1.0, FP8 backward in e4m3/e5m2"),
     "fp8-sweep": (_fp8_sweep, "FA-paper sweep (hd 64/128 at hidden 2048, hd 256 x 8 heads) in bf16 and in e4m3 with bf16 out"),
     "fp8-bwd": (_fp8_bwd, "FA-paper sweep at hd 128, forward and backward: bf16, and e4m3 in / out with the backward in e4m3 and in e5m2"),
+    "fp8-bwd-hd64": (lambda: _fp8_bwd(64), "the fp8-bwd preset at hd 64 (no cuDNN FP8 backward there on sm90: the in-repo FP8 and bf16 kernels, cuDNN's bf16)"),
     "fa-sweep": (_fa_sweep, "FA-paper sweep: hd 64/128, seqlen 512..16k at 16k tokens, hidden 2048, bf16"),
     "configs": (_configs, "MHA / GQA 32/8 / MQA / MLA-shaped (d192 v128), B2 S4096 causal, bf16"),
     "causal-sweep": (_causal_sweep, "d in {16,32,64,128} x seqlen 128..8192, B4 H16 causal, bf16"),
