@@ -4,7 +4,8 @@ an A/B, never across sessions).
 
     python benchmarks/host_ab.py DIR      (DIR holds new-1/, old-1/, new-2/, ... each with overhead.json)
 
-Prints one row per (backend, case, mode): each run's median call in microseconds, in run order, and
+Prints one row per (backend, case, mode), after the host's floors each run measured (one torch.empty, one
+replayed launch: which runs found the host slow): each run's median call in microseconds, in run order, and
 for each earlier tree the ratio of the new runs' mean to that tree's (runs named TREE-N: old-1,
 old-a7bd22b-1, ...). `benchmarks/device_show.sh host-ab` makes the runs (this tree and earlier
 commits' kernels/ in `.old` and `.old-REV`, measured by this tree's harness).
@@ -19,13 +20,16 @@ from pathlib import Path
 
 
 def load(root: Path) -> dict[str, dict[tuple, float]]:
-    """run name -> {(backend, case, mode): host us per call (median call)}, in run order (new-1, old-1,
-    new-2, ...: by the number after the last dash, then the name)."""
+    """run name -> {(backend, case, mode): host us per call (median call)}, the host's floors first as
+    ("host floor", floor, "-"), in run order (new-1, old-1, new-2, ...: by the number after the last dash, then
+    the name)."""
     runs = {}
     for d in sorted((p for p in root.iterdir() if (p / "overhead.json").is_file()),
                     key=lambda p: (p.name.rsplit("-", 1)[-1], p.name)):
-        rows = json.loads((d / "overhead.json").read_text())["rows"]
-        runs[d.name] = {(r["backend"], r["case"], r["mode"]): r["host_us"] for r in rows}
+        data = json.loads((d / "overhead.json").read_text())
+        # the host's floors first (host_overhead.py measures them in each run): which runs found a slow host
+        runs[d.name] = {("host floor", name, "-"): us for name, us in data.get("host_floors_us", {}).items()}
+        runs[d.name].update({(r["backend"], r["case"], r["mode"]): r["host_us"] for r in data["rows"]})
     return runs
 
 

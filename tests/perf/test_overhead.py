@@ -123,12 +123,14 @@ def test_host_ab_puts_runs_side_by_side(tmp_path, capsys):
         rows = [{"backend": "triton_fa (launch path)", "case": CASE.id, "mode": "fwd", "host_us": us}]
         if name.startswith("old"):
             rows.append({"backend": "triton_fa (launch path)", "case": CASE.id, "mode": "bwd", "host_us": 2 * us})
-        (tmp_path / name / "overhead.json").write_text(json.dumps({"rows": rows}))
+        floors = {"one torch.empty (1 MiB)": us / 10} if name != "old-2" else {}  # (runs before session 27: none)
+        (tmp_path / name / "overhead.json").write_text(json.dumps({"rows": rows, "host_floors_us": floors}))
     assert host_ab.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "| backend | case | mode | new-1 | old-1 | new-2 | old-2 | new / old |"  # run order
-    assert out[2] == f"| triton_fa (launch path) | {CASE.id} | fwd | 20.0 | 30.0 | 22.0 | 28.0 | 0.72 |"
-    assert out[3] == f"| triton_fa (launch path) | {CASE.id} | bwd | - | 60.0 | - | 56.0 | - |"
+    assert out[2] == "| host floor | one torch.empty (1 MiB) | - | 2.0 | 3.0 | 2.2 | - | 0.70 |"
+    assert out[3] == f"| triton_fa (launch path) | {CASE.id} | fwd | 20.0 | 30.0 | 22.0 | 28.0 | 0.72 |"
+    assert out[4] == f"| triton_fa (launch path) | {CASE.id} | bwd | - | 60.0 | - | 56.0 | - |"
     assert host_ab.main([str(tmp_path / "missing")]) == 2
 
 
