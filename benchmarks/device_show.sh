@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
