@@ -19,18 +19,26 @@ LSE_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
 
 def poison_allocations(monkeypatch):
-    """Every torch.empty / empty_like made from now on starts as NaN (float), workspaces included: an
-    output element a kernel forgot to write, or a workspace element read that no kernel wrote, shows up
-    as NaN instead of as stale memory that looks fine."""
-    real_empty, real_empty_like = torch.empty, torch.empty_like
+    """Every torch.empty / empty_like / Tensor.new_empty made from now on starts as NaN (float), workspaces
+    included: an output element a kernel forgot to write, or a workspace element read that no kernel wrote,
+    shows up as NaN instead of as stale memory that looks fine. The flash backward's kept workspace
+    (kernels/flash_attn/bwd.py) is not kept meanwhile: every call's scratch is a fresh, poisoned one (a byte
+    buffer: 0xFF bytes, NaN in every fp32 word)."""
+    from kernels.flash_attn import bwd
+
+    real_empty, real_empty_like, real_new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
 
     def _poison(t):
         if t.is_floating_point():
             t.fill_(float("nan"))
+        elif t.dtype == torch.uint8:
+            t.fill_(0xFF)
         return t
 
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: _poison(real_empty(*a, **kw)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: _poison(real_empty_like(*a, **kw)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw: _poison(real_new_empty(self, *a, **kw)))
+    monkeypatch.setattr(bwd, "WORKSPACE_KEEP_BYTES", -1)
 
 
 def rel_err(x, ref):

@@ -127,6 +127,20 @@ def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     check_varlen()
 
 
+def test_poisoning_covers_every_allocation_the_kernels_make():
+    """The autouse fixture (kernel_checks.poison_allocations): torch.empty, torch.empty_like and Tensor.new_empty
+    (the kernels' outputs, gradients and lse) start as NaN, and the backward's scratch comes fresh and 0xFF-filled
+    on every call instead of from the kept workspace (stale values from an earlier call would look fine)."""
+    from kernels.flash_attn import bwd as bwd_mod
+
+    x = torch.zeros(3, device=DEVICE)
+    assert torch.empty(4, device=DEVICE).isnan().all() and torch.empty_like(x).isnan().all()
+    assert torch.empty_like(x, dtype=torch.bfloat16, memory_format=torch.contiguous_format).isnan().all()
+    assert x.new_empty((2, 2)).isnan().all() and x.new_empty(5, dtype=torch.float16).isnan().all()
+    first, second = bwd_mod._workspace(x.device, 64), bwd_mod._workspace(x.device, 64)
+    assert first.data_ptr() != second.data_ptr() and first.eq(255).all() and second.eq(255).all()
+
+
 def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     """delta and the group split's fp32 partials live in a buffer kept per (thread, device, stream)
     (kernels/flash_attn/bwd.py, WORKSPACE_KEEP_BYTES): a second backward reuses it, here filled with NaN in between
@@ -138,6 +152,7 @@ def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     from kernels.flash_attn import bwd as bwd_mod
 
     monkeypatch.setattr(bwd_mod, "group_split", lambda *a: 2)
+    monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 64 << 20)  # kept (the poisoning fixture keeps none)
     handed = []
     real = bwd_mod._workspace
 
