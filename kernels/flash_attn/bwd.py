@@ -649,8 +649,8 @@ def _workspace(device, nbytes: int) -> torch.Tensor:
     kept = _WORKSPACE.__dict__
     buf = kept.get(key)
     if buf is None or buf.numel() < nbytes:
-        buf = kept[key] = torch.empty(max(nbytes, 2 * buf.numel() if buf is not None else 0), dtype=torch.uint8,
-                                      device=device)
+        grown = min(2 * buf.numel(), WORKSPACE_KEEP_BYTES) if buf is not None else 0  # doubling, within the limit
+        buf = kept[key] = torch.empty(max(nbytes, grown), dtype=torch.uint8, device=device)
     return buf
 
 

@@ -176,6 +176,9 @@ def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     t.start()
     t.join()
     assert theirs[0].data_ptr() != real(device, 1024).data_ptr()
+    monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 4096)  # growth doubles, but never keeps more than that
+    bwd_mod._WORKSPACE.__dict__.clear()
+    assert real(device, 3000).numel() == 3000 and real(device, 4000).numel() == 4096
     monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 0)
     first, second = real(device, 1024), real(device, 1024)
     assert first.data_ptr() != second.data_ptr()
