@@ -99,8 +99,8 @@ class _Recorder:
 
 
 def _record(cache: dict) -> list:
-    """Wrap every Launch of a launch path's cache (a value, or the backward's plan ``(atomic, split,
-    launches)``) in a :class:`_Recorder`, in place; the recorders in launch order."""
+    """Wrap every Launch of a launch path's cache (a value, or the last item of a tuple such as the backward's
+    plan ``(atomic, split, layout, launches)``) in a :class:`_Recorder`, in place; the recorders in launch order."""
     from kernels.launcher import Launch
 
     recorders = []
