@@ -289,6 +289,7 @@ class _SpeedRun:
         timed cell."""
         from harness.perf import flops as flop_model
         from harness.perf import roofline
+        from harness.perf.timing import CLOCK_DEVICE, CLOCK_HOST
 
         for row in rows:
             ms_by_mode = {}
@@ -299,7 +300,8 @@ class _SpeedRun:
                 ms_by_mode[mode] = ms
                 cell["tflops"] = flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf
                 cell["gbps"] = flop_model.min_bytes(case, mode) / (ms * 1e-3) / 1e9 if ms > 0 else math.inf
-            for mode, reasons in roofline.check(case, ms_by_mode, self.peaks).items():
+            clock = CLOCK_DEVICE if self.device.type == "cuda" else CLOCK_HOST
+            for mode, reasons in roofline.check(case, ms_by_mode, self.peaks, clock).items():
                 if mode in row["modes"] and reasons:
                     row["modes"][mode]["flags"] = list(reasons)
             if row.get("candidate"):

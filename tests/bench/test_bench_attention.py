@@ -71,7 +71,7 @@ def test_attention(benchmark, bench_session, attn_adapter, attn_case, mode):
         ms["fwd"] = session.runner.fwd_ms(adapter, case)
     from harness.perf import roofline
 
-    flags = roofline.check(case, ms, peaks).get(mode)
+    flags = roofline.check(case, ms, peaks, timing.clock).get(mode)
     if flags:
         cell.update(status="implausible", flags=flags, reason=f"{IMPLAUSIBLE}: " + "; ".join(flags))
         benchmark.extra_info["flags"] = flags

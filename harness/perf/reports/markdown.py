@@ -160,7 +160,8 @@ def header_lines(data: dict) -> list[str]:
         mm = ", ".join(f"{k} {v:.3g} TFLOP/s" for k, v in peaks.get("matmul_tflops", {}).items())
         lines.append(f"- measured ceilings ({peaks.get('measured_at', '')}): dense matmul {mm}; copy "
                      f"{peaks.get('copy_gbps') or 0:.3g} GB/s. Results above them (x{PEAK_MARGIN:g}), a backward faster "
-                     f"than {BWD_MIN_FRACTION:g}x its forward, or a fwd+bwd faster than {E2E_MIN_FRACTION:g}x its forward "
+                     f"than {BWD_MIN_FRACTION:g}x its forward (device clock only: a host clock's small case is mostly "
+                     f"per-operation host work), or a fwd+bwd faster than {E2E_MIN_FRACTION:g}x its forward "
                      f"read \"{IMPLAUSIBLE}\".")
     lines += [
         ("- FLOPs (`harness/perf/flops.py`): softmax counts exactly the visible (query, key) pairs (causal, window, "
