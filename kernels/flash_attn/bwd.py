@@ -637,20 +637,21 @@ _WORKSPACE = threading.local()
 _CONTIGUOUS = torch.contiguous_format
 
 
-def _workspace(device, nbytes: int) -> torch.Tensor:
-    """A uint8 buffer of at least ``nbytes`` on ``device`` for one backward call's scratch: this thread's kept
-    buffer for the current stream, or a fresh one (above :data:`WORKSPACE_KEEP_BYTES`, or while a CUDA graph is
-    captured)."""
-    cuda = device.type == "cuda"
+def _workspace(like: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A uint8 buffer of at least ``nbytes`` on ``like``'s device for one backward call's scratch: this thread's
+    kept buffer for the current stream, or a fresh one (above :data:`WORKSPACE_KEEP_BYTES`, or while a CUDA graph
+    is captured). Keyed by the tensor's device index and the stream (``like.get_device()``: no torch.device made
+    per call)."""
+    cuda = like.is_cuda
     if nbytes > WORKSPACE_KEEP_BYTES or cuda and torch.cuda.is_current_stream_capturing():
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    index = device.index if device.index is not None else (launcher.current_device() if cuda else 0)
-    key = (device.type, index, launcher.current_stream(index) if cuda else None)
+        return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+    index = like.get_device()  # -1 on the CPU
+    key = (index, launcher.current_stream(index) if cuda else None)
     kept = _WORKSPACE.__dict__
     buf = kept.get(key)
     if buf is None or buf.numel() < nbytes:
         grown = min(2 * buf.numel(), WORKSPACE_KEEP_BYTES) if buf is not None else 0  # doubling, within the limit
-        buf = kept[key] = torch.empty(max(nbytes, grown), dtype=torch.uint8, device=device)
+        buf = kept[key] = torch.empty(max(nbytes, grown), dtype=torch.uint8, device=like.device)
     return buf
 
 
@@ -703,29 +704,24 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     :mod:`kernels.launcher`); the caller keys it on the call's signature (dO's included).
     """
     varlen = cu_seqlens_q is not None
-    if q.shape[-1] > configs.MAX_HEAD_DIM or v.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
-        from .wide import wide_bwd
-
-        return wide_bwd(do, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
-                        window_right=window_right, softcap=softcap, allow_tf32=allow_tf32, cu_seqlens_q=cu_seqlens_q)
-    if varlen:
-        batch = cu_seqlens_q.numel() - 1
-        _, hq, d = q.shape
-        hk = k.shape[1]
-        sq, sk = int(max_seqlen_q), int(max_seqlen_k)
-        cuq, cuk = cu_seqlens_q, cu_seqlens_k
-    else:
-        batch, sq, hq, d = q.shape
-        sk, hk = k.shape[1], k.shape[2]
-        cuq = cuk = None  # IS_VARLEN is a constexpr: None is one too, no slot for a replay to fill
+    # IS_VARLEN is a constexpr: dense, None is one too, no slot for a replay to fill
+    cuq, cuk = (cu_seqlens_q, cu_seqlens_k) if varlen else (None, None)
     gdt = grad_dtype or q.dtype
-    if q.numel() == 0 or k.numel() == 0:
-        return (torch.zeros(q.shape, device=q.device, dtype=gdt), torch.zeros(k.shape, device=q.device, dtype=gdt),
-                torch.zeros(v.shape, device=q.device, dtype=gdt))
     # launches["plan"]: (atomic, split, the scratch layout, the Launches to replay in order) after a first call that
-    # could leave every one of them
+    # could leave every one of them. Only a call launched here leaves one (not the wide kernels', not an empty
+    # call's), so a replay skips those checks and the dimensions (the host time of every call: issue 16's budget)
     plan = launches.get("plan") if launches is not None else None
     if plan is None:
+        if q.shape[-1] > configs.MAX_HEAD_DIM or v.shape[-1] > configs.MAX_HEAD_DIM:  # absorbed MLA and wider
+            from .wide import wide_bwd
+
+            return wide_bwd(do, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
+                            window_left=window_left, window_right=window_right, softcap=softcap,
+                            allow_tf32=allow_tf32, cu_seqlens_q=cu_seqlens_q)
+        if q.numel() == 0 or k.numel() == 0:
+            return (torch.zeros(q.shape, device=q.device, dtype=gdt),
+                    torch.zeros(k.shape, device=q.device, dtype=gdt), torch.zeros(v.shape, device=q.device, dtype=gdt))
+        batch, hq, hk, d, sq, sk = _dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
         atomic = fp8 is None and configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
         if split is None:
             sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
@@ -741,7 +737,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     # delta and the split's partials: in the workspace (see WORKSPACE_KEEP_BYTES); a replay takes their pointers,
     # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
     pk, pv, nbytes = layout
-    ws = _workspace(q.device, nbytes) if nbytes else None
+    ws = _workspace(q, nbytes) if nbytes else None
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
         dk = torch.empty_like(k, dtype=gdt, memory_format=_CONTIGUOUS)
@@ -777,17 +773,32 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     if fp8 is not None:  # (otherwise the FP8 arguments are None: constexprs, no slot to fill per call)
         tensors.update(fp8)
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
-    if replays is None or not all(replay(tensors) for replay in replays):
+    refused = replays is None
+    if not refused:
+        for replay in replays:  # (a loop: all() over a generator costs a replay's own Python again)
+            if not replay(tensors):  # another device than the first call's: none launched (each checks first)
+                refused = True
+                break
+    if refused:
         if replays is not None and ws is not None:  # a replay refused (another device): views for a launch
             delta, dk_out, dv_out = _scratch_views(ws, lse, k, v, split, pk, pv, dk_out, dv_out)
             tensors.update(Delta=delta, DK=dk_out, DV=dv_out, PK=dk_out, PV=dv_out)
-        done = _launch_bwd(tensors, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal,
-                           window_left, window_right, softcap, allow_tf32, fp8 is not None, fp8_mma_order)
+        done = _launch_bwd(tensors, varlen, *_dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k), atomic, split,
+                           softmax_scale, causal, window_left, window_right, softcap, allow_tf32, fp8 is not None,
+                           fp8_mma_order)
         if launches is not None and all(x is not None for x in done.values()):
             launches["plan"] = (atomic, split, layout, tuple(done.values()))
     if atomic:
         dq = dq_acc.to(q.dtype)
     return dq, dk, dv
+
+
+def _dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k) -> tuple[int, int, int, int, int, int]:
+    """(batch, query heads, kv heads, head dim, query length, key length) of a dense or varlen call (varlen: the
+    longest sequences, as given)."""
+    if cu_seqlens_q is not None:
+        return cu_seqlens_q.numel() - 1, q.shape[1], k.shape[1], q.shape[2], int(max_seqlen_q), int(max_seqlen_k)
+    return q.shape[0], q.shape[2], k.shape[2], q.shape[3], q.shape[1], k.shape[1]
 
 
 def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal, window_left,

@@ -137,7 +137,7 @@ def test_poisoning_covers_every_allocation_the_kernels_make():
     assert torch.empty(4, device=DEVICE).isnan().all() and torch.empty_like(x).isnan().all()
     assert torch.empty_like(x, dtype=torch.bfloat16, memory_format=torch.contiguous_format).isnan().all()
     assert x.new_empty((2, 2)).isnan().all() and x.new_empty(5, dtype=torch.float16).isnan().all()
-    first, second = bwd_mod._workspace(x.device, 64), bwd_mod._workspace(x.device, 64)
+    first, second = bwd_mod._workspace(x, 64), bwd_mod._workspace(x, 64)
     assert first.data_ptr() != second.data_ptr() and first.eq(255).all() and second.eq(255).all()
 
 
@@ -156,8 +156,8 @@ def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     handed = []
     real = bwd_mod._workspace
 
-    def recording(device, nbytes):
-        buf = real(device, nbytes)
+    def recording(like, nbytes):
+        buf = real(like, nbytes)
         handed.append((threading.get_ident(), buf))
         return buf
 
@@ -168,19 +168,19 @@ def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3), seed=1)
     assert handed[1][0] == thread and handed[1][1].data_ptr() == buf.data_ptr()
     # the rule itself: one buffer per thread, grown on demand
-    device = torch.device(DEVICE)
-    mine = real(device, 1024)
-    assert real(device, 512).data_ptr() == mine.data_ptr() and real(device, 1 << 20).numel() >= 1 << 20
+    on_device = torch.zeros(1, device=DEVICE)  # _workspace reads the device (and stream) from a tensor on it
+    mine = real(on_device, 1024)
+    assert real(on_device, 512).data_ptr() == mine.data_ptr() and real(on_device, 1 << 20).numel() >= 1 << 20
     theirs = []
-    t = threading.Thread(target=lambda: theirs.append(real(device, 1024)))
+    t = threading.Thread(target=lambda: theirs.append(real(on_device, 1024)))
     t.start()
     t.join()
-    assert theirs[0].data_ptr() != real(device, 1024).data_ptr()
+    assert theirs[0].data_ptr() != real(on_device, 1024).data_ptr()
     monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 4096)  # growth doubles, but never keeps more than that
     bwd_mod._WORKSPACE.__dict__.clear()
-    assert real(device, 3000).numel() == 3000 and real(device, 4000).numel() == 4096
+    assert real(on_device, 3000).numel() == 3000 and real(on_device, 4000).numel() == 4096
     monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 0)
-    first, second = real(device, 1024), real(device, 1024)
+    first, second = real(on_device, 1024), real(on_device, 1024)
     assert first.data_ptr() != second.data_ptr()
     check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3), seed=2)
     assert handed[-1][1].data_ptr() != buf.data_ptr()

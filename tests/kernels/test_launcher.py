@@ -1,9 +1,10 @@
 """Replayed launches (kernels/launcher.py): a call with the signature of an earlier one skips the
 argument checks, the autotuner and Triton's binding, and launches the compiled kernels directly.
 
-On the CPU nothing is compiled, so a stand-in for the compiled kernel records what it is given:
-a replay must pass exactly the arguments a fresh launch computes for the same tensors, a call with
-another signature must be launched afresh, and the cache must keep no tensor alive. On a GPU the
+On the CPU nothing is compiled, so a stand-in for the compiled kernel (kernels/standins.py) records
+what it is given: a replay must pass exactly the arguments a fresh launch computes for the same
+tensors, a call with another signature must be launched afresh, and the cache must keep no tensor
+alive. On a GPU the
 replayed kernels run and their results are checked.
 """
 
@@ -20,41 +21,9 @@ if not torch.cuda.is_available():
 from kernels import launcher  # noqa: E402
 from kernels.flash_attn import bwd, configs, flash_attn_func, flash_attn_varlen_func, interface  # noqa: E402
 from kernels.flash_attn.reference import attention_ref  # noqa: E402
+from kernels.standins import StandInKernel, cpu_replays  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-
-
-class _Runner:
-    """Stands in for Triton's CudaLauncher: its C entry point records what it is given."""
-
-    launch_cooperative_grid, launch_pdl, global_scratch_size, global_scratch_align, num_ctas = False, False, 0, 1, 1
-    profile_scratch_size = 0
-
-    def __init__(self, compiled):
-        self.compiled = compiled
-
-    def launch(self, gx, gy, gz, stream, function, coop, pdl, scratch, profile, packed, meta, enter, leave, *args):
-        c = self.compiled
-        assert function is c.function and packed is c.packed_metadata and scratch is None and profile is None
-        c.log.append(("replay", c.name, list(args), (gx, gy, gz)))
-
-
-    def __call__(self, gx, gy, gz, stream, function, packed, meta, enter, leave, *args):  # Triton's own path
-        c = self.compiled
-        enter(meta)
-        c.log.append(("replay-hooked", c.name, list(args), (gx, gy, gz)))
-
-
-class _Compiled:
-    """Stands in for a CompiledKernel."""
-
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-        self.function = self.packed_metadata = object()
-        self.run = _Runner(self)
-
-    def launch_metadata(self, grid, stream, *args):
-        return None
 
 
 def _no_alias_of_a_reset_argument(tuned, kwargs):
@@ -69,33 +38,10 @@ def _no_alias_of_a_reset_argument(tuned, kwargs):
 
 
 @pytest.fixture
-def recorded(monkeypatch):
+def recorded():
     """Launches go to stand-ins: ("fresh" | "replay", kernel name, arguments in kernel order, grid)."""
-    log = []
-
-    def fresh(jit_fn, grid, full):
-        grid = tuple(grid) + (1,) * (3 - len(grid))
-        log.append(("fresh", jit_fn.fn.__name__, [v for _, v in launcher.arguments(jit_fn, full)], grid))
-
-    def fake_launch(raw, tuned, space, prune, grid_of, kwargs, options=None):  # configs.launch's pinned path
-        _no_alias_of_a_reset_argument(tuned, kwargs)
-        cfg = prune(space, {}, **kwargs)[0]
-        grid = grid_of(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"])
-        fresh(raw, grid, dict(kwargs, **cfg.kwargs))
-        return launcher.launched(raw, _Compiled(raw.fn.__name__, log), grid, kwargs, cfg)
-
-    def fake_plain(jit_fn, grid, kwargs, **options):
-        fresh(jit_fn, grid, kwargs)
-        return launcher.launched(jit_fn, _Compiled(jit_fn.fn.__name__, log), grid, kwargs)
-
-    monkeypatch.setattr(configs, "launch", fake_launch)
-    monkeypatch.setattr(launcher, "launch", fake_plain)
-    monkeypatch.setattr(configs, "interpreting", lambda: True)  # CPU tensors pass the checks on a GPU box too
-    monkeypatch.setattr(launcher, "current_device", lambda: 0)
-    monkeypatch.setattr(launcher, "current_stream", lambda device: 0)
-    interface._SIGNATURES.clear()
-    yield log
-    interface._SIGNATURES.clear()
+    with cpu_replays([], check=_no_alias_of_a_reset_argument) as log:
+        yield log
 
 
 def _inputs(b, sq, sk, hq, hk, d, dv=None, dtype=torch.float32, seed=0):
@@ -416,7 +362,7 @@ def linear_recorded(monkeypatch):
         meta = {n: x for n, x in default.items() if n not in ("num_warps", "num_stages")}
         full = dict(kwargs, **meta)
         log.append(("fresh", kernel.fn.__name__, [v for _, v in launcher.arguments(kernel, full)], grid[:3]))
-        return launcher.launched(kernel, _Compiled(kernel.fn.__name__, log), grid[:3], full)
+        return launcher.launched(kernel, StandInKernel(kernel.fn.__name__, log), grid[:3], full)
 
     monkeypatch.setattr(chunk, "_run", fake_run)
     monkeypatch.setattr(chunk.cfg, "INTERPRET", True)  # CPU tensors pass the checks on a GPU box too

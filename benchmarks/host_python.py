@@ -1,0 +1,121 @@
+"""The in-repo flash-attention launch paths' own Python per call, on any machine (no GPU needed).
+
+    python benchmarks/host_python.py [--calls 20000] [--repeats 7] [--profile] [--json FILE]
+
+The host time of a call (issue 16's budgets: forward 25 us, backward 50 us; ``host_overhead.py`` measures
+it on the GPU) is its Python, its allocations and its launches (Triton's C launcher and the driver).
+This script isolates the first of those on the machine it runs on: CPU tensors, the kernels' first
+launch made by stand-ins (``kernels/standins.py``), so every later call replays real
+``kernels.launcher.Launch`` objects into a C entry point that does nothing. Rows: each launch path
+(``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), a
+replay alone (``Launch.__call__`` of the forward kernel), and this machine's floor for one allocation
+(``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
+Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
+code costs, not what the machine was doing meanwhile. Prints the table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU tensors: no GPU is touched
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from kernels.flash_attn.bwd import flash_attn_bwd  # noqa: E402
+from kernels.flash_attn.fwd import flash_attn_fwd  # noqa: E402
+from kernels.standins import cpu_replays  # noqa: E402
+
+#: (name, batch, seqlen, query heads, kv heads, head dim, group split): the host_overhead.py cases' head
+#: counts (the Python does not depend on the sizes), small sequences.
+CASES = (
+    ("MQA H16/1 D64, split 4", 1, 16, 16, 1, 64, 4),
+    ("GQA H32/8 D64, no split", 1, 16, 32, 8, 64, 1),
+)
+
+
+def fastest_us(fn, calls: int, repeats: int) -> float:
+    """Microseconds a call: the fastest of ``repeats`` loops of ``calls`` calls (after a warm-up loop)."""
+    for _ in range(max(calls // 10, 10)):
+        fn()
+    best = float("inf")
+    clock = time.perf_counter
+    for _ in range(repeats):
+        t0 = clock()
+        for _ in range(calls):
+            fn()
+        best = min(best, (clock() - t0) / calls * 1e6)
+    return best
+
+
+def launch_paths(b, s, hq, hk, d, split):
+    """(forward call, backward call, the forward's replay cache, the backward's) with the caches filled."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(b, s, hq, d, generator=g)
+    k, v = torch.randn(b, s, hk, d, generator=g), torch.randn(b, s, hk, d, generator=g)
+    do = torch.randn(b, s, hq, d, generator=g)
+    kw = dict(softmax_scale=d ** -0.5, causal=False, window_left=-1, window_right=-1, split=split)
+    fwd_cache, bwd_cache = {}, {}
+    fkw = {n: x for n, x in kw.items() if n != "split"}
+    out, lse = flash_attn_fwd(q, k, v, **fkw, launches=fwd_cache)
+    flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache)
+    if "fwd" not in fwd_cache or "plan" not in bwd_cache:
+        raise RuntimeError("the first calls left no launches to replay: the stand-ins were not used")
+    return (lambda: flash_attn_fwd(q, k, v, **fkw, launches=fwd_cache),
+            lambda: flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache), fwd_cache, bwd_cache,
+            (q, k, v, out, lse))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--profile", action="store_true", help="also print cProfile's top functions per backward")
+    ap.add_argument("--json", type=Path, default=None, help="write the rows here too")
+    args = ap.parse_args(argv)
+    if args.calls < 1 or args.repeats < 1:
+        ap.error("--calls and --repeats: positive counts")
+    rows = []
+    with cpu_replays():
+        for name, *shape in CASES:
+            fwd_call, bwd_call, fwd_cache, bwd_cache, (q, k, v, out, lse) = launch_paths(*shape)
+            launches = len(bwd_cache["plan"][3])
+            rows.append((f"flash_attn_fwd, {name}", fastest_us(fwd_call, args.calls, args.repeats), 1))
+            rows.append((f"flash_attn_bwd, {name}", fastest_us(bwd_call, args.calls, args.repeats), launches))
+            if args.profile:
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(args.calls):
+                    bwd_call()
+                prof.disable()
+                print(f"## flash_attn_bwd, {name}: cProfile, by own time")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": None, "CuSeqK": None, "QDescale": None,
+                   "KDescale": None, "VDescale": None, "VReady": None}
+        replay = fwd_cache["fwd"]
+        rows.append(("a replay alone (Launch.__call__, forward kernel)", fastest_us(lambda: replay(tensors),
+                                                                                    args.calls, args.repeats), 1))
+    x = torch.empty(1 << 20, dtype=torch.uint8)
+    rows.append(("floor: torch.empty_like (CPU, 1 MiB)", fastest_us(lambda: torch.empty_like(x), args.calls,
+                                                                    args.repeats), 0))
+    if args.json:
+        args.json.write_text(json.dumps({"python": sys.version.split()[0], "torch": torch.__version__, "rows": [
+            {"path": r[0], "us_per_call": round(r[1], 3), "launches": r[2]} for r in rows]}, indent=1) + "\n")
+    print(f"\nHost Python per call on this machine's CPU (python {sys.version.split()[0]}, torch {torch.__version__}; "
+          f"fastest of {args.repeats} loops of {args.calls} calls; launches into a no-op stand-in)\n")
+    print("| path | us / call | launches |\n|---|---|---|")
+    for name, us, n in rows:
+        print(f"| {name} | {us:.2f} | {n} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
