@@ -190,3 +190,23 @@ def test_launch_paths_are_priced_at_the_hosts_floors():
                                         floors)
     assert table[2] == f"| triton_fa | {CASE.id} | bwd | 45.0 | 3 | 4 | 33.0 | 12.0 |"
     assert table[3] == f"| triton_fa | {CASE.id} | fwd | 9.0 | - | - | - | - |"
+
+
+def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp_path, capsys):
+    """benchmarks/host_python.py: the launch paths' own Python with no GPU; the backward's replay cache holds the
+    split's three launches and the unsplit two; the stand-ins are gone afterwards."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import host_python
+
+    from kernels import launcher
+    from kernels.flash_attn import configs
+
+    real = (configs.launch, launcher.launch, configs.interpreting, launcher.current_device)
+    assert host_python.main(["--calls", "20", "--repeats", "2", "--json", str(tmp_path / "p.json")]) == 0
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    by_path = {r["path"]: r for r in rows}
+    assert all(r["us_per_call"] > 0 for r in rows)
+    assert [r["launches"] for r in rows if r["path"].startswith("flash_attn_bwd")] == [3, 2]
+    assert "| a replay alone" in capsys.readouterr().out
+    assert (configs.launch, launcher.launch, configs.interpreting, launcher.current_device) == real
+    assert any(p.startswith("floor: torch.empty_like") for p in by_path)
