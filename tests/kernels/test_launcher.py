@@ -112,6 +112,22 @@ def test_a_replay_passes_what_a_fresh_launch_computes(recorded, monkeypatch, nam
     _assert_same_launches(replays, fresh, (q, k, v, do))
 
 
+@pytest.mark.parametrize("split", [1, 2], ids=["no-split", "group-split"])
+def test_a_replayed_call_allocates_what_a_first_call_does(recorded, monkeypatch, split):
+    """A replay allocates its outputs its own way (lse like a kept one-element template, the gradients by
+    empty_like): the same shapes, strides, dtypes and devices as the first call's, which its launch's
+    arguments were computed from."""
+    monkeypatch.setattr(bwd, "group_split", lambda *a: split)
+    layouts = []
+    for seed in (0, 1):
+        q, k, v, do = _inputs(2, 24, 24, 4, 1, 16, seed=seed)
+        out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), do)
+        layouts.append([(t.shape, t.stride(), t.dtype, t.device) for t in (out, lse, dq, dk, dv)])
+    assert [e[0] for e in recorded][-3 - (split > 1):] == ["replay"] * (3 + (split > 1))
+    assert layouts[0] == layouts[1]
+
+
 def _fp8_inputs(b, s, hq, hk, d, seed):
     g = torch.Generator().manual_seed(seed)
     e4m3 = lambda *shape: torch.randn(*shape, generator=g).to(torch.float8_e4m3fn)
