@@ -7,8 +7,8 @@ it on the GPU) is its Python, its allocations and its launches (Triton's C launc
 This script isolates the first of those on the machine it runs on: CPU tensors, the kernels' first
 launch made by stand-ins (``kernels/standins.py``), so every later call replays real
 ``kernels.launcher.Launch`` objects into a C entry point that does nothing. Rows: each launch path
-(``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), a
-replay alone (``Launch.__call__`` of the forward kernel), and this machine's floor for one allocation
+(``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), the
+public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a replay alone (``Launch.__call__`` of the forward kernel), and this machine's floor for one allocation
 (``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
 Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
 code costs, not what the machine was doing meanwhile. Prints the table last.
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from kernels.flash_attn import flash_attn_func  # noqa: E402
 from kernels.flash_attn.bwd import flash_attn_bwd  # noqa: E402
 from kernels.flash_attn.fwd import flash_attn_fwd  # noqa: E402
 from kernels.standins import cpu_replays  # noqa: E402
@@ -96,6 +97,15 @@ def main(argv=None) -> int:
                 prof.disable()
                 print(f"## flash_attn_bwd, {name}: cProfile, by own time")
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        # the public function around the forward's launch path: its signature lookup, and autograd's node where a
+        # call needs one (an input requiring grad) or the forward alone (no grad mode)
+        qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        flash_attn_func(qg, kg, vg)
+        rows.append(("flash_attn_func, inputs requiring grad (autograd node)",
+                     fastest_us(lambda: flash_attn_func(qg, kg, vg), args.calls, args.repeats), 1))
+        with torch.no_grad():
+            rows.append(("flash_attn_func under torch.no_grad()",
+                         fastest_us(lambda: flash_attn_func(qg, kg, vg), args.calls, args.repeats), 1))
         tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": None, "CuSeqK": None, "QDescale": None,
                    "KDescale": None, "VDescale": None, "VReady": None}
         replay = fwd_cache["fwd"]

@@ -317,6 +317,36 @@ def test_return_lse_false_returns_only_out():
     assert isinstance(out, torch.Tensor) and out.shape == q.shape
 
 
+def test_a_call_autograd_does_not_need_skips_the_autograd_node(monkeypatch):
+    """No grad mode, or no input requiring grad: the forward alone (no autograd node, nothing saved), the
+    same output and lse as the differentiable call, dense and varlen; a forward-mode AD level keeps the node
+    (it would carry tangents, and says it cannot)."""
+    applied = []
+    real = interface.FlashAttnFunc.apply
+    monkeypatch.setattr(interface.FlashAttnFunc, "apply", lambda *a: applied.append(1) or real(*a))
+    q, k, v, _ = make_inputs(1, 17, 21, 4, 2, 16, torch.float32)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    want_out, want_lse = flash_attn_func(qg, kg, vg, causal=True, return_lse=True)
+    assert applied == [1] and want_out.grad_fn is not None
+    for context, inputs in ((torch.no_grad, (qg, kg, vg)), (torch.inference_mode, (qg, kg, vg)),
+                            (torch.enable_grad, (q, k, v))):
+        with context():
+            out, lse = flash_attn_func(*inputs, causal=True, return_lse=True)
+        assert out.grad_fn is None and not out.requires_grad
+        assert torch.equal(out, want_out.detach()) and torch.equal(lse, want_lse)
+    assert applied == [1], "a call that needs no autograd node went through the autograd Function"
+    cu = torch.tensor([0, 17], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, 21], dtype=torch.int32, device=DEVICE)
+    with torch.no_grad():
+        out = flash_attn_varlen_func(q[0], k[0], v[0], cu, cu_k, 17, 21, causal=True)
+    assert applied == [1] and torch.equal(out, want_out[0].detach())
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level(), pytest.raises(RuntimeError, match="jvp"):
+        flash_attn_func(fwad.make_dual(q, torch.ones_like(q)), k, v)
+    assert applied == [1, 1]
+
+
 def test_softmax_scale_and_tf32_option():
     q, k, v, _ = make_inputs(1, 18, 18, 2, 2, 32, torch.float32)
     out = flash_attn_func(q, k, v, softmax_scale=0.3, allow_tf32=True)

@@ -140,6 +140,32 @@ def test_matches_oracle_without_state():
     assert_pass(judge(x, with_state=False))
 
 
+def test_a_call_autograd_does_not_need_skips_the_autograd_node(monkeypatch):
+    """No grad mode, or no input requiring grad: the forward alone (no node, nothing saved), the same output and
+    final state as the differentiable call; a forward-mode AD level keeps the node (which says it cannot)."""
+    from kernels.linear_attn import chunk
+
+    applied = []
+    real = chunk.ChunkLinearAttnFunction.apply
+    monkeypatch.setattr(chunk.ChunkLinearAttnFunction, "apply", lambda *a: applied.append(1) or real(*a))
+    x = make_inputs(1, 40, 2, 32, 32, torch.float32, ("g", 1.0), seed=5)
+    args = [x[n] for n in ("q", "k", "v", "g")]
+    grad_args = [t.clone().requires_grad_() for t in args]
+    want_o, want_ht = chunk_linear_attn(*grad_args, initial_state=x["initial_state"], output_final_state=True)
+    assert applied == [1] and want_o.grad_fn is not None
+    for context, inputs in ((torch.no_grad, grad_args), (torch.inference_mode, grad_args), (torch.enable_grad, args)):
+        with context():
+            o, ht = chunk_linear_attn(*inputs, initial_state=x["initial_state"], output_final_state=True)
+        assert o.grad_fn is None and not o.requires_grad
+        assert torch.equal(o, want_o.detach()) and torch.equal(ht, want_ht.detach())
+    assert applied == [1], "a call that needs no autograd node went through the autograd Function"
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level(), pytest.raises(RuntimeError, match="jvp"):
+        chunk_linear_attn(fwad.make_dual(args[0], torch.ones_like(args[0])), *args[1:])
+    assert applied == [1, 1]
+
+
 @pytest.mark.parametrize("chunk_size", [16, 32, 128])
 def test_chunk_size_changes_only_rounding(chunk_size):
     x = make_inputs(1, 150, 2, 32, 32, torch.float32, ("g", 1.0), seed=3)
