@@ -317,6 +317,8 @@ def test_return_lse_false_returns_only_out():
     assert isinstance(out, torch.Tensor) and out.shape == q.shape
 
 
+# torch's first forward-mode AD use scripts its jvp decompositions with the deprecated torch.jit.script
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_a_call_autograd_does_not_need_skips_the_autograd_node(monkeypatch):
     """No grad mode, or no input requiring grad: the forward alone (no autograd node, nothing saved), the
     same output and lse as the differentiable call, dense and varlen; a forward-mode AD level keeps the node

@@ -140,6 +140,8 @@ def test_matches_oracle_without_state():
     assert_pass(judge(x, with_state=False))
 
 
+# torch's first forward-mode AD use scripts its jvp decompositions with the deprecated torch.jit.script
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_a_call_autograd_does_not_need_skips_the_autograd_node(monkeypatch):
     """No grad mode, or no input requiring grad: the forward alone (no node, nothing saved), the same output and
     final state as the differentiable call; a forward-mode AD level keeps the node (which says it cannot)."""
