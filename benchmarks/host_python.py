@@ -1,4 +1,4 @@
-"""The in-repo flash-attention launch paths' own Python per call, on any machine (no GPU needed).
+"""The in-repo attention launch paths' own Python per call, on any machine (no GPU needed).
 
     python benchmarks/host_python.py [--calls 20000] [--repeats 7] [--profile] [--json FILE]
 
@@ -8,7 +8,8 @@ This script isolates the first of those on the machine it runs on: CPU tensors, 
 launch made by stand-ins (``kernels/standins.py``), so every later call replays real
 ``kernels.launcher.Launch`` objects into a C entry point that does nothing. Rows: each launch path
 (``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), the
-public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a replay alone (``Launch.__call__`` of the forward kernel), and this machine's floor for one allocation
+public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a decode step
+(``decode_attention``, ``validate=False`` as in a serving loop: append, split and combine), a replay alone (``Launch.__call__`` of the forward kernel), and this machine's floor for one allocation
 (``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
 Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
 code costs, not what the machine was doing meanwhile. Prints the table last.
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from kernels.decode import decode_attention  # noqa: E402
 from kernels.flash_attn import flash_attn_func  # noqa: E402
 from kernels.flash_attn.bwd import flash_attn_bwd  # noqa: E402
 from kernels.flash_attn.fwd import flash_attn_fwd  # noqa: E402
@@ -106,6 +108,17 @@ def main(argv=None) -> int:
         with torch.no_grad():
             rows.append(("flash_attn_func under torch.no_grad()",
                          fastest_us(lambda: flash_attn_func(qg, kg, vg), args.calls, args.repeats), 1))
+        # a decode step (Llama-3-8B's heads, batch 32, a 512-token cache, four splits): append, split, combine
+        g = torch.Generator().manual_seed(1)
+        dq, dk, dv = (torch.randn(32, 1, h, 128, generator=g) for h in (32, 8, 8))
+        kc, vc = torch.randn(32, 512, 8, 128, generator=g), torch.randn(32, 512, 8, 128, generator=g)
+        lens = torch.full((32,), 100, dtype=torch.int32)
+
+        def step():
+            return decode_attention(dq, kc, vc, dk, dv, cache_seqlens=lens, validate=False, num_splits=4)
+
+        step()
+        rows.append(("decode_attention (B32 H32/8 D128, 4 splits)", fastest_us(step, args.calls, args.repeats), 3))
         tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": None, "CuSeqK": None, "QDescale": None,
                    "KDescale": None, "VDescale": None, "VReady": None}
         replay = fwd_cache["fwd"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import torch
 import triton
@@ -116,6 +117,53 @@ def _scratch(dev: int, stream: int, nbytes: int, align: int):
         _SCRATCH[(dev, stream)] = buf = torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev}")
     ptr = buf.data_ptr()
     return ptr + (-ptr) % align
+
+
+#: Kernels' scratch (the flash backward's delta and group-split partials, the decode split's partial results) comes
+#: from a byte buffer kept per (thread, device, stream) while a call needs at most this much: no allocation per call
+#: (each costs the host 2-5 us with its free on the H100 host), and nothing a call can race with: one thread's
+#: launches on one stream run in order, and a call's scratch lives from its first kernel to its last (the next call
+#: on that stream, of any kernel, runs after). Larger calls allocate theirs (their kernels take milliseconds), as do
+#: calls captured into a CUDA graph (the graph owns what it uses).
+WORKSPACE_KEEP_BYTES = 64 << 20
+#: Alignment of each scratch array in the workspace (Triton specialises pointers on 16 bytes).
+SCRATCH_ALIGN = 256
+_WORKSPACE = threading.local()
+
+
+def workspace(like: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A uint8 buffer of at least ``nbytes`` on ``like``'s device for one call's scratch: this thread's kept buffer
+    for the current stream, or a fresh one (above :data:`WORKSPACE_KEEP_BYTES`, or while a CUDA graph is captured).
+    Keyed by the tensor's device index and the stream (``like.get_device()``: no torch.device made per call)."""
+    cuda = like.is_cuda
+    if nbytes > WORKSPACE_KEEP_BYTES or cuda and _capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+    index = like.get_device()  # -1 on the CPU
+    key = (index, current_stream(index) if cuda else None)
+    kept = _WORKSPACE.__dict__
+    buf = kept.get(key)
+    if buf is None or buf.numel() < nbytes:
+        grown = min(2 * buf.numel(), WORKSPACE_KEEP_BYTES) if buf is not None else 0  # doubling, within the limit
+        buf = kept[key] = torch.empty(max(nbytes, grown), dtype=torch.uint8, device=like.device)
+    return buf
+
+
+def scratch_layout(numels) -> tuple[list[int], int]:
+    """Byte offsets of fp32 arrays of ``numels`` elements laid out one after another in a workspace, each at a
+    multiple of :data:`SCRATCH_ALIGN`, and the bytes they take."""
+    offsets, at = [], 0
+    for n in numels:
+        offsets.append(at)
+        at += -(-n * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return offsets, at
+
+
+def scratch_view(ws: torch.Tensor, offset: int, shape) -> torch.Tensor:
+    """The contiguous fp32 array of ``shape`` at byte ``offset`` of the workspace ``ws``."""
+    n = 1
+    for x in shape:
+        n *= x
+    return ws[offset:offset + 4 * n].view(torch.float32).view(shape)
 
 
 def _capturing() -> bool:

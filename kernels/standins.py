@@ -51,13 +51,14 @@ class StandInKernel:
 
 @contextlib.contextmanager
 def cpu_replays(log: list | None = None, check=None):
-    """While inside: the flash-attention kernels' launches (``configs.launch``, ``launcher.launch``) go to
-    stand-ins and leave replayable Launches, CPU tensors pass the device checks (``configs.interpreting``),
+    """While inside: the flash-attention and decode kernels' launches (``configs.launch``, ``launcher.launch``)
+    go to stand-ins and leave replayable Launches, CPU tensors pass the device checks (``interpreting``),
     and the current device and stream are 0. ``log``: receives ("fresh" | "replay" | "replay-hooked",
     kernel name, arguments in kernel order, grid) per launch (None: nothing recorded). ``check(tuned,
     kwargs)``: called on every autotuned launch's arguments before it is made. Restores all on leaving,
-    and clears the interface's signature cache on entry and exit."""
+    and clears the flash and decode interfaces' signature caches on entry and exit."""
     from kernels import launcher
+    from kernels.decode import interface as decode
     from kernels.flash_attn import configs, interface
 
     def fresh(jit_fn, grid, full):
@@ -78,10 +79,12 @@ def cpu_replays(log: list | None = None, check=None):
         return launcher.launched(jit_fn, StandInKernel(jit_fn.fn.__name__, log), grid, kwargs)
 
     patches = [(configs, "launch", tuned_launch), (launcher, "launch", plain_launch),
-               (configs, "interpreting", lambda: True), (launcher, "current_device", lambda: 0),
+               (configs, "interpreting", lambda: True), (decode, "interpreting", lambda: True),
+               (launcher, "current_device", lambda: 0),
                (launcher, "current_stream", lambda device: 0)]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     interface._SIGNATURES.clear()
+    decode._SIGNATURES.clear()
     try:
         for obj, name, value in patches:
             setattr(obj, name, value)
@@ -90,3 +93,4 @@ def cpu_replays(log: list | None = None, check=None):
         for obj, name, value in saved:
             setattr(obj, name, value)
         interface._SIGNATURES.clear()
+        decode._SIGNATURES.clear()

@@ -145,6 +145,9 @@ def split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, itemsize, config: DecodeCon
     return max(1, min(want, by_chunk, by_traffic))
 
 
+_CONTIGUOUS = torch.contiguous_format
+
+
 def _tensor_key(t):
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
 
@@ -216,6 +219,14 @@ class _Plan:
         self.scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
         self.softcap = float(softcap or 0.0)
         self.device, self.dtype = q.device, q.dtype
+        # the split's partial results (fp32 [B, Hq, Sq, S, Dv] and two [B, Hq, Sq, S]) in the kernels' workspace
+        # (launcher.workspace): no allocation per step
+        self.mid_shapes = ((B, Hq, Sq, self.num_splits, Dv), (B, Hq, Sq, self.num_splits),
+                           (B, Hq, Sq, self.num_splits))
+        self.mid_offsets, self.mid_bytes = launcher.scratch_layout(math.prod(x) for x in self.mid_shapes)
+        self.out_like_q = Dv == D  # then out is allocated like q (empty_like: cheaper than torch.empty's keywords)
+        # after the first call of a replayed signature: lse's shape as a one-element template, allocated like it
+        self.lse_like, self.replayed = None, not validate
         self.launches: dict = {}
 
     def __call__(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table):
@@ -223,35 +234,49 @@ class _Plan:
         cache_seqlens = cache_seqlens if cache_seqlens.stride(0) == 1 else cache_seqlens.contiguous()
         if block_table is not None and block_table.stride(1) != 1:
             block_table = block_table.contiguous()
-        B, Sq, Hq, Hk, D, Dv, rblocks, left, right = self.shapes
-        dev, S = self.device, self.num_splits
-        out = torch.empty(B, Sq, Hq, Dv, device=dev, dtype=self.dtype)
-        lse = torch.empty(B, Hq, Sq, device=dev, dtype=torch.float32)
-        if self.direct:
-            mid_o = mid_m = mid_l = lse  # placeholders, not touched
+        out = torch.empty_like(q, memory_format=_CONTIGUOUS) if self.out_like_q else \
+            torch.empty(*self.shapes[:3], self.shapes[5], device=self.device, dtype=self.dtype)
+        if self.lse_like is not None:
+            lse = torch.empty_like(self.lse_like, memory_format=_CONTIGUOUS)
         else:
-            mid_o = torch.empty(B, Hq, Sq, S, Dv, device=dev, dtype=torch.float32)
-            mid_m = torch.empty(B, Hq, Sq, S, device=dev, dtype=torch.float32)
-            mid_l = torch.empty(B, Hq, Sq, S, device=dev, dtype=torch.float32)
+            B, Sq, Hq = self.shapes[:3]
+            lse = torch.empty(B, Hq, Sq, device=self.device, dtype=torch.float32)
+            if self.replayed:  # (4 bytes kept) for the next calls
+                self.lse_like = lse.new_empty(1).expand(lse.shape)
+        launches = self.launches
+        ws = views = None
+        if self.direct:
+            mid = (lse, lse, lse)  # placeholders, not touched
+        else:  # pointers for a replay; views (their strides) for a launch made afresh, below
+            ws = launcher.workspace(q, self.mid_bytes)
+            if launches:
+                base = ws.data_ptr()
+                mid = tuple(base + off for off in self.mid_offsets)
+            else:
+                mid = views = self._mid_views(ws)
         table = block_table if block_table is not None else cache_seqlens  # a placeholder pointer when contiguous
         # each kernel's tensors by its parameter names (the append kernel's K / V are the new tokens,
         # the split kernel's the caches)
         tensors = {"split": {"Q": q, "K": k_cache, "V": v_cache, "Seqlens": cache_seqlens, "Table": table,
-                             "MidO": mid_o, "MidM": mid_m, "MidL": mid_l, "Out": out, "Lse": lse}}
+                             "MidO": mid[0], "MidM": mid[1], "MidL": mid[2], "Out": out, "Lse": lse}}
         if k is not None:
             tensors["append"] = {"K": k, "V": v, "KC": k_cache, "VC": v_cache, "Seqlens": cache_seqlens,
                                  "Table": table}
         if not self.direct:
-            tensors["combine"] = {"MidO": mid_o, "MidM": mid_m, "MidL": mid_l, "Out": out, "Lse": lse}
-        launches = self.launches
+            tensors["combine"] = {"MidO": mid[0], "MidM": mid[1], "MidL": mid[2], "Out": out, "Lse": lse}
         for name in ("append",) * (k is not None) + ("split",) + ("combine",) * (not self.direct):
             replay = launches.get(name)
             if replay is None or not replay(tensors[name]):
+                if views is None:  # a launch made afresh needs tensors, not pointers
+                    views = (lse, lse, lse) if self.direct else self._mid_views(ws)
                 made = getattr(self, "_" + name)(q, k_cache, v_cache, k, v, cache_seqlens, block_table, table,
-                                                 mid_o, mid_m, mid_l, out, lse)
+                                                 *views, out, lse)
                 if made is not None:
                     launches[name] = made
         return out, lse
+
+    def _mid_views(self, ws):
+        return tuple(launcher.scratch_view(ws, off, shape) for off, shape in zip(self.mid_offsets, self.mid_shapes))
 
     def _append(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, *_):
         return _append_launch(k_cache, v_cache, k, v, cache_seqlens, block_table)

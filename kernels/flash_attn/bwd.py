@@ -15,8 +15,6 @@ Both kernels split their loop into masked / unmasked parts like the forward (see
 
 from __future__ import annotations
 
-import threading
-
 import torch
 import triton
 import triton.language as tl
@@ -625,54 +623,25 @@ def _unused_buffer(device) -> torch.Tensor:
     return buf
 
 
-#: The backward's scratch (delta, the group split's fp32 partials) comes from a byte buffer kept per (thread,
-#: device, stream) while a call needs at most this much: no allocation per call (each costs the host 3-4 us with
-#: its free on the H100 host), and nothing a call can race with: one thread's launches on one stream run in
-#: order, and the scratch lives from a call's first kernel to its last. Larger calls allocate theirs (their
-#: kernels take milliseconds), as do calls captured into a CUDA graph (the graph owns what it uses).
-WORKSPACE_KEEP_BYTES = 64 << 20
-#: Alignment of each scratch array in the workspace (Triton specialises pointers on 16 bytes).
-_SCRATCH_ALIGN = 256
-_WORKSPACE = threading.local()
 _CONTIGUOUS = torch.contiguous_format
-
-
-def _workspace(like: torch.Tensor, nbytes: int) -> torch.Tensor:
-    """A uint8 buffer of at least ``nbytes`` on ``like``'s device for one backward call's scratch: this thread's
-    kept buffer for the current stream, or a fresh one (above :data:`WORKSPACE_KEEP_BYTES`, or while a CUDA graph
-    is captured). Keyed by the tensor's device index and the stream (``like.get_device()``: no torch.device made
-    per call)."""
-    cuda = like.is_cuda
-    if nbytes > WORKSPACE_KEEP_BYTES or cuda and torch.cuda.is_current_stream_capturing():
-        return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
-    index = like.get_device()  # -1 on the CPU
-    key = (index, launcher.current_stream(index) if cuda else None)
-    kept = _WORKSPACE.__dict__
-    buf = kept.get(key)
-    if buf is None or buf.numel() < nbytes:
-        grown = min(2 * buf.numel(), WORKSPACE_KEEP_BYTES) if buf is not None else 0  # doubling, within the limit
-        buf = kept[key] = torch.empty(max(nbytes, grown), dtype=torch.uint8, device=like.device)
-    return buf
 
 
 def _scratch_layout(lse, k, v, split: int) -> tuple[int, int, int]:
     """Byte offsets of delta (lse's shape, fp32) and the split's dK / dV partials ([split, *k.shape] and
-    [split, *v.shape], fp32; none without a split) in the workspace, and its size."""
-    def up(n):
-        return -(-n // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
-
-    pk = up(lse.numel() * 4)
-    pv = pk + (up(split * k.numel() * 4) if split > 1 else 0)
-    return pk, pv, pv + (up(split * v.numel() * 4) if split > 1 else 0)
+    [split, *v.shape], fp32; none without a split) in the workspace (:func:`kernels.launcher.workspace`), and
+    its size."""
+    offsets, nbytes = launcher.scratch_layout([lse.numel(), split * k.numel() if split > 1 else 0,
+                                               split * v.numel() if split > 1 else 0])
+    return offsets[1], offsets[2], nbytes
 
 
 def _scratch_views(ws, lse, k, v, split: int, pk: int, pv: int, dk_out, dv_out):
     """(delta, dK's and dV's kernel outputs) as tensors viewing the workspace ``ws`` (:func:`_scratch_layout`'s
     offsets); ``dk_out`` / ``dv_out`` pass through without a split (the kernel writes the gradients)."""
-    delta = ws[:lse.numel() * 4].view(torch.float32).view(lse.shape)
+    delta = launcher.scratch_view(ws, 0, lse.shape)
     if split > 1:
-        dk_out = ws[pk:pk + split * k.numel() * 4].view(torch.float32).view(split, *k.shape)
-        dv_out = ws[pv:pv + split * v.numel() * 4].view(torch.float32).view(split, *v.shape)
+        dk_out = launcher.scratch_view(ws, pk, (split, *k.shape))
+        dv_out = launcher.scratch_view(ws, pv, (split, *v.shape))
     return delta, dk_out, dv_out
 
 
@@ -734,10 +703,10 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         atomic, split, layout, replays = plan
     # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost)
     dq = _unused_buffer(q.device) if atomic else torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
-    # delta and the split's partials: in the workspace (see WORKSPACE_KEEP_BYTES); a replay takes their pointers,
+    # delta and the split's partials: in the workspace (launcher.workspace); a replay takes their pointers,
     # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
     pk, pv, nbytes = layout
-    ws = _workspace(q, nbytes) if nbytes else None
+    ws = launcher.workspace(q, nbytes) if nbytes else None
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
         dk = torch.empty_like(k, dtype=gdt, memory_format=_CONTIGUOUS)

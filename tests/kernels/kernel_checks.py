@@ -1,5 +1,5 @@
 """What the flash-attention kernel tests (test_flash_attn.py, test_flash_attn_wide.py) share: one
-tolerance rule against the FP64 oracle for both kernels, and NaN-poisoned allocations.
+tolerance rule against the FP64 oracle for both kernels, and NaN-poisoned allocations (the decode tests too).
 
 Tolerance rule: the kernel's error against the FP64 oracle may be at most ERR_FACTOR x the error of
 a plain torch reference computed in the same dtype (fp32 softmax), plus a small per-dtype floor.
@@ -21,10 +21,10 @@ LSE_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 def poison_allocations(monkeypatch):
     """Every torch.empty / empty_like / Tensor.new_empty made from now on starts as NaN (float), workspaces
     included: an output element a kernel forgot to write, or a workspace element read that no kernel wrote,
-    shows up as NaN instead of as stale memory that looks fine. The flash backward's kept workspace
-    (kernels/flash_attn/bwd.py) is not kept meanwhile: every call's scratch is a fresh, poisoned one (a byte
+    shows up as NaN instead of as stale memory that looks fine. The kernels' kept workspace
+    (kernels/launcher.py: the flash backward's and the decode split's scratch) is not kept meanwhile: every call's scratch is a fresh, poisoned one (a byte
     buffer: 0xFF bytes, NaN in every fp32 word)."""
-    from kernels.flash_attn import bwd
+    from kernels import launcher
 
     real_empty, real_empty_like, real_new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
 
@@ -38,7 +38,7 @@ def poison_allocations(monkeypatch):
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: _poison(real_empty(*a, **kw)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: _poison(real_empty_like(*a, **kw)))
     monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw: _poison(real_new_empty(self, *a, **kw)))
-    monkeypatch.setattr(bwd, "WORKSPACE_KEEP_BYTES", -1)
+    monkeypatch.setattr(launcher, "WORKSPACE_KEEP_BYTES", -1)
 
 
 def rel_err(x, ref):

@@ -14,6 +14,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
+from kernel_checks import poison_allocations
 
 from harness.cases import DecodeCase, make_decode_inputs
 from harness.oracle.decode import decode_attention as oracle_decode
@@ -30,15 +31,10 @@ LSE_ATOL = {"fp32": 1e-4, "fp16": 2e-3, "bf16": 2e-2}
 
 @pytest.fixture(autouse=True)
 def nan_poisoned_empty(monkeypatch):
-    """Every float torch.empty made during a test starts as NaN: an output element (or a split's
-    partial result) the kernel forgot to write shows up."""
-    real_empty = torch.empty
-
-    def empty(*a, **kw):
-        t = real_empty(*a, **kw)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", empty)
+    """Every float allocation made during a test starts as NaN, and the split's partial results come from a
+    fresh 0xFF-filled workspace every call (kernel_checks.poison_allocations): an output element, or a partial
+    result, the kernel forgot to write shows up."""
+    poison_allocations(monkeypatch)
 
 
 def _run(case: DecodeCase, seed=0, **kw):
@@ -97,6 +93,29 @@ def test_split_count_does_not_change_the_answer(num_splits):
     """The combine is exact whatever the split count, including splits that own no key."""
     case = DecodeCase(4, 4, 2, 1, 60, 16, page_size=16, dtype="fp32")
     _check(case, *_run(case, seed=2, num_splits=num_splits))
+
+
+def test_split_partials_come_from_the_kept_workspace(monkeypatch):
+    """The split's partial results live in the kernels' workspace kept per (thread, device, stream)
+    (kernels/launcher.py): a second step of the same signature reuses it, here filled with NaN in between
+    (nothing is read there before the step wrote it), and both steps match the oracle."""
+    import threading
+
+    from kernels import launcher
+
+    monkeypatch.setattr(launcher, "WORKSPACE_KEEP_BYTES", 64 << 20)  # kept (the poisoning fixture keeps none)
+    handed = []
+    real = launcher.workspace
+    monkeypatch.setattr(launcher, "workspace", lambda like, n: handed.append((threading.get_ident(), real(like, n)))
+                        or handed[-1][1])
+    case = DecodeCase(4, 4, 2, 1, 60, 16, page_size=16, dtype="fp32")
+    _check(case, *_run(case, seed=2, num_splits=3, validate=False))
+    (thread, buf), = handed
+    buf.fill_(0xFF)  # every fp32 word a NaN
+    _check(case, *_run(case, seed=3, num_splits=3, validate=False))
+    assert handed[1][0] == thread and handed[1][1].data_ptr() == buf.data_ptr()
+    _check(case, *_run(case, seed=4, num_splits=1, validate=False))  # one split: no partials, no workspace
+    assert len(handed) == 2
 
 
 @pytest.mark.parametrize("block_n, page", [(16, 16), (32, 16), (64, 16), (32, 48), (64, 32), (32, 64)])

@@ -131,44 +131,45 @@ def test_poisoning_covers_every_allocation_the_kernels_make():
     """The autouse fixture (kernel_checks.poison_allocations): torch.empty, torch.empty_like and Tensor.new_empty
     (the kernels' outputs, gradients and lse) start as NaN, and the backward's scratch comes fresh and 0xFF-filled
     on every call instead of from the kept workspace (stale values from an earlier call would look fine)."""
-    from kernels.flash_attn import bwd as bwd_mod
+    from kernels import launcher
 
     x = torch.zeros(3, device=DEVICE)
     assert torch.empty(4, device=DEVICE).isnan().all() and torch.empty_like(x).isnan().all()
     assert torch.empty_like(x, dtype=torch.bfloat16, memory_format=torch.contiguous_format).isnan().all()
     assert x.new_empty((2, 2)).isnan().all() and x.new_empty(5, dtype=torch.float16).isnan().all()
-    first, second = bwd_mod._workspace(x, 64), bwd_mod._workspace(x, 64)
+    first, second = launcher.workspace(x, 64), launcher.workspace(x, 64)
     assert first.data_ptr() != second.data_ptr() and first.eq(255).all() and second.eq(255).all()
 
 
 def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     """delta and the group split's fp32 partials live in a buffer kept per (thread, device, stream)
-    (kernels/flash_attn/bwd.py, WORKSPACE_KEEP_BYTES): a second backward reuses it, here filled with NaN in between
+    (kernels/launcher.py, WORKSPACE_KEEP_BYTES): a second backward reuses it, here filled with NaN in between
     (nothing is read there before the call wrote it); a larger need grows it, another thread gets its own, and
     above the limit every call gets a fresh one and nothing is kept. Gradients against the oracle each time. (On a
-    GPU autograd runs backwards on its device thread: the buffers are followed through what _workspace hands out.)"""
+    GPU autograd runs backwards on its device thread: the buffers are followed through what workspace hands out.)"""
     import threading
 
+    from kernels import launcher
     from kernels.flash_attn import bwd as bwd_mod
 
     monkeypatch.setattr(bwd_mod, "group_split", lambda *a: 2)
-    monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 64 << 20)  # kept (the poisoning fixture keeps none)
+    monkeypatch.setattr(launcher, "WORKSPACE_KEEP_BYTES", 64 << 20)  # kept (the poisoning fixture keeps none)
     handed = []
-    real = bwd_mod._workspace
+    real = launcher.workspace
 
     def recording(like, nbytes):
         buf = real(like, nbytes)
         handed.append((threading.get_ident(), buf))
         return buf
 
-    monkeypatch.setattr(bwd_mod, "_workspace", recording)
+    monkeypatch.setattr(launcher, "workspace", recording)
     check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3))
     (thread, buf), = handed
     buf.fill_(0xFF)  # every fp32 word a NaN
     check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3), seed=1)
     assert handed[1][0] == thread and handed[1][1].data_ptr() == buf.data_ptr()
     # the rule itself: one buffer per thread, grown on demand
-    on_device = torch.zeros(1, device=DEVICE)  # _workspace reads the device (and stream) from a tensor on it
+    on_device = torch.zeros(1, device=DEVICE)  # workspace reads the device (and stream) from a tensor on it
     mine = real(on_device, 1024)
     assert real(on_device, 512).data_ptr() == mine.data_ptr() and real(on_device, 1 << 20).numel() >= 1 << 20
     theirs = []
@@ -176,10 +177,10 @@ def test_the_backward_scratch_comes_from_a_kept_workspace(monkeypatch):
     t.start()
     t.join()
     assert theirs[0].data_ptr() != real(on_device, 1024).data_ptr()
-    monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 4096)  # growth doubles, but never keeps more than that
-    bwd_mod._WORKSPACE.__dict__.clear()
+    monkeypatch.setattr(launcher, "WORKSPACE_KEEP_BYTES", 4096)  # growth doubles, but never keeps more than that
+    launcher._WORKSPACE.__dict__.clear()
     assert real(on_device, 3000).numel() == 3000 and real(on_device, 4000).numel() == 4096
-    monkeypatch.setattr(bwd_mod, "WORKSPACE_KEEP_BYTES", 0)
+    monkeypatch.setattr(launcher, "WORKSPACE_KEEP_BYTES", 0)
     first, second = real(on_device, 1024), real(on_device, 1024)
     assert first.data_ptr() != second.data_ptr()
     check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, window=(5, 3), seed=2)
