@@ -444,7 +444,7 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
             if [ $((SECONDS - start)) -gt 400 ]; then echo "host-ab: $side-$i not started (time)"; continue; fi
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-$side
             (cd "$root" && FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 150 python3 benchmarks/host_overhead.py \
-                --backends triton_fa,triton_la_chunk --out "$OUT/host-ab/$side-$i") > "$OUT/host-ab/$side-$i.log" 2>&1
+                --backends triton_fa,triton_la_chunk,triton_decode --out "$OUT/host-ab/$side-$i") > "$OUT/host-ab/$side-$i.log" 2>&1
             echo "$side-$i exit $?" >> "$OUT/host-ab/$side-$i.log"
         done
     done
