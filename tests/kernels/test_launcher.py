@@ -53,10 +53,13 @@ def _inputs(b, sq, sk, hq, hk, d, dv=None, dtype=torch.float32, seed=0):
 
 def _same(replayed, fresh, inputs) -> bool:
     """A replayed argument against a fresh launch's: a pointer (int) where the fresh launch had a
-    tensor, the same pointer where that tensor is one of the caller's ``inputs``; else equal."""
+    tensor, the same pointer where that tensor is one of the caller's ``inputs`` or a view of the kept
+    workspace (a replay's scratch pointers must land where the fresh launch's views of it do); else equal."""
     if isinstance(fresh, torch.Tensor):
         mine = {t.data_ptr() for t in inputs}
-        return type(replayed) is int and (replayed == fresh.data_ptr() or fresh.data_ptr() not in mine)
+        kept = {b.data_ptr() for b in launcher._WORKSPACE.__dict__.values()}
+        pinned = fresh.data_ptr() in mine or fresh.untyped_storage().data_ptr() in kept
+        return type(replayed) is int and (replayed == fresh.data_ptr() or not pinned)
     return type(replayed) is type(fresh) and replayed == fresh
 
 
