@@ -5,7 +5,8 @@ an A/B, never across sessions).
     python benchmarks/host_ab.py DIR      (DIR holds new-1/, old-1/, new-2/, ... each with overhead.json)
 
 Prints one row per (backend, case, mode), after the host's floors each run measured (one torch.empty, one
-replayed launch: which runs found the host slow): each run's median call in microseconds, in run order, and
+replayed launch: which runs found the host slow): each run's median call in microseconds, in run order (and,
+for runs that measured them, each launch path in launch floors measured beside it: a drift-corrected ratio), and
 for each earlier tree the ratio of the new runs' mean to that tree's (runs named TREE-N: old-1,
 old-a7bd22b-1, ...). `benchmarks/device_show.sh host-ab` makes the runs (this tree and earlier
 commits' kernels/ in `.old` and `.old-REV`, measured by this tree's harness).
@@ -17,6 +18,10 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+#: The rows of a launch path's median call in units of the one-pointer launch floor measured in windows
+#: interleaved with it (host_overhead.py): a host's drift moves both alike, so these compare trees best.
+IN_FLOORS = "(launch path, in launch floors beside)"
 
 
 def load(root: Path) -> dict[str, dict[tuple, float]]:
@@ -30,6 +35,9 @@ def load(root: Path) -> dict[str, dict[tuple, float]]:
         # the host's floors first (host_overhead.py measures them in each run): which runs found a slow host
         runs[d.name] = {("host floor", name, "-"): us for name, us in data.get("host_floors_us", {}).items()}
         runs[d.name].update({(r["backend"], r["case"], r["mode"]): r["host_us"] for r in data["rows"]})
+        # each launch path over the launch floor measured beside it (session 28 on): drift-corrected, a ratio
+        runs[d.name].update({(f"{p['backend']} {IN_FLOORS}", p["case"], p["mode"]): p["in_launch_floors"]
+                             for p in data.get("launch_paths", []) if p.get("in_launch_floors")})
     return runs
 
 
@@ -43,7 +51,8 @@ def table(runs: dict[str, dict[tuple, float]]) -> list[str]:
     lines = ["| backend | case | mode | " + " | ".join(names) + " | " + " | ".join(f"new / {t}" for t in others)
              + " |", "|---|---|---|" + "---|" * (len(names) + len(others))]
     for k in keys:
-        cells = [f"{runs[n][k]:.1f}" if k in runs[n] else "-" for n in names]
+        fmt = ".2f" if k[0].endswith(IN_FLOORS) else ".1f"
+        cells = [f"{runs[n][k]:{fmt}}" if k in runs[n] else "-" for n in names]
         new = [runs[n][k] for n in names if tree[n] == "new" and k in runs[n]]
         for t in others:
             old = [runs[n][k] for n in names if tree[n] == t and k in runs[n]]

@@ -14,7 +14,9 @@ the part issue 16's budgets are about), then by its launches alone (the same rep
 tensors of one earlier call: the launch path less its allocations and Python). On a GPU the run starts
 with the host's floors: one ``torch.empty`` on the device and one replayed launch of a one-pointer Triton
 kernel, what any launch path is made of (hosts differ: session 13's read the forward's launch path at 16 us,
-session 26's at 20-32 us for the same code). ``--pin-cpu N`` runs on CPU core N alone (the scheduler
+session 26's at 20-32 us for the same code); each launch path is then timed in windows interleaved with the
+floors' own (``overhead.host_times_interleaved``), which price it and give it in launch floors: a host
+drifting within the run (session 27: floors 2.0-4.9 / 6.2-8.6 us in one call) moves both alike. ``--pin-cpu N`` runs on CPU core N alone (the scheduler
 cannot move the process between cores mid-loop). Writes overhead.json and overhead.md to --out and prints
 the table last.
 """
@@ -154,10 +156,10 @@ FLOOR_EMPTY = "one torch.empty (1 MiB)"
 FLOOR_LAUNCH = "one replayed Triton launch (1 pointer)"
 
 
-def host_floors(device, calls: int) -> dict[str, float]:
-    """The host's own costs in microseconds (median call) that any launch path is made of: one
-    ``torch.empty`` of 1 MiB on ``device``, and one replayed launch (kernels/launcher.py, as the in-repo
-    kernels launch) of a Triton kernel with a single pointer argument. Empty on a CPU."""
+def floor_calls(device) -> dict:
+    """The host's floors as calls (name -> zero-argument callable): one ``torch.empty`` of 1 MiB on ``device``
+    (with its free), and one replayed launch (kernels/launcher.py, as the in-repo kernels launch) of a Triton
+    kernel with a single pointer argument. Empty on a CPU."""
     if device.type != "cuda":
         return {}
     import triton
@@ -170,13 +172,17 @@ def host_floors(device, calls: int) -> dict[str, float]:
         tl.store(X, 1.0)
 
     x = torch.empty(1, device=device)
-    floors = {FLOOR_EMPTY: statistics.median(overhead.host_times(
-        lambda: torch.empty(1 << 18, device=device), device, calls))}
+    calls = {FLOOR_EMPTY: lambda: torch.empty(1 << 18, device=device)}
     made = launcher.launch(_one_store, (1,), {"X": x})
     if made is not None:
-        floors[FLOOR_LAUNCH] = statistics.median(overhead.host_times(
-            lambda: made({"X": x}), device, calls))
-    return floors
+        calls[FLOOR_LAUNCH] = lambda: made({"X": x})
+    return calls
+
+
+def host_floors(floor_fns: dict, device, calls: int) -> dict[str, float]:
+    """The host's own costs in microseconds (median call) that any launch path is made of (``floor_fns``:
+    :func:`floor_calls`), measured once for the run's header. Empty on a CPU."""
+    return {name: statistics.median(overhead.host_times(fn, device, calls)) for name, fn in floor_fns.items()}
 
 
 @dataclass
@@ -188,40 +194,63 @@ class PathTimes:
     alone: list[float] | None
     launches: int | None
     allocations: float | None
+    #: the host's floors (median call) measured in windows interleaved with the path's (:func:`launch_path`)
+    beside: dict[str, float] | None = None
 
     def floor_model_us(self, floors: dict[str, float]) -> float | None:
         """What the host's floors price the call's launches and allocations at (each allocation with its free):
-        the path's time less this is its own Python. None without floors or counts."""
+        the path's time less this is its own Python. The floors measured beside the path where there are
+        (the same moments of a drifting host), else ``floors`` (the run's). None without floors or counts."""
+        floors = self.beside or floors
         launch, alloc = floors.get(FLOOR_LAUNCH), floors.get(FLOOR_EMPTY)
         if None in (launch, alloc, self.launches, self.allocations):
             return None
         return self.launches * launch + self.allocations * alloc
 
+    def in_launch_floors(self) -> float | None:
+        """The path's median call over the one-pointer launch floor measured beside it: a host's drift moves
+        both alike, so this compares trees (and runs) where the microseconds do not. None without it."""
+        launch = (self.beside or {}).get(FLOOR_LAUNCH)
+        return statistics.median(self.path) / launch if launch else None
 
-def launch_path(backend: str, case, mode: str, device, calls: int) -> PathTimes | None:
+
+def launch_path(backend: str, case, mode: str, device, calls: int, floors: dict | None = None) -> PathTimes | None:
     """An in-repo kernel's own launch path (issue 16's budgets: launch, autotune lookup, descriptor set-up;
-    :func:`launch_path_call`) and its launches alone (:func:`launches_alone`), timed. None for other backends."""
+    :func:`launch_path_call`) and its launches alone (:func:`launches_alone`), timed; with ``floors``
+    (:func:`floor_calls`) the path's windows interleaved with theirs (``PathTimes.beside``). None for other
+    backends."""
     made = launch_path_call(backend, case, mode, device)
     if made is None:
         return None
-    path = overhead.host_times(made[0], device, calls)
+    if floors:
+        times = overhead.host_times_interleaved({"path": made[0], **floors}, device, calls)
+        path = times.pop("path")
+        beside = {name: statistics.median(t) for name, t in times.items()}
+    else:
+        path, beside = overhead.host_times(made[0], device, calls), None
     allocations = allocations_per_call(made[0], device)
     alone = launches_alone(made)
     return PathTimes(path, None if alone is None else overhead.host_times(alone, device, calls),
-                     getattr(alone, "launches", None), allocations)
+                     getattr(alone, "launches", None), allocations, beside)
 
 
 def decomposition(rows: list[tuple[str, str, str, PathTimes]], floors: dict[str, float]) -> list[str]:
     """A table of the launch paths against the host's floors: each path's median call, its launches and
-    allocations per call, what the floors price them at, and the rest (the path's own Python)."""
-    lines = ["| launch path | case | mode | host us / call | launches | allocations | at the host's floors | "
-             "the path's own |", "|---|---|---|---|---|---|---|---|"]
+    allocations per call, the floors measured beside it (interleaved windows; else the run's), what they price
+    the launches and allocations at, the rest (the path's own Python), and the call in launch floors."""
+    lines = ["| launch path | case | mode | host us / call | launches | allocations | floors beside (empty / launch) | "
+             "at those floors | the path's own | in launch floors |", "|---|---|---|---|---|---|---|---|---|---|"]
     for backend, case, mode, t in rows:
         host = statistics.median(t.path)
         model = t.floor_model_us(floors)
+        used = t.beside or floors
+        ratio = t.in_launch_floors()
         cells = ["-" if t.launches is None else str(t.launches),
                  "-" if t.allocations is None else f"{t.allocations:g}",
-                 "-" if model is None else f"{model:.1f}", "-" if model is None else f"{host - model:.1f}"]
+                 " / ".join(f"{used[k]:.1f}" if k in used else "-" for k in (FLOOR_EMPTY, FLOOR_LAUNCH))
+                 + ("" if t.beside else " (run's)"),
+                 "-" if model is None else f"{model:.1f}", "-" if model is None else f"{host - model:.1f}",
+                 "-" if ratio is None else f"{ratio:.2f}"]
         lines.append(f"| {backend} | {case} | {mode} | {host:.1f} | " + " | ".join(cells) + " |")
     return lines
 
@@ -255,7 +284,8 @@ def main(argv=None) -> int:
         return 2
     modes = [m for m in args.modes.split(",") if m]
     rows, skipped, paths = [], [], []
-    floors = host_floors(device, args.calls)
+    floor_fns = floor_calls(device)
+    floors = host_floors(floor_fns, device, args.calls)
     for name, us in floors.items():
         print(f"host floor: {name:40s} {us:8.1f} us", flush=True)
     for case in cases:
@@ -277,7 +307,8 @@ def main(argv=None) -> int:
                     continue
                 rows.append(r)
                 first = len(rows) - 1
-                made = launch_path(a.name, case, mode, device, args.calls) if not args.no_launch_path else None
+                made = launch_path(a.name, case, mode, device, args.calls, floor_fns) \
+                    if not args.no_launch_path else None
                 if made is not None:
                     paths.append((a.name, case.id, mode, made))
                 for label, times in (("launch path", made.path), ("launches alone", made.alone)) if made else ():
@@ -295,7 +326,10 @@ def main(argv=None) -> int:
                                                    "launch_paths": [{"backend": b, "case": c, "mode": m,
                                                                      "launches": t.launches,
                                                                      "allocations": t.allocations,
-                                                                     "floor_model_us": t.floor_model_us(floors)}
+                                                                     "floor_model_us": t.floor_model_us(floors),
+                                                                     "host_us": statistics.median(t.path),
+                                                                     "floors_beside_us": t.beside,
+                                                                     "in_launch_floors": t.in_launch_floors()}
                                                                     for b, c, m, t in paths]},
                                                   indent=1) + "\n")
     md = ["# Host overhead per call", "", f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}",

@@ -94,6 +94,29 @@ def host_times(call, device, calls: int = CALLS, windows: int = WINDOWS) -> list
     return per_call
 
 
+def host_times_interleaved(calls_by_name: dict, device, calls: int = CALLS, windows: int = WINDOWS) -> dict:
+    """:func:`host_times` of several callables with their windows interleaved (name -> microseconds of every call):
+    window ``w`` of each in turn, the order rotated each window, so that a host whose speed drifts during the run
+    (session 27 read one host's floors at 2.0-4.9 us in one device call) slows each of them alike and their ratios
+    hold where their absolute times do not."""
+    fns = list(calls_by_name.items())
+    for _, fn in fns:
+        for _ in range(3):
+            fn()
+    clock = time.perf_counter
+    out = {name: [] for name, _ in fns}
+    for w in range(windows):
+        for name, fn in fns[w % len(fns):] + fns[:w % len(fns)]:
+            synchronize(device)
+            times = out[name]
+            for _ in range(calls):
+                t0 = clock()
+                fn()
+                times.append((clock() - t0) * 1e6)
+    synchronize(device)
+    return out
+
+
 def measure(adapter, case: Case, mode: str = "fwd", *, device=None, seed: int = 0, calls: int = CALLS,
             windows: int = WINDOWS) -> Overhead:
     """Host and device time per call of ``adapter`` on ``case`` in ``mode`` (see the module docstring)."""

@@ -7,6 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.adapters import registry
 from harness.adapters.base import SoftmaxAdapter
@@ -124,13 +125,17 @@ def test_host_ab_puts_runs_side_by_side(tmp_path, capsys):
         if name.startswith("old"):
             rows.append({"backend": "triton_fa (launch path)", "case": CASE.id, "mode": "bwd", "host_us": 2 * us})
         floors = {"one torch.empty (1 MiB)": us / 10} if name != "old-2" else {}  # (runs before session 27: none)
-        (tmp_path / name / "overhead.json").write_text(json.dumps({"rows": rows, "host_floors_us": floors}))
+        paths = [{"backend": "triton_fa", "case": CASE.id, "mode": "fwd", "in_launch_floors": us / 8}] \
+            if name != "old-2" else []  # (runs before session 28: none)
+        (tmp_path / name / "overhead.json").write_text(json.dumps({"rows": rows, "host_floors_us": floors,
+                                                                    "launch_paths": paths}))
     assert host_ab.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "| backend | case | mode | new-1 | old-1 | new-2 | old-2 | new / old |"  # run order
     assert out[2] == "| host floor | one torch.empty (1 MiB) | - | 2.0 | 3.0 | 2.2 | - | 0.70 |"
     assert out[3] == f"| triton_fa (launch path) | {CASE.id} | fwd | 20.0 | 30.0 | 22.0 | 28.0 | 0.72 |"
-    assert out[4] == f"| triton_fa (launch path) | {CASE.id} | bwd | - | 60.0 | - | 56.0 | - |"
+    assert out[4] == f"| triton_fa {host_ab.IN_FLOORS} | {CASE.id} | fwd | 2.50 | 3.75 | 2.75 | - | 0.70 |"
+    assert out[5] == f"| triton_fa (launch path) | {CASE.id} | bwd | - | 60.0 | - | 56.0 | - |"
     assert host_ab.main([str(tmp_path / "missing")]) == 2
 
 
@@ -188,8 +193,25 @@ def test_launch_paths_are_priced_at_the_hosts_floors():
     table = host_overhead.decomposition([("triton_fa", CASE.id, "bwd", t),
                                          ("triton_fa", CASE.id, "fwd", host_overhead.PathTimes([9.0], None, None, None))],
                                         floors)
-    assert table[2] == f"| triton_fa | {CASE.id} | bwd | 45.0 | 3 | 4 | 33.0 | 12.0 |"
-    assert table[3] == f"| triton_fa | {CASE.id} | fwd | 9.0 | - | - | - | - |"
+    assert table[2] == f"| triton_fa | {CASE.id} | bwd | 45.0 | 3 | 4 | 3.0 / 7.0 (run's) | 33.0 | 12.0 | - |"
+    assert table[3] == f"| triton_fa | {CASE.id} | fwd | 9.0 | - | - | 3.0 / 7.0 (run's) | - | - | - |"
+    # floors measured beside the path (interleaved windows) price it instead of the run's, and give its ratio
+    beside = host_overhead.PathTimes([40.0, 50.0, 45.0], [21.0], 3, 4.0,
+                                     beside={host_overhead.FLOOR_LAUNCH: 9.0, host_overhead.FLOOR_EMPTY: 2.0})
+    assert beside.floor_model_us(floors) == 35.0 and beside.in_launch_floors() == 5.0 and t.in_launch_floors() is None
+    row = host_overhead.decomposition([("triton_fa", CASE.id, "bwd", beside)], floors)[2]
+    assert row == f"| triton_fa | {CASE.id} | bwd | 45.0 | 3 | 4 | 2.0 / 9.0 | 35.0 | 10.0 | 5.00 |"
+
+
+def test_interleaved_windows_take_turns_and_rotate():
+    """overhead.host_times_interleaved: every callable gets every window, in turns whose order rotates, so a host
+    slowing down mid-run slows each alike."""
+    order = []
+    fns = {name: (lambda n=name: order.append(n)) for name in "abc"}
+    times = overhead.host_times_interleaved(fns, torch.device("cpu"), calls=2, windows=3)
+    assert {n: len(t) for n, t in times.items()} == {"a": 6, "b": 6, "c": 6}
+    timed = order[9:]  # after three warm-up calls each
+    assert timed == list("aabbcc") + list("bbccaa") + list("ccaabb")
 
 
 def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp_path, capsys):
