@@ -11,7 +11,7 @@ import torch
 
 from harness.adapters import registry
 from harness.adapters.base import SoftmaxAdapter
-from harness.cases import SoftmaxCase
+from harness.cases import SoftmaxCase, case_from_id
 from harness.perf import overhead
 
 CASE = SoftmaxCase(1, 2, 2, 32, 32, 16, causal=True)
@@ -110,6 +110,13 @@ def test_script_adds_the_in_repo_kernels_launch_path(tmp_path):
     assert rc == 0
     rows = json.loads((tmp_path / "overhead.json").read_text())["rows"]
     assert [r["backend"] for r in rows] == ["triton_fa", "triton_fa (launch path)"]
+    # with floors (a GPU's): the path's windows interleaved with theirs, the floors' medians kept beside it
+    calls = []
+    floors = {host_overhead.FLOOR_LAUNCH: lambda: calls.append(1)}
+    t = host_overhead.launch_path("triton_fa", case_from_id("B1-H2-S16x16-D16-fp32"), "fwd", torch.device("cpu"), 1,
+                                  floors)
+    assert len(t.path) == overhead.WINDOWS and len(calls) == 3 + overhead.WINDOWS
+    assert set(t.beside) == {host_overhead.FLOOR_LAUNCH} and t.in_launch_floors() > 0
 
 
 def test_host_ab_puts_runs_side_by_side(tmp_path, capsys):
