@@ -18,10 +18,12 @@ allocate itself (Triton specialises pointers on it; fresh tensors from torch's c
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import threading
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 import triton
 from triton import knobs
 from triton.runtime import _allocation
@@ -160,10 +162,15 @@ def scratch_layout(numels) -> tuple[list[int], int]:
 
 def scratch_view(ws: torch.Tensor, offset: int, shape) -> torch.Tensor:
     """The contiguous fp32 array of ``shape`` at byte ``offset`` of the workspace ``ws``."""
-    n = 1
-    for x in shape:
-        n *= x
-    return ws[offset:offset + 4 * n].view(torch.float32).view(shape)
+    return ws[offset:offset + 4 * math.prod(shape)].view(torch.float32).view(shape)
+
+
+def autograd_needed(*tensors) -> bool:
+    """Whether a differentiable call on ``tensors`` (None allowed) needs its autograd node: grad mode on and one of
+    them requiring grad, or a forward-mode AD level open (the node then says it cannot carry tangents). Where not,
+    the public functions run the forward alone: no node, nothing saved (host time a call)."""
+    return (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)) or \
+        _forward_ad._current_level >= 0
 
 
 def _capturing() -> bool:

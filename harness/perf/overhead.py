@@ -80,25 +80,14 @@ def host_times(call, device, calls: int = CALLS, windows: int = WINDOWS) -> list
     """Host microseconds of every ``call()`` in ``windows`` loops of ``calls`` back-to-back calls (the
     device drained before each loop, not inside it), after three calls that compile and fill caches
     (not what a steady call costs)."""
-    for _ in range(3):
-        call()
-    clock = time.perf_counter
-    per_call = []
-    for _ in range(windows):
-        synchronize(device)
-        for _ in range(calls):
-            t0 = clock()
-            call()
-            per_call.append((clock() - t0) * 1e6)
-    synchronize(device)
-    return per_call
+    return host_times_interleaved({"call": call}, device, calls, windows)["call"]
 
 
 def host_times_interleaved(calls_by_name: dict, device, calls: int = CALLS, windows: int = WINDOWS) -> dict:
     """:func:`host_times` of several callables with their windows interleaved (name -> microseconds of every call):
-    window ``w`` of each in turn, the order rotated each window, so that a host whose speed drifts during the run
-    (session 27 read one host's floors at 2.0-4.9 us in one device call) slows each of them alike and their ratios
-    hold where their absolute times do not."""
+    three warm-up calls each, then window ``w`` of each in turn, the order rotated each window, so that a host whose
+    speed drifts during the run (session 27 read one host's floors at 2.0-4.9 us in one device call) slows each of
+    them alike and their ratios hold where their absolute times do not."""
     fns = list(calls_by_name.items())
     for _, fn in fns:
         for _ in range(3):

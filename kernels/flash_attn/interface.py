@@ -10,7 +10,6 @@ import math
 import weakref
 
 import torch
-import torch.autograd.forward_ad as _forward_ad
 
 from .. import launcher
 from . import configs
@@ -172,8 +171,7 @@ def _attend(q, k, v, sig: _Signature, cu_q, cu_k):
     """(out, lse): through :class:`FlashAttnFunc` where autograd may need a node (grad mode on and an input
     requiring grad, or a forward-mode AD level open), else the forward alone: no node, nothing saved (host time a
     call: 16.5 -> 9.5 us on a development CPU, ``benchmarks/host_python.py``; inference and forward-only timing)."""
-    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or \
-            _forward_ad._current_level >= 0:
+    if launcher.autograd_needed(q, k, v):
         return FlashAttnFunc.apply(q, k, v, sig, cu_q, cu_k)
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.autograd.forward_ad as _forward_ad
 import triton
 import triton.language as tl
 
@@ -806,8 +805,7 @@ def chunk_linear_attn(
     g = g.contiguous() if g is not None else None
     g_gamma = g_gamma.contiguous() if g_gamma is not None else None
     initial_state = initial_state.contiguous() if initial_state is not None else None
-    if (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, g, initial_state))) \
-            or _forward_ad._current_level >= 0:
+    if launcher.autograd_needed(q, k, v, g, initial_state):
         return ChunkLinearAttnFunction.apply(q, k, v, g, g_gamma, sig, initial_state, bool(output_final_state),
                                              int(chunk_size))
     # nothing for autograd to record (no grad mode, or no input requiring grad): the forward alone, no node and
