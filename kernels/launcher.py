@@ -169,8 +169,11 @@ def autograd_needed(*tensors) -> bool:
     """Whether a differentiable call on ``tensors`` (None allowed) needs its autograd node: grad mode on and one of
     them requiring grad, or a forward-mode AD level open (the node then says it cannot carry tangents). Where not,
     the public functions run the forward alone: no node, nothing saved (host time a call)."""
-    return (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)) or \
-        _forward_ad._current_level >= 0
+    if torch.is_grad_enabled():
+        for t in tensors:  # (a loop: any() over a generator costs more than the check, on every call)
+            if t is not None and t.requires_grad:
+                return True
+    return _forward_ad._current_level >= 0
 
 
 def _capturing() -> bool:
