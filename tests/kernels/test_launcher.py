@@ -44,6 +44,21 @@ def recorded():
         yield log
 
 
+def test_the_stand_ins_are_gone_after_an_error_inside():
+    """kernels.standins.cpu_replays restores the launchers, the device checks and the signature caches however
+    its block ends."""
+    from kernels.decode import interface as decode
+
+    real = (configs.launch, launcher.launch, configs.interpreting, decode.interpreting, launcher.current_device,
+            launcher.current_stream)
+    with pytest.raises(RuntimeError, match="inside"), cpu_replays():
+        assert configs.launch is not real[0] and configs.interpreting()
+        raise RuntimeError("inside")
+    assert (configs.launch, launcher.launch, configs.interpreting, decode.interpreting, launcher.current_device,
+            launcher.current_stream) == real
+    assert len(interface._SIGNATURES) == 0 and len(decode._SIGNATURES) == 0
+
+
 def _inputs(b, sq, sk, hq, hk, d, dv=None, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     mk = lambda *s: torch.randn(*s, generator=g, dtype=dtype).requires_grad_(True)
