@@ -16,8 +16,8 @@ with the host's floors: one ``torch.empty`` on the device and one replayed launc
 kernel, what any launch path is made of (hosts differ: session 13's read the forward's launch path at 16 us,
 session 26's at 20-32 us for the same code); each launch path is then timed in windows interleaved with the
 floors' own (``overhead.host_times_interleaved``), which price it and give it in launch floors: a host
-drifting within the run (session 27: floors 2.0-4.9 / 6.2-8.6 us in one call) moves both alike. ``--pin-cpu N`` runs on CPU core N alone (the scheduler
-cannot move the process between cores mid-loop). Writes overhead.json and overhead.md to --out and prints
+drifting within the run (session 27: floors 2.0-4.9 / 6.2-8.6 us in one call) moves both alike.
+``--pin-cpu N`` runs on CPU core N alone (the scheduler cannot move the process between cores mid-loop). Writes overhead.json and overhead.md to --out and prints
 the table last.
 """
 

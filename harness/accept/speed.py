@@ -150,6 +150,7 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
     import torch
 
     from harness.perf import roofline
+    from harness.perf.timing import clock_of
 
     why = available()
     if why:
@@ -171,7 +172,7 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
             run.case(case)
     finally:
         run.close()
-    section = {"status": "measured", "clock": "cuda-events" if dev.type == "cuda" else "host", "cases": run.results,
+    section = {"status": "measured", "clock": clock_of(dev), "cases": run.results,
                "failed_checks": run.failed}
     section["markdown"] = _markdown(run.results, run.failed, host=dev.type != "cuda")
     plot = _plot(run.results, Path(out_dir) / "speed.png")
@@ -289,7 +290,7 @@ class _SpeedRun:
         timed cell."""
         from harness.perf import flops as flop_model
         from harness.perf import roofline
-        from harness.perf.timing import CLOCK_DEVICE, CLOCK_HOST
+        from harness.perf.timing import clock_of
 
         for row in rows:
             ms_by_mode = {}
@@ -300,8 +301,7 @@ class _SpeedRun:
                 ms_by_mode[mode] = ms
                 cell["tflops"] = flop_model.flops(case, mode) / (ms * 1e-3) / 1e12 if ms > 0 else math.inf
                 cell["gbps"] = flop_model.min_bytes(case, mode) / (ms * 1e-3) / 1e9 if ms > 0 else math.inf
-            clock = CLOCK_DEVICE if self.device.type == "cuda" else CLOCK_HOST
-            for mode, reasons in roofline.check(case, ms_by_mode, self.peaks, clock).items():
+            for mode, reasons in roofline.check(case, ms_by_mode, self.peaks, clock_of(self.device)).items():
                 if mode in row["modes"] and reasons:
                     row["modes"][mode]["flags"] = list(reasons)
             if row.get("candidate"):

@@ -35,7 +35,7 @@ from harness.perf.bench import (
     merge,
     report_data,
 )
-from harness.perf.timing import MODES, SETTLE_MIN_MS, SETTLE_TOL, SETTLE_WINDOW_MS, TimerOptions
+from harness.perf.timing import MODES, SETTLE_MIN_MS, SETTLE_TOL, SETTLE_WINDOW_MS, TimerOptions, clock_of
 
 
 def _split(v: str | None) -> list[str]:
@@ -95,7 +95,7 @@ def _settings(args, device: torch.device) -> dict:
         "max_reps": args.max_reps, "reps": args.reps, "flush_l2": args.flush_l2, "cuda_graphs": args.cuda_graphs,
         "time_limit": args.time_limit, "rounds": args.rounds,
         "settle": {"window_ms": SETTLE_WINDOW_MS, "min_ms": SETTLE_MIN_MS, "tol": SETTLE_TOL, "max_ms": args.settle_max_ms},
-        "clock": "cuda-events" if device.type == "cuda" else "host",
+        "clock": clock_of(device),
     }
 
 

@@ -38,11 +38,10 @@ from harness.perf import flops as flop_model
 from harness.perf import roofline
 from harness.perf.reports.schema import SCHEMA, SCHEMA_VERSION
 from harness.perf.timing import (
-    CLOCK_DEVICE,
-    CLOCK_HOST,
     MODES,
     TimerOptions,
     Timing,
+    clock_of,
     time_adapter,
 )
 from harness.provenance import source_digest
@@ -346,8 +345,7 @@ class Bench:
     def flag(self, case: Case, cells: dict[str, dict]) -> None:
         """Apply the roofline rules to the timed cells of one (case, backend), in place."""
         ms = {m: c.get("median_ms") for m, c in cells.items() if c.get("status") == "ok"}
-        clock = CLOCK_DEVICE if self.device.type == "cuda" else CLOCK_HOST
-        for mode, reasons in roofline.check(case, ms, self.peaks, clock).items():
+        for mode, reasons in roofline.check(case, ms, self.peaks, clock_of(self.device)).items():
             if mode in cells:
                 cells[mode]["flags"] = reasons
                 cells[mode]["status"] = "implausible"

@@ -39,7 +39,7 @@ from harness import fp8
 from harness.cases import DTYPES, Case
 from harness.files import atomic_write
 from harness.perf import flops as flop_model
-from harness.perf.timing import CLOCK_DEVICE, CLOCK_HOST, TimerOptions, time_callable
+from harness.perf.timing import CLOCK_DEVICE, CLOCK_HOST, TimerOptions, clock_of, time_callable
 
 IMPLAUSIBLE = "implausible: check the measurement"
 
@@ -153,7 +153,7 @@ def device_peaks(device, dtypes=("bf16",), *, remeasure: bool = False, cache: bo
                 peaks = Peaks(**d)
         except (OSError, ValueError, TypeError):
             peaks = None
-    clock = CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST
+    clock = clock_of(device)
     if peaks is None:
         peaks = Peaks(device=key, clock=clock)
     changed = False

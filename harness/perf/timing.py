@@ -62,6 +62,11 @@ MODES = flop_model.MODES
 CLOCK_DEVICE = "cuda-events"
 CLOCK_HOST = "host"  # time.perf_counter around each call: host time, not device time
 
+
+def clock_of(device) -> str:
+    """The clock this module times ``device`` with: :data:`CLOCK_DEVICE` on CUDA, :data:`CLOCK_HOST` elsewhere."""
+    return CLOCK_DEVICE if torch.device(device).type == "cuda" else CLOCK_HOST
+
 #: Wall time spent warming up (do_bench's default), and the fewest warm-up calls: the first call
 #: compiles / autotunes, the next ones reach steady state (allocator caches, cuDNN plans).
 WARMUP_MS = 25.0
@@ -552,7 +557,7 @@ def time_workload(work: Workload, device, options: TimerOptions | None = None) -
         work.release()
         del keep
     return Timing(
-        mode=work.mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
+        mode=work.mode, clock=clock_of(device), times_ms=loop.times,
         warmup_calls=calls + more, flush_l2=flush is not None, rotate=n, cuda_graph=graph_state,
         enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms, drain_ms=loop.drain_ms, settle_ms=settled,
         first_call_ms=first_ms,
@@ -597,7 +602,7 @@ def time_callable(fn: Callable[[], object], device, *, mode: str = "fwd", option
         synchronize(device)
     reps, settled, more = _repetitions(lambda i: fn(), 1, device, buf, opt)
     loop = _time_loop(lambda i: fn(), 1, reps, device, buf)
-    return Timing(mode=mode, clock=CLOCK_DEVICE if device.type == "cuda" else CLOCK_HOST, times_ms=loop.times,
+    return Timing(mode=mode, clock=clock_of(device), times_ms=loop.times,
                   warmup_calls=calls + more, flush_l2=buf is not None, enqueue_ms=loop.enqueue_ms, flush_ms=loop.flush_ms,
                   drain_ms=loop.drain_ms, settle_ms=settled)
 
