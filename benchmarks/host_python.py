@@ -9,8 +9,9 @@ launch made by stand-ins (``kernels/standins.py``), so every later call replays 
 ``kernels.launcher.Launch`` objects into a C entry point that does nothing. Rows: each launch path
 (``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), the
 public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a decode step
-(``decode_attention``, ``validate=False`` as in a serving loop: append, split and combine), a replay alone (``Launch.__call__`` of the forward kernel), and this machine's floor for one allocation
-(``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
+(``decode_attention``, ``validate=False`` as in a serving loop: append, split and combine), a replay alone
+(``Launch.__call__`` of the forward kernel, ``host_overhead.launches_alone``), and this machine's floor for one
+allocation (``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
 Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
 code costs, not what the machine was doing meanwhile. Prints the table last.
 """
@@ -35,6 +36,9 @@ from kernels.flash_attn.bwd import flash_attn_bwd  # noqa: E402
 from kernels.flash_attn.fwd import flash_attn_fwd  # noqa: E402
 from kernels.standins import cpu_replays  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_overhead import launches_alone  # noqa: E402
+
 #: (name, batch, seqlen, query heads, kv heads, head dim, group split): the host_overhead.py cases' head
 #: counts (the Python does not depend on the sizes), small sequences.
 CASES = (
@@ -58,7 +62,7 @@ def fastest_us(fn, calls: int, repeats: int) -> float:
 
 
 def launch_paths(b, s, hq, hk, d, split):
-    """(forward call, backward call, the forward's replay cache, the backward's) with the caches filled."""
+    """(forward call, backward call, the forward's replay cache, the backward's, (q, k, v)) with the caches filled."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(b, s, hq, d, generator=g)
     k, v = torch.randn(b, s, hk, d, generator=g), torch.randn(b, s, hk, d, generator=g)
@@ -71,8 +75,7 @@ def launch_paths(b, s, hq, hk, d, split):
     if "fwd" not in fwd_cache or "plan" not in bwd_cache:
         raise RuntimeError("the first calls left no launches to replay: the stand-ins were not used")
     return (lambda: flash_attn_fwd(q, k, v, **fkw, launches=fwd_cache),
-            lambda: flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache), fwd_cache, bwd_cache,
-            (q, k, v, out, lse))
+            lambda: flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache), fwd_cache, bwd_cache, (q, k, v))
 
 
 def main(argv=None) -> int:
@@ -87,7 +90,7 @@ def main(argv=None) -> int:
     rows = []
     with cpu_replays():
         for name, *shape in CASES:
-            fwd_call, bwd_call, fwd_cache, bwd_cache, (q, k, v, out, lse) = launch_paths(*shape)
+            fwd_call, bwd_call, fwd_cache, bwd_cache, (q, k, v) = launch_paths(*shape)
             launches = len(bwd_cache["plan"][3])
             rows.append((f"flash_attn_fwd, {name}", fastest_us(fwd_call, args.calls, args.repeats), 1))
             rows.append((f"flash_attn_bwd, {name}", fastest_us(bwd_call, args.calls, args.repeats), launches))
@@ -119,11 +122,10 @@ def main(argv=None) -> int:
 
         step()
         rows.append(("decode_attention (B32 H32/8 D128, 4 splits)", fastest_us(step, args.calls, args.repeats), 3))
-        tensors = {"Q": q, "K": k, "V": v, "Out": out, "Lse": lse, "CuSeqQ": None, "CuSeqK": None, "QDescale": None,
-                   "KDescale": None, "VDescale": None, "VReady": None}
-        replay = fwd_cache["fwd"]
-        rows.append(("a replay alone (Launch.__call__, forward kernel)", fastest_us(lambda: replay(tensors),
-                                                                                    args.calls, args.repeats), 1))
+        # the forward's launch replayed with an earlier call's tensors (host_overhead.py's "launches alone")
+        alone = launches_alone((fwd_call, fwd_cache))
+        rows.append(("a replay alone (Launch.__call__, forward kernel)", fastest_us(alone, args.calls, args.repeats),
+                     alone.launches))
     x = torch.empty(1 << 20, dtype=torch.uint8)
     rows.append(("floor: torch.empty_like (CPU, 1 MiB)", fastest_us(lambda: torch.empty_like(x), args.calls,
                                                                     args.repeats), 0))
