@@ -108,8 +108,11 @@ def test_split_partials_come_from_the_kept_workspace(monkeypatch):
     real = launcher.workspace
     monkeypatch.setattr(launcher, "workspace", lambda like, n: handed.append((threading.get_ident(), real(like, n)))
                         or handed[-1][1])
-    case = DecodeCase(4, 4, 2, 1, 60, 16, page_size=16, dtype="fp32")
+    # 200 cached keys: three splits ask for more than one key block on the GPU (64 keys a block) and in the
+    # interpreter (32); a shorter cache would fit one block and take no split (no workspace) on the GPU
+    case = DecodeCase(4, 4, 2, 1, 200, 16, page_size=16, dtype="fp32")
     _check(case, *_run(case, seed=2, num_splits=3, validate=False))
+    assert len(handed) == 1, f"one workspace asked for by a step with splits, got {len(handed)}"
     (thread, buf), = handed
     buf.fill_(0xFF)  # every fp32 word a NaN
     _check(case, *_run(case, seed=3, num_splits=3, validate=False))
