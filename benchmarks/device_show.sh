@@ -427,8 +427,8 @@ launch-check)  # issue 16 (session 12): replayed launches on the GPU: the kernel
 host-ab)  # issue 16: host time of this tree's kernels against earlier commits', on one host in one call
     # (carry .old and/or .old-REV, each made by `mkdir -p .old && git archive REV kernels | tar -x -C .old`, and
     # .whl): this tree's harness/ and benchmarks/ measure every tree (each old kernels/ beside them in
-    # /tmp/ab-NAME), runs alternating new, old trees, twice, pinned configs (the launch path does not depend on
-    # the tile), then host_ab.py's table
+    # /tmp/ab-NAME), runs alternating new, old trees, HOST_AB_PAIRS times (default 2), pinned configs (the launch
+    # path does not depend on the tile), then host_ab.py's table
     setup
     trees=""
     for d in .old .old-*; do
@@ -438,7 +438,7 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
     done
     mkdir -p "$OUT/host-ab"
     start=$SECONDS
-    for i in 1 2; do
+    for i in $(seq 1 "${HOST_AB_PAIRS:-2}"); do
         for side in new $trees; do
             # no run started past 400 s: the step must end (and tar) inside the device call's 600 s
             if [ $((SECONDS - start)) -gt 400 ]; then echo "host-ab: $side-$i not started (time)"; continue; fi

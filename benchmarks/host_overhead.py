@@ -55,7 +55,8 @@ def launch_path_call(backend: str, case, mode: str, device):
     """``(call, caches)``: one call of an in-repo kernel's own launch path (its launchers called
     directly with their replay caches, kernels/launcher.py; no adapter, no autograd) and the replay
     caches it fills (name -> dict of Launches). None for other backends and for cases whose call form
-    the path does not cover (varlen, strided layouts, FP8)."""
+    the path does not cover (varlen, strided layouts, FP8). A decode step's path: ``decode_attention`` as a
+    serving loop calls it (its signature lookup included)."""
     if case.layout != "contiguous" or getattr(case, "fp8", "") or getattr(case, "is_varlen", False):
         return None
     x = make_inputs(case, 0, device)
@@ -84,6 +85,20 @@ def launch_path_call(backend: str, case, mode: str, device):
         else:
             call = lambda: chunk_linear_attn_bwd(x.q, x.k, x.v, g, g_gamma, scale, x.initial_state, x.grad_out,
                                                  x.grad_final_state, 64, g is not None, launches=bwd_cache)
+    elif backend == "triton_decode" and case.family == "decode" and mode == "fwd":
+        # a serving loop's step (validate=False, as the adapter calls it): the signature lookup, then the plan's
+        # replays (append, split, combine). Its launches are those of the one plan its first call leaves in the
+        # emptied signature cache (found so in earlier trees' kernels too: host_ab.py compares them)
+        from kernels.decode import interface as decode
+
+        kw = dict(cache_seqlens=x.cache_seqlens, block_table=x.block_table, causal=case.causal,
+                  softmax_scale=case.scale, window_size=tuple(case.window), softcap=case.softcap)
+        call = lambda: decode.decode_attention(x.q, x.k_cache, x.v_cache, x.k, x.v, **kw, return_lse=True,
+                                               validate=False)
+        decode._SIGNATURES._d.clear()
+        call()
+        plans = list(decode._SIGNATURES._d.values())
+        return (call, plans[0].launches) if len(plans) == 1 else None
     else:
         return None
     return call, (fwd_cache if mode == "fwd" else bwd_cache)

@@ -186,6 +186,35 @@ def test_launches_alone_replays_what_the_path_launched_with_its_tensors():
     assert host_overhead.launches_alone((lambda: None, {})) is None  # nothing to replay (the interpreter)
 
 
+def test_the_decode_step_has_a_launch_path_replaying_its_plans_launches():
+    """host_overhead.py's decode launch path: ``decode_attention`` as a serving loop calls it (validate=False),
+    its cache the plan's own launches (append, split, combine) found by the call's signature; replayed alone
+    they are the very launches a step makes (stand-in launches on the CPU, kernels/standins.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import host_overhead
+    finally:
+        sys.path.pop(0)
+    from kernels.standins import cpu_replays
+
+    case = case_from_id("B2-H4/2-Q1-L64r-P16-new-D16-fp32")
+    assert host_overhead.launch_path_call("triton_decode", case, "bwd", torch.device("cpu")) is None  # forward only
+    log = []
+    with cpu_replays(log):
+        call, cache = host_overhead.launch_path_call("triton_decode", case, "fwd", torch.device("cpu"))
+        assert sorted(cache) == ["append", "combine", "split"]
+        out, lse = call()
+        assert out.shape == (2, 1, 4, 16) and lse.shape == (2, 4, 1)
+        del log[:]
+        alone = host_overhead.launches_alone((call, cache))
+        assert alone.launches == 3
+        del log[:]
+        alone()
+    assert [(kind, name) for kind, name, *_ in log] == [("replay", "_append_kernel"),
+                                                        ("replay", "_split_kernel"),
+                                                        ("replay", "_combine_kernel")]
+
+
 def test_launch_paths_are_priced_at_the_hosts_floors():
     """host_overhead.py's decomposition: launches x the one-pointer launch floor + allocations x the torch.empty
     floor, and the rest as the path's own; a dash where a count or a floor is missing (a CPU run)."""
