@@ -188,8 +188,9 @@ def test_launches_alone_replays_what_the_path_launched_with_its_tensors():
 
 def test_the_decode_step_has_a_launch_path_replaying_its_plans_launches():
     """host_overhead.py's decode launch path: ``decode_attention`` as a serving loop calls it (validate=False),
-    its cache the plan's own launches (append, split, combine) found by the call's signature; replayed alone
-    they are the very launches a step makes (stand-in launches on the CPU, kernels/standins.py)."""
+    its cache the launches (append, split, combine) of the one plan its first call leaves in the emptied signature
+    cache; replayed alone they are the kernels a step launches, in its order (stand-ins on the CPU,
+    kernels/standins.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import host_overhead
