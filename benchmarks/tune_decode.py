@@ -50,6 +50,7 @@ CONFIGS = {
     "s4": _R(CONFIG, num_stages=4),
     "n128": _R(CONFIG, block_n=128),
     "n128w8": _R(CONFIG, block_n=128, num_warps=8),
+    "fuse": _R(CONFIG, fuse_append=True),  # the split kernel appends the new tokens itself: no append launch
     # head dims above 256 (absorbed MLA)
     "wide": WIDE_CONFIG,
     "wide-r64": _R(WIDE_CONFIG, block_r_max=64),
@@ -57,6 +58,7 @@ CONFIGS = {
     "wide-r32": _R(WIDE_CONFIG, block_r_max=32),
     "wide-w4": _R(WIDE_CONFIG, num_warps=4),
     "wide-r64s1": _R(WIDE_CONFIG, block_r_max=64, num_stages=1),
+    "wide-fuse": _R(WIDE_CONFIG, fuse_append=True),
 }
 WIDE_NAMES = {n for n in CONFIGS if n.startswith("wide")}
 

@@ -33,6 +33,9 @@ class DecodeConfig:
     #: stay below this share of the keys and values read: MQA and MLA (many query heads per kv head)
     #: get fewer splits
     max_partial_share: float = 0.05
+    #: the new tokens written into the cache by the split kernel itself (read from k / v this step), not by an
+    #: append launch before it: one launch a step fewer (kernel.py's FUSE_APPEND). Off until measured on a GPU
+    fuse_append: bool = False
 
     def __post_init__(self):
         for name in ("block_n", "block_r_max"):
@@ -225,6 +228,7 @@ class _Plan:
                            (B, Hq, Sq, self.num_splits))
         self.mid_offsets, self.mid_bytes = launcher.scratch_layout(math.prod(x) for x in self.mid_shapes)
         self.out_like_q = Dv == D  # then out is allocated like q (empty_like: cheaper than torch.empty's keywords)
+        self.fuse = config.fuse_append and k is not None  # the split kernel appends the new tokens itself
         # after the first call of a replayed signature: lse's shape as a one-element template, allocated like it
         self.lse_like, self.replayed = None, not validate
         self.launches: dict = {}
@@ -259,12 +263,15 @@ class _Plan:
         # the split kernel's the caches)
         tensors = {"split": {"Q": q, "K": k_cache, "V": v_cache, "Seqlens": cache_seqlens, "Table": table,
                              "MidO": mid[0], "MidM": mid[1], "MidL": mid[2], "Out": out, "Lse": lse}}
-        if k is not None:
+        appended = k is not None and not self.fuse  # by the append kernel, before the split kernel reads the cache
+        if appended:
             tensors["append"] = {"K": k, "V": v, "KC": k_cache, "VC": v_cache, "Seqlens": cache_seqlens,
                                  "Table": table}
+        elif self.fuse:
+            tensors["split"].update(KNew=k, VNew=v)
         if not self.direct:
             tensors["combine"] = {"MidO": mid[0], "MidM": mid[1], "MidL": mid[2], "Out": out, "Lse": lse}
-        for name in ("append",) * (k is not None) + ("split",) + ("combine",) * (not self.direct):
+        for name in ("append",) * appended + ("split",) + ("combine",) * (not self.direct):
             replay = launches.get(name)
             if replay is None or not replay(tensors[name]):
                 if views is None:  # a launch made afresh needs tensors, not pointers
@@ -294,7 +301,8 @@ class _Plan:
         mm = (0, 0, 0) if direct else (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2))
         if interpreting():
             patch_interpreter_scalar_index()
-        args = (q, k_cache, v_cache, cache_seqlens, table, mid_o, mid_m, mid_l, out, lse,
+        new = (k, v) if self.fuse else (None, None)  # FUSE_APPEND's new tokens (else constexpr None: no slot)
+        args = (q, k_cache, v_cache, cache_seqlens, table, mid_o, mid_m, mid_l, out, lse, *new,
                 q.stride(0), q.stride(1), q.stride(2),
                 k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
                 v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -302,6 +310,8 @@ class _Plan:
                 *om, *mm,
                 out.stride(0), out.stride(1), out.stride(2),
                 lse.stride(0), lse.stride(1),
+                *((k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2)) if self.fuse
+                  else (0,) * 6),
                 self.scale, self.softcap, self.chunk)
         return launcher.launch(_split_kernel, (B * Hk * rblocks, self.num_splits), launcher.by_name(_split_kernel, args, dict(
             HK=Hk, RBLOCKS=rblocks, G=Hq // Hk, SQ=Sq, NEW=Sq if k is not None else 0,
@@ -309,7 +319,8 @@ class _Plan:
             LEFT=left, RIGHT=right, HAS_SOFTCAP=bool(self.softcap),
             D=D, DV=Dv, BLOCK_R=self.block_r, BLOCK_N=config.block_n, BLOCK_D=block_d, BLOCK_DT=block_dt,
             BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32")),  # fp32: full-precision dots, not TF32
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32: full-precision dots, not TF32
+            FUSE_APPEND=self.fuse, BLOCK_NEW=max(16, triton.next_power_of_2(Sq)))),
             num_warps=config.num_warps, num_stages=config.num_stages)
 
     def _combine(self, q, k_cache, v_cache, k, v, cache_seqlens, block_table, table, mid_o, mid_m, mid_l, out, lse):

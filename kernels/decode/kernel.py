@@ -13,7 +13,8 @@ combine converts back to the natural-log lse. A head dim that is not a power of 
 MLA's 576, DeepSeek's 192) is read as a power-of-two part plus a tail (512 + 64, 128 + 64), not
 padded to the next power (1024, 256). With one split the split kernel writes the output and lse
 itself (``DIRECT``), without the combine. New tokens go into the cache with ``_append_kernel``
-(one launch). Offsets into the cache are 64-bit (a pool above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the
+(one launch), or, with ``FUSE_APPEND``, from the split kernel itself (read from the new tensors, written by one
+program each). Offsets into the cache are 64-bit (a pool above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the
 cache and the new tokens) query ``i`` of ``seqlen_q`` sits at position ``L - seqlen_q + i``.
 """
 
@@ -56,8 +57,36 @@ def _append_kernel(
 
 
 @triton.jit
+def _block_update(q, qt, k, kt, v, n, key_ok, row_ok, pos_q, m, lsum, acc, sm_scale, softcap,
+                  LEFT: tl.constexpr, RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, BLOCK_DT: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """One key block into the rows' online softmax (base 2): the scores of ``q`` (and its tail ``qt``) against the
+    keys ``k`` (``kt``) at positions ``n``, masked, then ``v`` weighted into ``acc``. Returns m, lsum, acc."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    if BLOCK_DT > 0:
+        s += tl.dot(qt, tl.trans(kt), input_precision=PRECISION)
+    s = s * sm_scale
+    if HAS_SOFTCAP:  # softcap * tanh(s / softcap), in natural units
+        s = softcap * (2.0 / (1.0 + tl.exp(-2.0 * s / softcap)) - 1.0)
+    s = s * LOG2E
+    vis = row_ok[:, None] & key_ok[None, :]
+    if RIGHT >= 0:  # causal is RIGHT = 0
+        vis = vis & (n[None, :] <= pos_q[:, None] + RIGHT)
+    if LEFT >= 0:
+        vis = vis & (n[None, :] >= pos_q[:, None] - LEFT)
+    s = tl.where(vis, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    lsum = lsum * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, lsum, acc
+
+
+@triton.jit
 def _split_kernel(
-    Q, K, V, Seqlens, Table, MidO, MidM, MidL, Out, Lse,
+    Q, K, V, Seqlens, Table, MidO, MidM, MidL, Out, Lse, KNew, VNew,
     stride_qb, stride_qs, stride_qh,
     stride_kblk, stride_kpos, stride_kh,
     stride_vblk, stride_vpos, stride_vh,
@@ -66,19 +95,28 @@ def _split_kernel(
     stride_mb, stride_mh, stride_ms,
     stride_yb, stride_ys, stride_yh,
     stride_lb, stride_lh,
+    stride_knb, stride_kns, stride_knh, stride_vnb, stride_vns, stride_vnh,
     sm_scale, softcap, chunk,
     HK: tl.constexpr, RBLOCKS: tl.constexpr, G: tl.constexpr, SQ: tl.constexpr, NEW: tl.constexpr,
     PAGE: tl.constexpr, PAGED: tl.constexpr, PAGE_GATHER: tl.constexpr, DIRECT: tl.constexpr,
     LEFT: tl.constexpr, RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DT: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
+    FUSE_APPEND: tl.constexpr = False, BLOCK_NEW: tl.constexpr = 16,
 ):
+    """FUSE_APPEND (NEW tokens given as KNew / VNew): the cache's keys are read up to its length before the
+    step, the new tokens from KNew / VNew in an epilogue of BLOCK_NEW keys (the new tokens' count to a power of
+    two, at least 16: a tile of the key loop's depth would be held in registers there, not staged by its
+    asynchronous copies), and row block 0 of the split whose range
+    holds a new token writes it into the cache (no program reads the cache there this step): no append
+    launch. Without it the append kernel has written them before this kernel runs."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     rb = pid % RBLOCKS
     hk = (pid // RBLOCKS) % HK
     b = pid // (RBLOCKS * HK)
-    L = tl.load(Seqlens + b) + NEW  # keys this step: the cache and the NEW tokens appended
+    cached = tl.load(Seqlens + b)
+    L = cached + NEW  # keys this step: the cache and the NEW tokens appended
     lo = 0
     if LEFT >= 0:  # a sliding window: the splits share the keys some row sees (from a block start)
         lo = (tl.maximum(L - SQ - LEFT, 0) // BLOCK_N) * BLOCK_N
@@ -99,12 +137,16 @@ def _split_kernel(
         qt = tl.load(q_row + dt[None, :], mask=row_ok[:, None] & (dt[None, :] < D), other=0.0)
     pos_q = L - SQ + i  # each row's position among the keys
 
+    if BLOCK_DT == 0:  # (no tail: a placeholder the block update never reads)
+        qt = q
+        dt = d
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
     lsum = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_DV], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
+    cache_end = tl.minimum(end, cached) if FUSE_APPEND else end  # FUSE_APPEND: the new tokens after the loop
+    for n0 in range(start, cache_end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        key_ok = n < end
+        key_ok = n < cache_end
         if PAGE_GATHER:  # pages smaller than a block: each key's own page
             blk = tl.load(Table + b * stride_tb + n // PAGE, mask=key_ok, other=0).to(tl.int64)[:, None]
             off = n % PAGE
@@ -116,29 +158,45 @@ def _split_kernel(
             off = n
         k_row = K + blk * stride_kblk + off[:, None] * stride_kpos + hk * stride_kh
         k = tl.load(k_row + d[None, :], mask=key_ok[:, None] & (d[None, :] < D), other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        kt = k
         if BLOCK_DT > 0:
             kt = tl.load(k_row + dt[None, :], mask=key_ok[:, None] & (dt[None, :] < D), other=0.0)
-            s += tl.dot(qt, tl.trans(kt), input_precision=PRECISION)
-        s = s * sm_scale
-        if HAS_SOFTCAP:  # softcap * tanh(s / softcap), in natural units
-            s = softcap * (2.0 / (1.0 + tl.exp(-2.0 * s / softcap)) - 1.0)
-        s = s * LOG2E
-        vis = row_ok[:, None] & key_ok[None, :]
-        if RIGHT >= 0:  # causal is RIGHT = 0
-            vis = vis & (n[None, :] <= pos_q[:, None] + RIGHT)
-        if LEFT >= 0:
-            vis = vis & (n[None, :] >= pos_q[:, None] - LEFT)
-        s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        lsum = lsum * alpha + tl.sum(p, 1)
         v = tl.load(V + blk * stride_vblk + off[:, None] * stride_vpos + hk * stride_vh + dv[None, :],
                     mask=key_ok[:, None] & (dv[None, :] < DV), other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m = m_new
+        m, lsum, acc = _block_update(q, qt, k, kt, v, n, key_ok, row_ok, pos_q, m, lsum, acc, sm_scale, softcap,
+                                     LEFT, RIGHT, HAS_SOFTCAP, BLOCK_DT, PRECISION)
+    if FUSE_APPEND:  # this split's share of the new tokens: blocks of BLOCK_NEW >= NEW keys (one), not pipelined
+        new_lo = tl.maximum(start, cached)
+        if rb == 0:  # one program per (sequence, kv head) writes them into the cache, a row at a time
+            for p in range(new_lo, end):
+                j = p - cached
+                if PAGED:
+                    blk = tl.load(Table + b * stride_tb + p // PAGE).to(tl.int64)
+                    off = p % PAGE
+                else:
+                    blk = b.to(tl.int64)
+                    off = p
+                c_row = K + blk * stride_kblk + off * stride_kpos + hk * stride_kh
+                n_row = KNew + b * stride_knb + j * stride_kns + hk * stride_knh
+                tl.store(c_row + d, tl.load(n_row + d, mask=d < D), mask=d < D)
+                if BLOCK_DT > 0:
+                    tl.store(c_row + dt, tl.load(n_row + dt, mask=dt < D), mask=dt < D)
+                tl.store(V + blk * stride_vblk + off * stride_vpos + hk * stride_vh + dv,
+                         tl.load(VNew + b * stride_vnb + j * stride_vns + hk * stride_vnh + dv, mask=dv < DV),
+                         mask=dv < DV)
+        for n0 in tl.range(new_lo, end, BLOCK_NEW, num_stages=1):
+            n = n0 + tl.arange(0, BLOCK_NEW)
+            key_ok = n < end
+            j = (n - cached)[:, None]  # the new token's index
+            k_row = KNew + b * stride_knb + j * stride_kns + hk * stride_knh
+            k = tl.load(k_row + d[None, :], mask=key_ok[:, None] & (d[None, :] < D), other=0.0)
+            kt = k
+            if BLOCK_DT > 0:
+                kt = tl.load(k_row + dt[None, :], mask=key_ok[:, None] & (dt[None, :] < D), other=0.0)
+            v = tl.load(VNew + b * stride_vnb + j * stride_vns + hk * stride_vnh + dv[None, :],
+                        mask=key_ok[:, None] & (dv[None, :] < DV), other=0.0)
+            m, lsum, acc = _block_update(q, qt, k, kt, v, n, key_ok, row_ok, pos_q, m, lsum, acc, sm_scale,
+                                         softcap, LEFT, RIGHT, HAS_SOFTCAP, BLOCK_DT, PRECISION)
     if DIRECT:  # one split: this program's rows are final
         live = lsum > 0
         out = tl.where(live[:, None], acc / tl.where(live, lsum, 1.0)[:, None], 0.0)

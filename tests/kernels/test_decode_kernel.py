@@ -6,7 +6,12 @@ the cache the kernel wrote (bit for bit: appending is a copy) on fresh random in
 unused cache slot holding a finite random value a kernel that reads past a sequence would pick up.
 """
 
+import dataclasses
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -119,6 +124,74 @@ def test_split_partials_come_from_the_kept_workspace(monkeypatch):
     assert handed[1][0] == thread and handed[1][1].data_ptr() == buf.data_ptr()
     _check(case, *_run(case, seed=4, num_splits=1, validate=False))  # one split: no partials, no workspace
     assert len(handed) == 2
+
+
+def _fused(case: DecodeCase, **over) -> DecodeConfig:
+    """The config a call of ``case`` takes by default here (interface._Plan's choice), with the split kernel
+    appending the new tokens itself (``fuse_append``)."""
+    from kernels.decode.interface import CONFIG, WIDE_CONFIG
+
+    base = INTERPRET_CONFIG if not CUDA else (CONFIG if max(case.d, case.d_v) <= 256 else WIDE_CONFIG)
+    return dataclasses.replace(base, fuse_append=True, **over)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.append], ids=str)
+def test_fused_append_matches_oracle(case):
+    """``fuse_append``: the split kernel reads the new tokens from k / v and writes them into the cache itself
+    (no append launch); the output, lse and the written cache (bit for bit) are the oracle's, twice in a row
+    (validate=False: the second call replays on a GPU)."""
+    for seed in (1, 11):
+        _check(case, *_run(case, seed=seed, config=_fused(case), validate=False))
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 8])
+def test_fused_append_with_split_boundaries_among_the_new_tokens(num_splits):
+    """Four new tokens after 62 cached keys (positions 62-65) in 16-key blocks and splits: a block and a split
+    boundary fall among them, so two splits each read and write their own share; paged by 16 (a page table
+    entry per key) and by 32 (one per block)."""
+    for page in (16, 32):
+        case = DecodeCase(3, 4, 2, 4, 62, 16, page_size=page, dtype="fp32")
+        _check(case, *_run(case, seed=7, num_splits=num_splits, config=_fused(case, block_n=16)))
+
+
+def test_fused_append_makes_no_append_launch():
+    """With ``fuse_append`` a step launches the split kernel (and the combine), not the append kernel; without
+    it, the append kernel first (stand-in launches: kernels/standins.py)."""
+    from kernels.standins import cpu_replays
+
+    case = DecodeCase(2, 4, 2, 1, 40, 16, page_size=16, dtype="fp32")
+    for fuse, first in ((True, "_split_kernel"), (False, "_append_kernel")):
+        log = []
+        with cpu_replays(log):
+            x = make_decode_inputs(case, seed=1, device="cpu")
+            decode_attention(x.q, x.k_cache, x.v_cache, x.k, x.v, cache_seqlens=x.cache_seqlens,
+                             block_table=x.block_table, num_splits=3, validate=False,
+                             config=dataclasses.replace(INTERPRET_CONFIG, fuse_append=fuse))
+        names = [name for _, name, *_ in log]
+        assert names[0] == first and ("_append_kernel" in names) is not fuse, names
+
+
+def test_fused_append_compiles_for_sm90_keeping_its_programs_an_sm():
+    """The fused split kernel compiled for an H100 (benchmarks/decode_ptxas.py, Triton's bundled ptxas, in its own
+    process: this suite runs the interpreter) on the GQA and MQA steps: no spill, as many programs an SM as
+    without the fusion (registers and shared memory), and the key loop no longer than 1.1x. (The epilogue's
+    new-token block once held a whole 64-key tile in registers: 80 -> 221 registers.) Absorbed MLA's wide
+    config is left out: fused, it holds one program an SM instead of two (its config keeps it off)."""
+    if sys.platform != "linux":
+        pytest.skip("Triton's bundled ptxas is a Linux binary")
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "decode_ptxas.py"), "--json", "--cases",
+                          "Llama|MQA"], capture_output=True, text=True, cwd=root, timeout=300,
+                         env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout)
+    steps = {r["step"] for r in rows}
+    assert len(steps) == 3 and len(rows) == 6
+    for step in steps:
+        off, on = (next(r for r in rows if r["step"] == step and r["fuse_append"] is f) for f in (False, True))
+        assert on["spill_stores"] == 0 and on["spill_loads"] == 0, (step, on)
+        assert on["programs"] >= off["programs"], (step, off, on)
+        assert on["loops"][0]["count"] <= 1.1 * off["loops"][0]["count"], (step, off["loops"], on["loops"])
 
 
 @pytest.mark.parametrize("block_n, page", [(16, 16), (32, 16), (64, 16), (32, 48), (64, 32), (32, 64)])
