@@ -107,9 +107,9 @@ def _split_kernel(
     """FUSE_APPEND (NEW tokens given as KNew / VNew): the cache's keys are read up to its length before the
     step, the new tokens from KNew / VNew in an epilogue of BLOCK_NEW keys (the new tokens' count to a power of
     two, at least 16: a tile of the key loop's depth would be held in registers there, not staged by its
-    asynchronous copies), and row block 0 of the split whose range
-    holds a new token writes it into the cache (no program reads the cache there this step): no append
-    launch. Without it the append kernel has written them before this kernel runs."""
+    asynchronous copies), and row block 0 of the split whose range holds a new token writes it into the cache
+    (no program reads the cache there this step): no append launch. Without it the append kernel has written
+    them before this kernel runs."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     rb = pid % RBLOCKS
@@ -139,7 +139,6 @@ def _split_kernel(
 
     if BLOCK_DT == 0:  # (no tail: a placeholder the block update never reads)
         qt = q
-        dt = d
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
     lsum = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_DV], tl.float32)
