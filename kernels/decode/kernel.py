@@ -28,6 +28,14 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def _slot(Table, b, pos, stride_tb, PAGE: tl.constexpr, PAGED: tl.constexpr):
+    """Where key ``pos`` of sequence ``b`` lives in the cache: (page or sequence row as int64, its offset there)."""
+    if PAGED:
+        return tl.load(Table + b * stride_tb + pos // PAGE).to(tl.int64), pos % PAGE
+    return b.to(tl.int64), pos
+
+
+@triton.jit
 def _append_kernel(
     K, V, KC, VC, Seqlens, Table,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
@@ -40,13 +48,7 @@ def _append_kernel(
     pid = tl.program_id(0)
     i = pid % SQ
     b = pid // SQ
-    pos = tl.load(Seqlens + b) + i
-    if PAGED:
-        blk = tl.load(Table + b * stride_tb + pos // PAGE).to(tl.int64)
-        off = pos % PAGE
-    else:
-        blk = b.to(tl.int64)
-        off = pos
+    blk, off = _slot(Table, b, tl.load(Seqlens + b) + i, stride_tb, PAGE, PAGED)
     h = tl.arange(0, BLOCK_H)[:, None]
     d = tl.arange(0, BLOCK_D)[None, :]
     dv = tl.arange(0, BLOCK_DV)[None, :]
@@ -169,12 +171,7 @@ def _split_kernel(
         if rb == 0:  # one program per (sequence, kv head) writes them into the cache, a row at a time
             for p in range(new_lo, end):
                 j = p - cached
-                if PAGED:
-                    blk = tl.load(Table + b * stride_tb + p // PAGE).to(tl.int64)
-                    off = p % PAGE
-                else:
-                    blk = b.to(tl.int64)
-                    off = p
+                blk, off = _slot(Table, b, p, stride_tb, PAGE, PAGED)
                 c_row = K + blk * stride_kblk + off * stride_kpos + hk * stride_kh
                 n_row = KNew + b * stride_knb + j * stride_kns + hk * stride_knh
                 tl.store(c_row + d, tl.load(n_row + d, mask=d < D), mask=d < D)
