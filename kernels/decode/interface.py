@@ -9,6 +9,7 @@ device's multiprocessors, then launches :mod:`kernels.decode.kernel`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -47,8 +48,14 @@ class DecodeConfig:
             raise ValueError(f"config: num_warps in 1..16 (a power of two), num_stages >= 1, programs_per_sm > 0: {self}")
 
 
+#: ``KERNELS_DECODE_FUSE_APPEND=1`` (read at import) turns ``fuse_append`` on in :data:`CONFIG` and
+#: :data:`INTERPRET_CONFIG`: the fused append measured against the default in one process each
+#: (docs/device-runbook.md). Not in :data:`WIDE_CONFIG`: fused, absorbed MLA's split kernel holds one program an
+#: SM instead of two (docs/perf/decode-s29).
+FUSE_APPEND_ENV = "KERNELS_DECODE_FUSE_APPEND"
+_FUSE_APPEND = os.environ.get(FUSE_APPEND_ENV, "0") == "1"
 #: Head dims up to 256 (every model's GQA / MQA / MHA decode).
-CONFIG = DecodeConfig()
+CONFIG = DecodeConfig(fuse_append=_FUSE_APPEND)
 #: Above 256 (absorbed MLA: d_qk 576, d_v 512): a wide q and acc tile per row, so fewer rows and keys
 #: per program to stay in registers.
 WIDE_CONFIG = DecodeConfig(block_n=32, block_r_max=16, num_warps=8, num_stages=2)
@@ -58,7 +65,7 @@ WIDE_CONFIG = DecodeConfig(block_n=32, block_r_max=16, num_warps=8, num_stages=2
 PAGE_MULTIPLE = 16
 #: The interpreter (CPU) runs programs serially: small blocks (pages of 16 then take the per-key
 #: page path, pages of 32 and more the per-block one) and a few splits to test the combine.
-INTERPRET_CONFIG = DecodeConfig(block_n=32, block_r_max=64)
+INTERPRET_CONFIG = DecodeConfig(block_n=32, block_r_max=64, fuse_append=_FUSE_APPEND)
 INTERPRET_SPLITS = 3
 MAX_HEAD_DIM = 1024
 

@@ -171,6 +171,20 @@ def test_fused_append_makes_no_append_launch():
         assert names[0] == first and ("_append_kernel" in names) is not fuse, names
 
 
+def test_the_fused_append_is_off_unless_its_environment_knob_is_set():
+    """``KERNELS_DECODE_FUSE_APPEND=1`` turns it on in the default configs (read at import; a fresh process
+    each), never in the wide config; unset, it is off (not yet measured on a GPU)."""
+    from kernels.decode import interface
+
+    code = "from kernels.decode.interface import *; print(CONFIG.fuse_append, INTERPRET_CONFIG.fuse_append, " \
+           "WIDE_CONFIG.fuse_append)"
+    root = Path(__file__).resolve().parents[2]
+    for value, want in (("1", "True True False"), ("0", "False False False")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
+                             env=dict(os.environ, **{interface.FUSE_APPEND_ENV: value}))
+        assert run.returncode == 0 and run.stdout.split() == want.split(), run.stderr[-2000:]
+
+
 def test_fused_append_compiles_for_sm90_keeping_its_programs_an_sm():
     """The fused split kernel compiled for an H100 (benchmarks/decode_ptxas.py, Triton's bundled ptxas, in its own
     process: this suite runs the interpreter) on the GQA and MQA steps: no spill, as many programs an SM as
