@@ -165,6 +165,14 @@ def scratch_view(ws: torch.Tensor, offset: int, shape) -> torch.Tensor:
     return ws[offset:offset + 4 * math.prod(shape)].view(torch.float32).view(shape)
 
 
+def shape_template(t: torch.Tensor) -> torch.Tensor:
+    """A one-element tensor (4 bytes of fp32 kept) expanded to ``t``'s shape, dtype and device: what a replayed call
+    allocates its next ``t`` like (``torch.empty_like(template, memory_format=torch.contiguous_format)``: a tensor
+    that is not dense is allocated contiguous), cheaper than ``new_empty``'s keyword parsing (the flash forward's
+    lse: 1.0-1.2 us against 1.7-2.5 on a development CPU)."""
+    return t.new_empty(1).expand(t.shape)
+
+
 def autograd_needed(*tensors) -> bool:
     """Whether a differentiable call on ``tensors`` (None allowed) needs its autograd node: grad mode on and one of
     them requiring grad, or a forward-mode AD level open (the node then says it cannot carry tangents). Where not,

@@ -252,8 +252,8 @@ class _Plan:
         else:
             B, Sq, Hq = self.shapes[:3]
             lse = torch.empty(B, Hq, Sq, device=self.device, dtype=torch.float32)
-            if self.replayed:  # (4 bytes kept) for the next calls
-                self.lse_like = lse.new_empty(1).expand(lse.shape)
+            if self.replayed:  # for the next calls (launcher.shape_template)
+                self.lse_like = launcher.shape_template(lse)
         launches = self.launches
         ws = views = None
         if self.direct:
