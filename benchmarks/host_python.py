@@ -9,7 +9,7 @@ launch made by stand-ins (``kernels/standins.py``), so every later call replays 
 ``kernels.launcher.Launch`` objects into a C entry point that does nothing. Rows: each launch path
 (``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), the
 public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a decode step
-(``decode_attention``, ``validate=False`` as in a serving loop: append, split and combine), a replay alone
+(``decode_attention``, ``validate=False`` as in a serving loop: the split kernel appending, and the combine), a replay alone
 (``Launch.__call__`` of the forward kernel, ``host_overhead.launches_alone``), and this machine's floor for one
 allocation (``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
 Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from kernels.decode import decode_attention  # noqa: E402
+from kernels.decode.interface import CONFIG as DECODE_CONFIG  # noqa: E402
 from kernels.flash_attn import flash_attn_func  # noqa: E402
 from kernels.flash_attn.bwd import flash_attn_bwd  # noqa: E402
 from kernels.flash_attn.fwd import flash_attn_fwd  # noqa: E402
@@ -111,7 +112,8 @@ def main(argv=None) -> int:
         with torch.no_grad():
             rows.append(("flash_attn_func under torch.no_grad()",
                          fastest_us(lambda: flash_attn_func(qg, kg, vg), args.calls, args.repeats), 1))
-        # a decode step (Llama-3-8B's heads, batch 32, a 512-token cache, four splits): append, split, combine
+        # a decode step (Llama-3-8B's heads, batch 32, a 512-token cache, four splits): split (appending the new
+        # tokens itself, CONFIG.fuse_append) and combine, or append, split and combine
         g = torch.Generator().manual_seed(1)
         dq, dk, dv = (torch.randn(32, 1, h, 128, generator=g) for h in (32, 8, 8))
         kc, vc = torch.randn(32, 512, 8, 128, generator=g), torch.randn(32, 512, 8, 128, generator=g)
@@ -121,7 +123,8 @@ def main(argv=None) -> int:
             return decode_attention(dq, kc, vc, dk, dv, cache_seqlens=lens, validate=False, num_splits=4)
 
         step()
-        rows.append(("decode_attention (B32 H32/8 D128, 4 splits)", fastest_us(step, args.calls, args.repeats), 3))
+        rows.append(("decode_attention (B32 H32/8 D128, 4 splits)", fastest_us(step, args.calls, args.repeats),
+                     2 if DECODE_CONFIG.fuse_append else 3))
         # the forward's launch replayed with an earlier call's tensors (host_overhead.py's "launches alone")
         alone = launches_alone((fwd_call, fwd_cache))
         rows.append(("a replay alone (Launch.__call__, forward kernel)", fastest_us(alone, args.calls, args.repeats),

@@ -35,8 +35,9 @@ class DecodeConfig:
     #: get fewer splits
     max_partial_share: float = 0.05
     #: the new tokens written into the cache by the split kernel itself (read from k / v this step), not by an
-    #: append launch before it: one launch a step fewer (kernel.py's FUSE_APPEND). Off until measured on a GPU
-    fuse_append: bool = False
+    #: append launch before it: one launch a step fewer (kernel.py's FUSE_APPEND). On since session 30 (H100: device
+    #: time 0.96-1.00x on the GQA / MQA steps, host 0.77-0.80x in launch floors; docs/perf/decode-s30)
+    fuse_append: bool = True
 
     def __post_init__(self):
         for name in ("block_n", "block_r_max"):
@@ -48,17 +49,17 @@ class DecodeConfig:
             raise ValueError(f"config: num_warps in 1..16 (a power of two), num_stages >= 1, programs_per_sm > 0: {self}")
 
 
-#: ``KERNELS_DECODE_FUSE_APPEND=1`` (read at import) turns ``fuse_append`` on in :data:`CONFIG` and
-#: :data:`INTERPRET_CONFIG`: the fused append measured against the default in one process each
-#: (docs/device-runbook.md). Not in :data:`WIDE_CONFIG`: fused, absorbed MLA's split kernel holds one program an
-#: SM instead of two (docs/perf/decode-s29).
+#: ``KERNELS_DECODE_FUSE_APPEND=0`` (read at import) turns ``fuse_append`` off in :data:`CONFIG` and
+#: :data:`INTERPRET_CONFIG` (on otherwise): the append launch back, to measure one against the other in a process
+#: each (docs/device-runbook.md). Never on in :data:`WIDE_CONFIG`: fused, absorbed MLA's split kernel holds one
+#: program an SM instead of two (docs/perf/decode-s29) and took 1.05x the device time (docs/perf/decode-s30).
 FUSE_APPEND_ENV = "KERNELS_DECODE_FUSE_APPEND"
-_FUSE_APPEND = os.environ.get(FUSE_APPEND_ENV, "0") == "1"
+_FUSE_APPEND = os.environ.get(FUSE_APPEND_ENV, "1") != "0"
 #: Head dims up to 256 (every model's GQA / MQA / MHA decode).
 CONFIG = DecodeConfig(fuse_append=_FUSE_APPEND)
 #: Above 256 (absorbed MLA: d_qk 576, d_v 512): a wide q and acc tile per row, so fewer rows and keys
 #: per program to stay in registers.
-WIDE_CONFIG = DecodeConfig(block_n=32, block_r_max=16, num_warps=8, num_stages=2)
+WIDE_CONFIG = DecodeConfig(block_n=32, block_r_max=16, num_warps=8, num_stages=2, fuse_append=False)
 #: Pages must hold a multiple of 16 tokens: the sizes serving stacks use (vLLM 16, 32; 64; FA2's 256)
 #: and the ones tested. A page a key block divides is read one table entry per block, any other
 #: (smaller, or 48) one entry per key (``PAGE_GATHER`` in the kernel).

@@ -12,9 +12,9 @@ kept in base 2 (``exp2``; the scale carries log2(e)); the partial results' maxim
 combine converts back to the natural-log lse. A head dim that is not a power of two (absorbed
 MLA's 576, DeepSeek's 192) is read as a power-of-two part plus a tail (512 + 64, 128 + 64), not
 padded to the next power (1024, 256). With one split the split kernel writes the output and lse
-itself (``DIRECT``), without the combine. New tokens go into the cache with ``_append_kernel``
-(one launch), or, with ``FUSE_APPEND``, from the split kernel itself (read from the new tensors, written by one
-program each). Offsets into the cache are 64-bit (a pool above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the
+itself (``DIRECT``), without the combine. New tokens go into the cache from the split kernel itself
+with ``FUSE_APPEND`` (the default config's: read from the new tensors, written by one program each), or with
+``_append_kernel`` (one launch before it: absorbed MLA's wide config). Offsets into the cache are 64-bit (a pool above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the
 cache and the new tokens) query ``i`` of ``seqlen_q`` sits at position ``L - seqlen_q + i``.
 """
 
