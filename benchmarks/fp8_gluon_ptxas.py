@@ -4,7 +4,9 @@
     python benchmarks/fp8_gluon_ptxas.py 64,64,128,1,1 256,64,64,0,1 ws:256,64,3,0 [--json] [--dump DIR]
 
 Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,OUT8] for
-the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg). Gluon has no interpreter, so this is
+the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg),
+or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluon_ws``, bf16 unless FP16 is 1; the
+"e4m3 wgmma" column then counts 16-bit wgmmas). Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -50,11 +52,27 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
         call.update(BLOCK_M=block_m, OVERLAP=overlap, **fp8_gluon._layouts(block_m, block_n, d),
                     num_warps=block_m // 16)
         fn = fp8_gluon._fp8_fwd_kernel
-    kernel = compile_call(fn, call)
+    return _report(compile_call(fn, call), r"wgmma\.mma_async\S*e4m3\.e4m3")
+
+
+def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False) -> dict:
+    """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles."""
+    from kernels.flash_attn import fp8_gluon
+
+    dtype = torch.float16 if fp16 else torch.bfloat16
+    b, s, h = 1, 256, 2
+    q, k, v, out = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(4))
+    lse = torch.empty(b, h, s)
+    call = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, causal, block_n, stages, 240)
+    return _report(compile_call(fp8_gluon._fwd_ws_kernel, call), r"wgmma\.mma_async\S*\.f16\.f16|"
+                   r"wgmma\.mma_async\S*\.bf16\.bf16")
+
+
+def _report(kernel, wgmma_pattern: str) -> dict:
     ptx = kernel.asm["ptx"]
     use = ptxas_usage(ptx)
     return {"regs": use["regs"], "spill": use["spill_stores"], "smem": kernel.metadata.shared,
-            "wgmma": len(re.findall(r"wgmma\.mma_async\S*e4m3\.e4m3", ptx)), "serialized": "serialized" in use["log"],
+            "wgmma": len(re.findall(wgmma_pattern, ptx)), "serialized": "serialized" in use["log"],
             "setmaxnreg": [int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)],
             # waits that leave one wgmma group in flight (the ping-pong consumers retire S_{j+1} while P_j V_j runs)
             "wait_one_pending": len(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)),
@@ -71,7 +89,11 @@ def main(argv=None) -> int:
         print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
-        if spec.startswith("ws:"):
+        if spec.startswith("ws16:"):
+            d, bn, stages, causal, *fp16 = (int(x) for x in spec[5:].split(","))
+            bm, overlap = 128, 1
+            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]))
+        elif spec.startswith("ws:"):
             d, bn, stages, causal, *out8 = (int(x) for x in spec[3:].split(","))
             bm, overlap = 128, 1
             r = compile_sm90a(d, 128, bn, bool(causal), 1, ws=True, stages=stages, out8=bool(out8 and out8[0]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 
+import torch
 import triton
 
 from .. import launcher
@@ -403,6 +404,47 @@ _FP8_FOUR_AN_SM = (64, 128, 4, 2, T, 128)
 #: the GPU; set it before a signature's first call, which the later ones replay.
 FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
+#: bf16 / fp16 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fwd_gluon_ws: flash-attn 3's
+#: loader warp and two ping-pong consumer warpgroups, 128-row tiles) on sm90, with its (BLOCK_N, stages). Only dense
+#: calls with d_v = d, no window other than causal, no softcap, TMA-aligned inputs take it (``gluon_ws_fwd``).
+#: hd 128, measured against this module's pinned Triton forward (H100, session 30, kernel alone, CUDA events,
+#: docs/perf/gluon-ws-s30): 128-key tiles over 3 stages 1.10-1.15x non-causal at 1k-16k (FA sweep), 1.01x / 1.11x /
+#: 1.13x causal at 1k / 4k / 16k, 1.12-1.17x on Llama-3-8B / 70B / an MQA causal; 64-key tiles 1.01-1.11x, 128-key
+#: over 2 stages 0.82-0.94x. hd 64 stays on the Triton kernel (0.74-0.98x, one causal 16k cell 1.02-1.05x).
+FWD_GLUON_WS: dict[int, tuple[int, int]] = {128: (128, 3)}
+#: ... and only where both sequences hold at least this many tokens: measured down to 1k (causal 1k 1.006x the
+#: Triton forward, the smallest win); at 512 the harness's FA sweep read the Gluon kernel at 177 TFLOP/s causal and
+#: 305 non-causal (session 30) where session 13's Triton forward read 228 / 329 (another run: not a same-run
+#: comparison, so not routed), and a short query (decode-like) fills few of its 128-row tiles.
+FWD_GLUON_WS_MIN_SEQLEN = 1024
+#: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
+FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
+
+
+def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
+                 fp8: bool, sm_major: int | None = None) -> tuple[int, int] | None:
+    """The (BLOCK_N, stages) the 16-bit warp-specialised Gluon forward runs this call with, or None where the Triton
+    forward does: :data:`FWD_GLUON_WS`'s head dims, both sequences at least :data:`FWD_GLUON_WS_MIN_SEQLEN` long, an
+    sm90 GPU (not the interpreter), dense bf16 / fp16 inputs with d_v = d that TMA can read (fp8_gluon.ws16_unsupported), causal or no mask, no softcap, and the environment
+    knob not 0. ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU
+    tensors)."""
+    cfg = FWD_GLUON_WS.get(q.shape[-1])
+    if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
+        return None
+    if q.dim() != 4 or min(q.shape[1], k.shape[1]) < FWD_GLUON_WS_MIN_SEQLEN:
+        return None
+    if os.environ.get(FWD_GLUON_WS_ENV, "1") == "0":
+        return None
+    if sm_major is None:
+        if interpreting() or not q.is_cuda:
+            return None
+        sm_major = torch.cuda.get_device_capability(q.device)[0]
+    if sm_major != 9:
+        return None
+    from .fp8_gluon import ws16_unsupported
+
+    return None if ws16_unsupported(q, k, v) else cfg
+
 #: The FP8 backward's sequence-contiguous copies of Q, K and dO in the MMA order of each 16 positions (v_layout),
 #: so dS, dS^T and P^T reach their dots as the MMA left them (the forward's V since session 24): the sm_90a compile
 #: drops the dots' shuffles (docs/perf/flash_attn.md "Session 24"). Measured (session 25, H100, the backward's
@@ -555,16 +597,17 @@ def tuning_enabled() -> bool:
 
 
 def env_key() -> tuple:
-    """The environment knobs that choose a launch (FLASH_ATTN_AUTOTUNE, FLASH_ATTN_BWD): part of
-    every call signature a replayed launch is keyed on."""
-    return _ENV.get(_AUTOTUNE_KEY), _ENV.get(_BWD_KEY)
+    """The environment knobs that choose a launch (FLASH_ATTN_AUTOTUNE, FLASH_ATTN_BWD, FLASH_ATTN_GLUON_WS): part
+    of every call signature a replayed launch is keyed on."""
+    return _ENV.get(_AUTOTUNE_KEY), _ENV.get(_BWD_KEY), _ENV.get(_GLUON_WS_KEY)
 
 
 # env_key runs on every call: os.environ's own mapping (bytes on POSIX) is read directly, a tenth
 # of os.environ.get's cost; setenv and monkeypatch.setenv update it.
 _ENV = getattr(os.environ, "_data", os.environ)
-_AUTOTUNE_KEY, _BWD_KEY = ((b"FLASH_ATTN_AUTOTUNE", b"FLASH_ATTN_BWD") if _ENV is not os.environ and
-                           isinstance(next(iter(_ENV), b""), bytes) else ("FLASH_ATTN_AUTOTUNE", "FLASH_ATTN_BWD"))
+_AUTOTUNE_KEY, _BWD_KEY, _GLUON_WS_KEY = (
+    (b"FLASH_ATTN_AUTOTUNE", b"FLASH_ATTN_BWD", b"FLASH_ATTN_GLUON_WS") if _ENV is not os.environ and
+    isinstance(next(iter(_ENV), b""), bytes) else ("FLASH_ATTN_AUTOTUNE", "FLASH_ATTN_BWD", "FLASH_ATTN_GLUON_WS"))
 
 
 def _tune_bench(kernel_call, quantiles):

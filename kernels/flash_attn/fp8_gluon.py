@@ -260,16 +260,29 @@ def _fp8_fwd_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_dsb
 @aggregate
 class _WsShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values).
-    Its fields are set as a dict: this module's annotations are strings (``from __future__``)."""
+    Its fields are set as a dict: this module's annotations are strings (``from __future__``). FP8: e4m3
+    operands (32-deep wgmma, P in e4m3, V given keys-contiguous as V^T tiles [HEAD_DIM, BLOCK_N]); else 16-bit
+    (bf16 / fp16: 16-deep wgmma, P in the inputs' dtype, V as given, tiles [BLOCK_N, HEAD_DIM])."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+        self.FP8 = gl.constexpr(FP8)
+
+
+@gluon.jit
+def _ws_v(v_slot, FP8: gl.constexpr):
+    """A slot's V tile as the B operand of O += P V ([BLOCK_N, HEAD_DIM]): FP8's V^T tile seen transposed
+    (keys, its contiguous dim, become the dot's depth), a 16-bit V tile as loaded."""
+    if FP8:
+        return v_slot.permute((1, 0))
+    else:
+        return v_slot
 
 
 @gluon.jit
@@ -285,13 +298,17 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
+    FP8: gl.constexpr = shape.FP8
+    # an 8-bit wgmma is 32 deep, a 16-bit one 16; P from registers packs 32 bits per operand element
+    K_DOT: gl.constexpr = 32 if FP8 else 16
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 32])
+                                                       instr_shape=[16, BLOCK_N, K_DOT])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 32])
-    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=4)
+                                                       instr_shape=[16, HEAD_DIM, K_DOT])
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=4 if FP8 else 2)
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    P_DTYPE: gl.constexpr = k_smem.dtype
     row0 = m0 + wg * 64
     q = q_smem.index(wg)
     mine = turn.index(wg)
@@ -319,8 +336,8 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         s_next = warpgroup_mma(q, k_smem.index(nxt % NUM_STAGES).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
-        p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
-        acc = warpgroup_mma(p8, v_smem.index(j % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+        p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
+        acc = warpgroup_mma(p8, _ws_v(v_smem.index(j % NUM_STAGES), FP8), acc, is_async=True)
         gl.thread_barrier()
         mbarrier.arrive(other, count=1)
         s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
@@ -332,8 +349,8 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_LAYOUT)
-    acc = warpgroup_mma(p8, v_smem.index(last % NUM_STAGES).permute((1, 0)), acc, is_async=True)
+    p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
+    acc = warpgroup_mma(p8, _ws_v(v_smem.index(last % NUM_STAGES), FP8), acc, is_async=True)
     gl.thread_barrier()
     mbarrier.arrive(other, count=1)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
@@ -356,20 +373,24 @@ def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale
 
 @gluon.jit
 def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape):
-    """The loader warp: both consumers' Q, then K and V^T block by block into the slots they release."""
+    """The loader warp: both consumers' Q, then K and V (FP8: V^T) block by block into the slots they release."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
-    mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM)
+    BYTES: gl.constexpr = 1 if shape.FP8 else 2
+    mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * BYTES)
     tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [m0 + 64, 0], q_bar, q_smem.index(1))
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
         # the slot's previous block released by both consumers (not needed the first time round)
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
-        mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM)
+        mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM * BYTES)
         tma.async_copy_global_to_shared(k_desc, [j * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [0, j * BLOCK_N], ready.index(slot), v_smem.index(slot))
+        if shape.FP8:
+            tma.async_copy_global_to_shared(v_desc, [0, j * BLOCK_N], ready.index(slot), v_smem.index(slot))
+        else:
+            tma.async_copy_global_to_shared(v_desc, [j * BLOCK_N, 0], ready.index(slot), v_smem.index(slot))
 
 
 @gluon.jit
@@ -416,6 +437,60 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
     mbarrier.init(turn.index(1), count=1)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                     mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape)
+    gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
+                        (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
+@gluon.jit
+def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                   seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                   HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                   Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
+                   num_warps: gl.constexpr):
+    """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
+    (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
+    ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round)."""
+    BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
+    b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
+    off = seqlen_k - seqlen_q
+    qk_scale = sm_scale * 1.4426950408889634
+    b64 = b.to(gl.int64)
+    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
+                                        [stride_qs, 1], [64, HEAD_DIM], Q_SL)
+    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
+                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(V + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [seqlen_k, HEAD_DIM],
+                                        [stride_vs, 1], [BLOCK_N, HEAD_DIM], V_SL)
+    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
+                                        [stride_os, 1], [64, HEAD_DIM], O_SL)
+    lse_ptr = Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh
+    n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
+
+    dtype: gl.constexpr = Q.dtype.element_ty
+    q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], Q_SL)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], V_SL)
+    # out goes through its consumer's Q tile (same shape, dtype and layout): that consumer's last wgmma has
+    # retired before its epilogue stores there, and nothing else reads it. 32 KiB at hd 128 buys a third stage
+    # of 128-key K and V tiles (224 KiB in all)
+    o_smem = q_smem
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
+
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False)
+    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape)
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape)
     gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
                         (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -498,3 +573,86 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
                              **_layouts(64, block_n, q.shape[-1], gl.float8e4nv if fp8_out else gl.bfloat16),
                              num_warps=4, OUT_FP8=fp8_out)
     return out, lse
+
+
+#: Head dims the 16-bit warp-specialised forward compiles for (d_v = d).
+WS16_HEAD_DIMS = (64, 128)
+_WS16_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+def _ws16_layouts(block_n: int, d: int, dtype) -> dict:
+    g = _WS16_DTYPES[dtype]
+    return {"Q_SL": gl.NVMMASharedLayout.get_default_for([64, d], g),
+            "K_SL": gl.NVMMASharedLayout.get_default_for([block_n, d], g),
+            "V_SL": gl.NVMMASharedLayout.get_default_for([block_n, d], g),
+            "O_SL": gl.NVMMASharedLayout.get_default_for([64, d], g)}
+
+
+def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs) -> dict:
+    """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same)."""
+    return dict(Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+                stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
+                stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
+                stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=q.shape[1],
+                seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
+                sm_scale=float(softmax_scale), HEAD_DIM=q.shape[-1], BLOCK_N=block_n, IS_CAUSAL=bool(causal),
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, **_ws16_layouts(block_n, q.shape[-1], q.dtype),
+                num_warps=4)
+
+
+def ws16_unsupported(q, k, v) -> str | None:
+    """Why the 16-bit warp-specialised forward cannot run q, k, v ([B, S, H, D] dense), or None: dtypes, head dims
+    (:data:`WS16_HEAD_DIMS`, d_v = d), GQA grouping, and TMA's rule (16-byte aligned base and row strides, unit
+    stride along the head dim). The device (an sm90 GPU) is the caller's to check."""
+    if q.dtype not in _WS16_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"q, k, v in bf16 or fp16 alike, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return "dense [B, S, H, D] inputs"
+    d = q.shape[-1]
+    if d not in WS16_HEAD_DIMS or k.shape[-1] != d or v.shape[-1] != d:
+        return f"head dims {WS16_HEAD_DIMS} with d_v = d, got q {d}, k {k.shape[-1]}, v {v.shape[-1]}"
+    if q.shape[2] % k.shape[2] or v.shape[2] != k.shape[2]:
+        return f"{q.shape[2]} query heads over {k.shape[2]} kv heads"
+    for t in (q, k, v):
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(x * t.element_size() % 16 for x in t.stride()[:3]):
+            return "16-byte aligned rows with the head dim contiguous (TMA)"
+    return None
+
+
+def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=240, poison=False,
+                 launches=None):
+    """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
+    [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
+    warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
+    (Gluon has no interpreter). ``launches``: a dict this call replays its launch from, or leaves it in
+    (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first."""
+    why = ws16_unsupported(q, k, v)
+    if why:
+        raise ValueError(f"fwd_gluon_ws: {why}")
+    if num_stages < 2:
+        raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise RuntimeError("fwd_gluon_ws: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
+    b, sq, hq, d = q.shape
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    if poison:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    replay = launches.get("ws16") if launches is not None else None
+    if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
+        return out, lse
+    made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs)
+    if launches is not None and made is not None:
+        launches["ws16"] = made
+    return out, lse
+
+
+def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=240):
+    """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
+    the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
+    V, Out, Lse)."""
+    launcher.ensure_allocator()
+    kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs)
+    grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
+    return launcher.launched(_fwd_ws_kernel, _fwd_ws_kernel[grid](**kwargs), grid, kwargs)

@@ -1,0 +1,196 @@
+"""The 16-bit warp-specialised Gluon forward (kernels/flash_attn/fp8_gluon.py ``fwd_gluon_ws``) against the
+in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
+
+    python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128] [--seqlens 1024,4096,16384]
+        [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16]
+
+1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal, rows that see
+   no key): out and lse against the FP64 oracle, beside the Triton forward's error on the same inputs; out and
+   lse poisoned (NaN) before each run. A Gluon row above 2x the Triton error (plus 2e-3 on out, 1e-3 on lse),
+   or with a fully masked row not 0 / -inf, or whose replayed launch (kernels/launcher.py) gives other bits, reads FAIL and the script exits 1 before timing.
+2. Kernel time, CUDA events through the harness's timer (warm-up, L2 flushed, median), every kernel of a cell
+   in one process and interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
+   ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal). The Triton forward
+   at its pinned first pick (FLASH_ATTN_AUTOTUNE=0), the Gluon one at each ``--ws`` BLOCK_N,STAGES[,REGS],
+   sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
+   ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+DEFAULT_WS = {64: ["128,3"], 128: ["128,2"]}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+#: (name, batch, seqlen, query heads, kv heads, head dim), causal: real models' training / prefill calls
+MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128), ("MQA 32/1", 2, 4096, 32, 1, 128),
+          ("GQA 32/8 d64", 2, 2048, 32, 8, 64))
+
+
+def _spec(spec: str) -> dict:
+    parts = [int(x) for x in spec.split(",")]
+    if len(parts) not in (2, 3):
+        raise SystemExit(f"--ws {spec}: want BLOCK_N,STAGES[,REGS]")
+    return dict(zip(("block_n", "num_stages", "consumer_regs"), parts))
+
+
+def _inputs(b, sq, sk, hq, hk, d, dtype, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, generator=g).to("cuda", dtype)
+    k, v = (torch.randn(b, sk, hk, d, generator=g).to("cuda", dtype) for _ in range(2))
+    return q, k, v
+
+
+def _triton(q, k, v, causal, launches=None):
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    return flash_attn_fwd(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal, window_left=-1,
+                          window_right=0 if causal else -1, launches=launches)
+
+
+def check(dims, specs, dtype) -> bool:
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.fp8_gluon import fwd_gluon_ws
+
+    ok = True
+    print("| check | hd | causal | B Sq Sk Hq/Hk | config | max err out | max err lse | triton's out / lse | |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    cases = [(2, 1000, 1000, 4, 2), (1, 300, 1000, 4, 4), (1, 1000, 300, 2, 1), (1, 64, 64, 2, 2), (1, 257, 129, 6, 3)]
+    for d in dims:
+        for causal in (False, True):
+            for n, (b, sq, sk, hq, hk) in enumerate(cases):
+                q, k, v = _inputs(b, sq, sk, hq, hk, d, dtype, seed=200 + n)
+                ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=d ** -0.5)
+                o_t, l_t = _triton(q, k, v, causal)
+                seen = ref.lse > float("-inf")
+                e_t = (o_t.double() - ref.out).abs().max().item()
+                le_t = (l_t.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
+                for spec in specs[d]:
+                    try:
+                        o_g, l_g = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, poison=True,
+                                                **_spec(spec))
+                        torch.cuda.synchronize()
+                    except Exception as e:  # a config that does not compile or fit: say so and go on
+                        print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:80]} | | | FAIL |", flush=True)
+                        ok = False
+                        continue
+                    cache = {}  # the first call leaves its launch, the second replays it: the same bits
+                    first = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, launches=cache,
+                                         **_spec(spec))
+                    again = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, launches=cache,
+                                         poison=True, **_spec(spec))
+                    replay_ok = "ws16" in cache and all(torch.equal(x, y) for x, y in zip(first, again)) and \
+                        torch.equal(first[0], o_g)
+                    e_g = (o_g.double() - ref.out).abs().max().item()
+                    empty_ok = bool((l_g[~seen] == float("-inf")).all()) and bool((o_g.double()[
+                        ~seen.transpose(1, 2).unsqueeze(-1).expand_as(o_g)] == 0).all())
+                    le_g = (l_g.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
+                    good = e_g == e_g and e_g <= 2 * e_t + 2e-3 and le_g <= 2 * le_t + 1e-3 and empty_ok and replay_ok
+                    ok &= good
+                    print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {e_g:.4g} | {le_g:.3g} | "
+                          f"{e_t:.4g} / {le_t:.3g} | {'ok' if good else 'FAIL'}{'' if replay_ok else ' (replay differs)'} |", flush=True)
+    return ok
+
+
+def _cells(dims, seqlens, masks, models):
+    """(label, batch, seqlen, query heads, kv heads, head dim, causal) of every timed cell."""
+    for d in dims:
+        for s in seqlens:
+            for causal in masks:
+                yield f"sweep S{s}", max(1, 16384 // s), s, 2048 // d, 2048 // d, d, causal
+    if models:
+        for name, b, s, hq, hk, d in MODELS:
+            if d in dims:
+                yield f"{name} B{b} S{s}", b, s, hq, hk, d, True
+
+
+def timing(dims, specs, seqlens, masks, repeat, models, dtype):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from harness.perf.timing import time_callable
+    from kernels.flash_attn.fp8_gluon import fwd_gluon_ws
+
+    def timed(fn):
+        fn()
+        torch.cuda.synchronize()
+        return time_callable(fn, "cuda").median_ms
+
+    def sdpa(backend, q, k, v, causal):
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        gqa = q.shape[2] != k.shape[2]
+
+        def call():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                                        enable_gqa=gqa)
+        return call
+
+    print("| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for label, b, s, hq, hk, d, causal in _cells(dims, seqlens, masks, models):
+        q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0)
+        flops = 4 * b * hq * s * s * d // (2 if causal else 1)
+        tri_cache, ws_caches = {}, {spec: {} for spec in specs[d]}
+        calls = [("triton", "pinned", functools.partial(_triton, q, k, v, causal, tri_cache)),
+                 ("cuDNN", "sdpa", sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
+                 ("FA2", "sdpa", sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal))]
+        for spec in specs[d]:
+            calls.append(("gluon-ws", spec, functools.partial(fwd_gluon_ws, q, k, v, softmax_scale=d ** -0.5, causal=causal,
+                                                              launches=ws_caches[spec], **_spec(spec))))
+        for _ in range(repeat):
+            ms_of = {}
+            for name, cfg, fn in calls:
+                try:
+                    ms = timed(fn)
+                except Exception as e:
+                    print(f"| {d} | {causal} | {label} | {name} | {cfg} | {type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:60]} | | | |", flush=True)
+                    continue
+                ms_of[name] = ms_of.get(name, ms)
+                tri, cud = ms_of.get("triton"), ms_of.get("cuDNN")
+                print(f"| {d} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
+                      f"{flops / ms / 1e9:.0f} | {tri / ms if tri else float('nan'):.3f} | "
+                      f"{cud / ms if cud else float('nan'):.3f} |", flush=True)
+        del q, k, v, calls
+        torch.cuda.empty_cache()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--seqlens", default="1024,4096,16384")
+    ap.add_argument("--masks", default="no,yes")
+    ap.add_argument("--ws", nargs="+", default=None, metavar="BLOCK_N,STAGES[,REGS]",
+                    help="configs of the warp-specialised kernel for every head dim (default: one per head dim)")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--models", action="store_true", help="also real models' causal calls (GQA, MQA)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--check-only", action="store_true")
+    a = ap.parse_args(argv)
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
+        print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
+        return 2
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    dims = [int(x) for x in a.head_dims.split(",")]
+    specs = {d: a.ws or DEFAULT_WS[d] for d in dims}
+    dtype = DTYPES[a.dtype]
+    if not check(dims, specs, dtype):
+        print("gluon_ws_probe: the Gluon kernel failed the check; no timing", file=sys.stderr)
+        return 1
+    if not a.check_only:
+        timing(dims, specs, [int(x) for x in a.seqlens.split(",")],
+               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The 16-bit warp-specialised Gluon forward (kernels/flash_attn/fp8_gluon.py ``fwd_gluon_ws``), which
+``flash_attn_func`` routes its bf16 / fp16 hd 128 forwards to on an sm90 GPU (configs.FWD_GLUON_WS).
+
+Gluon has no interpreter: on the CPU the kernel is compiled for sm_90a (benchmarks/fp8_gluon_ptxas.py) and the
+routing rule is checked on its own; on an sm90 GPU (marked ``gpu``) the routed calls, forward and backward, run
+against the FP64 oracle, and the route is shown to be the Gluon kernel's launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.flash_attn import configs, fp8_gluon
+
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    if sys.platform != "linux":
+        pytest.skip("Triton's bundled ptxas is a Linux binary")
+    root = Path(__file__).resolve().parents[2]
+    specs = [f"ws16:{d},{bn},{st},{c}" for d, (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
+                          specs[0] + ",1"], capture_output=True, text=True, cwd=root, timeout=300,
+                         env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
+
+
+def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
+    """Every routed head dim's config, causal or not, bf16 and fp16: a loader warp at 24 registers and the
+    consumers at 240 or more (setmaxnreg), no spill, no serialised wgmma, 16-bit wgmmas, each consumer's
+    ping-pong wait retiring S_{j+1} while P_j V_j runs, and the shared memory (three stages of 128-key K and V
+    tiles at hd 128, out through Q's tiles) within the H100's 227 KiB."""
+    assert len(compiled) == 2 * len(configs.FWD_GLUON_WS) + 1
+    for spec, r in compiled.items():
+        assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
+        assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
+        assert r["wait_one_pending"] >= 2, spec
+        assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+def _qkv(d=128, dtype=torch.bfloat16, hq=4, hk=2, sq=1024, sk=1024):
+    return (torch.empty(1, sq, hq, d, dtype=dtype), torch.empty(1, sk, hk, d, dtype=dtype),
+            torch.empty(1, sk, hk, d, dtype=dtype))
+
+
+def _route(q, k, v, **over):
+    kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
+    kw.update(over)
+    return configs.gluon_ws_fwd(q, k, v, **kw)
+
+
+def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
+    """hd 128 bf16 / fp16 dense calls of 1k tokens and more, causal or not, GQA, on sm90 go to the Gluon kernel;
+    shorter sequences, windows, softcap, varlen, FP8, other head dims, dtypes or GPUs, misaligned rows and the
+    environment knob set to 0 stay on the Triton forward."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    q, k, v = _qkv()
+    assert _route(q, k, v) == configs.FWD_GLUON_WS[128]
+    assert _route(q, k, v, causal=True, window_right=0) == configs.FWD_GLUON_WS[128]
+    assert _route(*_qkv(dtype=torch.float16)) is not None
+    assert _route(q, k, v, window_left=100) is None
+    assert _route(q, k, v, window_right=5) is None
+    assert _route(q, k, v, softcap=30.0) is None
+    assert _route(q, k, v, varlen=True) is None
+    assert _route(q, k, v, fp8=True) is None
+    assert _route(q, k, v, sm_major=10) is None and _route(q, k, v, sm_major=8) is None
+    assert _route(*_qkv(d=64)) is None
+    short = configs.FWD_GLUON_WS_MIN_SEQLEN - 1
+    assert _route(*_qkv(sq=short)) is None and _route(*_qkv(sk=short)) is None
+    assert _route(*_qkv(sq=1024, sk=4096)) is not None
+    assert _route(*_qkv(dtype=torch.float32)) is None
+    assert _route(q, k, torch.empty(1, 1024, 2, 64, dtype=q.dtype)) is None  # d_v != d
+    padded = torch.empty(1, 1024, 4, 132, dtype=q.dtype)[..., :128]  # rows 264 bytes apart: TMA cannot read them
+    assert _route(padded, k, v) is None
+    assert _route(q, k, v, sm_major=None) is None  # CPU tensors: no sm90 device
+    monkeypatch.setenv(configs.FWD_GLUON_WS_ENV, "0")
+    assert _route(q, k, v) is None
+
+
+def test_unsupported_inputs_are_named():
+    q, k, v = _qkv()
+    assert fp8_gluon.ws16_unsupported(q, k, v) is None
+    assert "bf16 or fp16" in fp8_gluon.ws16_unsupported(q.float(), k.float(), v.float())
+    assert "head dims" in fp8_gluon.ws16_unsupported(*_qkv(d=96))
+    assert "kv heads" in fp8_gluon.ws16_unsupported(*_qkv(hq=3, hk=2))
+    padded = torch.empty(1, 1024, 4, 132, dtype=q.dtype)[..., :128]  # rows 264 bytes apart: not a multiple of 16
+    assert "16-byte" in fp8_gluon.ws16_unsupported(padded, k, v)
+    assert "16-byte" in fp8_gluon.ws16_unsupported(q, k, torch.empty(1, 1024, 2, 256, dtype=q.dtype)[..., ::2])
+    with pytest.raises(ValueError, match="fwd_gluon_ws"):
+        fp8_gluon.fwd_gluon_ws(q.float(), k.float(), v.float(), softmax_scale=0.1, causal=False)
+
+
+# ---- sm90 GPU: the routed forward and its backward against the oracle ----
+
+needs_sm90 = pytest.mark.skipif(not SM90, reason="needs an sm90 (Hopper) GPU: Gluon's wgmma and TMA, no interpreter")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
+    (2, 1000, 1000, 8, 2, False), (1, 777, 1500, 4, 4, True), (1, 1500, 777, 4, 1, True), (1, 130, 130, 2, 2, False)],
+    ids=["GQA4-S1000", "causal-Sq<Sk", "causal-MQA-Sq>Sk", "S130"])
+def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, dtype, monkeypatch):
+    """The Gluon kernel on sequences shorter than the route's minimum too (partial and single tiles, Sq != Sk,
+    rows that see no key): routed for the test by setting the minimum to 1, out, lse and every gradient within the
+    tolerance rule of the FP64 oracle, and a second call replays the launch to the same bits."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_MIN_SEQLEN", 1)
+    interface._SIGNATURES.clear()
+    out, lse, *_ = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
+    sigs = [s for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
+    assert sigs and all(s.fwd["fwd"].compiled.name == "_fwd_ws_kernel" for s in sigs)
+    out2, lse2, *_ = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [(1, 1100, 2100, 8, 2, True), (1, 1024, 1024, 4, 4, False)],
+                         ids=["causal-GQA-S1100x2100", "S1024"])
+def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, dtype):
+    """flash_attn_func at hd 128 on sm90, 1k tokens and more: its forward is the Gluon kernel's launch (the replay
+    cache holds it), out, lse and every gradient within the tolerance rule of the FP64 oracle (the backward reads
+    the Gluon forward's out and lse)."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    interface._SIGNATURES.clear()
+    check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
+    sigs = [s for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
+    assert sigs and all(s.fwd["fwd"].compiled.name == "_fwd_ws_kernel" for s in sigs)
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gpu_the_environment_knob_keeps_the_triton_forward(monkeypatch):
+    from kernels.flash_attn import flash_attn_func, interface
+
+    monkeypatch.setenv(configs.FWD_GLUON_WS_ENV, "0")
+    interface._SIGNATURES.clear()
+    q, k, v = (torch.randn(1, 2048, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    flash_attn_func(q, k, v)
+    sigs = [s for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
+    assert sigs and all(s.fwd["fwd"].compiled.name != "_fwd_ws_kernel" for s in sigs)
+    interface._SIGNATURES.clear()
