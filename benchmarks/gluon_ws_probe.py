@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-DEFAULT_WS = {64: ["128,3"], 128: ["128,2"]}
+DEFAULT_WS = {64: ["128,3"], 128: ["128,3"], 256: ["64,2", "32,4"]}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: (name, batch, seqlen, query heads, kv heads, head dim), causal: real models' training / prefill calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128), ("MQA 32/1", 2, 4096, 32, 1, 128),
@@ -106,7 +106,8 @@ def _cells(dims, seqlens, masks, models):
     for d in dims:
         for s in seqlens:
             for causal in masks:
-                yield f"sweep S{s}", max(1, 16384 // s), s, 2048 // d, 2048 // d, d, causal
+                heads = 8 if d == 256 else 2048 // d  # the FA sweep's hd 256 keeps 8 heads (as fp8_gluon_probe.py)
+                yield f"sweep S{s}", max(1, 16384 // s), s, heads, heads, d, causal
     if models:
         for name, b, s, hq, hk, d in MODELS:
             if d in dims:

@@ -575,8 +575,10 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
     return out, lse
 
 
-#: Head dims the 16-bit warp-specialised forward compiles for (d_v = d).
-WS16_HEAD_DIMS = (64, 128)
+#: Head dims the 16-bit warp-specialised forward runs (d_v = d); configs.FWD_GLUON_WS routes the measured winners.
+#: hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB; sm_90a on the CPU, session 30): not
+#: yet timed on a GPU.
+WS16_HEAD_DIMS = (64, 128, 256)
 _WS16_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 

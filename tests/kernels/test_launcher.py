@@ -456,15 +456,22 @@ def test_linear_calls_under_a_forced_plan_are_checked_every_time(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
-# The decode kernel (kernels/decode/interface.py) replays its append, split and combine launches
+# The decode kernel (kernels/decode/interface.py) replays its launches (split and combine; append first unfused)
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused-append", "append-launch"])
 @pytest.mark.parametrize("paged", [True, False], ids=["paged", "contiguous"])
-def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, monkeypatch):
+def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, fuse, monkeypatch):
+    """A step's launches (the split kernel appending the new tokens itself and the combine, the default; or the
+    append kernel first) replayed for other inputs of the same signature pass what fresh launches would."""
+    import dataclasses
+
     from kernels.decode import interface as dec
 
     monkeypatch.setattr(dec, "interpreting", lambda: True)  # CPU tensors pass the checks on a GPU box too
+    monkeypatch.setattr(dec, "INTERPRET_CONFIG", dataclasses.replace(dec.INTERPRET_CONFIG, fuse_append=fuse))
+    kernels = ["_split_kernel", "_combine_kernel"] if fuse else ["_append_kernel", "_split_kernel", "_combine_kernel"]
     dec._SIGNATURES.clear()
 
     def inputs(seed):
@@ -484,12 +491,12 @@ def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, mo
 
     call(*inputs(0))
     first = [e[1] for e in recorded]
-    assert first == ["_append_kernel", "_split_kernel", "_combine_kernel"]
+    assert first == kernels
     recorded.clear()
     x = inputs(1)
     call(*x)
     replays = list(recorded)
-    assert [e[0] for e in replays] == ["replay"] * 3, "the second call was not replayed"
+    assert [e[0] for e in replays] == ["replay"] * len(kernels), "the second call was not replayed"
     recorded.clear()
     dec._SIGNATURES.clear()
     call(*x)
@@ -497,7 +504,7 @@ def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, mo
     _assert_same_launches(replays, recorded, mine)
     recorded.clear()
     dec.decode_attention(*x[:5], cache_seqlens=x[5], block_table=x[6], validate=True)
-    assert [e[0] for e in recorded] == ["fresh"] * 3  # a validating call reads the device: never replayed
+    assert [e[0] for e in recorded] == ["fresh"] * len(kernels)  # a validating call reads the device: never replayed
     dec._SIGNATURES.clear()
 
 
@@ -505,7 +512,7 @@ def test_a_decode_replay_passes_what_a_fresh_launch_computes(recorded, paged, mo
 @pytest.mark.parametrize("paged", [True, False], ids=["paged", "contiguous"])
 def test_decode_replays_compute_what_fresh_launches_do_on_the_gpu(paged):
     """The decode kernel on the GPU: call 1 (validate=False) launches afresh, call 2 (other inputs,
-    same signature) replays its append, split and combine launches, call 3 launches call 2's inputs
+    same signature) replays its launches (the split kernel appending, the combine), call 3 launches call 2's inputs
     afresh: the outputs and the written caches bitwise the same, and the replayed step within bf16
     rounding of the FP64 decode oracle (its cache after the step too)."""
     from harness.oracle.decode import decode_attention as oracle_decode

@@ -186,11 +186,18 @@ def test_launches_alone_replays_what_the_path_launched_with_its_tensors():
     assert host_overhead.launches_alone((lambda: None, {})) is None  # nothing to replay (the interpreter)
 
 
-def test_the_decode_step_has_a_launch_path_replaying_its_plans_launches():
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused-append", "append-launch"])
+def test_the_decode_step_has_a_launch_path_replaying_its_plans_launches(fuse, monkeypatch):
     """host_overhead.py's decode launch path: ``decode_attention`` as a serving loop calls it (validate=False),
-    its cache the launches (append, split, combine) of the one plan its first call leaves in the emptied signature
-    cache; replayed alone they are the kernels a step launches, in its order (stand-ins on the CPU,
-    kernels/standins.py)."""
+    its cache the launches (split and combine, the append before them where the split kernel does not append
+    itself) of the one plan its first call leaves in the emptied signature cache; replayed alone they are the
+    kernels a step launches, in its order (stand-ins on the CPU, kernels/standins.py)."""
+    import dataclasses
+
+    from kernels.decode import interface as dec
+
+    monkeypatch.setattr(dec, "INTERPRET_CONFIG", dataclasses.replace(dec.INTERPRET_CONFIG, fuse_append=fuse))
+    names = ["split", "combine"] if fuse else ["append", "split", "combine"]
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import host_overhead
@@ -203,17 +210,15 @@ def test_the_decode_step_has_a_launch_path_replaying_its_plans_launches():
     log = []
     with cpu_replays(log):
         call, cache = host_overhead.launch_path_call("triton_decode", case, "fwd", torch.device("cpu"))
-        assert sorted(cache) == ["append", "combine", "split"]
+        assert sorted(cache) == sorted(names)
         out, lse = call()
         assert out.shape == (2, 1, 4, 16) and lse.shape == (2, 4, 1)
         del log[:]
         alone = host_overhead.launches_alone((call, cache))
-        assert alone.launches == 3
+        assert alone.launches == len(names)
         del log[:]
         alone()
-    assert [(kind, name) for kind, name, *_ in log] == [("replay", "_append_kernel"),
-                                                        ("replay", "_split_kernel"),
-                                                        ("replay", "_combine_kernel")]
+    assert [(kind, name) for kind, name, *_ in log] == [("replay", f"_{n}_kernel") for n in names]
 
 
 def test_launch_paths_are_priced_at_the_hosts_floors():
