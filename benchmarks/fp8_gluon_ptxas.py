@@ -6,7 +6,7 @@
 Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,OUT8] for
 the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg),
 or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluon_ws``, bf16 unless FP16 is 1; the
-"e4m3 wgmma" column then counts 16-bit wgmmas). Gluon has no interpreter, so this is
+"e4m3 wgmma" column then counts 16-bit wgmmas), ws16p:... for that one's persistent kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -55,17 +55,22 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
     return _report(compile_call(fn, call), r"wgmma\.mma_async\S*e4m3\.e4m3")
 
 
-def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False) -> dict:
-    """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles."""
+def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
+                       persistent: bool = False) -> dict:
+    """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles;
+    ``persistent``: its persistent kernel."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
     b, s, h = 1, 256, 2
     q, k, v, out = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(4))
     lse = torch.empty(b, h, s)
-    call = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, causal, block_n, stages, 240)
-    return _report(compile_call(fp8_gluon._fwd_ws_kernel, call), r"wgmma\.mma_async\S*\.f16\.f16|"
-                   r"wgmma\.mma_async\S*\.bf16\.bf16")
+    args = (q, k, v, out, lse, 0.125, causal, block_n, stages, 240)
+    if persistent:
+        fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(*args)
+    else:
+        fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args)
+    return _report(compile_call(fn, call), r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
 def _report(kernel, wgmma_pattern: str) -> dict:
@@ -89,10 +94,11 @@ def main(argv=None) -> int:
         print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
-        if spec.startswith("ws16:"):
-            d, bn, stages, causal, *fp16 = (int(x) for x in spec[5:].split(","))
+        if spec.startswith(("ws16:", "ws16p:")):
+            persistent = spec.startswith("ws16p:")
+            d, bn, stages, causal, *fp16 = (int(x) for x in spec.split(":", 1)[1].split(","))
             bm, overlap = 128, 1
-            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]))
+            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), persistent)
         elif spec.startswith("ws:"):
             d, bn, stages, causal, *out8 = (int(x) for x in spec[3:].split(","))
             bm, overlap = 128, 1

@@ -11,7 +11,8 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 2. Kernel time, CUDA events through the harness's timer (warm-up, L2 flushed, median), every kernel of a cell
    in one process and interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal). The Triton forward
-   at its pinned first pick (FLASH_ATTN_AUTOTUNE=0), the Gluon one at each ``--ws`` BLOCK_N,STAGES[,REGS],
+   at its pinned first pick (FLASH_ATTN_AUTOTUNE=0), the Gluon one at each ``--ws`` [p:]BLOCK_N,STAGES[,REGS] (p:
+   the persistent kernel),
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
    ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``.
 """
@@ -36,10 +37,12 @@ MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 1
 
 
 def _spec(spec: str) -> dict:
-    parts = [int(x) for x in spec.split(",")]
+    """BLOCK_N,STAGES[,REGS] -> fwd_gluon_ws's keywords; a "p:" prefix: its persistent kernel."""
+    persistent = spec.startswith("p:")
+    parts = [int(x) for x in spec.removeprefix("p:").split(",")]
     if len(parts) not in (2, 3):
-        raise SystemExit(f"--ws {spec}: want BLOCK_N,STAGES[,REGS]")
-    return dict(zip(("block_n", "num_stages", "consumer_regs"), parts))
+        raise SystemExit(f"--ws {spec}: want [p:]BLOCK_N,STAGES[,REGS]")
+    return dict(zip(("block_n", "num_stages", "consumer_regs"), parts), persistent=persistent)
 
 
 def _inputs(b, sq, sk, hq, hk, d, dtype, seed):
@@ -170,8 +173,9 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
-    ap.add_argument("--ws", nargs="+", default=None, metavar="BLOCK_N,STAGES[,REGS]",
-                    help="configs of the warp-specialised kernel for every head dim (default: one per head dim)")
+    ap.add_argument("--ws", nargs="+", default=None, metavar="[p:]BLOCK_N,STAGES[,REGS]",
+                    help="configs of the warp-specialised kernel for every head dim (default: one per head dim); "
+                    "p: its persistent kernel (one program an SM)")
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     ap.add_argument("--models", action="store_true", help="also real models' causal calls (GQA, MQA)")
     ap.add_argument("--repeat", type=int, default=2)

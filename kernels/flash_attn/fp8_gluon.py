@@ -495,6 +495,201 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                         (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
+# --------------------------------------------------------------------------------------------
+# Persistent (16-bit): the same schedule looping over 128-row tiles, one program an SM (session 30: built and
+# compiled on the CPU, off until measured; ``persistent=True`` in fwd_gluon_ws)
+# --------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr):
+    """Tile ``t``'s (batch, query head, kv head, first query row): query blocks outer, (batch, head) inner, so the
+    grid's programs start on one query block of many heads; causal: the heaviest query blocks (most keys) first."""
+    bh = t % batch_heads
+    pid_m = t // batch_heads
+    if IS_CAUSAL:
+        pid_m = n_m - 1 - pid_m
+    h = bh % heads
+    return bh // heads, h, h // group, pid_m * 128
+
+
+@gluon.jit
+def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, num_tiles, n_m,
+            batch_heads, heads, group, seqlen_q, seqlen_k, shape):
+    """The persistent loader warp: per tile, both consumers' Q once both have retired the last tile's Q K^T
+    (``q_free``), then K and V block by block into the slots the consumers release, the blocks counted over
+    tiles (slot ``it % NUM_STAGES``, phase ``(it // NUM_STAGES) & 1``). Rank-4 descriptors over [B, S, H, D]: one
+    per tensor and program, boxes past a sequence's end zero-filled."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
+    off = seqlen_k - seqlen_q
+    it = 0
+    i = 0
+    for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL)
+        n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
+        mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)
+        mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * 2)
+        tma.async_copy_global_to_shared(q_desc, [b, m0, h, 0], q_bar, q_smem.index(0))
+        tma.async_copy_global_to_shared(q_desc, [b, m0 + 64, h, 0], q_bar, q_smem.index(1))
+        for j in range(0, n_blocks):
+            slot = it % NUM_STAGES
+            mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
+            mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM * 2)
+            tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), k_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), v_smem.index(slot))
+            it += 1
+        i += 1
+
+
+@gluon.jit
+def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
+               stride_oh, stride_lb, stride_lh, num_tiles, n_m, batch_heads, heads, group, seqlen_q, seqlen_k,
+               qk_scale, shape):
+    """One persistent consumer warpgroup: ``_ws_consume``'s ping-pong schedule per tile, the turns, blocks and tiles
+    counted over the program's tiles; after a tile's last Q K^T it frees Q's tile for the loader (the next tile's
+    Q lands while this one's last P V and epilogue run), releases every block's slot (the last one too), and
+    stores out from registers (no shared tile of its own: Q's is the next tile's by then)."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    O_COLS: gl.constexpr = gl.SliceLayout(0, O_LAYOUT)
+    P_DTYPE: gl.constexpr = k_smem.dtype
+    mine = turn.index(wg)
+    other = turn.index(1 - wg)
+    off = seqlen_k - seqlen_q
+    s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
+    q = q_smem.index(wg).reshape([64, HEAD_DIM])
+    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
+    tc = 0  # turns taken
+    it = 0  # key blocks consumed
+    i = 0  # tiles
+    for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL)
+        n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
+        row0 = m0 + wg * 64
+        offs_m = row0 + gl.arange(0, 64, layout=ROWS)
+        m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
+        l_i = gl.zeros([64], gl.float32, layout=ROWS)
+        acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
+        mbarrier.wait(q_bar, i & 1)
+        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
+        mbarrier.wait(mine, tc & 1)
+        s = warpgroup_mma(q, k_smem.index(it % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
+        gl.thread_barrier()
+        mbarrier.arrive(other, count=1)
+        tc += 1
+        s = warpgroup_mma_wait(0, deps=(s, ))
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
+                                           IS_CAUSAL, BLOCK_N, S_LAYOUT)
+        for j in range(0, n_blocks - 1):
+            cur = it + j
+            nxt = cur + 1
+            mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
+            mbarrier.wait(mine, tc & 1)
+            s_next = warpgroup_mma(q, k_smem.index(nxt % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
+                                   s_zero, use_acc=False, is_async=True)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+            p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
+            acc = warpgroup_mma(p16, v_smem.index(cur % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+            gl.thread_barrier()
+            mbarrier.arrive(other, count=1)
+            tc += 1
+            s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, (j + 1) * BLOCK_N, seqlen_k, off,
+                                               (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+            acc = warpgroup_mma_wait(0, deps=(acc, ))
+            gl.thread_barrier()  # every warp past its wait before the one arrive
+            mbarrier.arrive(empty.index(cur % NUM_STAGES), count=1)
+        # every Q K^T of this tile retired (waited above by every warp): Q's tile is the loader's again
+        gl.thread_barrier()
+        mbarrier.arrive(q_free, count=1)
+        last = it + n_blocks - 1
+        mbarrier.wait(mine, tc & 1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+        p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
+        acc = warpgroup_mma(p16, v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+        gl.thread_barrier()
+        mbarrier.arrive(other, count=1)
+        tc += 1
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(last % NUM_STAGES), count=1)
+        # epilogue from registers: fully masked rows (l = 0) get out 0 and lse -inf (the oracle's convention)
+        empty_row = l_i == 0.0
+        l_safe = gl.where(empty_row, 1.0, l_i)
+        acc = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, O_ROWS), 1)
+        lse = gl.where(empty_row, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+        b64 = b.to(gl.int64)
+        gl.store(Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh + offs_m, lse, mask=offs_m < seqlen_q)
+        rows = row0 + gl.arange(0, 64, layout=O_ROWS)
+        cols = gl.arange(0, HEAD_DIM, layout=O_COLS)
+        o_ptr = Out + b64 * stride_ob + h.to(gl.int64) * stride_oh + gl.expand_dims(rows.to(gl.int64) * stride_os, 1) \
+            + gl.expand_dims(cols, 0)
+        gl.store(o_ptr, acc.to(Out.dtype.element_ty), mask=gl.expand_dims(rows < seqlen_q, 1))
+        it += n_blocks
+        i += 1
+
+
+@gluon.jit
+def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                              stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                              batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                              NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
+                              K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr):
+    """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
+    descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
+    while this tile's last P V and epilogue run."""
+    qk_scale = sm_scale * 1.4426950408889634
+    kv_heads = num_heads // group
+    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
+                                        [1, 64, 1, HEAD_DIM], Q_SL)
+    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_kb, stride_ks, stride_kh, 1],
+                                        [1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
+                                        [1, BLOCK_N, 1, HEAD_DIM], V_SL)
+    n_m = gl.cdiv(seqlen_q, 128)
+    batch_heads = batch * num_heads
+    num_tiles = n_m * batch_heads
+
+    dtype: gl.constexpr = Q.dtype.element_ty
+    q_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], V_SL)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_free, count=2)  # both consumers retire their Q K^T
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False)
+    tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
+    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (shape, )
+    consume_args = (q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
+                    stride_oh, stride_lb, stride_lh) + tiles + (qk_scale, shape)
+    gl.warp_specialize([(_p_consume, (0, ) + consume_args), (_p_consume, (1, ) + consume_args),
+                        (_p_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
 def _layouts(block_m: int, block_n: int, d: int, out=gl.bfloat16) -> dict:
     e4m3 = gl.float8e4nv
     return {"Q_SL": gl.NVMMASharedLayout.get_default_for([block_m, d], e4m3),
@@ -602,6 +797,22 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
                 num_warps=4)
 
 
+def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs) -> dict:
+    """Every argument of ``_fwd_ws_persistent_kernel`` by name (its layouts rank 4: boxes [1, rows, 1, D])."""
+    g = _WS16_DTYPES[q.dtype]
+    d = q.shape[-1]
+    return dict(Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+                stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
+                stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
+                stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), batch=q.shape[0],
+                seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
+                sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+                Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
+                K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g),
+                V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4)
+
+
 def ws16_unsupported(q, k, v) -> str | None:
     """Why the 16-bit warp-specialised forward cannot run q, k, v ([B, S, H, D] dense), or None: dtypes, head dims
     (:data:`WS16_HEAD_DIMS`, d_v = d), GQA grouping, and TMA's rule (16-byte aligned base and row strides, unit
@@ -622,12 +833,14 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=240, poison=False,
-                 launches=None):
+                 launches=None, persistent=False):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
     (Gluon has no interpreter). ``launches``: a dict this call replays its launch from, or leaves it in
-    (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first."""
+    (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first.
+    ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles; session 30, compiled on the CPU,
+    not yet run on a GPU: what ``benchmarks/gluon_ws_probe.py --ws BLOCK_N,STAGES,REGS,p`` checks and times)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
@@ -644,17 +857,27 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     replay = launches.get("ws16") if launches is not None else None
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
-    made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs)
+    made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
-def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=240):
+def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=240, persistent=False):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
-    V, Out, Lse)."""
+    V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM."""
     launcher.ensure_allocator()
-    kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs)
-    grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
-    return launcher.launched(_fwd_ws_kernel, _fwd_ws_kernel[grid](**kwargs), grid, kwargs)
+    tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
+    if persistent:
+        from .configs import sm_count
+
+        kernel = _fwd_ws_persistent_kernel
+        kwargs = ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages,
+                                           consumer_regs)
+        grid = (min(tiles, sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())),)
+    else:
+        kernel = _fwd_ws_kernel
+        kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs)
+        grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
+    return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs)

@@ -28,8 +28,9 @@ def compiled():
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     root = Path(__file__).resolve().parents[2]
     specs = [f"ws16:{d},{bn},{st},{c}" for d, (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)]
+    persistent = ["ws16p:128,128,3,0", "ws16p:128,128,3,1"]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
-                          specs[0] + ",1"], capture_output=True, text=True, cwd=root, timeout=300,
+                          specs[0] + ",1", *persistent], capture_output=True, text=True, cwd=root, timeout=300,
                          env=dict(os.environ, TRITON_INTERPRET="0"))
     assert run.returncode == 0, run.stderr[-3000:]
     return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
@@ -40,8 +41,9 @@ def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compi
     consumers at 240 or more (setmaxnreg), no spill, no serialised wgmma, 16-bit wgmmas, each consumer's
     ping-pong wait retiring S_{j+1} while P_j V_j runs, and the shared memory (three stages of 128-key K and V
     tiles at hd 128, out through Q's tiles) within the H100's 227 KiB."""
-    assert len(compiled) == 2 * len(configs.FWD_GLUON_WS) + 1
-    for spec, r in compiled.items():
+    routed = {spec: r for spec, r in compiled.items() if spec.startswith("ws16:")}
+    assert len(routed) == 2 * len(configs.FWD_GLUON_WS) + 1
+    for spec, r in routed.items():
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
         assert r["wait_one_pending"] >= 2, spec
@@ -161,3 +163,44 @@ def test_gpu_the_environment_knob_keeps_the_triton_forward(monkeypatch):
     sigs = [s for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
     assert sigs and all(s.fwd["fwd"].compiled.name != "_fwd_ws_kernel" for s in sigs)
     interface._SIGNATURES.clear()
+
+
+def test_the_persistent_kernel_compiles_with_the_same_partitions(compiled):
+    """The persistent variant (one program an SM over the tiles, rank-4 descriptors made once a program; off, not
+    yet run on a GPU) at hd 128's routed tile: the same register split, ping-pong waits and 16-bit wgmmas, shared
+    memory within 227 KiB, and at most one spilled register (4 bytes, non-causal: its consumers carry the tile
+    loop's counters)."""
+    for spec in ("ws16p:128,128,3,0", "ws16p:128,128,3,1"):
+        r = compiled[spec]
+        assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
+        assert r["spill"] <= 4 and not r["serialized"] and r["wgmma"] > 0, spec
+        assert r["wait_one_pending"] >= 2, spec
+        assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
+    (4, 1000, 1000, 16, 4, False), (2, 777, 1500, 16, 16, True), (2, 1500, 777, 16, 1, True), (1, 64, 64, 2, 2, False)],
+    ids=["GQA-many-tiles", "causal-Sq<Sk", "causal-MQA-Sq>Sk", "one-tile"])
+def test_gpu_persistent_kernel_matches_oracle(b, sq, sk, hq, hk, causal):
+    """The persistent kernel (not routed; session 30 built it without a GPU): out and lse against the FP64 oracle
+    within the routed kernel's error (plus bf16 rounding), rows that see no key 0 / -inf, over grids with more
+    tiles than multiprocessors (each program loops) and with one tile."""
+    from harness.oracle.softmax import softmax_attention
+
+    g = torch.Generator(device="cpu").manual_seed(7)
+    q = torch.randn(b, sq, hq, 128, generator=g).to("cuda", torch.bfloat16)
+    k, v = (torch.randn(b, sk, hk, 128, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+    ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=128 ** -0.5)
+    kw = dict(softmax_scale=128 ** -0.5, causal=causal, block_n=128, num_stages=3, poison=True)
+    o_p, l_p = fp8_gluon.fwd_gluon_ws(q, k, v, persistent=True, **kw)
+    o_r, l_r = fp8_gluon.fwd_gluon_ws(q, k, v, **kw)
+    torch.cuda.synchronize()
+    seen = ref.lse > float("-inf")
+    err = lambda o: (o.double() - ref.out).abs().max().item()  # noqa: E731
+    assert err(o_p) <= err(o_r) + 4e-3, (err(o_p), err(o_r))
+    assert (l_p.double() - ref.lse)[seen].abs().max().item() <= 1e-4
+    assert bool((l_p[~seen] == float("-inf")).all())
+    assert bool((o_p.double()[~seen.transpose(1, 2).unsqueeze(-1).expand_as(o_p)] == 0).all())
+
