@@ -6,7 +6,8 @@
 Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,OUT8] for
 the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg),
 or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluon_ws``, bf16 unless FP16 is 1; the
-"e4m3 wgmma" column then counts 16-bit wgmmas), ws16p:... for that one's persistent kernel. Gluon has no interpreter, so this is
+"e4m3 wgmma" column then counts 16-bit wgmmas; HEAD_DIM may be QK/V, e.g. 192/128), ws16p:... for that one's
+persistent kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -56,14 +57,16 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
 
 
 def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
-                       persistent: bool = False) -> dict:
+                       persistent: bool = False, dv: int | None = None) -> dict:
     """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles;
-    ``persistent``: its persistent kernel."""
+    ``persistent``: its persistent kernel; ``dv``: v's head dim where it is not q's (MLA's 192 / 128)."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
     b, s, h = 1, 256, 2
-    q, k, v, out = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(4))
+    dv = d if dv is None else dv
+    q, k = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(2))
+    v, out = (torch.empty(b, s, h, dv, dtype=dtype) for _ in range(2))
     lse = torch.empty(b, h, s)
     args = (q, k, v, out, lse, 0.125, causal, block_n, stages, 240)
     if persistent:
@@ -96,9 +99,11 @@ def main(argv=None) -> int:
     for spec in a.specs:
         if spec.startswith(("ws16:", "ws16p:")):
             persistent = spec.startswith("ws16p:")
-            d, bn, stages, causal, *fp16 = (int(x) for x in spec.split(":", 1)[1].split(","))
+            dims, *rest = spec.split(":", 1)[1].split(",")
+            d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
+            bn, stages, causal, *fp16 = (int(x) for x in rest)
             bm, overlap = 128, 1
-            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), persistent)
+            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), persistent, dv)
         elif spec.startswith("ws:"):
             d, bn, stages, causal, *out8 = (int(x) for x in spec[3:].split(","))
             bm, overlap = 128, 1
@@ -108,7 +113,7 @@ def main(argv=None) -> int:
             r = compile_sm90a(d, bm, bn, bool(causal), overlap)
         if a.dump:
             os.makedirs(a.dump, exist_ok=True)
-            Path(a.dump, spec.replace(",", "_") + ".ptx").write_text(r["ptx"])
+            Path(a.dump, spec.replace(",", "_").replace("/", "v") + ".ptx").write_text(r["ptx"])
         r.pop("ptx")
         if a.json:
             print(json.dumps(dict(r, spec=spec)), flush=True)

@@ -1,7 +1,7 @@
 """The 16-bit warp-specialised Gluon forward (kernels/flash_attn/fp8_gluon.py ``fwd_gluon_ws``) against the
 in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 
-    python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128] [--seqlens 1024,4096,16384]
+    python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384]
         [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal, rows that see
@@ -29,11 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-DEFAULT_WS = {64: ["128,3"], 128: ["128,3"], 256: ["64,2", "32,4"]}
+DEFAULT_WS = {"64": ["128,3"], "128": ["128,3"], "256": ["64,2", "32,4"], "192/128": ["64,4", "64,3"]}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: (name, batch, seqlen, query heads, kv heads, head dim), causal: real models' training / prefill calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128), ("MQA 32/1", 2, 4096, 32, 1, 128),
           ("GQA 32/8 d64", 2, 2048, 32, 8, 64))
+#: (batch, seqlen, heads) of the attention-layer report's MLA configurations, run in the training form (q / k 192,
+#: v 128: ``--head-dims 192/128``), causal and not
+MLA_LAYERS = ((2, 2048, 32), (1, 4096, 64), (1, 2048, 128))
+
+
+def _dims(key: str) -> tuple[int, int]:
+    """"128" -> (128, 128); "192/128" -> (192, 128): the q / k and v head dims."""
+    d, _, dv = key.partition("/")
+    return int(d), int(dv or d)
 
 
 def _spec(spec: str) -> dict:
@@ -45,10 +54,11 @@ def _spec(spec: str) -> dict:
     return dict(zip(("block_n", "num_stages", "consumer_regs"), parts), persistent=persistent)
 
 
-def _inputs(b, sq, sk, hq, hk, d, dtype, seed):
+def _inputs(b, sq, sk, hq, hk, d, dtype, seed, dv=None):
     g = torch.Generator(device="cpu").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, generator=g).to("cuda", dtype)
-    k, v = (torch.randn(b, sk, hk, d, generator=g).to("cuda", dtype) for _ in range(2))
+    k = torch.randn(b, sk, hk, d, generator=g).to("cuda", dtype)
+    v = torch.randn(b, sk, hk, dv or d, generator=g).to("cuda", dtype)
     return q, k, v
 
 
@@ -67,22 +77,23 @@ def check(dims, specs, dtype) -> bool:
     print("| check | hd | causal | B Sq Sk Hq/Hk | config | max err out | max err lse | triton's out / lse | |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     cases = [(2, 1000, 1000, 4, 2), (1, 300, 1000, 4, 4), (1, 1000, 300, 2, 1), (1, 64, 64, 2, 2), (1, 257, 129, 6, 3)]
-    for d in dims:
+    for key in dims:
+        d, dv = _dims(key)
         for causal in (False, True):
             for n, (b, sq, sk, hq, hk) in enumerate(cases):
-                q, k, v = _inputs(b, sq, sk, hq, hk, d, dtype, seed=200 + n)
+                q, k, v = _inputs(b, sq, sk, hq, hk, d, dtype, seed=200 + n, dv=dv)
                 ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=d ** -0.5)
                 o_t, l_t = _triton(q, k, v, causal)
                 seen = ref.lse > float("-inf")
                 e_t = (o_t.double() - ref.out).abs().max().item()
                 le_t = (l_t.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
-                for spec in specs[d]:
+                for spec in specs[key]:
                     try:
                         o_g, l_g = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, poison=True,
                                                 **_spec(spec))
                         torch.cuda.synchronize()
                     except Exception as e:  # a config that does not compile or fit: say so and go on
-                        print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {type(e).__name__}: "
+                        print(f"| check | {key} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {type(e).__name__}: "
                               f"{str(e).splitlines()[0][:80]} | | | FAIL |", flush=True)
                         ok = False
                         continue
@@ -99,22 +110,29 @@ def check(dims, specs, dtype) -> bool:
                     le_g = (l_g.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
                     good = e_g == e_g and e_g <= 2 * e_t + 2e-3 and le_g <= 2 * le_t + 1e-3 and empty_ok and replay_ok
                     ok &= good
-                    print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {e_g:.4g} | {le_g:.3g} | "
+                    print(f"| check | {key} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {e_g:.4g} | {le_g:.3g} | "
                           f"{e_t:.4g} / {le_t:.3g} | {'ok' if good else 'FAIL'}{'' if replay_ok else ' (replay differs)'} |", flush=True)
     return ok
 
 
 def _cells(dims, seqlens, masks, models):
-    """(label, batch, seqlen, query heads, kv heads, head dim, causal) of every timed cell."""
-    for d in dims:
+    """(label, batch, seqlen, query heads, kv heads, head dims key, causal) of every timed cell: the FA sweep's
+    (16k tokens, hidden 2048) for equal head dims, the attention layers' MLA configurations for 192/128."""
+    for key in dims:
+        d, dv = _dims(key)
+        if d != dv:
+            for b, s, h in MLA_LAYERS:
+                for causal in masks:
+                    yield f"MLA layer B{b} S{s}", b, s, h, h, key, causal
+            continue
         for s in seqlens:
             for causal in masks:
                 heads = 8 if d == 256 else 2048 // d  # the FA sweep's hd 256 keeps 8 heads (as fp8_gluon_probe.py)
-                yield f"sweep S{s}", max(1, 16384 // s), s, heads, heads, d, causal
+                yield f"sweep S{s}", max(1, 16384 // s), s, heads, heads, key, causal
     if models:
         for name, b, s, hq, hk, d in MODELS:
-            if d in dims:
-                yield f"{name} B{b} S{s}", b, s, hq, hk, d, True
+            if str(d) in dims:
+                yield f"{name} B{b} S{s}", b, s, hq, hk, str(d), True
 
 
 def timing(dims, specs, seqlens, masks, repeat, models, dtype):
@@ -140,14 +158,15 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype):
 
     print("| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
-    for label, b, s, hq, hk, d, causal in _cells(dims, seqlens, masks, models):
-        q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0)
-        flops = 4 * b * hq * s * s * d // (2 if causal else 1)
-        tri_cache, ws_caches = {}, {spec: {} for spec in specs[d]}
+    for label, b, s, hq, hk, key, causal in _cells(dims, seqlens, masks, models):
+        d, dv = _dims(key)
+        q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0, dv=dv)
+        flops = 2 * b * hq * s * s * (d + dv) // (2 if causal else 1)
+        tri_cache, ws_caches = {}, {spec: {} for spec in specs[key]}
         calls = [("triton", "pinned", functools.partial(_triton, q, k, v, causal, tri_cache)),
                  ("cuDNN", "sdpa", sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
                  ("FA2", "sdpa", sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal))]
-        for spec in specs[d]:
+        for spec in specs[key]:
             calls.append(("gluon-ws", spec, functools.partial(fwd_gluon_ws, q, k, v, softmax_scale=d ** -0.5, causal=causal,
                                                               launches=ws_caches[spec], **_spec(spec))))
         for _ in range(repeat):
@@ -156,12 +175,12 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype):
                 try:
                     ms = timed(fn)
                 except Exception as e:
-                    print(f"| {d} | {causal} | {label} | {name} | {cfg} | {type(e).__name__}: "
+                    print(f"| {key} | {causal} | {label} | {name} | {cfg} | {type(e).__name__}: "
                           f"{str(e).splitlines()[0][:60]} | | | |", flush=True)
                     continue
                 ms_of[name] = ms_of.get(name, ms)
                 tri, cud = ms_of.get("triton"), ms_of.get("cuDNN")
-                print(f"| {d} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
+                print(f"| {key} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
                       f"{flops / ms / 1e9:.0f} | {tri / ms if tri else float('nan'):.3f} | "
                       f"{cud / ms if cud else float('nan'):.3f} |", flush=True)
         del q, k, v, calls
@@ -170,7 +189,7 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--head-dims", default="64,128", help="comma-separated: D, or QK/V such as 192/128 (MLA)")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
     ap.add_argument("--ws", nargs="+", default=None, metavar="[p:]BLOCK_N,STAGES[,REGS]",
@@ -185,8 +204,8 @@ def main(argv=None) -> int:
         print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
     os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
-    dims = [int(x) for x in a.head_dims.split(",")]
-    specs = {d: a.ws or DEFAULT_WS[d] for d in dims}
+    dims = a.head_dims.split(",")
+    specs = {key: a.ws or DEFAULT_WS[key] for key in dims}
     dtype = DTYPES[a.dtype]
     if not check(dims, specs, dtype):
         print("gluon_ws_probe: the Gluon kernel failed the check; no timing", file=sys.stderr)

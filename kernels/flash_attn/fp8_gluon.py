@@ -1,4 +1,8 @@
-"""FP8 flash-attention forwards for Hopper in Gluon (sessions 16-17): the warp-specialised one runs hd 256.
+"""Flash-attention forwards for Hopper in Gluon: FP8 (sessions 16-17; the warp-specialised one runs FP8 hd 256) and,
+on the same warp-specialised partitions, bf16 / fp16 (session 30: ``fwd_gluon_ws``, which ``flash_attn_func`` routes
+its hd 128 forwards to from 1k tokens, configs.FWD_GLUON_WS; a persistent variant and the MLA training form's
+192 / 128 head dims built and compiled, not yet run on a GPU). The file keeps its FP8 name: the 16-bit kernel is its
+partitions with ``_WsShape.FP8`` off.
 
 The Triton FP8 forward (fwd.py) cannot overlap a block's softmax with the tensor cores inside one
 warpgroup: Triton 3.6 waits for the Q K^T wgmma right after issuing it (docs/perf/flash_attn.md,
@@ -262,13 +266,19 @@ class _WsShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values).
     Its fields are set as a dict: this module's annotations are strings (``from __future__``). FP8: e4m3
     operands (32-deep wgmma, P in e4m3, V given keys-contiguous as V^T tiles [HEAD_DIM, BLOCK_N]); else 16-bit
-    (bf16 / fp16: 16-deep wgmma, P in the inputs' dtype, V as given, tiles [BLOCK_N, HEAD_DIM])."""
+    (bf16 / fp16: 16-deep wgmma, P in the inputs' dtype, V as given, tiles [BLOCK_N, HEAD_DIM_V]). 16-bit only:
+    HEAD_DIM_B, a second part of the q / k head dim (tiles of their own, the scores two chained wgmmas: DeepSeek's
+    MLA training form is 128 + 64 / 128, as the Triton kernels split it), and HEAD_DIM_V, the value head dim
+    (default HEAD_DIM, the first part's)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_V": gl.constexpr,
+                       "HEAD_DIM_B": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_V=None, HEAD_DIM_B=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
+        self.HEAD_DIM_V = gl.constexpr(HEAD_DIM if HEAD_DIM_V is None else HEAD_DIM_V)
+        self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
@@ -286,44 +296,57 @@ def _ws_v(v_slot, FP8: gl.constexpr):
 
 
 @gluon.jit
+def _ws_scores(q, q_b, k_slot, k_slot_b, s_zero, HEAD_DIM_B: gl.constexpr):
+    """S = Q K^T issued on the tensor cores (asynchronous): one wgmma, or with a second head-dim part (HEAD_DIM_B)
+    two chained ones, S = Q_a K_a^T + Q_b K_b^T (they retire in order, so a wait for the later one covers both)."""
+    s = warpgroup_mma(q, k_slot.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if HEAD_DIM_B > 0:
+        s = warpgroup_mma(q_b, k_slot_b.permute((1, 0)), s, is_async=True)
+    return s
+
+
+@gluon.jit
 def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-              mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape):
+              mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem_b, k_smem_b):
     """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j it
     issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then runs the softmax of S_{j+1} while
     P_j V_j is still on the tensor cores; and the two consumers take turns to issue (``turn``: one
     mbarrier each, the other consumer arrives on it once it has issued), so that one's softmax runs while
     the other's matmuls do (ping-pong). Consumer 1 hands the first turn to consumer 0. Both take
-    n_blocks + 1 turns (the same tile), so each barrier is at most one phase ahead of its waiter."""
-    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    n_blocks + 1 turns (the same tile), so each barrier is at most one phase ahead of its waiter. ``q_smem_b`` /
+    ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``)."""
     BLOCK_N: gl.constexpr = shape.BLOCK_N
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
     FP8: gl.constexpr = shape.FP8
+    HEAD_DIM_V: gl.constexpr = shape.HEAD_DIM_V
     # an 8-bit wgmma is 32 deep, a 16-bit one 16; P from registers packs 32 bits per operand element
     K_DOT: gl.constexpr = 32 if FP8 else 16
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, K_DOT])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, K_DOT])
+                                                       instr_shape=[16, HEAD_DIM_V, K_DOT])
     P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=4 if FP8 else 2)
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     P_DTYPE: gl.constexpr = k_smem.dtype
     row0 = m0 + wg * 64
     q = q_smem.index(wg)
+    q_b = q_smem_b.index(wg)
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     offs_m = row0 + gl.arange(0, 64, layout=ROWS)
     m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
     l_i = gl.zeros([64], gl.float32, layout=ROWS)
-    acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
+    acc = gl.zeros([64, HEAD_DIM_V], gl.float32, layout=O_LAYOUT)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
 
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(ready.index(0), 0)
     mbarrier.wait(mine, 0)
-    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = _ws_scores(q, q_b, k_smem.index(0), k_smem_b.index(0), s_zero, HEAD_DIM_B)
     gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
     mbarrier.arrive(other, count=1)
     s = warpgroup_mma_wait(0, deps=(s, ))
@@ -333,8 +356,8 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         nxt = j + 1
         mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
         mbarrier.wait(mine, nxt & 1)
-        s_next = warpgroup_mma(q, k_smem.index(nxt % NUM_STAGES).permute((1, 0)), s_zero, use_acc=False,
-                               is_async=True)
+        s_next = _ws_scores(q, q_b, k_smem.index(nxt % NUM_STAGES), k_smem_b.index(nxt % NUM_STAGES), s_zero,
+                            HEAD_DIM_B)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
         p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
         acc = warpgroup_mma(p8, _ws_v(v_smem.index(j % NUM_STAGES), FP8), acc, is_async=True)
@@ -372,21 +395,30 @@ def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale
 
 
 @gluon.jit
-def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape):
-    """The loader warp: both consumers' Q, then K and V (FP8: V^T) block by block into the slots they release."""
+def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
+             k_desc_b, q_smem_b, k_smem_b):
+    """The loader warp: both consumers' Q, then K and V (FP8: V^T) block by block into the slots they release;
+    with ``shape.HEAD_DIM_B`` the second head-dim part's Q and K tiles too (``*_b``: from column HEAD_DIM)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     BYTES: gl.constexpr = 1 if shape.FP8 else 2
-    mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * BYTES)
+    HEAD_DIM_V: gl.constexpr = shape.HEAD_DIM_V
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
+    mbarrier.expect(q_bar, 2 * 64 * (HEAD_DIM + HEAD_DIM_B) * BYTES)
     tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [m0 + 64, 0], q_bar, q_smem.index(1))
+    if HEAD_DIM_B > 0:
+        tma.async_copy_global_to_shared(q_desc_b, [m0, HEAD_DIM], q_bar, q_smem_b.index(0))
+        tma.async_copy_global_to_shared(q_desc_b, [m0 + 64, HEAD_DIM], q_bar, q_smem_b.index(1))
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
         # the slot's previous block released by both consumers (not needed the first time round)
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
-        mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM * BYTES)
+        mbarrier.expect(ready.index(slot), BLOCK_N * (HEAD_DIM + HEAD_DIM_B + HEAD_DIM_V) * BYTES)
         tma.async_copy_global_to_shared(k_desc, [j * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
+        if HEAD_DIM_B > 0:
+            tma.async_copy_global_to_shared(k_desc_b, [j * BLOCK_N, HEAD_DIM], ready.index(slot), k_smem_b.index(slot))
         if shape.FP8:
             tma.async_copy_global_to_shared(v_desc, [0, j * BLOCK_N], ready.index(slot), v_smem.index(slot))
         else:
@@ -431,12 +463,14 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
         mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
-    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape)
+    # (no second head-dim part: the part-B arguments are the first part's objects, never read)
+    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc,
+                 k_desc, q_smem, k_smem)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-                    mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape)
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem, k_smem)
     gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
                         (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -448,18 +482,23 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
+                   KB_SL: gl.constexpr = None):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
-    ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round)."""
+    ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
+    part of the q / k head dim (DeepSeek's MLA: q / k 192 = 128 + 64 with v 128; TMA boxes are powers of two), its
+    Q and K tiles (layouts QB_SL, KB_SL) loaded from column HEAD_DIM; v's head dim is then HEAD_DIM (the first
+    part's) too."""
     BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
+    D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
     qk_scale = sm_scale * 1.4426950408889634
     b64 = b.to(gl.int64)
-    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, HEAD_DIM],
+    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, D_QK],
                                         [stride_qs, 1], [64, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, HEAD_DIM],
+    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, D_QK],
                                         [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
     v_desc = tma.make_tensor_descriptor(V + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [seqlen_k, HEAD_DIM],
                                         [stride_vs, 1], [BLOCK_N, HEAD_DIM], V_SL)
@@ -472,9 +511,18 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], V_SL)
-    # out goes through its consumer's Q tile (same shape, dtype and layout): that consumer's last wgmma has
-    # retired before its epilogue stores there, and nothing else reads it. 32 KiB at hd 128 buys a third stage
-    # of 128-key K and V tiles (224 KiB in all)
+    if HEAD_DIM_B > 0:
+        q_desc_b = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, D_QK],
+                                              [stride_qs, 1], [64, HEAD_DIM_B], QB_SL)
+        k_desc_b = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, D_QK],
+                                              [stride_ks, 1], [BLOCK_N, HEAD_DIM_B], KB_SL)
+        q_smem_b = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM_B], QB_SL)
+        k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM_B], KB_SL)
+    else:  # (never read: the first part's objects stand in)
+        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
+    # out goes through its consumer's (first-part) Q tile (same shape, dtype and layout): that consumer's last
+    # wgmma has retired before its epilogue stores there, and nothing else reads it. 32 KiB at hd 128 buys a third
+    # stage of 128-key K and V tiles (224 KiB in all)
     o_smem = q_smem
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -484,13 +532,14 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False)
-    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM, HEAD_DIM_B)
+    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
+                 k_desc_b, q_smem_b, k_smem_b)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape)
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b)
     gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
                         (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -770,19 +819,31 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
     return out, lse
 
 
-#: Head dims the 16-bit warp-specialised forward runs (d_v = d); configs.FWD_GLUON_WS routes the measured winners.
-#: hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB; sm_90a on the CPU, session 30): not
+#: (q / k head dim, v head dim) pairs the 16-bit warp-specialised forward runs; configs.FWD_GLUON_WS routes the
+#: measured winners. hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB) and so does
+#: DeepSeek's MLA training form 192 / 128 (128 x 2 or 64 x 4, 208 KiB; sm_90a on the CPU, session 30): neither
 #: yet timed on a GPU.
-WS16_HEAD_DIMS = (64, 128, 256)
+WS16_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 _WS16_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
-def _ws16_layouts(block_n: int, d: int, dtype) -> dict:
+def _ws16_parts(d: int, dv: int) -> tuple[int, int]:
+    """(first part, second part) of the q / k head dim ``d`` in the 16-bit kernel: (d, 0), or where v is narrower
+    (MLA's 192 / 128) (dv, d - dv)."""
+    return (d, 0) if dv == d else (dv, d - dv)
+
+
+def _ws16_layouts(block_n: int, d: int, dtype, dv: int | None = None) -> dict:
     g = _WS16_DTYPES[dtype]
-    return {"Q_SL": gl.NVMMASharedLayout.get_default_for([64, d], g),
-            "K_SL": gl.NVMMASharedLayout.get_default_for([block_n, d], g),
-            "V_SL": gl.NVMMASharedLayout.get_default_for([block_n, d], g),
-            "O_SL": gl.NVMMASharedLayout.get_default_for([64, d], g)}
+    first, second = _ws16_parts(d, d if dv is None else dv)
+    out = {"Q_SL": gl.NVMMASharedLayout.get_default_for([64, first], g),
+           "K_SL": gl.NVMMASharedLayout.get_default_for([block_n, first], g),
+           "V_SL": gl.NVMMASharedLayout.get_default_for([block_n, first], g),
+           "O_SL": gl.NVMMASharedLayout.get_default_for([64, first], g)}
+    if second:
+        out.update(HEAD_DIM_B=second, QB_SL=gl.NVMMASharedLayout.get_default_for([64, second], g),
+                   KB_SL=gl.NVMMASharedLayout.get_default_for([block_n, second], g))
+    return out
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs) -> dict:
@@ -792,9 +853,9 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=q.shape[1],
                 seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
-                sm_scale=float(softmax_scale), HEAD_DIM=q.shape[-1], BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, **_ws16_layouts(block_n, q.shape[-1], q.dtype),
-                num_warps=4)
+                sm_scale=float(softmax_scale), HEAD_DIM=_ws16_parts(q.shape[-1], v.shape[-1])[0], BLOCK_N=block_n,
+                IS_CAUSAL=bool(causal), NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+                **_ws16_layouts(block_n, q.shape[-1], q.dtype, v.shape[-1]), num_warps=4)
 
 
 def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs) -> dict:
@@ -815,15 +876,15 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
 
 def ws16_unsupported(q, k, v) -> str | None:
     """Why the 16-bit warp-specialised forward cannot run q, k, v ([B, S, H, D] dense), or None: dtypes, head dims
-    (:data:`WS16_HEAD_DIMS`, d_v = d), GQA grouping, and TMA's rule (16-byte aligned base and row strides, unit
+    (:data:`WS16_HEAD_DIMS`), GQA grouping, and TMA's rule (16-byte aligned base and row strides, unit
     stride along the head dim). The device (an sm90 GPU) is the caller's to check."""
     if q.dtype not in _WS16_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"q, k, v in bf16 or fp16 alike, got {q.dtype}, {k.dtype}, {v.dtype}"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "dense [B, S, H, D] inputs"
     d = q.shape[-1]
-    if d not in WS16_HEAD_DIMS or k.shape[-1] != d or v.shape[-1] != d:
-        return f"head dims {WS16_HEAD_DIMS} with d_v = d, got q {d}, k {k.shape[-1]}, v {v.shape[-1]}"
+    if (d, v.shape[-1]) not in WS16_HEAD_DIMS or k.shape[-1] != d:
+        return f"(q / k, v) head dims among {WS16_HEAD_DIMS}, got q {d}, k {k.shape[-1]}, v {v.shape[-1]}"
     if q.shape[2] % k.shape[2] or v.shape[2] != k.shape[2]:
         return f"{q.shape[2]} query heads over {k.shape[2]} kv heads"
     for t in (q, k, v):
@@ -846,10 +907,12 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
         raise ValueError(f"fwd_gluon_ws: {why}")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
+    if persistent and v.shape[-1] != q.shape[-1]:
+        raise ValueError("fwd_gluon_ws: the persistent kernel takes d_v = d only")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
         raise RuntimeError("fwd_gluon_ws: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
     b, sq, hq, d = q.shape
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty((b, sq, hq, v.shape[-1]))
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
     if poison:
         out.fill_(float("nan"))

@@ -29,8 +29,9 @@ def compiled():
     root = Path(__file__).resolve().parents[2]
     specs = [f"ws16:{d},{bn},{st},{c}" for d, (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)]
     persistent = ["ws16p:128,128,3,0", "ws16p:128,128,3,1"]
+    mla = ["ws16:192/128,64,4,0", "ws16:192/128,64,4,1"]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
-                          specs[0] + ",1", *persistent], capture_output=True, text=True, cwd=root, timeout=300,
+                          specs[0] + ",1", *persistent, *mla], capture_output=True, text=True, cwd=root, timeout=300,
                          env=dict(os.environ, TRITON_INTERPRET="0"))
     assert run.returncode == 0, run.stderr[-3000:]
     return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
@@ -41,7 +42,7 @@ def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compi
     consumers at 240 or more (setmaxnreg), no spill, no serialised wgmma, 16-bit wgmmas, each consumer's
     ping-pong wait retiring S_{j+1} while P_j V_j runs, and the shared memory (three stages of 128-key K and V
     tiles at hd 128, out through Q's tiles) within the H100's 227 KiB."""
-    routed = {spec: r for spec, r in compiled.items() if spec.startswith("ws16:")}
+    routed = {spec: r for spec, r in compiled.items() if spec.startswith("ws16:") and "/" not in spec}
     assert len(routed) == 2 * len(configs.FWD_GLUON_WS) + 1
     for spec, r in routed.items():
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
@@ -92,6 +93,9 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
 def test_unsupported_inputs_are_named():
     q, k, v = _qkv()
     assert fp8_gluon.ws16_unsupported(q, k, v) is None
+    mla_q, mla_k = _qkv(d=192)[:2]
+    assert fp8_gluon.ws16_unsupported(mla_q, mla_k, torch.empty(1, 1024, 2, 128, dtype=q.dtype)) is None
+    assert "head dims" in fp8_gluon.ws16_unsupported(mla_q, mla_k, torch.empty(1, 1024, 2, 192, dtype=q.dtype))
     assert "bf16 or fp16" in fp8_gluon.ws16_unsupported(q.float(), k.float(), v.float())
     assert "head dims" in fp8_gluon.ws16_unsupported(*_qkv(d=96))
     assert "kv heads" in fp8_gluon.ws16_unsupported(*_qkv(hq=3, hk=2))
@@ -203,4 +207,44 @@ def test_gpu_persistent_kernel_matches_oracle(b, sq, sk, hq, hk, causal):
     assert (l_p.double() - ref.lse)[seen].abs().max().item() <= 1e-4
     assert bool((l_p[~seen] == float("-inf")).all())
     assert bool((o_p.double()[~seen.transpose(1, 2).unsqueeze(-1).expand_as(o_p)] == 0).all())
+
+
+def test_the_mla_training_form_compiles_in_two_head_dim_parts(compiled):
+    """q / k 192 = 128 + 64 with v 128 (DeepSeek's training-form MLA; not routed, not yet run on a GPU): the scores
+    as two chained 16-bit wgmmas (more wgmmas than hd 128's kernel at the same tile), no spill at 64-key tiles over
+    four stages, the ping-pong waits, shared memory within 227 KiB."""
+    for spec in ("ws16:192/128,64,4,0", "ws16:192/128,64,4,1"):
+        r = compiled[spec]
+        assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
+        assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
+        assert r["wait_one_pending"] >= 2 and r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sq, sk", [(1000, 1000), (300, 700), (700, 300)], ids=["S1000", "Sq<Sk", "Sq>Sk"])
+def test_gpu_mla_training_form_matches_oracle(sq, sk, causal):
+    """The 16-bit kernel at q / k 192 (two parts), v 128 (not routed; built without a GPU in session 30): out and
+    lse within the Triton forward's error of the FP64 oracle (plus bf16 rounding), rows that see no key 0 / -inf."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    g = torch.Generator(device="cpu").manual_seed(11)
+    q = torch.randn(2, sq, 8, 192, generator=g).to("cuda", torch.bfloat16)
+    k = torch.randn(2, sk, 8, 192, generator=g).to("cuda", torch.bfloat16)
+    v = torch.randn(2, sk, 8, 128, generator=g).to("cuda", torch.bfloat16)
+    scale = 192 ** -0.5
+    ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=scale)
+    o_g, l_g = fp8_gluon.fwd_gluon_ws(q, k, v, softmax_scale=scale, causal=causal, block_n=64, num_stages=4,
+                                      poison=True)
+    o_t, _ = flash_attn_fwd(q, k, v, softmax_scale=scale, causal=causal, window_left=-1,
+                            window_right=0 if causal else -1)
+    torch.cuda.synchronize()
+    seen = ref.lse > float("-inf")
+    err = lambda o: (o.double() - ref.out).abs().max().item()  # noqa: E731
+    assert o_g.shape == (2, sq, 8, 128) and err(o_g) <= err(o_t) + 4e-3, (err(o_g), err(o_t))
+    assert (l_g.double() - ref.lse)[seen].abs().max().item() <= 1e-4
+    assert bool((l_g[~seen] == float("-inf")).all())
+    assert bool((o_g.double()[~seen.transpose(1, 2).unsqueeze(-1).expand_as(o_g)] == 0).all())
 
