@@ -87,8 +87,9 @@ def launch_path_call(backend: str, case, mode: str, device):
                                                  x.grad_final_state, 64, g is not None, launches=bwd_cache)
     elif backend == "triton_decode" and case.family == "decode" and mode == "fwd":
         # a serving loop's step (validate=False, as the adapter calls it): the signature lookup, then the plan's
-        # replays (split and combine; the append first where the config does not fuse it). Its launches are those of the one plan its first call leaves in the
-        # emptied signature cache (found so in earlier trees' kernels too: host_ab.py compares them)
+        # replays (split and combine; the append first where the config does not fuse it). Its launches are those
+        # of the one plan its first call leaves in the emptied signature cache (found so in earlier trees' kernels
+        # too: host_ab.py compares them)
         from kernels.decode import interface as decode
 
         kw = dict(cache_seqlens=x.cache_seqlens, block_table=x.block_table, causal=case.causal,

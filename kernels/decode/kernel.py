@@ -14,8 +14,9 @@ MLA's 576, DeepSeek's 192) is read as a power-of-two part plus a tail (512 + 64,
 padded to the next power (1024, 256). With one split the split kernel writes the output and lse
 itself (``DIRECT``), without the combine. New tokens go into the cache from the split kernel itself
 with ``FUSE_APPEND`` (the default config's: read from the new tensors, written by one program each), or with
-``_append_kernel`` (one launch before it: absorbed MLA's wide config). Offsets into the cache are 64-bit (a pool above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the
-cache and the new tokens) query ``i`` of ``seqlen_q`` sits at position ``L - seqlen_q + i``.
+``_append_kernel`` (one launch before it: absorbed MLA's wide config). Offsets into the cache are 64-bit (a pool
+above 2**31 elements is common). Masks are bottom-right aligned: with ``L`` keys (the cache and the new tokens)
+query ``i`` of ``seqlen_q`` sits at position ``L - seqlen_q + i``.
 """
 
 from __future__ import annotations

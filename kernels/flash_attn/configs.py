@@ -406,7 +406,8 @@ FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
 #: bf16 / fp16 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fwd_gluon_ws: flash-attn 3's
 #: loader warp and two ping-pong consumer warpgroups, 128-row tiles) on sm90, with its (BLOCK_N, stages). Only dense
-#: calls with d_v = d, no window other than causal, no softcap, TMA-aligned inputs take it (``gluon_ws_fwd``).
+#: calls the kernel takes (its head dims), no window other than causal, no softcap, TMA-aligned inputs take it
+#: (``gluon_ws_fwd``).
 #: hd 128, measured against this module's pinned Triton forward (H100, session 30, kernel alone, CUDA events,
 #: docs/perf/gluon-ws-s30): 128-key tiles over 3 stages 1.10-1.15x non-causal at 1k-16k (FA sweep), 1.01x / 1.11x /
 #: 1.13x causal at 1k / 4k / 16k, 1.12-1.17x on Llama-3-8B / 70B / an MQA causal; 64-key tiles 1.01-1.11x, 128-key
@@ -425,9 +426,9 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
                  fp8: bool, sm_major: int | None = None) -> tuple[int, int] | None:
     """The (BLOCK_N, stages) the 16-bit warp-specialised Gluon forward runs this call with, or None where the Triton
     forward does: :data:`FWD_GLUON_WS`'s head dims, both sequences at least :data:`FWD_GLUON_WS_MIN_SEQLEN` long, an
-    sm90 GPU (not the interpreter), dense bf16 / fp16 inputs with d_v = d that TMA can read (fp8_gluon.ws16_unsupported), causal or no mask, no softcap, and the environment
-    knob not 0. ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU
-    tensors)."""
+    sm90 GPU (not the interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head
+    dims, TMA-readable rows), causal or no mask, no softcap, and the environment knob not 0. ``sm_major``: the GPU's
+    compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     cfg = FWD_GLUON_WS.get(q.shape[-1])
     if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return None

@@ -266,18 +266,15 @@ class _WsShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values).
     Its fields are set as a dict: this module's annotations are strings (``from __future__``). FP8: e4m3
     operands (32-deep wgmma, P in e4m3, V given keys-contiguous as V^T tiles [HEAD_DIM, BLOCK_N]); else 16-bit
-    (bf16 / fp16: 16-deep wgmma, P in the inputs' dtype, V as given, tiles [BLOCK_N, HEAD_DIM_V]). 16-bit only:
-    HEAD_DIM_B, a second part of the q / k head dim (tiles of their own, the scores two chained wgmmas: DeepSeek's
-    MLA training form is 128 + 64 / 128, as the Triton kernels split it), and HEAD_DIM_V, the value head dim
-    (default HEAD_DIM, the first part's)."""
+    (bf16 / fp16: 16-deep wgmma, P in the inputs' dtype, V as given, tiles [BLOCK_N, HEAD_DIM]). 16-bit only:
+    HEAD_DIM_B, a second part of the q / k head dim (tiles of their own, the scores two chained wgmmas; v's head
+    dim stays HEAD_DIM: DeepSeek's MLA training form is q / k 128 + 64, v 128, as the Triton kernels split it)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_V": gl.constexpr,
-                       "HEAD_DIM_B": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_V=None, HEAD_DIM_B=0):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
-        self.HEAD_DIM_V = gl.constexpr(HEAD_DIM if HEAD_DIM_V is None else HEAD_DIM_V)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -320,13 +317,13 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
     FP8: gl.constexpr = shape.FP8
-    HEAD_DIM_V: gl.constexpr = shape.HEAD_DIM_V
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     # an 8-bit wgmma is 32 deep, a 16-bit one 16; P from registers packs 32 bits per operand element
     K_DOT: gl.constexpr = 32 if FP8 else 16
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, K_DOT])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM_V, K_DOT])
+                                                       instr_shape=[16, HEAD_DIM, K_DOT])
     P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=4 if FP8 else 2)
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
@@ -339,7 +336,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     offs_m = row0 + gl.arange(0, 64, layout=ROWS)
     m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
     l_i = gl.zeros([64], gl.float32, layout=ROWS)
-    acc = gl.zeros([64, HEAD_DIM_V], gl.float32, layout=O_LAYOUT)
+    acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
 
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
@@ -403,7 +400,6 @@ def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     BYTES: gl.constexpr = 1 if shape.FP8 else 2
-    HEAD_DIM_V: gl.constexpr = shape.HEAD_DIM_V
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     mbarrier.expect(q_bar, 2 * 64 * (HEAD_DIM + HEAD_DIM_B) * BYTES)
     tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem.index(0))
@@ -415,7 +411,7 @@ def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty
         slot = j % NUM_STAGES
         # the slot's previous block released by both consumers (not needed the first time round)
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
-        mbarrier.expect(ready.index(slot), BLOCK_N * (HEAD_DIM + HEAD_DIM_B + HEAD_DIM_V) * BYTES)
+        mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * BYTES)
         tma.async_copy_global_to_shared(k_desc, [j * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
         if HEAD_DIM_B > 0:
             tma.async_copy_global_to_shared(k_desc_b, [j * BLOCK_N, HEAD_DIM], ready.index(slot), k_smem_b.index(slot))
@@ -532,7 +528,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM, HEAD_DIM_B)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
