@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+#        gluon-ws | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -751,6 +751,30 @@ fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 
     tail -n 2 "$OUT/fp8-must.log"
     grep -A 6 "^### TFLOP/s" "$OUT/fp8-must/report.md" | grep -v "^$" | head -n 80
     tarred fp8-must
+    ;;
+gluon-ws)  # issue 16 (session 30): the 16-bit warp-specialised Gluon forward's GPU tests (routed hd 128, the
+    # persistent variant and the MLA form, both built without a GPU: each test file part under its own timeout, a
+    # barrier mistake hangs), then the probe: the routed config beside the persistent ones and the Triton forward,
+    # cuDNN and FA2 at 512-16k (GLUON_SEQLENS, GLUON_WS), and the MLA training form (GLUON_MLA=0 skips it)
+    setup
+    mkdir -p "$OUT/gluon-ws"
+    for part in "not persistent and not mla" persistent mla; do
+        FLASH_ATTN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+            tests/kernels/test_gluon_ws.py -k "$part" >> "$OUT/gluon-ws/tests.log" 2>&1
+        echo "tests ($part) exit $?" >> "$OUT/gluon-ws/tests.log"
+    done
+    timeout "${GLUON_SECONDS:-280}" python3 benchmarks/gluon_ws_probe.py --head-dims 128 \
+        --ws ${GLUON_WS:-128,3 p:128,3 p:64,4} --seqlens "${GLUON_SEQLENS:-512,1024,4096,16384}" --models \
+        --repeat 2 > "$OUT/gluon-ws/probe-hd128.md" 2>&1
+    echo "probe exit $?" >> "$OUT/gluon-ws/probe-hd128.md"
+    if [ "${GLUON_MLA:-1}" = 1 ]; then
+        timeout 150 python3 benchmarks/gluon_ws_probe.py --head-dims 192/128 --repeat 2 \
+            > "$OUT/gluon-ws/probe-mla.md" 2>&1
+        echo "probe exit $?" >> "$OUT/gluon-ws/probe-mla.md"
+    fi
+    grep -E "exit|passed|failed|FAIL" "$OUT/gluon-ws/tests.log" "$OUT/gluon-ws/"probe-*.md | head -n 30
+    grep -v "^| check" "$OUT/gluon-ws/probe-hd128.md" | tail -n 40
+    tarred gluon-ws
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup
