@@ -378,12 +378,20 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
 
 
 @gluon.jit
-def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS: gl.constexpr):
-    """A consumer's epilogue: normalise its 64 rows, store lse and (through shared memory, TMA) out."""
-    empty_row = l_i == 0.0  # fully masked rows: out 0, lse -inf (the oracle's convention)
+def _ws_finish(acc, m_i, l_i, v_scale, O_ROWS: gl.constexpr):
+    """(out's rows normalised and scaled by ``v_scale``, lse in natural log) from a consumer's accumulator and its
+    base-2 row max / sum; fully masked rows (l = 0) get out 0 and lse -inf (the oracle's convention)."""
+    empty_row = l_i == 0.0
     l_safe = gl.where(empty_row, 1.0, l_i)
     acc = acc * gl.expand_dims(gl.convert_layout(v_scale / l_safe, O_ROWS), 1)
     lse = gl.where(empty_row, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+    return acc, lse
+
+
+@gluon.jit
+def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS: gl.constexpr):
+    """A consumer's epilogue: normalise its 64 rows, store lse and (through shared memory, TMA) out."""
+    acc, lse = _ws_finish(acc, m_i, l_i, v_scale, O_ROWS)
     gl.store(lse_ptr + offs_m, lse, mask=offs_m < seqlen_q)
     o.store(acc.to(o.dtype))
     fence_async_shared()
@@ -574,7 +582,7 @@ def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready
     i = 0
     for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL)
-        n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
+        n_blocks = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)[0]
         mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)
         mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * 2)
         tma.async_copy_global_to_shared(q_desc, [b, m0, h, 0], q_bar, q_smem.index(0))
@@ -671,11 +679,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         gl.thread_barrier()
         mbarrier.arrive(empty.index(last % NUM_STAGES), count=1)
-        # epilogue from registers: fully masked rows (l = 0) get out 0 and lse -inf (the oracle's convention)
-        empty_row = l_i == 0.0
-        l_safe = gl.where(empty_row, 1.0, l_i)
-        acc = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, O_ROWS), 1)
-        lse = gl.where(empty_row, float("-inf"), (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+        acc, lse = _ws_finish(acc, m_i, l_i, 1.0, O_ROWS)  # the epilogue, from registers
         b64 = b.to(gl.int64)
         gl.store(Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh + offs_m, lse, mask=offs_m < seqlen_q)
         rows = row0 + gl.arange(0, 64, layout=O_ROWS)
