@@ -752,28 +752,29 @@ fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 
     grep -A 6 "^### TFLOP/s" "$OUT/fp8-must/report.md" | grep -v "^$" | head -n 80
     tarred fp8-must
     ;;
-gluon-ws)  # issue 16 (session 30): the 16-bit warp-specialised Gluon forward's GPU tests (routed hd 128, the
-    # persistent variant and the MLA form, both built without a GPU: each test file part under its own timeout, a
-    # barrier mistake hangs), then the probe: the routed config beside the persistent ones and the Triton forward,
-    # cuDNN and FA2 at 512-16k (GLUON_SEQLENS, GLUON_WS), and the MLA training form (GLUON_MLA=0 skips it)
+gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forward's GPU tests (each part under its
+    # own timeout: a barrier mistake hangs; GLUON_TESTS: pytest -k parts, ';'-separated), then the probe: hd 128's
+    # configs (GLUON_WS) beside the Triton forward, cuDNN and FA2 on the FA sweep (GLUON_SEQLENS), real models and
+    # the attention layers' GQA / MQA rows, and the MLA training form (GLUON_MLA_WS; GLUON_MLA=0 skips it)
     setup
     mkdir -p "$OUT/gluon-ws"
-    for part in "not persistent and not mla" persistent mla; do
-        FLASH_ATTN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+    IFS=';' read -r -a parts <<< "${GLUON_TESTS:-not persistent and not mla;persistent;mla}"
+    for part in "${parts[@]}"; do
+        FLASH_ATTN_AUTOTUNE=0 timeout 200 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -n 8 \
             tests/kernels/test_gluon_ws.py -k "$part" >> "$OUT/gluon-ws/tests.log" 2>&1
         echo "tests ($part) exit $?" >> "$OUT/gluon-ws/tests.log"
     done
     timeout "${GLUON_SECONDS:-280}" python3 benchmarks/gluon_ws_probe.py --head-dims 128 \
-        --ws ${GLUON_WS:-128,3 p:128,3 p:64,4} --seqlens "${GLUON_SEQLENS:-512,1024,4096,16384}" --models \
+        --ws ${GLUON_WS:-128,3 p:128,3} --seqlens "${GLUON_SEQLENS:-512,1024,4096}" --models --layers \
         --repeat 2 > "$OUT/gluon-ws/probe-hd128.md" 2>&1
     echo "probe exit $?" >> "$OUT/gluon-ws/probe-hd128.md"
     if [ "${GLUON_MLA:-1}" = 1 ]; then
-        timeout 150 python3 benchmarks/gluon_ws_probe.py --head-dims 192/128 --repeat 2 \
-            > "$OUT/gluon-ws/probe-mla.md" 2>&1
+        timeout 150 python3 benchmarks/gluon_ws_probe.py --head-dims 192/128 --ws ${GLUON_MLA_WS:-64,4} \
+            --seqlens 512,1024 --repeat 2 > "$OUT/gluon-ws/probe-mla.md" 2>&1
         echo "probe exit $?" >> "$OUT/gluon-ws/probe-mla.md"
     fi
     grep -E "exit|passed|failed|FAIL" "$OUT/gluon-ws/tests.log" "$OUT/gluon-ws/"probe-*.md | head -n 30
-    grep -v "^| check" "$OUT/gluon-ws/probe-hd128.md" | tail -n 40
+    for f in "$OUT/gluon-ws/"probe-*.md; do grep -E "^\| [0-9]" "$f" | grep -Ev "FA2|Error" | tail -n 40; done
     tarred gluon-ws
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)

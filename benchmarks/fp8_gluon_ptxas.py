@@ -7,7 +7,7 @@ Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,
 the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg),
 or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluon_ws``, bf16 unless FP16 is 1; the
 "e4m3 wgmma" column then counts 16-bit wgmmas; HEAD_DIM may be QK/V, e.g. 192/128), ws16p:... for that one's
-persistent kernel. Gluon has no interpreter, so this is
+persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -57,9 +57,9 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
 
 
 def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
-                       persistent: bool = False, dv: int | None = None) -> dict:
+                       persistent: bool | str = False, dv: int | None = None) -> dict:
     """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles;
-    ``persistent``: its persistent kernel; ``dv``: v's head dim where it is not q's (MLA's 192 / 128)."""
+    ``persistent``: its persistent kernel (True, or a tile order of fp8_gluon.TILE_ORDERS); ``dv``: v's head dim where it is not q's (MLA's 192 / 128)."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -70,7 +70,8 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
     lse = torch.empty(b, h, s)
     args = (q, k, v, out, lse, 0.125, causal, block_n, stages, 240)
     if persistent:
-        fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(*args)
+        order = persistent if isinstance(persistent, str) else "query"
+        fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(*args, order)
     else:
         fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args)
     return _report(compile_call(fn, call), r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
@@ -97,8 +98,8 @@ def main(argv=None) -> int:
         print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
-        if spec.startswith(("ws16:", "ws16p:")):
-            persistent = spec.startswith("ws16p:")
+        if spec.startswith(("ws16:", "ws16p:", "ws16pk:")):
+            persistent = "kv" if spec.startswith("ws16pk:") else spec.startswith("ws16p:")
             dims, *rest = spec.split(":", 1)[1].split(",")
             d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
             bn, stages, causal, *fp16 = (int(x) for x in rest)

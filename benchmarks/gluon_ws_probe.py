@@ -10,9 +10,10 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
    or with a fully masked row not 0 / -inf, or whose replayed launch (kernels/launcher.py) gives other bits, reads FAIL and the script exits 1 before timing.
 2. Kernel time, CUDA events through the harness's timer (warm-up, L2 flushed, median), every kernel of a cell
    in one process and interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
-   ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal). The Triton forward
-   at its pinned first pick (FLASH_ATTN_AUTOTUNE=0), the Gluon one at each ``--ws`` [p:]BLOCK_N,STAGES[,REGS] (p:
-   the persistent kernel),
+   ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal), with ``--layers`` the
+   attention-layer report's hd 128 GQA / MQA rows. The Triton forward at its pinned first pick
+   (FLASH_ATTN_AUTOTUNE=0, FLASH_ATTN_GLUON_WS=0: not the route to the Gluon kernel), the Gluon one at each ``--ws`` [p:|pk:]BLOCK_N,STAGES[,REGS] (p: the
+   persistent kernel, query blocks outer; pk: kv heads outer),
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
    ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``.
 """
@@ -37,6 +38,11 @@ MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 1
 #: (batch, seqlen, heads) of the attention-layer report's MLA configurations, run in the training form (q / k 192,
 #: v 128: ``--head-dims 192/128``), causal and not
 MLA_LAYERS = ((2, 2048, 32), (1, 4096, 64), (1, 2048, 128))
+#: (name, batch, seqlen, query heads, kv heads, head dim) of the attention-layer report's hd 128 GQA / MQA rows
+#: (``--layers``), causal and not: where the persistent kernel's tile order (one query block of many heads at a
+#: time) meets K / V shared by several query heads
+LAYERS = (("GQA layer", 1, 4096, 32, 8, 128), ("GQA layer", 1, 2048, 40, 8, 128), ("MQA layer", 1, 4096, 32, 1, 128),
+          ("MQA layer", 1, 2048, 40, 1, 128))
 
 
 def _dims(key: str) -> tuple[int, int]:
@@ -45,13 +51,21 @@ def _dims(key: str) -> tuple[int, int]:
     return int(d), int(dv or d)
 
 
+#: --ws prefixes: the persistent kernel in each tile order (fp8_gluon.TILE_ORDERS)
+PERSISTENT = {"p:": "query", "pk:": "kv"}
+
+
 def _spec(spec: str) -> dict:
-    """BLOCK_N,STAGES[,REGS] -> fwd_gluon_ws's keywords; a "p:" prefix: its persistent kernel."""
-    persistent = spec.startswith("p:")
-    parts = [int(x) for x in spec.removeprefix("p:").split(",")]
+    """BLOCK_N,STAGES[,REGS] -> fwd_gluon_ws's keywords; a "p:" prefix: its persistent kernel, query blocks outer;
+    "pk:": the persistent kernel, kv heads outer."""
+    prefix, _, rest = spec.rpartition(":")
+    if prefix and prefix + ":" not in PERSISTENT:
+        raise SystemExit(f"--ws {spec}: prefixes {sorted(PERSISTENT)}")
+    parts = [int(x) for x in rest.split(",")]
     if len(parts) not in (2, 3):
-        raise SystemExit(f"--ws {spec}: want [p:]BLOCK_N,STAGES[,REGS]")
-    return dict(zip(("block_n", "num_stages", "consumer_regs"), parts), persistent=persistent)
+        raise SystemExit(f"--ws {spec}: want [p:|pk:]BLOCK_N,STAGES[,REGS]")
+    kw = dict(zip(("block_n", "num_stages", "consumer_regs"), parts), persistent=bool(prefix))
+    return kw | ({"tile_order": PERSISTENT[prefix + ":"]} if prefix else {})
 
 
 def _inputs(b, sq, sk, hq, hk, d, dtype, seed, dv=None):
@@ -63,6 +77,8 @@ def _inputs(b, sq, sk, hq, hk, d, dtype, seed, dv=None):
 
 
 def _triton(q, k, v, causal, launches=None):
+    """The in-repo Triton forward: main() sets FLASH_ATTN_GLUON_WS=0, else flash_attn_fwd would route hd 128 (and
+    MLA) calls to the Gluon kernel and the baseline would time the kernel it is compared against."""
     from kernels.flash_attn.fwd import flash_attn_fwd
 
     return flash_attn_fwd(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal, window_left=-1,
@@ -115,12 +131,16 @@ def check(dims, specs, dtype) -> bool:
     return ok
 
 
-def _cells(dims, seqlens, masks, models):
+def _cells(dims, seqlens, masks, models, layers=False):
     """(label, batch, seqlen, query heads, kv heads, head dims key, causal) of every timed cell: the FA sweep's
-    (16k tokens, hidden 2048) for equal head dims, the attention layers' MLA configurations for 192/128."""
+    (16k tokens, hidden 2048) for equal head dims, the attention layers' MLA configurations for 192/128 (and its
+    sweep cells below 2k, 16 heads, where the route's length minimum is decided)."""
     for key in dims:
         d, dv = _dims(key)
         if d != dv:
+            for s in (s for s in seqlens if s < 2048):
+                for causal in masks:
+                    yield f"sweep S{s}", max(1, 16384 // s), s, 16, 16, key, causal
             for b, s, h in MLA_LAYERS:
                 for causal in masks:
                     yield f"MLA layer B{b} S{s}", b, s, h, h, key, causal
@@ -133,9 +153,14 @@ def _cells(dims, seqlens, masks, models):
         for name, b, s, hq, hk, d in MODELS:
             if str(d) in dims:
                 yield f"{name} B{b} S{s}", b, s, hq, hk, str(d), True
+    if layers:
+        for name, b, s, hq, hk, d in LAYERS:
+            if str(d) in dims:
+                for causal in masks:
+                    yield f"{name} B{b} S{s}", b, s, hq, hk, str(d), causal
 
 
-def timing(dims, specs, seqlens, masks, repeat, models, dtype):
+def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from harness.perf.timing import time_callable
@@ -158,7 +183,7 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype):
 
     print("| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
-    for label, b, s, hq, hk, key, causal in _cells(dims, seqlens, masks, models):
+    for label, b, s, hq, hk, key, causal in _cells(dims, seqlens, masks, models, layers):
         d, dv = _dims(key)
         q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0, dv=dv)
         flops = 2 * b * hq * s * s * (d + dv) // (2 if causal else 1)
@@ -192,11 +217,13 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dims", default="64,128", help="comma-separated: D, or QK/V such as 192/128 (MLA)")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
-    ap.add_argument("--ws", nargs="+", default=None, metavar="[p:]BLOCK_N,STAGES[,REGS]",
+    ap.add_argument("--ws", nargs="+", default=None, metavar="[p:|pk:]BLOCK_N,STAGES[,REGS]",
                     help="configs of the warp-specialised kernel for every head dim (default: one per head dim); "
-                    "p: its persistent kernel (one program an SM)")
+                    "p: its persistent kernel (one program an SM, query blocks outer), pk: kv heads outer")
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     ap.add_argument("--models", action="store_true", help="also real models' causal calls (GQA, MQA)")
+    ap.add_argument("--layers", action="store_true",
+                    help="also the attention-layer report's hd 128 GQA / MQA rows, each mask of --masks")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--check-only", action="store_true")
     a = ap.parse_args(argv)
@@ -204,6 +231,7 @@ def main(argv=None) -> int:
         print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
     os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    os.environ["FLASH_ATTN_GLUON_WS"] = "0"  # the Triton baseline stays the Triton kernel (fwd_gluon_ws ignores it)
     dims = a.head_dims.split(",")
     specs = {key: a.ws or DEFAULT_WS[key] for key in dims}
     dtype = DTYPES[a.dtype]
@@ -212,7 +240,7 @@ def main(argv=None) -> int:
         return 1
     if not a.check_only:
         timing(dims, specs, [int(x) for x in a.seqlens.split(",")],
-               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype)
+               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype, a.layers)
     return 0
 
 

@@ -404,35 +404,49 @@ _FP8_FOUR_AN_SM = (64, 128, 4, 2, T, 128)
 #: the GPU; set it before a signature's first call, which the later ones replay.
 FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 
-#: bf16 / fp16 forward head dims that run the warp-specialised Gluon kernel (fp8_gluon.fwd_gluon_ws: flash-attn 3's
-#: loader warp and two ping-pong consumer warpgroups, 128-row tiles) on sm90, with its (BLOCK_N, stages). Only dense
-#: calls the kernel takes (its head dims), no window other than causal, no softcap, TMA-aligned inputs take it
-#: (``gluon_ws_fwd``).
+#: bf16 / fp16 forward (q / k head dim, v head dim) pairs that run the warp-specialised Gluon kernel
+#: (fp8_gluon.fwd_gluon_ws: flash-attn 3's loader warp and two ping-pong consumer warpgroups, 128-row tiles) on sm90,
+#: with its (BLOCK_N, stages). Only dense calls the kernel takes, no window other than causal, no softcap,
+#: TMA-aligned inputs take it (``gluon_ws_fwd``).
 #: hd 128, measured against this module's pinned Triton forward (H100, session 30, kernel alone, CUDA events,
 #: docs/perf/gluon-ws-s30): 128-key tiles over 3 stages 1.10-1.15x non-causal at 1k-16k (FA sweep), 1.01x / 1.11x /
 #: 1.13x causal at 1k / 4k / 16k, 1.12-1.17x on Llama-3-8B / 70B / an MQA causal; 64-key tiles 1.01-1.11x, 128-key
 #: over 2 stages 0.82-0.94x. hd 64 stays on the Triton kernel (0.74-0.98x, one causal 16k cell 1.02-1.05x).
-FWD_GLUON_WS: dict[int, tuple[int, int]] = {128: (128, 3)}
-#: ... and only where both sequences hold at least this many tokens: measured down to 1k (causal 1k 1.006x the
-#: Triton forward, the smallest win); at 512 the harness's FA sweep read the Gluon kernel at 177 TFLOP/s causal and
-#: 305 non-causal (session 30) where session 13's Triton forward read 228 / 329 (another run: not a same-run
-#: comparison, so not routed), and a short query (decode-like) fills few of its 128-row tiles.
-FWD_GLUON_WS_MIN_SEQLEN = 1024
+#: DeepSeek's MLA training form (q / k 192 = 128 + 64 in two tile parts, v 128; session 31, docs/perf/gluon-ws-s31):
+#: 64-key tiles over 4 stages 1.27-1.32x the Triton forward non-causal, 1.21-1.23x causal on the attention-layer
+#: report's three MLA rows (3 stages 1.21-1.29x).
+FWD_GLUON_WS: dict[tuple[int, int], tuple[int, int]] = {(128, 128): (128, 3), (192, 128): (64, 4)}
+#: ... and only where both sequences hold at least this many tokens, by head dims and mask (False: none, True:
+#: causal). Session 31, same runs (FA sweep's shapes, 16k tokens): hd 128 at 512 tokens 1.05x the Triton forward
+#: non-causal, 0.98-0.99x causal, at 1k causal 1.00-1.02x (session 30: 1.006x); MLA 192 / 128 at 512 1.25x non-causal,
+#: 1.10-1.14x causal (shorter not measured). A short query (decode-like) fills few of its 128-row tiles.
+FWD_GLUON_WS_MIN_SEQLEN: dict[tuple[int, int], dict[bool, int]] = {(128, 128): {False: 512, True: 1024},
+                                                                    (192, 128): {False: 512, True: 512}}
+#: ... as the persistent kernel (one program an SM looping over the tiles, fp8_gluon.TILE_ORDERS) where the query
+#: heads share kv heads (GQA / MQA, keyed True) or not (MHA, False); None: the one-program-a-tile grid. Session 31
+#: (H100, same runs, hd 128): GQA / MQA, query blocks outer, 1.03-1.17x the one-program-a-tile kernel on the
+#: attention-layer report's four hd 128 GQA / MQA rows, causal and not, and on Llama-3-8B / 70B and an MQA 32/1
+#: causal (its programs run one query block of many heads at once: the group's heads read the same K / V); MHA
+#: (FA sweep, 512-4k) 0.77-1.01x in that order.
+FWD_GLUON_WS_PERSISTENT: dict[tuple[int, int], dict[bool, str | None]] = {(128, 128): {True: "query", False: None}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 
 
 def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
-                 fp8: bool, sm_major: int | None = None) -> tuple[int, int] | None:
-    """The (BLOCK_N, stages) the 16-bit warp-specialised Gluon forward runs this call with, or None where the Triton
-    forward does: :data:`FWD_GLUON_WS`'s head dims, both sequences at least :data:`FWD_GLUON_WS_MIN_SEQLEN` long, an
-    sm90 GPU (not the interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head
-    dims, TMA-readable rows), causal or no mask, no softcap, and the environment knob not 0. ``sm_major``: the GPU's
-    compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
-    cfg = FWD_GLUON_WS.get(q.shape[-1])
+                 fp8: bool, sm_major: int | None = None) -> dict | None:
+    """fp8_gluon.ws16_launch's keywords (block_n, num_stages, persistent, tile_order) the 16-bit warp-specialised
+    Gluon forward runs this call with (:data:`FWD_GLUON_WS`, :data:`FWD_GLUON_WS_PERSISTENT`), or None where the
+    Triton forward does: :data:`FWD_GLUON_WS`'s head dims, both sequences at least the mask's
+    :data:`FWD_GLUON_WS_MIN_SEQLEN` long, an sm90 GPU (not the interpreter), dense bf16 / fp16 inputs the kernel
+    takes (fp8_gluon.ws16_unsupported: its head dims, TMA-readable rows), causal or no mask, no softcap, and the
+    environment knob not 0. ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes
+    9 with CPU tensors)."""
+    dims = (q.shape[-1], v.shape[-1])
+    cfg = FWD_GLUON_WS.get(dims)
     if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return None
-    if q.dim() != 4 or min(q.shape[1], k.shape[1]) < FWD_GLUON_WS_MIN_SEQLEN:
+    if q.dim() != 4 or min(q.shape[1], k.shape[1]) < FWD_GLUON_WS_MIN_SEQLEN[dims][bool(causal)]:
         return None
     if os.environ.get(FWD_GLUON_WS_ENV, "1") == "0":
         return None
@@ -444,7 +458,11 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         return None
     from .fp8_gluon import ws16_unsupported
 
-    return None if ws16_unsupported(q, k, v) else cfg
+    if ws16_unsupported(q, k, v):
+        return None
+    order = FWD_GLUON_WS_PERSISTENT.get(dims, {}).get(q.shape[2] > k.shape[2])
+    return {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
+
 
 #: The FP8 backward's sequence-contiguous copies of Q, K and dO in the MMA order of each 16 positions (v_layout),
 #: so dS, dS^T and P^T reach their dots as the MMA left them (the forward's V since session 24): the sm_90a compile

@@ -270,10 +270,12 @@ class _WsShape:
     HEAD_DIM_B, a second part of the q / k head dim (tiles of their own, the scores two chained wgmmas; v's head
     dim stays HEAD_DIM: DeepSeek's MLA training form is q / k 128 + 64, v 128, as the Triton kernels split it)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
+                       "KV_MAJOR": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, KV_MAJOR=False):
+        self.KV_MAJOR = gl.constexpr(KV_MAJOR)
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
@@ -555,15 +557,28 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
 
 
 @gluon.jit
-def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr):
-    """Tile ``t``'s (batch, query head, kv head, first query row): query blocks outer, (batch, head) inner, so the
-    grid's programs start on one query block of many heads; causal: the heaviest query blocks (most keys) first."""
-    bh = t % batch_heads
-    pid_m = t // batch_heads
+def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr, KV_MAJOR: gl.constexpr):
+    """Tile ``t``'s (batch, query head, kv head, first query row). Query-block major (``KV_MAJOR`` off): query
+    blocks outer, (batch, head) inner, so the grid's programs start on one query block of many heads (causal: the
+    heaviest first over the whole grid). KV-head major: (batch, kv head) outer, then query blocks, the group's
+    query heads inner, so programs running together share one kv head's K / V (MHA: the non-persistent grid's
+    order). Causal: each query-block loop runs from its heaviest block (most keys)."""
+    if KV_MAJOR:
+        per = n_m * group
+        bk = t // per
+        r = t - bk * per
+        pid_m = r // group
+        kv_heads = heads // group
+        h = (bk % kv_heads) * group + (r - pid_m * group)
+        b = bk // kv_heads
+    else:
+        bh = t % batch_heads
+        pid_m = t // batch_heads
+        h = bh % heads
+        b = bh // heads
     if IS_CAUSAL:
         pid_m = n_m - 1 - pid_m
-    h = bh % heads
-    return bh // heads, h, h // group, pid_m * 128
+    return b, h, h // group, pid_m * 128
 
 
 @gluon.jit
@@ -581,7 +596,7 @@ def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready
     it = 0
     i = 0
     for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL)
+        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.KV_MAJOR)
         n_blocks = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)[0]
         mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)
         mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * 2)
@@ -628,7 +643,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
     it = 0  # key blocks consumed
     i = 0  # tiles
     for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL)
+        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.KV_MAJOR)
         n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
         row0 = m0 + wg * 64
         offs_m = row0 + gl.arange(0, 64, layout=ROWS)
@@ -696,11 +711,11 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
                               stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
                               batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
                               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                              NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
-                              K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr):
+                              NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_MAJOR: gl.constexpr,
+                              Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr):
     """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
     descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
-    while this tile's last P V and epilogue run."""
+    while this tile's last P V and epilogue run. ``KV_MAJOR``: the tile order (``_p_coords``)."""
     qk_scale = sm_scale * 1.4426950408889634
     kv_heads = num_heads // group
     q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
@@ -730,7 +745,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, 0, KV_MAJOR)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (shape, )
     consume_args = (q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
@@ -824,6 +839,9 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
 #: DeepSeek's MLA training form 192 / 128 (128 x 2 or 64 x 4, 208 KiB; sm_90a on the CPU, session 30): neither
 #: yet timed on a GPU.
 WS16_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+#: the persistent kernel's tile orders (``_p_coords``): "query" (query blocks outer, every (batch, head) inner) and
+#: "kv" ((batch, kv head) outer, query blocks, the group's query heads inner)
+TILE_ORDERS = ("query", "kv")
 _WS16_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
@@ -858,8 +876,12 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
                 **_ws16_layouts(block_n, q.shape[-1], q.dtype, v.shape[-1]), num_warps=4)
 
 
-def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs) -> dict:
-    """Every argument of ``_fwd_ws_persistent_kernel`` by name (its layouts rank 4: boxes [1, rows, 1, D])."""
+def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
+                              tile_order="query") -> dict:
+    """Every argument of ``_fwd_ws_persistent_kernel`` by name (its layouts rank 4: boxes [1, rows, 1, D]);
+    ``tile_order``: one of :data:`TILE_ORDERS`."""
+    if tile_order not in TILE_ORDERS:
+        raise ValueError(f"tile_order: one of {TILE_ORDERS}, got {tile_order!r}")
     g = _WS16_DTYPES[q.dtype]
     d = q.shape[-1]
     return dict(Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
@@ -868,7 +890,7 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), batch=q.shape[0],
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, KV_MAJOR=tile_order == "kv",
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g),
                 V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4)
@@ -894,7 +916,7 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=240, poison=False,
-                 launches=None, persistent=False):
+                 launches=None, persistent=False, tile_order="query"):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -920,16 +942,19 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     replay = launches.get("ws16") if launches is not None else None
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
-    made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent)
+    made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
+                       tile_order)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
-def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=240, persistent=False):
+def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=240, persistent=False,
+                tile_order="query"):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
-    V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM."""
+    V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
+    (:data:`TILE_ORDERS`)."""
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
@@ -937,7 +962,7 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
 
         kernel = _fwd_ws_persistent_kernel
         kwargs = ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages,
-                                           consumer_regs)
+                                           consumer_regs, tile_order)
         grid = (min(tiles, sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())),)
     else:
         kernel = _fwd_ws_kernel
