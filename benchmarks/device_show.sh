@@ -185,6 +185,11 @@ correctness)  # issue 3 (every adapter, presets, fp16+bf16) and issue 8 (flash-a
     accept harness.accept.shims:flash_attn_cute 260
     summary "$OUT/run.log" 12; summary "$OUT/acc-flash_attn_cute.log" 6
     ;;
+accept-gqa)  # issue 16: the in-repo kernel under `accept --profile training-gqa` (bf16, with the speed section), alone
+    setup
+    accept kernels.flash_attn:flash_attn_func 270
+    summary "$OUT/acc-flash_attn_func.log" 8
+    ;;
 accept-ours)  # issue 8 (the in-repo kernel accepted, with its speed section) and issue 7 (the gate)
     setup
     accept kernels.flash_attn:flash_attn_func 250
@@ -755,7 +760,7 @@ fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 
 gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forward's GPU tests (each part under its
     # own timeout: a barrier mistake hangs; GLUON_TESTS: pytest -k parts, ';'-separated), then the probe: hd 128's
     # configs (GLUON_WS) beside the Triton forward, cuDNN and FA2 on the FA sweep (GLUON_SEQLENS), real models and
-    # the attention layers' GQA / MQA rows, and the MLA training form (GLUON_MLA_WS; GLUON_MLA=0 skips it)
+    # the attention layers' GQA / MQA rows (GLUON_EXTRA, default --models --layers), and the MLA training form (GLUON_MLA_WS; GLUON_MLA=0 skips it)
     setup
     mkdir -p "$OUT/gluon-ws"
     IFS=';' read -r -a parts <<< "${GLUON_TESTS:-not persistent and not mla;persistent;mla}"
@@ -765,7 +770,7 @@ gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forwar
         echo "tests ($part) exit $?" >> "$OUT/gluon-ws/tests.log"
     done
     timeout "${GLUON_SECONDS:-280}" python3 benchmarks/gluon_ws_probe.py --head-dims 128 \
-        --ws ${GLUON_WS:-128,3 p:128,3} --seqlens "${GLUON_SEQLENS:-512,1024,4096}" --models --layers \
+        --ws ${GLUON_WS:-128,3 p:128,3} --seqlens "${GLUON_SEQLENS:-512,1024,4096}" ${GLUON_EXTRA---models --layers} \
         --repeat 2 > "$OUT/gluon-ws/probe-hd128.md" 2>&1
     echo "probe exit $?" >> "$OUT/gluon-ws/probe-hd128.md"
     if [ "${GLUON_MLA:-1}" = 1 ]; then

@@ -76,7 +76,8 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
     bn, st = configs.FWD_GLUON_WS[128, 128]
     gqa = dict(block_n=bn, num_stages=st, persistent=True, tile_order="query")  # q's 4 heads over k's 2
     assert _route(q, k, v) == gqa == _route(q, k, v, causal=True, window_right=0)
-    assert _route(*_qkv(hk=4)) == dict(gqa, persistent=False)  # MHA: one program a tile
+    assert _route(*_qkv(hk=4)) == dict(gqa, tile_order="kv")  # MHA: kv heads outer
+    assert _route(*_qkv(hk=4), causal=True, window_right=0) == dict(gqa, persistent=False)  # one program a tile
     bn, st = configs.FWD_GLUON_WS[192, 128]
     mla = _qkv(d=192)[:2] + (torch.empty(1, 1024, 2, 128, dtype=q.dtype),)
     assert _route(*mla) == dict(block_n=bn, num_stages=st, persistent=False, tile_order="query")
@@ -126,9 +127,9 @@ def test_unsupported_inputs_are_named():
 WS_KERNELS = ("_fwd_ws_kernel", "_fwd_ws_persistent_kernel")
 
 
-def _routed_kernel(hq, hk, d=128, dv=128):
-    """The Gluon kernel the route launches for these heads and head dims (configs.FWD_GLUON_WS_PERSISTENT)."""
-    return WS_KERNELS[configs.FWD_GLUON_WS_PERSISTENT.get((d, dv), {}).get(hq > hk) is not None]
+def _routed_kernel(hq, hk, causal, d=128, dv=128):
+    """The Gluon kernel the route launches for these heads, mask and head dims (configs.FWD_GLUON_WS_PERSISTENT)."""
+    return WS_KERNELS[configs.FWD_GLUON_WS_PERSISTENT.get((d, dv), {}).get((hq > hk, causal)) is not None]
 
 
 def _launched(interface):
@@ -144,9 +145,10 @@ needs_sm90 = pytest.mark.skipif(not SM90, reason="needs an sm90 (Hopper) GPU: Gl
     (2, 1000, 1000, 8, 2, False), (1, 777, 1500, 4, 4, True), (1, 1500, 777, 4, 1, True), (1, 130, 130, 2, 2, False)],
     ids=["GQA4-S1000", "causal-Sq<Sk", "causal-MQA-Sq>Sk", "S130"])
 def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, dtype, monkeypatch):
-    """The Gluon kernel (GQA / MQA: its persistent form) on sequences shorter than the route's minimum too (partial
-    and single tiles, Sq != Sk, rows that see no key): routed for the test by setting the minimum to 1, out, lse and every gradient within the
-    tolerance rule of the FP64 oracle, and a second call replays the launch to the same bits."""
+    """The Gluon kernel (its persistent form where configs.FWD_GLUON_WS_PERSISTENT says) on sequences shorter than
+    the route's minimum too (partial and single tiles, Sq != Sk, rows that see no key): routed for the test by
+    setting the minimum to 1, out, lse and every gradient within the tolerance rule of the FP64 oracle, and a
+    second call replays the launch to the same bits."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -155,7 +157,7 @@ def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, 
     interface._SIGNATURES.clear()
     out, lse, *_ = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
     names = _launched(interface)
-    assert names and set(names) == {_routed_kernel(hq, hk)}, names
+    assert names and set(names) == {_routed_kernel(hq, hk, causal)}, names
     out2, lse2, *_ = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
     interface._SIGNATURES.clear()
@@ -170,8 +172,9 @@ def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, 
     ids=["causal-GQA-S1100x2100", "S1024", "S600", "mla-causal-S1100x1300", "mla-GQA-S700"])
 def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, d, dv, dtype):
     """flash_attn_func on sm90 at a routed head-dim pair (hd 128; MLA's q / k 192, v 128), from the mask's minimum
-    length: its forward is the Gluon kernel's launch (GQA / MQA at hd 128: the persistent one; the replay cache holds it), out, lse and every gradient within
-    the tolerance rule of the FP64 oracle (the backward reads the Gluon forward's out and lse)."""
+    length: its forward is the Gluon kernel's launch (the persistent one where configs.FWD_GLUON_WS_PERSISTENT says;
+    the replay cache holds it), out, lse and every gradient within the tolerance rule of the FP64 oracle (the
+    backward reads the Gluon forward's out and lse)."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -179,7 +182,7 @@ def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal,
     interface._SIGNATURES.clear()
     check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, device="cuda", dv=dv)
     names = _launched(interface)
-    assert names and set(names) == {_routed_kernel(hq, hk, d, dv)}, names
+    assert names and set(names) == {_routed_kernel(hq, hk, causal, d, dv)}, names
     interface._SIGNATURES.clear()
 
 
@@ -193,7 +196,7 @@ def test_gpu_the_environment_knob_keeps_the_triton_forward(monkeypatch):
     q = torch.randn(1, 2048, 4, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(1, 2048, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     flash_attn_func(q, k, v)  # GQA: the persistent kernel's route
-    flash_attn_func(q, q, q)  # MHA: the one-program-a-tile kernel's
+    flash_attn_func(q, q, q, causal=True)  # MHA causal: the one-program-a-tile kernel's
     names = _launched(interface)
     assert names and not set(names) & set(WS_KERNELS), names
     interface._SIGNATURES.clear()
