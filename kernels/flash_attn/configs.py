@@ -425,11 +425,12 @@ FWD_GLUON_WS_MIN_SEQLEN: dict[tuple[int, int], dict[bool, int]] = {(128, 128): {
 #: ... as the persistent kernel (one program an SM looping over the tiles) in a tile order of fp8_gluon.TILE_ORDERS,
 #: keyed (GQA / MQA: query heads share kv heads, causal); None: the one-program-a-tile grid. Session 31 (H100, same
 #: runs, hd 128, docs/perf/gluon-ws-s31), against the one-program-a-tile kernel: GQA / MQA, query blocks outer,
-#: 1.03-1.17x on the attention-layer report's four hd 128 GQA / MQA rows (causal and not) and on Llama-3-8B / 70B and
-#: an MQA 32/1 causal (programs running together share the group's K / V; kv heads outer: 0.75-1.05x, causal GQA
-#: loses); MHA (FA sweep) non-causal, kv heads outer, 1.02-1.24x at 1k-16k (query blocks outer 0.77-1.01x: no K / V
-#: shared, L2 thrashed); MHA causal stays one program a tile (kv heads outer 1.02-1.04x at 1k / 4k but 0.73-0.77x at
-#: 16k: a static round-robin over one head's query blocks, heaviest first, hands some programs only heavy tiles).
+#: 1.02-1.17x on the attention-layer report's four hd 128 GQA / MQA rows (causal and not) and on Llama-3-8B / 70B
+#: and an MQA 32/1 causal (programs running together share the group's K / V; kv heads outer ties it non-causal,
+#: 0.77-1.03x causal); MHA (FA sweep) non-causal, kv heads outer, 1.02-1.29x at 512-16k (query blocks outer
+#: 0.77-1.01x: no K / V shared, L2 thrashed); MHA causal stays one program a tile (kv heads outer 1.02-1.07x at
+#: 512-4k but 0.72-0.79x at 16k: a static round-robin over one head's query blocks, heaviest first, hands some
+#: programs only heavy tiles).
 FWD_GLUON_WS_PERSISTENT: dict[tuple[int, int], dict[tuple[bool, bool], str | None]] = {
     (128, 128): {(True, False): "query", (True, True): "query", (False, False): "kv", (False, True): None}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.

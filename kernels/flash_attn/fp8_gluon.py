@@ -1,7 +1,7 @@
 """Flash-attention forwards for Hopper in Gluon: FP8 (sessions 16-17; the warp-specialised one runs FP8 hd 256) and,
 on the same warp-specialised partitions, bf16 / fp16 (session 30: ``fwd_gluon_ws``, which ``flash_attn_func`` routes
-its hd 128 forwards to from 1k tokens, configs.FWD_GLUON_WS; a persistent variant and the MLA training form's
-192 / 128 head dims built and compiled, not yet run on a GPU). The file keeps its FP8 name: the 16-bit kernel is its
+its hd 128 forwards to, session 31 its MLA training form's 192 / 128 head dims and a persistent variant in two tile
+orders; configs.FWD_GLUON_WS and its neighbours say when). The file keeps its FP8 name: the 16-bit kernel is its
 partitions with ``_WsShape.FP8`` off.
 
 The Triton FP8 forward (fwd.py) cannot overlap a block's softmax with the tensor cores inside one
@@ -551,8 +551,8 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
 
 
 # --------------------------------------------------------------------------------------------
-# Persistent (16-bit): the same schedule looping over 128-row tiles, one program an SM (session 30: built and
-# compiled on the CPU, off until measured; ``persistent=True`` in fwd_gluon_ws)
+# Persistent (16-bit): the same schedule looping over 128-row tiles, one program an SM (session 30; measured and
+# routed in session 31 for GQA / MQA and MHA non-causal at hd 128: configs.FWD_GLUON_WS_PERSISTENT)
 # --------------------------------------------------------------------------------------------
 
 
@@ -835,9 +835,8 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
 
 
 #: (q / k head dim, v head dim) pairs the 16-bit warp-specialised forward runs; configs.FWD_GLUON_WS routes the
-#: measured winners. hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB) and so does
-#: DeepSeek's MLA training form 192 / 128 (128 x 2 or 64 x 4, 208 KiB; sm_90a on the CPU, session 30): neither
-#: yet timed on a GPU.
+#: measured winners (hd 128; DeepSeek's MLA training form 192 / 128 at 64-key tiles x 4 stages, 208 KiB, since
+#: session 31). hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB): not yet timed on a GPU.
 WS16_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 #: the persistent kernel's tile orders (``_p_coords``): "query" (query blocks outer, every (batch, head) inner) and
 #: "kv" ((batch, kv head) outer, query blocks, the group's query heads inner)
@@ -922,8 +921,8 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
     (Gluon has no interpreter). ``launches``: a dict this call replays its launch from, or leaves it in
     (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first.
-    ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles; session 30, compiled on the CPU,
-    not yet run on a GPU: what ``benchmarks/gluon_ws_probe.py --ws BLOCK_N,STAGES,REGS,p`` checks and times)."""
+    ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles, d_v = d), its tiles in
+    ``tile_order`` (:data:`TILE_ORDERS`; ``benchmarks/gluon_ws_probe.py --ws p:BLOCK_N,STAGES`` / ``pk:...``)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")

@@ -120,6 +120,11 @@ def test_unsupported_inputs_are_named():
     assert "16-byte" in fp8_gluon.ws16_unsupported(q, k, torch.empty(1, 1024, 2, 256, dtype=q.dtype)[..., ::2])
     with pytest.raises(ValueError, match="fwd_gluon_ws"):
         fp8_gluon.fwd_gluon_ws(q.float(), k.float(), v.float(), softmax_scale=0.1, causal=False)
+    with pytest.raises(ValueError, match="tile_order"):
+        fp8_gluon.ws16_persistent_arguments(q, k, v, q, torch.empty(1, 4, 1024), 0.1, False, 128, 3, 240, "heads")
+    with pytest.raises(ValueError, match="persistent kernel takes d_v = d"):
+        fp8_gluon.fwd_gluon_ws(mla_q, mla_k, torch.empty(1, 1024, 2, 128, dtype=q.dtype), softmax_scale=0.1,
+                               causal=False, persistent=True)
 
 
 # ---- sm90 GPU: the routed forward and its backward against the oracle ----
