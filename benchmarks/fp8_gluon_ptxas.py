@@ -7,7 +7,8 @@ Each spec is HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP (3 stages), or ws:HEAD_DIM,
 the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions' register budgets: the PTX's setmaxnreg),
 or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluon_ws``, bf16 unless FP16 is 1; the
 "e4m3 wgmma" column then counts 16-bit wgmmas; HEAD_DIM may be QK/V, e.g. 192/128), ws16p:... for that one's
-persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer. Gluon has no interpreter, so this is
+persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, ws16ps:... kv heads outer snaking.
+Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -98,8 +99,8 @@ def main(argv=None) -> int:
         print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
-        if spec.startswith(("ws16:", "ws16p:", "ws16pk:")):
-            persistent = "kv" if spec.startswith("ws16pk:") else spec.startswith("ws16p:")
+        if spec.startswith(("ws16:", "ws16p:", "ws16pk:", "ws16ps:")):
+            persistent = {"ws16p": "query", "ws16pk": "kv", "ws16ps": "kv-snake"}.get(spec.split(":")[0], False)
             dims, *rest = spec.split(":", 1)[1].split(",")
             d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
             bn, stages, causal, *fp16 = (int(x) for x in rest)

@@ -12,8 +12,9 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
    in one process and interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal), with ``--layers`` the
    attention-layer report's hd 128 GQA / MQA rows. The Triton forward at its pinned first pick
-   (FLASH_ATTN_AUTOTUNE=0, FLASH_ATTN_GLUON_WS=0: not the route to the Gluon kernel), the Gluon one at each ``--ws`` [p:|pk:]BLOCK_N,STAGES[,REGS] (p: the
-   persistent kernel, query blocks outer; pk: kv heads outer),
+   (FLASH_ATTN_AUTOTUNE=0, FLASH_ATTN_GLUON_WS=0: not the route to the Gluon kernel), the Gluon one at each ``--ws``
+   [p:|pk:|ps:]BLOCK_N,STAGES[,REGS] (p: the persistent kernel, query blocks outer; pk: kv heads outer; ps: kv heads
+   outer, snaking),
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
    ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``.
 """
@@ -52,18 +53,18 @@ def _dims(key: str) -> tuple[int, int]:
 
 
 #: --ws prefixes: the persistent kernel in each tile order (fp8_gluon.TILE_ORDERS)
-PERSISTENT = {"p:": "query", "pk:": "kv"}
+PERSISTENT = {"p:": "query", "pk:": "kv", "ps:": "kv-snake"}
 
 
 def _spec(spec: str) -> dict:
     """BLOCK_N,STAGES[,REGS] -> fwd_gluon_ws's keywords; a "p:" prefix: its persistent kernel, query blocks outer;
-    "pk:": the persistent kernel, kv heads outer."""
+    "pk:": the persistent kernel, kv heads outer; "ps:": kv heads outer, snaking (fp8_gluon.TILE_ORDERS)."""
     prefix, _, rest = spec.rpartition(":")
     if prefix and prefix + ":" not in PERSISTENT:
         raise SystemExit(f"--ws {spec}: prefixes {sorted(PERSISTENT)}")
     parts = [int(x) for x in rest.split(",")]
     if len(parts) not in (2, 3):
-        raise SystemExit(f"--ws {spec}: want [p:|pk:]BLOCK_N,STAGES[,REGS]")
+        raise SystemExit(f"--ws {spec}: want [p:|pk:|ps:]BLOCK_N,STAGES[,REGS]")
     kw = dict(zip(("block_n", "num_stages", "consumer_regs"), parts), persistent=bool(prefix))
     return kw | ({"tile_order": PERSISTENT[prefix + ":"]} if prefix else {})
 
@@ -217,9 +218,9 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dims", default="64,128", help="comma-separated: D, or QK/V such as 192/128 (MLA)")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
-    ap.add_argument("--ws", nargs="+", default=None, metavar="[p:|pk:]BLOCK_N,STAGES[,REGS]",
+    ap.add_argument("--ws", nargs="+", default=None, metavar="[p:|pk:|ps:]BLOCK_N,STAGES[,REGS]",
                     help="configs of the warp-specialised kernel for every head dim (default: one per head dim); "
-                    "p: its persistent kernel (one program an SM, query blocks outer), pk: kv heads outer")
+                    "p: its persistent kernel (one program an SM, query blocks outer), pk: kv heads outer, ps: snaking")
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     ap.add_argument("--models", action="store_true", help="also real models' causal calls (GQA, MQA)")
     ap.add_argument("--layers", action="store_true",

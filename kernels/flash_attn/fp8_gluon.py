@@ -271,11 +271,11 @@ class _WsShape:
     dim stays HEAD_DIM: DeepSeek's MLA training form is q / k 128 + 64, v 128, as the Triton kernels split it)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
-                       "KV_MAJOR": gl.constexpr}
+                       "TILE_ORDER": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, KV_MAJOR=False):
-        self.KV_MAJOR = gl.constexpr(KV_MAJOR)
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0):
+        self.TILE_ORDER = gl.constexpr(TILE_ORDER)
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
@@ -557,13 +557,15 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
 
 
 @gluon.jit
-def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr, KV_MAJOR: gl.constexpr):
-    """Tile ``t``'s (batch, query head, kv head, first query row). Query-block major (``KV_MAJOR`` off): query
-    blocks outer, (batch, head) inner, so the grid's programs start on one query block of many heads (causal: the
-    heaviest first over the whole grid). KV-head major: (batch, kv head) outer, then query blocks, the group's
-    query heads inner, so programs running together share one kv head's K / V (MHA: the non-persistent grid's
-    order). Causal: each query-block loop runs from its heaviest block (most keys)."""
-    if KV_MAJOR:
+def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr, TILE_ORDER: gl.constexpr):
+    """Tile ``t``'s (batch, query head, kv head, first query row), ``TILE_ORDER`` indexing :data:`TILE_ORDERS`.
+    0, query-block major: query blocks outer, (batch, head) inner, so the grid's programs start on one query block
+    of many heads (causal: the heaviest first over the whole grid). 1, kv-head major: (batch, kv head) outer, then
+    query blocks, the group's query heads inner, so programs running together share one kv head's K / V (MHA: the
+    non-persistent grid's order). Causal: each query-block loop runs from its heaviest block (most keys). 2, kv-head
+    major snaking: odd (batch, kv head) units run their query blocks the other way (causal: lightest first), so the
+    static round-robin (tile t to program t mod the grid) hands each program heavy and light tiles alike."""
+    if TILE_ORDER != 0:
         per = n_m * group
         bk = t // per
         r = t - bk * per
@@ -571,6 +573,8 @@ def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr, KV_MAJ
         kv_heads = heads // group
         h = (bk % kv_heads) * group + (r - pid_m * group)
         b = bk // kv_heads
+        if TILE_ORDER == 2:
+            pid_m = pid_m + (bk % 2) * (n_m - 1 - 2 * pid_m)
     else:
         bh = t % batch_heads
         pid_m = t // batch_heads
@@ -596,7 +600,7 @@ def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready
     it = 0
     i = 0
     for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.KV_MAJOR)
+        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.TILE_ORDER)
         n_blocks = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)[0]
         mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)
         mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * 2)
@@ -643,7 +647,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
     it = 0  # key blocks consumed
     i = 0  # tiles
     for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.KV_MAJOR)
+        b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.TILE_ORDER)
         n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
         row0 = m0 + wg * 64
         offs_m = row0 + gl.arange(0, 64, layout=ROWS)
@@ -711,11 +715,11 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
                               stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
                               batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
                               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                              NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, KV_MAJOR: gl.constexpr,
+                              NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, TILE_ORDER: gl.constexpr,
                               Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr):
     """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
     descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
-    while this tile's last P V and epilogue run. ``KV_MAJOR``: the tile order (``_p_coords``)."""
+    while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``)."""
     qk_scale = sm_scale * 1.4426950408889634
     kv_heads = num_heads // group
     q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
@@ -745,7 +749,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, 0, KV_MAJOR)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, 0, TILE_ORDER)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (shape, )
     consume_args = (q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
@@ -839,8 +843,10 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
 #: session 31). hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB): not yet timed on a GPU.
 WS16_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 #: the persistent kernel's tile orders (``_p_coords``): "query" (query blocks outer, every (batch, head) inner) and
-#: "kv" ((batch, kv head) outer, query blocks, the group's query heads inner)
-TILE_ORDERS = ("query", "kv")
+#: "kv" ((batch, kv head) outer, query blocks, the group's query heads inner), "kv-snake" (as "kv", every other
+#: (batch, kv head) unit's query blocks the other way round: the causal round-robin balanced; session 31, compiled
+#: on the CPU, not yet timed)
+TILE_ORDERS = ("query", "kv", "kv-snake")
 _WS16_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
@@ -889,7 +895,7 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), batch=q.shape[0],
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, KV_MAJOR=tile_order == "kv",
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, TILE_ORDER=TILE_ORDERS.index(tile_order),
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g),
                 V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4)

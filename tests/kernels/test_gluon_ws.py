@@ -34,7 +34,7 @@ def compiled():
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     root = Path(__file__).resolve().parents[2]
     specs = ROUTED + [ROUTED[0] + ",1"]
-    persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk") for c in (0, 1)]
+    persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
                           *persistent], capture_output=True, text=True, cwd=root, timeout=300,
                          env=dict(os.environ, TRITON_INTERPRET="0"))
@@ -209,10 +209,10 @@ def test_gpu_the_environment_knob_keeps_the_triton_forward(monkeypatch):
 
 def test_the_persistent_kernel_compiles_with_the_same_partitions(compiled):
     """The persistent variant (one program an SM over the tiles, rank-4 descriptors made once a program; routed
-    for GQA / MQA at hd 128) in both tile orders at hd 128's routed tile: the same register split, ping-pong waits
-    and 16-bit wgmmas, shared memory within 227 KiB, and at most two spilled registers (its consumers carry the
-    tile loop's counters: 4 bytes non-causal, 8 causal in the kv-head order)."""
-    for spec in (f"ws16{p}:128,128,3,{c}" for p in ("p", "pk") for c in (0, 1)):
+    for GQA / MQA and MHA non-causal at hd 128) in every tile order at hd 128's routed tile: the same register
+    split, ping-pong waits and 16-bit wgmmas, shared memory within 227 KiB, and at most two spilled registers (its
+    consumers carry the tile loop's counters: 4 bytes non-causal, 8 causal in the kv-head orders)."""
+    for spec in (f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)):
         r = compiled[spec]
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["spill"] <= 8 and not r["serialized"] and r["wgmma"] > 0, spec
