@@ -587,12 +587,14 @@ def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr, TILE_O
 
 @gluon.jit
 def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, num_tiles, n_m,
-            batch_heads, heads, group, seqlen_q, seqlen_k, shape):
+            batch_heads, heads, group, seqlen_q, seqlen_k, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b):
     """The persistent loader warp: per tile, both consumers' Q once both have retired the last tile's Q K^T
     (``q_free``), then K and V block by block into the slots the consumers release, the blocks counted over
     tiles (slot ``it % NUM_STAGES``, phase ``(it // NUM_STAGES) & 1``). Rank-4 descriptors over [B, S, H, D]: one
-    per tensor and program, boxes past a sequence's end zero-filled."""
+    per tensor and program, boxes past a sequence's end zero-filled. With ``shape.HEAD_DIM_B`` the second head-dim
+    part's Q and K tiles too (``*_b``: from column HEAD_DIM), as ``_ws_load``."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
@@ -603,14 +605,20 @@ def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready
         b, h, hk, m0 = _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL, shape.TILE_ORDER)
         n_blocks = _key_blocks(m0, off, seqlen_k, 128, BLOCK_N, IS_CAUSAL)[0]
         mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)
-        mbarrier.expect(q_bar, 2 * 64 * HEAD_DIM * 2)
+        mbarrier.expect(q_bar, 2 * 64 * (HEAD_DIM + HEAD_DIM_B) * 2)
         tma.async_copy_global_to_shared(q_desc, [b, m0, h, 0], q_bar, q_smem.index(0))
         tma.async_copy_global_to_shared(q_desc, [b, m0 + 64, h, 0], q_bar, q_smem.index(1))
+        if HEAD_DIM_B > 0:
+            tma.async_copy_global_to_shared(q_desc_b, [b, m0, h, HEAD_DIM], q_bar, q_smem_b.index(0))
+            tma.async_copy_global_to_shared(q_desc_b, [b, m0 + 64, h, HEAD_DIM], q_bar, q_smem_b.index(1))
         for j in range(0, n_blocks):
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
-            mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM * 2)
+            mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
             tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), k_smem.index(slot))
+            if HEAD_DIM_B > 0:
+                tma.async_copy_global_to_shared(k_desc_b, [b, j * BLOCK_N, hk, HEAD_DIM], ready.index(slot),
+                                                k_smem_b.index(slot))
             tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), v_smem.index(slot))
             it += 1
         i += 1
@@ -619,12 +627,15 @@ def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready
 @gluon.jit
 def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
                stride_oh, stride_lb, stride_lh, num_tiles, n_m, batch_heads, heads, group, seqlen_q, seqlen_k,
-               qk_scale, shape):
+               qk_scale, shape, q_smem_b, k_smem_b):
     """One persistent consumer warpgroup: ``_ws_consume``'s ping-pong schedule per tile, the turns, blocks and tiles
     counted over the program's tiles; after a tile's last Q K^T it frees Q's tile for the loader (the next tile's
     Q lands while this one's last P V and epilogue run), releases every block's slot (the last one too), and
-    stores out from registers (no shared tile of its own: Q's is the next tile's by then)."""
+    stores out from registers (no shared tile of its own: Q's is the next tile's by then). With
+    ``shape.HEAD_DIM_B`` the scores are two chained wgmmas over both head-dim parts (``_ws_scores``)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
+    KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
@@ -642,6 +653,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
     off = seqlen_k - seqlen_q
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
     q = q_smem.index(wg).reshape([64, HEAD_DIM])
+    q_b = q_smem_b.index(wg).reshape([64, KB_DIM])
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     tc = 0  # turns taken
     it = 0  # key blocks consumed
@@ -657,8 +669,8 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
         mbarrier.wait(q_bar, i & 1)
         mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
         mbarrier.wait(mine, tc & 1)
-        s = warpgroup_mma(q, k_smem.index(it % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)
+        s = _ws_scores(q, q_b, k_smem.index(it % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]),
+                       k_smem_b.index(it % NUM_STAGES).reshape([BLOCK_N, KB_DIM]), s_zero, HEAD_DIM_B)
         gl.thread_barrier()
         mbarrier.arrive(other, count=1)
         tc += 1
@@ -670,8 +682,8 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
             nxt = cur + 1
             mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
             mbarrier.wait(mine, tc & 1)
-            s_next = warpgroup_mma(q, k_smem.index(nxt % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
-                                   s_zero, use_acc=False, is_async=True)
+            s_next = _ws_scores(q, q_b, k_smem.index(nxt % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]),
+                                k_smem_b.index(nxt % NUM_STAGES).reshape([BLOCK_N, KB_DIM]), s_zero, HEAD_DIM_B)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
             p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
             acc = warpgroup_mma(p16, v_smem.index(cur % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
@@ -716,15 +728,18 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
                               batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
                               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                               NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, TILE_ORDER: gl.constexpr,
-                              Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr):
+                              Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr,
+                              HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None):
     """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
     descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
-    while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``)."""
+    while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``). ``HEAD_DIM_B``: a
+    second part of the q / k head dim as in ``_fwd_ws_kernel`` (MLA's 192 = 128 + 64, v 128)."""
     qk_scale = sm_scale * 1.4426950408889634
     kv_heads = num_heads // group
-    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
+    D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
+    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
                                         [1, 64, 1, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_kb, stride_ks, stride_kh, 1],
+    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
                                         [1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
                                         [1, BLOCK_N, 1, HEAD_DIM], V_SL)
@@ -736,6 +751,15 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], V_SL)
+    if HEAD_DIM_B > 0:
+        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
+                                              [stride_qb, stride_qs, stride_qh, 1], [1, 64, 1, HEAD_DIM_B], QB_SL)
+        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
+                                              [stride_kb, stride_ks, stride_kh, 1], [1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
+        q_smem_b = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM_B], QB_SL)
+        k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
+    else:  # (never read: the first part's objects stand in)
+        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -749,11 +773,12 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, 0, TILE_ORDER)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
-    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (shape, )
+    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (
+        shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     consume_args = (q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
-                    stride_oh, stride_lb, stride_lh) + tiles + (qk_scale, shape)
+                    stride_oh, stride_lb, stride_lh) + tiles + (qk_scale, shape, q_smem_b, k_smem_b)
     gl.warp_specialize([(_p_consume, (0, ) + consume_args), (_p_consume, (1, ) + consume_args),
                         (_p_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -888,7 +913,11 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
     if tile_order not in TILE_ORDERS:
         raise ValueError(f"tile_order: one of {TILE_ORDERS}, got {tile_order!r}")
     g = _WS16_DTYPES[q.dtype]
-    d = q.shape[-1]
+    d, second = _ws16_parts(q.shape[-1], v.shape[-1])
+    parts = {}
+    if second:  # MLA's 192 / 128: the second q / k part's boxes (rank 4)
+        parts = dict(HEAD_DIM_B=second, QB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, second], g),
+                     KB_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, second], g))
     return dict(Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
@@ -898,7 +927,7 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, TILE_ORDER=TILE_ORDERS.index(tile_order),
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g),
-                V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4)
+                V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4, **parts)
 
 
 def ws16_unsupported(q, k, v) -> str | None:
@@ -927,15 +956,13 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
     (Gluon has no interpreter). ``launches``: a dict this call replays its launch from, or leaves it in
     (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first.
-    ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles, d_v = d), its tiles in
+    ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles), its tiles in
     ``tile_order`` (:data:`TILE_ORDERS`; ``benchmarks/gluon_ws_probe.py --ws p:BLOCK_N,STAGES`` / ``pk:...``)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
-    if persistent and v.shape[-1] != q.shape[-1]:
-        raise ValueError("fwd_gluon_ws: the persistent kernel takes d_v = d only")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
         raise RuntimeError("fwd_gluon_ws: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
     b, sq, hq, d = q.shape
