@@ -760,7 +760,8 @@ fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 
 gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forward's GPU tests (each part under its
     # own timeout: a barrier mistake hangs; GLUON_TESTS: pytest -k parts, ';'-separated), then the probe: hd 128's
     # configs (GLUON_WS) beside the Triton forward, cuDNN and FA2 on the FA sweep (GLUON_SEQLENS), real models and
-    # the attention layers' GQA / MQA rows (GLUON_EXTRA, default --models --layers), and the MLA training form (GLUON_MLA_WS; GLUON_MLA=0 skips it)
+    # the attention layers' GQA / MQA rows (GLUON_EXTRA, default --models --layers), and the MLA training form
+    # (GLUON_MLA_WS; GLUON_MLA=0 skips it)
     setup
     mkdir -p "$OUT/gluon-ws"
     IFS=';' read -r -a parts <<< "${GLUON_TESTS:-not persistent and not mla;persistent;mla}"
