@@ -780,7 +780,7 @@ gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forwar
         echo "probe exit $?" >> "$OUT/gluon-ws/probe-mla.md"
     fi
     grep -E "exit|passed|failed|FAIL" "$OUT/gluon-ws/tests.log" "$OUT/gluon-ws/"probe-*.md | head -n 30
-    for f in "$OUT/gluon-ws/"probe-*.md; do grep -E "^\| [0-9]" "$f" | grep -Ev "FA2|Error" | tail -n 40; done
+    for f in "$OUT/gluon-ws/"probe-*.md; do grep "^| summary" "$f" | cut -d'|' -f3-9,11 | tail -n 45; done
     tarred gluon-ws
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)

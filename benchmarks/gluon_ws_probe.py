@@ -16,7 +16,8 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
    [p:|pk:|ps:]BLOCK_N,STAGES[,REGS] (p: the persistent kernel, query blocks outer; pk: kv heads outer; ps: kv heads
    outer, snaking),
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
-   ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``.
+   ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``; last, each cell's fastest
+   repeat per Gluon config against the others and the first ``--ws`` config (``| summary | ... |``).
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False):
 
     print("| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    best = {}  # (hd, causal, shape) -> {(kernel, config): the fastest repeat's ms}
     for label, b, s, hq, hk, key, causal in _cells(dims, seqlens, masks, models, layers):
         d, dv = _dims(key)
         q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0, dv=dv)
@@ -205,12 +207,31 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False):
                           f"{str(e).splitlines()[0][:60]} | | | |", flush=True)
                     continue
                 ms_of[name] = ms_of.get(name, ms)
+                cell = best.setdefault((key, "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
+                cell[name, cfg] = min(ms, cell.get((name, cfg), ms))
                 tri, cud = ms_of.get("triton"), ms_of.get("cuDNN")
                 print(f"| {key} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
                       f"{flops / ms / 1e9:.0f} | {tri / ms if tri else float('nan'):.3f} | "
                       f"{cud / ms if cud else float('nan'):.3f} |", flush=True)
         del q, k, v, calls
         torch.cuda.empty_cache()
+    summary(best, specs)
+
+
+def summary(best: dict, specs: dict) -> None:
+    """Each cell's fastest repeat per kernel and config, against the Triton forward, cuDNN, FA2 and the first
+    ``--ws`` config of its head dims (the one a change is judged against): ``| summary | ... |`` rows."""
+    print("\n| summary | hd | causal | shape | config | best ms | / triton | / cuDNN | / FA2 | / first config |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for (key, causal, shape), cell in best.items():
+        ref = {name: ms for (name, cfg), ms in cell.items() if name != "gluon-ws"}
+        first = cell.get(("gluon-ws", specs[key][0]))
+        for (name, cfg), ms in cell.items():
+            if name != "gluon-ws":
+                continue
+            ratio = [f"{ref[n] / ms:.3f}" if n in ref else "-" for n in ("triton", "cuDNN", "FA2")]
+            print(f"| summary | {key} | {causal} | {shape} | {cfg} | {ms:.4f} | {' | '.join(ratio)} | "
+                  f"{first / ms if first else float('nan'):.3f} |", flush=True)
 
 
 def main(argv=None) -> int:
