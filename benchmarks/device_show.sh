@@ -4,8 +4,8 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        gluon-ws | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+#        gluon-ws | gluon-bwd | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -782,6 +782,22 @@ gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forwar
     grep -E "exit|passed|failed|FAIL" "$OUT/gluon-ws/tests.log" "$OUT/gluon-ws/"probe-*.md | head -n 30
     for f in "$OUT/gluon-ws/"probe-*.md; do grep "^| summary" "$f" | cut -d'|' -f3-9,11 | tail -n 45; done
     tarred gluon-ws
+    ;;
+gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon dK / dV kernel (built without a GPU): its GPU tests
+    # under a timeout (a barrier mistake hangs), then the probe against the Triton dK / dV kernel replayed alone and
+    # the whole Triton backward (GLUON_BWD_CONFIGS, GLUON_BWD_SEQLENS; --models)
+    setup
+    mkdir -p "$OUT/gluon-bwd"
+    FLASH_ATTN_AUTOTUNE=0 timeout 200 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -n 8 \
+        tests/kernels/test_bwd_gluon.py > "$OUT/gluon-bwd/tests.log" 2>&1
+    echo "tests exit $?" >> "$OUT/gluon-bwd/tests.log"
+    timeout "${GLUON_BWD_SECONDS:-300}" python3 benchmarks/gluon_bwd_probe.py --head-dims 64,128 \
+        --configs ${GLUON_BWD_CONFIGS:-64,2 32,3} --seqlens "${GLUON_BWD_SEQLENS:-1024,4096,16384}" --models \
+        --repeat 2 > "$OUT/gluon-bwd/probe.md" 2>&1
+    echo "probe exit $?" >> "$OUT/gluon-bwd/probe.md"
+    grep -E "exit|passed|failed|FAIL" "$OUT/gluon-bwd/tests.log" "$OUT/gluon-bwd/probe.md" | head -n 20
+    grep "^| summary" "$OUT/gluon-bwd/probe.md" | tail -n 40
+    tarred gluon-bwd
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

@@ -1,0 +1,294 @@
+"""The backward's dK / dV kernel for Hopper in Gluon, warp-specialised (issue 16's goals; session 31: built and
+compiled for sm_90a on the CPU, not yet run on a GPU, not routed).
+
+The Triton backward (bwd.py) runs a dQ kernel (which also computes delta = rowsum(dO * O)) and a dK / dV kernel;
+the second does four of the backward's seven matmuls. This is that kernel on the forward's warp-specialised plan
+(fp8_gluon.py, flash-attn 3's structure): a program owns 128 keys of one (batch, kv head); a loader warp brings
+its K and V once and then Q and dO tiles of 64 query rows through a ring of stages (TMA, rank-4 descriptors over
+[B, S, H, D]); two consumer warpgroups own 64 keys each and, per query tile, compute with keys as rows
+
+    S^T  = K_w Q^T            P^T  = exp2(S^T * scale * log2(e) - lse * log2(e))   (causal: masked to 0)
+    dP^T = V_w dO^T           dS^T = P^T * (dP^T - delta)
+    dV_w += P^T dO            dK_w += dS^T Q                                     (dK scaled once at the end)
+
+so every operand is where a wgmma wants it: K_w and V_w from shared memory as the A operand, Q and dO tiles as the
+B operand (seen transposed for S^T and dP^T, as loaded for dV and dK), P^T and dS^T from registers as the A
+operand. The consumers take turns to issue (the forward's ping-pong ``turn`` barriers): one's exponentials run
+while the other's wgmmas do. GQA: the program runs the group's query heads one after another (no split across
+programs: MQA with few kv heads fills few SMs). Rows past a sequence's end: zero-filled tiles, lse read as +inf
+(P = 0); keys past it are computed and not stored.
+
+Dense bf16 / fp16, d = d_v in (64, 128), causal (bottom-right aligned) or no mask; no window, softcap or varlen.
+Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
+checks it against the FP64 oracle on the GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.language.core import _aggregate as aggregate
+
+from .. import launcher
+
+#: head dims (d = d_v) the kernel compiles for
+HEAD_DIMS = (64, 128)
+_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+#: keys a program owns (two consumer warpgroups of 64)
+BLOCK_N = 128
+
+
+@aggregate
+class _BwdShape:
+    """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
+    __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
+                       "IS_CAUSAL": gl.constexpr}
+
+    @gluon.constexpr_function
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL):
+        self.HEAD_DIM = gl.constexpr(HEAD_DIM)
+        self.BLOCK_M = gl.constexpr(BLOCK_M)
+        self.NUM_STAGES = gl.constexpr(NUM_STAGES)
+        self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+
+
+@gluon.jit
+def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
+              group, j_lo, n_m, shape):
+    """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of the group and
+    query tile the Q and dO tiles into the slot both consumers released (slot ``it % NUM_STAGES``)."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_M: gl.constexpr = shape.BLOCK_M
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    mbarrier.expect(kv_bar, 4 * 64 * HEAD_DIM * 2)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(k_desc, [b, n0 + 64 * w, hk, 0], kv_bar, k_smem.index(w))
+        tma.async_copy_global_to_shared(v_desc, [b, n0 + 64 * w, hk, 0], kv_bar, v_smem.index(w))
+    it = 0
+    for g in range(0, group):
+        h = hk * group + g
+        for j in range(j_lo, n_m):
+            slot = it % NUM_STAGES
+            mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
+            mbarrier.expect(ready.index(slot), 2 * BLOCK_M * HEAD_DIM * 2)
+            tma.async_copy_global_to_shared(q_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), q_smem.index(slot))
+            tma.async_copy_global_to_shared(do_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), do_smem.index(slot))
+            it += 1
+
+
+@gluon.jit
+def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
+                 stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
+                 stride_dh, b, hk, n0, group, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape):
+    """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
+    group's heads; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's exponentials
+    running meanwhile."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_M: gl.constexpr = shape.BLOCK_M
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    G_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
+    KEYS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    QUERIES: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)
+    DTYPE: gl.constexpr = q_smem.dtype
+    off = seqlen_k - seqlen_q
+    k_w = k_smem.index(wg).reshape([64, HEAD_DIM])
+    v_w = v_smem.index(wg).reshape([64, HEAD_DIM])
+    mine = turn.index(wg)
+    other = turn.index(1 - wg)
+    key0 = n0 + 64 * wg
+    dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+    dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+
+    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
+    mbarrier.wait(kv_bar, 0)
+    it = 0  # query tiles consumed
+    tc = 0  # turns taken
+    for g in range(0, group):
+        h = (hk * group + g).to(gl.int64)
+        lse_ptr = Lse + b.to(gl.int64) * stride_lb + h * stride_lh
+        delta_ptr = Delta + b.to(gl.int64) * stride_db + h * stride_dh
+        for j in range(j_lo, n_m):
+            slot = it % NUM_STAGES
+            m0 = j * BLOCK_M
+            q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+            do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+            mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
+            mbarrier.wait(mine, tc & 1)
+            # (the zero accumulators made here, not kept across the loop: 32 registers each)
+            s = warpgroup_mma(k_w, q_t.permute((1, 0)), gl.zeros([64, BLOCK_M], gl.float32, layout=S_LAYOUT),
+                              use_acc=False, is_async=True)
+            dp = warpgroup_mma(v_w, do_t.permute((1, 0)), gl.zeros([64, BLOCK_M], gl.float32, layout=S_LAYOUT),
+                               use_acc=False, is_async=True)
+            gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
+            mbarrier.arrive(other, count=1)
+            tc += 1
+            # lse and delta read while the wgmmas run (loaded late: fewer registers live across the waits); rows
+            # past the sequence: lse +inf makes P 0 (their Q and dO tiles are zero-filled)
+            cols = m0 + gl.arange(0, BLOCK_M, layout=QUERIES)
+            lse2 = gl.load(lse_ptr + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
+            s = warpgroup_mma_wait(1, deps=(s, ))  # S^T done; dP^T may still run
+            p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
+            if IS_CAUSAL:
+                if m0 + off < key0 + 63:  # the tile crosses the diagonal: key n seen by query i iff n <= i + off
+                    keys = key0 + gl.arange(0, 64, layout=KEYS)
+                    keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
+                    p = gl.where(keep, p, 0.0)
+            delta = gl.load(delta_ptr + cols, mask=cols < seqlen_q, other=0.0)
+            dp = warpgroup_mma_wait(0, deps=(dp, ))
+            ds = p * (dp - gl.expand_dims(delta, 0))
+            p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
+            ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+            mbarrier.wait(mine, tc & 1)
+            dv = warpgroup_mma(p16, do_t, dv, is_async=True)
+            dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
+            gl.thread_barrier()
+            mbarrier.arrive(other, count=1)
+            tc += 1
+            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+            gl.thread_barrier()  # every warp past its wait before the one arrive
+            mbarrier.arrive(empty.index(slot), count=1)  # this tile's Q and dO read: the slot is free
+            it += 1
+    dk = dk * sm_scale
+    rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, G_LAYOUT))
+    keep = gl.expand_dims(rows < seqlen_k, 1)
+    b64 = b.to(gl.int64)
+    hk64 = hk.to(gl.int64)
+    r64 = gl.expand_dims(rows.to(gl.int64), 1)
+    gl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + r64 * stride_dks + gl.expand_dims(dims, 0),
+             dk.to(DK.dtype.element_ty), mask=keep)
+    gl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + r64 * stride_dvs + gl.expand_dims(dims, 0),
+             dv.to(DV.dtype.element_ty), mask=keep)
+
+
+@gluon.jit
+def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
+                        stride_kh, stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh, stride_dkb,
+                        stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
+                        stride_dh, batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                        NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
+                        K_SL: gl.constexpr, num_warps: gl.constexpr):
+    """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads)."""
+    kv_heads = num_heads // group
+    pid_n = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // kv_heads
+    hk = pid_bh % kv_heads
+    n0 = pid_n * 128
+    n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    j_lo = 0
+    if IS_CAUSAL:  # the first query tile that sees one of these keys (query i sees key n iff n <= i + off)
+        j_lo = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // BLOCK_M
+    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
+                                        [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
+    do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
+                                         [stride_dob, stride_dos, stride_doh, 1], [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
+    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_kb, stride_ks, stride_kh, 1],
+                                        [1, 64, 1, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
+                                        [1, 64, 1, HEAD_DIM], K_SL)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
+    k_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
+    v_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL)
+    load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
+                 group, j_lo, n_m, shape)
+    consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
+                    stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
+                    stride_dh, b, hk, n0, group, j_lo, n_m, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634,
+                    sm_scale, shape)
+    gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
+                        (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
+def unsupported(q, k, v, do, lse, delta) -> str | None:
+    """Why the kernel cannot run these inputs ([B, S, H, D] dense; lse and delta [B, Hq, Sq] fp32), or None."""
+    if q.dtype not in _DTYPES or any(t.dtype != q.dtype for t in (k, v, do)):
+        return f"q, k, v, dO in bf16 or fp16 alike, got {q.dtype}, {k.dtype}, {v.dtype}, {do.dtype}"
+    if any(t.dim() != 4 for t in (q, k, v, do)):
+        return "dense [B, S, H, D] inputs"
+    d = q.shape[-1]
+    if d not in HEAD_DIMS or k.shape[-1] != d or v.shape[-1] != d or do.shape[-1] != d:
+        return f"head dims {HEAD_DIMS} with d_v = d, got q {d}, k {k.shape[-1]}, v {v.shape[-1]}"
+    if q.shape[2] % k.shape[2] or v.shape[2] != k.shape[2]:
+        return f"{q.shape[2]} query heads over {k.shape[2]} kv heads"
+    if do.shape != q.shape:
+        return f"dO's shape {tuple(do.shape)} is not q's {tuple(q.shape)}"
+    want = (q.shape[0], q.shape[2], q.shape[1])
+    if any(t.dtype != torch.float32 or tuple(t.shape) != want or t.stride(-1) != 1 for t in (lse, delta)):
+        return f"lse and delta fp32 [B, Hq, Sq] = {want} with Sq contiguous"
+    for t in (q, k, v, do):
+        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(x * t.element_size() % 16 for x in t.stride()[:3]):
+            return "16-byte aligned rows with the head dim contiguous (TMA)"
+    return None
+
+
+def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
+                   consumer_regs=240) -> dict:
+    """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same)."""
+    g = _DTYPES[q.dtype]
+    d = q.shape[-1]
+    return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
+                stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
+                stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
+                stride_dob=do.stride(0), stride_dos=do.stride(1), stride_doh=do.stride(2), stride_dkb=dk.stride(0),
+                stride_dks=dk.stride(1), stride_dkh=dk.stride(2), stride_dvb=dv.stride(0), stride_dvs=dv.stride(1),
+                stride_dvh=dv.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_db=delta.stride(0),
+                stride_dh=delta.stride(1), batch=q.shape[0], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
+                num_heads=q.shape[2], group=q.shape[2] // k.shape[2], sm_scale=float(softmax_scale),
+                HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal), NUM_STAGES=num_stages,
+                CONSUMER_REGS=consumer_regs, Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
+                K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4)
+
+
+def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
+               poison=False, launches=None):
+    """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
+    aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
+    sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
+    ``poison``: NaN-fill dK and dV first."""
+    why = unsupported(q, k, v, do, lse, delta)
+    if why:
+        raise ValueError(f"dkdv_gluon: {why}")
+    if num_stages < 2:
+        raise ValueError("dkdv_gluon: num_stages must be at least 2")
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise RuntimeError("dkdv_gluon: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    if poison:
+        dk.fill_(float("nan"))
+        dv.fill_(float("nan"))
+    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv}
+    replay = launches.get("dkdv") if launches is not None else None
+    if replay is not None and replay(tensors):
+        return dk, dv
+    launcher.ensure_allocator()
+    kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
+                            consumer_regs)
+    grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2])
+    made = launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
+    if launches is not None and made is not None:
+        launches["dkdv"] = made
+    return dk, dv

@@ -1,0 +1,125 @@
+"""The warp-specialised Gluon dK / dV kernel (kernels/flash_attn/bwd_gluon.py; session 31: built on the CPU, not
+routed). Gluon has no interpreter: on the CPU the kernel is compiled for sm_90a (benchmarks/fp8_gluon_ptxas.py) and
+its input checks run; on an sm90 GPU (marked ``gpu``) dK and dV run against the FP64 oracle beside the Triton
+backward's on the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.flash_attn import bwd_gluon, configs
+
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+#: (head dim, query rows a tile) -> the spill bytes ptxas reported in session 31 (an upper bound here: more is a
+#: regression; hd 128 at 64-row tiles spills, 32-row tiles about not)
+SPILL_AT_MOST = {(128, 64): 256, (128, 32): 32, (64, 64): 0}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    if sys.platform != "linux":
+        pytest.skip("Triton's bundled ptxas is a Linux binary")
+    root = Path(__file__).resolve().parents[2]
+    specs = [f"bwd16:{d},{bm},2,{c}" for d, bm in SPILL_AT_MOST for c in (0, 1)] + ["bwd16:128,32,3,1,1"]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs],
+                         capture_output=True, text=True, cwd=root, timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
+
+
+def test_the_kernel_compiles_with_its_partitions(compiled):
+    """Every config, causal or not (and fp16, three stages): a loader warp at 24 registers, consumers at 240
+    (setmaxnreg), 16-bit wgmmas not serialised, shared memory within the H100's 227 KiB, spills within the
+    session-31 bound of its tile."""
+    for spec, r in compiled.items():
+        d, bm = (int(x) for x in spec[6:].split(",")[:2])
+        assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
+        assert r["wgmma"] > 0 and not r["serialized"], spec
+        assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+        assert r["spill"] <= SPILL_AT_MOST[d, bm], (spec, r["spill"])
+
+
+def _inputs(b=1, sq=256, sk=256, hq=4, hk=2, d=128, dtype=torch.bfloat16, device="cpu"):
+    g = torch.Generator(device="cpu").manual_seed(3)
+    q, do = (torch.randn(b, sq, hq, d, generator=g).to(device, dtype) for _ in range(2))
+    k, v = (torch.randn(b, sk, hk, d, generator=g).to(device, dtype) for _ in range(2))
+    lse, delta = (torch.randn(b, hq, sq, generator=g).to(device) for _ in range(2))
+    return q, k, v, do, lse, delta
+
+
+def test_unsupported_inputs_are_named():
+    q, k, v, do, lse, delta = _inputs()
+    assert bwd_gluon.unsupported(q, k, v, do, lse, delta) is None
+    assert "bf16 or fp16" in bwd_gluon.unsupported(q.float(), k.float(), v.float(), do.float(), lse, delta)
+    assert "head dims" in bwd_gluon.unsupported(*_inputs(d=96))
+    assert "head dims" in bwd_gluon.unsupported(q, k, v[..., :64].contiguous(), do, lse, delta)
+    assert "kv heads" in bwd_gluon.unsupported(*_inputs(hq=3, hk=2))
+    assert "dO's shape" in bwd_gluon.unsupported(q, k, v, do[:, :100], lse, delta)
+    assert "lse and delta" in bwd_gluon.unsupported(q, k, v, do, lse.transpose(1, 2).contiguous(), delta)
+    assert "lse and delta" in bwd_gluon.unsupported(q, k, v, do, lse, delta.half())
+    shifted = torch.empty(1, 256, 4, 136, dtype=q.dtype)[..., 4:132]  # its base 8 bytes off a 16-byte boundary
+    assert "16-byte" in bwd_gluon.unsupported(shifted, k, v, do, lse, delta)
+    with pytest.raises(ValueError, match="dkdv_gluon"):
+        bwd_gluon.dkdv_gluon(q.float(), k, v, do, lse, delta, softmax_scale=0.1, causal=False)
+
+
+def test_the_probe_reads_its_configs_and_cells():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import gluon_bwd_probe as probe
+    finally:
+        sys.path.pop(0)
+    assert probe._config("32,3") == dict(block_m=32, num_stages=3)
+    with pytest.raises(SystemExit):
+        probe._config("64")
+    cells = list(probe._cells([64, 128], [1024, 4096], [False, True], models=True))
+    assert len(cells) == 2 * 2 * 2 + len(probe.MODELS)
+    assert ("sweep S1024", 16, 1024, 32, 32, 64, False) in cells and cells[-1][-1] is True
+
+
+# ---- sm90 GPU: dK and dV against the oracle ----
+
+needs_sm90 = pytest.mark.skipif(not SM90, reason="needs an sm90 (Hopper) GPU: Gluon's wgmma and TMA, no interpreter")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("block_m", [32, 64])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (2, 1000, 1000, 4, 4, 128, False), (1, 777, 1500, 4, 2, 128, True), (1, 1500, 777, 4, 1, 128, True),
+    (1, 130, 70, 2, 2, 128, False), (2, 600, 600, 8, 2, 64, True)],
+    ids=["MHA-S1000", "causal-GQA-Sq<Sk", "causal-MQA-Sq>Sk", "short", "hd64-causal-GQA4"])
+def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
+    """dK and dV from the Gluon kernel within twice the Triton backward's error against the FP64 oracle (plus a
+    bf16 rounding floor), on partial tiles, GQA / MQA, Sq != Sk and rows that see no key; NaN-poisoned first; a
+    replayed launch gives the same bits."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
+    scale = d ** -0.5
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
+    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
+    _, dk_t, dv_t = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    cache = {}
+    dk, dv = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=block_m,
+                                  poison=True, launches=cache)
+    dk2, dv2 = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=block_m,
+                                    poison=True, launches=cache)
+    torch.cuda.synchronize()
+    assert "dkdv" in cache and torch.equal(dk, dk2) and torch.equal(dv, dv2)
+    for got, triton_, want in ((dk, dk_t, ref.dk), (dv, dv_t, ref.dv)):
+        err = (got.double() - want).abs().max().item()
+        err_t = (triton_.double() - want).abs().max().item()
+        assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (err, err_t)
