@@ -838,13 +838,22 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
                      stride_dkp=dkp, stride_dvp=dvp, group_split=split,
                      **_t3("stride_qt", t.get("QT"), fp8), **_t3("stride_dot", t.get("DOT"), fp8))
-    done["dkdv"] = configs.launch(
-        _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
-        lambda bm, bn: (triton.cdiv(sk, bn), batch * hk * split),
-        dict({n: t.get(n) for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK", "QT",
-                                    "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale", "DKDescale",
-                                    "DVDescale")},
-             **dkdv_args))
+    gluon = None if varlen else configs.gluon_dkdv(
+        q, k, v, do, lse, causal=causal, window_left=window_left, window_right=right, softcap=softcap, varlen=varlen,
+        fp8=fp8, atomic=atomic)
+    if gluon is not None:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON_DKDV), the same outputs
+        from .bwd_gluon import dkdv_launch
+
+        done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
+                                   **gluon)
+    else:
+        done["dkdv"] = configs.launch(
+            _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
+            lambda bm, bn: (triton.cdiv(sk, bn), batch * hk * split),
+            dict({n: t.get(n) for n in ("Q", "K", "V", "DO", "Lse", "Delta", "DK", "DV", "DQacc", "CuSeqQ", "CuSeqK",
+                                        "QT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale",
+                                        "DKDescale", "DVDescale")},
+                 **dkdv_args))
     if split > 1:
         nk, nv = k.numel(), v.numel()
         grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK),)

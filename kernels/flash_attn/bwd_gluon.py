@@ -57,9 +57,10 @@ class _BwdShape:
 
 @gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-              group, j_lo, n_m, shape):
-    """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of the group and
-    query tile the Q and dO tiles into the slot both consumers released (slot ``it % NUM_STAGES``)."""
+              group, g_lo, g_hi, j_lo, n_m, shape):
+    """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
+    group ([g_lo, g_hi)) and query tile the Q and dO tiles into the slot both consumers released (slot
+    ``it % NUM_STAGES``)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -68,7 +69,7 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
         tma.async_copy_global_to_shared(k_desc, [b, n0 + 64 * w, hk, 0], kv_bar, k_smem.index(w))
         tma.async_copy_global_to_shared(v_desc, [b, n0 + 64 * w, hk, 0], kv_bar, v_smem.index(w))
     it = 0
-    for g in range(0, group):
+    for g in range(g_lo, g_hi):
         h = hk * group + g
         for j in range(j_lo, n_m):
             slot = it % NUM_STAGES
@@ -82,10 +83,11 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 @gluon.jit
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
-                 stride_dh, b, hk, n0, group, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape):
+                 stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape):
     """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
-    group's heads; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's exponentials
-    running meanwhile."""
+    heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
+    exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
+    caller's base pointers: the gradients, or a split's fp32 partials)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -111,7 +113,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
     tc = 0  # turns taken
-    for g in range(0, group):
+    for g in range(g_lo, g_hi):
         h = (hk * group + g).to(gl.int64)
         lse_ptr = Lse + b.to(gl.int64) * stride_lb + h * stride_lh
         delta_ptr = Delta + b.to(gl.int64) * stride_db + h * stride_dh
@@ -173,16 +175,24 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
 def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
                         stride_kh, stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh, stride_dkb,
                         stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
-                        stride_dh, batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                        stride_dh, stride_dkp, stride_dvp, group_split, batch, seqlen_q, seqlen_k, num_heads, group,
+                        sm_scale,
                         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
                         K_SL: gl.constexpr, num_warps: gl.constexpr):
-    """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads)."""
+    """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
+    split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
+    writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
+    the Triton dK / dV kernel does."""
     kv_heads = num_heads // group
     pid_n = gl.program_id(0)
     pid_bh = gl.program_id(1)
-    b = pid_bh // kv_heads
-    hk = pid_bh % kv_heads
+    gs = pid_bh % group_split
+    b = (pid_bh // group_split) // kv_heads
+    hk = (pid_bh // group_split) % kv_heads
+    per = gl.cdiv(group, group_split)
+    g_lo = gs * per
+    g_hi = gl.minimum(g_lo + per, group)
     n0 = pid_n * 128
     n_m = gl.cdiv(seqlen_q, BLOCK_M)
     j_lo = 0
@@ -214,11 +224,12 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-                 group, j_lo, n_m, shape)
-    consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
-                    stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
-                    stride_dh, b, hk, n0, group, j_lo, n_m, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634,
-                    sm_scale, shape)
+                 group, g_lo, g_hi, j_lo, n_m, shape)
+    gs64 = gs.to(gl.int64)
+    consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK + gs64 * stride_dkp,
+                    DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
+                    stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
+                    seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape)
     gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
                         (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -246,21 +257,38 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
-                   consumer_regs=240) -> dict:
-    """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same)."""
+                   consumer_regs=240, split=1) -> dict:
+    """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
+    ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]."""
     g = _DTYPES[q.dtype]
     d = q.shape[-1]
+    dk3, dv3 = (dk[0], dv[0]) if split > 1 else (dk, dv)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
-                stride_dob=do.stride(0), stride_dos=do.stride(1), stride_doh=do.stride(2), stride_dkb=dk.stride(0),
-                stride_dks=dk.stride(1), stride_dkh=dk.stride(2), stride_dvb=dv.stride(0), stride_dvs=dv.stride(1),
-                stride_dvh=dv.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_db=delta.stride(0),
-                stride_dh=delta.stride(1), batch=q.shape[0], seqlen_q=q.shape[1], seqlen_k=k.shape[1],
-                num_heads=q.shape[2], group=q.shape[2] // k.shape[2], sm_scale=float(softmax_scale),
-                HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal), NUM_STAGES=num_stages,
-                CONSUMER_REGS=consumer_regs, Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
+                stride_dob=do.stride(0), stride_dos=do.stride(1), stride_doh=do.stride(2), stride_dkb=dk3.stride(0),
+                stride_dks=dk3.stride(1), stride_dkh=dk3.stride(2), stride_dvb=dv3.stride(0), stride_dvs=dv3.stride(1),
+                stride_dvh=dv3.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_db=delta.stride(0),
+                stride_dh=delta.stride(1), stride_dkp=dk.stride(0) if split > 1 else 0,
+                stride_dvp=dv.stride(0) if split > 1 else 0, group_split=split, batch=q.shape[0],
+                seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
+                sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal),
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+                Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4)
+
+
+def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
+                consumer_regs=240):
+    """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
+    partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU); returns its
+    :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta, DK, DV: the Triton dK / dV kernel's names, so
+    the backward's replay fills either)."""
+    launcher.ensure_allocator()
+    kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
+                            consumer_regs, split)
+    grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
+    return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
@@ -284,11 +312,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     replay = launches.get("dkdv") if launches is not None else None
     if replay is not None and replay(tensors):
         return dk, dv
-    launcher.ensure_allocator()
-    kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs)
-    grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2])
-    made = launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
+    made = dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs)
     if launches is not None and made is not None:
         launches["dkdv"] = made
     return dk, dv

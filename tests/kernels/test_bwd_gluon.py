@@ -85,6 +85,33 @@ def test_the_probe_reads_its_configs_and_cells():
     assert ("sweep S1024", 16, 1024, 32, 32, 64, False) in cells and cells[-1][-1] is True
 
 
+def _route(q, k, v, **over):
+    kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, atomic=False,
+              sm_major=9)
+    kw.update(over)
+    return configs.gluon_dkdv(q, k, v, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]), **kw)
+
+
+def test_the_backward_routes_dkdv_to_gluon_only_where_asked_and_able(monkeypatch):
+    """Off by default (configs.BWD_GLUON_DKDV empty until measured); FLASH_ATTN_BWD=gluon: the split mode, and the
+    Gluon dK / dV at hd 64 / 128 dense bf16 / fp16 causal or no mask on sm90, nothing else."""
+    q, k, v, *_ = _inputs()
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    assert _route(q, k, v) is None
+    monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
+    assert configs.bwd_mode(128, q.dtype, False, 0) == "split"
+    bm, st = configs.BWD_GLUON_DKDV_TRY[128]
+    assert _route(q, k, v) == dict(block_m=bm, num_stages=st) == _route(q, k, v, causal=True, window_right=0)
+    assert _route(*_inputs(d=64)[:3]) is not None and _route(*_inputs(dtype=torch.float16)[:3]) is not None
+    for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
+                 dict(atomic=True), dict(sm_major=8), dict(sm_major=10), dict(sm_major=None)):
+        assert _route(q, k, v, **over) is None, over
+    assert _route(*_inputs(d=96)[:3]) is None and _route(q.float(), k.float(), v.float()) is None
+    monkeypatch.setattr(configs, "BWD_GLUON_DKDV", {128: (64, 2)})  # a measured route, once there is one
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    assert _route(q, k, v) == dict(block_m=64, num_stages=2) and _route(*_inputs(d=64)[:3]) is None
+
+
 # ---- sm90 GPU: dK and dV against the oracle ----
 
 needs_sm90 = pytest.mark.skipif(not SM90, reason="needs an sm90 (Hopper) GPU: Gluon's wgmma and TMA, no interpreter")
@@ -123,3 +150,27 @@ def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
         err = (got.double() - want).abs().max().item()
         err_t = (triton_.double() - want).abs().max().item()
         assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (err, err_t)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 1000, 1000, 8, 2, 128, True), (1, 2048, 2048, 8, 1, 128, False), (2, 333, 555, 4, 4, 64, True)],
+    ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
+def test_gpu_backward_through_the_gluon_dkdv_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
+    """flash_attn_func's backward with FLASH_ATTN_BWD=gluon: its dK / dV launch is the Gluon kernel's (with the
+    group split's partials summed by the Triton sum for MQA), out and every gradient within the tolerance rule of
+    the FP64 oracle, and a second call replays the launches to the same bits."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
+    interface._SIGNATURES.clear()
+    first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
+    names = [x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
+             for x in plans["plan"][3]]
+    assert "_bwd_dkdv_ws_kernel" in names and "_bwd_dkdv_kernel" not in names, names
+    again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
+    assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
