@@ -11,7 +11,8 @@ kernel (bwd.py ``_bwd_dkdv_kernel``, its launch replayed alone) and the whole Tr
    one process, interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` Llama-3-8B (GQA 32/8, 8k) and Llama-3-70B (64/8, 4k), causal. The Triton backward in its split
    mode (FLASH_ATTN_BWD=split: dK / dV without dQ's atomics, as this kernel) at its pinned first picks
-   (FLASH_ATTN_AUTOTUNE=0) and without a group split; its dK / dV launch replayed alone with the same tensors.
+   (FLASH_ATTN_AUTOTUNE=0) and without a group split; its dK / dV launch replayed alone with the same tensors; and
+   the whole backward with its dK / dV on the Gluon kernel (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_DKDV_TRY).
    Rows ``| hd | causal | shape | kernel | config | ms | TFLOP/s (dK / dV's 4 matmuls) | / triton dkdv |``, then
    each cell's fastest repeat per config (``| summary | ... |``).
 """
@@ -62,16 +63,29 @@ def _forward(q, k, v, do, causal):
     return out, lse, delta
 
 
+def _whole(q, k, v, do, out, lse, causal, mode):
+    """The whole backward as a callable, its launches left by a first call under FLASH_ATTN_BWD=``mode`` (read by
+    a signature's first call only: the replays keep them), and its replay cache."""
+    from kernels.flash_attn import bwd
+
+    cache, before = {}, os.environ.get("FLASH_ATTN_BWD")
+    whole = functools.partial(bwd.flash_attn_bwd, do, q, k, v, out, lse, softmax_scale=q.shape[-1] ** -0.5,
+                              split=1, launches=cache, **_mask(causal))
+    os.environ["FLASH_ATTN_BWD"] = mode
+    try:
+        whole()
+    finally:
+        os.environ["FLASH_ATTN_BWD"] = before or ""
+    return whole, cache
+
+
 def _triton_dkdv(q, k, v, do, out, lse, delta, causal):
     """(the whole Triton backward as a callable, its dK / dV launch alone as a callable): the backward runs once
     to leave its launches (split mode, no group split), the dK / dV one is then replayed with this call's
     tensors."""
     from kernels.flash_attn import bwd
 
-    cache = {}
-    whole = functools.partial(bwd.flash_attn_bwd, do, q, k, v, out, lse, softmax_scale=q.shape[-1] ** -0.5,
-                              split=1, launches=cache, **_mask(causal))
-    whole()
+    whole, cache = _whole(q, k, v, do, out, lse, causal, "split")
     launch = next(x for x in cache["plan"][3] if x.compiled.name == "_bwd_dkdv_kernel")
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv,
@@ -137,7 +151,8 @@ def timing(dims, specs, seqlens, masks, repeat, models):
         out, lse, delta = _forward(q, k, v, do, causal)
         flops = 4 * 2 * b * hq * s * s * d // (2 if causal else 1)  # dK / dV's four matmuls
         whole, dkdv = _triton_dkdv(q, k, v, do, out, lse, delta, causal)
-        calls = [("triton", "dkdv", dkdv), ("triton", "whole bwd", whole)]
+        with_gluon = _whole(q, k, v, do, out, lse, causal, "gluon")[0]  # configs.BWD_GLUON_DKDV_TRY's config
+        calls = [("triton", "dkdv", dkdv), ("triton", "whole bwd", whole), ("gluon dkdv", "whole bwd", with_gluon)]
         for spec in specs:
             calls.append(("gluon", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta,
                                                            softmax_scale=d ** -0.5, causal=causal, launches={},
@@ -157,8 +172,9 @@ def timing(dims, specs, seqlens, masks, repeat, models):
     print("|---|---|---|---|---|---|---|---|")
     for (d, causal, shape), cell in best.items():
         for (name, cfg), ms in cell.items():
-            if name == "gluon":
-                print(f"| summary | {d} | {causal} | {shape} | {cfg} | {ms:.4f} | {cell['triton', 'dkdv'] / ms:.3f} | "
+            if name.startswith("gluon"):
+                per_dkdv = "-" if cfg == "whole bwd" else f"{cell['triton', 'dkdv'] / ms:.3f}"  # (a whole backward)
+                print(f"| summary | {d} | {causal} | {shape} | {name}: {cfg} | {ms:.4f} | {per_dkdv} | "
                       f"{cell['triton', 'whole bwd'] / ms:.3f} |", flush=True)
 
 
