@@ -437,6 +437,16 @@ FWD_GLUON_WS_PERSISTENT: dict[tuple[int, int], dict[tuple[bool, bool], str | Non
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 
 
+def _on_sm90(q, sm_major: int | None) -> bool:
+    """Whether a Gluon kernel can run q's call: ``sm_major`` 9, or (None) q on an sm90 GPU outside the
+    interpreter (the Gluon routes' device rule; tests pass 9 with CPU tensors)."""
+    if sm_major is None:
+        if interpreting() or not q.is_cuda:
+            return False
+        sm_major = torch.cuda.get_device_capability(q.device)[0]
+    return sm_major == 9
+
+
 def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
                  fp8: bool, sm_major: int | None = None) -> dict | None:
     """fp8_gluon.ws16_launch's keywords (block_n, num_stages, persistent, tile_order) the 16-bit warp-specialised
@@ -454,11 +464,7 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         return None
     if os.environ.get(FWD_GLUON_WS_ENV, "1") == "0":
         return None
-    if sm_major is None:
-        if interpreting() or not q.is_cuda:
-            return None
-        sm_major = torch.cuda.get_device_capability(q.device)[0]
-    if sm_major != 9:
+    if not _on_sm90(q, sm_major):
         return None
     from .fp8_gluon import ws16_unsupported
 
@@ -668,11 +674,7 @@ def gluon_dkdv(q, k, v, do, lse, *, causal: bool, window_left: int, window_right
     cfg = (BWD_GLUON_DKDV_TRY if os.environ.get("FLASH_ATTN_BWD", "") == "gluon" else BWD_GLUON_DKDV).get(d)
     if cfg is None or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return None
-    if sm_major is None:
-        if interpreting() or not q.is_cuda:
-            return None
-        sm_major = torch.cuda.get_device_capability(q.device)[0]
-    if sm_major != 9:
+    if not _on_sm90(q, sm_major):
         return None
     from .bwd_gluon import unsupported
 
