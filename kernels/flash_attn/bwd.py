@@ -838,9 +838,8 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
                      stride_dkp=dkp, stride_dvp=dvp, group_split=split,
                      **_t3("stride_qt", t.get("QT"), fp8), **_t3("stride_dot", t.get("DOT"), fp8))
-    gluon = None if varlen else configs.gluon_dkdv(
-        q, k, v, do, lse, causal=causal, window_left=window_left, window_right=right, softcap=softcap, varlen=varlen,
-        fp8=fp8, atomic=atomic)
+    gluon = configs.gluon_dkdv(q, k, v, do, lse, causal=causal, window_left=window_left, window_right=right,
+                               softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
     if gluon is not None:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON_DKDV), the same outputs
         from .bwd_gluon import dkdv_launch
 

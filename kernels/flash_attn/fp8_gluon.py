@@ -1,6 +1,6 @@
 """Flash-attention forwards for Hopper in Gluon: FP8 (sessions 16-17; the warp-specialised one runs FP8 hd 256) and,
 on the same warp-specialised partitions, bf16 / fp16 (session 30: ``fwd_gluon_ws``, which ``flash_attn_func`` routes
-its hd 128 forwards to, session 31 its MLA training form's 192 / 128 head dims and a persistent variant in two tile
+its hd 128 forwards to, session 31 its MLA training form's 192 / 128 head dims and a persistent variant in three tile
 orders; configs.FWD_GLUON_WS and its neighbours say when). The file keeps its FP8 name: the 16-bit kernel is its
 partitions with ``_WsShape.FP8`` off.
 
