@@ -819,7 +819,14 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         dkb, dks, dkh = _s3(dk_out, varlen)
         dvb, dvs, dvh = _s3(dv_out, varlen)
         dkp = dvp = 0
-    if not atomic:
+    # the warp-specialised Gluon kernels where configs.BWD_GLUON (or FLASH_ATTN_BWD=gluon) says
+    gluon = configs.gluon_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left, window_right=right,
+                              softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
+    if "dq" in gluon:  # dQ and delta on the Gluon kernel, before dK / dV as below
+        from .bwd_gluon import dq_launch
+
+        done["dq"] = dq_launch(q, k, v, do, out, lse, t["Delta"], t["DQ"], softmax_scale, causal, **gluon["dq"])
+    elif not atomic:
         # split: the dQ kernel runs first (it also computes delta), then dK/dV. Deterministic.
         dqb, dqs, dqh = _s3(t["DQ"], varlen)
         dq_args = dict(common, stride_dqb=dqb, stride_dqs=dqs, stride_dqh=dqh, stride_ob=sob, stride_os=sos,
@@ -838,13 +845,11 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
                      stride_dkp=dkp, stride_dvp=dvp, group_split=split,
                      **_t3("stride_qt", t.get("QT"), fp8), **_t3("stride_dot", t.get("DOT"), fp8))
-    gluon = configs.gluon_dkdv(q, k, v, do, lse, causal=causal, window_left=window_left, window_right=right,
-                               softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
-    if gluon is not None:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON_DKDV), the same outputs
+    if "dkdv" in gluon:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON), the same outputs
         from .bwd_gluon import dkdv_launch
 
         done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
-                                   **gluon)
+                                   **gluon["dkdv"])
     else:
         done["dkdv"] = configs.launch(
             _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,

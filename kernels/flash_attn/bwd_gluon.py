@@ -33,6 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
+from .fp8_gluon import _key_blocks
 
 #: head dims (d = d_v) the kernel compiles for
 HEAD_DIMS = (64, 128)
@@ -234,6 +235,164 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
+# --------------------------------------------------------------------------------------------
+# dQ (and delta): a program owns 128 query rows of one (batch, query head); the forward's plan with dP and dQ
+# --------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
+             n_blocks, shape):
+    """The loader warp: both consumers' Q and dO tiles once, then K and V block by block into the slots both
+    consumers released."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_M  # (the dQ kernel's key block rides in the shape's BLOCK_M)
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    mbarrier.expect(q_bar, 4 * 64 * HEAD_DIM * 2)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(q_desc, [b, m0 + 64 * w, h, 0], q_bar, q_smem.index(w))
+        tma.async_copy_global_to_shared(do_desc, [b, m0 + 64 * w, h, 0], q_bar, do_smem.index(w))
+    for j in range(0, n_blocks):
+        slot = j % NUM_STAGES
+        mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
+        mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM * 2)
+        tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
+                stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0, n_blocks,
+                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape):
+    """One consumer warpgroup: query rows [m0 + 64 wg, + 64). First delta = rowsum(dO * O) of its rows (stored for
+    the dK / dV kernel), then per key block S = Q K^T and dP = dO V^T issued in one turn, P and dS computed, and
+    dQ += dS K issued in the next turn; dQ scaled and stored at the end."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_M
+    NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    G_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
+    ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    DTYPE: gl.constexpr = q_smem.dtype
+    off = seqlen_k - seqlen_q
+    row0 = m0 + 64 * wg
+    q_w = q_smem.index(wg).reshape([64, HEAD_DIM])
+    do_w = do_smem.index(wg).reshape([64, HEAD_DIM])
+    mine = turn.index(wg)
+    other = turn.index(1 - wg)
+    b64 = b.to(gl.int64)
+    h64 = h.to(gl.int64)
+    rows = row0 + gl.arange(0, 64, layout=ROWS)
+    row_ok = rows < seqlen_q
+    # rows past the sequence: lse +inf makes P 0
+    lse2 = gl.load(Lse + b64 * stride_lb + h64 * stride_lh + rows, mask=row_ok, other=float("inf")) \
+        * 1.4426950408889634
+
+    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
+    mbarrier.wait(q_bar, 0)
+    # delta = rowsum(dO * O) over this warpgroup's rows, kept for dS and published for the dK / dV kernel
+    o_rows = row0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, G_LAYOUT))
+    o_keep = gl.expand_dims(o_rows < seqlen_q, 1)
+    o = gl.load(Out + b64 * stride_ob + h64 * stride_oh + gl.expand_dims(o_rows.to(gl.int64) * stride_os, 1)
+                + gl.expand_dims(dims, 0), mask=o_keep, other=0.0)
+    delta = gl.sum(o.to(gl.float32) * do_w.load(G_LAYOUT).to(gl.float32), axis=1)
+    gl.store(Delta + b64 * stride_lb + h64 * stride_lh + o_rows, delta, mask=o_rows < seqlen_q)
+    delta = gl.convert_layout(delta, ROWS)
+
+    dq = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+    tc = 0  # turns taken
+    for j in range(0, n_blocks):
+        slot = j % NUM_STAGES
+        k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        v_t = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
+        mbarrier.wait(mine, tc & 1)
+        s = warpgroup_mma(q_w, k_t.permute((1, 0)), gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT),
+                          use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_w, v_t.permute((1, 0)), gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT),
+                           use_acc=False, is_async=True)
+        gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
+        mbarrier.arrive(other, count=1)
+        tc += 1
+        s = warpgroup_mma_wait(1, deps=(s, ))  # S done; dP may still run
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
+        if IS_CAUSAL:
+            if j * BLOCK_N >= mask_from:  # the block holds keys some row must not see: key n iff n <= i + off
+                keys = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+                keep = gl.expand_dims(keys, 0) <= gl.expand_dims(rows + off, 1)
+                p = gl.where(keep, p, 0.0)
+        dp = warpgroup_mma_wait(0, deps=(dp, ))
+        ds16 = gl.convert_layout((p * (dp - gl.expand_dims(delta, 1))).to(DTYPE), A_LAYOUT)
+        mbarrier.wait(mine, tc & 1)
+        dq = warpgroup_mma(ds16, k_t, dq, is_async=True)  # keys past the sequence: zero-filled K rows add nothing
+        gl.thread_barrier()
+        mbarrier.arrive(other, count=1)
+        tc += 1
+        dq = warpgroup_mma_wait(0, deps=(dq, ))
+        gl.thread_barrier()  # every warp past its wait before the one arrive
+        mbarrier.arrive(empty.index(slot), count=1)  # this block's K and V read: the slot is free
+    dq = dq * sm_scale
+    gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(o_rows.to(gl.int64) * stride_dqs, 1)
+             + gl.expand_dims(dims, 0), dq.to(DQ.dtype.element_ty), mask=o_keep)
+
+
+@gluon.jit
+def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
+                      stride_kh, stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh, stride_ob,
+                      stride_os, stride_oh, stride_dqb, stride_dqs, stride_dqh, stride_lb, stride_lh, batch,
+                      seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
+                      K_SL: gl.constexpr, num_warps: gl.constexpr):
+    """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
+    delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next."""
+    pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    hk = h // group
+    m0 = pid_m * 128
+    n_blocks, mask_from = _key_blocks(m0, seqlen_k - seqlen_q, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
+    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
+                                        [1, 64, 1, HEAD_DIM], Q_SL)
+    do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
+                                         [stride_dob, stride_dos, stride_doh, 1], [1, 64, 1, HEAD_DIM], Q_SL)
+    kv_heads = num_heads // group
+    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_kb, stride_ks, stride_kh, 1],
+                                        [1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
+                                        [1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    q_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
+    do_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+
+    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
+    load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
+                 n_blocks, shape)
+    consume_args = (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
+                    stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
+                    n_blocks, mask_from, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape)
+    gl.warp_specialize([(_dq_consume, (0, ) + consume_args), (_dq_consume, (1, ) + consume_args),
+                        (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
+
+
 def unsupported(q, k, v, do, lse, delta) -> str | None:
     """Why the kernel cannot run these inputs ([B, S, H, D] dense; lse and delta [B, Hq, Sq] fp32), or None."""
     if q.dtype not in _DTYPES or any(t.dtype != q.dtype for t in (k, v, do)):
@@ -316,3 +475,57 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     if launches is not None and made is not None:
         launches["dkdv"] = made
     return dk, dv
+
+
+def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
+                 consumer_regs=240) -> dict:
+    """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
+    strides, as the Triton dQ kernel does)."""
+    g = _DTYPES[q.dtype]
+    d = q.shape[-1]
+    return dict(Q=q, K=k, V=v, DO=do, Out=out, Lse=lse, Delta=delta, DQ=dq, stride_qb=q.stride(0),
+                stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
+                stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
+                stride_dob=do.stride(0), stride_dos=do.stride(1), stride_doh=do.stride(2), stride_ob=out.stride(0),
+                stride_os=out.stride(1), stride_oh=out.stride(2), stride_dqb=dq.stride(0), stride_dqs=dq.stride(1),
+                stride_dqh=dq.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), batch=q.shape[0],
+                seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
+                sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
+                Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
+                K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4)
+
+
+def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240):
+    """Launch the dQ kernel into ``dq`` (and delta into ``delta``, lse's shape and strides; inputs checked by the
+    caller: :func:`unsupported` with out as dO's twin, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
+    (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names)."""
+    launcher.ensure_allocator()
+    kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs)
+    grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
+    return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs)
+
+
+def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
+             poison=False, launches=None):
+    """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
+    from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s."""
+    why = unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse)
+    if why:
+        raise ValueError(f"dq_gluon: {why}")
+    if num_stages < 2:
+        raise ValueError("dq_gluon: num_stages must be at least 2")
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise RuntimeError("dq_gluon: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
+    dq, delta = torch.empty_like(q), torch.empty_like(lse)
+    if poison:
+        dq.fill_(float("nan"))
+        delta.fill_(float("nan"))
+    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
+    replay = launches.get("dq") if launches is not None else None
+    if replay is not None and replay(tensors):
+        return dq, delta
+    made = dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs)
+    if launches is not None and made is not None:
+        launches["dq"] = made
+    return dq, delta

@@ -648,39 +648,42 @@ TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "BLOCK_DB", "IS_CAUSAL", "HAS_LEFT", "HAS_
 
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
     """'split' (dK/dV kernel + dQ kernel, deterministic) or 'atomic' (one kernel, dQ by fp32 atomics).
-    FLASH_ATTN_BWD=split|atomic forces one (``gluon``: split, its dK / dV on the Gluon kernel where it runs:
-    :func:`gluon_dkdv`); the default is 'split' until measured otherwise."""
+    FLASH_ATTN_BWD=split|atomic forces one (``gluon``: split, its kernels the Gluon ones where they run:
+    :func:`gluon_bwd`); the default is 'split' until measured otherwise."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):
         return forced
     return "split"
 
 
-#: bf16 / fp16 backward head dims (d = d_v) whose split-mode dK / dV runs the warp-specialised Gluon kernel
-#: (bwd_gluon.py) on sm90, with its (BLOCK_M, stages): none until measured (session 31 built it without a GPU).
-#: ``FLASH_ATTN_BWD=gluon`` runs it at :data:`BWD_GLUON_DKDV_TRY`'s configs wherever it can (tests, probes).
-BWD_GLUON_DKDV: dict[int, tuple[int, int]] = {}
-BWD_GLUON_DKDV_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (32, 3)}
+#: bf16 / fp16 backward head dims (d = d_v) whose split-mode kernels run the warp-specialised Gluon ones
+#: (bwd_gluon.py) on sm90: per kernel ("dq": BLOCK_N, stages; "dkdv": BLOCK_M, stages). None until measured
+#: (session 31 built them without a GPU). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs
+#: wherever they can (tests, probes).
+BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {}
+BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (64, 3), "dkdv": (64, 2)},
+                                                        128: {"dq": (64, 3), "dkdv": (32, 3)}}
+_BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 
 
-def gluon_dkdv(q, k, v, do, lse, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
-               fp8: bool, atomic: bool, sm_major: int | None = None) -> dict | None:
-    """bwd_gluon.dkdv_launch's keywords (block_m, num_stages) where the backward's dK / dV runs the Gluon kernel,
-    or None where it runs the Triton one: a head dim of :data:`BWD_GLUON_DKDV` (or of :data:`BWD_GLUON_DKDV_TRY`
-    with ``FLASH_ATTN_BWD=gluon``), the split mode, dense bf16 / fp16 inputs the kernel takes
+def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
+              fp8: bool, atomic: bool, sm_major: int | None = None) -> dict:
+    """Kernel name ("dq", "dkdv") -> bwd_gluon.dq_launch's / dkdv_launch's keywords for the backward's kernels
+    that run on the Gluon ones; empty where both run the Triton ones: a head dim of :data:`BWD_GLUON` (or of
+    :data:`BWD_GLUON_TRY` with ``FLASH_ATTN_BWD=gluon``), the split mode, dense bf16 / fp16 inputs the kernels take
     (bwd_gluon.unsupported: d = d_v, TMA-readable rows, lse [B, Hq, Sq]), causal or no mask, no softcap, an sm90
     GPU (not the interpreter). ``sm_major``: as :func:`gluon_ws_fwd`'s."""
-    d = q.shape[-1]
-    cfg = (BWD_GLUON_DKDV_TRY if os.environ.get("FLASH_ATTN_BWD", "") == "gluon" else BWD_GLUON_DKDV).get(d)
-    if cfg is None or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
-        return None
-    if not _on_sm90(q, sm_major):
-        return None
+    table = BWD_GLUON_TRY if os.environ.get("FLASH_ATTN_BWD", "") == "gluon" else BWD_GLUON
+    cfg = table.get(q.shape[-1])
+    if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
+        return {}
+    if not _on_sm90(q, sm_major) or out.shape != q.shape:
+        return {}
     from .bwd_gluon import unsupported
 
     if unsupported(q, k, v, do, lse, lse):  # (delta is made in lse's shape and layout)
-        return None
-    return {"block_m": cfg[0], "num_stages": cfg[1]}
+        return {}
+    return {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
 
 
 def autotuned(space, prune, reset_to_zero=None):

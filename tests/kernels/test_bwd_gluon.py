@@ -1,7 +1,7 @@
-"""The warp-specialised Gluon dK / dV kernel (kernels/flash_attn/bwd_gluon.py; session 31: built on the CPU, not
-routed). Gluon has no interpreter: on the CPU the kernel is compiled for sm_90a (benchmarks/fp8_gluon_ptxas.py) and
-its input checks run; on an sm90 GPU (marked ``gpu``) dK and dV run against the FP64 oracle beside the Triton
-backward's on the same inputs.
+"""The warp-specialised Gluon backward kernels, dQ and dK / dV (kernels/flash_attn/bwd_gluon.py; session 31: built
+on the CPU, not routed by default). Gluon has no interpreter: on the CPU the kernels are compiled for sm_90a
+(benchmarks/fp8_gluon_ptxas.py) and the input checks and the route run; on an sm90 GPU (marked ``gpu``) dQ, delta,
+dK and dV run against the FP64 oracle beside the Triton backward's on the same inputs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 #: (head dim, query rows a tile) -> the spill bytes ptxas reported in session 31 (an upper bound here: more is a
 #: regression; hd 128 at 64-row tiles spills, 32-row tiles about not)
 SPILL_AT_MOST = {(128, 64): 256, (128, 32): 32, (64, 64): 0}
+#: the dQ kernel's (head dim, keys a block, stages) compiled here: no spill at any
+DQ_CONFIGS = ((128, 64, 3), (128, 128, 2), (64, 64, 3))
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +31,24 @@ def compiled():
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     root = Path(__file__).resolve().parents[2]
     specs = [f"bwd16:{d},{bm},2,{c}" for d, bm in SPILL_AT_MOST for c in (0, 1)] + ["bwd16:128,32,3,1,1"]
+    specs += [f"bwdq16:{d},{bn},{st},{c}" for d, bn, st in DQ_CONFIGS for c in (0, 1)]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs],
                          capture_output=True, text=True, cwd=root, timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
     assert run.returncode == 0, run.stderr[-3000:]
     return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
 
 
-def test_the_kernel_compiles_with_its_partitions(compiled):
-    """Every config, causal or not (and fp16, three stages): a loader warp at 24 registers, consumers at 240
-    (setmaxnreg), 16-bit wgmmas not serialised, shared memory within the H100's 227 KiB, spills within the
-    session-31 bound of its tile."""
+def test_the_kernels_compile_with_their_partitions(compiled):
+    """Every config of both kernels, causal or not (and fp16, three stages): a loader warp at 24 registers,
+    consumers at 240 (setmaxnreg), 16-bit wgmmas not serialised, shared memory within the H100's 227 KiB, spills
+    within the session-31 bound of the dK / dV kernel's tile, none in the dQ kernel."""
     for spec, r in compiled.items():
-        d, bm = (int(x) for x in spec[6:].split(",")[:2])
+        kernel, _, cfg = spec.partition(":")
+        d, block = (int(x) for x in cfg.split(",")[:2])
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
-        assert r["spill"] <= SPILL_AT_MOST[d, bm], (spec, r["spill"])
+        assert r["spill"] <= (SPILL_AT_MOST[d, block] if kernel == "bwd16" else 0), (spec, r["spill"])
 
 
 def _inputs(b=1, sq=256, sk=256, hq=4, hk=2, d=128, dtype=torch.bfloat16, device="cpu"):
@@ -89,27 +93,28 @@ def _route(q, k, v, **over):
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, atomic=False,
               sm_major=9)
     kw.update(over)
-    return configs.gluon_dkdv(q, k, v, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]), **kw)
+    return configs.gluon_bwd(q, k, v, q, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]), **kw)
 
 
-def test_the_backward_routes_dkdv_to_gluon_only_where_asked_and_able(monkeypatch):
-    """Off by default (configs.BWD_GLUON_DKDV empty until measured); FLASH_ATTN_BWD=gluon: the split mode, and the
-    Gluon dK / dV at hd 64 / 128 dense bf16 / fp16 causal or no mask on sm90, nothing else."""
+def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
+    """Off by default (configs.BWD_GLUON empty until measured); FLASH_ATTN_BWD=gluon: the split mode, and both
+    kernels on Gluon at hd 64 / 128 dense bf16 / fp16 causal or no mask on sm90, nothing else."""
     q, k, v, *_ = _inputs()
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
-    assert _route(q, k, v) is None
+    assert _route(q, k, v) == {}
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
     assert configs.bwd_mode(128, q.dtype, False, 0) == "split"
-    bm, st = configs.BWD_GLUON_DKDV_TRY[128]
-    assert _route(q, k, v) == dict(block_m=bm, num_stages=st) == _route(q, k, v, causal=True, window_right=0)
-    assert _route(*_inputs(d=64)[:3]) is not None and _route(*_inputs(dtype=torch.float16)[:3]) is not None
+    (bn, st_q), (bm, st_k) = configs.BWD_GLUON_TRY[128]["dq"], configs.BWD_GLUON_TRY[128]["dkdv"]
+    want = {"dq": dict(block_n=bn, num_stages=st_q), "dkdv": dict(block_m=bm, num_stages=st_k)}
+    assert _route(q, k, v) == want == _route(q, k, v, causal=True, window_right=0)
+    assert _route(*_inputs(d=64)[:3]) and _route(*_inputs(dtype=torch.float16)[:3])
     for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
                  dict(atomic=True), dict(sm_major=8), dict(sm_major=10), dict(sm_major=None)):
-        assert _route(q, k, v, **over) is None, over
-    assert _route(*_inputs(d=96)[:3]) is None and _route(q.float(), k.float(), v.float()) is None
-    monkeypatch.setattr(configs, "BWD_GLUON_DKDV", {128: (64, 2)})  # a measured route, once there is one
+        assert _route(q, k, v, **over) == {}, over
+    assert _route(*_inputs(d=96)[:3]) == {} and _route(q.float(), k.float(), v.float()) == {}
+    monkeypatch.setattr(configs, "BWD_GLUON", {128: {"dkdv": (64, 2)}})  # a measured route, once there is one
     monkeypatch.delenv("FLASH_ATTN_BWD")
-    assert _route(q, k, v) == dict(block_m=64, num_stages=2) and _route(*_inputs(d=64)[:3]) is None
+    assert _route(q, k, v) == {"dkdv": dict(block_m=64, num_stages=2)} and _route(*_inputs(d=64)[:3]) == {}
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
@@ -157,9 +162,9 @@ def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     (1, 1000, 1000, 8, 2, 128, True), (1, 2048, 2048, 8, 1, 128, False), (2, 333, 555, 4, 4, 64, True)],
     ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
-def test_gpu_backward_through_the_gluon_dkdv_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
-    """flash_attn_func's backward with FLASH_ATTN_BWD=gluon: its dK / dV launch is the Gluon kernel's (with the
-    group split's partials summed by the Triton sum for MQA), out and every gradient within the tolerance rule of
+def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
+    """flash_attn_func's backward with FLASH_ATTN_BWD=gluon: its dQ and dK / dV launches are the Gluon kernels'
+    (the group split's partials summed by the Triton sum for MQA), out and every gradient within the tolerance rule of
     the FP64 oracle, and a second call replays the launches to the same bits."""
     from test_flash_attn import check_against_oracle
 
@@ -170,7 +175,42 @@ def test_gpu_backward_through_the_gluon_dkdv_matches_oracle(b, sq, sk, hq, hk, d
     first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
     names = [x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
              for x in plans["plan"][3]]
-    assert "_bwd_dkdv_ws_kernel" in names and "_bwd_dkdv_kernel" not in names, names
+    assert {"_bwd_dq_ws_kernel", "_bwd_dkdv_ws_kernel"} <= set(names), names
+    assert not {"_bwd_dq_kernel", "_bwd_dkdv_kernel"} & set(names), names
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
     interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("block_n, stages", [(64, 3), (128, 2)])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (2, 1000, 1000, 4, 2, 128, False), (1, 777, 1500, 4, 4, 128, True), (1, 1500, 777, 4, 1, 128, True),
+    (2, 600, 600, 8, 2, 64, True)], ids=["GQA-S1000", "causal-Sq<Sk", "causal-MQA-Sq>Sk", "hd64-causal-GQA4"])
+def test_gpu_dq_and_delta_match_oracle(b, sq, sk, hq, hk, d, causal, block_n, stages):
+    """dQ from the Gluon kernel within twice the Triton backward's error against the FP64 oracle (plus a bf16
+    floor), delta = rowsum(dO * O) as torch computes it, rows that see no key included; NaN-poisoned first; a
+    replayed launch gives the same bits."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
+    scale = d ** -0.5
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
+    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
+    dq_t, _, _ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    cache = {}
+    dq, delta = bwd_gluon.dq_gluon(q, k, v, do, out, lse, softmax_scale=scale, causal=causal, block_n=block_n,
+                                   num_stages=stages, poison=True, launches=cache)
+    dq2, _ = bwd_gluon.dq_gluon(q, k, v, do, out, lse, softmax_scale=scale, causal=causal, block_n=block_n,
+                                num_stages=stages, poison=True, launches=cache)
+    torch.cuda.synchronize()
+    assert "dq" in cache and torch.equal(dq, dq2)
+    want_delta = (do.float() * out.float()).sum(-1).transpose(1, 2)
+    assert torch.allclose(delta, want_delta, rtol=1e-4, atol=1e-4)
+    err = (dq.double() - ref.dq).abs().max().item()
+    err_t = (dq_t.double() - ref.dq).abs().max().item()
+    assert err == err and err <= 2 * err_t + 2e-3 * ref.dq.abs().max().item(), (err, err_t)
