@@ -783,17 +783,17 @@ gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forwar
     for f in "$OUT/gluon-ws/"probe-*.md; do grep "^| summary" "$f" | cut -d'|' -f3-9,11 | tail -n 45; done
     tarred gluon-ws
     ;;
-gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon dK / dV kernel (built without a GPU): its GPU tests
-    # under a timeout (a barrier mistake hangs), then the probe against the Triton dK / dV kernel replayed alone and
-    # the whole Triton backward (GLUON_BWD_CONFIGS, GLUON_BWD_SEQLENS; --models)
+gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon backward kernels, dQ and dK / dV (built without a
+    # GPU): their GPU tests under a timeout (a barrier mistake hangs), then the probe against the Triton kernels
+    # replayed alone and the whole backwards (GLUON_BWD_DKDV, GLUON_BWD_DQ, GLUON_BWD_SEQLENS; --models)
     setup
     mkdir -p "$OUT/gluon-bwd"
     FLASH_ATTN_AUTOTUNE=0 timeout 200 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -n 8 \
         tests/kernels/test_bwd_gluon.py > "$OUT/gluon-bwd/tests.log" 2>&1
     echo "tests exit $?" >> "$OUT/gluon-bwd/tests.log"
-    timeout "${GLUON_BWD_SECONDS:-300}" python3 benchmarks/gluon_bwd_probe.py --head-dims 64,128 \
-        --configs ${GLUON_BWD_CONFIGS:-64,2 32,3} --seqlens "${GLUON_BWD_SEQLENS:-1024,4096,16384}" --models \
-        --repeat 2 > "$OUT/gluon-bwd/probe.md" 2>&1
+    timeout "${GLUON_BWD_SECONDS:-330}" python3 benchmarks/gluon_bwd_probe.py --head-dims 64,128 \
+        --dkdv ${GLUON_BWD_DKDV:-64,2 32,3} --dq ${GLUON_BWD_DQ:-64,3 128,2} \
+        --seqlens "${GLUON_BWD_SEQLENS:-1024,4096,16384}" --models --repeat 2 > "$OUT/gluon-bwd/probe.md" 2>&1
     echo "probe exit $?" >> "$OUT/gluon-bwd/probe.md"
     grep -E "exit|passed|failed|FAIL" "$OUT/gluon-bwd/tests.log" "$OUT/gluon-bwd/probe.md" | head -n 20
     grep "^| summary" "$OUT/gluon-bwd/probe.md" | tail -n 40

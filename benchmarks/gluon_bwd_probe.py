@@ -1,20 +1,21 @@
-"""The warp-specialised Gluon dK / dV kernel (kernels/flash_attn/bwd_gluon.py) against the Triton backward's dK / dV
-kernel (bwd.py ``_bwd_dkdv_kernel``, its launch replayed alone) and the whole Triton backward, H100.
+"""The warp-specialised Gluon backward kernels (kernels/flash_attn/bwd_gluon.py: dQ with delta, and dK / dV) against
+the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each launch replayed alone) and whole
+backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--configs 64,2 32,3] [--models] [--repeat 2] [--check-only]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--models] [--repeat 2] [--check-only]
 
-1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dK
-   and dV of every config against the FP64 oracle beside the Triton backward's error on the same inputs (dK / dV
+1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
+   dK and dV of every config against the FP64 oracle beside the Triton backward's error on the same inputs (outputs
    poisoned first); above 2x the Triton error plus a bf16 floor reads FAIL and the script exits 1 before timing.
 2. Kernel time (CUDA events through the harness's timer: warm-up, L2 flushed, median), every kernel of a cell in
    one process, interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` Llama-3-8B (GQA 32/8, 8k) and Llama-3-70B (64/8, 4k), causal. The Triton backward in its split
-   mode (FLASH_ATTN_BWD=split: dK / dV without dQ's atomics, as this kernel) at its pinned first picks
-   (FLASH_ATTN_AUTOTUNE=0) and without a group split; its dK / dV launch replayed alone with the same tensors; and
-   the whole backward with its dK / dV on the Gluon kernel (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_DKDV_TRY).
-   Rows ``| hd | causal | shape | kernel | config | ms | TFLOP/s (dK / dV's 4 matmuls) | / triton dkdv |``, then
-   each cell's fastest repeat per config (``| summary | ... |``).
+   mode (FLASH_ATTN_BWD=split: dK / dV without dQ's atomics, as the Gluon kernel) at its pinned first picks
+   (FLASH_ATTN_AUTOTUNE=0) and without a group split, each of its two launches replayed alone with the same tensors;
+   the Gluon kernels at each ``--dq`` / ``--dkdv`` config; the whole backward both ways (FLASH_ATTN_BWD=gluon:
+   configs.BWD_GLUON_TRY's configs). Rows ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``,
+   then each cell's fastest repeat (``| summary | ... |``).
 """
 
 from __future__ import annotations
@@ -31,15 +32,16 @@ import torch  # noqa: E402
 
 #: (name, batch, seqlen, query heads, kv heads, head dim): real models' causal training calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128))
-DEFAULT_CONFIGS = ("64,2", "32,3")
+DEFAULT_DKDV = ("64,2", "32,3")
+DEFAULT_DQ = ("64,3", "128,2")
 
 
-def _config(spec: str) -> dict:
-    """BLOCK_M,STAGES -> dkdv_gluon's keywords."""
+def _config(spec: str, first: str) -> dict:
+    """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords."""
     parts = [int(x) for x in spec.split(",")]
     if len(parts) != 2:
-        raise SystemExit(f"--configs {spec}: want BLOCK_M,STAGES")
-    return dict(zip(("block_m", "num_stages"), parts))
+        raise SystemExit(f"config {spec}: want BLOCK,STAGES")
+    return dict(zip((first, "num_stages"), parts))
 
 
 def _inputs(b, sq, sk, hq, hk, d, seed, dtype=torch.bfloat16):
@@ -79,27 +81,26 @@ def _whole(q, k, v, do, out, lse, causal, mode):
     return whole, cache
 
 
-def _triton_dkdv(q, k, v, do, out, lse, delta, causal):
-    """(the whole Triton backward as a callable, its dK / dV launch alone as a callable): the backward runs once
-    to leave its launches (split mode, no group split), the dK / dV one is then replayed with this call's
-    tensors."""
+def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
+    """The Triton backward's dQ and dK / dV launches (split mode, no group split), each replayable alone with this
+    call's tensors: name -> callable."""
     from kernels.flash_attn import bwd
 
-    whole, cache = _whole(q, k, v, do, out, lse, causal, "split")
-    launch = next(x for x in cache["plan"][3] if x.compiled.name == "_bwd_dkdv_kernel")
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv,
-               "DQacc": bwd._unused_buffer(q.device), "CuSeqQ": None, "CuSeqK": None}
-    return whole, functools.partial(launch, tensors)
+    _, cache = _whole(q, k, v, do, out, lse, causal, "split")
+    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": torch.empty_like(q),
+               "DK": torch.empty_like(k), "DV": torch.empty_like(v), "DQacc": bwd._unused_buffer(q.device),
+               "CuSeqQ": None, "CuSeqK": None}
+    names = {"_bwd_dq_kernel": "dq", "_bwd_dkdv_kernel": "dkdv"}
+    return {names[x.compiled.name]: functools.partial(x, tensors) for x in cache["plan"][3] if x.compiled.name in names}
 
 
-def check(dims, specs) -> bool:
+def check(dims, dkdv_specs, dq_specs) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.bwd_gluon import dkdv_gluon
+    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
 
     ok = True
-    print("| check | hd | causal | B Sq Sk Hq/Hk | config | max err dK | max err dV | triton's dK / dV | |")
+    print("| check | hd | causal | B Sq Sk Hq/Hk | kernel | config | max err | triton's | |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     cases = [(2, 1000, 1000, 4, 2), (1, 300, 1000, 4, 4), (1, 1000, 300, 2, 1), (1, 64, 64, 2, 2)]
     for d in dims:
@@ -109,17 +110,20 @@ def check(dims, specs) -> bool:
                 out, lse, delta = _forward(q, k, v, do, causal)
                 ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal,
                                         softmax_scale=d ** -0.5)
-                _, dk_t, dv_t = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=d ** -0.5, **_mask(causal))
-                e_t = [(x.double() - r).abs().max().item() for x, r in ((dk_t, ref.dk), (dv_t, ref.dv))]
-                floor = [2e-3 * r.abs().max().item() for r in (ref.dk, ref.dv)]
-                for spec in specs:
-                    dk, dv = dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal, poison=True,
-                                        **_config(spec))
-                    e = [(x.double() - r).abs().max().item() for x, r in ((dk, ref.dk), (dv, ref.dv))]
-                    good = all(x == x and x <= 2 * t + f for x, t, f in zip(e, e_t, floor))
-                    ok &= good
-                    print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {e[0]:.4g} | {e[1]:.4g} | "
-                          f"{e_t[0]:.4g} / {e_t[1]:.4g} | {'ok' if good else 'FAIL'} |", flush=True)
+                triton_ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=d ** -0.5, **_mask(causal))
+                runs = [("dkdv", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
+                                                  poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
+                runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
+                                               poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
+                for kernel, spec, got in runs:
+                    wants = (ref.dk, ref.dv) if kernel == "dkdv" else (ref.dq, )
+                    twins = triton_[1:] if kernel == "dkdv" else triton_[:1]
+                    for x, t, r in zip(got, twins, wants):
+                        e, e_t = ((y.double() - r).abs().max().item() for y in (x, t))
+                        good = e == e and e <= 2 * e_t + 2e-3 * r.abs().max().item()
+                        ok &= good
+                        print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {kernel} | {spec} | {e:.4g} | "
+                              f"{e_t:.4g} | {'ok' if good else 'FAIL'} |", flush=True)
     return ok
 
 
@@ -134,48 +138,57 @@ def _cells(dims, seqlens, masks, models):
                 yield f"{name} B{b} S{s}", b, s, hq, hk, d, True
 
 
-def timing(dims, specs, seqlens, masks, repeat, models):
+def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
     from harness.perf.timing import time_callable
-    from kernels.flash_attn.bwd_gluon import dkdv_gluon
+    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
 
     def timed(fn):
         fn()
         torch.cuda.synchronize()
         return time_callable(fn, "cuda").median_ms
 
-    print("| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton dkdv |")
-    print("|---|---|---|---|---|---|---|---|", flush=True)
+    print("| hd | causal | shape | kernel | config | ms | / its Triton twin |")
+    print("|---|---|---|---|---|---|---|", flush=True)
     best = {}
     for label, b, s, hq, hk, d, causal in _cells(dims, seqlens, masks, models):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0)
         out, lse, delta = _forward(q, k, v, do, causal)
-        flops = 4 * 2 * b * hq * s * s * d // (2 if causal else 1)  # dK / dV's four matmuls
-        whole, dkdv = _triton_dkdv(q, k, v, do, out, lse, delta, causal)
-        with_gluon = _whole(q, k, v, do, out, lse, causal, "gluon")[0]  # configs.BWD_GLUON_DKDV_TRY's config
-        calls = [("triton", "dkdv", dkdv), ("triton", "whole bwd", whole), ("gluon dkdv", "whole bwd", with_gluon)]
-        for spec in specs:
-            calls.append(("gluon", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta,
-                                                           softmax_scale=d ** -0.5, causal=causal, launches={},
-                                                           **_config(spec))))
+        parts = _triton_parts(q, k, v, do, out, lse, delta, causal)
+        scale = d ** -0.5
+        # (kernel, config, callable, its Triton twin's kernel)
+        calls = [("triton dq", "pinned", parts["dq"], None), ("triton dkdv", "pinned", parts["dkdv"], None),
+                 ("triton bwd", "whole", _whole(q, k, v, do, out, lse, causal, "split")[0], None),
+                 ("gluon bwd", "whole", _whole(q, k, v, do, out, lse, causal, "gluon")[0], "triton bwd")]
+        calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
+                                                       causal=causal, launches={}, **_config(spec, "block_n")),
+                   "triton dq") for spec in dq_specs]
+        calls += [("gluon dkdv", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
+                                                         causal=causal, launches={}, **_config(spec, "block_m")),
+                   "triton dkdv") for spec in dkdv_specs]
         cell = best.setdefault((d, "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
         for _ in range(repeat):
-            ref = None
-            for name, cfg, fn in calls:
+            this = {}
+            for name, cfg, fn, twin in calls:
                 ms = timed(fn)
-                ref = ref or ms
-                cell[name, cfg] = min(ms, cell.get((name, cfg), ms))
+                this[name] = this.get(name, ms)
+                cell[name, cfg] = (min(ms, cell.get((name, cfg), (ms, twin))[0]), twin)
+                ratio = f"{this[twin] / ms:.3f}" if twin else "-"
                 print(f"| {d} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
-                      f"{flops / ms / 1e9:.0f} | {ref / ms:.3f} |", flush=True)
-        del q, k, v, do, out, lse, delta, calls
+                      f"{ratio} |", flush=True)
+        del q, k, v, do, out, lse, delta, calls, parts
         torch.cuda.empty_cache()
-    print("\n| summary | hd | causal | shape | config | best ms | / triton dkdv | / triton whole bwd |")
-    print("|---|---|---|---|---|---|---|---|")
+    summary(best)
+
+
+def summary(best: dict) -> None:
+    """Each cell's fastest repeat per kernel and config against its Triton twin's fastest: ``| summary |`` rows."""
+    print("\n| summary | hd | causal | shape | kernel | config | best ms | / its Triton twin |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     for (d, causal, shape), cell in best.items():
-        for (name, cfg), ms in cell.items():
-            if name.startswith("gluon"):
-                per_dkdv = "-" if cfg == "whole bwd" else f"{cell['triton', 'dkdv'] / ms:.3f}"  # (a whole backward)
-                print(f"| summary | {d} | {causal} | {shape} | {name}: {cfg} | {ms:.4f} | {per_dkdv} | "
-                      f"{cell['triton', 'whole bwd'] / ms:.3f} |", flush=True)
+        fastest = {name: ms for (name, _), (ms, _) in cell.items() if name.startswith("triton")}
+        for (name, cfg), (ms, twin) in cell.items():
+            ratio = f"{fastest[twin] / ms:.3f}" if twin else "-"
+            print(f"| summary | {d} | {causal} | {shape} | {name} | {cfg} | {ms:.4f} | {ratio} |", flush=True)
 
 
 def main(argv=None) -> int:
@@ -183,24 +196,25 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
-    ap.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), metavar="BLOCK_M,STAGES")
+    ap.add_argument("--dkdv", nargs="+", default=list(DEFAULT_DKDV), metavar="BLOCK_M,STAGES")
+    ap.add_argument("--dq", nargs="+", default=list(DEFAULT_DQ), metavar="BLOCK_N,STAGES")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--check-only", action="store_true")
     a = ap.parse_args(argv)
-    for spec in a.configs:
-        _config(spec)
+    for spec in a.dkdv + a.dq:
+        _config(spec, "block")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_bwd_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
     os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
-    os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as this kernel
+    os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
     dims = [int(x) for x in a.head_dims.split(",")]
-    if not check(dims, a.configs):
-        print("gluon_bwd_probe: the Gluon kernel failed the check; no timing", file=sys.stderr)
+    if not check(dims, a.dkdv, a.dq):
+        print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
-        timing(dims, a.configs, [int(x) for x in a.seqlens.split(",")],
+        timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",")],
                [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models)
     return 0
 

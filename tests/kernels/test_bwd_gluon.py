@@ -75,18 +75,25 @@ def test_unsupported_inputs_are_named():
         bwd_gluon.dkdv_gluon(q.float(), k, v, do, lse, delta, softmax_scale=0.1, causal=False)
 
 
-def test_the_probe_reads_its_configs_and_cells():
+def test_the_probe_reads_its_configs_and_cells(capsys):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import gluon_bwd_probe as probe
     finally:
         sys.path.pop(0)
-    assert probe._config("32,3") == dict(block_m=32, num_stages=3)
+    assert probe._config("32,3", "block_m") == dict(block_m=32, num_stages=3)
+    assert probe._config("128,2", "block_n") == dict(block_n=128, num_stages=2)
     with pytest.raises(SystemExit):
-        probe._config("64")
+        probe._config("64", "block_m")
+    best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
+                                                 ("gluon dq", "64,3"): (0.16, "triton dq")}}
+    probe.summary(best)
     cells = list(probe._cells([64, 128], [1024, 4096], [False, True], models=True))
     assert len(cells) == 2 * 2 * 2 + len(probe.MODELS)
     assert ("sweep S1024", 16, 1024, 32, 32, 64, False) in cells and cells[-1][-1] is True
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| summary | 128")]
+    assert rows == ["| summary | 128 | no | sweep S1024 H16/16 | triton dq | pinned | 0.2000 | - |",
+                    "| summary | 128 | no | sweep S1024 H16/16 | gluon dq | 64,3 | 0.1600 | 1.250 |"]
 
 
 def _route(q, k, v, **over):
