@@ -57,6 +57,26 @@ class _BwdShape:
 
 
 @gluon.jit
+def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """A consumer's first turn of a block: S = a_s b_s^T and dP = a_dp b_dp^T issued on the tensor cores (64 x N,
+    fresh zero accumulators: none kept across the loop), then the turn handed to the other consumer."""
+    s = warpgroup_mma(a_s, b_s.permute((1, 0)), gl.zeros([64, N], gl.float32, layout=S_LAYOUT), use_acc=False,
+                      is_async=True)
+    dp = warpgroup_mma(a_dp, b_dp.permute((1, 0)), gl.zeros([64, N], gl.float32, layout=S_LAYOUT), use_acc=False,
+                       is_async=True)
+    _pass(other)
+    return s, dp
+
+
+@gluon.jit
+def _pass(bar):
+    """Arrive once on ``bar`` for the whole warpgroup, after every warp of it got here (the turn handed over, a
+    slot released)."""
+    gl.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
               group, g_lo, g_hi, j_lo, n_m, shape):
     """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
@@ -125,13 +145,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
             mbarrier.wait(mine, tc & 1)
-            # (the zero accumulators made here, not kept across the loop: 32 registers each)
-            s = warpgroup_mma(k_w, q_t.permute((1, 0)), gl.zeros([64, BLOCK_M], gl.float32, layout=S_LAYOUT),
-                              use_acc=False, is_async=True)
-            dp = warpgroup_mma(v_w, do_t.permute((1, 0)), gl.zeros([64, BLOCK_M], gl.float32, layout=S_LAYOUT),
-                               use_acc=False, is_async=True)
-            gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
-            mbarrier.arrive(other, count=1)
+            s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT)  # S^T and dP^T
             tc += 1
             # lse and delta read while the wgmmas run (loaded late: fewer registers live across the waits); rows
             # past the sequence: lse +inf makes P 0 (their Q and dO tiles are zero-filled)
@@ -152,12 +166,10 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             mbarrier.wait(mine, tc & 1)
             dv = warpgroup_mma(p16, do_t, dv, is_async=True)
             dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
-            gl.thread_barrier()
-            mbarrier.arrive(other, count=1)
+            _pass(other)
             tc += 1
             dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
-            gl.thread_barrier()  # every warp past its wait before the one arrive
-            mbarrier.arrive(empty.index(slot), count=1)  # this tile's Q and dO read: the slot is free
+            _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
     dk = dk * sm_scale
     rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
@@ -312,12 +324,7 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         v_t = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
         mbarrier.wait(mine, tc & 1)
-        s = warpgroup_mma(q_w, k_t.permute((1, 0)), gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT),
-                          use_acc=False, is_async=True)
-        dp = warpgroup_mma(do_w, v_t.permute((1, 0)), gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT),
-                           use_acc=False, is_async=True)
-        gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
-        mbarrier.arrive(other, count=1)
+        s, dp = _s_and_dp(q_w, k_t, do_w, v_t, other, BLOCK_N, S_LAYOUT)
         tc += 1
         s = warpgroup_mma_wait(1, deps=(s, ))  # S done; dP may still run
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
@@ -330,12 +337,10 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         ds16 = gl.convert_layout((p * (dp - gl.expand_dims(delta, 1))).to(DTYPE), A_LAYOUT)
         mbarrier.wait(mine, tc & 1)
         dq = warpgroup_mma(ds16, k_t, dq, is_async=True)  # keys past the sequence: zero-filled K rows add nothing
-        gl.thread_barrier()
-        mbarrier.arrive(other, count=1)
+        _pass(other)
         tc += 1
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-        gl.thread_barrier()  # every warp past its wait before the one arrive
-        mbarrier.arrive(empty.index(slot), count=1)  # this block's K and V read: the slot is free
+        _pass(empty.index(slot))  # this block's K and V read: the slot is free
     dq = dq * sm_scale
     gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(o_rows.to(gl.int64) * stride_dqs, 1)
              + gl.expand_dims(dims, 0), dq.to(DQ.dtype.element_ty), mask=o_keep)
@@ -456,25 +461,39 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
     ``poison``: NaN-fill dK and dV first."""
-    why = unsupported(q, k, v, do, lse, delta)
-    if why:
-        raise ValueError(f"dkdv_gluon: {why}")
-    if num_stages < 2:
-        raise ValueError("dkdv_gluon: num_stages must be at least 2")
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        raise RuntimeError("dkdv_gluon: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    if poison:
-        dk.fill_(float("nan"))
-        dv.fill_(float("nan"))
+    _check_call("dkdv_gluon", unsupported(q, k, v, do, lse, delta), num_stages, q)
+    dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv}
-    replay = launches.get("dkdv") if launches is not None else None
-    if replay is not None and replay(tensors):
-        return dk, dv
-    made = dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs)
-    if launches is not None and made is not None:
-        launches["dkdv"] = made
+    _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
+        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs))
     return dk, dv
+
+
+def _check_call(name: str, why: str | None, num_stages: int, q) -> None:
+    """What a direct call of a kernel cannot run, raised: its inputs (``why``), too few stages, no sm90 GPU."""
+    if why:
+        raise ValueError(f"{name}: {why}")
+    if num_stages < 2:
+        raise ValueError(f"{name}: num_stages must be at least 2")
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise RuntimeError(f"{name}: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
+
+
+def _outputs(poison: bool, *outs):
+    """``outs``, NaN-filled with ``poison``."""
+    for t in outs if poison else ():
+        t.fill_(float("nan"))
+    return outs
+
+
+def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
+    """Replay ``launches[key]`` with ``tensors``, or call ``launch()`` and keep the Launch it returns there."""
+    replay = launches.get(key) if launches is not None else None
+    if replay is not None and replay(tensors):
+        return
+    made = launch()
+    if launches is not None and made is not None:
+        launches[key] = made
 
 
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
@@ -510,22 +529,9 @@ def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_st
              poison=False, launches=None):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s."""
-    why = unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse)
-    if why:
-        raise ValueError(f"dq_gluon: {why}")
-    if num_stages < 2:
-        raise ValueError("dq_gluon: num_stages must be at least 2")
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        raise RuntimeError("dq_gluon: needs an sm90 GPU (Hopper's wgmma and TMA; Gluon has no interpreter)")
-    dq, delta = torch.empty_like(q), torch.empty_like(lse)
-    if poison:
-        dq.fill_(float("nan"))
-        delta.fill_(float("nan"))
+    _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
+    dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
-    replay = launches.get("dq") if launches is not None else None
-    if replay is not None and replay(tensors):
-        return dq, delta
-    made = dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs)
-    if launches is not None and made is not None:
-        launches["dq"] = made
+    _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(
+        q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs))
     return dq, delta
