@@ -56,6 +56,12 @@ class _BwdShape:
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
 
 
+@gluon.constexpr_function
+def _acc_layout(n):
+    """A consumer warpgroup's wgmma accumulator layout for 64 rows x ``n`` columns (16-bit operands)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
 @gluon.jit
 def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constexpr):
     """A consumer's first turn of a block: S = a_s b_s^T and dP = a_dp b_dp^T issued on the tensor cores (64 x N,
@@ -130,10 +136,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
-    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
-    G_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
+    S_LAYOUT: gl.constexpr = _acc_layout(BLOCK_M)  # S^T, dP^T: 64 keys x BLOCK_M queries
+    G_LAYOUT: gl.constexpr = _acc_layout(HEAD_DIM)  # dK, dV
     A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
     KEYS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     QUERIES: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)
@@ -291,10 +295,8 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
     BLOCK_N: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
-    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    G_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
+    S_LAYOUT: gl.constexpr = _acc_layout(BLOCK_N)  # S, dP: 64 queries x BLOCK_N keys
+    G_LAYOUT: gl.constexpr = _acc_layout(HEAD_DIM)  # dQ
     A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     DTYPE: gl.constexpr = q_smem.dtype
