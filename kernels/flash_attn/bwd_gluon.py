@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
-from .fp8_gluon import _key_blocks
+from .fp8_gluon import _key_blocks, _ws_barriers
 
 #: head dims (d = d_v) the kernel compiles for
 HEAD_DIMS = (64, 128)
@@ -80,23 +80,6 @@ def _pass(bar):
     slot released)."""
     gl.thread_barrier()
     mbarrier.arrive(bar, count=1)
-
-
-@gluon.jit
-def _barriers(NUM_STAGES: gl.constexpr):
-    """Both kernels' barriers: one for the tiles a program loads once, a ring's ``ready`` (the loader's TMA landed)
-    and ``empty`` (both consumer warpgroups released the slot), and the consumers' two ``turn`` barriers."""
-    once = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(once, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    return once, ready, empty, turn
 
 
 @gluon.jit
@@ -245,7 +228,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
-    kv_bar, ready, empty, turn = _barriers(NUM_STAGES)
+    kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
@@ -387,7 +370,7 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     do_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
-    q_bar, ready, empty, turn = _barriers(NUM_STAGES)
+    q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
     shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,

@@ -285,6 +285,24 @@ class _WsShape:
 
 
 @gluon.jit
+def _ws_barriers(NUM_STAGES: gl.constexpr):
+    """The warp-specialised kernels' barriers (forwards here, backwards in bwd_gluon.py): one for the tiles a
+    program loads once, a ring's ``ready`` (the loader's TMA landed) and ``empty`` (both consumer warpgroups released
+    the slot), and the consumers' two ``turn`` barriers (ping-pong)."""
+    once = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(once, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    return once, ready, empty, turn
+
+
+@gluon.jit
 def _ws_v(v_slot, FP8: gl.constexpr):
     """A slot's V tile as the B operand of O += P V ([BLOCK_N, HEAD_DIM]): FP8's V^T tile seen transposed
     (keys, its contiguous dim, become the dot's depth), a 16-bit V tile as loaded."""
@@ -460,21 +478,12 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
     k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, HEAD_DIM, BLOCK_N], V_SL)
     o_smem = gl.allocate_shared_memory(Out.dtype.element_ty, [2, 64, HEAD_DIM], O_SL)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
+    q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
     # (no second head-dim part: the part-B arguments are the first part's objects, never read)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc,
                  k_desc, q_smem, k_smem)
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                     mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem, k_smem)
     gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
@@ -530,20 +539,11 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     # wgmma has retired before its epilogue stores there, and nothing else reads it. 32 KiB at hd 128 buys a third
     # stage of 128-key K and V tiles (224 KiB in all)
     o_smem = q_smem
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # both consumer warpgroups release a slot
+    q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b)
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                     mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b)
     gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
@@ -760,18 +760,9 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
         k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
     else:  # (never read: the first part's objects stand in)
         q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
     mbarrier.init(q_free, count=2)  # both consumers retire their Q K^T
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
