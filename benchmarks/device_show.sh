@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        gluon-ws | gluon-bwd | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+#        gluon-ws | gluon-bwd | gluon-route | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -798,6 +798,17 @@ gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon backward kernels
     grep -E "exit|passed|failed|FAIL" "$OUT/gluon-bwd/tests.log" "$OUT/gluon-bwd/probe.md" | head -n 20
     grep "^| summary" "$OUT/gluon-bwd/probe.md" | tail -n 40
     tarred gluon-bwd
+    ;;
+gluon-route)  # issue 16 (session 32): the GPU tests of the routed Gluon forward (persistent orders, MLA) and backward
+    # (dQ, dK / dV, the default route by length), both files under one timeout (a barrier mistake hangs)
+    setup
+    mkdir -p "$OUT/gluon-route"
+    FLASH_ATTN_AUTOTUNE=0 timeout "${GLUON_ROUTE_SECONDS:-280}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+        -n 8 -m gpu --durations=8 tests/kernels/test_gluon_ws.py tests/kernels/test_bwd_gluon.py \
+        > "$OUT/gluon-route/tests.log" 2>&1
+    echo "tests exit $?" >> "$OUT/gluon-route/tests.log"
+    tail -n 25 "$OUT/gluon-route/tests.log"
+    tarred gluon-route
     ;;
 gpu-tests)  # issue 7: the sm90 matrix, all dtypes or `gpu-tests fp16` (one per call fits 600 s)
     setup

@@ -1,5 +1,5 @@
-"""The backward's dK / dV kernel for Hopper in Gluon, warp-specialised (issue 16's goals; session 31: built and
-compiled for sm_90a on the CPU, not yet run on a GPU, not routed).
+"""The backward's dK / dV kernel for Hopper in Gluon, warp-specialised, and its dQ kernel (issue 16's goals; built
+without a GPU in session 31; first run, measured and routed in session 32: configs.BWD_GLUON).
 
 The Triton backward (bwd.py) runs a dQ kernel (which also computes delta = rowsum(dO * O)) and a dK / dV kernel;
 the second does four of the backward's seven matmuls. This is that kernel on the forward's warp-specialised plan
@@ -14,8 +14,8 @@ its K and V once and then Q and dO tiles of 64 query rows through a ring of stag
 so every operand is where a wgmma wants it: K_w and V_w from shared memory as the A operand, Q and dO tiles as the
 B operand (seen transposed for S^T and dP^T, as loaded for dV and dK), P^T and dS^T from registers as the A
 operand. The consumers take turns to issue (the forward's ping-pong ``turn`` barriers): one's exponentials run
-while the other's wgmmas do. GQA: the program runs the group's query heads one after another (no split across
-programs: MQA with few kv heads fills few SMs). Rows past a sequence's end: zero-filled tiles, lse read as +inf
+while the other's wgmmas do. GQA: the program runs the group's query heads one after another, or a share of them
+under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a sequence's end: zero-filled tiles, lse read as +inf
 (P = 0); keys past it are computed and not stored.
 
 Dense bf16 / fp16, d = d_v in (64, 128), causal (bottom-right aligned) or no mask; no window, softcap or varlen.

@@ -423,16 +423,23 @@ FWD_GLUON_WS: dict[tuple[int, int], tuple[int, int]] = {(128, 128): (128, 3), (1
 FWD_GLUON_WS_MIN_SEQLEN: dict[tuple[int, int], dict[bool, int]] = {(128, 128): {False: 512, True: 1024},
                                                                     (192, 128): {False: 512, True: 512}}
 #: ... as the persistent kernel (one program an SM looping over the tiles) in a tile order of fp8_gluon.TILE_ORDERS,
-#: keyed (GQA / MQA: query heads share kv heads, causal); None: the one-program-a-tile grid. Session 31 (H100, same
-#: runs, hd 128, docs/perf/gluon-ws-s31), against the one-program-a-tile kernel: GQA / MQA, query blocks outer,
-#: 1.02-1.17x on the attention-layer report's four hd 128 GQA / MQA rows (causal and not) and on Llama-3-8B / 70B
-#: and an MQA 32/1 causal (programs running together share the group's K / V; kv heads outer ties it non-causal,
-#: 0.77-1.03x causal); MHA (FA sweep) non-causal, kv heads outer, 1.02-1.29x at 512-16k (query blocks outer
-#: 0.77-1.01x: no K / V shared, L2 thrashed); MHA causal stays one program a tile (kv heads outer 1.02-1.07x at
-#: 512-4k but 0.72-0.79x at 16k: a static round-robin over one head's query blocks, heaviest first, hands some
-#: programs only heavy tiles).
+#: keyed (GQA / MQA: query heads share kv heads, causal); None: the one-program-a-tile grid. Measured on an H100
+#: against the one-program-a-tile kernel (kernel alone, CUDA events; docs/perf/gluon-ws-s31, docs/perf/gluon-ws-s32):
+#: hd 128 GQA / MQA non-causal, query blocks outer, 1.02-1.17x on the attention-layer report's GQA / MQA rows
+#: (programs running together share the group's K / V); GQA / MQA causal, kv heads outer snaking over the query
+#: blocks (s32), 1.08x on Llama-3-8B 8k and 70B 4k, 1.09x an MQA 32/1 4k (query blocks outer: 1.04x / 1.07x / 1.12x);
+#: MHA non-causal, kv heads outer, 1.02-1.29x at 512-16k (query blocks outer 0.77-1.01x: no K / V shared, L2
+#: thrashed); MHA causal, snaking, 1.25x / 1.10x at 1k / 4k but 0.955x at 16k (kv heads outer without the snake
+#: 0.71-0.79x at 16k: a static round-robin hands some programs only heavy tiles; hence the bound below). MLA
+#: 192 / 128 (MHA), snaking (s32): 1.03-1.29x non-causal and 1.11-1.46x causal on the FA sweep's 512 / 1k and the
+#: attention-layer report's three MLA rows (kv heads outer without the snake 1.02-1.31x).
 FWD_GLUON_WS_PERSISTENT: dict[tuple[int, int], dict[tuple[bool, bool], str | None]] = {
-    (128, 128): {(True, False): "query", (True, True): "query", (False, False): "kv", (False, True): None}}
+    (128, 128): {(True, False): "query", (True, True): "kv-snake", (False, False): "kv", (False, True): "kv-snake"},
+    (192, 128): {(False, False): "kv-snake", (False, True): "kv-snake"}}
+#: ... and only up to this many query tokens where a key is here (longer: one program a tile). MHA causal hd 128: the
+#: snake's last measured win is 4k (8k not measured; 16k 0.955x).
+FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool], int]] = {
+    (128, 128): {(False, True): 4096}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 
@@ -445,6 +452,17 @@ def _on_sm90(q, sm_major: int | None) -> bool:
             return False
         sm_major = torch.cuda.get_device_capability(q.device)[0]
     return sm_major == 9
+
+
+def persistent_order(dims: tuple[int, int], gqa: bool, causal: bool, seqlen_q: int) -> str | None:
+    """The persistent Gluon forward's tile order for these (q / k, v) head dims, heads (``gqa``: query heads share
+    kv heads), mask and query length, or None for the one-program-a-tile kernel (:data:`FWD_GLUON_WS_PERSISTENT`,
+    :data:`FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN`)."""
+    key = (gqa, causal)
+    order = FWD_GLUON_WS_PERSISTENT.get(dims, {}).get(key)
+    if order is not None and seqlen_q > FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN.get(dims, {}).get(key, seqlen_q):
+        return None
+    return order
 
 
 def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
@@ -470,7 +488,7 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
 
     if ws16_unsupported(q, k, v):
         return None
-    order = FWD_GLUON_WS_PERSISTENT.get(dims, {}).get((q.shape[2] > k.shape[2], bool(causal)))
+    order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1])
     return {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
 
 
@@ -648,8 +666,8 @@ TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "BLOCK_DB", "IS_CAUSAL", "HAS_LEFT", "HAS_
 
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
     """'split' (dK/dV kernel + dQ kernel, deterministic) or 'atomic' (one kernel, dQ by fp32 atomics).
-    FLASH_ATTN_BWD=split|atomic forces one (``gluon``: split, its kernels the Gluon ones where they run:
-    :func:`gluon_bwd`); the default is 'split' until measured otherwise."""
+    FLASH_ATTN_BWD=split|atomic forces one on the Triton kernels (``gluon``: split, its kernels the Gluon ones
+    wherever they run); the default is 'split', its kernels as :func:`gluon_bwd` routes them."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):
         return forced
@@ -657,24 +675,42 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 
 
 #: bf16 / fp16 backward head dims (d = d_v) whose split-mode kernels run the warp-specialised Gluon ones
-#: (bwd_gluon.py) on sm90: per kernel ("dq": BLOCK_N, stages; "dkdv": BLOCK_M, stages). None until measured
-#: (session 31 built them without a GPU). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs
-#: wherever they can (tests, probes).
-BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {}
-BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (64, 3), "dkdv": (64, 2)},
-                                                        128: {"dq": (64, 3), "dkdv": (32, 3)}}
+#: (bwd_gluon.py) on sm90: per kernel ("dq": BLOCK_N, stages; "dkdv": BLOCK_M, stages), from
+#: :data:`BWD_GLUON_MIN_SEQLEN`'s length. Measured on an H100 (session 32, docs/perf/gluon-bwd-s32; each launch
+#: replayed alone against its Triton twin at the Triton kernel's pinned config, CUDA events): hd 128 dK / dV at
+#: 64-row tiles over 2 stages 1.08-1.27x at 1k-16k on the FA sweep and Llama-3-8B 8k / 70B 4k causal (32-row tiles
+#: 0.96-1.13x); hd 128 dQ at 128-key tiles over 2 stages 1.05-1.16x from 4k (0.95-1.01x at 1k; 64-key tiles
+#: 0.92-1.15x); hd 64 dK / dV 1.07x / 1.18x causal at 4k / 16k, 1.04x non-causal at 16k, 0.87-0.97x shorter; hd 64
+#: dQ 0.61-0.91x everywhere (stays Triton). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs
+#: wherever they can, at any length (tests, probes).
+BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv": (64, 2)}, 64: {"dkdv": (64, 2)}}
+#: ... and only where both sequences hold at least this many tokens, by head dim, kernel and mask (False: none,
+#: True: causal); the shortest measured win (shorter not measured: 1k was the sweep's shortest).
+BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
+    128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
+    64: {"dkdv": {False: 16384, True: 4096}}}
+BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
+                                                        128: {"dq": (128, 2), "dkdv": (64, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 
 
 def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
               fp8: bool, atomic: bool, sm_major: int | None = None) -> dict:
     """Kernel name ("dq", "dkdv") -> bwd_gluon.dq_launch's / dkdv_launch's keywords for the backward's kernels
-    that run on the Gluon ones; empty where both run the Triton ones: a head dim of :data:`BWD_GLUON` (or of
-    :data:`BWD_GLUON_TRY` with ``FLASH_ATTN_BWD=gluon``), the split mode, dense bf16 / fp16 inputs the kernels take
+    that run on the Gluon ones; empty where both run the Triton ones: a head dim and kernel of :data:`BWD_GLUON`
+    with both sequences at least :data:`BWD_GLUON_MIN_SEQLEN` long (or any of :data:`BWD_GLUON_TRY` with
+    ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16 inputs the kernels take
     (bwd_gluon.unsupported: d = d_v, TMA-readable rows, lse [B, Hq, Sq]), causal or no mask, no softcap, an sm90
     GPU (not the interpreter). ``sm_major``: as :func:`gluon_ws_fwd`'s."""
-    table = BWD_GLUON_TRY if os.environ.get("FLASH_ATTN_BWD", "") == "gluon" else BWD_GLUON
-    cfg = table.get(q.shape[-1])
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if forced in ("split", "atomic"):  # the Triton kernels, as asked
+        return {}
+    tried = forced == "gluon"
+    cfg = (BWD_GLUON_TRY if tried else BWD_GLUON).get(q.shape[-1])
+    if cfg and not tried:
+        least = BWD_GLUON_MIN_SEQLEN.get(q.shape[-1], {})
+        seqlen = min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0
+        cfg = {name: c for name, c in cfg.items() if seqlen >= least.get(name, {}).get(bool(causal), 0)}
     if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return {}
     if not _on_sm90(q, sm_major) or out.shape != q.shape:

@@ -552,7 +552,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
 
 # --------------------------------------------------------------------------------------------
 # Persistent (16-bit): the same schedule looping over 128-row tiles, one program an SM (session 30; measured and
-# routed in session 31 for GQA / MQA and MHA non-causal at hd 128: configs.FWD_GLUON_WS_PERSISTENT)
+# routed in sessions 31-32 at hd 128 and MLA 192 / 128: configs.FWD_GLUON_WS_PERSISTENT)
 # --------------------------------------------------------------------------------------------
 
 

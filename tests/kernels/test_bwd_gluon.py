@@ -1,5 +1,5 @@
 """The warp-specialised Gluon backward kernels, dQ and dK / dV (kernels/flash_attn/bwd_gluon.py; session 31: built
-on the CPU, not routed by default). Gluon has no interpreter: on the CPU the kernels are compiled for sm_90a
+on the CPU; session 32: routed by configs.BWD_GLUON). Gluon has no interpreter: on the CPU the kernels are compiled for sm_90a
 (benchmarks/fp8_gluon_ptxas.py) and the input checks and the route run; on an sm90 GPU (marked ``gpu``) dQ, delta,
 dK and dV run against the FP64 oracle beside the Triton backward's on the same inputs.
 """
@@ -104,11 +104,28 @@ def _route(q, k, v, **over):
 
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
-    """Off by default (configs.BWD_GLUON empty until measured); FLASH_ATTN_BWD=gluon: the split mode, and both
-    kernels on Gluon at hd 64 / 128 dense bf16 / fp16 causal or no mask on sm90, nothing else."""
-    q, k, v, *_ = _inputs()
+    """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
+    4k; hd 64: dK / dV from 4k causal, 16k non-causal); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
+    FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or unmasked calls on sm90, nothing else."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
-    assert _route(q, k, v) == {}
+    dq, dkdv = (dict(zip(configs._BWD_GLUON_KEYS[n], configs.BWD_GLUON[128][n])) for n in ("dq", "dkdv"))
+    least = configs.BWD_GLUON_MIN_SEQLEN
+    q, k, v, *_ = _inputs()
+    assert _route(q, k, v) == {}  # 256 tokens: the Triton kernels
+    for causal in (False, True):
+        mask = dict(causal=causal, window_right=0 if causal else -1)
+        at = lambda n, mask=mask, **kw: _route(*_inputs(sq=n, sk=n, **kw)[:3], **mask)  # noqa: E731
+        assert at(least[128]["dkdv"][causal]) == {"dkdv": dkdv} and at(least[128]["dkdv"][causal] - 1) == {}
+        assert at(least[128]["dq"][causal]) == {"dq": dq, "dkdv": dkdv} and at(least[128]["dq"][causal] - 1) == {
+            "dkdv": dkdv}
+        assert set(at(least[64]["dkdv"][causal], d=64)) == {"dkdv"} and at(least[64]["dkdv"][causal] - 1, d=64) == {}
+    long_q = _inputs(sq=8192, sk=least[128]["dkdv"][False] - 1)  # the shorter sequence decides
+    assert _route(*long_q[:3]) == {}
+    long = _inputs(sq=4096, sk=4096)[:3]
+    assert _route(*long) == {"dq": dq, "dkdv": dkdv}
+    for mode in ("split", "atomic"):  # forced modes keep the Triton kernels (the probes' baseline)
+        monkeypatch.setenv("FLASH_ATTN_BWD", mode)
+        assert _route(*long) == {}, mode
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
     assert configs.bwd_mode(128, q.dtype, False, 0) == "split"
     (bn, st_q), (bm, st_k) = configs.BWD_GLUON_TRY[128]["dq"], configs.BWD_GLUON_TRY[128]["dkdv"]
@@ -119,9 +136,6 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
                  dict(atomic=True), dict(sm_major=8), dict(sm_major=10), dict(sm_major=None)):
         assert _route(q, k, v, **over) == {}, over
     assert _route(*_inputs(d=96)[:3]) == {} and _route(q.float(), k.float(), v.float()) == {}
-    monkeypatch.setattr(configs, "BWD_GLUON", {128: {"dkdv": (64, 2)}})  # a measured route, once there is one
-    monkeypatch.delenv("FLASH_ATTN_BWD")
-    assert _route(q, k, v) == {"dkdv": dict(block_m=64, num_stages=2)} and _route(*_inputs(d=64)[:3]) == {}
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
@@ -186,6 +200,32 @@ def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk
     assert not {"_bwd_dq_kernel", "_bwd_dkdv_kernel"} & set(names), names
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 1024, 1024, 8, 2, 128, False), (1, 4096, 4096, 4, 1, 128, True), (1, 4096, 4096, 4, 2, 64, True)],
+    ids=["hd128-S1024", "hd128-causal-MQA-S4096", "hd64-causal-S4096"])
+def test_gpu_default_backward_route_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
+    """flash_attn_func's backward as routed by default (configs.BWD_GLUON from BWD_GLUON_MIN_SEQLEN's lengths; the
+    Gluon dK / dV beside the Triton dQ, which then makes delta, where only dK / dV is routed): each kernel the
+    table names is the Gluon one, the others Triton's, out and every gradient within the tolerance rule of the FP64
+    oracle."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    routed = {n for n in configs.BWD_GLUON.get(d, {}) if min(sq, sk) >= configs.BWD_GLUON_MIN_SEQLEN[d][n][causal]}
+    assert "dkdv" in routed  # each case is one the table routes
+    interface._SIGNATURES.clear()
+    check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
+    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
+             for x in plans["plan"][3]}
+    want = {f"_bwd_{n}_ws_kernel" if n in routed else f"_bwd_{n}_kernel" for n in ("dq", "dkdv")}
+    assert want <= names and not {f"_bwd_{n}_kernel" for n in routed} & names, (names, want)
     interface._SIGNATURES.clear()
 
 

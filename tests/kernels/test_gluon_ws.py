@@ -35,7 +35,7 @@ def compiled():
     root = Path(__file__).resolve().parents[2]
     specs = ROUTED + [ROUTED[0] + ",1"]
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
-    persistent += [f"ws16pk:192/128,64,4,{c}" for c in (0, 1)]
+    persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
                           *persistent], capture_output=True, text=True, cwd=root, timeout=300,
                          env=dict(os.environ, TRITON_INTERPRET="0"))
@@ -75,14 +75,22 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     q, k, v = _qkv()
     bn, st = configs.FWD_GLUON_WS[128, 128]
+    causal = dict(causal=True, window_right=0)
     gqa = dict(block_n=bn, num_stages=st, persistent=True, tile_order="query")  # q's 4 heads over k's 2
-    assert _route(q, k, v) == gqa == _route(q, k, v, causal=True, window_right=0)
+    assert _route(q, k, v) == gqa and _route(q, k, v, **causal) == dict(gqa, tile_order="kv-snake")
     assert _route(*_qkv(hk=4)) == dict(gqa, tile_order="kv")  # MHA: kv heads outer
-    assert _route(*_qkv(hk=4), causal=True, window_right=0) == dict(gqa, persistent=False)  # one program a tile
+    assert _route(*_qkv(hk=4), **causal) == dict(gqa, tile_order="kv-snake")
+    longest = configs.FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN[128, 128][False, True]  # MHA causal past it: a tile a program
+    assert _route(*_qkv(hk=4, sq=longest, sk=longest), **causal)["persistent"]
+    assert _route(*_qkv(hk=4, sq=longest + 1, sk=longest + 1), **causal) == dict(gqa, persistent=False)
+    assert _route(*_qkv(sq=4 * longest, sk=4 * longest), **causal) == dict(gqa, tile_order="kv-snake")  # GQA: no bound
     bn, st = configs.FWD_GLUON_WS[192, 128]
-    mla = _qkv(d=192)[:2] + (torch.empty(1, 1024, 2, 128, dtype=q.dtype),)
+    mla = _qkv(d=192)[:2] + (torch.empty(1, 1024, 2, 128, dtype=q.dtype),)  # MLA is MHA: GQA's form not measured
     assert _route(*mla) == dict(block_n=bn, num_stages=st, persistent=False, tile_order="query")
-    assert _route(*mla, causal=True, window_right=0) == _route(*mla)
+    assert _route(*mla, **causal) == _route(*mla)
+    mla_mha = _qkv(d=192, hk=4)[:2] + (torch.empty(1, 1024, 4, 128, dtype=q.dtype),)
+    assert _route(*mla_mha) == _route(*mla_mha, **causal) == dict(block_n=bn, num_stages=st, persistent=True,
+                                                                   tile_order="kv-snake")
     assert _route(*_qkv(d=192)) is None  # v 192: not a pair the kernel runs
     assert _route(*_qkv(dtype=torch.float16)) is not None
     assert _route(q, k, v, window_left=100) is None
@@ -130,9 +138,10 @@ def test_unsupported_inputs_are_named():
 WS_KERNELS = ("_fwd_ws_kernel", "_fwd_ws_persistent_kernel")
 
 
-def _routed_kernel(hq, hk, causal, d=128, dv=128):
-    """The Gluon kernel the route launches for these heads, mask and head dims (configs.FWD_GLUON_WS_PERSISTENT)."""
-    return WS_KERNELS[configs.FWD_GLUON_WS_PERSISTENT.get((d, dv), {}).get((hq > hk, causal)) is not None]
+def _routed_kernel(hq, hk, causal, sq, d=128, dv=128):
+    """The Gluon kernel the route launches for these heads, mask, query length and head dims
+    (configs.persistent_order)."""
+    return WS_KERNELS[configs.persistent_order((d, dv), hq > hk, causal, sq) is not None]
 
 
 def _launched(interface):
@@ -160,7 +169,7 @@ def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, 
     interface._SIGNATURES.clear()
     out, lse, *_ = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
     names = _launched(interface)
-    assert names and set(names) == {_routed_kernel(hq, hk, causal)}, names
+    assert names and set(names) == {_routed_kernel(hq, hk, causal, sq)}, names
     out2, lse2, *_ = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, device="cuda")
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
     interface._SIGNATURES.clear()
@@ -185,7 +194,7 @@ def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal,
     interface._SIGNATURES.clear()
     check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, device="cuda", dv=dv)
     names = _launched(interface)
-    assert names and set(names) == {_routed_kernel(hq, hk, causal, d, dv)}, names
+    assert names and set(names) == {_routed_kernel(hq, hk, causal, sq, d, dv)}, names
     interface._SIGNATURES.clear()
 
 
@@ -199,7 +208,7 @@ def test_gpu_the_environment_knob_keeps_the_triton_forward(monkeypatch):
     q = torch.randn(1, 2048, 4, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(1, 2048, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     flash_attn_func(q, k, v)  # GQA: the persistent kernel's route
-    flash_attn_func(q, q, q, causal=True)  # MHA causal: the one-program-a-tile kernel's
+    flash_attn_func(q, q, q, causal=True)  # MHA causal: the persistent kernel's too (kv heads outer, snaking)
     names = _launched(interface)
     assert names and not set(names) & set(WS_KERNELS), names
     interface._SIGNATURES.clear()
@@ -248,9 +257,10 @@ def test_gpu_persistent_kernel_matches_oracle(b, sq, sk, hq, hk, causal, order):
 
 def test_the_mla_training_form_compiles_in_two_head_dim_parts(compiled):
     """q / k 192 = 128 + 64 with v 128 (DeepSeek's training-form MLA, routed since session 31), one program a tile
-    and persistent (not yet timed): the scores as two chained 16-bit wgmmas (more wgmmas than hd 128's kernel at the
-    same tile), no spill at 64-key tiles over four stages, the ping-pong waits, shared memory within 227 KiB."""
-    for spec in ("ws16:192/128,64,4,0", "ws16:192/128,64,4,1", "ws16pk:192/128,64,4,0", "ws16pk:192/128,64,4,1"):
+    and persistent (MHA routed to the snaking order since session 32): the scores as two chained 16-bit wgmmas (more
+    wgmmas than hd 128's kernel at the same tile), no spill at 64-key tiles over four stages, the ping-pong waits,
+    shared memory within 227 KiB."""
+    for spec in (f"ws16{p}:192/128,64,4,{c}" for p in ("", "pk", "ps") for c in (0, 1)):
         r = compiled[spec]
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
@@ -261,11 +271,11 @@ def test_the_mla_training_form_compiles_in_two_head_dim_parts(compiled):
 @needs_sm90
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("sq, sk", [(1000, 1000), (300, 700), (700, 300)], ids=["S1000", "Sq<Sk", "Sq>Sk"])
-@pytest.mark.parametrize("order", [None, "kv"], ids=["one-program-a-tile", "persistent-kv"])
+@pytest.mark.parametrize("order", [None, *fp8_gluon.TILE_ORDERS])
 def test_gpu_mla_training_form_matches_oracle(sq, sk, causal, order, monkeypatch):
-    """The 16-bit kernel at q / k 192 (two parts), v 128, one program a tile or persistent (kv heads outer; session
-    31, not yet run on a GPU): out and lse within the Triton forward's error of the FP64 oracle (plus bf16
-    rounding; the Triton forward held off the route by the knob), rows that see no key 0 / -inf."""
+    """The 16-bit kernel at q / k 192 (two parts), v 128, one program a tile or persistent in each tile order
+    (session 32 routes MHA to the snaking one): out and lse within the Triton forward's error of the FP64 oracle
+    (plus bf16 rounding; the Triton forward held off the route by the knob), rows that see no key 0 / -inf."""
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.fwd import flash_attn_fwd
 
