@@ -3,7 +3,7 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--models] [--repeat 2] [--check-only]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--models] [--repeat 2] [--autotune] [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
    dK and dV of every config against the FP64 oracle beside the Triton backward's error on the same inputs (outputs
@@ -12,9 +12,10 @@ backwards, H100.
    one process, interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` Llama-3-8B (GQA 32/8, 8k) and Llama-3-70B (64/8, 4k), causal. The Triton backward in its split
    mode (FLASH_ATTN_BWD=split: dK / dV without dQ's atomics, as the Gluon kernel) at its pinned first picks
-   (FLASH_ATTN_AUTOTUNE=0) and without a group split, each of its two launches replayed alone with the same tensors;
-   the Gluon kernels at each ``--dq`` / ``--dkdv`` config; the whole backward both ways (FLASH_ATTN_BWD=gluon:
-   configs.BWD_GLUON_TRY's configs). Rows ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``,
+   (FLASH_ATTN_AUTOTUNE=0; ``--autotune``: the configs its autotuner picks, as a user's call gets them) and without a
+   group split, each of its two launches replayed alone with the same tensors; the Gluon kernels at each ``--dq`` /
+   ``--dkdv`` config; the whole backward three ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon:
+   configs.BWD_GLUON_TRY's configs) and as routed by default ("routed": configs.BWD_GLUON by length). Rows ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``,
    then each cell's fastest repeat (``| summary | ... |``).
 """
 
@@ -158,7 +159,8 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
         # (kernel, config, callable, its Triton twin's kernel)
         calls = [("triton dq", "pinned", parts["dq"], None), ("triton dkdv", "pinned", parts["dkdv"], None),
                  ("triton bwd", "whole", _whole(q, k, v, do, out, lse, causal, "split")[0], None),
-                 ("gluon bwd", "whole", _whole(q, k, v, do, out, lse, causal, "gluon")[0], "triton bwd")]
+                 ("gluon bwd", "whole", _whole(q, k, v, do, out, lse, causal, "gluon")[0], "triton bwd"),
+                 ("routed bwd", "whole", _whole(q, k, v, do, out, lse, causal, "")[0], "triton bwd")]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]
@@ -200,6 +202,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dq", nargs="+", default=list(DEFAULT_DQ), metavar="BLOCK_N,STAGES")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--autotune", action="store_true",
+                    help="the Triton kernels at their autotuned configs (default: the pinned first picks)")
     ap.add_argument("--check-only", action="store_true")
     a = ap.parse_args(argv)
     for spec in a.dkdv + a.dq:
@@ -207,7 +211,7 @@ def main(argv=None) -> int:
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_bwd_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
-    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
     dims = [int(x) for x in a.head_dims.split(",")]
     if not check(dims, a.dkdv, a.dq):
