@@ -157,7 +157,8 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
         parts = _triton_parts(q, k, v, do, out, lse, delta, causal)
         scale = d ** -0.5
         # (kernel, config, callable, its Triton twin's kernel)
-        calls = [("triton dq", "pinned", parts["dq"], None), ("triton dkdv", "pinned", parts["dkdv"], None),
+        tuned = "autotuned" if os.environ.get("FLASH_ATTN_AUTOTUNE") == "1" else "pinned"
+        calls = [("triton dq", tuned, parts["dq"], None), ("triton dkdv", tuned, parts["dkdv"], None),
                  ("triton bwd", "whole", _whole(q, k, v, do, out, lse, causal, "split")[0], None),
                  ("gluon bwd", "whole", _whole(q, k, v, do, out, lse, causal, "gluon")[0], "triton bwd"),
                  ("routed bwd", "whole", _whole(q, k, v, do, out, lse, causal, "")[0], "triton bwd")]

@@ -105,8 +105,9 @@ def _route(q, k, v, **over):
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    4k; hd 64: dK / dV from 4k causal, 16k non-causal); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
-    FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or unmasked calls on sm90, nothing else."""
+    4k; hd 64: dK / dV from 4k causal, never non-causal); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
+    FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
+    unmasked calls on sm90, nothing else."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     dq, dkdv = (dict(zip(configs._BWD_GLUON_KEYS[n], configs.BWD_GLUON[128][n])) for n in ("dq", "dkdv"))
     least = configs.BWD_GLUON_MIN_SEQLEN
@@ -118,7 +119,10 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
         assert at(least[128]["dkdv"][causal]) == {"dkdv": dkdv} and at(least[128]["dkdv"][causal] - 1) == {}
         assert at(least[128]["dq"][causal]) == {"dq": dq, "dkdv": dkdv} and at(least[128]["dq"][causal] - 1) == {
             "dkdv": dkdv}
-        assert set(at(least[64]["dkdv"][causal], d=64)) == {"dkdv"} and at(least[64]["dkdv"][causal] - 1, d=64) == {}
+    hd64 = lambda n, **mask: _route(*_inputs(sq=n, sk=n, d=64)[:3], **mask)  # noqa: E731
+    n64 = least[64]["dkdv"][True]
+    assert hd64(n64, causal=True, window_right=0) == {"dkdv": dkdv} and hd64(n64 - 1, causal=True, window_right=0) == {}
+    assert False not in least[64]["dkdv"] and hd64(16384) == {}  # hd 64 non-causal: not listed, not routed
     long_q = _inputs(sq=8192, sk=least[128]["dkdv"][False] - 1)  # the shorter sequence decides
     assert _route(*long_q[:3]) == {}
     long = _inputs(sq=4096, sk=4096)[:3]
