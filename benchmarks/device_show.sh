@@ -758,13 +758,14 @@ fp8-must)  # issue 19's must through the harness: the FP8 sweep's forward at hd 
     tarred fp8-must
     ;;
 gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forward's GPU tests (each part under its
-    # own timeout: a barrier mistake hangs; GLUON_TESTS: pytest -k parts, ';'-separated), then the probe: hd 128's
+    # own timeout: a barrier mistake hangs; GLUON_TESTS: pytest -k parts, ';'-separated, 0 none), then the probe: hd 128's
     # configs (GLUON_WS) beside the Triton forward, cuDNN and FA2 on the FA sweep (GLUON_SEQLENS), real models and
     # the attention layers' GQA / MQA rows (GLUON_EXTRA, default --models --layers), and the MLA training form
     # (GLUON_MLA_WS; GLUON_MLA=0 skips it)
     setup
     mkdir -p "$OUT/gluon-ws"
     IFS=';' read -r -a parts <<< "${GLUON_TESTS:-not persistent and not mla;persistent;mla}"
+    [ "${GLUON_TESTS:-}" = 0 ] && parts=()  # GLUON_TESTS=0: the probe only
     for part in "${parts[@]}"; do
         FLASH_ATTN_AUTOTUNE=0 timeout 200 python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -n 8 \
             tests/kernels/test_gluon_ws.py -k "$part" >> "$OUT/gluon-ws/tests.log" 2>&1
