@@ -8,7 +8,7 @@ the warp-specialised kernel (OUT8 1: the output written in e4m3) (its partitions
 or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluon_ws``, bf16 unless FP16 is 1; the
 "e4m3 wgmma" column then counts 16-bit wgmmas; HEAD_DIM may be QK/V, e.g. 192/128), ws16p:... for that one's
 persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, ws16ps:... kv heads outer snaking,
-or bwd16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py), and
+or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py), and
 bwdq16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
@@ -79,15 +79,19 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
     return _report(compile_call(fn, call), r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
-def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: bool = False, group: int = 1) -> dict:
+def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: bool = False, group: int = 1,
+                        dv: int | None = None) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
-    program, ``block_m`` query rows a tile."""
+    program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
     b, s, hk = 1, 256, 2
-    q, do = (torch.empty(b, s, hk * group, d, dtype=dtype) for _ in range(2))
-    k, v, dk, dv = (torch.empty(b, s, hk, d, dtype=dtype) for _ in range(4))
+    d_v = dv or d
+    q = torch.empty(b, s, hk * group, d, dtype=dtype)
+    do = torch.empty(b, s, hk * group, d_v, dtype=dtype)
+    k, dk = (torch.empty(b, s, hk, d, dtype=dtype) for _ in range(2))
+    v, dv = (torch.empty(b, s, hk, d_v, dtype=dtype) for _ in range(2))
     lse, delta = (torch.empty(b, hk * group, s) for _ in range(2))
     call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
@@ -134,9 +138,11 @@ def main(argv=None) -> int:
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]))
         elif spec.startswith("bwd16:"):
-            d, bm, stages, causal, *fp16 = (int(x) for x in spec[6:].split(","))
+            dims, *rest = spec[6:].split(",")
+            d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
+            bm, stages, causal, *fp16 = (int(x) for x in rest)
             bn, overlap = 128, 1
-            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]))
+            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
         elif spec.startswith(("ws16:", "ws16p:", "ws16pk:", "ws16ps:")):
             persistent = {"ws16p": "query", "ws16pk": "kv", "ws16ps": "kv-snake"}.get(spec.split(":")[0], False)
             dims, *rest = spec.split(":", 1)[1].split(",")

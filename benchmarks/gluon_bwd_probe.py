@@ -2,7 +2,7 @@
 the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each launch replayed alone) and whole
 backwards, H100.
 
-    python benchmarks/gluon_bwd_probe.py [--head-dims 64,128] [--seqlens 1024,4096,16384] [--masks no,yes]
+    python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
         [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--models] [--repeat 2] [--autotune] [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -10,7 +10,8 @@ backwards, H100.
    poisoned first); above 2x the Triton error plus a bf16 floor reads FAIL and the script exits 1 before timing.
 2. Kernel time (CUDA events through the harness's timer: warm-up, L2 flushed, median), every kernel of a cell in
    one process, interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
-   ``--models`` Llama-3-8B (GQA 32/8, 8k) and Llama-3-70B (64/8, 4k), causal. The Triton backward in its split
+   ``--models`` Llama-3-8B (GQA 32/8, 8k), Llama-3-70B (64/8, 4k) and, with 192/128 in ``--head-dims``,
+   DeepSeek-V3's MLA (H128, 4k), causal. The Triton backward in its split
    mode (FLASH_ATTN_BWD=split: dK / dV without dQ's atomics, as the Gluon kernel) at its pinned first picks
    (FLASH_ATTN_AUTOTUNE=0; ``--autotune``: the configs its autotuner picks, as a user's call gets them) and without a
    group split, each of its two launches replayed alone with the same tensors; the Gluon kernels at each ``--dq`` /
@@ -31,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-#: (name, batch, seqlen, query heads, kv heads, head dim): real models' causal training calls
-MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128))
+#: (name, batch, seqlen, query heads, kv heads, q / k head dim, v head dim): real models' causal training calls
+MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128, 128),
+          ("DeepSeek-V3 MLA", 1, 4096, 128, 128, 192, 128))
 DEFAULT_DKDV = ("64,2", "32,3")
 DEFAULT_DQ = ("64,3", "128,2")
 
@@ -45,12 +47,26 @@ def _config(spec: str, first: str) -> dict:
     return dict(zip((first, "num_stages"), parts))
 
 
-def _inputs(b, sq, sk, hq, hk, d, seed, dtype=torch.bfloat16):
-    """q, dO [B, Sq, Hq, D] and k, v [B, Sk, Hk, D], fresh normal values."""
+def _inputs(b, sq, sk, hq, hk, d, seed, dtype=torch.bfloat16, dv=None):
+    """q [B, Sq, Hq, D], k [B, Sk, Hk, D], v [B, Sk, Hk, Dv] and dO [B, Sq, Hq, Dv] (Dv: ``dv`` or D), fresh normal
+    values."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    q, do = (torch.randn(b, sq, hq, d, generator=g).to("cuda", dtype) for _ in range(2))
-    k, v = (torch.randn(b, sk, hk, d, generator=g).to("cuda", dtype) for _ in range(2))
+    dv = dv or d
+    q = torch.randn(b, sq, hq, d, generator=g).to("cuda", dtype)
+    do = torch.randn(b, sq, hq, dv, generator=g).to("cuda", dtype)
+    k = torch.randn(b, sk, hk, d, generator=g).to("cuda", dtype)
+    v = torch.randn(b, sk, hk, dv, generator=g).to("cuda", dtype)
     return q, k, v, do
+
+
+def _dims(spec: str) -> tuple[int, int]:
+    """A ``--head-dims`` entry, D or D/DV (MLA's 192/128), as (q / k head dim, v head dim)."""
+    d, _, dv = spec.partition("/")
+    return int(d), int(dv or d)
+
+
+def _hd(d: int, dv: int) -> str:
+    return str(d) if d == dv else f"{d}/{dv}"
 
 
 def _mask(causal):
@@ -98,16 +114,16 @@ def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
 def check(dims, dkdv_specs, dq_specs) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
+    from kernels.flash_attn.bwd_gluon import DQ_HEAD_DIMS, dkdv_gluon, dq_gluon
 
     ok = True
     print("| check | hd | causal | B Sq Sk Hq/Hk | kernel | config | max err | triton's | |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     cases = [(2, 1000, 1000, 4, 2), (1, 300, 1000, 4, 4), (1, 1000, 300, 2, 1), (1, 64, 64, 2, 2)]
-    for d in dims:
+    for d, dv in dims:
         for causal in (False, True):
             for b, sq, sk, hq, hk in cases:
-                q, k, v, do = _inputs(b, sq, sk, hq, hk, d, seed=sq + sk + d)
+                q, k, v, do = _inputs(b, sq, sk, hq, hk, d, seed=sq + sk + d, dv=dv)
                 out, lse, delta = _forward(q, k, v, do, causal)
                 ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal,
                                         softmax_scale=d ** -0.5)
@@ -115,7 +131,8 @@ def check(dims, dkdv_specs, dq_specs) -> bool:
                 runs = [("dkdv", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
                                                   poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
-                                               poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
+                                               poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs
+                         if (d, dv) in DQ_HEAD_DIMS]  # (MLA: the Triton dQ kernel only)
                 for kernel, spec, got in runs:
                     wants = (ref.dk, ref.dv) if kernel == "dkdv" else (ref.dq, )
                     twins = triton_[1:] if kernel == "dkdv" else triton_[:1]
@@ -123,25 +140,27 @@ def check(dims, dkdv_specs, dq_specs) -> bool:
                         e, e_t = ((y.double() - r).abs().max().item() for y in (x, t))
                         good = e == e and e <= 2 * e_t + 2e-3 * r.abs().max().item()
                         ok &= good
-                        print(f"| check | {d} | {causal} | {b} {sq} {sk} {hq}/{hk} | {kernel} | {spec} | {e:.4g} | "
+                        print(f"| check | {_hd(d, dv)} | {causal} | {b} {sq} {sk} {hq}/{hk} | {kernel} | {spec} | {e:.4g} | "
                               f"{e_t:.4g} | {'ok' if good else 'FAIL'} |", flush=True)
     return ok
 
 
 def _cells(dims, seqlens, masks, models):
-    for d in dims:
+    """(label, batch, seqlen, query heads, kv heads, q / k head dim, v head dim, causal) per cell: the FA sweep's
+    (16k tokens, hidden 2048 over v's head dim), then with ``models`` the MODELS rows whose head dims are asked."""
+    for d, dv in dims:
         for s in seqlens:
             for causal in masks:
-                yield f"sweep S{s}", max(1, 16384 // s), s, 2048 // d, 2048 // d, d, causal
+                yield f"sweep S{s}", max(1, 16384 // s), s, 2048 // dv, 2048 // dv, d, dv, causal
     if models:
-        for name, b, s, hq, hk, d in MODELS:
-            if d in dims:
-                yield f"{name} B{b} S{s}", b, s, hq, hk, d, True
+        for name, b, s, hq, hk, d, dv in MODELS:
+            if (d, dv) in dims:
+                yield f"{name} B{b} S{s}", b, s, hq, hk, d, dv, True
 
 
 def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
     from harness.perf.timing import time_callable
-    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
+    from kernels.flash_attn.bwd_gluon import DQ_HEAD_DIMS, dkdv_gluon, dq_gluon
 
     def timed(fn):
         fn()
@@ -151,8 +170,8 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
     print("| hd | causal | shape | kernel | config | ms | / its Triton twin |")
     print("|---|---|---|---|---|---|---|", flush=True)
     best = {}
-    for label, b, s, hq, hk, d, causal in _cells(dims, seqlens, masks, models):
-        q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0)
+    for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models):
+        q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
         parts = _triton_parts(q, k, v, do, out, lse, delta, causal)
         scale = d ** -0.5
@@ -164,11 +183,11 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
                  ("routed bwd", "whole", _whole(q, k, v, do, out, lse, causal, "")[0], "triton bwd")]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
-                   "triton dq") for spec in dq_specs]
+                   "triton dq") for spec in dq_specs if (d, dv) in DQ_HEAD_DIMS]
         calls += [("gluon dkdv", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
                                                          causal=causal, launches={}, **_config(spec, "block_m")),
                    "triton dkdv") for spec in dkdv_specs]
-        cell = best.setdefault((d, "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
+        cell = best.setdefault((_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
         for _ in range(repeat):
             this = {}
             for name, cfg, fn, twin in calls:
@@ -176,7 +195,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
                 this[name] = this.get(name, ms)
                 cell[name, cfg] = (min(ms, cell.get((name, cfg), (ms, twin))[0]), twin)
                 ratio = f"{this[twin] / ms:.3f}" if twin else "-"
-                print(f"| {d} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
+                print(f"| {_hd(d, dv)} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
                       f"{ratio} |", flush=True)
         del q, k, v, do, out, lse, delta, calls, parts
         torch.cuda.empty_cache()
@@ -196,7 +215,7 @@ def summary(best: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--head-dims", default="64,128", help="D or D/DV (MLA: 192/128; its dQ stays Triton's)")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
     ap.add_argument("--dkdv", nargs="+", default=list(DEFAULT_DKDV), metavar="BLOCK_M,STAGES")
@@ -214,7 +233,7 @@ def main(argv=None) -> int:
         return 2
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
-    dims = [int(x) for x in a.head_dims.split(",")]
+    dims = [_dims(x) for x in a.head_dims.split(",")]
     if not check(dims, a.dkdv, a.dq):
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1

@@ -18,7 +18,9 @@ while the other's wgmmas do. GQA: the program runs the group's query heads one a
 under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a sequence's end: zero-filled tiles, lse read as +inf
 (P = 0); keys past it are computed and not stored.
 
-Dense bf16 / fp16, d = d_v in (64, 128), causal (bottom-right aligned) or no mask; no window, softcap or varlen.
+Dense bf16 / fp16, d = d_v in (64, 128) (the dK / dV kernel also q / k 192 with v 128, DeepSeek's MLA training
+form: S^T two chained wgmmas over the 128 + 64 tile parts, dK two accumulators), causal (bottom-right aligned) or
+no mask; no window, softcap or varlen.
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -35,8 +37,10 @@ from triton.language.core import _aggregate as aggregate
 from .. import launcher
 from .fp8_gluon import _key_blocks, _ws_barriers
 
-#: head dims (d = d_v) the kernel compiles for
-HEAD_DIMS = (64, 128)
+#: (q / k head dim, v head dim) pairs the dQ kernel compiles for
+DQ_HEAD_DIMS = ((64, 64), (128, 128))
+#: ... and the dK / dV kernel: also DeepSeek's MLA training form, q / k 192 in two tile parts (128 + 64), v 128
+DKDV_HEAD_DIMS = DQ_HEAD_DIMS + ((192, 128), )
 _DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 #: keys a program owns (two consumer warpgroups of 64)
 BLOCK_N = 128
@@ -46,14 +50,15 @@ BLOCK_N = 128
 class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL):
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+        self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
 
 
 @gluon.constexpr_function
@@ -63,11 +68,15 @@ def _acc_layout(n):
 
 
 @gluon.jit
-def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constexpr):
-    """A consumer's first turn of a block: S = a_s b_s^T and dP = a_dp b_dp^T issued on the tensor cores (64 x N,
-    fresh zero accumulators: none kept across the loop), then the turn handed to the other consumer."""
+def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constexpr, a_s2=None, b_s2=None,
+              SECOND: gl.constexpr = False):
+    """A consumer's first turn of a block: S = a_s b_s^T (``SECOND``: + a_s2 b_s2^T, a second head-dim part
+    chained on the same accumulator) and dP = a_dp b_dp^T issued on the tensor cores (64 x N, fresh zero
+    accumulators: none kept across the loop), then the turn handed to the other consumer."""
     s = warpgroup_mma(a_s, b_s.permute((1, 0)), gl.zeros([64, N], gl.float32, layout=S_LAYOUT), use_acc=False,
                       is_async=True)
+    if SECOND:
+        s = warpgroup_mma(a_s2, b_s2.permute((1, 0)), s, is_async=True)
     dp = warpgroup_mma(a_dp, b_dp.permute((1, 0)), gl.zeros([64, N], gl.float32, layout=S_LAYOUT), use_acc=False,
                        is_async=True)
     _pass(other)
@@ -84,55 +93,71 @@ def _pass(bar):
 
 @gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-              group, g_lo, g_hi, j_lo, n_m, shape):
+              group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b):
     """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
     group ([g_lo, g_hi)) and query tile the Q and dO tiles into the slot both consumers released (slot
-    ``it % NUM_STAGES``)."""
+    ``it % NUM_STAGES``). With ``shape.HEAD_DIM_B`` the second q / k head-dim part's K and Q tiles too (``*_b``:
+    from column HEAD_DIM)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
-    mbarrier.expect(kv_bar, 4 * 64 * HEAD_DIM * 2)
+    mbarrier.expect(kv_bar, 2 * 64 * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
     for w in gl.static_range(2):
         tma.async_copy_global_to_shared(k_desc, [b, n0 + 64 * w, hk, 0], kv_bar, k_smem.index(w))
         tma.async_copy_global_to_shared(v_desc, [b, n0 + 64 * w, hk, 0], kv_bar, v_smem.index(w))
+        if HEAD_DIM_B > 0:
+            tma.async_copy_global_to_shared(k_desc_b, [b, n0 + 64 * w, hk, HEAD_DIM], kv_bar, k_smem_b.index(w))
     it = 0
     for g in range(g_lo, g_hi):
         h = hk * group + g
         for j in range(j_lo, n_m):
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
-            mbarrier.expect(ready.index(slot), 2 * BLOCK_M * HEAD_DIM * 2)
+            mbarrier.expect(ready.index(slot), BLOCK_M * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
             tma.async_copy_global_to_shared(q_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), do_smem.index(slot))
+            if HEAD_DIM_B > 0:
+                tma.async_copy_global_to_shared(q_desc_b, [b, j * BLOCK_M, h, HEAD_DIM], ready.index(slot),
+                                                q_smem_b.index(slot))
             it += 1
 
 
 @gluon.jit
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
-                 stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape):
+                 stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
+                 q_smem_b, k_smem_b):
     """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
     heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
     exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
-    caller's base pointers: the gradients, or a split's fp32 partials)."""
+    caller's base pointers: the gradients, or a split's fp32 partials). With ``shape.HEAD_DIM_B`` (MLA: q / k
+    HEAD_DIM + HEAD_DIM_B, v HEAD_DIM) S^T is two chained wgmmas and dK two accumulators, one a head-dim part."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
+    KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
     S_LAYOUT: gl.constexpr = _acc_layout(BLOCK_M)  # S^T, dP^T: 64 keys x BLOCK_M queries
     G_LAYOUT: gl.constexpr = _acc_layout(HEAD_DIM)  # dK, dV
     A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
+    GB_LAYOUT: gl.constexpr = _acc_layout(KB_DIM)  # dK's second part
+    AB_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=GB_LAYOUT, k_width=2)
     KEYS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     QUERIES: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)
     DTYPE: gl.constexpr = q_smem.dtype
     off = seqlen_k - seqlen_q
     k_w = k_smem.index(wg).reshape([64, HEAD_DIM])
     v_w = v_smem.index(wg).reshape([64, HEAD_DIM])
+    k_w_b = k_smem_b.index(wg).reshape([64, KB_DIM])
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     key0 = n0 + 64 * wg
     dk = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
     dv = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+    if HEAD_DIM_B > 0:
+        dk_b = gl.zeros([64, KB_DIM], gl.float32, layout=GB_LAYOUT)
 
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
@@ -147,9 +172,10 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             m0 = j * BLOCK_M
             q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
             do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+            q_t_b = q_smem_b.index(slot).reshape([BLOCK_M, KB_DIM])
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
             mbarrier.wait(mine, tc & 1)
-            s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT)  # S^T and dP^T
+            s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0)  # S^T, dP^T
             tc += 1
             # lse and delta read while the wgmmas run (loaded late: fewer registers live across the waits); rows
             # past the sequence: lse +inf makes P 0 (their Q and dO tiles are zero-filled)
@@ -170,9 +196,15 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             mbarrier.wait(mine, tc & 1)
             dv = warpgroup_mma(p16, do_t, dv, is_async=True)
             dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
-            _pass(other)
-            tc += 1
-            dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+            if HEAD_DIM_B > 0:
+                dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
+                _pass(other)
+                tc += 1
+                dv, dk, dk_b = warpgroup_mma_wait(0, deps=(dv, dk, dk_b))
+            else:
+                _pass(other)
+                tc += 1
+                dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
     dk = dk * sm_scale
@@ -184,6 +216,12 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     r64 = gl.expand_dims(rows.to(gl.int64), 1)
     gl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + r64 * stride_dks + gl.expand_dims(dims, 0),
              dk.to(DK.dtype.element_ty), mask=keep)
+    if HEAD_DIM_B > 0:  # dK's second head-dim part, from column HEAD_DIM
+        dk_b = dk_b * sm_scale
+        rows_b = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, GB_LAYOUT))
+        dims_b = HEAD_DIM + gl.arange(0, KB_DIM, layout=gl.SliceLayout(0, GB_LAYOUT))
+        gl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + gl.expand_dims(rows_b.to(gl.int64), 1) * stride_dks
+                 + gl.expand_dims(dims_b, 0), dk_b.to(DK.dtype.element_ty), mask=gl.expand_dims(rows_b < seqlen_k, 1))
     gl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + r64 * stride_dvs + gl.expand_dims(dims, 0),
              dv.to(DV.dtype.element_ty), mask=keep)
 
@@ -196,11 +234,15 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         sm_scale,
                         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
-                        K_SL: gl.constexpr, num_warps: gl.constexpr):
+                        K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
+                        QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
-    the Triton dK / dV kernel does."""
+    the Triton dK / dV kernel does. ``HEAD_DIM_B``: a second part of the q / k head dim (DeepSeek's MLA: 192 =
+    128 + 64, v 128 = HEAD_DIM; TMA boxes are powers of two), its Q and K tiles (layouts QB_SL, KB_SL) from column
+    HEAD_DIM."""
+    D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     pid_n = gl.program_id(0)
     pid_bh = gl.program_id(1)
@@ -215,11 +257,11 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     j_lo = 0
     if IS_CAUSAL:  # the first query tile that sees one of these keys (query i sees key n iff n <= i + off)
         j_lo = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // BLOCK_M
-    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
+    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
                                         [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
     do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
                                          [stride_dob, stride_dos, stride_doh, 1], [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_kb, stride_ks, stride_kh, 1],
+    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
                                         [1, 64, 1, HEAD_DIM], K_SL)
     v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
                                         [1, 64, 1, HEAD_DIM], K_SL)
@@ -228,16 +270,25 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
+    if HEAD_DIM_B > 0:
+        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
+                                              [stride_qb, stride_qs, stride_qh, 1], [1, BLOCK_M, 1, HEAD_DIM_B], QB_SL)
+        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
+                                              [stride_kb, stride_ks, stride_kh, 1], [1, 64, 1, HEAD_DIM_B], KB_SL)
+        q_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM_B], QB_SL)
+        k_smem_b = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM_B], KB_SL)
+    else:  # (never read: the first part's objects stand in)
+        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-                 group, g_lo, g_hi, j_lo, n_m, shape)
+                 group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
     consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK + gs64 * stride_dkp,
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
-                    seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape)
+                    seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b)
     gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
                         (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -382,19 +433,20 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                         (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
-def unsupported(q, k, v, do, lse, delta) -> str | None:
-    """Why the kernel cannot run these inputs ([B, S, H, D] dense; lse and delta [B, Hq, Sq] fp32), or None."""
+def unsupported(q, k, v, do, lse, delta, pairs=DKDV_HEAD_DIMS) -> str | None:
+    """Why a kernel taking the (q / k, v) head-dim ``pairs`` (the dK / dV kernel's by default; the dQ kernel's:
+    :data:`DQ_HEAD_DIMS`) cannot run these inputs ([B, S, H, D] dense; lse and delta [B, Hq, Sq] fp32), or None."""
     if q.dtype not in _DTYPES or any(t.dtype != q.dtype for t in (k, v, do)):
         return f"q, k, v, dO in bf16 or fp16 alike, got {q.dtype}, {k.dtype}, {v.dtype}, {do.dtype}"
     if any(t.dim() != 4 for t in (q, k, v, do)):
         return "dense [B, S, H, D] inputs"
-    d = q.shape[-1]
-    if d not in HEAD_DIMS or k.shape[-1] != d or v.shape[-1] != d or do.shape[-1] != d:
-        return f"head dims {HEAD_DIMS} with d_v = d, got q {d}, k {k.shape[-1]}, v {v.shape[-1]}"
+    d, dv = q.shape[-1], v.shape[-1]
+    if (d, dv) not in pairs or k.shape[-1] != d:
+        return f"head dims (q / k, v) in {pairs}, got q {d}, k {k.shape[-1]}, v {dv}"
     if q.shape[2] % k.shape[2] or v.shape[2] != k.shape[2]:
         return f"{q.shape[2]} query heads over {k.shape[2]} kv heads"
-    if do.shape != q.shape:
-        return f"dO's shape {tuple(do.shape)} is not q's {tuple(q.shape)}"
+    if do.shape != q.shape[:3] + (dv, ):
+        return f"dO's shape {tuple(do.shape)} is not q's with v's head dim {tuple(q.shape[:3]) + (dv, )}"
     want = (q.shape[0], q.shape[2], q.shape[1])
     if any(t.dtype != torch.float32 or tuple(t.shape) != want or t.stride(-1) != 1 for t in (lse, delta)):
         return f"lse and delta fp32 [B, Hq, Sq] = {want} with Sq contiguous"
@@ -407,10 +459,14 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
-    ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]."""
+    ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
+    the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B)."""
     g = _DTYPES[q.dtype]
-    d = q.shape[-1]
+    d = v.shape[-1]
+    d_b = q.shape[-1] - d
     dk3, dv3 = (dk[0], dv[0]) if split > 1 else (dk, dv)
+    second = {} if d_b == 0 else dict(HEAD_DIM_B=d_b, QB_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d_b], g),
+                                      KB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d_b], g))
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -423,7 +479,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
-                K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4)
+                K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, **second)
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
@@ -513,7 +569,8 @@ def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_st
              poison=False, launches=None):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s."""
-    _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
+    why = unsupported(q, k, v, do, lse, lse, DQ_HEAD_DIMS) or unsupported(q, k, v, out, lse, lse, DQ_HEAD_DIMS)
+    _check_call("dq_gluon", why, num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(

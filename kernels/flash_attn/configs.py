@@ -694,8 +694,11 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {True: 4096}}}
+#: MLA's 192 / 128 (q / k head dim 192, the dK / dV kernel only; session 32, compiled, not yet run): 32-row tiles
+#: over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B and serialise their wgmmas).
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
-                                                        128: {"dq": (128, 2), "dkdv": (64, 2)}}
+                                                        128: {"dq": (128, 2), "dkdv": (64, 2)},
+                                                        192: {"dkdv": (32, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 
 
@@ -705,7 +708,7 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     that run on the Gluon ones; empty where both run the Triton ones: a head dim and kernel of :data:`BWD_GLUON`
     with both sequences at least :data:`BWD_GLUON_MIN_SEQLEN` long (or any of :data:`BWD_GLUON_TRY` with
     ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16 inputs the kernels take
-    (bwd_gluon.unsupported: d = d_v, TMA-readable rows, lse [B, Hq, Sq]), causal or no mask, no softcap, an sm90
+    (bwd_gluon.unsupported: its kernel's head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]), causal or no mask, no softcap, an sm90
     GPU (not the interpreter). ``sm_major``: as :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
@@ -719,13 +722,13 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
                if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))}  # a mask not listed: not routed
     if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return {}
-    if not _on_sm90(q, sm_major) or out.shape != q.shape:
+    if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
         return {}
-    from .bwd_gluon import unsupported
+    from .bwd_gluon import DKDV_HEAD_DIMS, DQ_HEAD_DIMS, unsupported
 
-    if unsupported(q, k, v, do, lse, lse):  # (delta is made in lse's shape and layout)
-        return {}
-    return {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
+    pairs = {"dq": DQ_HEAD_DIMS, "dkdv": DKDV_HEAD_DIMS}  # (delta is made in lse's shape and layout)
+    return {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()
+            if not unsupported(q, k, v, do, lse, lse, pairs[name])}
 
 
 def autotuned(space, prune, reset_to_zero=None):

@@ -18,9 +18,9 @@ import torch
 from kernels.flash_attn import bwd_gluon, configs
 
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-#: (head dim, query rows a tile) -> the spill bytes ptxas reported in session 31 (an upper bound here: more is a
-#: regression; hd 128 at 64-row tiles spills, 32-row tiles about not)
-SPILL_AT_MOST = {(128, 64): 256, (128, 32): 32, (64, 64): 0}
+#: (head dims, query rows a tile) -> the spill bytes ptxas reported in sessions 31-32 (an upper bound here: more is
+#: a regression; hd 128 at 64-row tiles spills, 32-row tiles about not; MLA's 192 / 128 at 32-row tiles 32 / 36 B)
+SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 32): 64}
 #: the dQ kernel's (head dim, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = ((128, 64, 3), (128, 128, 2), (64, 64, 3))
 
@@ -44,7 +44,7 @@ def test_the_kernels_compile_with_their_partitions(compiled):
     within the session-31 bound of the dK / dV kernel's tile, none in the dQ kernel."""
     for spec, r in compiled.items():
         kernel, _, cfg = spec.partition(":")
-        d, block = (int(x) for x in cfg.split(",")[:2])
+        d, block = cfg.split(",")[0], int(cfg.split(",")[1])
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
@@ -59,9 +59,23 @@ def _inputs(b=1, sq=256, sk=256, hq=4, hk=2, d=128, dtype=torch.bfloat16, device
     return q, k, v, do, lse, delta
 
 
+def _mla_inputs(b=1, sq=256, sk=256, hq=4, hk=2, device="cpu", dtype=torch.bfloat16):
+    """q, k at 192 and v, dO at 128 (DeepSeek's MLA training form), lse and delta."""
+    q, k, _, _, lse, delta = _inputs(b, sq, sk, hq, hk, 192, dtype, device)
+    g = torch.Generator(device="cpu").manual_seed(5)
+    v = torch.randn(b, sk, hk, 128, generator=g).to(device, dtype)
+    do = torch.randn(b, sq, hq, 128, generator=g).to(device, dtype)
+    return q, k, v, do, lse, delta
+
+
 def test_unsupported_inputs_are_named():
     q, k, v, do, lse, delta = _inputs()
     assert bwd_gluon.unsupported(q, k, v, do, lse, delta) is None
+    mla = _mla_inputs()
+    assert bwd_gluon.unsupported(*mla) is None  # the dK / dV kernel takes MLA's 192 / 128 ...
+    assert "head dims" in bwd_gluon.unsupported(*mla, bwd_gluon.DQ_HEAD_DIMS)  # ... the dQ kernel not (yet)
+    assert "head dims" in bwd_gluon.unsupported(*_inputs(d=192))  # 192 / 192: no
+    assert "dO's shape" in bwd_gluon.unsupported(*mla[:3], mla[3][..., :64], *mla[4:])
     assert "bf16 or fp16" in bwd_gluon.unsupported(q.float(), k.float(), v.float(), do.float(), lse, delta)
     assert "head dims" in bwd_gluon.unsupported(*_inputs(d=96))
     assert "head dims" in bwd_gluon.unsupported(q, k, v[..., :64].contiguous(), do, lse, delta)
@@ -88,9 +102,13 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
-    cells = list(probe._cells([64, 128], [1024, 4096], [False, True], models=True))
-    assert len(cells) == 2 * 2 * 2 + len(probe.MODELS)
-    assert ("sweep S1024", 16, 1024, 32, 32, 64, False) in cells and cells[-1][-1] is True
+    dims = [probe._dims(x) for x in "64,128,192/128".split(",")]
+    assert dims == [(64, 64), (128, 128), (192, 128)]
+    cells = list(probe._cells(dims, [1024, 4096], [False, True], models=True))
+    assert len(cells) == 3 * 2 * 2 + len(probe.MODELS)
+    assert ("sweep S1024", 16, 1024, 32, 32, 64, 64, False) in cells and cells[-1][-1] is True
+    assert ("sweep S1024", 16, 1024, 16, 16, 192, 128, True) in cells  # MLA: hidden 2048 over v's head dim
+    assert ("DeepSeek-V3 MLA B1 S4096", 1, 4096, 128, 128, 192, 128, True) in cells
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| summary | 128")]
     assert rows == ["| summary | 128 | no | sweep S1024 H16/16 | triton dq | pinned | 0.2000 | - |",
                     "| summary | 128 | no | sweep S1024 H16/16 | gluon dq | 64,3 | 0.1600 | 1.250 |"]
@@ -140,6 +158,14 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
                  dict(atomic=True), dict(sm_major=8), dict(sm_major=10), dict(sm_major=None)):
         assert _route(q, k, v, **over) == {}, over
     assert _route(*_inputs(d=96)[:3]) == {} and _route(q.float(), k.float(), v.float()) == {}
+    mq, mk, mv, mdo, *_ = _mla_inputs()  # MLA: the dK / dV kernel only (tried; not routed by default)
+    kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, atomic=False,
+              sm_major=9)
+    lse = torch.empty(1, mq.shape[2], mq.shape[1])
+    bm, st = configs.BWD_GLUON_TRY[192]["dkdv"]
+    assert configs.gluon_bwd(mq, mk, mv, mdo, mdo, lse, **kw) == {"dkdv": dict(block_m=bm, num_stages=st)}
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    assert configs.gluon_bwd(mq, mk, mv, mdo, mdo, lse, **kw) == {}
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
@@ -180,6 +206,56 @@ def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
         err = (got.double() - want).abs().max().item()
         err_t = (triton_.double() - want).abs().max().item()
         assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (err, err_t)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
+    (2, 1000, 1000, 4, 4, False), (1, 777, 1500, 4, 4, True), (1, 1500, 777, 4, 2, True), (1, 130, 70, 2, 2, False)],
+    ids=["MHA-S1000", "causal-Sq<Sk", "causal-GQA-Sq>Sk", "short"])
+def test_gpu_mla_dkdv_match_oracle(b, sq, sk, hq, hk, causal):
+    """MLA's training form (q / k 192 in two tile parts, v 128; session 32, first run here): dK (both parts) and dV
+    from the Gluon kernel at its tried config within twice the Triton backward's error against the FP64 oracle
+    (plus a bf16 floor), NaN-poisoned first."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    q, k, v, do, _, _ = _mla_inputs(b, sq, sk, hq, hk, device="cuda")
+    scale = 192 ** -0.5
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
+    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
+    _, dk_t, dv_t = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    bm, st = configs.BWD_GLUON_TRY[192]["dkdv"]
+    dk, dv = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=bm,
+                                  num_stages=st, poison=True)
+    torch.cuda.synchronize()
+    assert dk.shape == k.shape and dv.shape == v.shape
+    for got, triton_, want in ((dk[..., :128], dk_t[..., :128], ref.dk[..., :128]),
+                               (dk[..., 128:], dk_t[..., 128:], ref.dk[..., 128:]), (dv, dv_t, ref.dv)):
+        err = (got.double() - want).abs().max().item()
+        err_t = (triton_.double() - want).abs().max().item()
+        assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (err, err_t)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gpu_mla_backward_through_the_gluon_dkdv_matches_oracle(monkeypatch):
+    """flash_attn_func's backward at MLA's 192 / 128 with FLASH_ATTN_BWD=gluon: the Gluon dK / dV beside the Triton
+    dQ (which makes delta), every gradient within the tolerance rule of the FP64 oracle (causal GQA, Sq != Sk)."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
+    interface._SIGNATURES.clear()
+    check_against_oracle(1, 900, 1300, 8, 2, 192, torch.bfloat16, True, device="cuda", dv=128)
+    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
+             for x in plans["plan"][3]}
+    assert {"_bwd_dkdv_ws_kernel", "_bwd_dq_kernel"} <= names and "_bwd_dkdv_kernel" not in names, names
+    interface._SIGNATURES.clear()
 
 
 @pytest.mark.gpu
