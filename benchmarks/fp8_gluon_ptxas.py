@@ -9,7 +9,7 @@ or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluo
 "e4m3 wgmma" column then counts 16-bit wgmmas; HEAD_DIM may be QK/V, e.g. 192/128), ws16p:... for that one's
 persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, ws16ps:... kv heads outer snaking,
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py), and
-bwdq16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
+bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -98,14 +98,16 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
-def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False) -> dict:
+def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
+                         dv: int | None = None) -> dict:
     """The same report for the warp-specialised dQ kernel (kernels/flash_attn/bwd_gluon.py), 128 query rows a
-    program, ``block_n`` keys a block."""
+    program, ``block_n`` keys a block; ``dv`` as :func:`compile_bwd16_sm90a`'s."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
     b, s, h = 1, 256, 2
-    q, k, v, do, out, dq = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(6))
+    q, k, dq = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(3))
+    v, do, out = (torch.empty(b, s, h, dv or d, dtype=dtype) for _ in range(3))
     lse, delta = (torch.empty(b, h, s) for _ in range(2))
     call = bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, dq, 0.125, causal, block_n, stages)
     return _report(compile_call(bwd_gluon._bwd_dq_ws_kernel, call),
@@ -134,9 +136,11 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
         if spec.startswith("bwdq16:"):
-            d, bn, stages, causal, *fp16 = (int(x) for x in spec[7:].split(","))
+            dims, *rest = spec[7:].split(",")
+            d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
+            bn, stages, causal, *fp16 = (int(x) for x in rest)
             bm, overlap = 128, 1
-            r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]))
+            r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
         elif spec.startswith("bwd16:"):
             dims, *rest = spec[6:].split(",")
             d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)

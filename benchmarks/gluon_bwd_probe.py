@@ -132,7 +132,7 @@ def check(dims, dkdv_specs, dq_specs) -> bool:
                                                   poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
                                                poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs
-                         if (d, dv) in DQ_HEAD_DIMS]  # (MLA: the Triton dQ kernel only)
+                         if (d, dv) in DQ_HEAD_DIMS]
                 for kernel, spec, got in runs:
                     wants = (ref.dk, ref.dv) if kernel == "dkdv" else (ref.dq, )
                     twins = triton_[1:] if kernel == "dkdv" else triton_[:1]
@@ -215,7 +215,7 @@ def summary(best: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--head-dims", default="64,128", help="D or D/DV (MLA: 192/128; its dQ stays Triton's)")
+    ap.add_argument("--head-dims", default="64,128", help="D or D/DV (MLA: 192/128)")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
     ap.add_argument("--dkdv", nargs="+", default=list(DEFAULT_DKDV), metavar="BLOCK_M,STAGES")

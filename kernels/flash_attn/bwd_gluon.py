@@ -18,9 +18,9 @@ while the other's wgmmas do. GQA: the program runs the group's query heads one a
 under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a sequence's end: zero-filled tiles, lse read as +inf
 (P = 0); keys past it are computed and not stored.
 
-Dense bf16 / fp16, d = d_v in (64, 128) (the dK / dV kernel also q / k 192 with v 128, DeepSeek's MLA training
-form: S^T two chained wgmmas over the 128 + 64 tile parts, dK two accumulators), causal (bottom-right aligned) or
-no mask; no window, softcap or varlen.
+Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
+chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
+mask; no window, softcap or varlen.
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -37,10 +37,11 @@ from triton.language.core import _aggregate as aggregate
 from .. import launcher
 from .fp8_gluon import _key_blocks, _ws_barriers
 
-#: (q / k head dim, v head dim) pairs the dQ kernel compiles for
-DQ_HEAD_DIMS = ((64, 64), (128, 128))
-#: ... and the dK / dV kernel: also DeepSeek's MLA training form, q / k 192 in two tile parts (128 + 64), v 128
-DKDV_HEAD_DIMS = DQ_HEAD_DIMS + ((192, 128), )
+#: (q / k head dim, v head dim) pairs the dK / dV kernel compiles for: DeepSeek's MLA training form too, q / k 192
+#: in two tile parts (128 + 64), v 128
+DKDV_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+#: ... and the dQ kernel
+DQ_HEAD_DIMS = DKDV_HEAD_DIMS
 _DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 #: keys a program owns (two consumer warpgroups of 64)
 BLOCK_N = 128
@@ -300,44 +301,57 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
 @gluon.jit
 def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
-             n_blocks, shape):
+             n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b):
     """The loader warp: both consumers' Q and dO tiles once, then K and V block by block into the slots both
-    consumers released."""
+    consumers released. With ``shape.HEAD_DIM_B`` the second q / k head-dim part's Q and K tiles too (``*_b``:
+    from column HEAD_DIM)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     BLOCK_N: gl.constexpr = shape.BLOCK_M  # (the dQ kernel's key block rides in the shape's BLOCK_M)
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
-    mbarrier.expect(q_bar, 4 * 64 * HEAD_DIM * 2)
+    mbarrier.expect(q_bar, 2 * 64 * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
     for w in gl.static_range(2):
         tma.async_copy_global_to_shared(q_desc, [b, m0 + 64 * w, h, 0], q_bar, q_smem.index(w))
         tma.async_copy_global_to_shared(do_desc, [b, m0 + 64 * w, h, 0], q_bar, do_smem.index(w))
+        if HEAD_DIM_B > 0:
+            tma.async_copy_global_to_shared(q_desc_b, [b, m0 + 64 * w, h, HEAD_DIM], q_bar, q_smem_b.index(w))
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
-        mbarrier.expect(ready.index(slot), 2 * BLOCK_N * HEAD_DIM * 2)
+        mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
         tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), k_smem.index(slot))
         tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), v_smem.index(slot))
+        if HEAD_DIM_B > 0:
+            tma.async_copy_global_to_shared(k_desc_b, [b, j * BLOCK_N, hk, HEAD_DIM], ready.index(slot),
+                                            k_smem_b.index(slot))
 
 
 @gluon.jit
 def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                 stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0, n_blocks,
-                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape):
+                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b):
     """One consumer warpgroup: query rows [m0 + 64 wg, + 64). First delta = rowsum(dO * O) of its rows (stored for
     the dK / dV kernel), then per key block S = Q K^T and dP = dO V^T issued in one turn, P and dS computed, and
-    dQ += dS K issued in the next turn; dQ scaled and stored at the end."""
+    dQ += dS K issued in the next turn; dQ scaled and stored at the end. With ``shape.HEAD_DIM_B`` (MLA) S is two
+    chained wgmmas and dQ two accumulators, one a head-dim part."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
+    KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
     BLOCK_N: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
     S_LAYOUT: gl.constexpr = _acc_layout(BLOCK_N)  # S, dP: 64 queries x BLOCK_N keys
     G_LAYOUT: gl.constexpr = _acc_layout(HEAD_DIM)  # dQ
     A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
+    GB_LAYOUT: gl.constexpr = _acc_layout(KB_DIM)  # dQ's second part
+    AB_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=GB_LAYOUT, k_width=2)
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     DTYPE: gl.constexpr = q_smem.dtype
     off = seqlen_k - seqlen_q
     row0 = m0 + 64 * wg
     q_w = q_smem.index(wg).reshape([64, HEAD_DIM])
     do_w = do_smem.index(wg).reshape([64, HEAD_DIM])
+    q_w_b = q_smem_b.index(wg).reshape([64, KB_DIM])
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     b64 = b.to(gl.int64)
@@ -361,14 +375,17 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
     delta = gl.convert_layout(delta, ROWS)
 
     dq = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+    if HEAD_DIM_B > 0:
+        dq_b = gl.zeros([64, KB_DIM], gl.float32, layout=GB_LAYOUT)
     tc = 0  # turns taken
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
         k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
         v_t = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        k_t_b = k_smem_b.index(slot).reshape([BLOCK_N, KB_DIM])
         mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
         mbarrier.wait(mine, tc & 1)
-        s, dp = _s_and_dp(q_w, k_t, do_w, v_t, other, BLOCK_N, S_LAYOUT)
+        s, dp = _s_and_dp(q_w, k_t, do_w, v_t, other, BLOCK_N, S_LAYOUT, q_w_b, k_t_b, HEAD_DIM_B > 0)
         tc += 1
         s = warpgroup_mma_wait(1, deps=(s, ))  # S done; dP may still run
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
@@ -381,13 +398,25 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         ds16 = gl.convert_layout((p * (dp - gl.expand_dims(delta, 1))).to(DTYPE), A_LAYOUT)
         mbarrier.wait(mine, tc & 1)
         dq = warpgroup_mma(ds16, k_t, dq, is_async=True)  # keys past the sequence: zero-filled K rows add nothing
-        _pass(other)
-        tc += 1
-        dq = warpgroup_mma_wait(0, deps=(dq, ))
+        if HEAD_DIM_B > 0:
+            dq_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), k_t_b, dq_b, is_async=True)
+            _pass(other)
+            tc += 1
+            dq, dq_b = warpgroup_mma_wait(0, deps=(dq, dq_b))
+        else:
+            _pass(other)
+            tc += 1
+            dq = warpgroup_mma_wait(0, deps=(dq, ))
         _pass(empty.index(slot))  # this block's K and V read: the slot is free
     dq = dq * sm_scale
     gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(o_rows.to(gl.int64) * stride_dqs, 1)
              + gl.expand_dims(dims, 0), dq.to(DQ.dtype.element_ty), mask=o_keep)
+    if HEAD_DIM_B > 0:  # dQ's second head-dim part, from column HEAD_DIM
+        dq_b = dq_b * sm_scale
+        rows_b = row0 + gl.arange(0, 64, layout=gl.SliceLayout(1, GB_LAYOUT))
+        dims_b = HEAD_DIM + gl.arange(0, KB_DIM, layout=gl.SliceLayout(0, GB_LAYOUT))
+        gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(rows_b.to(gl.int64) * stride_dqs, 1)
+                 + gl.expand_dims(dims_b, 0), dq_b.to(DQ.dtype.element_ty), mask=gl.expand_dims(rows_b < seqlen_q, 1))
 
 
 @gluon.jit
@@ -397,9 +426,12 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                       seqlen_q, seqlen_k, num_heads, group, sm_scale,
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
-                      K_SL: gl.constexpr, num_warps: gl.constexpr):
+                      K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
+                      QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None):
     """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
-    delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next."""
+    delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next.
+    ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s."""
+    D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
     b = pid_bh // num_heads
@@ -407,12 +439,12 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     hk = h // group
     m0 = pid_m * 128
     n_blocks, mask_from = _key_blocks(m0, seqlen_k - seqlen_q, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
-    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, HEAD_DIM], [stride_qb, stride_qs, stride_qh, 1],
+    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
                                         [1, 64, 1, HEAD_DIM], Q_SL)
     do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
                                          [stride_dob, stride_dos, stride_doh, 1], [1, 64, 1, HEAD_DIM], Q_SL)
     kv_heads = num_heads // group
-    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_kb, stride_ks, stride_kh, 1],
+    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
                                         [1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
                                         [1, BLOCK_N, 1, HEAD_DIM], K_SL)
@@ -421,14 +453,24 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     do_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    if HEAD_DIM_B > 0:
+        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
+                                              [stride_qb, stride_qs, stride_qh, 1], [1, 64, 1, HEAD_DIM_B], QB_SL)
+        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
+                                              [stride_kb, stride_ks, stride_kh, 1], [1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
+        q_smem_b = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM_B], QB_SL)
+        k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
+    else:  # (never read: the first part's objects stand in)
+        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL)
+    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
-                 n_blocks, shape)
+                 n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     consume_args = (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                     stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
-                    n_blocks, mask_from, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape)
+                    n_blocks, mask_from, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape,
+                    q_smem_b, k_smem_b)
     gl.warp_specialize([(_dq_consume, (0, ) + consume_args), (_dq_consume, (1, ) + consume_args),
                         (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -539,9 +581,12 @@ def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
                  consumer_regs=240) -> dict:
     """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
-    strides, as the Triton dQ kernel does)."""
+    strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`."""
     g = _DTYPES[q.dtype]
-    d = q.shape[-1]
+    d = v.shape[-1]
+    d_b = q.shape[-1] - d
+    second = {} if d_b == 0 else dict(HEAD_DIM_B=d_b, QB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d_b], g),
+                                      KB_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d_b], g))
     return dict(Q=q, K=k, V=v, DO=do, Out=out, Lse=lse, Delta=delta, DQ=dq, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -552,7 +597,7 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
-                K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4)
+                K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4, **second)
 
 
 def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240):

@@ -694,11 +694,12 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {True: 4096}}}
-#: MLA's 192 / 128 (q / k head dim 192, the dK / dV kernel only; session 32, compiled, not yet run): 32-row tiles
-#: over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B and serialise their wgmmas).
+#: MLA's 192 / 128 (q / k head dim 192; session 32, compiled, not yet run): dK / dV at 32-row tiles over 2 stages
+#: (32 / 36 B spilled; 64-row tiles spill 1176 B and serialise their wgmmas), dQ at 64-key tiles over 3 stages (no
+#: spill, 205 KiB; 128-key tiles would hold S and dP at 64 + 64 registers beside dQ's 96).
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
-                                                        192: {"dkdv": (32, 2)}}
+                                                        192: {"dq": (64, 3), "dkdv": (32, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 
 

@@ -21,8 +21,8 @@ SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 #: (head dims, query rows a tile) -> the spill bytes ptxas reported in sessions 31-32 (an upper bound here: more is
 #: a regression; hd 128 at 64-row tiles spills, 32-row tiles about not; MLA's 192 / 128 at 32-row tiles 32 / 36 B)
 SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 32): 64}
-#: the dQ kernel's (head dim, keys a block, stages) compiled here: no spill at any
-DQ_CONFIGS = ((128, 64, 3), (128, 128, 2), (64, 64, 3))
+#: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
+DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,9 @@ def test_unsupported_inputs_are_named():
     q, k, v, do, lse, delta = _inputs()
     assert bwd_gluon.unsupported(q, k, v, do, lse, delta) is None
     mla = _mla_inputs()
-    assert bwd_gluon.unsupported(*mla) is None  # the dK / dV kernel takes MLA's 192 / 128 ...
-    assert "head dims" in bwd_gluon.unsupported(*mla, bwd_gluon.DQ_HEAD_DIMS)  # ... the dQ kernel not (yet)
+    assert bwd_gluon.unsupported(*mla) is None  # both kernels take MLA's 192 / 128
+    assert bwd_gluon.unsupported(*mla, bwd_gluon.DQ_HEAD_DIMS) is None
+    assert "head dims" in bwd_gluon.unsupported(*mla, ((128, 128), ))
     assert "head dims" in bwd_gluon.unsupported(*_inputs(d=192))  # 192 / 192: no
     assert "dO's shape" in bwd_gluon.unsupported(*mla[:3], mla[3][..., :64], *mla[4:])
     assert "bf16 or fp16" in bwd_gluon.unsupported(q.float(), k.float(), v.float(), do.float(), lse, delta)
@@ -158,12 +159,13 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
                  dict(atomic=True), dict(sm_major=8), dict(sm_major=10), dict(sm_major=None)):
         assert _route(q, k, v, **over) == {}, over
     assert _route(*_inputs(d=96)[:3]) == {} and _route(q.float(), k.float(), v.float()) == {}
-    mq, mk, mv, mdo, *_ = _mla_inputs()  # MLA: the dK / dV kernel only (tried; not routed by default)
+    mq, mk, mv, mdo, *_ = _mla_inputs()  # MLA: both kernels (tried; not routed by default)
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, atomic=False,
               sm_major=9)
     lse = torch.empty(1, mq.shape[2], mq.shape[1])
-    bm, st = configs.BWD_GLUON_TRY[192]["dkdv"]
-    assert configs.gluon_bwd(mq, mk, mv, mdo, mdo, lse, **kw) == {"dkdv": dict(block_m=bm, num_stages=st)}
+    (bn, st_q), (bm, st) = configs.BWD_GLUON_TRY[192]["dq"], configs.BWD_GLUON_TRY[192]["dkdv"]
+    assert configs.gluon_bwd(mq, mk, mv, mdo, mdo, lse, **kw) == {"dq": dict(block_n=bn, num_stages=st_q),
+                                                                  "dkdv": dict(block_m=bm, num_stages=st)}
     monkeypatch.delenv("FLASH_ATTN_BWD")
     assert configs.gluon_bwd(mq, mk, mv, mdo, mdo, lse, **kw) == {}
 
@@ -242,9 +244,41 @@ def test_gpu_mla_dkdv_match_oracle(b, sq, sk, hq, hk, causal):
 
 @pytest.mark.gpu
 @needs_sm90
-def test_gpu_mla_backward_through_the_gluon_dkdv_matches_oracle(monkeypatch):
-    """flash_attn_func's backward at MLA's 192 / 128 with FLASH_ATTN_BWD=gluon: the Gluon dK / dV beside the Triton
-    dQ (which makes delta), every gradient within the tolerance rule of the FP64 oracle (causal GQA, Sq != Sk)."""
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
+    (2, 1000, 1000, 4, 2, False), (1, 777, 1500, 4, 4, True), (1, 1500, 777, 4, 1, True)],
+    ids=["GQA-S1000", "causal-Sq<Sk", "causal-MQA-Sq>Sk"])
+def test_gpu_mla_dq_and_delta_match_oracle(b, sq, sk, hq, hk, causal, stages):
+    """MLA's training form on the Gluon dQ kernel (64-key tiles; session 32, first run here): dQ's two head-dim
+    parts within twice the Triton backward's error against the FP64 oracle (plus a bf16 floor), delta over v's 128
+    columns as torch computes it, NaN-poisoned first."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    q, k, v, do, _, _ = _mla_inputs(b, sq, sk, hq, hk, device="cuda")
+    scale = 192 ** -0.5
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
+    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
+    dq_t, _, _ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    dq, delta = bwd_gluon.dq_gluon(q, k, v, do, out, lse, softmax_scale=scale, causal=causal, block_n=64,
+                                   num_stages=stages, poison=True)
+    torch.cuda.synchronize()
+    assert dq.shape == q.shape
+    assert torch.allclose(delta, (do.float() * out.float()).sum(-1).transpose(1, 2), rtol=1e-4, atol=1e-4)
+    for part in (slice(0, 128), slice(128, 192)):
+        want = ref.dq[..., part]
+        err = (dq[..., part].double() - want).abs().max().item()
+        err_t = (dq_t[..., part].double() - want).abs().max().item()
+        assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (part, err, err_t)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gpu_mla_backward_through_the_gluon_kernels_matches_oracle(monkeypatch):
+    """flash_attn_func's backward at MLA's 192 / 128 with FLASH_ATTN_BWD=gluon: both Gluon kernels, every gradient
+    within the tolerance rule of the FP64 oracle (causal GQA, Sq != Sk)."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -254,7 +288,8 @@ def test_gpu_mla_backward_through_the_gluon_dkdv_matches_oracle(monkeypatch):
     check_against_oracle(1, 900, 1300, 8, 2, 192, torch.bfloat16, True, device="cuda", dv=128)
     names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
              for x in plans["plan"][3]}
-    assert {"_bwd_dkdv_ws_kernel", "_bwd_dq_kernel"} <= names and "_bwd_dkdv_kernel" not in names, names
+    assert {"_bwd_dkdv_ws_kernel", "_bwd_dq_ws_kernel"} <= names, names
+    assert not {"_bwd_dkdv_kernel", "_bwd_dq_kernel"} & names, names
     interface._SIGNATURES.clear()
 
 
