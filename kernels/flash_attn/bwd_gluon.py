@@ -35,7 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
-from .fp8_gluon import _key_blocks, _ws_barriers
+from .fp8_gluon import _key_blocks, _second_part, _ws_barriers
 
 #: (q / k head dim, v head dim) pairs the dK / dV kernel compiles for: DeepSeek's MLA training form too, q / k 192
 #: in two tile parts (128 + 64), v 128
@@ -271,15 +271,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], K_SL)
-    if HEAD_DIM_B > 0:
-        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
-                                              [stride_qb, stride_qs, stride_qh, 1], [1, BLOCK_M, 1, HEAD_DIM_B], QB_SL)
-        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
-                                              [stride_kb, stride_ks, stride_kh, 1], [1, 64, 1, HEAD_DIM_B], KB_SL)
-        q_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM_B], QB_SL)
-        k_smem_b = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM_B], KB_SL)
-    else:  # (never read: the first part's objects stand in)
-        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
+    q_desc_b, k_desc_b, q_smem_b, k_smem_b = _second_part(
+        Q, K, batch, seqlen_q, seqlen_k, num_heads, kv_heads, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
+        stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, NUM_STAGES, BLOCK_M, 2, 64, QB_SL, KB_SL)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B)
@@ -453,15 +447,9 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     do_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
-    if HEAD_DIM_B > 0:
-        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
-                                              [stride_qb, stride_qs, stride_qh, 1], [1, 64, 1, HEAD_DIM_B], QB_SL)
-        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
-                                              [stride_kb, stride_ks, stride_kh, 1], [1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
-        q_smem_b = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM_B], QB_SL)
-        k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
-    else:  # (never read: the first part's objects stand in)
-        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
+    q_desc_b, k_desc_b, q_smem_b, k_smem_b = _second_part(
+        Q, K, batch, seqlen_q, seqlen_k, num_heads, kv_heads, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
+        stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, 2, 64, NUM_STAGES, BLOCK_N, QB_SL, KB_SL)
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
     shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B)

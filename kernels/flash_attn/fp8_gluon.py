@@ -557,6 +557,29 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
 
 
 @gluon.jit
+def _second_part(Q, K, batch, seqlen_q, seqlen_k, num_heads, kv_heads, stride_qb, stride_qs, stride_qh, stride_kb,
+                 stride_ks, stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM: gl.constexpr,
+                 HEAD_DIM_B: gl.constexpr, Q_TILES: gl.constexpr, Q_ROWS: gl.constexpr, K_TILES: gl.constexpr,
+                 K_ROWS: gl.constexpr, QB_SL: gl.constexpr, KB_SL: gl.constexpr):
+    """The second q / k head-dim part's rank-4 TMA descriptors (boxes of HEAD_DIM_B columns, read from column
+    HEAD_DIM) and tiles (Q_TILES x Q_ROWS rows, K_TILES x K_ROWS) of a kernel with ``HEAD_DIM_B`` (MLA's 192 =
+    128 + 64), or without one the first part's objects as stand-ins that are never read: (q_desc_b, k_desc_b,
+    q_smem_b, k_smem_b). The 16-bit forwards' and both backward kernels' set-up."""
+    if HEAD_DIM_B > 0:
+        D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B
+        dtype: gl.constexpr = Q.dtype.element_ty
+        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
+                                              [stride_qb, stride_qs, stride_qh, 1], [1, Q_ROWS, 1, HEAD_DIM_B], QB_SL)
+        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
+                                              [stride_kb, stride_ks, stride_kh, 1], [1, K_ROWS, 1, HEAD_DIM_B], KB_SL)
+        q_smem_b = gl.allocate_shared_memory(dtype, [Q_TILES, 1, Q_ROWS, 1, HEAD_DIM_B], QB_SL)
+        k_smem_b = gl.allocate_shared_memory(dtype, [K_TILES, 1, K_ROWS, 1, HEAD_DIM_B], KB_SL)
+        return q_desc_b, k_desc_b, q_smem_b, k_smem_b
+    else:
+        return q_desc, k_desc, q_smem, k_smem
+
+
+@gluon.jit
 def _p_coords(t, n_m, batch_heads, heads, group, IS_CAUSAL: gl.constexpr, TILE_ORDER: gl.constexpr):
     """Tile ``t``'s (batch, query head, kv head, first query row), ``TILE_ORDER`` indexing :data:`TILE_ORDERS`.
     0, query-block major: query blocks outer, (batch, head) inner, so the grid's programs start on one query block
@@ -751,15 +774,9 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], V_SL)
-    if HEAD_DIM_B > 0:
-        q_desc_b = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
-                                              [stride_qb, stride_qs, stride_qh, 1], [1, 64, 1, HEAD_DIM_B], QB_SL)
-        k_desc_b = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK],
-                                              [stride_kb, stride_ks, stride_kh, 1], [1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
-        q_smem_b = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM_B], QB_SL)
-        k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM_B], KB_SL)
-    else:  # (never read: the first part's objects stand in)
-        q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
+    q_desc_b, k_desc_b, q_smem_b, k_smem_b = _second_part(
+        Q, K, batch, seqlen_q, seqlen_k, num_heads, kv_heads, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
+        stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, 2, 64, NUM_STAGES, BLOCK_N, QB_SL, KB_SL)
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_free, count=2)  # both consumers retire their Q K^T
