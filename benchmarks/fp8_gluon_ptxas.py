@@ -125,6 +125,13 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "ptx": ptx}
 
 
+def _head_dims(spec: str) -> tuple[int, int | None, list[int]]:
+    """A ``KIND:D[/DV],N,...`` spec's (q / k head dim, v head dim or None when the same, the other numbers)."""
+    dims, *rest = spec.split(":", 1)[1].split(",")
+    d, _, dv = dims.partition("/")
+    return int(d), int(dv) if dv else None, [int(x) for x in rest]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="+", metavar="HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP")
@@ -136,22 +143,19 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
         if spec.startswith("bwdq16:"):
-            dims, *rest = spec[7:].split(",")
-            d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
-            bn, stages, causal, *fp16 = (int(x) for x in rest)
+            d, dv, rest = _head_dims(spec)
+            bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
         elif spec.startswith("bwd16:"):
-            dims, *rest = spec[6:].split(",")
-            d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
-            bm, stages, causal, *fp16 = (int(x) for x in rest)
+            d, dv, rest = _head_dims(spec)
+            bm, stages, causal, *fp16 = rest
             bn, overlap = 128, 1
             r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
         elif spec.startswith(("ws16:", "ws16p:", "ws16pk:", "ws16ps:")):
             persistent = {"ws16p": "query", "ws16pk": "kv", "ws16ps": "kv-snake"}.get(spec.split(":")[0], False)
-            dims, *rest = spec.split(":", 1)[1].split(",")
-            d, dv = (int(x) for x in dims.split("/")) if "/" in dims else (int(dims), None)
-            bn, stages, causal, *fp16 = (int(x) for x in rest)
+            d, dv, rest = _head_dims(spec)
+            bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), persistent, dv)
         elif spec.startswith("ws:"):
