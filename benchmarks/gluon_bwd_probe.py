@@ -114,7 +114,7 @@ def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
 def check(dims, dkdv_specs, dq_specs) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.bwd_gluon import DQ_HEAD_DIMS, dkdv_gluon, dq_gluon
+    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
 
     ok = True
     print("| check | hd | causal | B Sq Sk Hq/Hk | kernel | config | max err | triton's | |")
@@ -131,8 +131,7 @@ def check(dims, dkdv_specs, dq_specs) -> bool:
                 runs = [("dkdv", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
                                                   poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
-                                               poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs
-                         if (d, dv) in DQ_HEAD_DIMS]
+                                               poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
                 for kernel, spec, got in runs:
                     wants = (ref.dk, ref.dv) if kernel == "dkdv" else (ref.dq, )
                     twins = triton_[1:] if kernel == "dkdv" else triton_[:1]
@@ -160,7 +159,7 @@ def _cells(dims, seqlens, masks, models):
 
 def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
     from harness.perf.timing import time_callable
-    from kernels.flash_attn.bwd_gluon import DQ_HEAD_DIMS, dkdv_gluon, dq_gluon
+    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
 
     def timed(fn):
         fn()
@@ -183,7 +182,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
                  ("routed bwd", "whole", _whole(q, k, v, do, out, lse, causal, "")[0], "triton bwd")]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
-                   "triton dq") for spec in dq_specs if (d, dv) in DQ_HEAD_DIMS]
+                   "triton dq") for spec in dq_specs]
         calls += [("gluon dkdv", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
                                                          causal=causal, launches={}, **_config(spec, "block_m")),
                    "triton dkdv") for spec in dkdv_specs]

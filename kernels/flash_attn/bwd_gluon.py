@@ -37,11 +37,9 @@ from triton.language.core import _aggregate as aggregate
 from .. import launcher
 from .fp8_gluon import _key_blocks, _second_part, _ws_barriers
 
-#: (q / k head dim, v head dim) pairs the dK / dV kernel compiles for: DeepSeek's MLA training form too, q / k 192
-#: in two tile parts (128 + 64), v 128
-DKDV_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
-#: ... and the dQ kernel
-DQ_HEAD_DIMS = DKDV_HEAD_DIMS
+#: (q / k head dim, v head dim) pairs both kernels compile for: DeepSeek's MLA training form too, q / k 192 in two
+#: tile parts (128 + 64), v 128
+HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 _DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 #: keys a program owns (two consumer warpgroups of 64)
 BLOCK_N = 128
@@ -463,16 +461,16 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                         (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
-def unsupported(q, k, v, do, lse, delta, pairs=DKDV_HEAD_DIMS) -> str | None:
-    """Why a kernel taking the (q / k, v) head-dim ``pairs`` (the dK / dV kernel's by default; the dQ kernel's:
-    :data:`DQ_HEAD_DIMS`) cannot run these inputs ([B, S, H, D] dense; lse and delta [B, Hq, Sq] fp32), or None."""
+def unsupported(q, k, v, do, lse, delta) -> str | None:
+    """Why the kernels cannot run these inputs ([B, S, H, D] dense, :data:`HEAD_DIMS`; lse and delta [B, Hq, Sq]
+    fp32), or None."""
     if q.dtype not in _DTYPES or any(t.dtype != q.dtype for t in (k, v, do)):
         return f"q, k, v, dO in bf16 or fp16 alike, got {q.dtype}, {k.dtype}, {v.dtype}, {do.dtype}"
     if any(t.dim() != 4 for t in (q, k, v, do)):
         return "dense [B, S, H, D] inputs"
     d, dv = q.shape[-1], v.shape[-1]
-    if (d, dv) not in pairs or k.shape[-1] != d:
-        return f"head dims (q / k, v) in {pairs}, got q {d}, k {k.shape[-1]}, v {dv}"
+    if (d, dv) not in HEAD_DIMS or k.shape[-1] != d:
+        return f"head dims (q / k, v) in {HEAD_DIMS}, got q {d}, k {k.shape[-1]}, v {dv}"
     if q.shape[2] % k.shape[2] or v.shape[2] != k.shape[2]:
         return f"{q.shape[2]} query heads over {k.shape[2]} kv heads"
     if do.shape != q.shape[:3] + (dv, ):
@@ -602,8 +600,7 @@ def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_st
              poison=False, launches=None):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s."""
-    why = unsupported(q, k, v, do, lse, lse, DQ_HEAD_DIMS) or unsupported(q, k, v, out, lse, lse, DQ_HEAD_DIMS)
-    _check_call("dq_gluon", why, num_stages, q)
+    _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(

@@ -674,7 +674,7 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
     return "split"
 
 
-#: bf16 / fp16 backward head dims (d = d_v) whose split-mode kernels run the warp-specialised Gluon ones
+#: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones
 #: (bwd_gluon.py) on sm90: per kernel ("dq": BLOCK_N, stages; "dkdv": BLOCK_M, stages), from
 #: :data:`BWD_GLUON_MIN_SEQLEN`'s length. Measured on an H100 (session 32, docs/perf/gluon-bwd-s32; each launch
 #: replayed alone against its Triton twin at the Triton kernel's pinned config, CUDA events): hd 128 dK / dV at
@@ -708,9 +708,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     """Kernel name ("dq", "dkdv") -> bwd_gluon.dq_launch's / dkdv_launch's keywords for the backward's kernels
     that run on the Gluon ones; empty where both run the Triton ones: a head dim and kernel of :data:`BWD_GLUON`
     with both sequences at least :data:`BWD_GLUON_MIN_SEQLEN` long (or any of :data:`BWD_GLUON_TRY` with
-    ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16 inputs the kernels take
-    (bwd_gluon.unsupported: its kernel's head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]), causal or no mask, no softcap, an sm90
-    GPU (not the interpreter). ``sm_major``: as :func:`gluon_ws_fwd`'s."""
+    ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16
+    inputs the kernels take (bwd_gluon.unsupported: their head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]),
+    causal or no mask, no softcap, an sm90 GPU (not the interpreter). ``sm_major``: as :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
         return {}
@@ -725,11 +725,11 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         return {}
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
         return {}
-    from .bwd_gluon import DKDV_HEAD_DIMS, DQ_HEAD_DIMS, unsupported
+    from .bwd_gluon import unsupported
 
-    pairs = {"dq": DQ_HEAD_DIMS, "dkdv": DKDV_HEAD_DIMS}  # (delta is made in lse's shape and layout)
-    return {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()
-            if not unsupported(q, k, v, do, lse, lse, pairs[name])}
+    if unsupported(q, k, v, do, lse, lse):  # (delta is made in lse's shape and layout)
+        return {}
+    return {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
 
 
 def autotuned(space, prune, reset_to_zero=None):

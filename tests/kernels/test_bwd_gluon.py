@@ -73,8 +73,6 @@ def test_unsupported_inputs_are_named():
     assert bwd_gluon.unsupported(q, k, v, do, lse, delta) is None
     mla = _mla_inputs()
     assert bwd_gluon.unsupported(*mla) is None  # both kernels take MLA's 192 / 128
-    assert bwd_gluon.unsupported(*mla, bwd_gluon.DQ_HEAD_DIMS) is None
-    assert "head dims" in bwd_gluon.unsupported(*mla, ((128, 128), ))
     assert "head dims" in bwd_gluon.unsupported(*_inputs(d=192))  # 192 / 192: no
     assert "dO's shape" in bwd_gluon.unsupported(*mla[:3], mla[3][..., :64], *mla[4:])
     assert "bf16 or fp16" in bwd_gluon.unsupported(q.float(), k.float(), v.float(), do.float(), lse, delta)
