@@ -15,8 +15,8 @@ so every operand is where a wgmma wants it: K_w and V_w from shared memory as th
 B operand (seen transposed for S^T and dP^T, as loaded for dV and dK), P^T and dS^T from registers as the A
 operand. The consumers take turns to issue (the forward's ping-pong ``turn`` barriers): one's exponentials run
 while the other's wgmmas do. GQA: the program runs the group's query heads one after another, or a share of them
-under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a sequence's end: zero-filled tiles, lse read as +inf
-(P = 0); keys past it are computed and not stored.
+under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a
+sequence's end: zero-filled tiles, lse read as +inf (P = 0); keys past it are computed and not stored.
 
 Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
@@ -197,12 +197,11 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
             if HEAD_DIM_B > 0:
                 dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
-                _pass(other)
-                tc += 1
+            _pass(other)
+            tc += 1
+            if HEAD_DIM_B > 0:
                 dv, dk, dk_b = warpgroup_mma_wait(0, deps=(dv, dk, dk_b))
             else:
-                _pass(other)
-                tc += 1
                 dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
@@ -392,12 +391,11 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         dq = warpgroup_mma(ds16, k_t, dq, is_async=True)  # keys past the sequence: zero-filled K rows add nothing
         if HEAD_DIM_B > 0:
             dq_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), k_t_b, dq_b, is_async=True)
-            _pass(other)
-            tc += 1
+        _pass(other)
+        tc += 1
+        if HEAD_DIM_B > 0:
             dq, dq_b = warpgroup_mma_wait(0, deps=(dq, dq_b))
         else:
-            _pass(other)
-            tc += 1
             dq = warpgroup_mma_wait(0, deps=(dq, ))
         _pass(empty.index(slot))  # this block's K and V read: the slot is free
     dq = dq * sm_scale
