@@ -11,13 +11,14 @@ backwards, H100.
 2. Kernel time (CUDA events through the harness's timer: warm-up, L2 flushed, median), every kernel of a cell in
    one process, interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` Llama-3-8B (GQA 32/8, 8k), Llama-3-70B (64/8, 4k) and, with 192/128 in ``--head-dims``,
-   DeepSeek-V3's MLA (H128, 4k), causal. The Triton backward in its split
-   mode (FLASH_ATTN_BWD=split: dK / dV without dQ's atomics, as the Gluon kernel) at its pinned first picks
+   DeepSeek-V3's MLA (H128, 4k), causal. The Triton backward in its split mode (FLASH_ATTN_BWD=split: dK / dV
+   without dQ's atomics, as the Gluon kernel) at its pinned first picks
    (FLASH_ATTN_AUTOTUNE=0; ``--autotune``: the configs its autotuner picks, as a user's call gets them) and without a
    group split, each of its two launches replayed alone with the same tensors; the Gluon kernels at each ``--dq`` /
    ``--dkdv`` config; the whole backward three ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon:
-   configs.BWD_GLUON_TRY's configs) and as routed by default ("routed": configs.BWD_GLUON by length). Rows ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``,
-   then each cell's fastest repeat (``| summary | ... |``).
+   configs.BWD_GLUON_TRY's configs) and as routed by default ("routed": configs.BWD_GLUON by length). Rows
+   ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
+   (``| summary | ... |``).
 """
 
 from __future__ import annotations
