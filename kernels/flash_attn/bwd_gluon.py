@@ -35,7 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
-from .fp8_gluon import _key_blocks, _second_part, _ws_barriers
+from .fp8_gluon import _key_blocks, _pass, _second_part, _ws_barriers
 
 #: (q / k head dim, v head dim) pairs both kernels compile for: DeepSeek's MLA training form too, q / k 192 in two
 #: tile parts (128 + 64), v 128
@@ -80,14 +80,6 @@ def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constex
                        is_async=True)
     _pass(other)
     return s, dp
-
-
-@gluon.jit
-def _pass(bar):
-    """Arrive once on ``bar`` for the whole warpgroup, after every warp of it got here (the turn handed over, a
-    slot released)."""
-    gl.thread_barrier()
-    mbarrier.arrive(bar, count=1)
 
 
 @gluon.jit

@@ -285,6 +285,14 @@ class _WsShape:
 
 
 @gluon.jit
+def _pass(bar):
+    """Arrive once on ``bar`` for the whole warpgroup, after every warp of it got here (the turn handed over, a
+    slot released)."""
+    gl.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
 def _ws_barriers(NUM_STAGES: gl.constexpr):
     """The warp-specialised kernels' barriers (forwards here, backwards in bwd_gluon.py): one for the tiles a
     program loads once, a ring's ``ready`` (the loader's TMA landed) and ``empty`` (both consumer warpgroups released
@@ -364,8 +372,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     mbarrier.wait(ready.index(0), 0)
     mbarrier.wait(mine, 0)
     s = _ws_scores(q, q_b, k_smem.index(0), k_smem_b.index(0), s_zero, HEAD_DIM_B)
-    gl.thread_barrier()  # every warp of this warpgroup has issued before the turn passes
-    mbarrier.arrive(other, count=1)
+    _pass(other)  # every warp of this warpgroup has issued before the turn passes
     s = warpgroup_mma_wait(0, deps=(s, ))
     p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
                                        IS_CAUSAL, BLOCK_N, S_LAYOUT)
@@ -378,21 +385,18 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
         p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
         acc = warpgroup_mma(p8, _ws_v(v_smem.index(j % NUM_STAGES), FP8), acc, is_async=True)
-        gl.thread_barrier()
-        mbarrier.arrive(other, count=1)
+        _pass(other)
         s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
                                            nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
         acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
-        gl.thread_barrier()  # every warp past its wait before the one arrive
-        mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)  # block j's K and V read: the slot is free
+        _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
     p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
     acc = warpgroup_mma(p8, _ws_v(v_smem.index(last % NUM_STAGES), FP8), acc, is_async=True)
-    gl.thread_barrier()
-    mbarrier.arrive(other, count=1)
+    _pass(other)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     _ws_store(acc, m_i, l_i, offs_m, o_smem.index(wg), o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS)
 
@@ -694,8 +698,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
         mbarrier.wait(mine, tc & 1)
         s = _ws_scores(q, q_b, k_smem.index(it % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]),
                        k_smem_b.index(it % NUM_STAGES).reshape([BLOCK_N, KB_DIM]), s_zero, HEAD_DIM_B)
-        gl.thread_barrier()
-        mbarrier.arrive(other, count=1)
+        _pass(other)
         tc += 1
         s = warpgroup_mma_wait(0, deps=(s, ))
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
@@ -710,29 +713,24 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
             p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
             acc = warpgroup_mma(p16, v_smem.index(cur % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
-            gl.thread_barrier()
-            mbarrier.arrive(other, count=1)
+            _pass(other)
             tc += 1
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, (j + 1) * BLOCK_N, seqlen_k, off,
                                                (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
             acc = warpgroup_mma_wait(0, deps=(acc, ))
-            gl.thread_barrier()  # every warp past its wait before the one arrive
-            mbarrier.arrive(empty.index(cur % NUM_STAGES), count=1)
+            _pass(empty.index(cur % NUM_STAGES))  # block cur's K and V read: the slot is free
         # every Q K^T of this tile retired (waited above by every warp): Q's tile is the loader's again
-        gl.thread_barrier()
-        mbarrier.arrive(q_free, count=1)
+        _pass(q_free)
         last = it + n_blocks - 1
         mbarrier.wait(mine, tc & 1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
         p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
         acc = warpgroup_mma(p16, v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
-        gl.thread_barrier()
-        mbarrier.arrive(other, count=1)
+        _pass(other)
         tc += 1
         acc = warpgroup_mma_wait(0, deps=(acc, ))
-        gl.thread_barrier()
-        mbarrier.arrive(empty.index(last % NUM_STAGES), count=1)
+        _pass(empty.index(last % NUM_STAGES))
         acc, lse = _ws_finish(acc, m_i, l_i, 1.0, O_ROWS)  # the epilogue, from registers
         b64 = b.to(gl.int64)
         gl.store(Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh + offs_m, lse, mask=offs_m < seqlen_q)
