@@ -681,22 +681,29 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: 64-row tiles over 2 stages 1.08-1.27x at 1k-16k on the FA sweep and Llama-3-8B 8k / 70B 4k causal (32-row tiles
 #: 0.96-1.13x); hd 128 dQ at 128-key tiles over 2 stages 1.05-1.16x from 4k (0.95-1.01x at 1k; 64-key tiles
 #: 0.92-1.15x); hd 64 dK / dV 1.07x / 1.18x causal at 4k / 16k, 1.04x non-causal at 16k, 0.87-0.97x shorter; hd 64
-#: dQ 0.61-0.91x everywhere (stays Triton). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs
-#: wherever they can, at any length (tests, probes).
-BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv": (64, 2)}, 64: {"dkdv": (64, 2)}}
+#: dQ 0.61-0.91x everywhere (stays Triton). MLA's 192 / 128 (session 33, docs/perf/gluon-bwd-s33, against the
+#: autotuned Triton kernels): dK / dV at 32-row tiles 1.46-2.10x at 512-4k and DeepSeek-V3's 128 heads at 4k (3
+#: stages ahead of 2 in 7 of 10 cells, by <= 5%), dQ at 64-key tiles over 2 stages 1.14-1.35x (0.98x causal at
+#: 512; 3 stages within 3%). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs wherever they
+#: can, at any length (tests, probes).
+BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv": (64, 2)}, 64: {"dkdv": (64, 2)},
+                                                    192: {"dq": (64, 2), "dkdv": (32, 3)}}
 #: ... and only where both sequences hold at least this many tokens, by head dim, kernel and mask (False: none,
 #: True: causal; a mask not listed: not routed); the shortest measured win (shorter not measured: 1k was the
-#: sweep's shortest). Against the Triton kernels at their autotuned configs (the probe's --autotune, same session):
-#: hd 128 whole backward, routed, 1.01-1.02x at 1k, 1.06-1.12x at 4k, 1.17x at 16k (the autotuner keeps the pinned
-#: configs there). hd 64 non-causal is left off: its 1.04x at 16k was against the pinned dK / dV config only (the
-#: autotuner picks among four there), and the FA sweep's autotuned run read that cell 5% below session 13's (a
-#: cross-session spread: not shown either way). hd 64 causal is not yet timed against the autotuned kernel either.
+#: sweep's shortest, 512 MLA's). Against the Triton kernels at their autotuned configs (the probe's --autotune):
+#: hd 128 whole backward, routed, 1.01-1.02x at 1k, 1.06-1.12x at 4k, 1.17x at 16k (session 32; the autotuner
+#: keeps the pinned configs there); hd 64 causal, routed (Gluon dK / dV, Triton dQ), 1.04x at 4k and 1.08x at 16k
+#: (session 33; the Gluon dK / dV alone 1.07x / 1.16x); MLA both Gluon kernels 1.26-1.33x at 512, 1.48x at 1k,
+#: 1.52-1.81x at 2k-4k (session 33). hd 64 non-causal stays off: session 33's autotuned run read its Gluon dK / dV
+#: 0.93x / 0.94x at 4k / 16k (the 1.04x at 16k was against the pinned config).
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
-    64: {"dkdv": {True: 4096}}}
-#: MLA's 192 / 128 (q / k head dim 192; session 32, compiled, not yet run): dK / dV at 32-row tiles over 2 stages
-#: (32 / 36 B spilled; 64-row tiles spill 1176 B and serialise their wgmmas), dQ at 64-key tiles over 3 stages (no
-#: spill, 205 KiB; 128-key tiles would hold S and dP at 64 + 64 registers beside dQ's 96).
+    64: {"dkdv": {True: 4096}},
+    192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
+#: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
+#: hd 128's); MLA's 192 / 128 dK / dV at 32-row tiles over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B
+#: and serialise their wgmmas), dQ at 64-key tiles over 3 stages (no spill, 205 KiB; 128-key tiles would hold S and
+#: dP at 64 + 64 registers beside dQ's 96): the routed MLA configs' neighbours, so tests cover both.
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)}}
