@@ -761,7 +761,8 @@ gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forwar
     # own timeout: a barrier mistake hangs; GLUON_TESTS: pytest -k parts, ';'-separated, 0 none), then the probe: hd 128's
     # configs (GLUON_WS) beside the Triton forward, cuDNN and FA2 on the FA sweep (GLUON_SEQLENS), real models and
     # the attention layers' GQA / MQA rows (GLUON_EXTRA, default --models --layers), and the MLA training form
-    # (GLUON_MLA_WS; GLUON_MLA=0 skips it)
+    # (GLUON_MLA_WS; GLUON_MLA=0 skips it); GLUON_DIMS: the probe's head dims (default 128; e.g. 64 with
+    # GLUON_WS="128,3 w3:64,4" for the three-consumer kernel)
     setup
     mkdir -p "$OUT/gluon-ws"
     IFS=';' read -r -a parts <<< "${GLUON_TESTS:-not persistent and not mla;persistent;mla}"
@@ -771,10 +772,11 @@ gluon-ws)  # issue 16 (sessions 30-31): the 16-bit warp-specialised Gluon forwar
             tests/kernels/test_gluon_ws.py -k "$part" >> "$OUT/gluon-ws/tests.log" 2>&1
         echo "tests ($part) exit $?" >> "$OUT/gluon-ws/tests.log"
     done
-    timeout "${GLUON_SECONDS:-280}" python3 benchmarks/gluon_ws_probe.py --head-dims 128 \
+    dims=${GLUON_DIMS:-128}
+    timeout "${GLUON_SECONDS:-280}" python3 benchmarks/gluon_ws_probe.py --head-dims "$dims" \
         --ws ${GLUON_WS:-128,3 p:128,3} --seqlens "${GLUON_SEQLENS:-512,1024,4096}" ${GLUON_EXTRA---models --layers} \
-        --repeat 2 > "$OUT/gluon-ws/probe-hd128.md" 2>&1
-    echo "probe exit $?" >> "$OUT/gluon-ws/probe-hd128.md"
+        --repeat 2 > "$OUT/gluon-ws/probe-hd$dims.md" 2>&1
+    echo "probe exit $?" >> "$OUT/gluon-ws/probe-hd$dims.md"
     if [ "${GLUON_MLA:-1}" = 1 ]; then
         timeout 150 python3 benchmarks/gluon_ws_probe.py --head-dims 192/128 --ws ${GLUON_MLA_WS:-64,4} \
             --seqlens 512,1024 --repeat 2 > "$OUT/gluon-ws/probe-mla.md" 2>&1

@@ -59,15 +59,18 @@ PERSISTENT = {"p:": "query", "pk:": "kv", "ps:": "kv-snake"}
 
 def _spec(spec: str) -> dict:
     """BLOCK_N,STAGES[,REGS] -> fwd_gluon_ws's keywords; a "p:" prefix: its persistent kernel, query blocks outer;
-    "pk:": the persistent kernel, kv heads outer; "ps:": kv heads outer, snaking (fp8_gluon.TILE_ORDERS)."""
+    "pk:": the persistent kernel, kv heads outer; "ps:": kv heads outer, snaking (fp8_gluon.TILE_ORDERS); "w3:":
+    three consumer warpgroups, 192-row tiles (not persistent)."""
     prefix, _, rest = spec.rpartition(":")
-    if prefix and prefix + ":" not in PERSISTENT:
-        raise SystemExit(f"--ws {spec}: prefixes {sorted(PERSISTENT)}")
+    if prefix and prefix + ":" not in PERSISTENT and prefix != "w3":
+        raise SystemExit(f"--ws {spec}: prefixes {sorted(PERSISTENT) + ['w3:']}")
     parts = [int(x) for x in rest.split(",")]
     if len(parts) not in (2, 3):
-        raise SystemExit(f"--ws {spec}: want [p:|pk:|ps:]BLOCK_N,STAGES[,REGS]")
-    kw = dict(zip(("block_n", "num_stages", "consumer_regs"), parts), persistent=bool(prefix))
-    return kw | ({"tile_order": PERSISTENT[prefix + ":"]} if prefix else {})
+        raise SystemExit(f"--ws {spec}: want [p:|pk:|ps:|w3:]BLOCK_N,STAGES[,REGS]")
+    kw = dict(zip(("block_n", "num_stages", "consumer_regs"), parts))
+    if prefix == "w3":
+        return kw | {"consumers": 3}
+    return kw | {"persistent": bool(prefix)} | ({"tile_order": PERSISTENT[prefix + ":"]} if prefix else {})
 
 
 def _inputs(b, sq, sk, hq, hk, d, dtype, seed, dv=None):

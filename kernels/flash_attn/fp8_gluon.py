@@ -268,13 +268,16 @@ class _WsShape:
     operands (32-deep wgmma, P in e4m3, V given keys-contiguous as V^T tiles [HEAD_DIM, BLOCK_N]); else 16-bit
     (bf16 / fp16: 16-deep wgmma, P in the inputs' dtype, V as given, tiles [BLOCK_N, HEAD_DIM]). 16-bit only:
     HEAD_DIM_B, a second part of the q / k head dim (tiles of their own, the scores two chained wgmmas; v's head
-    dim stays HEAD_DIM: DeepSeek's MLA training form is q / k 128 + 64, v 128, as the Triton kernels split it)."""
+    dim stays HEAD_DIM: DeepSeek's MLA training form is q / k 128 + 64, v 128, as the Triton kernels split it).
+    NUM_WG: consumer warpgroups of 64 query rows taking turns in a ring (2: flash-attn 3's ping-pong; 3: its
+    192-row tiles at small head dims, where the softmax outweighs the matmuls)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
-                       "TILE_ORDER": gl.constexpr}
+                       "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2):
+        self.NUM_WG = gl.constexpr(NUM_WG)
         self.TILE_ORDER = gl.constexpr(TILE_ORDER)
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
@@ -293,20 +296,20 @@ def _pass(bar):
 
 
 @gluon.jit
-def _ws_barriers(NUM_STAGES: gl.constexpr):
+def _ws_barriers(NUM_STAGES: gl.constexpr, NUM_WG: gl.constexpr = 2):
     """The warp-specialised kernels' barriers (forwards here, backwards in bwd_gluon.py): one for the tiles a
-    program loads once, a ring's ``ready`` (the loader's TMA landed) and ``empty`` (both consumer warpgroups released
-    the slot), and the consumers' two ``turn`` barriers (ping-pong)."""
+    program loads once, a ring's ``ready`` (the loader's TMA landed) and ``empty`` (every consumer warpgroup
+    released the slot), and one ``turn`` barrier a consumer (2: ping-pong; NUM_WG: a ring)."""
     once = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     mbarrier.init(once, count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
+        mbarrier.init(empty.index(i), count=NUM_WG)
+    for i in gl.static_range(NUM_WG):
+        mbarrier.init(turn.index(i), count=1)
     return once, ready, empty, turn
 
 
@@ -338,8 +341,10 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     P_j V_j is still on the tensor cores; and the two consumers take turns to issue (``turn``: one
     mbarrier each, the other consumer arrives on it once it has issued), so that one's softmax runs while
     the other's matmuls do (ping-pong). Consumer 1 hands the first turn to consumer 0. Both take
-    n_blocks + 1 turns (the same tile), so each barrier is at most one phase ahead of its waiter. ``q_smem_b`` /
-    ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``)."""
+    n_blocks + 1 turns (the same tile), so each barrier is at most one phase ahead of its waiter. With
+    ``shape.NUM_WG`` 3 the turns go round a ring (0, 1, 2, 0, ...: each hands to the next, the last hands the
+    first turn to 0); a turn barrier is then still armed once a round, after its waiter took the last one.
+    ``q_smem_b`` / ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``)."""
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -356,18 +361,22 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     ROWS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     P_DTYPE: gl.constexpr = k_smem.dtype
+    NUM_WG: gl.constexpr = shape.NUM_WG
     row0 = m0 + wg * 64
     q = q_smem.index(wg)
     q_b = q_smem_b.index(wg)
     mine = turn.index(wg)
-    other = turn.index(1 - wg)
+    if NUM_WG == 2:
+        other = turn.index(1 - wg)
+    else:  # the next consumer round the ring
+        other = turn.index((wg + 1) % NUM_WG)
     offs_m = row0 + gl.arange(0, 64, layout=ROWS)
     m_i = gl.full([64], float("-inf"), gl.float32, layout=ROWS)
     l_i = gl.zeros([64], gl.float32, layout=ROWS)
     acc = gl.zeros([64, HEAD_DIM], gl.float32, layout=O_LAYOUT)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, layout=S_LAYOUT)
 
-    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
+    mbarrier.arrive(turn.index(0), count=1, pred=wg == NUM_WG - 1)  # consumer 0 issues first
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(ready.index(0), 0)
     mbarrier.wait(mine, 0)
@@ -426,19 +435,21 @@ def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale
 @gluon.jit
 def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
              k_desc_b, q_smem_b, k_smem_b):
-    """The loader warp: both consumers' Q, then K and V (FP8: V^T) block by block into the slots they release;
-    with ``shape.HEAD_DIM_B`` the second head-dim part's Q and K tiles too (``*_b``: from column HEAD_DIM)."""
+    """The loader warp: every consumer's Q (``shape.NUM_WG`` tiles of 64 rows), then K and V (FP8: V^T) block by
+    block into the slots they release; with ``shape.HEAD_DIM_B`` the second head-dim part's Q and K tiles too
+    (``*_b``: from column HEAD_DIM)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     BYTES: gl.constexpr = 1 if shape.FP8 else 2
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
-    mbarrier.expect(q_bar, 2 * 64 * (HEAD_DIM + HEAD_DIM_B) * BYTES)
-    tma.async_copy_global_to_shared(q_desc, [m0, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [m0 + 64, 0], q_bar, q_smem.index(1))
+    NUM_WG: gl.constexpr = shape.NUM_WG
+    mbarrier.expect(q_bar, NUM_WG * 64 * (HEAD_DIM + HEAD_DIM_B) * BYTES)
+    for wg in gl.static_range(NUM_WG):
+        tma.async_copy_global_to_shared(q_desc, [m0 + 64 * wg, 0], q_bar, q_smem.index(wg))
     if HEAD_DIM_B > 0:
-        tma.async_copy_global_to_shared(q_desc_b, [m0, HEAD_DIM], q_bar, q_smem_b.index(0))
-        tma.async_copy_global_to_shared(q_desc_b, [m0 + 64, HEAD_DIM], q_bar, q_smem_b.index(1))
+        for wg in gl.static_range(NUM_WG):
+            tma.async_copy_global_to_shared(q_desc_b, [m0 + 64 * wg, HEAD_DIM], q_bar, q_smem_b.index(wg))
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
         # the slot's previous block released by both consumers (not needed the first time round)
@@ -502,14 +513,14 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                    NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
-                   KB_SL: gl.constexpr = None):
+                   KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
     part of the q / k head dim (DeepSeek's MLA: q / k 192 = 128 + 64 with v 128; TMA boxes are powers of two), its
     Q and K tiles (layouts QB_SL, KB_SL) loaded from column HEAD_DIM; v's head dim is then HEAD_DIM (the first
-    part's) too."""
-    BLOCK_M: gl.constexpr = 128  # two consumer warpgroups of 64 rows
+    part's) too. NUM_WG: consumer warpgroups (2, or 3 in a ring: 192-row tiles, session 33, for hd 64)."""
+    BLOCK_M: gl.constexpr = 64 * NUM_WG  # NUM_WG consumer warpgroups of 64 rows
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
@@ -527,7 +538,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     dtype: gl.constexpr = Q.dtype.element_ty
-    q_smem = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], Q_SL)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_DIM], Q_SL)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], V_SL)
     if HEAD_DIM_B > 0:
@@ -535,7 +546,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                                               [stride_qs, 1], [64, HEAD_DIM_B], QB_SL)
         k_desc_b = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, D_QK],
                                               [stride_ks, 1], [BLOCK_N, HEAD_DIM_B], KB_SL)
-        q_smem_b = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM_B], QB_SL)
+        q_smem_b = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_DIM_B], QB_SL)
         k_smem_b = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM_B], KB_SL)
     else:  # (never read: the first part's objects stand in)
         q_desc_b, k_desc_b, q_smem_b, k_smem_b = q_desc, k_desc, q_smem, k_smem
@@ -543,15 +554,20 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     # wgmma has retired before its epilogue stores there, and nothing else reads it. 32 KiB at hd 128 buys a third
     # stage of 128-key K and V tiles (224 KiB in all)
     o_smem = q_smem
-    q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
+    q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                     mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b)
-    gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
-                        (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
+    if NUM_WG == 3:
+        gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
+                            (_ws_consume, (2, ) + consume_args), (_ws_load, load_args)], [4, 4, 1],
+                           [CONSUMER_REGS, CONSUMER_REGS, 24])
+    else:
+        gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
+                            (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
 # --------------------------------------------------------------------------------------------
@@ -873,6 +889,12 @@ def fp8_fwd_gluon_ws(q, k, vt, descales, *, softmax_scale, causal, block_n=128, 
 #: measured winners (hd 128; DeepSeek's MLA training form 192 / 128 at 64-key tiles x 4 stages, 208 KiB, since
 #: session 31). hd 256 compiles without spill (64-key tiles x 2 stages or 32 x 4, 192 KiB): not yet timed on a GPU.
 WS16_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+#: consumer warpgroups the (not persistent) 16-bit kernel takes: 2 (128-row tiles, ping-pong) or 3 (192-row tiles, the
+#: turns in a ring: flash-attn 3's tiles at hd 64; session 33, compiled on the CPU)
+WS16_CONSUMERS = (2, 3)
+#: each consumer warpgroup's registers (setmaxnreg) by consumers: 2 x 4 warps at 240 beside the loader warp's 24 fill
+#: the 64 K register file, 3 x 4 at 160 the same (168 would leave 256 spare)
+WS16_CONSUMER_REGS = {2: 240, 3: 160}
 #: the persistent kernel's tile orders (``_p_coords``): "query" (query blocks outer, every (batch, head) inner) and
 #: "kv" ((batch, kv head) outer, query blocks, the group's query heads inner), "kv-snake" (as "kv", every other
 #: (batch, kv head) unit's query blocks the other way round: the causal round-robin balanced; session 31, compiled
@@ -900,9 +922,14 @@ def _ws16_layouts(block_n: int, d: int, dtype, dv: int | None = None) -> dict:
     return out
 
 
-def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs) -> dict:
-    """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same)."""
-    return dict(Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
+                   consumers=2) -> dict:
+    """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
+    its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
+    :data:`WS16_CONSUMER_REGS`."""
+    if consumer_regs is None:
+        consumer_regs = WS16_CONSUMER_REGS[consumers]
+    return dict(({} if consumers == 2 else {"NUM_WG": consumers}),Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=q.shape[1],
@@ -918,6 +945,8 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
     ``tile_order``: one of :data:`TILE_ORDERS`."""
     if tile_order not in TILE_ORDERS:
         raise ValueError(f"tile_order: one of {TILE_ORDERS}, got {tile_order!r}")
+    if consumer_regs is None:
+        consumer_regs = WS16_CONSUMER_REGS[2]
     g = _WS16_DTYPES[q.dtype]
     d, second = _ws16_parts(q.shape[-1], v.shape[-1])
     parts = {}
@@ -955,18 +984,21 @@ def ws16_unsupported(q, k, v) -> str | None:
     return None
 
 
-def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=240, poison=False,
-                 launches=None, persistent=False, tile_order="query"):
+def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
+                 launches=None, persistent=False, tile_order="query", consumers=2):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
     (Gluon has no interpreter). ``launches``: a dict this call replays its launch from, or leaves it in
     (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first.
     ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles), its tiles in
-    ``tile_order`` (:data:`TILE_ORDERS`; ``benchmarks/gluon_ws_probe.py --ws p:BLOCK_N,STAGES`` / ``pk:...``)."""
+    ``tile_order`` (:data:`TILE_ORDERS`; ``benchmarks/gluon_ws_probe.py --ws p:BLOCK_N,STAGES`` / ``pk:...``).
+    ``consumers``: 3 for three consumer warpgroups in a ring, 192-row tiles (not persistent; ``w3:...``)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
+    if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
+        raise ValueError(f"fwd_gluon_ws: consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
@@ -981,18 +1013,18 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order)
+                       tile_order, consumers)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
-def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=240, persistent=False,
-                tile_order="query"):
+def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
+                tile_order="query", consumers=2):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
-    (:data:`TILE_ORDERS`)."""
+    (:data:`TILE_ORDERS`); ``consumers``: the (not persistent) kernel's consumer warpgroups."""
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
@@ -1004,6 +1036,7 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
         grid = (min(tiles, sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())),)
     else:
         kernel = _fwd_ws_kernel
-        kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs)
-        grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
+        kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
+                                consumers)
+        grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs)
