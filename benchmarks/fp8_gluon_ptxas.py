@@ -9,6 +9,7 @@ or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluo
 "e4m3 wgmma" column then counts 16-bit wgmmas; HEAD_DIM may be QK/V, e.g. 192/128), ws16p:... for that one's
 persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, ws16ps:... kv heads outer snaking,
 ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's three consumer warpgroups (192-row tiles),
+ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it,
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
@@ -61,11 +62,11 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
 
 def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
                        persistent: bool | str = False, dv: int | None = None, consumers: int = 2,
-                       regs: int | None = None) -> dict:
+                       regs: int | None = None, overlap: bool = True) -> dict:
     """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles;
     ``persistent``: its persistent kernel (True, or a tile order of fp8_gluon.TILE_ORDERS); ``dv``: v's head dim
     where it is not q's (MLA's 192 / 128); ``consumers``: 3 for the 192-row tiles (three consumer warpgroups),
-    ``regs`` their registers (None: fp8_gluon.WS16_CONSUMER_REGS)."""
+    ``regs`` their registers (None: fp8_gluon.WS16_CONSUMER_REGS), ``overlap`` False: no in-block overlap."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -79,7 +80,7 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
         order = persistent if isinstance(persistent, str) else "query"
         fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(*args, order)
     else:
-        fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args, consumers)
+        fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args, consumers, overlap)
     return _report(compile_call(fn, call), r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
@@ -156,12 +157,14 @@ def main(argv=None) -> int:
             bm, stages, causal, *fp16 = rest
             bn, overlap = 128, 1
             r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
-        elif spec.startswith("ws16w3:"):
+        elif spec.startswith(("ws16w3:", "ws16w3n:", "ws16n:")):
             d, dv, rest = _head_dims(spec)
             bn, stages, causal, *more = rest
-            bm, overlap = 192, 1
-            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(more and more[0]), False, dv, 3,
-                                   more[1] if len(more) > 1 else None)
+            kind = spec.split(":")[0]
+            consumers, overlap = (2 if kind == "ws16n" else 3), int(not kind.endswith("n"))
+            bm = 64 * consumers
+            r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(more and more[0]), False, dv, consumers,
+                                   more[1] if len(more) > 1 else None, bool(overlap))
         elif spec.startswith(("ws16:", "ws16p:", "ws16pk:", "ws16ps:")):
             persistent = {"ws16p": "query", "ws16pk": "kv", "ws16ps": "kv-snake"}.get(spec.split(":")[0], False)
             d, dv, rest = _head_dims(spec)

@@ -55,21 +55,24 @@ def _dims(key: str) -> tuple[int, int]:
 
 #: --ws prefixes: the persistent kernel in each tile order (fp8_gluon.TILE_ORDERS)
 PERSISTENT = {"p:": "query", "pk:": "kv", "ps:": "kv-snake"}
+#: --ws prefixes of the (not persistent) kernel's consumer variants: three warpgroups, no in-block overlap, both
+RING = {"w3:": {"consumers": 3}, "n:": {"overlap": False}, "w3n:": {"consumers": 3, "overlap": False}}
 
 
 def _spec(spec: str) -> dict:
     """BLOCK_N,STAGES[,REGS] -> fwd_gluon_ws's keywords; a "p:" prefix: its persistent kernel, query blocks outer;
     "pk:": the persistent kernel, kv heads outer; "ps:": kv heads outer, snaking (fp8_gluon.TILE_ORDERS); "w3:":
-    three consumer warpgroups, 192-row tiles (not persistent)."""
+    three consumer warpgroups, 192-row tiles (not persistent); "n:" / "w3n:": two / three consumers without the
+    in-block overlap (fp8_gluon._WsShape.OVERLAP)."""
     prefix, _, rest = spec.rpartition(":")
-    if prefix and prefix + ":" not in PERSISTENT and prefix != "w3":
-        raise SystemExit(f"--ws {spec}: prefixes {sorted(PERSISTENT) + ['w3:']}")
+    if prefix and prefix + ":" not in PERSISTENT and prefix + ":" not in RING:
+        raise SystemExit(f"--ws {spec}: prefixes {sorted(PERSISTENT) + sorted(RING)}")
     parts = [int(x) for x in rest.split(",")]
     if len(parts) not in (2, 3):
-        raise SystemExit(f"--ws {spec}: want [p:|pk:|ps:|w3:]BLOCK_N,STAGES[,REGS]")
+        raise SystemExit(f"--ws {spec}: want [p:|pk:|ps:|w3:|n:|w3n:]BLOCK_N,STAGES[,REGS]")
     kw = dict(zip(("block_n", "num_stages", "consumer_regs"), parts))
-    if prefix == "w3":
-        return kw | {"consumers": 3}
+    if prefix + ":" in RING:
+        return kw | RING[prefix + ":"]
     return kw | {"persistent": bool(prefix)} | ({"tile_order": PERSISTENT[prefix + ":"]} if prefix else {})
 
 

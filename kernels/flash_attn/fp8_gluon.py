@@ -270,14 +270,18 @@ class _WsShape:
     HEAD_DIM_B, a second part of the q / k head dim (tiles of their own, the scores two chained wgmmas; v's head
     dim stays HEAD_DIM: DeepSeek's MLA training form is q / k 128 + 64, v 128, as the Triton kernels split it).
     NUM_WG: consumer warpgroups of 64 query rows taking turns in a ring (2: flash-attn 3's ping-pong; 3: its
-    192-row tiles at small head dims, where the softmax outweighs the matmuls)."""
+    192-row tiles at small head dims, where the softmax outweighs the matmuls). OVERLAP: each consumer's in-block
+    overlap (block j+1's softmax while P_j V_j runs; off: both retire first, so P_j is dead during the softmax and
+    two score tiles are never live at once: fewer registers, the overlap left to the other consumers)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
-                       "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr}
+                       "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2):
+    def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2,
+                 OVERLAP=True):
         self.NUM_WG = gl.constexpr(NUM_WG)
+        self.OVERLAP = gl.constexpr(OVERLAP)
         self.TILE_ORDER = gl.constexpr(TILE_ORDER)
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
@@ -395,11 +399,17 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
         acc = warpgroup_mma(p8, _ws_v(v_smem.index(j % NUM_STAGES), FP8), acc, is_async=True)
         _pass(other)
-        s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
-                                           nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
-        acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
-        _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
+        if shape.OVERLAP:
+            s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
+                                               nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+            acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
+            _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
+        else:  # both retire before the softmax: P_j dead, one score tile live
+            s, acc = warpgroup_mma_wait(0, deps=(s_next, acc))
+            _pass(empty.index(j % NUM_STAGES))
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
+                                               nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
@@ -513,13 +523,14 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                    NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
-                   KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2):
+                   KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
     part of the q / k head dim (DeepSeek's MLA: q / k 192 = 128 + 64 with v 128; TMA boxes are powers of two), its
     Q and K tiles (layouts QB_SL, KB_SL) loaded from column HEAD_DIM; v's head dim is then HEAD_DIM (the first
-    part's) too. NUM_WG: consumer warpgroups (2, or 3 in a ring: 192-row tiles, session 33, for hd 64)."""
+    part's) too. NUM_WG: consumer warpgroups (2, or 3 in a ring: 192-row tiles, session 33, for hd 64); OVERLAP:
+    the consumers' in-block overlap (``_WsShape``)."""
     BLOCK_M: gl.constexpr = 64 * NUM_WG  # NUM_WG consumer warpgroups of 64 rows
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
@@ -556,7 +567,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     o_smem = q_smem
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
@@ -923,13 +934,13 @@ def _ws16_layouts(block_n: int, d: int, dtype, dv: int | None = None) -> dict:
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                   consumers=2) -> dict:
+                   consumers=2, overlap=True) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
     its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
-    :data:`WS16_CONSUMER_REGS`."""
+    :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``)."""
     if consumer_regs is None:
         consumer_regs = WS16_CONSUMER_REGS[consumers]
-    return dict(({} if consumers == 2 else {"NUM_WG": consumers}),Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+    return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=q.shape[1],
@@ -985,7 +996,7 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
-                 launches=None, persistent=False, tile_order="query", consumers=2):
+                 launches=None, persistent=False, tile_order="query", consumers=2, overlap=True):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -993,12 +1004,15 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     (kernels/launcher.py; the caller keys it on the call's signature). ``poison``: NaN-fill out and lse first.
     ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles), its tiles in
     ``tile_order`` (:data:`TILE_ORDERS`; ``benchmarks/gluon_ws_probe.py --ws p:BLOCK_N,STAGES`` / ``pk:...``).
-    ``consumers``: 3 for three consumer warpgroups in a ring, 192-row tiles (not persistent; ``w3:...``)."""
+    ``consumers``: 3 for three consumer warpgroups in a ring, 192-row tiles (not persistent; ``w3:...``);
+    ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
         raise ValueError(f"fwd_gluon_ws: consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}")
+    if persistent and not overlap:
+        raise ValueError("fwd_gluon_ws: the persistent kernel keeps its in-block overlap (overlap=True)")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
@@ -1013,18 +1027,19 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order, consumers)
+                       tile_order, consumers, overlap)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
-                tile_order="query", consumers=2):
+                tile_order="query", consumers=2, overlap=True):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
-    (:data:`TILE_ORDERS`); ``consumers``: the (not persistent) kernel's consumer warpgroups."""
+    (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
+    in-block overlap."""
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
@@ -1037,6 +1052,6 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                                consumers)
+                                consumers, overlap)
         grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs)

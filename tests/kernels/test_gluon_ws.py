@@ -23,9 +23,10 @@ from kernels.flash_attn import configs, fp8_gluon
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
-#: the three-consumer kernel's (BLOCK_N, stages) at hd 64 that compile without spill (session 33; 128-key tiles
-#: spill 464-600 B at 160 registers a consumer, and at 168 serialise their wgmmas)
-THREE_CONSUMERS = ((64, 4), (64, 3))
+#: the three-consumer kernel's (BLOCK_N, stages, in-block overlap) at hd 64 that compile without spill (session 33;
+#: 128-key tiles with the overlap spill 464-600 B at 160 registers a consumer, and at 168 serialise their wgmmas;
+#: without it they fit)
+THREE_CONSUMERS = ((64, 4, True), (64, 3, True), (128, 2, False), (128, 3, False))
 #: fp8_gluon_ptxas.py's specs of every routed config, causal or not (bf16)
 ROUTED = [f"ws16:{d if d == dv else f'{d}/{dv}'},{bn},{st},{c}"
           for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)]
@@ -39,7 +40,7 @@ def compiled():
     specs = ROUTED + [ROUTED[0] + ",1"]
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
-    three = [f"ws16w3:64,{bn},{st},{c}" for bn, st in THREE_CONSUMERS for c in (0, 1)]
+    three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
                           *persistent, *three], capture_output=True, text=True, cwd=root, timeout=300,
                          env=dict(os.environ, TRITON_INTERPRET="0"))
@@ -274,33 +275,38 @@ def test_the_mla_training_form_compiles_in_two_head_dim_parts(compiled):
 def test_three_consumer_warpgroups_compile_at_hd64(compiled):
     """The 16-bit kernel with three consumer warpgroups (192-row tiles, turns in a ring; session 33) at hd 64: a
     loader warp at 24 registers, the consumers at fp8_gluon.WS16_CONSUMER_REGS[3] or more, 16-bit wgmmas not
-    serialised, no spill, the in-block overlap's wait, shared memory within 227 KiB."""
-    for bn, st in THREE_CONSUMERS:
+    serialised, no spill, the in-block overlap's wait where it is on (none where off), shared memory within
+    227 KiB."""
+    for bn, st, ov in THREE_CONSUMERS:
         for c in (0, 1):
-            r = compiled[f"ws16w3:64,{bn},{st},{c}"]
+            r = compiled[f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}"]
             assert 24 in r["setmaxnreg"] and fp8_gluon.WS16_CONSUMER_REGS[3] in r["setmaxnreg"], (bn, st, c)
             assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, (bn, st, c)
-            assert r["wait_one_pending"] >= 3 and r["smem"] <= configs.H100_SMEM_BYTES, (bn, st, c)
+            assert (r["wait_one_pending"] >= 3) == ov and r["smem"] <= configs.H100_SMEM_BYTES, (bn, st, c)
 
 
 def test_the_three_consumer_kernel_refuses_what_it_does_not_run():
-    """consumers 2 or 3, and the persistent kernel only with 2: anything else is named before a launch."""
+    """consumers 2 or 3, and the persistent kernel only with 2 and its in-block overlap: anything else is named
+    before a launch."""
     q, k, v = _qkv(d=64)
     for bad in (dict(consumers=4), dict(consumers=1), dict(consumers=3, persistent=True)):
         with pytest.raises(ValueError, match="consumers"):
             fp8_gluon.fwd_gluon_ws(q, k, v, softmax_scale=0.125, causal=False, **bad)
+    with pytest.raises(ValueError, match="overlap"):
+        fp8_gluon.fwd_gluon_ws(q, k, v, softmax_scale=0.125, causal=False, persistent=True, overlap=False)
 
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("bn, stages", THREE_CONSUMERS)
+@pytest.mark.parametrize("bn, stages, overlap", THREE_CONSUMERS)
 @pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
     (2, 1000, 1000, 8, 2, False), (1, 777, 1500, 4, 4, True), (1, 1500, 777, 4, 1, True), (1, 64, 64, 2, 2, False),
     (1, 200, 200, 2, 2, True)], ids=["GQA4-S1000", "causal-Sq<Sk", "causal-MQA-Sq>Sk", "one-short-tile", "S200"])
-def test_gpu_three_consumers_match_oracle(b, sq, sk, hq, hk, causal, bn, stages):
+def test_gpu_three_consumers_match_oracle(b, sq, sk, hq, hk, causal, bn, stages, overlap):
     """Three consumer warpgroups, 192-row tiles (hd 64): out and lse against the FP64 oracle within the two-consumer
     kernel's error (plus bf16 rounding), rows that see no key 0 / -inf, NaN-poisoned first; partial 192-row tiles
-    (1000, 1500, 64, 200 rows) and the ring's turns over 1 to 24 key blocks."""
+    (1000, 1500, 64, 200 rows) and the ring's turns over 1 to 24 key blocks; with and without the in-block
+    overlap."""
     from harness.oracle.softmax import softmax_attention
 
     g = torch.Generator(device="cpu").manual_seed(13)
@@ -308,7 +314,7 @@ def test_gpu_three_consumers_match_oracle(b, sq, sk, hq, hk, causal, bn, stages)
     k, v = (torch.randn(b, sk, hk, 64, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
     ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=0.125)
     kw = dict(softmax_scale=0.125, causal=causal, block_n=bn, num_stages=stages, poison=True)
-    o_3, l_3 = fp8_gluon.fwd_gluon_ws(q, k, v, consumers=3, **kw)
+    o_3, l_3 = fp8_gluon.fwd_gluon_ws(q, k, v, consumers=3, overlap=overlap, **kw)
     o_2, _ = fp8_gluon.fwd_gluon_ws(q, k, v, **kw)
     torch.cuda.synchronize()
     seen = ref.lse > float("-inf")
@@ -369,6 +375,8 @@ def test_the_probe_reads_each_persistent_prefix_as_a_tile_order():
     probe = _benchmark("gluon_ws_probe")
     assert probe._spec("128,3") == dict(block_n=128, num_stages=3, persistent=False)
     assert probe._spec("w3:64,4") == dict(block_n=64, num_stages=4, consumers=3)
+    assert probe._spec("w3n:128,2") == dict(block_n=128, num_stages=2, consumers=3, overlap=False)
+    assert probe._spec("n:128,3,232") == dict(block_n=128, num_stages=3, consumer_regs=232, overlap=False)
     for prefix, order in probe.PERSISTENT.items():
         assert probe._spec(prefix + "64,4,232") == dict(block_n=64, num_stages=4, consumer_regs=232, persistent=True,
                                                         tile_order=order)
