@@ -36,15 +36,16 @@ DEFAULT_WS = {"64": ["128,3"], "128": ["128,3"], "256": ["64,2", "32,4"], "192/1
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: (name, batch, seqlen, query heads, kv heads, head dim), causal: real models' training / prefill calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128), ("MQA 32/1", 2, 4096, 32, 1, 128),
-          ("GQA 32/8 d64", 2, 2048, 32, 8, 64))
+          ("GQA 32/8 d64", 2, 2048, 32, 8, 64), ("Falcon-7B MQA 71/1", 2, 2048, 71, 1, 64))
 #: (batch, seqlen, heads) of the attention-layer report's MLA configurations, run in the training form (q / k 192,
 #: v 128: ``--head-dims 192/128``), causal and not
 MLA_LAYERS = ((2, 2048, 32), (1, 4096, 64), (1, 2048, 128))
-#: (name, batch, seqlen, query heads, kv heads, head dim) of the attention-layer report's hd 128 GQA / MQA rows
+#: (name, batch, seqlen, query heads, kv heads, head dim) of the attention-layer report's GQA / MQA rows (hd 128; hd 64
+#: since session 33)
 #: (``--layers``), causal and not: where the persistent kernel's tile order (one query block of many heads at a
 #: time) meets K / V shared by several query heads
 LAYERS = (("GQA layer", 1, 4096, 32, 8, 128), ("GQA layer", 1, 2048, 40, 8, 128), ("MQA layer", 1, 4096, 32, 1, 128),
-          ("MQA layer", 1, 2048, 40, 1, 128))
+          ("MQA layer", 1, 2048, 40, 1, 128), ("GQA layer", 2, 2048, 32, 8, 64), ("MQA layer", 2, 2048, 16, 1, 64))
 
 
 def _dims(key: str) -> tuple[int, int]:

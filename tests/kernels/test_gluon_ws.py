@@ -393,7 +393,10 @@ def test_the_probe_times_the_cells_asked_for_and_sums_up_each_one(capsys):
     assert ("sweep S512", "128", False) in labels and ("sweep S4096", "128", True) in labels
     assert ("sweep S512", "192/128", True) in labels and ("sweep S4096", "192/128", True) not in labels  # short only
     assert sum(c[0].startswith("MLA layer") for c in cells) == 2 * len(probe.MLA_LAYERS)
-    assert sum(c[0].startswith(("GQA layer", "MQA layer")) for c in cells) == 2 * len(probe.LAYERS)
+    hd128_layers = [row for row in probe.LAYERS if row[-1] == 128]  # the layers of the head dims asked for only
+    assert sum(c[0].startswith(("GQA layer", "MQA layer")) for c in cells) == 2 * len(hd128_layers) > 0
+    hd64 = list(probe._cells(["64"], [4096], [False], models=True, layers=True))
+    assert {c[0] for c in hd64} >= {"GQA layer B2 S2048", "MQA layer B2 S2048", "Falcon-7B MQA 71/1 B2 S2048"}
     assert all(c[6] for c in cells if c[0].startswith(("Llama", "MQA 32/1")))  # models: causal calls
     best = {("128", "no", "sweep S512 H16/16"): {("triton", "pinned"): 0.3, ("cuDNN", "sdpa"): 0.15,
                                                   ("gluon-ws", "128,3"): 0.25, ("gluon-ws", "pk:128,3"): 0.2}}
