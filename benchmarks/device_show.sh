@@ -196,10 +196,12 @@ accept-ours)  # issue 8 (the in-repo kernel accepted, with its speed section) an
     gate
     summary "$OUT/acc-flash_attn_func.log" 6
     ;;
-fa-sweep)  # issues 4 and 6: the FA-paper sweep, the fast backends, hd 64 and 128, with memory
+fa-sweep)  # issues 4 and 6: the FA-paper sweep, the fast backends, hd 64 and 128, with memory (FA_MODES: the modes,
+    # default fwd,bwd,fwd+bwd; FA_CASES: a case-id regex, e.g. D64- for hd 64 only)
     setup
     timeout 560 python3 -m harness bench --preset fa-sweep --dtypes bf16 \
-        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --modes fwd,bwd,fwd+bwd \
+        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --modes "${FA_MODES:-fwd,bwd,fwd+bwd}" \
+        ${FA_CASES:+--cases "$FA_CASES"} \
         --target-ms 25 --time-limit 520 --quiet --out "$OUT/fa" > "$OUT/fa.log" 2>&1
     echo "bench exit $?" >> "$OUT/fa.log"
     tarred fa; summary "$OUT/fa.log" 40

@@ -440,6 +440,19 @@ FWD_GLUON_WS_PERSISTENT: dict[tuple[int, int], dict[tuple[bool, bool], str | Non
 #: snake's last measured win is 4k (8k not measured; 16k 0.955x).
 FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool], int]] = {
     (128, 128): {(False, True): 4096}}
+#: Head dims whose Gluon forward is routed cell by cell instead (:data:`FWD_GLUON_WS` and its neighbours do not apply):
+#: (GQA / MQA, causal) -> (shortest, longest (None: no bound) query and key length, fp8_gluon.ws16_launch's
+#: keywords); a cell not listed, or a length outside its bounds, stays on the Triton forward. hd 64 (session 33,
+#: docs/perf/gluon-ws-s33; H100, kernel alone against the pinned Triton forward, CUDA events, two repeats): the
+#: two-consumer kernel loses (0.77-1.03x), but three consumer warpgroups without the in-block overlap (192-row tiles,
+#: 128-key tiles over 3 stages) win on MHA non-causal from 2k (1.02-1.06x at 2k-16k; 0.89x at 1k) and causal from
+#: 8k (1.05x / 1.06x at 8k / 16k; 0.68-0.97x shorter), and the persistent kernel, query blocks outer, on GQA / MQA
+#: causal at 2k (1.13-1.20x: Llama-style 32/8, 16/1, Falcon-7B's 71/1; longer not measured). GQA / MQA non-causal
+#: (0.95-1.02x at 2k) stays on the Triton forward.
+FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int | None, dict]]] = {
+    (64, 64): {(False, False): (2048, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False)),
+               (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False)),
+               (True, True): (2048, 2048, dict(block_n=128, num_stages=3, persistent=True, tile_order="query"))}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 
@@ -467,18 +480,25 @@ def persistent_order(dims: tuple[int, int], gqa: bool, causal: bool, seqlen_q: i
 
 def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
                  fp8: bool, sm_major: int | None = None) -> dict | None:
-    """fp8_gluon.ws16_launch's keywords (block_n, num_stages, persistent, tile_order) the 16-bit warp-specialised
-    Gluon forward runs this call with (:data:`FWD_GLUON_WS`, :data:`FWD_GLUON_WS_PERSISTENT`), or None where the
-    Triton forward does: :data:`FWD_GLUON_WS`'s head dims, both sequences at least the mask's
-    :data:`FWD_GLUON_WS_MIN_SEQLEN` long, an sm90 GPU (not the interpreter), dense bf16 / fp16 inputs the kernel
-    takes (fp8_gluon.ws16_unsupported: its head dims, TMA-readable rows), causal or no mask, no softcap, and the
-    environment knob not 0. ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes
-    9 with CPU tensors)."""
+    """fp8_gluon.ws16_launch's keywords (block_n, num_stages, persistent, tile_order; consumers, overlap) the 16-bit
+    warp-specialised Gluon forward runs this call with (:data:`FWD_GLUON_WS`, :data:`FWD_GLUON_WS_PERSISTENT`, or
+    :data:`FWD_GLUON_WS_CELLS`), or None where the Triton forward does: those tables' head dims, both sequences at
+    least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds), an sm90 GPU (not the
+    interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
+    TMA-readable rows), causal or no mask, no softcap, and the environment knob not 0. ``sm_major``: the GPU's
+    compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
     cfg = FWD_GLUON_WS.get(dims)
-    if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
+    cells = FWD_GLUON_WS_CELLS.get(dims)
+    if (cfg is None and cells is None) or varlen or fp8 or softcap or window_left >= 0 or (
+            window_right >= 0 and not causal) or q.dim() != 4:
         return None
-    if q.dim() != 4 or min(q.shape[1], k.shape[1]) < FWD_GLUON_WS_MIN_SEQLEN[dims][bool(causal)]:
+    seqlen = min(q.shape[1], k.shape[1])
+    if cells is not None:
+        cell = cells.get((q.shape[2] > k.shape[2], bool(causal)))
+        if cell is None or seqlen < cell[0] or (cell[1] is not None and seqlen > cell[1]):
+            return None
+    elif seqlen < FWD_GLUON_WS_MIN_SEQLEN[dims][bool(causal)]:
         return None
     if os.environ.get(FWD_GLUON_WS_ENV, "1") == "0":
         return None
@@ -488,6 +508,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
 
     if ws16_unsupported(q, k, v):
         return None
+    if cells is not None:
+        return {"persistent": False, "tile_order": "query"} | cell[2]
     order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1])
     return {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
 

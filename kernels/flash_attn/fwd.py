@@ -599,7 +599,7 @@ def flash_attn_fwd(q, k, v, *, softmax_scale, causal, window_left, window_right,
     ws = None if v_ready is not None or v_after_copy else configs.gluon_ws_fwd(
         q, k, v, causal=causal, window_left=window_left, window_right=window_right, softcap=softcap, varlen=varlen,
         fp8=fp8 or v_transposed)
-    if ws is not None:  # hd 128 and MLA's 192 / 128, bf16 / fp16: the warp-specialised Gluon kernel
+    if ws is not None:  # hd 128, MLA's 192 / 128, hd 64's routed cells; bf16 / fp16: the warp-specialised Gluon kernel
         from .fp8_gluon import ws16_launch
 
         launch = ws16_launch(q, k, v, out, lse, softmax_scale, causal, **ws)

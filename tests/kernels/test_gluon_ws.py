@@ -1,6 +1,6 @@
 """The 16-bit warp-specialised Gluon forward (kernels/flash_attn/fp8_gluon.py ``fwd_gluon_ws``), which
 ``flash_attn_func`` routes its bf16 / fp16 hd 128 and MLA training-form (q / k 192, v 128) forwards to on an sm90
-GPU (configs.FWD_GLUON_WS).
+GPU (configs.FWD_GLUON_WS), and hd 64's cell by cell (configs.FWD_GLUON_WS_CELLS, session 33).
 
 Gluon has no interpreter: on the CPU the kernel is compiled for sm_90a (benchmarks/fp8_gluon_ptxas.py) and the
 routing rule is checked on its own; on an sm90 GPU (marked ``gpu``) the routed calls, forward and backward, run
@@ -32,6 +32,18 @@ ROUTED = [f"ws16:{d if d == dv else f'{d}/{dv}'},{bn},{st},{c}"
           for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)]
 
 
+def _cell_spec(dims, causal, kw) -> str:
+    """fp8_gluon_ptxas.py's spec of a routed FWD_GLUON_WS_CELLS config."""
+    kind = "ws16p" if kw.get("persistent") else "ws16" + ("w3" if kw.get("consumers") == 3 else "") + (
+        "" if kw.get("overlap", True) else "n")
+    return f"{kind}:{dims[0]},{kw['block_n']},{kw['num_stages']},{int(causal)}"
+
+
+#: every routed cell's config, causal or not
+CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
+                for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
+
+
 @pytest.fixture(scope="module")
 def compiled():
     if sys.platform != "linux":
@@ -42,7 +54,7 @@ def compiled():
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
-                          *persistent, *three], capture_output=True, text=True, cwd=root, timeout=300,
+                          *persistent, *three, *CELLS], capture_output=True, text=True, cwd=root, timeout=300,
                          env=dict(os.environ, TRITON_INTERPRET="0"))
     assert run.returncode == 0, run.stderr[-3000:]
     return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
@@ -146,6 +158,8 @@ WS_KERNELS = ("_fwd_ws_kernel", "_fwd_ws_persistent_kernel")
 def _routed_kernel(hq, hk, causal, sq, d=128, dv=128):
     """The Gluon kernel the route launches for these heads, mask, query length and head dims
     (configs.persistent_order)."""
+    if (d, dv) in configs.FWD_GLUON_WS_CELLS:  # hd 64: cell by cell
+        return WS_KERNELS[bool(configs.FWD_GLUON_WS_CELLS[d, dv][hq > hk, causal][2].get("persistent"))]
     return WS_KERNELS[configs.persistent_order((d, dv), hq > hk, causal, sq) is not None]
 
 
@@ -185,11 +199,14 @@ def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("b, sq, sk, hq, hk, causal, d, dv", [
     (1, 1100, 2100, 8, 2, True, 128, 128), (1, 1024, 1024, 4, 4, False, 128, 128), (1, 600, 600, 4, 4, False, 128, 128),
-    (1, 1100, 1300, 4, 4, True, 192, 128), (2, 700, 700, 4, 2, False, 192, 128)],
-    ids=["causal-GQA-S1100x2100", "S1024", "S600", "mla-causal-S1100x1300", "mla-GQA-S700"])
+    (1, 1100, 1300, 4, 4, True, 192, 128), (2, 700, 700, 4, 2, False, 192, 128), (1, 2100, 2300, 4, 4, False, 64, 64),
+    (1, 8200, 8200, 2, 2, True, 64, 64), (2, 2048, 2048, 8, 2, True, 64, 64), (1, 2048, 2048, 8, 1, True, 64, 64)],
+    ids=["causal-GQA-S1100x2100", "S1024", "S600", "mla-causal-S1100x1300", "mla-GQA-S700", "hd64-S2100x2300",
+         "hd64-causal-S8200", "hd64-causal-GQA-S2048", "hd64-causal-MQA-S2048"])
 def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, d, dv, dtype):
-    """flash_attn_func on sm90 at a routed head-dim pair (hd 128; MLA's q / k 192, v 128), from the mask's minimum
-    length: its forward is the Gluon kernel's launch (the persistent one where configs.FWD_GLUON_WS_PERSISTENT says;
+    """flash_attn_func on sm90 at a routed head-dim pair (hd 128; MLA's q / k 192, v 128; hd 64's routed cells), from
+    the mask's minimum length: its forward is the Gluon kernel's launch (the persistent one where
+    configs.FWD_GLUON_WS_PERSISTENT or FWD_GLUON_WS_CELLS says;
     the replay cache holds it), out, lse and every gradient within the tolerance rule of the FP64 oracle (the
     backward reads the Gluon forward's out and lse)."""
     from test_flash_attn import check_against_oracle
@@ -270,6 +287,39 @@ def test_the_mla_training_form_compiles_in_two_head_dim_parts(compiled):
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
         assert r["wait_one_pending"] >= 2 and r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+def test_the_routed_cells_compile(compiled):
+    """Every config FWD_GLUON_WS_CELLS routes (hd 64: three consumers without the in-block overlap, the persistent
+    kernel), causal or not: a loader warp at 24 registers, no spill, 16-bit wgmmas not serialised, within 227 KiB."""
+    assert CELLS
+    for spec in CELLS:
+        r = compiled[spec]
+        assert 24 in r["setmaxnreg"] and r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
+        assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+def test_hd64_is_routed_cell_by_cell(monkeypatch):
+    """hd 64: MHA non-causal from 2k and causal from 8k on three consumers without the in-block overlap, GQA / MQA
+    causal at 2k on the persistent kernel (query blocks outer); shorter, longer (GQA causal past its measured 2k),
+    GQA / MQA non-causal, windows and the knob stay on the Triton forward."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    cells = configs.FWD_GLUON_WS_CELLS[64, 64]
+    ring = dict(block_n=128, num_stages=3, persistent=False, tile_order="query", consumers=3, overlap=False)
+    causal = dict(causal=True, window_right=0)
+    mha = lambda n, **kw: _route(*_qkv(d=64, hk=4, sq=n, sk=n), **kw)  # noqa: E731
+    gqa = lambda n, hk=2, **kw: _route(*_qkv(d=64, hk=hk, sq=n, sk=n), **kw)  # noqa: E731
+    least = cells[False, False][0]
+    assert mha(least) == ring and mha(4 * least) == ring and mha(least - 1) is None
+    least = cells[False, True][0]
+    assert mha(least, **causal) == ring and mha(least - 1, **causal) is None
+    lo, hi, kw = cells[True, True]
+    assert gqa(lo, **causal) == dict(block_n=128, num_stages=3, persistent=True, tile_order="query")
+    assert gqa(lo, hk=1, **causal) == gqa(lo, **causal) and gqa(hi + 1, **causal) is None and gqa(lo - 1, **causal) is None
+    assert gqa(4096) is None and gqa(2048) is None  # GQA / MQA non-causal: not listed
+    assert mha(4096, window_left=100) is None and mha(4096, softcap=30.0) is None and mha(4096, varlen=True) is None
+    monkeypatch.setenv(configs.FWD_GLUON_WS_ENV, "0")
+    assert mha(4096) is None
 
 
 def test_three_consumer_warpgroups_compile_at_hd64(compiled):
