@@ -2,7 +2,7 @@
 in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 
     python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384]
-        [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16]
+        [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16] [--autotune]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal, rows that see
    no key): out and lse against the FP64 oracle, beside the Triton forward's error on the same inputs; out and
@@ -11,8 +11,9 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 2. Kernel time, CUDA events through the harness's timer (warm-up, L2 flushed, median), every kernel of a cell
    in one process and interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal), with ``--layers`` the
-   attention-layer report's hd 128 GQA / MQA rows. The Triton forward at its pinned first pick
-   (FLASH_ATTN_AUTOTUNE=0, FLASH_ATTN_GLUON_WS=0: not the route to the Gluon kernel), the Gluon one at each ``--ws``
+   attention-layer report's GQA / MQA rows. The Triton forward at its pinned first pick (FLASH_ATTN_AUTOTUNE=0;
+   ``--autotune``: at the config its autotuner picks, as a user's call gets it, tuned before the timing;
+   FLASH_ATTN_GLUON_WS=0: not the route to the Gluon kernel), the Gluon one at each ``--ws``
    [p:|pk:|ps:]BLOCK_N,STAGES[,REGS] (p: the persistent kernel, query blocks outer; pk: kv heads outer; ps: kv heads
    outer, snaking),
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
@@ -198,7 +199,8 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False):
         q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0, dv=dv)
         flops = 2 * b * hq * s * s * (d + dv) // (2 if causal else 1)
         tri_cache, ws_caches = {}, {spec: {} for spec in specs[key]}
-        calls = [("triton", "pinned", functools.partial(_triton, q, k, v, causal, tri_cache)),
+        tuned = "autotuned" if os.environ.get("FLASH_ATTN_AUTOTUNE") == "1" else "pinned"
+        calls = [("triton", tuned, functools.partial(_triton, q, k, v, causal, tri_cache)),
                  ("cuDNN", "sdpa", sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
                  ("FA2", "sdpa", sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal))]
         for spec in specs[key]:
@@ -255,11 +257,13 @@ def main(argv=None) -> int:
                     help="also the attention-layer report's hd 128 GQA / MQA rows, each mask of --masks")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--autotune", action="store_true",
+                    help="the Triton forward at its autotuned config (default: the pinned first pick)")
     a = ap.parse_args(argv)
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
-    os.environ["FLASH_ATTN_AUTOTUNE"] = "0"
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_GLUON_WS"] = "0"  # the Triton baseline stays the Triton kernel (fwd_gluon_ws ignores it)
     dims = a.head_dims.split(",")
     specs = {key: a.ws or DEFAULT_WS[key] for key in dims}

@@ -443,16 +443,20 @@ FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool]
 #: Head dims whose Gluon forward is routed cell by cell instead (:data:`FWD_GLUON_WS` and its neighbours do not apply):
 #: (GQA / MQA, causal) -> (shortest, longest (None: no bound) query and key length, fp8_gluon.ws16_launch's
 #: keywords); a cell not listed, or a length outside its bounds, stays on the Triton forward. hd 64 (session 33,
-#: docs/perf/gluon-ws-s33; H100, kernel alone against the pinned Triton forward, CUDA events, two repeats): the
-#: two-consumer kernel loses (0.77-1.03x), but three consumer warpgroups without the in-block overlap (192-row tiles,
-#: 128-key tiles over 3 stages) win on MHA non-causal from 2k (1.02-1.06x at 2k-16k; 0.89x at 1k) and causal from
-#: 8k (1.05x / 1.06x at 8k / 16k; 0.68-0.97x shorter), and the persistent kernel, query blocks outer, on GQA / MQA
-#: causal at 2k (1.13-1.20x: Llama-style 32/8, 16/1, Falcon-7B's 71/1; longer not measured). GQA / MQA non-causal
-#: (0.95-1.02x at 2k) stays on the Triton forward.
+#: docs/perf/gluon-ws-s33, H100): kernel alone against the Triton forward at its *pinned* config (the probe had no
+#: autotuned baseline then), the two-consumer kernel loses (0.77-1.03x) while three consumer warpgroups without the
+#: in-block overlap (192-row tiles, 128-key tiles over 3 stages) read 1.02-1.06x on MHA non-causal at 2k-16k and
+#: 1.05x / 1.06x causal at 8k / 16k. Through the harness (the autotuned Triton forward, FA sweep, flash-attn-4 and
+#: cuDNN in the same run), against session 32's run of the same cells: the routed forward's ratio to flash-attn-4
+#: rose at 8k / 16k (non-causal 0.82 -> 0.89 / 0.82 -> 0.91, causal 0.82 -> 0.85 / 0.80 -> 0.91) and fell at 2k / 4k
+#: non-causal (0.91 -> 0.87 / 0.89 -> 0.86): routed from 8k only. Not yet timed against the autotuned Triton forward
+#: in one run (unrouted cells moved -3% to +11% between those two sessions; ``gluon_ws_probe.py --autotune`` is the
+#: check, next session's first call). The persistent kernel's 1.13-1.20x on GQA / MQA
+#: causal at 2k (against the pinned config) did not show in the harness (Falcon-7B's 71/1: 0.228 ms both ways):
+#: not routed.
 FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int | None, dict]]] = {
-    (64, 64): {(False, False): (2048, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False)),
-               (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False)),
-               (True, True): (2048, 2048, dict(block_n=128, num_stages=3, persistent=True, tile_order="query"))}}
+    (64, 64): {(False, False): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False)),
+               (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False))}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 
