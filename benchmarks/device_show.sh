@@ -809,6 +809,19 @@ gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon backward kernels
     grep "^| summary" "$OUT/gluon-bwd/probe.md" | cut -d'|' -f3-9 | tail -n 60
     tarred gluon-bwd
     ;;
+tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchmarks/tma_reduce_probe.py, built on the
+    # CPU): its sums checked, then GB/s against TMA stores and per-element atomics, in an L2-sized buffer and a
+    # dQ-sized one (fp32 [B*S*H, 128] at the FA sweep's hd 128 4k: 128 MiB)
+    setup
+    mkdir -p "$OUT/tma-reduce"
+    for rows in 16384 262144; do
+        timeout 120 python3 benchmarks/tma_reduce_probe.py --rows "$rows" --repeats 8,64 \
+            > "$OUT/tma-reduce/rows-$rows.md" 2>&1
+        echo "probe exit $?" >> "$OUT/tma-reduce/rows-$rows.md"
+    done
+    cat "$OUT/tma-reduce/"*.md
+    tarred tma-reduce
+    ;;
 gluon-route)  # issue 16 (session 32): the GPU tests of the routed Gluon forward (persistent orders, MLA) and backward
     # (dQ, dK / dV, the default route by length), both files under one timeout (a barrier mistake hangs)
     setup

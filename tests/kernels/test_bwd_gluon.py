@@ -58,6 +58,27 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         assert r["spill"] <= (SPILL_AT_MOST[d, block] if kernel == "bwd16" else 0), (spec, r["spill"])
 
 
+def test_tma_reduce_add_compiles_from_gluon_for_sm90a():
+    """benchmarks/tma_reduce_probe.py's wrapper of the Gluon builder's TMA reduce (the op a fused backward would add
+    dQ partials with; Triton 3.6's hopper.tma does not wrap it) compiles to Hopper's bulk tensor reduce-add; the
+    probe's expected sums follow its schedule (a hand-worked case)."""
+    if sys.platform != "linux":
+        pytest.skip("Triton's bundled ptxas is a Linux binary")
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "tma_reduce_probe.py"), "--ptx"], capture_output=True,
+                         text=True, cwd=root, timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in run.stdout, run.stdout
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import tma_reduce_probe
+    finally:
+        sys.path.pop(0)
+    # 4 row blocks of 64, 5 programs adding p + 1 into blocks p, p + 1, p + 2 (mod 4)
+    sums = tma_reduce_probe.expected(256, 8, 64, 3, 5)[::64, 0].tolist()
+    assert sums == [1 + 3 + 4 + 5, 1 + 2 + 4 + 5, 1 + 2 + 3 + 5, 2 + 3 + 4]
+
+
 def _inputs(b=1, sq=256, sk=256, hq=4, hk=2, d=128, dtype=torch.bfloat16, device="cpu"):
     g = torch.Generator(device="cpu").manual_seed(3)
     q, do = (torch.randn(b, sq, hq, d, generator=g).to(device, dtype) for _ in range(2))
