@@ -2,7 +2,7 @@
 block a fused backward would send dQ through (flash-attn 3 adds each key block's dQ partial into an fp32 buffer this
 way), measured before such a kernel is built (issue 16, session 33).
 
-    python benchmarks/tma_reduce_probe.py [--rows 16384] [--dim 128] [--block 64] [--repeats 8] [--check-only]
+    python benchmarks/tma_reduce_probe.py [--rows 16384] [--dim 128] [--block 64] [--repeats 8,64] [--check-only]
     python benchmarks/tma_reduce_probe.py --ptx        # no GPU: compile for sm_90a and show the reduce instruction
 
 Triton 3.6's Gluon wraps TMA loads and stores (``hopper.tma``) but not its reduce; the Gluon builder has the op
