@@ -442,20 +442,18 @@ FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool]
     (128, 128): {(False, True): 4096}}
 #: Head dims whose Gluon forward is routed cell by cell instead (:data:`FWD_GLUON_WS` and its neighbours do not apply):
 #: (GQA / MQA, causal) -> (shortest, longest (None: no bound) query and key length, fp8_gluon.ws16_launch's
-#: keywords); a cell not listed, or a length outside its bounds, stays on the Triton forward. hd 64 (session 33,
-#: docs/perf/gluon-ws-s33, H100): kernel alone against the Triton forward at its *pinned* config (the probe had no
-#: autotuned baseline then), the two-consumer kernel loses (0.77-1.03x) while three consumer warpgroups without the
-#: in-block overlap (192-row tiles, 128-key tiles over 3 stages) read 1.02-1.06x on MHA non-causal at 2k-16k and
-#: 1.05x / 1.06x causal at 8k / 16k. Through the harness (the autotuned Triton forward, FA sweep, flash-attn-4 and
-#: cuDNN in the same run), against session 32's run of the same cells: the routed forward's ratio to flash-attn-4
-#: rose at 8k / 16k (non-causal 0.82 -> 0.89 / 0.82 -> 0.91, causal 0.82 -> 0.85 / 0.80 -> 0.91) and fell at 2k / 4k
-#: non-causal (0.91 -> 0.87 / 0.89 -> 0.86): routed from 8k only. Not yet timed against the autotuned Triton forward
-#: in one run (unrouted cells moved -3% to +11% between those two sessions; ``gluon_ws_probe.py --autotune`` is the
-#: check, next session's first call). The persistent kernel's 1.13-1.20x on GQA / MQA
-#: causal at 2k (against the pinned config) did not show in the harness (Falcon-7B's 71/1: 0.228 ms both ways):
-#: not routed.
+#: keywords); a cell not listed, or a length outside its bounds, stays on the Triton forward. hd 64 (sessions 33-34,
+#: docs/perf/gluon-ws-s33 and gluon-ws-s34, H100): the two-consumer kernel loses (0.77-1.03x the pinned Triton
+#: config); three consumer warpgroups without the in-block overlap (192-row tiles, 128-key tiles) win. Session 34,
+#: kernel alone against the **autotuned** Triton forward in one run (``gluon_ws_probe.py --autotune``): MHA
+#: non-causal 0.96-0.97x at 2k, 1.03-1.04x at 4k, 1.08x / 1.11x at 8k (3 / 4 stages), 1.09x / 1.12x at 16k; causal
+#: 0.77x at 2k, 0.93x at 4k, 1.02x at 8k, 1.05x / 1.06x at 16k. Routed: non-causal from 4k over 4 stages, causal
+#: from 8k over 3 (4 stages within 1%). Through the harness (session 33, FA sweep with flash-attn-4 and cuDNN) the
+#: 8k / 16k cells' ratio to flash-attn-4 rose (non-causal 0.82 -> 0.89 / 0.91, causal 0.82 / 0.80 -> 0.85 / 0.91).
+#: GQA / MQA not routed: the persistent kernel's 1.13-1.20x at 2k causal was against the pinned config; against
+#: the autotuned one 1.03x on Llama-style 32/8, 0.97x Falcon-7B's 71/1, 0.87x the MQA layer (session 34).
 FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int | None, dict]]] = {
-    (64, 64): {(False, False): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False)),
+    (64, 64): {(False, False): (4096, None, dict(block_n=128, num_stages=4, consumers=3, overlap=False)),
                (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False))}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"

@@ -210,9 +210,9 @@ def test_gpu_gluon_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("b, sq, sk, hq, hk, causal, d, dv", [
     (1, 1100, 2100, 8, 2, True, 128, 128), (1, 1024, 1024, 4, 4, False, 128, 128), (1, 600, 600, 4, 4, False, 128, 128),
-    (1, 1100, 1300, 4, 4, True, 192, 128), (2, 700, 700, 4, 2, False, 192, 128), (1, 8200, 8300, 2, 2, False, 64, 64),
+    (1, 1100, 1300, 4, 4, True, 192, 128), (2, 700, 700, 4, 2, False, 192, 128), (1, 4200, 4300, 2, 2, False, 64, 64),
     (1, 8200, 8200, 2, 2, True, 64, 64)],
-    ids=["causal-GQA-S1100x2100", "S1024", "S600", "mla-causal-S1100x1300", "mla-GQA-S700", "hd64-S8200x8300",
+    ids=["causal-GQA-S1100x2100", "S1024", "S600", "mla-causal-S1100x1300", "mla-GQA-S700", "hd64-S4200x4300",
          "hd64-causal-S8200"])
 def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, d, dv, dtype):
     """flash_attn_func on sm90 at a routed head-dim pair (hd 128; MLA's q / k 192, v 128; hd 64's routed cells), from
@@ -306,18 +306,19 @@ def test_the_routed_cells_compile(compiled):
 
 
 def test_hd64_is_routed_cell_by_cell(monkeypatch):
-    """hd 64: MHA from 8k, causal or not, on three consumers without the in-block overlap; shorter, GQA / MQA,
-    windows, softcap, varlen and the knob stay on the Triton forward."""
+    """hd 64: MHA non-causal from 4k over 4 stages, causal from 8k over 3, on three consumers without the in-block
+    overlap; shorter, GQA / MQA, windows, softcap, varlen and the knob stay on the Triton forward."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     cells = configs.FWD_GLUON_WS_CELLS[64, 64]
-    ring = dict(block_n=128, num_stages=3, persistent=False, tile_order="query", consumers=3, overlap=False)
+    ring = dict(block_n=128, persistent=False, tile_order="query", consumers=3, overlap=False)
     causal = dict(causal=True, window_right=0)
     mha = lambda n, **kw: _route(*_qkv(d=64, hk=4, sq=n, sk=n), **kw)  # noqa: E731
     gqa = lambda n, hk=2, **kw: _route(*_qkv(d=64, hk=hk, sq=n, sk=n), **kw)  # noqa: E731
     least = cells[False, False][0]
-    assert mha(least) == ring and mha(4 * least) == ring and mha(least - 1) is None and mha(2048) is None
+    assert least == 4096 and mha(least) == dict(ring, num_stages=4) == mha(4 * least)
+    assert mha(least - 1) is None and mha(2048) is None
     least = cells[False, True][0]
-    assert mha(least, **causal) == ring and mha(least - 1, **causal) is None
+    assert least == 8192 and mha(least, **causal) == dict(ring, num_stages=3) and mha(least - 1, **causal) is None
     for hk in (1, 2):  # GQA / MQA: not listed
         assert gqa(8192, hk=hk) is None and gqa(8192, hk=hk, **causal) is None and gqa(2048, hk=hk, **causal) is None
     assert mha(4096, window_left=100) is None and mha(4096, softcap=30.0) is None and mha(4096, varlen=True) is None
