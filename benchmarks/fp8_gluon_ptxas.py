@@ -10,7 +10,8 @@ or ws16:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16] for its 16-bit variant (``fwd_gluo
 persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, ws16ps:... kv heads outer snaking,
 ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's three consumer warpgroups (192-row tiles),
 ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it,
-or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py), and
+or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py),
+bwdf16:... for its fused variant (dQ too, added by TMA reduce), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
@@ -85,9 +86,10 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
 
 
 def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: bool = False, group: int = 1,
-                        dv: int | None = None) -> dict:
+                        dv: int | None = None, fused: bool = False) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
-    program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128)."""
+    program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
+    ``fused``: the fused backward's variant (dQ too, by TMA reduce)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -98,7 +100,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     k, dk = (torch.empty(b, s, hk, d, dtype=dtype) for _ in range(2))
     v, dv = (torch.empty(b, s, hk, d_v, dtype=dtype) for _ in range(2))
     lse, delta = (torch.empty(b, hk * group, s) for _ in range(2))
-    call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages)
+    dq_acc = torch.empty(q.shape) if fused else None
+    call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages, dq_acc=dq_acc)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -127,6 +130,8 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "setmaxnreg": [int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)],
             # waits that leave one wgmma group in flight (the ping-pong consumers retire S_{j+1} while P_j V_j runs)
             "wait_one_pending": len(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)),
+            # TMA reduce-adds (the fused backward's dQ partials)
+            "tma_reduce": len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\S*\.add", ptx)),
             "ptx": ptx}
 
 
@@ -152,11 +157,12 @@ def main(argv=None) -> int:
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
-        elif spec.startswith("bwd16:"):
+        elif spec.startswith(("bwd16:", "bwdf16:")):
             d, dv, rest = _head_dims(spec)
             bm, stages, causal, *fp16 = rest
             bn, overlap = 128, 1
-            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
+            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
+                                    fused=spec.startswith("bwdf16:"))
         elif spec.startswith(("ws16w3:", "ws16w3n:", "ws16n:")):
             d, dv, rest = _head_dims(spec)
             bn, stages, causal, *more = rest

@@ -3,7 +3,7 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--models] [--repeat 2] [--autotune] [--check-only]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2] [--models] [--repeat 2] [--autotune] [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
    dK and dV of every config against the FP64 oracle beside the Triton backward's error on the same inputs (outputs
@@ -15,8 +15,11 @@ backwards, H100.
    without dQ's atomics, as the Gluon kernel) at its pinned first picks
    (FLASH_ATTN_AUTOTUNE=0; ``--autotune``: the configs its autotuner picks, as a user's call gets them) and without a
    group split, each of its two launches replayed alone with the same tensors; the Gluon kernels at each ``--dq`` /
-   ``--dkdv`` config; the whole backward three ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon:
-   configs.BWD_GLUON_TRY's configs) and as routed by default ("routed": configs.BWD_GLUON by length). Rows
+   ``--dkdv`` config; the fused backward's kernel (dK / dV with dQ added by TMA reduce, its zeroed fp32 dQ buffer
+   included) at each ``--fused`` config (hd 64 / 128), against the whole Triton backward; the whole backward four
+   ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_TRY's configs), fused
+   (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
+   configs.BWD_GLUON by length). Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
    (``| summary | ... |``).
 """
@@ -38,6 +41,7 @@ MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128, 128), ("Llama-3-70B", 1, 4096, 64,
           ("DeepSeek-V3 MLA", 1, 4096, 128, 128, 192, 128))
 DEFAULT_DKDV = ("64,2", "32,3")
 DEFAULT_DQ = ("64,3", "128,2")
+DEFAULT_FUSED = ("64,2", )
 
 
 def _config(spec: str, first: str) -> dict:
@@ -112,10 +116,10 @@ def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
     return {names[x.compiled.name]: functools.partial(x, tensors) for x in cache["plan"][3] if x.compiled.name in names}
 
 
-def check(dims, dkdv_specs, dq_specs) -> bool:
+def check(dims, dkdv_specs, dq_specs, fused_specs=()) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
+    from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
 
     ok = True
     print("| check | hd | causal | B Sq Sk Hq/Hk | kernel | config | max err | triton's | |")
@@ -133,9 +137,12 @@ def check(dims, dkdv_specs, dq_specs) -> bool:
                                                   poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
                                                poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
+                runs += [("fused", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
+                                                    poison=True, fused=True, **_config(spec, "block_m")))
+                         for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS]
                 for kernel, spec, got in runs:
-                    wants = (ref.dk, ref.dv) if kernel == "dkdv" else (ref.dq, )
-                    twins = triton_[1:] if kernel == "dkdv" else triton_[:1]
+                    wants = {"dkdv": (ref.dk, ref.dv), "dq": (ref.dq, ), "fused": (ref.dk, ref.dv, ref.dq)}[kernel]
+                    twins = {"dkdv": triton_[1:], "dq": triton_[:1], "fused": triton_[1:] + triton_[:1]}[kernel]
                     for x, t, r in zip(got, twins, wants):
                         e, e_t = ((y.double() - r).abs().max().item() for y in (x, t))
                         good = e == e and e <= 2 * e_t + 2e-3 * r.abs().max().item()
@@ -158,9 +165,9 @@ def _cells(dims, seqlens, masks, models):
                 yield f"{name} B{b} S{s}", b, s, hq, hk, d, dv, True
 
 
-def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
+def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=()):
     from harness.perf.timing import time_callable
-    from kernels.flash_attn.bwd_gluon import dkdv_gluon, dq_gluon
+    from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
 
     def timed(fn):
         fn()
@@ -181,6 +188,13 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models):
                  ("triton bwd", "whole", _whole(q, k, v, do, out, lse, causal, "split")[0], None),
                  ("gluon bwd", "whole", _whole(q, k, v, do, out, lse, causal, "gluon")[0], "triton bwd"),
                  ("routed bwd", "whole", _whole(q, k, v, do, out, lse, causal, "")[0], "triton bwd")]
+        fusable = d == dv and d in FUSED_HEAD_DIMS
+        if fusable and fused_specs:
+            calls.append(("fused bwd", "whole", _whole(q, k, v, do, out, lse, causal, "fused")[0], "triton bwd"))
+        calls += [("gluon fused", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
+                                                          causal=causal, launches={}, fused=True,
+                                                          **_config(spec, "block_m")), "triton bwd")
+                  for spec in (fused_specs if fusable else ())]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]
@@ -220,13 +234,15 @@ def main(argv=None) -> int:
     ap.add_argument("--masks", default="no,yes")
     ap.add_argument("--dkdv", nargs="+", default=list(DEFAULT_DKDV), metavar="BLOCK_M,STAGES")
     ap.add_argument("--dq", nargs="+", default=list(DEFAULT_DQ), metavar="BLOCK_N,STAGES")
+    ap.add_argument("--fused", nargs="*", default=list(DEFAULT_FUSED), metavar="BLOCK_M,STAGES",
+                    help="the fused backward's kernel configs (none: not run)")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton kernels at their autotuned configs (default: the pinned first picks)")
     ap.add_argument("--check-only", action="store_true")
     a = ap.parse_args(argv)
-    for spec in a.dkdv + a.dq:
+    for spec in a.dkdv + a.dq + a.fused:
         _config(spec, "block")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_bwd_probe: needs an sm90 GPU", file=sys.stderr)
@@ -234,12 +250,12 @@ def main(argv=None) -> int:
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
     dims = [_dims(x) for x in a.head_dims.split(",")]
-    if not check(dims, a.dkdv, a.dq):
+    if not check(dims, a.dkdv, a.dq, a.fused):
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
         timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",")],
-               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models)
+               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused)
     return 0
 
 

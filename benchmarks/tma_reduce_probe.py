@@ -6,8 +6,8 @@ way), measured before such a kernel is built (issue 16, session 33).
     python benchmarks/tma_reduce_probe.py --ptx        # no GPU: compile for sm_90a and show the reduce instruction
 
 Triton 3.6's Gluon wraps TMA loads and stores (``hopper.tma``) but not its reduce; the Gluon builder has the op
-(``create_async_tma_reduce``), so :func:`tma_reduce_add` wraps it here the way ``tma.async_copy_shared_to_global``
-wraps the store. The kernel: each program writes a [BLOCK, DIM] fp32 tile (value: its program id + 1) into shared
+(``create_async_tma_reduce``), which ``kernels/flash_attn/bwd_gluon.tma_reduce_add`` wraps the way
+``tma.async_copy_shared_to_global`` wraps the store (the fused backward adds its dQ partials with it). The kernel: each program writes a [BLOCK, DIM] fp32 tile (value: its program id + 1) into shared
 memory once, then adds it into ``repeats`` row blocks of an fp32 buffer of ``rows`` x ``dim`` (block ``(pid + i) %
 blocks``: every destination block receives ``repeats`` adds from different programs, as dQ's query blocks receive
 one per key block), against the same volume through plain TMA stores and through per-element ``gl.atomic_add``.
@@ -30,22 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
-from triton.experimental.gluon.language._core import builtin  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma  # noqa: E402
+
+from kernels.flash_attn.bwd_gluon import tma_reduce_add  # noqa: E402
 
 #: how each program's tile reaches the buffer: TMA reduce-add, TMA store (the same bytes, no add: the ceiling),
 #: per-element atomics from registers (FA2's dQ)
 KINDS = ("tma-reduce", "tma-store", "atomic")
-
-
-@builtin
-def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """Add shared-memory tile ``src`` into global memory at ``coord`` of ``tensor_desc`` (TMA, asynchronous: a bulk
-    group that ``tma.store_wait`` retires, as a TMA store's)."""
-    from triton._C.libtriton import ir
-
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
 @gluon.jit

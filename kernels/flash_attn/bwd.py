@@ -9,7 +9,9 @@ FA2's structure. Default ("split", deterministic, no atomics), two launches:
   recomputing P^T = exp2(K Q^T * scale - lse) and accumulating dV += P^T dO and dK += dS^T Q.
   Summing over the group inside the program is what makes GQA/MQA need no atomics.
 Alternative ("atomic", FLASH_ATTN_BWD=atomic; slower on the H100, see docs/perf/flash_attn.md):
-`_bwd_preprocess` computes delta, then the dK/dV kernel also adds dS K into an fp32 dQ buffer.
+`_bwd_preprocess` computes delta, then the dK/dV kernel also adds dS K into an fp32 dQ buffer. The same
+launches carry the fused Gluon backward (bwd_gluon.py, where configs.BWD_GLUON_FUSED routes it or
+FLASH_ATTN_BWD=fused): its dK/dV kernel adds dQ by TMA reduce instead of atomics.
 Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
 """
 
@@ -691,7 +693,11 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
             return (torch.zeros(q.shape, device=q.device, dtype=gdt),
                     torch.zeros(k.shape, device=q.device, dtype=gdt), torch.zeros(v.shape, device=q.device, dtype=gdt))
         batch, hq, hk, d, sq, sk = _dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
-        atomic = fp8 is None and configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic"
+        # atomic: the Triton kernel's atomic mode, or the fused Gluon kernel (dQ by TMA reduce) where it is routed
+        atomic = fp8 is None and (configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic" or (
+            not varlen and configs.gluon_fused_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left,
+                                                   window_right=window_right, softcap=softcap, varlen=varlen,
+                                                   fp8=False) is not None))
         if split is None:
             sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
                 configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
@@ -845,7 +851,12 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                      stride_dqab=dqab, stride_dqas=dqas, stride_dqah=dqah, ATOMIC_DQ=atomic,
                      stride_dkp=dkp, stride_dvp=dvp, group_split=split,
                      **_t3("stride_qt", t.get("QT"), fp8), **_t3("stride_dot", t.get("DOT"), fp8))
-    if "dkdv" in gluon:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON), the same outputs
+    if "fused" in gluon:  # the fused Gluon backward (configs.BWD_GLUON_FUSED): dK / dV, dQ added into DQacc
+        from .bwd_gluon import dkdv_launch
+
+        done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
+                                   dq_acc=dq_acc, **gluon["fused"])
+    elif "dkdv" in gluon:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON), the same outputs
         from .bwd_gluon import dkdv_launch
 
         done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,

@@ -31,7 +31,14 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
@@ -49,15 +56,28 @@ BLOCK_N = 128
 class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0):
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
+        self.DQ_COLS = gl.constexpr(DQ_COLS)
+
+
+@builtin
+def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add shared-memory tile ``src`` into global memory at ``coord`` of ``tensor_desc`` (Hopper's
+    ``cp.reduce.async.bulk.tensor ... .add``; asynchronous: a bulk group ``tma.store_wait`` retires, as a TMA
+    store's). Triton 3.6's Gluon has the op in its builder (``create_async_tma_reduce``) but ``hopper.tma`` does
+    not wrap it; measured at 3.2 TB/s on an H100 (docs/perf/tma-reduce-s34, benchmarks/tma_reduce_probe.py)."""
+    from triton._C.libtriton import ir
+
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
 @gluon.constexpr_function
@@ -115,15 +135,62 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 
 
 @gluon.jit
+def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b, m0, h, sm_scale, C0: gl.constexpr,
+             shape, PENDING: gl.constexpr = True):
+    """The rest of a consumer's second turn in the fused backward, dV and dK issued: once both halves of the tile's
+    dS^T are in ``ds_t`` ([128 keys, BLOCK_M]), dQ's partial over the program's 128 keys for columns [C0, C0 +
+    DQ_COLS) (dS seen transposed as the A operand, each 64-key K tile's columns as B), the turn handed over, every
+    wgmma retired, the partial added into the fp32 buffer. Returns (dv, dk) (``PENDING`` False: retired already)."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_M: gl.constexpr = shape.BLOCK_M
+    DQ_COLS: gl.constexpr = shape.DQ_COLS
+    mbarrier.wait(ds_ready, phase)
+    dq = warpgroup_mma(ds_t.slice(0, 64).permute((1, 0)),
+                       k_smem.index(0).reshape([64, HEAD_DIM]).slice(C0, DQ_COLS, dim=1),
+                       gl.zeros([BLOCK_M, DQ_COLS], gl.float32, layout=_acc_layout(DQ_COLS)), use_acc=False,
+                       is_async=True)
+    dq = warpgroup_mma(ds_t.slice(64, 64).permute((1, 0)),
+                       k_smem.index(1).reshape([64, HEAD_DIM]).slice(C0, DQ_COLS, dim=1), dq, is_async=True)
+    _pass(other)
+    if PENDING:
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
+    else:
+        dq = warpgroup_mma_wait(0, deps=(dq, ))
+    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS)
+    return dv, dk
+
+
+@gluon.jit
+def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS: gl.constexpr):
+    """A consumer's dQ partial (fp32, [BLOCK_M, DQ_COLS], scaled) added into the fp32 dQ buffer at rows m0 of
+    (batch b, query head h), columns c0, through its shared-memory tile and a TMA reduce (rows past the sequence
+    are clipped by the descriptor's bounds). The tile's previous reduce must have read it first."""
+    tma.store_wait(pendings=0)
+    gl.thread_barrier()
+    dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma_reduce_add(dq_desc, [b, m0, h, c0], dq_smem_w)
+
+
+@gluon.jit
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc):
     """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
     heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
     exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
     caller's base pointers: the gradients, or a split's fp32 partials). With ``shape.HEAD_DIM_B`` (MLA: q / k
-    HEAD_DIM + HEAD_DIM_B, v HEAD_DIM) S^T is two chained wgmmas and dK two accumulators, one a head-dim part."""
+    HEAD_DIM + HEAD_DIM_B, v HEAD_DIM) S^T is two chained wgmmas and dK two accumulators, one a head-dim part.
+
+    ``shape.DQ_COLS`` > 0 (the fused backward): dQ too. Each consumer stores its dS^T (64 keys x BLOCK_M) into
+    ``ds_smem`` (two buffers by tile parity) and arrives on ``ds_bar``; in its second turn, once both halves are
+    there, dQ's partial of the tile over the program's 128 keys, dS (the shared buffer seen transposed) times K's
+    columns [c0, c0 + DQ_COLS), goes to shared memory (fp32, ``dq_smem``) and is added into the fp32 buffer behind
+    ``dq_desc`` by TMA reduce. DQ_COLS = HEAD_DIM / 2 (hd 128): each consumer its half of the columns every tile;
+    DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them. The buffer a tile's dS^T goes to is
+    free again two tiles on: both consumers' dQ of it were retired before the turn that leads there."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -142,6 +209,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     k_w = k_smem.index(wg).reshape([64, HEAD_DIM])
     v_w = v_smem.index(wg).reshape([64, HEAD_DIM])
     k_w_b = k_smem_b.index(wg).reshape([64, KB_DIM])
+    DQ_COLS: gl.constexpr = shape.DQ_COLS
+    FUSED: gl.constexpr = DQ_COLS > 0
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     key0 = n0 + 64 * wg
@@ -155,7 +224,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     it = 0  # query tiles consumed
     tc = 0  # turns taken
     for g in range(g_lo, g_hi):
-        h = (hk * group + g).to(gl.int64)
+        h32 = hk * group + g
+        h = h32.to(gl.int64)
         lse_ptr = Lse + b.to(gl.int64) * stride_lb + h * stride_lh
         delta_ptr = Delta + b.to(gl.int64) * stride_db + h * stride_dh
         for j in range(j_lo, n_m):
@@ -182,6 +252,11 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             delta = gl.load(delta_ptr + cols, mask=cols < seqlen_q, other=0.0)
             dp = warpgroup_mma_wait(0, deps=(dp, ))
             ds = p * (dp - gl.expand_dims(delta, 0))
+            if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
+                ds_t = ds_smem.index(it % 2)
+                ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
+                fence_async_shared()
+                _pass(ds_bar.index(it % 2))
             p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
             ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
             mbarrier.wait(mine, tc & 1)
@@ -189,14 +264,32 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
             if HEAD_DIM_B > 0:
                 dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
-            _pass(other)
-            tc += 1
-            if HEAD_DIM_B > 0:
-                dv, dk, dk_b = warpgroup_mma_wait(0, deps=(dv, dk, dk_b))
+            if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
+                if DQ_COLS == HEAD_DIM:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
+                    dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+                    if it % 2 == wg:
+                        dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                          dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, False)
+                    else:
+                        _pass(other)
+                elif wg == 0:
+                    dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape)
+                else:
+                    dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS, shape)
+                tc += 1
             else:
-                dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+                _pass(other)
+                tc += 1
+                if HEAD_DIM_B > 0:
+                    dv, dk, dk_b = warpgroup_mma_wait(0, deps=(dv, dk, dk_b))
+                else:
+                    dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
+    if FUSED:
+        tma.store_wait(pendings=0)  # the last reduce has read dq_smem before the program ends
     dk = dk * sm_scale
     rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, G_LAYOUT))
@@ -225,13 +318,18 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
                         K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
-                        QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None):
+                        QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
+                        stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
+                        DQ_SL: gl.constexpr = None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
     the Triton dK / dV kernel does. ``HEAD_DIM_B``: a second part of the q / k head dim (DeepSeek's MLA: 192 =
     128 + 64, v 128 = HEAD_DIM; TMA boxes are powers of two), its Q and K tiles (layouts QB_SL, KB_SL) from column
-    HEAD_DIM."""
+    HEAD_DIM.
+    ``DQ_COLS`` > 0 (the fused backward, BLOCK_M 64, no second head-dim part): dQ too, each tile's partial added
+    into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
+    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     pid_n = gl.program_id(0)
@@ -264,15 +362,27 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
         Q, K, batch, seqlen_q, seqlen_k, num_heads, kv_heads, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
         stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, NUM_STAGES, BLOCK_M, 2, 64, QB_SL, KB_SL)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
+    if DQ_COLS > 0:
+        gl.static_assert(BLOCK_M == 64 and HEAD_DIM_B == 0, "the fused dQ: 64-row tiles, one head-dim part")
+        dq_desc = tma.make_tensor_descriptor(DQacc, [batch, seqlen_q, num_heads, HEAD_DIM],
+                                             [stride_dqab, stride_dqas, stride_dqah, 1], [1, BLOCK_M, 1, DQ_COLS], DQ_SL)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, 128, BLOCK_M], DS_SL)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, BLOCK_M, 1, DQ_COLS], DQ_SL)
+        ds_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(ds_bar.index(i), count=2)  # both consumers' halves of a tile's dS^T
+    else:  # stand-ins, never read
+        dq_desc, ds_smem, dq_smem, ds_bar = q_desc, q_smem, q_smem, turn
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
     consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK + gs64 * stride_dkp,
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
-                    seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b)
+                    seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
+                    dq_smem, ds_bar, dq_desc)
     gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
                         (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -475,16 +585,23 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
-                   consumer_regs=240, split=1) -> dict:
+                   consumer_regs=240, split=1, dq_acc=None) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
-    the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B)."""
+    the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
+    backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
     dk3, dv3 = (dk[0], dv[0]) if split > 1 else (dk, dv)
     second = {} if d_b == 0 else dict(HEAD_DIM_B=d_b, QB_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d_b], g),
                                       KB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d_b], g))
+    if dq_acc is not None:
+        cols = min(d, 64)
+        second.update(DQacc=dq_acc, stride_dqab=dq_acc.stride(0), stride_dqas=dq_acc.stride(1),
+                      stride_dqah=dq_acc.stride(2), DQ_COLS=cols,
+                      DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
+                      DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -501,30 +618,50 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240):
+                consumer_regs=240, dq_acc=None):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
-    partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU); returns its
-    :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta, DK, DV: the Triton dK / dV kernel's names, so
-    the backward's replay fills either)."""
+    partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
+    :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
+    DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split)
+                            consumer_regs, split, dq_acc)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None):
+               poison=False, launches=None, fused=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
-    ``poison``: NaN-fill dK and dV first."""
-    _check_call("dkdv_gluon", unsupported(q, k, v, do, lse, delta), num_stages, q)
+    ``poison``: NaN-fill dK and dV first. ``fused``: the fused backward's kernel, (dK, dV, dQ) with dQ fp32 (added
+    into a zeroed buffer: not poisoned)."""
+    why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
+    _check_call("dkdv_gluon", why, num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
-    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv}
+    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
+    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv, "DQacc": dq}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
-        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs))
-    return dk, dv
+        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq))
+    return (dk, dv, dq) if fused else (dk, dv)
+
+
+#: head dims (q / k = v) the fused backward's kernel takes (64-row query tiles; MLA's two head-dim parts not built)
+FUSED_HEAD_DIMS = (64, 128)
+
+
+def fused_unsupported(q, k, v, do, lse, delta, block_m=64) -> str | None:
+    """Why the fused backward's kernel (dK / dV with dQ by TMA reduce) cannot run these inputs, or None:
+    :func:`unsupported`'s reasons, then its head dims and tile."""
+    why = unsupported(q, k, v, do, lse, delta)
+    if why:
+        return why
+    if q.shape[-1] != v.shape[-1] or q.shape[-1] not in FUSED_HEAD_DIMS:
+        return f"the fused backward takes q / k = v head dims in {FUSED_HEAD_DIMS}, got {q.shape[-1]} / {v.shape[-1]}"
+    if block_m != 64:
+        return f"the fused backward runs 64-row query tiles, got block_m={block_m}"
+    return None
 
 
 def _check_call(name: str, why: str | None, num_stages: int, q) -> None:

@@ -691,11 +691,48 @@ TUNE_KEY = ["HEAD_DIM", "HEAD_DIM_V", "BLOCK_DB", "IS_CAUSAL", "HAS_LEFT", "HAS_
 def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
     """'split' (dK/dV kernel + dQ kernel, deterministic) or 'atomic' (one kernel, dQ by fp32 atomics).
     FLASH_ATTN_BWD=split|atomic forces one on the Triton kernels (``gluon``: split, its kernels the Gluon ones
-    wherever they run); the default is 'split', its kernels as :func:`gluon_bwd` routes them."""
+    wherever they run; ``fused``: see :func:`gluon_fused_bwd`, which the backward asks first); the default is
+    'split', its kernels as :func:`gluon_bwd` routes them."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):
         return forced
     return "split"
+
+
+#: The fused Gluon backward (bwd_gluon.py's dK / dV kernel adding dQ into an fp32 buffer by TMA reduce: five
+#: matmuls, not the split mode's seven; three launches: delta, the kernel, dQ's cast): q / k = v head dim ->
+#: {causal: (shortest sequence, (BLOCK_M, stages))}; a head dim or mask not listed stays on :data:`BWD_GLUON`'s
+#: split kernels. Built in session 34 (not yet measured on a GPU when this table was written: empty until it is).
+BWD_GLUON_FUSED: dict[int, dict[bool, tuple[int, tuple[int, int]]]] = {}
+#: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length
+BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
+
+
+def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
+                    varlen: bool, fp8: bool, sm_major: int | None = None) -> dict | None:
+    """bwd_gluon.dkdv_launch's keywords (block_m, num_stages) where the backward runs fused (dQ by TMA reduce, the
+    atomic mode's launches around it), or None: a head dim and mask of :data:`BWD_GLUON_FUSED` with both sequences
+    at least its length (``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any length; ``split`` /
+    ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules (bwd_gluon.fused_unsupported)."""
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if forced in ("split", "atomic", "gluon"):
+        return None
+    d = q.shape[-1]
+    if forced == "fused":
+        cfg = BWD_GLUON_FUSED_TRY.get(d)
+    else:
+        least, cfg = BWD_GLUON_FUSED.get(d, {}).get(bool(causal), (None, None))
+        if cfg is not None and (q.dim() != 4 or min(q.shape[1], k.shape[1]) < least):
+            cfg = None
+    if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
+        return None
+    if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
+        return None
+    from .bwd_gluon import fused_unsupported
+
+    if fused_unsupported(q, k, v, do, lse, lse, cfg[0]):  # (delta is made in lse's shape and layout)
+        return None
+    return dict(block_m=cfg[0], num_stages=cfg[1])
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones
@@ -745,6 +782,10 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
         return {}
+    if atomic:  # the fused backward's kernel where it runs (the caller's atomic mode), else the Triton one
+        fused = gluon_fused_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left,
+                                window_right=window_right, softcap=softcap, varlen=varlen, fp8=fp8, sm_major=sm_major)
+        return {} if fused is None else {"fused": fused}
     tried = forced == "gluon"
     cfg = (BWD_GLUON_TRY if tried else BWD_GLUON).get(q.shape[-1])
     if cfg and not tried:

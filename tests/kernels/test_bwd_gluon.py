@@ -38,6 +38,9 @@ def compiled():
             dims = "192/128" if d == 192 else str(d)
             specs += [f"bwd{'' if n == 'dkdv' else 'q'}16:{dims},{blk},{st},{c}" for n, (blk, st) in cfg.items()
                       for c in (0, 1)]
+    # the fused backward (dQ by TMA reduce) at every tried and routed config
+    fused = dict(configs.BWD_GLUON_FUSED_TRY, **{d: c for d, m in configs.BWD_GLUON_FUSED.items() for _, c in m.values()})
+    specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in fused.items() for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
     specs = list(dict.fromkeys(specs))
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs],
                          capture_output=True, text=True, cwd=root, timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
@@ -55,7 +58,19 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
-        assert r["spill"] <= (SPILL_AT_MOST[d, block] if kernel == "bwd16" else 0), (spec, r["spill"])
+        assert r["spill"] <= (SPILL_AT_MOST[d, block] if kernel in ("bwd16", "bwdf16") else 0), (spec, r["spill"])
+        assert (r["tma_reduce"] > 0) == (kernel == "bwdf16"), spec  # only the fused kernel adds dQ by TMA reduce
+
+
+def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
+    """The fused backward's kernel: one more pair of wgmmas (dQ's partial, two 64-key halves) in each consumer than
+    the dK / dV kernel at the same config (hd 128: every tile, a consumer its 64 columns; hd 64: every other tile,
+    all 64), one TMA reduce-add a consumer, and its shared memory (dS^T double-buffered, fp32 dQ tiles) above it."""
+    for d in bwd_gluon.FUSED_HEAD_DIMS:
+        for c in (0, 1):
+            base, fused = compiled.get(f"bwd16:{d},64,2,{c}"), compiled[f"bwdf16:{d},64,2,{c}"]
+            assert fused["tma_reduce"] == 2, fused  # one a consumer partition
+            assert fused["smem"] > base["smem"] and fused["wgmma"] > base["wgmma"], (d, c)
 
 
 def test_tma_reduce_add_compiles_from_gluon_for_sm90a():
@@ -204,6 +219,44 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
             assert configs.gluon_bwd(mq, mk, mv, mdo, mdo, lse, **mask) == want, (causal, n)
     assert configs.BWD_GLUON_MIN_SEQLEN[192]["dkdv"][True] == 512 < configs.BWD_GLUON_MIN_SEQLEN[192]["dq"][True]
     assert _route(*_inputs(sq=2048, sk=2048, d=192)[:3]) == {}  # 192 / 192: no Gluon kernel has that pair
+
+
+def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
+    """configs.gluon_fused_bwd: FLASH_ATTN_BWD=fused runs BWD_GLUON_FUSED_TRY's config wherever the kernel can (hd 64
+    / 128, q / k = v, dense bf16 / fp16, causal or no mask, sm90) at any length; by default BWD_GLUON_FUSED's cells
+    from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused"."""
+    kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
+
+    def fused(q, k, v, **over):
+        return configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]),
+                                       **dict(kw, **over))
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
+    q, k, v, *_ = _inputs()
+    for d in bwd_gluon.FUSED_HEAD_DIMS:
+        bm, st = configs.BWD_GLUON_FUSED_TRY[d]
+        x = _inputs(d=d)[:3]
+        assert fused(*x) == dict(block_m=bm, num_stages=st) == fused(*x, causal=True, window_right=0)
+        assert _route(*x, atomic=True) == {"fused": dict(block_m=bm, num_stages=st)}
+    assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
+    for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
+                 dict(sm_major=8), dict(sm_major=None)):
+        assert fused(q, k, v, **over) is None, over
+    mq, mk, mv, *_ = _mla_inputs()  # MLA's 192 / 128 and other head dims: not built
+    assert fused(mq, mk, mv) is None and fused(*_inputs(d=192)[:3]) is None and fused(*_inputs(d=96)[:3]) is None
+    for mode in ("split", "atomic", "gluon"):
+        monkeypatch.setenv("FLASH_ATTN_BWD", mode)
+        assert fused(q, k, v) is None and _route(q, k, v, atomic=True) == {}, mode
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    for d, cells in configs.BWD_GLUON_FUSED.items():  # the default: each routed cell from its length on
+        for causal, (least, (bm, st)) in cells.items():
+            mask = dict(causal=causal, window_right=0 if causal else -1)
+            assert fused(*_inputs(sq=least, sk=least, d=d)[:3], **mask) == dict(block_m=bm, num_stages=st)
+            assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d)[:3], **mask) is None
+    lse = torch.empty(1, 4, 256)
+    assert "64-row" in bwd_gluon.fused_unsupported(q, k, v, q, lse, lse, 32)
+    assert "head dims" in bwd_gluon.fused_unsupported(*_mla_inputs()[:4], lse, lse)
+    assert bwd_gluon.fused_unsupported(q, k, v, q, lse, lse) is None
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
@@ -412,3 +465,66 @@ def test_gpu_dq_and_delta_match_oracle(b, sq, sk, hq, hk, d, causal, block_n, st
     want_delta = (do.float() * out.float()).sum(-1).transpose(1, 2)
     assert torch.allclose(delta, want_delta, rtol=1e-4, atol=1e-4)
     _assert_within_triton(dq, dq_t, ref.dq, "dq")
+
+
+# ---- sm90 GPU: the fused backward (dK / dV with dQ by TMA reduce) ----
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (2, 1000, 1000, 4, 4, 128, False), (1, 777, 1500, 4, 2, 128, True), (1, 1500, 777, 4, 1, 128, True),
+    (1, 130, 70, 2, 2, 128, False), (2, 600, 600, 8, 2, 64, True), (1, 1000, 1100, 4, 4, 64, False)],
+    ids=["MHA-S1000", "causal-GQA-Sq<Sk", "causal-MQA-Sq>Sk", "short", "hd64-causal-GQA4", "hd64-Sq<Sk"])
+def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
+    """The fused kernel's dQ (fp32, added by TMA reduce into a zeroed buffer), dK and dV each within twice the Triton
+    backward's error against the FP64 oracle (plus a bf16 floor), on partial tiles, GQA / MQA (the group's heads'
+    partials into one dQ row block each), Sq != Sk and rows that see no key; dK and dV NaN-poisoned first; a
+    replayed launch gives the same dK / dV bits and dQ within fp32 reordering (the adds' order is not fixed)."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
+    scale = d ** -0.5
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
+    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
+    dq_t, dk_t, dv_t = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    cache = {}
+    kw = dict(softmax_scale=scale, causal=causal, num_stages=stages, poison=True, launches=cache, fused=True)
+    dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    dk2, dv2, dq2 = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    torch.cuda.synchronize()
+    assert "dkdv" in cache and torch.equal(dk, dk2) and torch.equal(dv, dv2)
+    assert dq.dtype == torch.float32 and torch.allclose(dq, dq2, rtol=1e-5, atol=1e-5)
+    _assert_within_triton(dq, dq_t, ref.dq, "dq")
+    _assert_within_triton(dk, dk_t, ref.dk, "dk")
+    _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 1000, 1000, 8, 2, 128, True), (1, 2048, 2048, 8, 1, 128, False), (2, 333, 555, 4, 4, 64, True)],
+    ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
+def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
+    """flash_attn_func's backward with FLASH_ATTN_BWD=fused: delta's preprocess and the fused kernel, no dQ kernel
+    (MQA: the group split's dK / dV partials summed by the Triton sum, dQ added by every split); out and every
+    gradient within the tolerance rule of the FP64 oracle; a second call replays the launches (dK / dV the same bits)."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
+    interface._SIGNATURES.clear()
+    first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
+    names = [x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
+             for x in plans["plan"][3]]
+    assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel"} <= set(names), names
+    assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & set(names), names
+    again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
+    assert all(torch.equal(x, y) for x, y in zip(first[3:5], again[3:5]))
+    interface._SIGNATURES.clear()
