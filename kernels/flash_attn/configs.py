@@ -701,9 +701,17 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 
 #: The fused Gluon backward (bwd_gluon.py's dK / dV kernel adding dQ into an fp32 buffer by TMA reduce: five
 #: matmuls, not the split mode's seven; three launches: delta, the kernel, dQ's cast): q / k = v head dim ->
-#: {causal: (shortest sequence, (BLOCK_M, stages))}; a head dim or mask not listed stays on :data:`BWD_GLUON`'s
-#: split kernels. Built in session 34 (not yet measured on a GPU when this table was written: empty until it is).
-BWD_GLUON_FUSED: dict[int, dict[bool, tuple[int, tuple[int, int]]]] = {}
+#: {(GQA / MQA, causal): (shortest sequence, (BLOCK_M, stages))}; a cell not listed stays on :data:`BWD_GLUON`'s
+#: split kernels. Measured on an H100 (session 34, docs/perf/gluon-fused-s34; whole backwards against the
+#: **autotuned** Triton backward and the split route in one run): MHA hd 128 non-causal 1.12-1.15x Triton at 4k
+#: (routed split 1.04-1.06x; the kernel alone at 3 stages 1.19-1.23x), 0.98x at 1k (split 1.02x), 16k 1.15x at 2
+#: stages (split 1.20-1.22x; the kernel alone at 3 stages 1.23-1.29x); causal 1.18-1.21x at 4k (split 1.12-1.14x),
+#: 1.37x at 16k (split 1.17x), 1.00-1.01x at 1k (split 1.05x); hd 64 non-causal 1.00x / 1.07x at 4k / 16k (split
+#: 0.97x / 1.02x), causal 1.04x / 1.16x (split 1.05x / 1.09x). GQA loses: Llama-3-8B (32/8, 8k causal) 0.80x,
+#: Llama-3-70B (64/8, 4k) 0.70x (split 1.09x / 1.15x): not routed.
+BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
+    128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
+    64: {(False, False): (4096, (64, 2)), (False, True): (4096, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length
 BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 
@@ -711,7 +719,7 @@ BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages) where the backward runs fused (dQ by TMA reduce, the
-    atomic mode's launches around it), or None: a head dim and mask of :data:`BWD_GLUON_FUSED` with both sequences
+    atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
     at least its length (``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any length; ``split`` /
     ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules (bwd_gluon.fused_unsupported)."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
@@ -721,7 +729,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
     if forced == "fused":
         cfg = BWD_GLUON_FUSED_TRY.get(d)
     else:
-        least, cfg = BWD_GLUON_FUSED.get(d, {}).get(bool(causal), (None, None))
+        gqa = q.dim() == 4 and q.shape[2] != k.shape[2]
+        least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
         if cfg is not None and (q.dim() != 4 or min(q.shape[1], k.shape[1]) < least):
             cfg = None
     if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
