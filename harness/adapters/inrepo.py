@@ -2,7 +2,11 @@
 ``triton_la_chunk`` and ``triton_decode``.
 
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
-  window_size, return_lse=case.return_lse)`` (and ``flash_attn_varlen_func`` for varlen cases).
+  window_size, return_lse=case.return_lse, deterministic=False)`` (and ``flash_attn_varlen_func`` for
+  varlen cases). ``deterministic=False`` (where the function takes it) is flash-attn's default and the
+  vendor kernels' timed path: the fused backward's dQ by TMA reduce (MHA hd 64 / 128 from 4k on sm90), so
+  the adapter documents a nondeterministic backward (two runs' dQ may differ by fp32 rounding there; the
+  other cells still read "pass" when bitwise equal).
 * ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
   initial_state, output_final_state=True)``.
 * ``triton_decode``: ``kernels.decode.decode_attention(q, k_cache, v_cache, k, v, *, cache_seqlens,
@@ -121,6 +125,7 @@ class TritonFA(SoftmaxAdapter):
     name = "triton_fa"
     compiles_per_shape = True
     description = "in-repo Triton flash attention (kernels/flash_attn), forward + backward"
+    deterministic_backward = False  # called with deterministic=False: the fused backward adds dQ by TMA reduce
     module = "kernels.flash_attn"
 
     def supports(self, case, device):
@@ -175,6 +180,8 @@ class TritonFA(SoftmaxAdapter):
                     **extra,
                 )
             else:
+                if "deterministic" in call_params(mod.flash_attn_func):  # the fast backward, as FA2/3/4's default
+                    kw["deterministic"] = False
                 res = mod.flash_attn_func(q, k, v, **kw)
         out, lse = res if case.return_lse else (res, None)
         return SoftmaxOutput(out, lse)

@@ -660,7 +660,8 @@ FP8_TENSORS = ("QT", "KT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale
 
 def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left, window_right, softcap=0.0,
                    allow_tf32=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                   max_seqlen_k=None, split=None, fp8=None, grad_dtype=None, fp8_mma_order=False, launches=None):
+                   max_seqlen_k=None, split=None, fp8=None, grad_dtype=None, fp8_mma_order=False, launches=None,
+                   deterministic=True):
     """Launch the backward kernels: returns dq, dk, dv shaped like q, k, v (in ``grad_dtype``, default q's).
 
     lse is the forward's [B, Hq, Sq] (dense) or [Hq, Tq] (varlen) fp32 log-sum-exp. ``split``: the
@@ -673,6 +674,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     dS, dS^T and P^T then go to their dots as the MMA left them (``fwd._keys_in_mma_order``).
     ``launches``: a dict this call may replay its launches from and leave them in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature (dO's included).
+    ``deterministic`` False: the fused Gluon backward where configs.BWD_GLUON_FUSED routes it (dQ's partials
+    added in arrival order: not bitwise reproducible).
     """
     varlen = cu_seqlens_q is not None
     # IS_VARLEN is a constexpr: dense, None is one too, no slot for a replay to fill
@@ -697,7 +700,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         atomic = fp8 is None and (configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic" or (
             not varlen and configs.gluon_fused_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left,
                                                    window_right=window_right, softcap=softcap, varlen=varlen,
-                                                   fp8=False) is not None))
+                                                   fp8=False, deterministic=deterministic) is not None))
         if split is None:
             sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
                 configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())

@@ -702,7 +702,8 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: The fused Gluon backward (bwd_gluon.py's dK / dV kernel adding dQ into an fp32 buffer by TMA reduce: five
 #: matmuls, not the split mode's seven; three launches: delta, the kernel, dQ's cast): q / k = v head dim ->
 #: {(GQA / MQA, causal): (shortest sequence, (BLOCK_M, stages))}; a cell not listed stays on :data:`BWD_GLUON`'s
-#: split kernels. Measured on an H100 (session 34, docs/perf/gluon-fused-s34; whole backwards against the
+#: split kernels; only for calls that allow a nondeterministic backward (flash_attn_func(deterministic=False), as
+#: flash-attn's default). Measured on an H100 (session 34, docs/perf/gluon-fused-s34; whole backwards against the
 #: **autotuned** Triton backward and the split route in one run): MHA hd 128 non-causal 1.12-1.15x Triton at 4k
 #: (routed split 1.04-1.06x; the kernel alone at 3 stages 1.19-1.23x), 0.98x at 1k (split 1.02x), 16k 1.15x at 2
 #: stages (split 1.20-1.22x; the kernel alone at 3 stages 1.23-1.29x); causal 1.18-1.21x at 4k (split 1.12-1.14x),
@@ -717,13 +718,15 @@ BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 
 
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
-                    varlen: bool, fp8: bool, sm_major: int | None = None) -> dict | None:
+                    varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages) where the backward runs fused (dQ by TMA reduce, the
     atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
-    at least its length (``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any length; ``split`` /
-    ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules (bwd_gluon.fused_unsupported)."""
+    at least its length (``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any length, deterministic or
+    not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
+    (bwd_gluon.fused_unsupported). ``deterministic`` (the caller asked for bitwise-reproducible gradients): never
+    by default (dQ's partials are added in arrival order)."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
-    if forced in ("split", "atomic", "gluon"):
+    if forced in ("split", "atomic", "gluon") or (deterministic and forced != "fused"):
         return None
     d = q.shape[-1]
     if forced == "fused":

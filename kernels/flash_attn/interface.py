@@ -122,14 +122,16 @@ class _Signature:
     """What the first call of a signature leaves for the next ones: its checked arguments, and the
     kernel launches to replay (forward; backward per dO layout). See :mod:`kernels.launcher`."""
 
-    __slots__ = ("kw", "fwd", "bwd")
+    __slots__ = ("kw", "fwd", "bwd", "deterministic")
 
-    def __init__(self, scale, left, right, softcap, causal, allow_tf32, max_q=None, max_k=None):
+    def __init__(self, scale, left, right, softcap, causal, allow_tf32, max_q=None, max_k=None, deterministic=True):
         #: the launchers' keywords (the offsets tensors, which change per call, added by the call)
         self.kw = {"softmax_scale": scale, "causal": bool(causal), "window_left": left, "window_right": right,
                    "softcap": softcap, "allow_tf32": bool(allow_tf32), "max_seqlen_q": max_q, "max_seqlen_k": max_k}
         self.fwd: dict = {}
         self.bwd: dict = {}
+        #: False: the backward may take a nondeterministic route (the fused Gluon kernel's dQ by TMA reduce)
+        self.deterministic = bool(deterministic)
 
     def bwd_launches(self, dout) -> dict:
         return self.bwd.setdefault((dout.shape, dout.stride(), dout.data_ptr() % 16 == 0), {})
@@ -163,7 +165,7 @@ class FlashAttnFunc(torch.autograd.Function):
         sig = ctx.sig
         dout = _last_dim_contiguous(dout)
         dq, dk, dv = flash_attn_bwd(dout, q, k, v, out, lse, **sig.kw, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                    launches=sig.bwd_launches(dout))
+                                    launches=sig.bwd_launches(dout), deterministic=sig.deterministic)
         return dq, dk, dv, None, None, None
 
 
@@ -179,7 +181,7 @@ def _attend(q, k, v, sig: _Signature, cu_q, cu_k):
 
 
 def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
-                    return_lse=False, allow_tf32=False):
+                    return_lse=False, allow_tf32=False, deterministic=True):
     """Softmax attention, flash-attn's layout and conventions, differentiable (dq, dk, dv).
 
     q: [B, Sq, Hq, D]; k, v: [B, Sk, Hk, D] with Hk dividing Hq (GQA/MQA: query head h reads kv
@@ -196,11 +198,16 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
     return_lse: also return lse [B, Hq, Sq] float32 (natural log; -inf for rows that see no key).
     allow_tf32: float32 inputs only: use tf32 tensor-core dots (about 1e-3 relative error) instead
         of the default full-precision ones.
+    deterministic: True (default): the backward's gradients are bitwise the same on every run. False
+        (flash-attn's default): the backward may add dQ's partials in whatever order they arrive, where
+        that is faster (the fused Gluon backward, configs.BWD_GLUON_FUSED: MHA hd 64 / 128 from 4k on an
+        H100); dQ then varies by fp32 rounding between runs.
     Returns out [B, Sq, Hq, D] in q's dtype (rows that see no key are 0), or (out, lse).
     Raises ValueError naming the argument for bad input, "unsupported: <reason>" before any launch.
     """
     try:  # a call like an earlier one reuses its checks and launches
-        key = (*_qkv_key(q, k, v), causal, softmax_scale, window_size, softcap, allow_tf32, configs.env_key())
+        key = (*_qkv_key(q, k, v), causal, softmax_scale, window_size, softcap, allow_tf32, deterministic,
+               configs.env_key())
     except (AttributeError, TypeError):  # not tensors: the checks below say what is wrong
         key = None
     sig = _SIGNATURES.get(key)
@@ -208,7 +215,8 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
         scale, left, right = _check_common(q, k, v, 4, "[B, S, H, D]", softmax_scale, window_size)
         if k.shape[0] != q.shape[0]:
             raise ValueError(f"k: batch {k.shape[0]} does not match q's {q.shape[0]} (expected [B, Sk, Hk, D])")
-        sig = _SIGNATURES.put(key, _Signature(scale, left, right, _check_softcap(softcap), causal, allow_tf32))
+        sig = _SIGNATURES.put(key, _Signature(scale, left, right, _check_softcap(softcap), causal, allow_tf32,
+                                              deterministic=deterministic))
     out, lse = _attend(q, k, v, sig, None, None)
     return (out, lse) if return_lse else out
 

@@ -260,6 +260,11 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
             assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(block_m=bm, num_stages=st)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
+    routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
+    assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
+    monkeypatch.setenv("FLASH_ATTN_BWD", "fused")  # (forced: tests and probes, deterministic or not)
+    assert fused(*routed, deterministic=True) is not None
+    monkeypatch.delenv("FLASH_ATTN_BWD")
     for gqa_heads in (dict(hq=4, hk=2), dict(hq=4, hk=1)):  # GQA / MQA: not routed (Llama-3 0.70-0.80x)
         assert fused(*_inputs(sq=8192, sk=8192, **gqa_heads)[:3], causal=True, window_right=0) is None
     lse = torch.empty(1, 4, 256)
@@ -545,9 +550,9 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
                                                (4096, 4100, 64, False), (4200, 4100, 64, True)],
                          ids=["hd128-S4096", "hd128-causal-S4100x4200", "hd64-S4096x4100", "hd64-causal-S4200x4100"])
 def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
-    """flash_attn_func's backward as routed by default on MHA from configs.BWD_GLUON_FUSED's lengths: delta's
-    preprocess and the fused kernel, no dQ kernel; out and every gradient within the tolerance rule of the FP64
-    oracle."""
+    """flash_attn_func(deterministic=False)'s backward as routed by default on MHA from configs.BWD_GLUON_FUSED's
+    lengths: delta's preprocess and the fused kernel, no dQ kernel; out and every gradient within the tolerance rule
+    of the FP64 oracle. The default deterministic=True keeps the split kernels: two runs bitwise equal."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -555,9 +560,16 @@ def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     assert min(sq, sk) >= configs.BWD_GLUON_FUSED[d][False, causal][0]  # each case is one the table routes
     interface._SIGNATURES.clear()
-    check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
+    check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda", deterministic=False)
     names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
              for x in plans["plan"][3]}
     assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel"} <= names, names
     assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & names, names
+    interface._SIGNATURES.clear()  # the default (deterministic): the split kernels, bitwise the same twice
+    first = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
+    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
+             for x in plans["plan"][3]}
+    assert "_bwd_preprocess" not in names, names
+    again = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
+    assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
     interface._SIGNATURES.clear()

@@ -46,10 +46,11 @@ def make_inputs(b, sq, sk, hq, hk, d, dtype, device=DEVICE, seed=0, dv=None):
 
 
 def check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal=False, window=(-1, -1), device=DEVICE, seed=0,
-                         dv=None, softcap=0.0):
+                         dv=None, softcap=0.0, deterministic=True):
     q, k, v, do = make_inputs(b, sq, sk, hq, hk, d, dtype, device, seed, dv)
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    out, lse = flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap, return_lse=True)
+    out, lse = flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap, return_lse=True,
+                               deterministic=deterministic)
     out.backward(do)
     orc = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, window_size=window,
                             softcap=softcap)
