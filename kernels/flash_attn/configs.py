@@ -700,19 +700,21 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 
 
 #: The fused Gluon backward (bwd_gluon.py's dK / dV kernel adding dQ into an fp32 buffer by TMA reduce: five
-#: matmuls, not the split mode's seven; three launches: delta, the kernel, dQ's cast): q / k = v head dim ->
+#: matmuls, not the split mode's seven; four launches: dQ's fp32 buffer zeroed, delta, the kernel, dQ's cast): q / k = v head dim ->
 #: {(GQA / MQA, causal): (shortest sequence, (BLOCK_M, stages))}; a cell not listed stays on :data:`BWD_GLUON`'s
 #: split kernels; only for calls that allow a nondeterministic backward (flash_attn_func(deterministic=False), as
-#: flash-attn's default). Measured on an H100 (session 34, docs/perf/gluon-fused-s34; whole backwards against the
-#: **autotuned** Triton backward and the split route in one run): MHA hd 128 non-causal 1.12-1.15x Triton at 4k
-#: (routed split 1.04-1.06x; the kernel alone at 3 stages 1.19-1.23x), 0.98x at 1k (split 1.02x), 16k 1.15x at 2
-#: stages (split 1.20-1.22x; the kernel alone at 3 stages 1.23-1.29x); causal 1.18-1.21x at 4k (split 1.12-1.14x),
-#: 1.37x at 16k (split 1.17x), 1.00-1.01x at 1k (split 1.05x); hd 64 non-causal 1.00x / 1.07x at 4k / 16k (split
-#: 0.97x / 1.02x), causal 1.04x / 1.16x (split 1.05x / 1.09x). GQA loses: Llama-3-8B (32/8, 8k causal) 0.80x,
-#: Llama-3-70B (64/8, 4k) 0.70x (split 1.09x / 1.15x): not routed.
+#: flash-attn's default). Measured on an H100 (session 34). Through the harness, same run, against the split route
+#: (docs/bench/h100-fa-sweep-bwd-s34): hd 128 non-causal 1.02x / 1.05x / 1.03x at 4k / 8k / 16k, causal 1.10x / 1.11x
+#: / 1.14x; hd 64 non-causal 0.97x at 4k, 1.05x / 1.07x at 8k / 16k. The probe (docs/perf/gluon-fused-s34; whole
+#: backwards against the autotuned Triton backward and the split route in one run): hd 128 0.98-1.01x the Triton
+#: backward at 1k (split route 1.02-1.05x); hd 64 causal even with the split route at 4k (1.04x / 1.05x), 1.16x /
+#: 1.09x at 16k. GQA loses: Llama-3-8B (32/8, 8k causal) 0.80x, Llama-3-70B (64/8, 4k) 0.70x (split route 1.09x /
+#: 1.15x; a group split of 4 recovers part: 0.84x / 0.80x the split route): not routed. hd 128 non-causal runs 3
+#: stages (the kernel alone 1.19-1.29x the Triton backward against 1.13-1.18x at 2), causal 2 (1.32-1.40x against
+#: 1.12-1.19x at 3).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
-    64: {(False, False): (4096, (64, 2)), (False, True): (4096, (64, 2))}}
+    64: {(False, False): (8192, (64, 2)), (False, True): (8192, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length
 BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 

@@ -547,8 +547,8 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("sq, sk, d, causal", [(4096, 4096, 128, False), (4100, 4200, 128, True),
-                                               (4096, 4100, 64, False), (4200, 4100, 64, True)],
-                         ids=["hd128-S4096", "hd128-causal-S4100x4200", "hd64-S4096x4100", "hd64-causal-S4200x4100"])
+                                               (8192, 8200, 64, False), (8300, 8200, 64, True)],
+                         ids=["hd128-S4096", "hd128-causal-S4100x4200", "hd64-S8192x8200", "hd64-causal-S8300x8200"])
 def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     """flash_attn_func(deterministic=False)'s backward as routed by default on MHA from configs.BWD_GLUON_FUSED's
     lengths: delta's preprocess and the fused kernel, no dQ kernel; out and every gradient within the tolerance rule
