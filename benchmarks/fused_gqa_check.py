@@ -1,5 +1,10 @@
-"""Session 34 ad-hoc: why the fused backward loses on GQA (Llama-3-8B 32/8 8k causal). Times the whole backward
-(FLASH_ATTN_BWD=fused vs the default route) at group splits 1, 2, 4, and MHA with the same query heads."""
+"""The fused Gluon backward (FLASH_ATTN_BWD=fused) against the default split route, whole backwards in one process
+(CUDA events, median; the Triton kernels autotuned): the GQA shapes it lost on in session 34 (Llama-3-8B 32/8 at 8k,
+Llama-3-70B 64/8 at 4k, causal) at group splits 1, 2 and 4, MHA with the same 32 query heads, and FA-sweep cells.
+Rows ``| shape | route | split | ms |``.
+
+    python benchmarks/fused_gqa_check.py
+"""
 import functools
 import os
 import sys
@@ -12,21 +17,36 @@ from harness.perf.timing import time_callable  # noqa: E402
 from kernels.flash_attn import bwd  # noqa: E402
 from kernels.flash_attn.fwd import flash_attn_fwd  # noqa: E402
 
-os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
-for label, b, s, hq, hk in (("Llama-3-8B", 1, 8192, 32, 8), ("MHA 32/32", 1, 8192, 32, 32),
-                            ("Llama-3-70B", 1, 4096, 64, 8)):
-    g = torch.Generator(device="cpu").manual_seed(0)
-    q, do = (torch.randn(b, s, hq, 128, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(b, s, hk, 128, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-    out, lse = flash_attn_fwd(q, k, v, softmax_scale=128 ** -0.5, causal=True, window_left=-1, window_right=0)
-    for mode in ("", "fused"):
-        for split in (1, 2, 4):
-            if hq == hk and split > 1:
-                continue
-            os.environ["FLASH_ATTN_BWD"] = mode
-            fn = functools.partial(bwd.flash_attn_bwd, do, q, k, v, out, lse, softmax_scale=128 ** -0.5, causal=True,
-                                   window_left=-1, window_right=0, split=split, launches={})
-            fn()
-            torch.cuda.synchronize()
-            ms = time_callable(fn, "cuda").median_ms
-            print(f"| {label} B{b} S{s} H{hq}/{hk} causal | {mode or 'routed'} | split {split} | {ms:.4f} |", flush=True)
+#: (label, batch, seqlen, query heads, kv heads, head dim, causal)
+CELLS = (("Llama-3-8B", 1, 8192, 32, 8, 128, True), ("MHA 32/32", 1, 8192, 32, 32, 128, True),
+         ("Llama-3-70B", 1, 4096, 64, 8, 128, True), ("sweep", 4, 4096, 16, 16, 128, False),
+         ("sweep", 4, 4096, 16, 16, 128, True), ("sweep", 1, 16384, 16, 16, 128, True),
+         ("sweep", 2, 8192, 32, 32, 64, False))
+
+
+def main() -> int:
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
+    print("| shape | route | split | ms |\n|---|---|---|---|")
+    for label, b, s, hq, hk, d, causal in CELLS:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, **mask)
+        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+        for mode in ("", "fused"):
+            for split in ((1, 2, 4) if hq != hk else (1, )):
+                os.environ["FLASH_ATTN_BWD"] = mode
+                fn = functools.partial(bwd.flash_attn_bwd, do, q, k, v, out, lse, softmax_scale=d ** -0.5,
+                                       split=split, launches={}, **mask)
+                fn()
+                torch.cuda.synchronize()
+                ms = time_callable(fn, "cuda").median_ms
+                print(f"| {shape} | {mode or 'split route'} | {split} | {ms:.4f} |", flush=True)
+        del q, k, v, do, out, lse
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
