@@ -1,9 +1,11 @@
 """The fused Gluon backward (FLASH_ATTN_BWD=fused) against the default split route, whole backwards in one process
 (CUDA events, median; the Triton kernels autotuned): the GQA shapes it lost on in session 34 (Llama-3-8B 32/8 at 8k,
 Llama-3-70B 64/8 at 4k, causal) at group splits 1, 2 and 4, MHA with the same 32 query heads, and FA-sweep cells.
-Rows ``| shape | route | split | ms |``.
+Rows ``| shape | route | split | ms |``. ``--kernels``: instead, the dK / dV kernels alone (launch replayed) on the
+GQA shapes and MHA 32/32: the split route's, the fused one, and the fused one with its dQ partials stored instead of
+added (``dq_sink`` 1) or dropped (2), to tell the adds' cost from the dQ matmuls' (those two leave dQ wrong).
 
-    python benchmarks/fused_gqa_check.py
+    python benchmarks/fused_gqa_check.py [--kernels]
 """
 import functools
 import os
@@ -24,7 +26,31 @@ CELLS = (("Llama-3-8B", 1, 8192, 32, 8, 128, True), ("MHA 32/32", 1, 8192, 32, 3
          ("sweep", 2, 8192, 32, 32, 64, False))
 
 
+def kernels() -> int:
+    from kernels.flash_attn.bwd_gluon import dkdv_gluon
+
+    print("| shape | kernel | ms |\n|---|---|---|")
+    for label, b, s, hq, hk, d, causal in CELLS[:3]:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0)
+        delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d} causal"
+        kw = dict(softmax_scale=d ** -0.5, causal=causal, block_m=64, num_stages=2)
+        for name, extra in (("dK / dV (split route)", {}), ("fused", dict(fused=True)),
+                            ("fused, dQ stored", dict(fused=True, dq_sink=1)),
+                            ("fused, dQ dropped", dict(fused=True, dq_sink=2))):
+            fn = functools.partial(dkdv_gluon, q, k, v, do, lse, delta, launches={}, **kw, **extra)
+            fn()
+            torch.cuda.synchronize()
+            print(f"| {shape} | {name} | {time_callable(fn, 'cuda').median_ms:.4f} |", flush=True)
+    return 0
+
+
 def main() -> int:
+    if "--kernels" in sys.argv[1:]:
+        return kernels()
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
     print("| shape | route | split | ms |\n|---|---|---|---|")
     for label, b, s, hq, hk, d, causal in CELLS:

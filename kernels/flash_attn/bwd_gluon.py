@@ -56,16 +56,18 @@ BLOCK_N = 128
 class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
-                       "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr}
+                       "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
+                       "DQ_SINK": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0):
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.DQ_COLS = gl.constexpr(DQ_COLS)
+        self.DQ_SINK = gl.constexpr(DQ_SINK)
 
 
 @builtin
@@ -156,21 +158,27 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS)
+    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK)
     return dv, dk
 
 
 @gluon.jit
-def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS: gl.constexpr):
+def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS: gl.constexpr,
+            DQ_SINK: gl.constexpr = 0):
     """A consumer's dQ partial (fp32, [BLOCK_M, DQ_COLS], scaled) added into the fp32 dQ buffer at rows m0 of
     (batch b, query head h), columns c0, through its shared-memory tile and a TMA reduce (rows past the sequence
-    are clipped by the descriptor's bounds). The tile's previous reduce must have read it first."""
-    tma.store_wait(pendings=0)
-    gl.thread_barrier()
-    dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
-    fence_async_shared()
-    gl.thread_barrier()
-    tma_reduce_add(dq_desc, [b, m0, h, c0], dq_smem_w)
+    are clipped by the descriptor's bounds). The tile's previous reduce must have read it first. ``DQ_SINK``
+    (probes only, wrong dQ): 1 a plain TMA store instead of the add, 2 nothing leaves (the partial is dropped)."""
+    if DQ_SINK < 2:
+        tma.store_wait(pendings=0)
+        gl.thread_barrier()
+        dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
+        fence_async_shared()
+        gl.thread_barrier()
+        if DQ_SINK == 0:
+            tma_reduce_add(dq_desc, [b, m0, h, c0], dq_smem_w)
+        else:
+            tma.async_copy_shared_to_global(dq_desc, [b, m0, h, c0], dq_smem_w)
 
 
 @gluon.jit
@@ -320,7 +328,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
-                        DQ_SL: gl.constexpr = None):
+                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -374,7 +382,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     else:  # stand-ins, never read
         dq_desc, ds_smem, dq_smem, ds_bar = q_desc, q_smem, q_smem, turn
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -585,11 +593,12 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
-                   consumer_regs=240, split=1, dq_acc=None) -> dict:
+                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
-    backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`)."""
+    backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
+    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -599,7 +608,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     if dq_acc is not None:
         cols = min(d, 64)
         second.update(DQacc=dq_acc, stride_dqab=dq_acc.stride(0), stride_dqas=dq_acc.stride(1),
-                      stride_dqah=dq_acc.stride(2), DQ_COLS=cols,
+                      stride_dqah=dq_acc.stride(2), DQ_COLS=cols, DQ_SINK=dq_sink,
                       DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
                       DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
@@ -618,32 +627,32 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240, dq_acc=None):
+                consumer_regs=240, dq_acc=None, dq_sink=0):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
     DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc)
+                            consumer_regs, split, dq_acc, dq_sink)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None, fused=False):
+               poison=False, launches=None, fused=False, dq_sink=0):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
     ``poison``: NaN-fill dK and dV first. ``fused``: the fused backward's kernel, (dK, dV, dQ) with dQ fp32 (added
-    into a zeroed buffer: not poisoned)."""
+    into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     _check_call("dkdv_gluon", why, num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv, "DQacc": dq}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
-        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq))
+        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
