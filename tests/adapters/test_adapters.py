@@ -168,6 +168,37 @@ def test_inrepo_kernel_that_does_not_import_is_a_clean_reason(name, case):
         adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
 
 
+def test_triton_fa_asks_for_the_fast_backward_and_declares_it_nondeterministic(monkeypatch):
+    """triton_fa calls flash_attn_func(..., deterministic=False) where the function takes the keyword (flash-attn's
+    default: the fused backward adds dQ in arrival order), not where it does not (an older kernel), and declares
+    a nondeterministic backward so the determinism property reports the spread instead of failing."""
+    import types
+
+    from harness.adapters import inrepo
+
+    seen = []
+
+    def with_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
+                deterministic=True):
+        seen.append(deterministic)
+        return q
+
+    def without_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
+        seen.append("absent")
+        return q
+
+    case = SMALL[0]
+    inp = make_inputs(case)
+    for fn, want in ((with_kw, False), (without_kw, "absent")):
+        name = f"fake_kernels_{uuid.uuid4().hex[:8]}"
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(flash_attn_func=fn))
+        adapter = type(get("triton_fa"))()
+        adapter.module = name
+        adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
+        assert seen[-1] == want
+    assert inrepo.TritonFA.deterministic_backward is False
+
+
 def test_inrepo_interpreter_reasons(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     from harness.adapters import inrepo

@@ -1239,3 +1239,22 @@ def test_e5m2_rounding_under_the_interpreter_matches_torch():
 def _round_e5m2_kernel(X, Y, N: tl.constexpr):
     r = tl.arange(0, N)
     tl.store(Y + r, _round_to_e5m2_signed(tl.load(X + r)))
+
+
+def test_deterministic_reaches_the_backward_and_keys_the_signature(monkeypatch):
+    """flash_attn_func(deterministic=...) is part of a call's signature (no replay across the two) and reaches the
+    backward (where False may take the fused Gluon backward on sm90: configs.gluon_fused_bwd); both give the
+    oracle's gradients."""
+    seen = []
+    real = interface.flash_attn_bwd
+
+    def spy(*args, **kw):
+        seen.append(kw["deterministic"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(interface, "flash_attn_bwd", spy)
+    interface._SIGNATURES.clear()
+    for det in (False, True):
+        check_against_oracle(1, 33, 40, 2, 1, 32, torch.float32, causal=True, deterministic=det)
+    assert seen == [False, True] and len(interface._SIGNATURES._d) == 2
+    interface._SIGNATURES.clear()
