@@ -286,6 +286,23 @@ def _assert_within_triton(got, triton_, want, what=""):
     assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (what, err, err_t)
 
 
+def _gpu_case(b, sq, sk, hq, hk, d, causal):
+    """A GPU test's inputs and references: (q, k, v, dO, the in-repo forward's out and lse, delta = rowsum(dO * O)
+    [B, Hq, Sq], the softmax scale, the FP64 oracle's result, the Triton backward's (dq, dk, dv))."""
+    from harness.oracle.softmax import softmax_attention
+    from kernels.flash_attn.bwd import flash_attn_bwd
+    from kernels.flash_attn.fwd import flash_attn_fwd
+
+    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
+    scale = d ** -0.5
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
+    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
+    triton_ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    return q, k, v, do, out, lse, delta, scale, ref, triton_
+
+
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("block_m", [32, 64])
@@ -297,17 +314,7 @@ def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
     """dK and dV from the Gluon kernel within twice the Triton backward's error against the FP64 oracle (plus a
     bf16 rounding floor), on partial tiles, GQA / MQA, Sq != Sk and rows that see no key; NaN-poisoned first; a
     replayed launch gives the same bits."""
-    from harness.oracle.softmax import softmax_attention
-    from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.fwd import flash_attn_fwd
-
-    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
-    scale = d ** -0.5
-    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
-    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
-    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
-    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
-    _, dk_t, dv_t = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    q, k, v, do, out, lse, delta, scale, ref, (_, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     cache = {}
     dk, dv = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=block_m,
                                   poison=True, launches=cache)
@@ -459,16 +466,7 @@ def test_gpu_dq_and_delta_match_oracle(b, sq, sk, hq, hk, d, causal, block_n, st
     """dQ from the Gluon kernel within twice the Triton backward's error against the FP64 oracle (plus a bf16
     floor), delta = rowsum(dO * O) as torch computes it, rows that see no key included; NaN-poisoned first; a
     replayed launch gives the same bits."""
-    from harness.oracle.softmax import softmax_attention
-    from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.fwd import flash_attn_fwd
-
-    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
-    scale = d ** -0.5
-    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
-    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
-    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
-    dq_t, _, _ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    q, k, v, do, out, lse, _, scale, ref, (dq_t, _, _) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     cache = {}
     dq, delta = bwd_gluon.dq_gluon(q, k, v, do, out, lse, softmax_scale=scale, causal=causal, block_n=block_n,
                                    num_stages=stages, poison=True, launches=cache)
@@ -496,17 +494,7 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
     backward's error against the FP64 oracle (plus a bf16 floor), on partial tiles, GQA / MQA (the group's heads'
     partials into one dQ row block each), Sq != Sk and rows that see no key; dK and dV NaN-poisoned first; a
     replayed launch gives the same dK / dV bits and dQ within fp32 reordering (the adds' order is not fixed)."""
-    from harness.oracle.softmax import softmax_attention
-    from kernels.flash_attn.bwd import flash_attn_bwd
-    from kernels.flash_attn.fwd import flash_attn_fwd
-
-    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
-    scale = d ** -0.5
-    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
-    out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
-    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
-    ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal, softmax_scale=scale)
-    dq_t, dk_t, dv_t = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, **mask)
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     cache = {}
     kw = dict(softmax_scale=scale, causal=causal, num_stages=stages, poison=True, launches=cache, fused=True)
     dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
