@@ -286,6 +286,18 @@ def _assert_within_triton(got, triton_, want, what=""):
     assert err == err and err <= 2 * err_t + 2e-3 * want.abs().max().item(), (what, err, err_t)
 
 
+def _backward_kernels(interface) -> set:
+    """The kernel names of every backward launch flash_attn_func's signatures left to replay."""
+    return {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
+            for x in plans["plan"][3]}
+
+
+#: the whole-backward GPU cases (through flash_attn_func): GQA causal, MQA with the group split, hd 64 Sq < Sk
+WHOLE_CASES = pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 1000, 1000, 8, 2, 128, True), (1, 2048, 2048, 8, 1, 128, False), (2, 333, 555, 4, 4, 64, True)],
+    ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
+
+
 def _gpu_case(b, sq, sk, hq, hk, d, causal):
     """A GPU test's inputs and references: (q, k, v, dO, the in-repo forward's out and lse, delta = rowsum(dO * O)
     [B, Hq, Sq], the softmax scale, the FP64 oracle's result, the Triton backward's (dq, dk, dv))."""
@@ -397,8 +409,7 @@ def test_gpu_mla_backward_through_the_gluon_kernels_matches_oracle(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
     interface._SIGNATURES.clear()
     check_against_oracle(1, 900, 1300, 8, 2, 192, torch.bfloat16, True, device="cuda", dv=128)
-    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
-             for x in plans["plan"][3]}
+    names = _backward_kernels(interface)
     assert {"_bwd_dkdv_ws_kernel", "_bwd_dq_ws_kernel"} <= names, names
     assert not {"_bwd_dkdv_kernel", "_bwd_dq_kernel"} & names, names
     interface._SIGNATURES.clear()
@@ -406,9 +417,7 @@ def test_gpu_mla_backward_through_the_gluon_kernels_matches_oracle(monkeypatch):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
-    (1, 1000, 1000, 8, 2, 128, True), (1, 2048, 2048, 8, 1, 128, False), (2, 333, 555, 4, 4, 64, True)],
-    ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
+@WHOLE_CASES
 def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
     """flash_attn_func's backward with FLASH_ATTN_BWD=gluon: its dQ and dK / dV launches are the Gluon kernels'
     (the group split's partials summed by the Triton sum for MQA), out and every gradient within the tolerance rule of
@@ -420,8 +429,7 @@ def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
     interface._SIGNATURES.clear()
     first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
-    names = [x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
-             for x in plans["plan"][3]]
+    names = _backward_kernels(interface)
     assert {"_bwd_dq_ws_kernel", "_bwd_dkdv_ws_kernel"} <= set(names), names
     assert not {"_bwd_dq_kernel", "_bwd_dkdv_kernel"} & set(names), names
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
@@ -449,8 +457,7 @@ def test_gpu_default_backward_route_matches_oracle(b, sq, sk, hq, hk, d, causal,
     assert "dkdv" in routed  # each case is one the table routes
     interface._SIGNATURES.clear()
     check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda", dv=128 if d == 192 else None)
-    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
-             for x in plans["plan"][3]}
+    names = _backward_kernels(interface)
     want = {f"_bwd_{n}_ws_kernel" if n in routed else f"_bwd_{n}_kernel" for n in ("dq", "dkdv")}
     assert want <= names and not {f"_bwd_{n}_kernel" for n in routed} & names, (names, want)
     interface._SIGNATURES.clear()
@@ -509,9 +516,7 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
-    (1, 1000, 1000, 8, 2, 128, True), (1, 2048, 2048, 8, 1, 128, False), (2, 333, 555, 4, 4, 64, True)],
-    ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
+@WHOLE_CASES
 def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
     """flash_attn_func's backward with FLASH_ATTN_BWD=fused: delta's preprocess and the fused kernel, no dQ kernel
     (MQA: the group split's dK / dV partials summed by the Triton sum, dQ added by every split); out and every
@@ -523,8 +528,7 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
     interface._SIGNATURES.clear()
     first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
-    names = [x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
-             for x in plans["plan"][3]]
+    names = _backward_kernels(interface)
     assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel"} <= set(names), names
     assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & set(names), names
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
@@ -549,14 +553,12 @@ def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     assert min(sq, sk) >= configs.BWD_GLUON_FUSED[d][False, causal][0]  # each case is one the table routes
     interface._SIGNATURES.clear()
     check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda", deterministic=False)
-    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
-             for x in plans["plan"][3]}
+    names = _backward_kernels(interface)
     assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel"} <= names, names
     assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & names, names
     interface._SIGNATURES.clear()  # the default (deterministic): the split kernels, bitwise the same twice
     first = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
-    names = {x.compiled.name for s in interface._SIGNATURES._d.values() for plans in s.bwd.values()
-             for x in plans["plan"][3]}
+    names = _backward_kernels(interface)
     assert "_bwd_preprocess" not in names, names
     again = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
