@@ -4,7 +4,7 @@
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
   window_size, return_lse=case.return_lse, deterministic=False)`` (and ``flash_attn_varlen_func`` for
   varlen cases). ``deterministic=False`` (where the function takes it) is flash-attn's default and the
-  vendor kernels' timed path: the fused backward's dQ by TMA reduce (MHA hd 64 / 128 from 4k on sm90), so
+  vendor kernels' timed path: the fused backward's dQ by TMA reduce (MHA hd 128 from 4k, hd 64 from 8k, sm90), so
   the adapter documents a nondeterministic backward (two runs' dQ may differ by fp32 rounding there; the
   other cells still read "pass" when bitwise equal).
 * ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
