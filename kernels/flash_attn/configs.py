@@ -702,8 +702,9 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: The fused Gluon backward (bwd_gluon.py's dK / dV kernel adding dQ into an fp32 buffer by TMA reduce: five
 #: matmuls, not the split mode's seven; four launches: dQ's fp32 buffer zeroed, delta, the kernel, dQ's cast):
 #: q / k = v head dim -> {(GQA / MQA, causal): (shortest sequence, (BLOCK_M, stages))}; a cell not listed stays on
-#: :data:`BWD_GLUON`'s split kernels; only for calls that allow a nondeterministic backward (flash_attn_func(deterministic=False), as
-#: flash-attn's default). Measured on an H100 (session 34). Through the harness, same run, against the split route
+#: :data:`BWD_GLUON`'s split kernels; only for calls that allow a nondeterministic backward
+#: (flash_attn_func(deterministic=False), as flash-attn's default). Measured on an H100 (session 34). Through the
+#: harness, same run, against the split route
 #: (docs/bench/h100-fa-sweep-bwd-s34): hd 128 non-causal 1.02x / 1.05x / 1.03x at 4k / 8k / 16k, causal 1.10x / 1.11x
 #: / 1.14x; hd 64 non-causal 0.97x at 4k, 1.05x / 1.07x at 8k / 16k. The probe (docs/perf/gluon-fused-s34; whole
 #: backwards against the autotuned Triton backward and the split route in one run): hd 128 0.98-1.01x the Triton
