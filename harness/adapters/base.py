@@ -109,7 +109,7 @@ class Adapter(abc.ABC):
     #: that its last minutes are not one worker compiling while the others idle.
     compiles_per_shape: ClassVar[bool] = False
     #: False when the backend documents a nondeterministic backward (atomics): determinism is
-    #: then reported with its spread instead of failed.
+    #: then reported with its spread instead of failed (per case: :meth:`deterministic_backward_for`).
     deterministic_backward: ClassVar[bool] = True
     #: The lse this backend writes on query rows that see no key, where it is not the oracle's -inf
     #: (flash-attn: +inf). The harness maps it to -inf on those rows only, when it checks the output:
@@ -118,6 +118,11 @@ class Adapter(abc.ABC):
     #: True when the backend has an FP8 backward (:meth:`SoftmaxAdapter.run_fp8_backward`): the
     #: gradients of ``fp8_grad`` cases are then checked; FP8 gradients are not taken through autograd.
     fp8_backward: ClassVar[bool] = False
+
+    def deterministic_backward_for(self, case: Case, device) -> bool:
+        """Whether this backend's backward on ``case`` (on ``device``) is declared bitwise reproducible: the
+        class's :attr:`deterministic_backward` unless a backend knows better per case."""
+        return self.deterministic_backward
 
     def supports(self, case: Case, device: torch.device) -> str | None:
         """None when this adapter can run ``case`` on ``device``, else the reason in plain words."""

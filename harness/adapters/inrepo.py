@@ -5,8 +5,8 @@
   window_size, return_lse=case.return_lse, deterministic=False)`` (and ``flash_attn_varlen_func`` for
   varlen cases). ``deterministic=False`` (where the function takes it) is flash-attn's default and the
   vendor kernels' timed path: the fused backward's dQ by TMA reduce (MHA hd 128 from 4k, hd 64 from 8k, sm90), so
-  the adapter documents a nondeterministic backward (two runs' dQ may differ by fp32 rounding there; the
-  other cells still read "pass" when bitwise equal).
+  the adapter declares those cells' backward nondeterministic (two runs' dQ may differ by fp32 rounding
+  there: reported with the spread) and every other cell's deterministic (a difference fails).
 * ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
   initial_state, output_final_state=True)``.
 * ``triton_decode``: ``kernels.decode.decode_attention(q, k_cache, v_cache, k, v, *, cache_seqlens,
@@ -125,8 +125,30 @@ class TritonFA(SoftmaxAdapter):
     name = "triton_fa"
     compiles_per_shape = True
     description = "in-repo Triton flash attention (kernels/flash_attn), forward + backward"
-    deterministic_backward = False  # called with deterministic=False: the fused backward adds dQ by TMA reduce
     module = "kernels.flash_attn"
+
+    def deterministic_backward_for(self, case, device) -> bool:
+        """False on the calls whose backward adds in arrival order: the cells the kernel's fused backward takes
+        when called with ``deterministic=False`` (``configs.fused_bwd_cell``: dense bf16 / fp16 on an sm90 GPU,
+        causal or no mask, no softcap), and every call under ``FLASH_ATTN_BWD=atomic`` (dQ by atomics). True
+        elsewhere: a difference between two runs there fails the determinism check."""
+        if os.environ.get("FLASH_ATTN_BWD", "") == "atomic":
+            return False
+        if not isinstance(case, SoftmaxCase) or case.is_varlen or case.fp8 or case.softcap or \
+                case.dtype not in ("bf16", "fp16") or case.window[0] >= 0 or (case.window[1] >= 0 and not case.causal):
+            return True
+        dev = torch.device(device) if device is not None else None
+        if dev is None or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
+            return True
+        mod, _ = _import(self.module)
+        if mod is None or "deterministic" not in call_params(mod.flash_attn_func):
+            return True  # (not called with deterministic=False)
+        try:
+            cell = getattr(importlib.import_module(self.module + ".configs"), "fused_bwd_cell", None)
+        except ImportError:  # a kernel module without the in-repo configs: no fused route to declare
+            return True
+        return cell is None or cell(case.d, case.d_v or case.d, case.heads_q != case.heads_k, case.causal,
+                                    min(case.seqlen_q, case.seqlen_k)) is None
 
     def supports(self, case, device):
         mod, reason = _module_and_reason(self, case, device)

@@ -756,7 +756,7 @@ def _judge(result: CaseResult, adapter, baseline: Baseline, first: _Run, second,
     if isinstance(case, DecodeCase):
         result.properties.append(_check_cache_write(case, runs, baseline.oracle_tensors()))
     if second is not None:
-        result.properties.append(_check_determinism(adapter, first, second, want_grad))
+        result.properties.append(_check_determinism(adapter, first, second, want_grad, case, baseline.device))
     else:
         result.properties.append(
             PropertyResult("determinism", "skipped", "not checked (check_determinism=False)")

@@ -720,26 +720,34 @@ BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]]
 BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 
 
+def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
+    """The fused backward's (BLOCK_M, stages) for a dense call with these head dims, heads (``gqa``: query heads
+    share kv heads), mask and shorter sequence length, by the environment (``FLASH_ATTN_BWD=fused``:
+    :data:`BWD_GLUON_FUSED_TRY` at any length; ``split`` / ``atomic`` / ``gluon``: None) and
+    :data:`BWD_GLUON_FUSED`; None where it does not run. The cell rule alone, before the call's own checks
+    (:func:`gluon_fused_bwd`): shared with the harness's ``triton_fa`` adapter, which declares the cells it routes
+    as having a nondeterministic backward."""
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if forced in ("split", "atomic", "gluon") or d != dv:
+        return None
+    if forced == "fused":
+        return BWD_GLUON_FUSED_TRY.get(d)
+    least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
+    return cfg if cfg is not None and seqlen >= least else None
+
+
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages) where the backward runs fused (dQ by TMA reduce, the
     atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
-    at least its length (``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any length, deterministic or
-    not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
+    at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any
+    length, deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
     (bwd_gluon.fused_unsupported). ``deterministic`` (the caller asked for bitwise-reproducible gradients): never
     by default (dQ's partials are added in arrival order)."""
-    forced = os.environ.get("FLASH_ATTN_BWD", "")
-    if forced in ("split", "atomic", "gluon") or (deterministic and forced != "fused"):
+    if (deterministic and os.environ.get("FLASH_ATTN_BWD", "") != "fused") or varlen or q.dim() != 4:
         return None
-    d = q.shape[-1]
-    if forced == "fused":
-        cfg = BWD_GLUON_FUSED_TRY.get(d)
-    else:
-        gqa = q.dim() == 4 and q.shape[2] != k.shape[2]
-        least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
-        if cfg is not None and (q.dim() != 4 or min(q.shape[1], k.shape[1]) < least):
-            cfg = None
-    if cfg is None or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
+    cfg = fused_bwd_cell(q.shape[-1], v.shape[-1], q.shape[2] != k.shape[2], causal, min(q.shape[1], k.shape[1]))
+    if cfg is None or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return None
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
         return None

@@ -4,6 +4,7 @@ to get wrong: bottom-right causal with Sq != Sk, windows, GQA, softcap, varlen, 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -196,7 +197,34 @@ def test_triton_fa_asks_for_the_fast_backward_and_declares_it_nondeterministic(m
         adapter.module = name
         adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
         assert seen[-1] == want
-    assert inrepo.TritonFA.deterministic_backward is False
+    # declared per case (deterministic_backward_for): off an sm90 GPU every backward is the split route's
+    assert inrepo.TritonFA().deterministic_backward_for(case, CPU) is True
+
+
+def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
+    """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
+    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 4k, hd 64 from 8k, bf16 / fp16, causal
+    or no mask, dense) and under FLASH_ATTN_BWD=atomic; GQA, short, fp32, windowed, softcap and varlen cells stay
+    declared deterministic (a difference between two runs fails there)."""
+    from harness.adapters import inrepo
+    from kernels.flash_attn import configs
+
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    adapter, gpu = inrepo.TritonFA(), torch.device("cuda")
+    least = configs.BWD_GLUON_FUSED[128][False, False][0]
+    mha = SoftmaxCase(1, 4, 4, least, least, 128, dtype="bf16")
+    assert adapter.deterministic_backward_for(mha, gpu) is False
+    assert adapter.deterministic_backward_for(dataclasses.replace(mha, causal=True, dtype="fp16"), gpu) is False
+    for other in (dataclasses.replace(mha, heads_k=2), dataclasses.replace(mha, seqlen_q=least - 1),
+                  dataclasses.replace(mha, dtype="fp32"), dataclasses.replace(mha, window=(64, 64)),
+                  dataclasses.replace(mha, softcap=30.0), dataclasses.replace(mha, d=64, d_v=64)):
+        assert adapter.deterministic_backward_for(other, gpu) is True, other
+    assert adapter.deterministic_backward_for(mha, CPU) is True
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert adapter.deterministic_backward_for(mha, gpu) is True
+    monkeypatch.setenv("FLASH_ATTN_BWD", "atomic")
+    assert adapter.deterministic_backward_for(dataclasses.replace(mha, heads_k=2), gpu) is False
 
 
 def test_inrepo_interpreter_reasons(monkeypatch):

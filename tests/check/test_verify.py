@@ -159,6 +159,22 @@ def test_documented_nondeterministic_backward_is_reported_with_spread():
     assert prop.status == "documented" and "dk" in prop.detail and "max |run1 - run2|" in prop.detail
 
 
+def test_nondeterminism_declared_per_case_is_documented_only_on_those_cases():
+    """An adapter may declare its backward nondeterministic case by case (``deterministic_backward_for``, as the
+    in-repo kernel does for its fused-backward cells): those cases read "documented", the others still fail."""
+
+    class PerCase(w.NoisyBackward):
+        name = "per_case_nondeterministic_backward"
+
+        def deterministic_backward_for(self, case, device):
+            return case.seqlen_k != ODD.seqlen_k  # only ODD's key length is declared nondeterministic
+
+    r = verify(PerCase(), ODD)
+    assert r.status == "pass" and r.property("determinism").status == "documented", r.message()
+    r = verify(PerCase(), dataclasses.replace(ODD, seqlen_k=ODD.seqlen_k + 1))
+    assert r.property("determinism").status == "fail", r.message()
+
+
 def test_dq_off_by_one_percent_fails_in_fp16_across_seeds():
     for seed in range(3):
         r = verify(w.DqScaled(), SQUARE.with_dtype("fp16"), seed=seed, check_determinism=False)
