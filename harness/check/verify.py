@@ -18,7 +18,8 @@ Results are plain dataclasses; ``to_dict`` gives JSON-ready dicts, ``from_dict``
 Adapter attributes read here besides the contract's (all optional, via ``getattr``):
 
 * ``differentiable`` (False: forward only) and ``deterministic_backward`` (False: a backward
-  that differs between two runs is reported with its spread, not failed);
+  that differs between two runs is reported with its spread, not failed), or per case the method
+  ``deterministic_backward_for(case, device)``;
 * ``masked_rows``: a sentence documenting how the backend treats rows that see no key when that
   differs from the oracle's (out 0, lse -inf); those rows are then left out of out / lse and the
   difference is reported as "documented";
