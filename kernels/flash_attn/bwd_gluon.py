@@ -280,12 +280,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                                           dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, False)
                     else:
                         _pass(other)
-                elif wg == 0:
+                else:  # (wg is a compile-time value in each partition: its column half is too)
                     dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape)
-                else:
-                    dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS, shape)
+                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape)
                 tc += 1
             else:
                 _pass(other)
