@@ -19,8 +19,10 @@ code costs, not what the machine was doing meanwhile. Prints the table last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
+import os
 import pstats
 import sys
 import time
@@ -62,12 +64,12 @@ def fastest_us(fn, calls: int, repeats: int) -> float:
     return best
 
 
-def launch_paths(b, s, hq, hk, d, split):
+def launch_paths(b, s, hq, hk, d, split, dtype=torch.float32):
     """(forward call, backward call, the forward's replay cache, the backward's, (q, k, v)) with the caches filled."""
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(b, s, hq, d, generator=g)
-    k, v = torch.randn(b, s, hk, d, generator=g), torch.randn(b, s, hk, d, generator=g)
-    do = torch.randn(b, s, hq, d, generator=g)
+    q = torch.randn(b, s, hq, d, generator=g).to(dtype)
+    k, v = torch.randn(b, s, hk, d, generator=g).to(dtype), torch.randn(b, s, hk, d, generator=g).to(dtype)
+    do = torch.randn(b, s, hq, d, generator=g).to(dtype)
     kw = dict(softmax_scale=d ** -0.5, causal=False, window_left=-1, window_right=-1, split=split)
     fwd_cache, bwd_cache = {}, {}
     fkw = {n: x for n, x in kw.items() if n != "split"}
@@ -77,6 +79,20 @@ def launch_paths(b, s, hq, hk, d, split):
         raise RuntimeError("the first calls left no launches to replay: the stand-ins were not used")
     return (lambda: flash_attn_fwd(q, k, v, **fkw, launches=fwd_cache),
             lambda: flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache), fwd_cache, bwd_cache, (q, k, v))
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    """``name`` set to ``value`` inside the block (a backward's first call reads it; its plan keeps the mode)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def main(argv=None) -> int:
@@ -103,6 +119,12 @@ def main(argv=None) -> int:
                 prof.disable()
                 print(f"## flash_attn_bwd, {name}: cProfile, by own time")
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        # the atomic-dQ backward (FLASH_ATTN_BWD=atomic): the fused Gluon route's host path on a GPU (delta's
+        # preprocess zeroing dQ's fp32 buffer, the kernel, dQ's cast to bf16), the Triton kernel in its place here
+        with _env("FLASH_ATTN_BWD", "atomic"):
+            _, bwd_call, _, bwd_cache, _ = launch_paths(*CASES[1][1:], dtype=torch.bfloat16)
+        rows.append((f"flash_attn_bwd, atomic dQ, bf16, {CASES[1][0]}", fastest_us(bwd_call, args.calls, args.repeats),
+                     len(bwd_cache["plan"][3])))
         # the public function around the forward's launch path: its signature lookup, and autograd's node where a
         # call needs one (an input requiring grad) or the forward alone (no grad mode)
         qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))

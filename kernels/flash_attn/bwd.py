@@ -46,10 +46,12 @@ P_SCALE = tl.constexpr(448.0)
 
 
 @triton.jit
-def _bwd_preprocess(Out, DO, Delta, stride_ob, stride_os, stride_oh, stride_db, stride_ds, stride_dh,
-                    stride_lb, stride_lh, CuSeqQ, seqlen_q, num_heads,
+def _bwd_preprocess(Out, DO, Delta, DQacc, stride_ob, stride_os, stride_oh, stride_db, stride_ds, stride_dh,
+                    stride_lb, stride_lh, stride_zb, stride_zs, stride_zh, CuSeqQ, seqlen_q, num_heads,
                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_VARLEN: tl.constexpr,
-                    BLOCK_M: tl.constexpr):
+                    BLOCK_M: tl.constexpr, HEAD_DIM_Q: tl.constexpr, BLOCK_DQ: tl.constexpr, ZERO_DQ: tl.constexpr):
+    """delta = rowsum(O * dO) per (row, head); ZERO_DQ (dense): also zero the same rows of the fp32 dQ buffer the
+    atomic / fused backward adds into (q's head dim), instead of a memset launch of its own."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -69,6 +71,11 @@ def _bwd_preprocess(Out, DO, Delta, stride_ob, stride_os, stride_oh, stride_db, 
                  + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     delta = tl.sum(o * do, axis=1)
     tl.store(Delta + b64 * stride_lb + h * stride_lh + q_start + offs_m, delta, mask=offs_m < seqlen_q)
+    if ZERO_DQ:
+        offs_dq = tl.arange(0, BLOCK_DQ)
+        tl.store(DQacc + b64 * stride_zb + h * stride_zh + offs_m[:, None].to(tl.int64) * stride_zs + offs_dq[None, :],
+                 tl.zeros([BLOCK_M, BLOCK_DQ], dtype=tl.float32),
+                 mask=(offs_m[:, None] < seqlen_q) & (offs_dq[None, :] < HEAD_DIM_Q))
 
 
 @triton.jit
@@ -628,6 +635,13 @@ def _unused_buffer(device) -> torch.Tensor:
 _CONTIGUOUS = torch.contiguous_format
 
 
+def _dq_buffer(q, varlen: bool) -> torch.Tensor:
+    """The atomic / fused backward's fp32 dQ buffer, q's shape. Dense, unwritten: ``_bwd_preprocess`` zeroes it (it
+    walks the same rows; one launch less than a memset); varlen, zeroed here (rows past the last sequence would
+    stay unwritten)."""
+    return (torch.zeros if varlen else torch.empty)(q.shape, device=q.device, dtype=torch.float32)
+
+
 def _scratch_layout(lse, k, v, split: int) -> tuple[int, int, int]:
     """Byte offsets of delta (lse's shape, fp32) and the split's dK / dV partials ([split, *k.shape] and
     [split, *v.shape], fp32; none without a split) in the workspace (:func:`kernels.launcher.workspace`), and
@@ -744,7 +758,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     # a live tensor: the autotuner zeroes DQacc before each trial (reset_to_zero), and delta in its
     # place got zeroed between the dQ kernel writing it and the dK/dV kernel reading it (dK wrong on
     # every first call of a tuning key, found on the H100).
-    dq_acc = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else _unused_buffer(q.device)
+    dq_acc = _dq_buffer(q, varlen) if atomic else _unused_buffer(q.device)
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}
@@ -791,12 +805,15 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     sob, sos, soh = _s3(out, varlen)
     sdb, sds, sdh = _s3(do, varlen)
     done = {}
-    if atomic:  # no dQ kernel to fold delta into
-        done["delta"] = launcher.launch(  # O and dO: value dims
+    if atomic:  # no dQ kernel to fold delta into; dense, the same launch zeroes dQ's fp32 buffer
+        szb, szs, szh = _s3(t["DQacc"], varlen)
+        done["delta"] = launcher.launch(  # O and dO: value dims; DQacc: q's
             _bwd_preprocess, (triton.cdiv(sq, PREPROCESS_BLOCK_M), batch * hq),
-            dict(Out=out, DO=do, Delta=t["Delta"], stride_ob=sob, stride_os=sos, stride_oh=soh, stride_db=sdb,
-                 stride_ds=sds, stride_dh=sdh, stride_lb=slb, stride_lh=slh, CuSeqQ=t["CuSeqQ"], seqlen_q=sq,
-                 num_heads=hq, HEAD_DIM=dv_dim, BLOCK_D=bdv, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M))
+            dict(Out=out, DO=do, Delta=t["Delta"], DQacc=None if varlen else t["DQacc"], stride_ob=sob,
+                 stride_os=sos, stride_oh=soh, stride_db=sdb, stride_ds=sds, stride_dh=sdh, stride_lb=slb,
+                 stride_lh=slh, stride_zb=szb, stride_zs=szs, stride_zh=szh, CuSeqQ=t["CuSeqQ"], seqlen_q=sq,
+                 num_heads=hq, HEAD_DIM=dv_dim, BLOCK_D=bdv, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M,
+                 HEAD_DIM_Q=d, BLOCK_DQ=bd, ZERO_DQ=not varlen))
 
     right = 0 if causal else window_right
     sqb, sqs, sqh = _s3(q, varlen)

@@ -700,7 +700,7 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 
 
 #: The fused Gluon backward (bwd_gluon.py's dK / dV kernel adding dQ into an fp32 buffer by TMA reduce: five
-#: matmuls, not the split mode's seven; four launches: dQ's fp32 buffer zeroed, delta, the kernel, dQ's cast):
+#: matmuls, not the split mode's seven; three launches: delta with dQ's fp32 buffer zeroed, the kernel, dQ's cast):
 #: q / k = v head dim -> {(GQA / MQA, causal): (shortest sequence, (BLOCK_M, stages))}; a cell not listed stays on
 #: :data:`BWD_GLUON`'s split kernels; only for calls that allow a nondeterministic backward
 #: (flash_attn_func(deterministic=False), as flash-attn's default). Measured on an H100 (session 34). Through the
