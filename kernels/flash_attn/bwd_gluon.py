@@ -21,6 +21,10 @@ sequence's end: zero-filled tiles, lse read as +inf (P = 0); keys past it are co
 Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
 mask; no window, softcap or varlen.
+The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
+ordered variant for causal attention (``DQ_ORDER``, ``dkdv_gluon(ordered=True)``; session 35, built without a GPU,
+not routed): each dQ tile's adds wait their turn on a counter, largest key block first, so dQ is bitwise the same
+on every run.
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -57,10 +61,10 @@ class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
-                       "DQ_SINK": gl.constexpr}
+                       "DQ_SINK": gl.constexpr, "DQ_ORDER": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0):
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ORDER=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -68,6 +72,7 @@ class _BwdShape:
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.DQ_COLS = gl.constexpr(DQ_COLS)
         self.DQ_SINK = gl.constexpr(DQ_SINK)
+        self.DQ_ORDER = gl.constexpr(DQ_ORDER)
 
 
 @builtin
@@ -80,6 +85,40 @@ def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
     coord = _semantic._convert_to_ir_values(coord, require_i64=False)
     _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+@gluon.jit
+def _bulk_done_then_proxy_fence():
+    """Wait until this thread's bulk groups (TMA stores / reduces) have completed, their writes performed (not only
+    their reads of shared memory: ``tma.store_wait`` waits for those alone), then order the async proxy's global
+    writes before this thread's later generic accesses (a release that hands the tile on)."""
+    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _proxy_fence():
+    """Order this thread's earlier generic accesses (an acquire) before its later async-proxy ones (a TMA reduce)."""
+    gl.inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
+def _wait_turn(sem, rank):
+    """Spin until the counter at ``sem`` reads ``rank`` (acquire: the adds it counts are visible), then fence the
+    async proxy: the deterministic fused backward's turn to add into a dQ tile."""
+    while gl.atomic_add(sem, 0, sem="acquire", scope="gpu") != rank:
+        pass
+    _proxy_fence()
+
+
+@gluon.jit
+def _hand_on(sem):
+    """The add behind ``sem`` completed (this consumer's bulk groups waited for in full): count it, with release
+    semantics, so the next program in the tile's order may add."""
+    _bulk_done_then_proxy_fence()
+    gl.thread_barrier()  # the thread that issued the reduce waited: every thread's view before the release
+    gl.atomic_add(sem, 1, sem="release", scope="gpu")
 
 
 @gluon.constexpr_function
@@ -138,11 +177,12 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 
 @gluon.jit
 def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b, m0, h, sm_scale, C0: gl.constexpr,
-             shape, PENDING: gl.constexpr = True):
+             shape, order, PENDING: gl.constexpr = True):
     """The rest of a consumer's second turn in the fused backward, dV and dK issued: once both halves of the tile's
     dS^T are in ``ds_t`` ([128 keys, BLOCK_M]), dQ's partial over the program's 128 keys for columns [C0, C0 +
     DQ_COLS) (dS seen transposed as the A operand, each 64-key K tile's columns as B), the turn handed over, every
-    wgmma retired, the partial added into the fp32 buffer. Returns (dv, dk) (``PENDING`` False: retired already)."""
+    wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s). Returns (dv, dk, the
+    counter to hand on) (``PENDING`` False: dv and dk retired already)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
@@ -158,34 +198,50 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK)
-    return dv, dk
+    held = _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK, shape.DQ_ORDER,
+                   order)
+    return dv, dk, held
 
 
 @gluon.jit
 def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS: gl.constexpr,
-            DQ_SINK: gl.constexpr = 0):
+            DQ_SINK: gl.constexpr = 0, DQ_ORDER: gl.constexpr = 0, order=None):
     """A consumer's dQ partial (fp32, [BLOCK_M, DQ_COLS], scaled) added into the fp32 dQ buffer at rows m0 of
     (batch b, query head h), columns c0, through its shared-memory tile and a TMA reduce (rows past the sequence
     are clipped by the descriptor's bounds). The tile's previous reduce must have read it first. ``DQ_SINK``
-    (probes only, wrong dQ): 1 a plain TMA store instead of the add, 2 nothing leaves (the partial is dropped)."""
+    (probes only, wrong dQ): 1 a plain TMA store instead of the add, 2 nothing leaves (the partial is dropped).
+
+    ``DQ_ORDER`` (the deterministic fused backward): ``order`` = (the counters, this tile's counter's index, this
+    program's rank among the tile's adders, the index of the counter this consumer's previous add holds: the spare
+    one, 0, before its first). The previous add is waited for in full and handed on here, a tile after it was
+    issued (its latency hidden behind the tile's matmuls); then this add waits its turn. Returns the index of the
+    counter this add holds (to hand on at the next add or the program's end)."""
+    held = 0  # (no counter without DQ_ORDER: a stand-in, never read)
     if DQ_SINK < 2:
-        tma.store_wait(pendings=0)
+        if DQ_ORDER:
+            sems, cur, rank, prev = order
+            _hand_on(sems + prev)
+        else:
+            tma.store_wait(pendings=0)
         gl.thread_barrier()
         dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
         fence_async_shared()
         gl.thread_barrier()
+        if DQ_ORDER:
+            _wait_turn(sems + cur, rank)
+            held = cur
         if DQ_SINK == 0:
             tma_reduce_add(dq_desc, [b, m0, h, c0], dq_smem_w)
         else:
             tma.async_copy_shared_to_global(dq_desc, [b, m0, h, c0], dq_smem_w)
+    return held
 
 
 @gluon.jit
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, Sem, num_heads):
     """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
     heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
     exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
@@ -198,7 +254,13 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     columns [c0, c0 + DQ_COLS), goes to shared memory (fp32, ``dq_smem``) and is added into the fp32 buffer behind
     ``dq_desc`` by TMA reduce. DQ_COLS = HEAD_DIM / 2 (hd 128): each consumer its half of the columns every tile;
     DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them. The buffer a tile's dS^T goes to is
-    free again two tiles on: both consumers' dQ of it were retired before the turn that leads there."""
+    free again two tiles on: both consumers' dQ of it were retired before the turn that leads there.
+
+    ``shape.DQ_ORDER`` (causal only; the deterministic fused backward): each (batch, query head, query tile, column
+    half)'s adds come in one order, whatever the timing: the largest key block first (it reaches the tile first:
+    programs start at their diagonal), down to block 0. ``Sem``: int32 counters, a spare one then [B, Hq, tiles, 2]
+    flat, zero at the start; an add waits until its counter reads its rank (the adders before it) and counts itself
+    once complete (offsets from ``Sem`` in int32: fewer registers live across the loop)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -227,6 +289,13 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     if HEAD_DIM_B > 0:
         dk_b = gl.zeros([64, KB_DIM], gl.float32, layout=GB_LAYOUT)
 
+    DQ_ORDER: gl.constexpr = shape.DQ_ORDER
+    if DQ_ORDER:
+        gl.static_assert(FUSED and IS_CAUSAL, "the ordered dQ adds: the fused causal backward")
+        HALF: gl.constexpr = wg if DQ_COLS < HEAD_DIM else 0  # this consumer's counters: its column half's
+        last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
+        below = BLOCK_M - 1 + off - n0  # (m0 + below) // 128: the key blocks after this one a tile's last row sees
+        prev = 0  # the counter this consumer's previous add holds: the spare one before the first
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
@@ -273,16 +342,26 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             if HEAD_DIM_B > 0:
                 dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
+                order = None
+                if DQ_ORDER:  # this tile's counter (this consumer's column half) and this program's rank there
+                    order = (Sem, 1 + ((b * num_heads + h32) * n_m + j) * 2 + HALF,
+                             gl.minimum((m0 + below) // 128, last), prev)
                 if DQ_COLS == HEAD_DIM:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
                     if it % 2 == wg:
-                        dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                          dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, False)
+                        dv, dk, held = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                                dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, order,
+                                                False)
+                        if DQ_ORDER:
+                            prev = held
                     else:
                         _pass(other)
                 else:  # (wg is a compile-time value in each partition: its column half is too)
-                    dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape)
+                    dv, dk, held = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                            dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape,
+                                            order)
+                    if DQ_ORDER:
+                        prev = held
                 tc += 1
             else:
                 _pass(other)
@@ -293,7 +372,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
-    if FUSED:
+    if DQ_ORDER:  # the last add complete and handed on (a program with none: the spare counter)
+        _hand_on(Sem + prev)
+    elif FUSED:
         tma.store_wait(pendings=0)  # the last reduce has read dq_smem before the program ends
     dk = dk * sm_scale
     rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
@@ -325,7 +406,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
-                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0):
+                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
+                        DQ_ORDER: gl.constexpr = 0):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -334,10 +416,16 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     HEAD_DIM.
     ``DQ_COLS`` > 0 (the fused backward, BLOCK_M 64, no second head-dim part): dQ too, each tile's partial added
     into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
-    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL)."""
+    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). ``DQ_ORDER`` (causal):
+    each dQ tile's adds in a fixed order (bitwise reproducible), counted in ``Sem`` (:func:`order_counters`,
+    zeroed by the caller; see _bwd_consume); the key blocks are launched last first, so that a
+    program only ever waits on programs launched before it."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
+    gl.static_assert(DQ_ORDER == 0 or DQ_SINK == 0, "the ordered dQ adds every partial")
     pid_n = gl.program_id(0)
+    if DQ_ORDER:  # the last key block first: a tile's first adder, launched before those that wait on it
+        pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
     pid_bh = gl.program_id(1)
     gs = pid_bh % group_split
     b = (pid_bh // group_split) // kv_heads
@@ -379,7 +467,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     else:  # stand-ins, never read
         dq_desc, ds_smem, dq_smem, ds_bar = q_desc, q_smem, q_smem, turn
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, DQ_ORDER)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -387,7 +475,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
-                    dq_smem, ds_bar, dq_desc)
+                    dq_smem, ds_bar, dq_desc, Sem if DQ_ORDER else Lse, num_heads)
     gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
                         (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -590,12 +678,14 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
-                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0) -> dict:
+                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
     backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
-    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them."""
+    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_order`` (causal, with
+    ``dq_acc``): :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order, bitwise
+    reproducible."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -608,6 +698,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                       stride_dqah=dq_acc.stride(2), DQ_COLS=cols, DQ_SINK=dq_sink,
                       DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
                       DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
+        if dq_order is not None:
+            second.update(Sem=dq_order, DQ_ORDER=1)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -624,32 +716,47 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240, dq_acc=None, dq_sink=0):
+                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
-    DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either)."""
+    DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either; Sem with
+    ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
 
+def order_counters(q, block_m=64) -> torch.Tensor:
+    """The deterministic fused backward's add counters for ``q`` [B, Sq, Hq, D], zeroed, int32: a spare one (a
+    consumer's "previous add" before its first), then [B, Hq, ceil(Sq / block_m), 2] flat (per query tile, one per
+    consumer's column half)."""
+    return torch.zeros(1 + q.shape[0] * q.shape[2] * triton.cdiv(q.shape[1], block_m) * 2, device=q.device,
+                       dtype=torch.int32)
+
+
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None, fused=False, dq_sink=0):
+               poison=False, launches=None, fused=False, dq_sink=0, ordered=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
     ``poison``: NaN-fill dK and dV first. ``fused``: the fused backward's kernel, (dK, dV, dQ) with dQ fp32 (added
-    into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only)."""
+    into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only). ``ordered`` (fused,
+    causal; not routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
+    if ordered and not why:
+        why = ordered_unsupported(causal, fused, dq_sink)
     _check_call("dkdv_gluon", why, num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
-    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv, "DQacc": dq}
+    sem = order_counters(q, block_m) if ordered else None
+    tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv, "DQacc": dq,
+               "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
-        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink))
+        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
+        sem))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
@@ -667,6 +774,19 @@ def fused_unsupported(q, k, v, do, lse, delta, block_m=64) -> str | None:
         return f"the fused backward takes q / k = v head dims in {FUSED_HEAD_DIMS}, got {q.shape[-1]} / {v.shape[-1]}"
     if block_m != 64:
         return f"the fused backward runs 64-row query tiles, got block_m={block_m}"
+    return None
+
+
+def ordered_unsupported(causal: bool, fused: bool, dq_sink: int = 0) -> str | None:
+    """Why the ordered (deterministic) dQ adds cannot run, or None: they are built for the fused causal kernel (its
+    programs start at their diagonal, so the order costs no wait; the non-causal kernel's would need staggered
+    starts, not built) adding every partial."""
+    if not fused:
+        return "ordered dQ adds: only the fused backward adds dQ (fused=True)"
+    if not causal:
+        return "ordered dQ adds: built for causal attention only (non-causal needs staggered tile orders, not built)"
+    if dq_sink:
+        return "ordered dQ adds: every partial is added (no dq_sink)"
     return None
 
 

@@ -25,12 +25,16 @@ SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 3
 #: ... and of the fused backward's kernel (session 34; hd 128: 60 / 140 B over 2 stages, 100 / 268 B over 3, the
 #: causal 3-stage one not routed)
 FUSED_SPILL_AT_MOST = {"128": 272, "64": 0}
+#: ... and of its ordered (deterministic) variant, causal (session 35, built without a GPU: hd 128 468 B over 2 stages,
+#: 444 over 3; the spin and hand-on add spills in the consumers' loop, measured on no GPU yet)
+ORDERED_SPILL_AT_MOST = {"128": 480, "64": 0}
 #: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
 
 
 @pytest.fixture(scope="module")
-def compiled():
+def compiled(tmp_path_factory):
+    """spec -> fp8_gluon_ptxas.py's report of every config below, its PTX under "ptx_path"."""
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     root = Path(__file__).resolve().parents[2]
@@ -45,11 +49,15 @@ def compiled():
     fused = set(configs.BWD_GLUON_FUSED_TRY.items()) | {(d, c) for d, m in configs.BWD_GLUON_FUSED.items()
                                                           for _, c in m.values()}
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
+    specs += [f"bwdo16:{d},64,2,1" for d in bwd_gluon.FUSED_HEAD_DIMS]  # the ordered adds (causal only)
     specs = list(dict.fromkeys(specs))
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs],
-                         capture_output=True, text=True, cwd=root, timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
+    dump = tmp_path_factory.mktemp("ptx")
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", "--dump", str(dump),
+                          *specs], capture_output=True, text=True, cwd=root, timeout=300,
+                         env=dict(os.environ, TRITON_INTERPRET="0"))
     assert run.returncode == 0, run.stderr[-3000:]
-    return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
+    return {r["spec"]: dict(r, ptx_path=dump / (r["spec"].replace(",", "_").replace("/", "v") + ".ptx"))
+            for r in map(json.loads, run.stdout.splitlines())}
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):
@@ -62,9 +70,10 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
-        bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get(d)}.get(kernel, 0)
+        bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get(d),
+                 "bwdo16": ORDERED_SPILL_AT_MOST.get(d)}.get(kernel, 0)
         assert r["spill"] <= bound, (spec, r["spill"])
-        assert (r["tma_reduce"] > 0) == (kernel == "bwdf16"), spec  # only the fused kernel adds dQ by TMA reduce
+        assert (r["tma_reduce"] > 0) == (kernel in ("bwdf16", "bwdo16")), spec  # only they add dQ by TMA reduce
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
@@ -76,6 +85,34 @@ def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
             base, fused = compiled.get(f"bwd16:{d},64,2,{c}"), compiled[f"bwdf16:{d},64,2,{c}"]
             assert fused["tma_reduce"] == 2, fused  # one a consumer partition
             assert fused["smem"] > base["smem"] and fused["wgmma"] > base["wgmma"], (d, c)
+
+
+def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
+    """The deterministic variant of the fused kernel (causal): the same wgmmas and TMA reduces as the fused kernel,
+    and in each consumer a spin on its tile's counter (an acquire load in a loop), the previous add waited for in
+    full (the bulk group's writes, not only its read of shared memory) and handed on by a release add, each behind
+    a proxy fence."""
+    for d in bwd_gluon.FUSED_HEAD_DIMS:
+        fused, ordered = compiled[f"bwdf16:{d},64,2,1"], compiled[f"bwdo16:{d},64,2,1"]
+        assert ordered["wgmma"] == fused["wgmma"] and ordered["tma_reduce"] == fused["tma_reduce"] == 2, d
+        assert ordered["smem"] <= configs.H100_SMEM_BYTES, d
+    ptx = compiled["bwdo16:128,64,2,1"]["ptx_path"].read_text()
+    assert ptx.count("ld.global.gpu.acquire.b32") >= 2 and ptx.count("atom.global.gpu.release.add") >= 2
+    assert ptx.count("cp.async.bulk.wait_group 0;") >= 2 and ptx.count("fence.proxy.async.global;") >= 4
+
+
+def test_the_ordered_adds_say_what_they_cannot_run():
+    """dkdv_gluon(ordered=True): built for the fused causal kernel adding every partial; anything else is named
+    before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile, column half)."""
+    assert bwd_gluon.ordered_unsupported(True, True) is None
+    assert "fused" in bwd_gluon.ordered_unsupported(True, False)
+    assert "causal" in bwd_gluon.ordered_unsupported(False, True)
+    assert "dq_sink" in bwd_gluon.ordered_unsupported(True, True, 1)
+    q, k, v, do, lse, delta = _inputs(b=2, sq=130, sk=130, hq=4, hk=2)
+    with pytest.raises(ValueError, match="causal"):
+        bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=False, fused=True, ordered=True)
+    sem = bwd_gluon.order_counters(q)
+    assert sem.dtype == torch.int32 and sem.shape == (1 + 2 * 4 * 3 * 2,) and not sem.any()
 
 
 def test_tma_reduce_add_compiles_from_gluon_for_sm90a():
@@ -509,6 +546,30 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
     torch.cuda.synchronize()
     assert "dkdv" in cache and torch.equal(dk, dk2) and torch.equal(dv, dv2)
     assert dq.dtype == torch.float32 and torch.allclose(dq, dq2, rtol=1e-5, atol=1e-5)
+    _assert_within_triton(dq, dq_t, ref.dq, "dq")
+    _assert_within_triton(dk, dk_t, ref.dk, "dk")
+    _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d", [
+    (2, 1000, 1000, 4, 4, 128), (1, 777, 1500, 4, 2, 128), (1, 1500, 777, 4, 1, 128), (2, 600, 600, 8, 2, 64),
+    (1, 4096, 4096, 2, 2, 128), (1, 20000, 20000, 1, 1, 128)],
+    ids=["MHA-S1000", "GQA-Sq<Sk", "MQA-Sq>Sk", "hd64-GQA4", "S4096", "S20000-more-key-blocks-than-SMs"])
+def test_gpu_ordered_fused_kernel_is_bitwise_reproducible(b, sq, sk, hq, hk, d):
+    """The fused kernel with its dQ adds in a fixed order (causal; not routed yet): dQ, dK and dV within twice the
+    Triton backward's error against the FP64 oracle, and three runs bitwise equal (dQ included, which the unordered
+    kernel's is not); Sq != Sk both ways (off > 0 and < 0: tiles no key block adds to), GQA / MQA (a group's heads
+    one after another), and more key blocks than SMs (157 at 20k: programs not all resident at once must not
+    deadlock). A hang here is the order being wrong: the whole file runs under a timeout (device_show.sh)."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, True)
+    kw = dict(softmax_scale=scale, causal=True, num_stages=2, poison=True, fused=True, ordered=True)
+    runs = [bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw) for _ in range(3)]
+    torch.cuda.synchronize()
+    dk, dv, dq = runs[0]
+    for again in runs[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(runs[0], again))
     _assert_within_triton(dq, dq_t, ref.dq, "dq")
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dv, dv_t, ref.dv, "dv")
