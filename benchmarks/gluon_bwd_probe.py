@@ -3,7 +3,8 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2] [--models] [--repeat 2] [--autotune] [--check-only]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2] [--ordered] [--models] [--repeat 2] [--autotune]
+        [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
    dK and dV of every config against the FP64 oracle beside the Triton backward's error on the same inputs (outputs
@@ -19,7 +20,9 @@ backwards, H100.
    included) at each ``--fused`` config (hd 64 / 128), against the whole Triton backward; the whole backward four
    ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_TRY's configs), fused
    (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
-   configs.BWD_GLUON by length). Rows
+   configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
+   ``--fused`` config on causal cells ("gluon ordered"; checked twice: its dK, dV and dQ must be bitwise the same).
+   Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
    (``| summary | ... |``).
 """
@@ -116,7 +119,7 @@ def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
     return {names[x.compiled.name]: functools.partial(x, tensors) for x in cache["plan"][3] if x.compiled.name in names}
 
 
-def check(dims, dkdv_specs, dq_specs, fused_specs=()) -> bool:
+def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
@@ -140,9 +143,17 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=()) -> bool:
                 runs += [("fused", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
                                                     poison=True, fused=True, **_config(spec, "block_m")))
                          for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS]
+                for spec in (fused_specs if ordered and causal and d == dv and d in FUSED_HEAD_DIMS else ()):
+                    two = [dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=True, poison=True,
+                                      fused=True, ordered=True, **_config(spec, "block_m")) for _ in range(2)]
+                    same = all(torch.equal(x, y) for x, y in zip(*two))
+                    ok &= same
+                    print(f"| check | {_hd(d, dv)} | {causal} | {b} {sq} {sk} {hq}/{hk} | ordered | {spec} | "
+                          f"twice | bitwise | {'ok' if same else 'FAIL'} |", flush=True)
+                    runs.append(("ordered", spec, two[0]))
                 for kernel, spec, got in runs:
-                    wants = {"dkdv": (ref.dk, ref.dv), "dq": (ref.dq, ), "fused": (ref.dk, ref.dv, ref.dq)}[kernel]
-                    twins = {"dkdv": triton_[1:], "dq": triton_[:1], "fused": triton_[1:] + triton_[:1]}[kernel]
+                    wants = {"dkdv": (ref.dk, ref.dv), "dq": (ref.dq, )}.get(kernel, (ref.dk, ref.dv, ref.dq))
+                    twins = {"dkdv": triton_[1:], "dq": triton_[:1]}.get(kernel, triton_[1:] + triton_[:1])
                     for x, t, r in zip(got, twins, wants):
                         e, e_t = ((y.double() - r).abs().max().item() for y in (x, t))
                         good = e == e and e <= 2 * e_t + 2e-3 * r.abs().max().item()
@@ -165,7 +176,7 @@ def _cells(dims, seqlens, masks, models):
                 yield f"{name} B{b} S{s}", b, s, hq, hk, d, dv, True
 
 
-def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=()):
+def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=(), ordered=False):
     from harness.perf.timing import time_callable
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
 
@@ -195,6 +206,10 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
                                                           causal=causal, launches={}, fused=True,
                                                           **_config(spec, "block_m")), "triton bwd")
                   for spec in (fused_specs if fusable else ())]
+        calls += [("gluon ordered", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
+                                                            causal=True, launches={}, fused=True, ordered=True,
+                                                            **_config(spec, "block_m")), "triton bwd")
+                  for spec in (fused_specs if fusable and causal and ordered else ())]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]
@@ -236,6 +251,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dq", nargs="+", default=list(DEFAULT_DQ), metavar="BLOCK_N,STAGES")
     ap.add_argument("--fused", nargs="*", default=list(DEFAULT_FUSED), metavar="BLOCK_M,STAGES",
                     help="the fused backward's kernel configs (none: not run)")
+    ap.add_argument("--ordered", action="store_true",
+                    help="the fused kernel's ordered (deterministic) variant too, causal cells, at each --fused config")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--autotune", action="store_true",
@@ -250,12 +267,12 @@ def main(argv=None) -> int:
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
     dims = [_dims(x) for x in a.head_dims.split(",")]
-    if not check(dims, a.dkdv, a.dq, a.fused):
+    if not check(dims, a.dkdv, a.dq, a.fused, a.ordered):
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
         timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",")],
-               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused)
+               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused, a.ordered)
     return 0
 
 
