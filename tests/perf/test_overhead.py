@@ -2,6 +2,7 @@
 measurement runs, says that a CPU has no budget to meet, and refuses bad arguments."""
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -258,7 +259,8 @@ def test_interleaved_windows_take_turns_and_rotate():
 
 def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp_path, capsys):
     """benchmarks/host_python.py: the launch paths' own Python with no GPU; the backward's replay cache holds the
-    split's three launches and the unsplit two; the stand-ins are gone afterwards."""
+    split's three launches, the unsplit two, the atomic-dQ mode's two (delta with dQ's buffer zeroed, the kernel;
+    the cast is torch's); the mode's environment setting restored; the stand-ins are gone afterwards."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import host_python
 
@@ -266,11 +268,13 @@ def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp
     from kernels.flash_attn import configs
 
     real = (configs.launch, launcher.launch, configs.interpreting, launcher.current_device)
+    mode = os.environ.get("FLASH_ATTN_BWD")
     assert host_python.main(["--calls", "20", "--repeats", "2", "--json", str(tmp_path / "p.json")]) == 0
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     by_path = {r["path"]: r for r in rows}
     assert all(r["us_per_call"] > 0 for r in rows)
-    assert [r["launches"] for r in rows if r["path"].startswith("flash_attn_bwd")] == [3, 2]
+    assert [r["launches"] for r in rows if r["path"].startswith("flash_attn_bwd")] == [3, 2, 2]
+    assert any("atomic dQ" in p for p in by_path) and os.environ.get("FLASH_ATTN_BWD") == mode
     assert "| a replay alone" in capsys.readouterr().out
     assert (configs.launch, launcher.launch, configs.interpreting, launcher.current_device) == real
     assert any(p.startswith("floor: torch.empty_like") for p in by_path)
