@@ -9,7 +9,8 @@ FA2's structure. Default ("split", deterministic, no atomics), two launches:
   recomputing P^T = exp2(K Q^T * scale - lse) and accumulating dV += P^T dO and dK += dS^T Q.
   Summing over the group inside the program is what makes GQA/MQA need no atomics.
 Alternative ("atomic", FLASH_ATTN_BWD=atomic; slower on the H100, see docs/perf/flash_attn.md):
-`_bwd_preprocess` computes delta, then the dK/dV kernel also adds dS K into an fp32 dQ buffer. The same
+`_bwd_preprocess` computes delta and zeroes an fp32 dQ buffer (dense calls; varlen: a memset), then the dK/dV
+kernel also adds dS K into it. The same
 launches carry the fused Gluon backward (bwd_gluon.py, where configs.BWD_GLUON_FUSED routes it or
 FLASH_ATTN_BWD=fused): its dK/dV kernel adds dQ by TMA reduce instead of atomics.
 Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
