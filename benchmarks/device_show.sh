@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        gluon-ws | gluon-bwd | gluon-route | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+#        gluon-ws | gluon-bwd | gluon-route | fused-ordered | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -821,6 +821,24 @@ tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchm
     done
     cat "$OUT/tma-reduce/"*.md
     tarred tma-reduce
+    ;;
+fused-ordered)  # issue 16 (session 35, built without a GPU): the fused backward's GPU tests (the preprocess now
+    # zeroes dQ's buffer; the whole-backward tests of session 34's last fold) and the ordered (deterministic) variant's,
+    # under one timeout (a wrong add order hangs), then the probe: the ordered kernel checked twice bitwise, then timed
+    # beside the unordered fused kernel and the split route, causal hd 128 / 64 at 4k and 16k (Triton pinned: fits 330 s)
+    setup
+    mkdir -p "$OUT/fused-ordered"
+    FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "fused or ordered" \
+        > "$OUT/fused-ordered/tests.log" 2>&1
+    echo "tests exit $?" >> "$OUT/fused-ordered/tests.log"
+    timeout "${FUSED_PROBE_SECONDS:-330}" python3 benchmarks/gluon_bwd_probe.py --head-dims 128,64 --masks yes \
+        --seqlens 4096,16384 --dkdv 64,2 --dq 64,3 --fused 64,2 --ordered --repeat 2 \
+        > "$OUT/fused-ordered/probe.md" 2>&1
+    echo "probe exit $?" >> "$OUT/fused-ordered/probe.md"
+    tail -n 12 "$OUT/fused-ordered/tests.log"
+    grep -E "^\| summary|FAIL|exit" "$OUT/fused-ordered/probe.md" | tail -n 40
+    tarred fused-ordered
     ;;
 gluon-route)  # issue 16 (session 32): the GPU tests of the routed Gluon forward (persistent orders, MLA) and backward
     # (dQ, dK / dV, the default route by length), both files under one timeout (a barrier mistake hangs)
