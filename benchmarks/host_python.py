@@ -19,7 +19,6 @@ code costs, not what the machine was doing meanwhile. Prints the table last.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import json
 import os
@@ -27,6 +26,7 @@ import pstats
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,20 +81,6 @@ def launch_paths(b, s, hq, hk, d, split, dtype=torch.float32):
             lambda: flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache), fwd_cache, bwd_cache, (q, k, v))
 
 
-@contextlib.contextmanager
-def _env(name: str, value: str):
-    """``name`` set to ``value`` inside the block (a backward's first call reads it; its plan keeps the mode)."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
@@ -121,7 +107,7 @@ def main(argv=None) -> int:
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
         # the atomic-dQ backward (FLASH_ATTN_BWD=atomic): the fused Gluon route's host path on a GPU (delta's
         # preprocess zeroing dQ's fp32 buffer, the kernel, dQ's cast to bf16), the Triton kernel in its place here
-        with _env("FLASH_ATTN_BWD", "atomic"):
+        with mock.patch.dict(os.environ, FLASH_ATTN_BWD="atomic"):  # (read by the first call; the plan keeps it)
             _, bwd_call, _, bwd_cache, _ = launch_paths(*CASES[1][1:], dtype=torch.bfloat16)
         rows.append((f"flash_attn_bwd, atomic dQ, bf16, {CASES[1][0]}", fastest_us(bwd_call, args.calls, args.repeats),
                      len(bwd_cache["plan"][3])))
