@@ -50,9 +50,9 @@ P_SCALE = tl.constexpr(448.0)
 def _bwd_preprocess(Out, DO, Delta, DQacc, stride_ob, stride_os, stride_oh, stride_db, stride_ds, stride_dh,
                     stride_lb, stride_lh, stride_zb, stride_zs, stride_zh, CuSeqQ, seqlen_q, num_heads,
                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_VARLEN: tl.constexpr,
-                    BLOCK_M: tl.constexpr, HEAD_DIM_Q: tl.constexpr, BLOCK_DQ: tl.constexpr, ZERO_DQ: tl.constexpr):
-    """delta = rowsum(O * dO) per (row, head); ZERO_DQ (dense): also zero the same rows of the fp32 dQ buffer the
-    atomic / fused backward adds into (q's head dim), instead of a memset launch of its own."""
+                    BLOCK_M: tl.constexpr, HEAD_DIM_Q: tl.constexpr, BLOCK_DQ: tl.constexpr):
+    """delta = rowsum(O * dO) per (row, head); with ``DQacc`` (dense calls): also zero the same rows of the fp32 dQ
+    buffer the atomic / fused backward adds into (q's head dim), instead of a memset launch of its own."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads
@@ -72,7 +72,7 @@ def _bwd_preprocess(Out, DO, Delta, DQacc, stride_ob, stride_os, stride_oh, stri
                  + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     delta = tl.sum(o * do, axis=1)
     tl.store(Delta + b64 * stride_lb + h * stride_lh + q_start + offs_m, delta, mask=offs_m < seqlen_q)
-    if ZERO_DQ:
+    if DQacc is not None:
         offs_dq = tl.arange(0, BLOCK_DQ)
         tl.store(DQacc + b64 * stride_zb + h * stride_zh + offs_m[:, None].to(tl.int64) * stride_zs + offs_dq[None, :],
                  tl.zeros([BLOCK_M, BLOCK_DQ], dtype=tl.float32),
@@ -814,7 +814,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                  stride_os=sos, stride_oh=soh, stride_db=sdb, stride_ds=sds, stride_dh=sdh, stride_lb=slb,
                  stride_lh=slh, stride_zb=szb, stride_zs=szs, stride_zh=szh, CuSeqQ=t["CuSeqQ"], seqlen_q=sq,
                  num_heads=hq, HEAD_DIM=dv_dim, BLOCK_D=bdv, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M,
-                 HEAD_DIM_Q=d, BLOCK_DQ=bd, ZERO_DQ=not varlen))
+                 HEAD_DIM_Q=d, BLOCK_DQ=bd))
 
     right = 0 if causal else window_right
     sqb, sqs, sqh = _s3(q, varlen)
