@@ -406,8 +406,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
-                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
-                        DQ_ORDER: gl.constexpr = 0):
+                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -416,13 +415,14 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     HEAD_DIM.
     ``DQ_COLS`` > 0 (the fused backward, BLOCK_M 64, no second head-dim part): dQ too, each tile's partial added
     into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
-    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). ``DQ_ORDER`` (causal):
-    each dQ tile's adds in a fixed order (bitwise reproducible), counted in ``Sem`` (:func:`order_counters`,
-    zeroed by the caller; see _bwd_consume); the key blocks are launched last first, so that a
-    program only ever waits on programs launched before it."""
+    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (causal;
+    ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible), counted in
+    ``Sem`` (:func:`order_counters`, zeroed by the caller; see _bwd_consume); the key blocks are launched last
+    first, so that a program only ever waits on programs launched before it."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
-    gl.static_assert(DQ_ORDER == 0 or DQ_SINK == 0, "the ordered dQ adds every partial")
+    DQ_ORDER: gl.constexpr = Sem is not None
+    gl.static_assert(not DQ_ORDER or DQ_SINK == 0, "the ordered dQ adds every partial")
     pid_n = gl.program_id(0)
     if DQ_ORDER:  # the last key block first: a tile's first adder, launched before those that wait on it
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
@@ -699,7 +699,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                       DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
                       DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
         if dq_order is not None:
-            second.update(Sem=dq_order, DQ_ORDER=1)
+            second.update(Sem=dq_order)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
