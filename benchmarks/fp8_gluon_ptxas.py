@@ -189,7 +189,9 @@ def main(argv=None) -> int:
             r = compile_sm90a(d, bm, bn, bool(causal), overlap)
         if a.dump:
             os.makedirs(a.dump, exist_ok=True)
-            Path(a.dump, spec.replace(",", "_").replace("/", "v") + ".ptx").write_text(r["ptx"])
+            path = Path(a.dump, spec.replace(",", "_").replace("/", "v") + ".ptx")
+            path.write_text(r["ptx"])
+            r["ptx_file"] = str(path)  # (in the JSON: where this spec's PTX went)
         r.pop("ptx")
         if a.json:
             print(json.dumps(dict(r, spec=spec)), flush=True)
