@@ -181,8 +181,8 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
     """The rest of a consumer's second turn in the fused backward, dV and dK issued: once both halves of the tile's
     dS^T are in ``ds_t`` ([128 keys, BLOCK_M]), dQ's partial over the program's 128 keys for columns [C0, C0 +
     DQ_COLS) (dS seen transposed as the A operand, each 64-key K tile's columns as B), the turn handed over, every
-    wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s). Returns (dv, dk, the
-    counter to hand on) (``PENDING`` False: dv and dk retired already)."""
+    wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s). Returns (dv, dk)
+    (``PENDING`` False: retired already)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
@@ -198,9 +198,8 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-    held = _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK, shape.DQ_ORDER,
-                   order)
-    return dv, dk, held
+    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK, shape.DQ_ORDER, order)
+    return dv, dk
 
 
 @gluon.jit
@@ -214,9 +213,8 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
     ``DQ_ORDER`` (the deterministic fused backward): ``order`` = (the counters, this tile's counter's index, this
     program's rank among the tile's adders, the index of the counter this consumer's previous add holds: the spare
     one, 0, before its first). The previous add is waited for in full and handed on here, a tile after it was
-    issued (its latency hidden behind the tile's matmuls); then this add waits its turn. Returns the index of the
-    counter this add holds (to hand on at the next add or the program's end)."""
-    held = 0  # (no counter without DQ_ORDER: a stand-in, never read)
+    issued (its latency hidden behind the tile's matmuls); then this add waits its turn. The caller keeps this
+    tile's counter index to hand on at the next add or the program's end."""
     if DQ_SINK < 2:
         if DQ_ORDER:
             sems, cur, rank, prev = order
@@ -229,12 +227,10 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
         gl.thread_barrier()
         if DQ_ORDER:
             _wait_turn(sems + cur, rank)
-            held = cur
         if DQ_SINK == 0:
             tma_reduce_add(dq_desc, [b, m0, h, c0], dq_smem_w)
         else:
             tma.async_copy_shared_to_global(dq_desc, [b, m0, h, c0], dq_smem_w)
-    return held
 
 
 @gluon.jit
@@ -344,24 +340,22 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
                 order = None
                 if DQ_ORDER:  # this tile's counter (this consumer's column half) and this program's rank there
-                    order = (Sem, 1 + ((b * num_heads + h32) * n_m + j) * 2 + HALF,
-                             gl.minimum((m0 + below) // 128, last), prev)
+                    cur = 1 + ((b * num_heads + h32) * n_m + j) * 2 + HALF
+                    order = (Sem, cur, gl.minimum((m0 + below) // 128, last), prev)
                 if DQ_COLS == HEAD_DIM:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
                     if it % 2 == wg:
-                        dv, dk, held = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                                dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, order,
-                                                False)
+                        dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                          dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, order, False)
                         if DQ_ORDER:
-                            prev = held
+                            prev = cur
                     else:
                         _pass(other)
                 else:  # (wg is a compile-time value in each partition: its column half is too)
-                    dv, dk, held = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                            dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape,
-                                            order)
+                    dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
+                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape, order)
                     if DQ_ORDER:
-                        prev = held
+                        prev = cur
                 tc += 1
             else:
                 _pass(other)
