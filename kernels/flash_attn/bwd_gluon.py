@@ -22,9 +22,9 @@ Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
 mask; no window, softcap or varlen.
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
-ordered variant for causal attention (``DQ_ORDER``, ``dkdv_gluon(ordered=True)``; session 35, built without a GPU,
-not routed): each dQ tile's adds wait their turn on a counter, largest key block first, so dQ is bitwise the same
-on every run.
+ordered variant for causal attention (``DQ_ORDER``, ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds
+wait their turn on a counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in
+the consumers (0.6x the fused kernel on the H100); session 36 moved the waits and adds to an adder warp.
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -210,23 +210,21 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
     are clipped by the descriptor's bounds). The tile's previous reduce must have read it first. ``DQ_SINK``
     (probes only, wrong dQ): 1 a plain TMA store instead of the add, 2 nothing leaves (the partial is dropped).
 
-    ``DQ_ORDER`` (the deterministic fused backward): ``order`` = (the counters, this tile's counter's index, this
-    program's rank among the tile's adders, the index of the counter this consumer's previous add holds: the spare
-    one, 0, before its first). The previous add is waited for in full and handed on here, a tile after it was
-    issued (its latency hidden behind the tile's matmuls); then this add waits its turn. The caller keeps this
-    tile's counter index to hand on at the next add or the program's end."""
-    if DQ_SINK < 2:
-        if DQ_ORDER:
-            sems, cur, rank, prev = order
-            _hand_on(sems + prev)
-        else:
-            tma.store_wait(pendings=0)
+    ``DQ_ORDER`` (the deterministic fused backward): the consumer only fills its shared-memory tile and hands it
+    to the adder warp (:func:`_dq_adder`), which adds it in its turn; ``order`` = (the tile's ``full`` and
+    ``empty`` barriers, this consumer's adds so far)."""
+    if DQ_ORDER:
+        full, empty, u = order
+        mbarrier.wait(empty, (u - 1) & 1, pred=u >= 1)  # the adder's reduce of the previous partial read the tile
+        dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
+        fence_async_shared()
+        _pass(full)
+    elif DQ_SINK < 2:
+        tma.store_wait(pendings=0)
         gl.thread_barrier()
         dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
         fence_async_shared()
         gl.thread_barrier()
-        if DQ_ORDER:
-            _wait_turn(sems + cur, rank)
         if DQ_SINK == 0:
             tma_reduce_add(dq_desc, [b, m0, h, c0], dq_smem_w)
         else:
@@ -234,10 +232,56 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
 
 
 @gluon.jit
+def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k,
+              num_heads, shape):
+    """The deterministic fused backward's adder warp (``shape.DQ_ORDER``, causal): it walks the consumers' query
+    tiles in their order and adds each tile's dQ partials (hd 128: both consumers' column halves; hd 64: the tile's
+    parity's consumer, all columns) into the fp32 buffer in a fixed order across programs, whatever the timing: the
+    largest key block first (it reaches the tile first: programs start at their diagonal), down to block 0.
+    ``Sem``: int32 counters, a spare one then one per (batch, query head, query tile), zero at the start. A tile's
+    adds wait until its counter reads this program's rank (the adders before it); the tile's count is handed on
+    (the reduces waited for in full, a release add) when the next tile's partials are here, so the reduces'
+    latency is hidden behind a tile's matmuls and the consumers never wait on another program."""
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_M: gl.constexpr = shape.BLOCK_M
+    DQ_COLS: gl.constexpr = shape.DQ_COLS
+    HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
+    last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
+    below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
+    prev = 0  # the counter of the tile added last: the spare one before the first
+    it = 0
+    for g in range(g_lo, g_hi):
+        h = hk * group + g
+        for j in range(j_lo, n_m):
+            m0 = j * BLOCK_M
+            if HALVES:
+                mbarrier.wait(dq_full.index(0), it & 1)
+                mbarrier.wait(dq_full.index(1), it & 1)
+            else:
+                mbarrier.wait(dq_full.index(it % 2), (it // 2) & 1)
+            _hand_on(Sem + prev)  # the previous tile's adds complete: the next program may add there
+            cur = 1 + (b * num_heads + h) * n_m + j
+            _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
+            if HALVES:
+                tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(0))
+                tma_reduce_add(dq_desc, [b, m0, h, DQ_COLS], dq_smem.index(1))
+                tma.store_wait(pendings=0)  # (their reads of the tiles)
+                _pass(dq_empty.index(0))
+                _pass(dq_empty.index(1))
+            else:
+                tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(it % 2))
+                tma.store_wait(pendings=0)
+                _pass(dq_empty.index(it % 2))
+            prev = cur
+            it += 1
+    _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
+
+
+@gluon.jit
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, Sem, num_heads):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty):
     """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
     heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
     exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
@@ -252,11 +296,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them. The buffer a tile's dS^T goes to is
     free again two tiles on: both consumers' dQ of it were retired before the turn that leads there.
 
-    ``shape.DQ_ORDER`` (causal only; the deterministic fused backward): each (batch, query head, query tile, column
-    half)'s adds come in one order, whatever the timing: the largest key block first (it reaches the tile first:
-    programs start at their diagonal), down to block 0. ``Sem``: int32 counters, a spare one then [B, Hq, tiles, 2]
-    flat, zero at the start; an add waits until its counter reads its rank (the adders before it) and counts itself
-    once complete (offsets from ``Sem`` in int32: fewer registers live across the loop)."""
+    ``shape.DQ_ORDER`` (causal only; the deterministic fused backward): the partial goes to shared memory only and
+    the adder warp (:func:`_dq_adder`) adds it in its turn (``dq_full``: a consumer's tile is there; ``dq_empty``:
+    the adder's reduce read it)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -288,10 +330,6 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     DQ_ORDER: gl.constexpr = shape.DQ_ORDER
     if DQ_ORDER:
         gl.static_assert(FUSED and IS_CAUSAL, "the ordered dQ adds: the fused causal backward")
-        HALF: gl.constexpr = wg if DQ_COLS < HEAD_DIM else 0  # this consumer's counters: its column half's
-        last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
-        below = BLOCK_M - 1 + off - n0  # (m0 + below) // 128: the key blocks after this one a tile's last row sees
-        prev = 0  # the counter this consumer's previous add holds: the spare one before the first
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
@@ -339,23 +377,18 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                 dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
                 order = None
-                if DQ_ORDER:  # this tile's counter (this consumer's column half) and this program's rank there
-                    cur = 1 + ((b * num_heads + h32) * n_m + j) * 2 + HALF
-                    order = (Sem, cur, gl.minimum((m0 + below) // 128, last), prev)
+                if DQ_ORDER:  # the adder's barriers for this consumer's tile, and its adds so far
+                    order = (dq_full.index(wg), dq_empty.index(wg), it // 2 if DQ_COLS == HEAD_DIM else it)
                 if DQ_COLS == HEAD_DIM:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
                     if it % 2 == wg:
                         dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
                                           dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, order, False)
-                        if DQ_ORDER:
-                            prev = cur
                     else:
                         _pass(other)
                 else:  # (wg is a compile-time value in each partition: its column half is too)
                     dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
                                       dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape, order)
-                    if DQ_ORDER:
-                        prev = cur
                 tc += 1
             else:
                 _pass(other)
@@ -366,9 +399,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
-    if DQ_ORDER:  # the last add complete and handed on (a program with none: the spare counter)
-        _hand_on(Sem + prev)
-    elif FUSED:
+    if FUSED and not DQ_ORDER:
         tma.store_wait(pendings=0)  # the last reduce has read dq_smem before the program ends
     dk = dk * sm_scale
     rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
@@ -410,9 +441,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ``DQ_COLS`` > 0 (the fused backward, BLOCK_M 64, no second head-dim part): dQ too, each tile's partial added
     into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
     through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (causal;
-    ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible), counted in
-    ``Sem`` (:func:`order_counters`, zeroed by the caller; see _bwd_consume); the key blocks are launched last
-    first, so that a program only ever waits on programs launched before it."""
+    ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
+    counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder); the key blocks are launched
+    last first, so that a program only ever waits on programs launched before it."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_ORDER: gl.constexpr = Sem is not None
@@ -460,6 +491,13 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
             mbarrier.init(ds_bar.index(i), count=2)  # both consumers' halves of a tile's dS^T
     else:  # stand-ins, never read
         dq_desc, ds_smem, dq_smem, ds_bar = q_desc, q_smem, q_smem, turn
+    dq_full, dq_empty = turn, turn  # (stand-ins, never read, unless DQ_ORDER)
+    if DQ_ORDER:  # a consumer's dQ tile handed to the adder warp (full) and back (empty)
+        dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(dq_full.index(i), count=1)
+            mbarrier.init(dq_empty.index(i), count=1)
 
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, DQ_ORDER)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
@@ -469,9 +507,15 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
-                    dq_smem, ds_bar, dq_desc, Sem if DQ_ORDER else Lse, num_heads)
-    gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
-                        (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
+                    dq_smem, ds_bar, dq_desc, dq_full, dq_empty)
+    if DQ_ORDER:  # a fourth partition: the adder warp
+        add_args = (dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q,
+                    seqlen_k, num_heads, shape)
+        gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
+                            (_bwd_load, load_args), (_dq_adder, add_args)], [4, 1, 1], [CONSUMER_REGS, 24, 24])
+    else:
+        gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
+                            (_bwd_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
 # --------------------------------------------------------------------------------------------
@@ -724,10 +768,9 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
 
 
 def order_counters(q, block_m=64) -> torch.Tensor:
-    """The deterministic fused backward's add counters for ``q`` [B, Sq, Hq, D], zeroed, int32: a spare one (a
-    consumer's "previous add" before its first), then [B, Hq, ceil(Sq / block_m), 2] flat (per query tile, one per
-    consumer's column half)."""
-    return torch.zeros(1 + q.shape[0] * q.shape[2] * triton.cdiv(q.shape[1], block_m) * 2, device=q.device,
+    """The deterministic fused backward's add counters for ``q`` [B, Sq, Hq, D], zeroed, int32: a spare one (the
+    adder's "previous tile" before its first), then [B, Hq, ceil(Sq / block_m)] flat (one per query tile)."""
+    return torch.zeros(1 + q.shape[0] * q.shape[2] * triton.cdiv(q.shape[1], block_m), device=q.device,
                        dtype=torch.int32)
 
 

@@ -25,9 +25,9 @@ SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 3
 #: ... and of the fused backward's kernel (session 34; hd 128: 60 / 140 B over 2 stages, 100 / 268 B over 3, the
 #: causal 3-stage one not routed)
 FUSED_SPILL_AT_MOST = {"128": 272, "64": 0}
-#: ... and of its ordered (deterministic) variant, causal (session 35, built without a GPU: hd 128 468 B over 2 stages,
-#: 444 over 3; the spin and hand-on add spills in the consumers' loop, measured on no GPU yet)
-ORDERED_SPILL_AT_MOST = {"128": 480, "64": 0}
+#: ... and of its ordered (deterministic) variant, causal (session 36: the adds in an adder warp, hd 128 172 B over 2
+#: stages; session 35's spin and hand-on in the consumers spilled 468 B and ran at 0.6x the fused kernel)
+ORDERED_SPILL_AT_MOST = {"128": 200, "64": 0}
 #: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
 
@@ -87,22 +87,22 @@ def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
 
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
-    """The deterministic variant of the fused kernel (causal): the same wgmmas and TMA reduces as the fused kernel,
-    and in each consumer a spin on its tile's counter (an acquire load in a loop), the previous add waited for in
-    full (the bulk group's writes, not only its read of shared memory) and handed on by a release add, each behind
-    a proxy fence."""
+    """The deterministic variant of the fused kernel (causal): the fused kernel's wgmmas, its TMA reduces moved to a
+    fourth partition (the adder warp, one of the 12 launched anyway: the consumers keep none), which spins on a tile's counter (an
+    acquire load in a loop), waits for the previous tile's adds in full (the bulk groups' writes, not only their
+    reads of shared memory) and hands them on by a release add, each behind a proxy fence."""
     for d in bwd_gluon.FUSED_HEAD_DIMS:
         fused, ordered = compiled[f"bwdf16:{d},64,2,1"], compiled[f"bwdo16:{d},64,2,1"]
-        assert ordered["wgmma"] == fused["wgmma"] and ordered["tma_reduce"] == fused["tma_reduce"] == 2, d
+        assert ordered["wgmma"] == fused["wgmma"] and ordered["tma_reduce"] >= fused["tma_reduce"] == 2, d
         assert ordered["smem"] <= configs.H100_SMEM_BYTES, d
-    ptx = Path(compiled["bwdo16:128,64,2,1"]["ptx_file"]).read_text()
-    assert ptx.count("ld.global.gpu.acquire.b32") >= 2 and ptx.count("atom.global.gpu.release.add") >= 2
-    assert ptx.count("cp.async.bulk.wait_group 0;") >= 2 and ptx.count("fence.proxy.async.global;") >= 4
+        ptx = Path(ordered["ptx_file"]).read_text()
+        assert ptx.count("ld.global.gpu.acquire.b32") == 1 and ptx.count("atom.global.gpu.release.add") == 2, d
+        assert ptx.count("cp.async.bulk.wait_group 0;") == 2 and ptx.count("fence.proxy.async.global;") == 3, d
 
 
 def test_the_ordered_adds_say_what_they_cannot_run():
     """dkdv_gluon(ordered=True): built for the fused causal kernel adding every partial; anything else is named
-    before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile, column half)."""
+    before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile)."""
     assert bwd_gluon.ordered_unsupported(True, True) is None
     assert "fused" in bwd_gluon.ordered_unsupported(True, False)
     assert "causal" in bwd_gluon.ordered_unsupported(False, True)
@@ -111,7 +111,7 @@ def test_the_ordered_adds_say_what_they_cannot_run():
     with pytest.raises(ValueError, match="causal"):
         bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=False, fused=True, ordered=True)
     sem = bwd_gluon.order_counters(q)
-    assert sem.dtype == torch.int32 and sem.shape == (1 + 2 * 4 * 3 * 2,) and not sem.any()
+    assert sem.dtype == torch.int32 and sem.shape == (1 + 2 * 4 * 3,) and not sem.any()
 
 
 def test_tma_reduce_add_compiles_from_gluon_for_sm90a():
