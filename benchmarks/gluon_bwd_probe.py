@@ -21,7 +21,9 @@ backwards, H100.
    ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_TRY's configs), fused
    (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
    configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
-   ``--fused`` config on causal cells ("gluon ordered"; checked twice: its dK, dV and dQ must be bitwise the same).
+   ``--fused`` config on causal cells ("gluon ordered", its key blocks launched as routed: ordered_last_first;
+   checked twice: its dK, dV and dQ must be bitwise the same), forced last first ("gluon ordered last-first"), and the
+   unordered kernel launched last first ("gluon fused last-first": that launch order's cost without the waits).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
    (``| summary | ... |``).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -143,14 +146,17 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False) -> bool:
                 runs += [("fused", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
                                                     poison=True, fused=True, **_config(spec, "block_m")))
                          for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS]
-                for spec in (fused_specs if ordered and causal and d == dv and d in FUSED_HEAD_DIMS else ()):
+                for spec, last in itertools.product(
+                        fused_specs if ordered and causal and d == dv and d in FUSED_HEAD_DIMS else (), (False, True)):
                     two = [dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=True, poison=True,
-                                      fused=True, ordered=True, **_config(spec, "block_m")) for _ in range(2)]
+                                      fused=True, ordered=True, last_first=last, **_config(spec, "block_m"))
+                           for _ in range(2)]
                     same = all(torch.equal(x, y) for x, y in zip(*two))
                     ok &= same
-                    print(f"| check | {_hd(d, dv)} | {causal} | {b} {sq} {sk} {hq}/{hk} | ordered | {spec} | "
+                    name = "ordered last-first" if last else "ordered"
+                    print(f"| check | {_hd(d, dv)} | {causal} | {b} {sq} {sk} {hq}/{hk} | {name} | {spec} | "
                           f"twice | bitwise | {'ok' if same else 'FAIL'} |", flush=True)
-                    runs.append(("ordered", spec, two[0]))
+                    runs.append((name, spec, two[0]))
                 for kernel, spec, got in runs:
                     wants = {"dkdv": (ref.dk, ref.dv), "dq": (ref.dq, )}.get(kernel, (ref.dk, ref.dv, ref.dq))
                     twins = {"dkdv": triton_[1:], "dq": triton_[:1]}.get(kernel, triton_[1:] + triton_[:1])
@@ -206,10 +212,13 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
                                                           causal=causal, launches={}, fused=True,
                                                           **_config(spec, "block_m")), "triton bwd")
                   for spec in (fused_specs if fusable else ())]
-        calls += [("gluon ordered", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
-                                                            causal=True, launches={}, fused=True, ordered=True,
-                                                            **_config(spec, "block_m")), "triton bwd")
-                  for spec in (fused_specs if fusable and causal and ordered else ())]
+        # the ordered kernel as routed (key blocks first first unless too many: ordered_last_first), forced last
+        # first, and the unordered kernel launched last first (what that order costs without the waits)
+        calls += [(f"gluon {name}", spec, functools.partial(
+            dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=True, launches={}, fused=True,
+            ordered=name != "fused last-first", last_first=last, **_config(spec, "block_m")), "triton bwd")
+            for spec in (fused_specs if fusable and causal and ordered else ())
+            for name, last in (("ordered", None), ("ordered last-first", True), ("fused last-first", True))]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]

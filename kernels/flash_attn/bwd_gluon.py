@@ -31,6 +31,8 @@ checks it against the FP64 oracle on the GPU).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -431,7 +433,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
-                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None):
+                        DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
+                        LAST_FIRST: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -442,14 +445,14 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
     through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (causal;
     ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
-    counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder); the key blocks are launched
-    last first, so that a program only ever waits on programs launched before it."""
+    counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key
+    blocks launched last first (:func:`ordered_last_first` says when the ordered kernel needs it)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_ORDER: gl.constexpr = Sem is not None
     gl.static_assert(not DQ_ORDER or DQ_SINK == 0, "the ordered dQ adds every partial")
     pid_n = gl.program_id(0)
-    if DQ_ORDER:  # the last key block first: a tile's first adder, launched before those that wait on it
+    if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
     pid_bh = gl.program_id(1)
     gs = pid_bh % group_split
@@ -716,14 +719,14 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
-                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None) -> dict:
+                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
     backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
     (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_order`` (causal, with
     ``dq_acc``): :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order, bitwise
-    reproducible."""
+    reproducible. ``last_first``: the key blocks launched last first."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -750,11 +753,12 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
-                K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, **second)
+                K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, LAST_FIRST=bool(last_first),
+                **second)
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None):
+                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -762,7 +766,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink, dq_order)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -774,14 +778,32 @@ def order_counters(q, block_m=64) -> torch.Tensor:
                        dtype=torch.int32)
 
 
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def ordered_last_first(q, k) -> bool:
+    """Whether the ordered kernel launches its key blocks last first. A program waits on the key blocks above its
+    own (they add to a tile first); launched first-first (the longest programs first: the shortest tail) a
+    (batch, head)'s programs wait on ones not launched yet, which start once earlier (batch, head)s' programs end:
+    safe while a (batch, head)'s key blocks fit on half the SMs (the other half for the rest: another stream's
+    kernels, NCCL's included, may hold some). Past that, last first: every wait is on a program already running
+    (no deadlock at any length), at the cost of the longest programs last (a tail: the ordered kernel ran at 0.90x
+    the unordered one at 16k and 4k, hd 128, all launched last first; session 36)."""
+    return triton.cdiv(k.shape[1], BLOCK_N) > _sm_count(k.device.index) // 2
+
+
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None, fused=False, dq_sink=0, ordered=False):
+               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
     ``poison``: NaN-fill dK and dV first. ``fused``: the fused backward's kernel, (dK, dV, dQ) with dQ fp32 (added
     into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only). ``ordered`` (fused,
-    causal; not routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run."""
+    causal; not routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run.
+    ``last_first``: the key blocks launched last first (None: :func:`ordered_last_first` for the ordered kernel,
+    else no; forced either way by probes)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(causal, fused, dq_sink)
@@ -789,11 +811,13 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
     sem = order_counters(q, block_m) if ordered else None
+    if last_first is None:
+        last_first = ordered and ordered_last_first(q, k)
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv, "DQacc": dq,
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem))
+        sem, last_first))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
