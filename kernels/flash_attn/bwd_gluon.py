@@ -116,11 +116,15 @@ def _wait_turn(sem, rank):
 
 @gluon.jit
 def _hand_on(sem):
-    """The add behind ``sem`` completed (this consumer's bulk groups waited for in full): count it, with release
-    semantics, so the next program in the tile's order may add."""
+    """The adds behind ``sem`` completed (this warp's bulk groups waited for in full): count them, with release
+    semantics, so the next program in the tile's order may add. A one-warp partition's: lane 0 adds, by a
+    reduction that returns nothing (the warp does not wait for the counter's round trip)."""
     _bulk_done_then_proxy_fence()
-    gl.thread_barrier()  # the thread that issued the reduce waited: every thread's view before the release
-    gl.atomic_add(sem, 1, sem="release", scope="gpu")
+    gl.thread_barrier()  # the lane that issued the reduces waited: every lane's view before the release
+    gl.inline_asm_elementwise(
+        "{\n\t.reg .pred lane0;\n\t.reg .u32 lane;\n\tmov.u32 lane, %laneid;\n\tsetp.eq.u32 lane0, lane, 0;\n\t"
+        "@lane0 red.release.gpu.global.add.u32 [$1], 1;\n\t}\n\tmov.u32 $0, 0;", "=r,l", [sem], dtype=gl.int32,
+        is_pure=False, pack=1)
 
 
 @gluon.constexpr_function
@@ -241,16 +245,15 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     parity's consumer, all columns) into the fp32 buffer in a fixed order across programs, whatever the timing: the
     largest key block first (it reaches the tile first: programs start at their diagonal), down to block 0.
     ``Sem``: int32 counters, a spare one then one per (batch, query head, query tile), zero at the start. A tile's
-    adds wait until its counter reads this program's rank (the adders before it); the tile's count is handed on
-    (the reduces waited for in full, a release add) when the next tile's partials are here, so the reduces'
-    latency is hidden behind a tile's matmuls and the consumers never wait on another program."""
+    adds wait until its counter reads this program's rank (the adders before it); once their reads of shared
+    memory are done the consumers have their tiles back, and once the reduces completed the tile is handed on
+    (a release add): the consumers never wait on another program, only on this warp's turn."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
-    prev = 0  # the counter of the tile added last: the spare one before the first
     it = 0
     for g in range(g_lo, g_hi):
         h = hk * group + g
@@ -261,7 +264,6 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
                 mbarrier.wait(dq_full.index(1), it & 1)
             else:
                 mbarrier.wait(dq_full.index(it % 2), (it // 2) & 1)
-            _hand_on(Sem + prev)  # the previous tile's adds complete: the next program may add there
             cur = 1 + (b * num_heads + h) * n_m + j
             _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
             if HALVES:
@@ -274,9 +276,8 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(it % 2))
                 tma.store_wait(pendings=0)
                 _pass(dq_empty.index(it % 2))
-            prev = cur
+            _hand_on(Sem + cur)  # the tile's adds complete: the next program in its order may add
             it += 1
-    _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
 
 
 @gluon.jit

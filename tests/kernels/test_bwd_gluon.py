@@ -88,16 +88,17 @@ def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
     """The deterministic variant of the fused kernel (causal): the fused kernel's wgmmas, its TMA reduces moved to a
-    fourth partition (the adder warp, one of the 12 launched anyway: the consumers keep none), which spins on a tile's counter (an
-    acquire load in a loop), waits for the previous tile's adds in full (the bulk groups' writes, not only their
-    reads of shared memory) and hands them on by a release add, each behind a proxy fence."""
+    fourth partition (the adder warp, one of the 12 launched anyway: the consumers keep none), which spins on a
+    tile's counter (an acquire load in a loop), waits for its tile's adds in full (the bulk groups' writes, not only their reads of
+    shared memory) and hands them on by a release reduction (no return: the warp does not wait for it), each behind
+    a proxy fence."""
     for d in bwd_gluon.FUSED_HEAD_DIMS:
         fused, ordered = compiled[f"bwdf16:{d},64,2,1"], compiled[f"bwdo16:{d},64,2,1"]
         assert ordered["wgmma"] == fused["wgmma"] and ordered["tma_reduce"] >= fused["tma_reduce"] == 2, d
         assert ordered["smem"] <= configs.H100_SMEM_BYTES, d
         ptx = Path(ordered["ptx_file"]).read_text()
-        assert ptx.count("ld.global.gpu.acquire.b32") == 1 and ptx.count("atom.global.gpu.release.add") == 2, d
-        assert ptx.count("cp.async.bulk.wait_group 0;") == 2 and ptx.count("fence.proxy.async.global;") == 3, d
+        assert ptx.count("ld.global.gpu.acquire.b32") == 1 and ptx.count("red.release.gpu.global.add") == 1, d
+        assert ptx.count("cp.async.bulk.wait_group 0;") == 1 and ptx.count("fence.proxy.async.global;") == 2, d
 
 
 def test_the_ordered_adds_say_what_they_cannot_run():
