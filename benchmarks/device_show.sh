@@ -435,7 +435,8 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
     # (carry .old and/or .old-REV, each made by `mkdir -p .old && git archive REV kernels | tar -x -C .old`, and
     # .whl): this tree's harness/ and benchmarks/ measure every tree (each old kernels/ beside them in
     # /tmp/ab-NAME), runs alternating new, old trees, HOST_AB_PAIRS times (default 2), pinned configs (the launch
-    # path does not depend on the tile), then host_ab.py's table
+    # path does not depend on the tile), then host_ab.py's table. The backward cases run the default route
+    # (deterministic: split); FLASH_ATTN_BWD=fused in the environment puts every tree's on the fused route
     setup
     trees=""
     for d in .old .old-*; do
@@ -822,10 +823,10 @@ tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchm
     cat "$OUT/tma-reduce/"*.md
     tarred tma-reduce
     ;;
-fused-ordered)  # issue 16 (session 35, built without a GPU): the fused backward's GPU tests (the preprocess now
-    # zeroes dQ's buffer; the whole-backward tests of session 34's last fold) and the ordered (deterministic) variant's,
-    # under one timeout (a wrong add order hangs), then the probe: the ordered kernel checked twice bitwise, then timed
-    # beside the unordered fused kernel and the split route, causal hd 128 / 64 at 4k and 16k (Triton pinned: fits 330 s)
+fused-ordered)  # issue 16 (sessions 35-36): the fused backward's GPU tests (the preprocess zeroes dQ's buffer; the
+    # whole-backward tests) and the ordered (deterministic) variant's, under one timeout (a wrong add order hangs),
+    # then the probe: the ordered kernel checked twice bitwise in both launch orders, then timed beside the unordered
+    # fused kernel and the split route, causal hd 128 / 64 at 4k and 16k (Triton pinned; session 36: 230-320 s)
     setup
     mkdir -p "$OUT/fused-ordered"
     FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
