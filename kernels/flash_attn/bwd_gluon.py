@@ -90,12 +90,21 @@ def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.jit
-def _bulk_done_then_proxy_fence():
-    """Wait until this thread's bulk groups (TMA stores / reduces) have completed, their writes performed (not only
-    their reads of shared memory: ``tma.store_wait`` waits for those alone), then order the async proxy's global
-    writes before this thread's later generic accesses (a release that hands the tile on)."""
-    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [],
-                              dtype=gl.int32, is_pure=False, pack=1)
+def _bulk_done_then_proxy_fence(PENDING: gl.constexpr = 0):
+    """Wait until this thread's bulk groups (TMA stores / reduces) but the newest ``PENDING`` (0-2) have completed,
+    their writes performed (not only their reads of shared memory: ``tma.store_wait`` waits for those alone), then
+    order the async proxy's global writes before this thread's later generic accesses (a release that hands the
+    tile on)."""
+    gl.static_assert(PENDING >= 0 and PENDING <= 2, "bulk groups left pending: 0, 1 or 2")
+    if PENDING == 0:
+        gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r",
+                                  [], dtype=gl.int32, is_pure=False, pack=1)
+    elif PENDING == 1:
+        gl.inline_asm_elementwise("cp.async.bulk.wait_group 1;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r",
+                                  [], dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        gl.inline_asm_elementwise("cp.async.bulk.wait_group 2;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r",
+                                  [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -115,11 +124,11 @@ def _wait_turn(sem, rank):
 
 
 @gluon.jit
-def _hand_on(sem):
-    """The adds behind ``sem`` completed (this warp's bulk groups waited for in full): count them, with release
-    semantics, so the next program in the tile's order may add. A one-warp partition's: lane 0 adds, by a
-    reduction that returns nothing (the warp does not wait for the counter's round trip)."""
-    _bulk_done_then_proxy_fence()
+def _hand_on(sem, PENDING: gl.constexpr = 0):
+    """The adds behind ``sem`` completed (this warp's bulk groups but the newest ``PENDING`` waited for in full):
+    count them, with release semantics, so the next program in the tile's order may add. A one-warp partition's:
+    lane 0 adds, by a reduction that returns nothing (the warp does not wait for the counter's round trip)."""
+    _bulk_done_then_proxy_fence(PENDING)
     gl.thread_barrier()  # the lane that issued the reduces waited: every lane's view before the release
     gl.inline_asm_elementwise(
         "{\n\t.reg .pred lane0;\n\t.reg .u32 lane;\n\tmov.u32 lane, %laneid;\n\tsetp.eq.u32 lane0, lane, 0;\n\t"
@@ -245,39 +254,43 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     parity's consumer, all columns) into the fp32 buffer in a fixed order across programs, whatever the timing: the
     largest key block first (it reaches the tile first: programs start at their diagonal), down to block 0.
     ``Sem``: int32 counters, a spare one then one per (batch, query head, query tile), zero at the start. A tile's
-    adds wait until its counter reads this program's rank (the adders before it); once their reads of shared
-    memory are done the consumers have their tiles back, and once the reduces completed the tile is handed on
-    (a release add): the consumers never wait on another program, only on this warp's turn."""
+    adds wait until its counter reads this program's rank (the adders before it), a wait taken before its partials
+    arrive (while the consumers' matmuls run); once the reduces' reads of shared memory are done the consumers
+    have their tiles back, and the tile is handed on (a release add) once its reduces completed, checked after the
+    next tile's are issued: the warp's serial work a tile is then a spin, the reduces and their reads (session 36's
+    first adder also waited for each tile's reduces to complete in line: ~0.9x the fused kernel at hd 128 16k)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
+    prev = 0  # the tile added before: handed on after this one's reduces are issued (the spare counter first)
     it = 0
     for g in range(g_lo, g_hi):
         h = hk * group + g
         for j in range(j_lo, n_m):
             m0 = j * BLOCK_M
-            if HALVES:
-                mbarrier.wait(dq_full.index(0), it & 1)
-                mbarrier.wait(dq_full.index(1), it & 1)
-            else:
-                mbarrier.wait(dq_full.index(it % 2), (it // 2) & 1)
             cur = 1 + (b * num_heads + h) * n_m + j
             _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
             if HALVES:
+                mbarrier.wait(dq_full.index(0), it & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(0))
+                mbarrier.wait(dq_full.index(1), it & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, DQ_COLS], dq_smem.index(1))
                 tma.store_wait(pendings=0)  # (their reads of the tiles)
                 _pass(dq_empty.index(0))
                 _pass(dq_empty.index(1))
+                _hand_on(Sem + prev, 2)  # the previous tile's two reduces complete, this tile's may not be
             else:
+                mbarrier.wait(dq_full.index(it % 2), (it // 2) & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(it % 2))
                 tma.store_wait(pendings=0)
                 _pass(dq_empty.index(it % 2))
-            _hand_on(Sem + cur)  # the tile's adds complete: the next program in its order may add
+                _hand_on(Sem + prev, 1)
+            prev = cur
             it += 1
+    _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
 
 
 @gluon.jit
