@@ -22,7 +22,8 @@ backwards, H100.
    (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
    configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
    ``--fused`` config on causal cells ("gluon ordered", its key blocks launched as routed: ordered_last_first;
-   checked twice: its dK, dV and dQ must be bitwise the same), forced last first ("gluon ordered last-first"), and the
+   checked twice: its dK, dV and dQ must be bitwise the same), forced last first ("gluon ordered last-first"),
+   without its turn waits ("gluon ordered no-wait": the adder warp's structure alone, dQ unordered), and the
    unordered kernel launched last first ("gluon fused last-first": that launch order's cost without the waits).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
@@ -213,12 +214,15 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
                                                           **_config(spec, "block_m")), "triton bwd")
                   for spec in (fused_specs if fusable else ())]
         # the ordered kernel as routed (key blocks first first unless too many: ordered_last_first), forced last
-        # first, and the unordered kernel launched last first (what that order costs without the waits)
+        # first, without its turn waits (its adder's structure alone: dQ unordered), and the unordered kernel
+        # launched last first (what that order costs without the waits)
         calls += [(f"gluon {name}", spec, functools.partial(
             dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=True, launches={}, fused=True,
-            ordered=name != "fused last-first", last_first=last, **_config(spec, "block_m")), "triton bwd")
+            ordered=name != "fused last-first", last_first=last, order_waits=name != "ordered no-wait",
+            **_config(spec, "block_m")), "triton bwd")
             for spec in (fused_specs if fusable and causal and ordered else ())
-            for name, last in (("ordered", None), ("ordered last-first", True), ("fused last-first", True))]
+            for name, last in (("ordered", None), ("ordered last-first", True), ("ordered no-wait", None),
+                               ("fused last-first", True))]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]

@@ -63,10 +63,11 @@ class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
-                       "DQ_SINK": gl.constexpr, "DQ_ORDER": gl.constexpr}
+                       "DQ_SINK": gl.constexpr, "DQ_ORDER": gl.constexpr, "ORDER_WAITS": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ORDER=0):
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ORDER=0,
+                 ORDER_WAITS=True):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -75,6 +76,7 @@ class _BwdShape:
         self.DQ_COLS = gl.constexpr(DQ_COLS)
         self.DQ_SINK = gl.constexpr(DQ_SINK)
         self.DQ_ORDER = gl.constexpr(DQ_ORDER)
+        self.ORDER_WAITS = gl.constexpr(ORDER_WAITS)
 
 
 @builtin
@@ -272,7 +274,8 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
         for j in range(j_lo, n_m):
             m0 = j * BLOCK_M
             cur = 1 + (b * num_heads + h) * n_m + j
-            _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
+            if shape.ORDER_WAITS:  # (off in probes only: what the waits on other programs cost; dQ then unordered)
+                _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
             if HALVES:
                 mbarrier.wait(dq_full.index(0), it & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(0))
@@ -448,7 +451,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
-                        LAST_FIRST: gl.constexpr = False):
+                        LAST_FIRST: gl.constexpr = False, ORDER_WAITS: gl.constexpr = True):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -460,7 +463,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (causal;
     ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
     counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key
-    blocks launched last first (:func:`ordered_last_first` says when the ordered kernel needs it)."""
+    blocks launched last first (:func:`ordered_last_first` says when the ordered kernel needs it). ``ORDER_WAITS``
+    False (probes only): the adder does not wait its turn (dQ unordered: the cost of the waits, measured apart)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_ORDER: gl.constexpr = Sem is not None
@@ -516,7 +520,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
             mbarrier.init(dq_full.index(i), count=1)
             mbarrier.init(dq_empty.index(i), count=1)
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, DQ_ORDER)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, DQ_ORDER, ORDER_WAITS)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -733,14 +737,16 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
-                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False) -> dict:
+                   consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
+                   order_waits=True) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
     backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
     (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_order`` (causal, with
     ``dq_acc``): :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order, bitwise
-    reproducible. ``last_first``: the key blocks launched last first."""
+    reproducible (``order_waits`` False, probes only: the order's structure without its waits, dQ unordered).
+    ``last_first``: the key blocks launched last first."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -754,7 +760,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                       DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
                       DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
         if dq_order is not None:
-            second.update(Sem=dq_order)
+            second.update(Sem=dq_order, ORDER_WAITS=bool(order_waits))
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -772,7 +778,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False):
+                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, order_waits=True):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -780,7 +786,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, order_waits)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -809,7 +815,7 @@ def ordered_last_first(q, k) -> bool:
 
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None):
+               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, order_waits=True):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -817,7 +823,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only). ``ordered`` (fused,
     causal; not routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run.
     ``last_first``: the key blocks launched last first (None: :func:`ordered_last_first` for the ordered kernel,
-    else no; forced either way by probes)."""
+    else no; forced either way by probes). ``order_waits`` False (probes only): the ordered kernel's adder without
+    its turn waits (dQ not reproducible: what the waits cost)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(causal, fused, dq_sink)
@@ -831,7 +838,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first))
+        sem, last_first, order_waits))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
