@@ -91,22 +91,19 @@ def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
     _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
+@gluon.constexpr_function
+def _bulk_wait_asm(pending):
+    """The PTX of :func:`_bulk_done_then_proxy_fence` for ``pending`` bulk groups left in flight."""
+    return f"cp.async.bulk.wait_group {pending};\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;"
+
+
 @gluon.jit
 def _bulk_done_then_proxy_fence(PENDING: gl.constexpr = 0):
-    """Wait until this thread's bulk groups (TMA stores / reduces) but the newest ``PENDING`` (0-2) have completed,
-    their writes performed (not only their reads of shared memory: ``tma.store_wait`` waits for those alone), then
-    order the async proxy's global writes before this thread's later generic accesses (a release that hands the
-    tile on)."""
-    gl.static_assert(PENDING >= 0 and PENDING <= 2, "bulk groups left pending: 0, 1 or 2")
-    if PENDING == 0:
-        gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r",
-                                  [], dtype=gl.int32, is_pure=False, pack=1)
-    elif PENDING == 1:
-        gl.inline_asm_elementwise("cp.async.bulk.wait_group 1;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r",
-                                  [], dtype=gl.int32, is_pure=False, pack=1)
-    else:
-        gl.inline_asm_elementwise("cp.async.bulk.wait_group 2;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r",
-                                  [], dtype=gl.int32, is_pure=False, pack=1)
+    """Wait until this thread's bulk groups (TMA stores / reduces) but the newest ``PENDING`` have completed, their
+    writes performed (not only their reads of shared memory: ``tma.store_wait`` waits for those alone), then order
+    the async proxy's global writes before this thread's later generic accesses (a release that hands the tile
+    on)."""
+    gl.inline_asm_elementwise(_bulk_wait_asm(PENDING), "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
