@@ -21,9 +21,9 @@ backwards, H100.
    ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_TRY's configs), fused
    (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
    configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
-   ``--fused`` config on causal cells ("gluon ordered", its key blocks launched as routed: ordered_last_first;
-   checked twice: its dK, dV and dQ must be bitwise the same), forced last first ("gluon ordered last-first"),
-   without its turn waits ("gluon ordered no-wait": the adder warp's structure alone, dQ unordered), and the
+   ``--fused`` config on causal cells ("gluon ordered", its key blocks launched last first as by default; checked
+   twice, both launch orders: its dK, dV and dQ must be bitwise the same), launched first first ("gluon ordered
+   first-first": faster, not safe where its programs may not all be resident, probes only), without its turn waits ("gluon ordered no-wait": the adder warp's structure alone, dQ unordered), and the
    unordered kernel launched last first ("gluon fused last-first": that launch order's cost without the waits).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
@@ -154,7 +154,7 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False) -> bool:
                            for _ in range(2)]
                     same = all(torch.equal(x, y) for x, y in zip(*two))
                     ok &= same
-                    name = "ordered last-first" if last else "ordered"
+                    name = "ordered" if last else "ordered first-first"
                     print(f"| check | {_hd(d, dv)} | {causal} | {b} {sq} {sk} {hq}/{hk} | {name} | {spec} | "
                           f"twice | bitwise | {'ok' if same else 'FAIL'} |", flush=True)
                     runs.append((name, spec, two[0]))
@@ -213,15 +213,14 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
                                                           causal=causal, launches={}, fused=True,
                                                           **_config(spec, "block_m")), "triton bwd")
                   for spec in (fused_specs if fusable else ())]
-        # the ordered kernel as routed (key blocks first first unless too many: ordered_last_first), forced last
-        # first, without its turn waits (its adder's structure alone: dQ unordered), and the unordered kernel
-        # launched last first (what that order costs without the waits)
+        # the ordered kernel (key blocks last first), first first, without its turn waits (its adder's structure
+        # alone: dQ unordered), and the unordered kernel launched last first (what that order costs without the waits)
         calls += [(f"gluon {name}", spec, functools.partial(
             dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=True, launches={}, fused=True,
             ordered=name != "fused last-first", last_first=last, order_waits=name != "ordered no-wait",
             **_config(spec, "block_m")), "triton bwd")
             for spec in (fused_specs if fusable and causal and ordered else ())
-            for name, last in (("ordered", None), ("ordered last-first", True), ("ordered no-wait", None),
+            for name, last in (("ordered", None), ("ordered first-first", False), ("ordered no-wait", None),
                                ("fused last-first", True))]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),

@@ -31,8 +31,6 @@ checks it against the FP64 oracle on the GPU).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -460,7 +458,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (causal;
     ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
     counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key
-    blocks launched last first (:func:`ordered_last_first` says when the ordered kernel needs it). ``ORDER_WAITS``
+    blocks launched last first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``ORDER_WAITS``
     False (probes only): the adder does not wait its turn (dQ unordered: the cost of the waits, measured apart)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
@@ -795,22 +793,6 @@ def order_counters(q, block_m=64) -> torch.Tensor:
                        dtype=torch.int32)
 
 
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def ordered_last_first(q, k) -> bool:
-    """Whether the ordered kernel launches its key blocks last first. A program waits on the key blocks above its
-    own (they add to a tile first); launched first-first (the longest programs first: the shortest tail) a
-    (batch, head)'s programs wait on ones not launched yet, which start once earlier (batch, head)s' programs end:
-    safe while a (batch, head)'s key blocks fit on half the SMs (the other half for the rest: another stream's
-    kernels, NCCL's included, may hold some). Past that, last first: every wait is on a program already running
-    (no deadlock at any length), at the cost of the longest programs last (a tail: the ordered kernel ran at 0.90x
-    the unordered one at 16k and 4k, hd 128, all launched last first; session 36)."""
-    return triton.cdiv(k.shape[1], BLOCK_N) > _sm_count(k.device.index) // 2
-
-
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, order_waits=True):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
@@ -819,9 +801,13 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     ``poison``: NaN-fill dK and dV first. ``fused``: the fused backward's kernel, (dK, dV, dQ) with dQ fp32 (added
     into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only). ``ordered`` (fused,
     causal; not routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run.
-    ``last_first``: the key blocks launched last first (None: :func:`ordered_last_first` for the ordered kernel,
-    else no; forced either way by probes). ``order_waits`` False (probes only): the ordered kernel's adder without
-    its turn waits (dQ not reproducible: what the waits cost)."""
+    ``last_first``: the key blocks launched last first (None: the ordered kernel's order, else no; forced either way
+    by probes). The ordered kernel launched last first only ever waits on programs dispatched before it, so it
+    cannot deadlock however few SMs it gets (another stream's kernels, NCCL's, an MPS share). First first (the
+    longest programs first: 3-4% faster at hd 128 4k, session 36) waits on programs not dispatched yet: safe only
+    while all of a (batch, head)'s key blocks fit on the SMs it has, which a kernel cannot know; probes only.
+    ``order_waits`` False (probes only): the ordered kernel's adder without its turn waits (dQ not reproducible:
+    what the waits cost)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(causal, fused, dq_sink)
@@ -830,7 +816,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
     sem = order_counters(q, block_m) if ordered else None
     if last_first is None:
-        last_first = ordered and ordered_last_first(q, k)
+        last_first = ordered
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv, "DQacc": dq,
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(

@@ -120,13 +120,18 @@ def test_the_ordered_adds_say_what_they_cannot_run():
     assert sem.dtype == torch.int32 and sem.shape == (1 + 2 * 4 * 3,) and not sem.any()
 
 
-def test_the_ordered_kernel_launches_key_blocks_last_first_past_half_the_sms(monkeypatch):
-    """ordered_last_first: key blocks first first (the longest programs first) while a (batch, head)'s 128-key
-    blocks fit on half the SMs, last first past that (every wait then on a program already running)."""
-    monkeypatch.setattr(bwd_gluon, "_sm_count", lambda index: 132)
-    q = torch.empty(1, 16, 1, 64)
-    assert not bwd_gluon.ordered_last_first(q, torch.empty(1, 66 * 128, 1, 64))
-    assert bwd_gluon.ordered_last_first(q, torch.empty(1, 66 * 128 + 1, 1, 64))
+def test_the_ordered_kernel_launches_its_key_blocks_last_first(monkeypatch):
+    """dkdv_gluon launches the ordered kernel's key blocks last first unless told otherwise (a program then waits
+    only on programs dispatched before it: no deadlock however few SMs the kernel gets), the unordered kernel's
+    first first; either can be forced (probes)."""
+    seen = []
+    monkeypatch.setattr(bwd_gluon, "_check_call", lambda *a: None)  # (no sm90 GPU here: the launch is recorded)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-2]))  # (..., last_first, order_waits)
+    q, k, v, do, lse, delta = _inputs(b=1, sq=130, sk=130, hq=2, hk=2)
+    for ordered, forced in ((True, None), (False, None), (True, False), (False, True)):
+        bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=True, fused=True, ordered=ordered,
+                             last_first=forced)
+    assert seen == [True, False, False, True]
 
 
 def test_tma_reduce_add_compiles_from_gluon_for_sm90a():
@@ -569,19 +574,19 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
 @needs_sm90
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, last_first", [
     (2, 1000, 1000, 4, 4, 128, None), (1, 777, 1500, 4, 2, 128, None), (1, 1500, 777, 4, 1, 128, None),
-    (2, 600, 600, 8, 2, 64, None), (1, 4096, 4096, 2, 2, 128, None), (1, 4096, 4096, 2, 2, 128, True),
-    (1, 777, 1500, 4, 2, 128, True), (1, 20000, 20000, 1, 1, 128, None)],
-    ids=["MHA-S1000", "GQA-Sq<Sk", "MQA-Sq>Sk", "hd64-GQA4", "S4096", "S4096-last-first", "GQA-Sq<Sk-last-first",
+    (2, 600, 600, 8, 2, 64, None), (1, 4096, 4096, 2, 2, 128, None), (1, 4096, 4096, 2, 2, 128, False),
+    (1, 777, 1500, 4, 2, 128, False), (1, 20000, 20000, 1, 1, 128, None)],
+    ids=["MHA-S1000", "GQA-Sq<Sk", "MQA-Sq>Sk", "hd64-GQA4", "S4096", "S4096-first-first", "GQA-Sq<Sk-first-first",
          "S20000-more-key-blocks-than-SMs"])
 def test_gpu_ordered_fused_kernel_is_bitwise_reproducible(b, sq, sk, hq, hk, d, last_first):
     """The fused kernel with its dQ adds in a fixed order (causal; not routed yet): dQ, dK and dV within twice the
     Triton backward's error against the FP64 oracle, and three runs bitwise equal (dQ included, which the unordered
     kernel's is not); Sq != Sk both ways (off > 0 and < 0: tiles no key block adds to), GQA / MQA (a group's heads
-    one after another), the key blocks launched either way, and more key blocks than SMs (157 at 20k, launched
-    last first by ordered_last_first: programs not all resident at once must not deadlock). A hang here is the
-    order being wrong: the whole file runs under a timeout (device_show.sh)."""
+    one after another), the key blocks launched either way (first first: a probe's option, its few programs all
+    resident here), and more key blocks than SMs (157 at 20k, last first as by default: programs not all resident
+    at once must not deadlock). A hang here is the order being wrong: the whole file runs under a timeout
+    (device_show.sh)."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, True)
-    assert bwd_gluon.ordered_last_first(q, k) == (sk == 20000)  # (157 key blocks; the others here fit any Hopper)
     kw = dict(softmax_scale=scale, causal=True, num_stages=2, poison=True, fused=True, ordered=True,
               last_first=last_first)
     runs = [bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw) for _ in range(3)]
