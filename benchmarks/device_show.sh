@@ -827,7 +827,7 @@ fused-ordered)  # issue 16 (sessions 35-36): the fused backward's GPU tests (the
     # whole-backward tests) and the ordered (deterministic) variant's, under one timeout (a wrong add order hangs),
     # then the probe: the ordered kernel checked twice bitwise in both launch orders, then timed (and its build
     # without turn waits) beside the unordered fused kernel and the split route, causal hd 128 / 64 at 4k and 16k
-    # (Triton pinned; session 36: 230-320 s before the no-wait row)
+    # (FUSED_MASKS=no: non-causal; Triton pinned; session 36: 230-320 s before the no-wait row)
     setup
     mkdir -p "$OUT/fused-ordered"
     FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
@@ -836,7 +836,8 @@ fused-ordered)  # issue 16 (sessions 35-36): the fused backward's GPU tests (the
     rc=$?
     echo "tests exit $rc" >> "$OUT/fused-ordered/tests.log"
     ordered=--ordered; [ "$rc" = 0 ] || ordered=""  # a failed or hung ordered kernel is not timed
-    timeout "${FUSED_PROBE_SECONDS:-370}" python3 benchmarks/gluon_bwd_probe.py --head-dims 128,64 --masks yes \
+    timeout "${FUSED_PROBE_SECONDS:-370}" python3 benchmarks/gluon_bwd_probe.py --head-dims 128,64 \
+        --masks "${FUSED_MASKS:-yes}" \
         --seqlens 4096,16384 --dkdv 64,2 --dq 64,3 --fused 64,2 $ordered --repeat 2 \
         > "$OUT/fused-ordered/probe.md" 2>&1
     echo "probe exit $?" >> "$OUT/fused-ordered/probe.md"

@@ -21,10 +21,11 @@ backwards, H100.
    ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_TRY's configs), fused
    (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
    configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
-   ``--fused`` config on causal cells ("gluon ordered", its key blocks launched last first as by default; checked
-   twice, both launch orders: its dK, dV and dQ must be bitwise the same), launched first first ("gluon ordered
-   first-first": faster, not safe where its programs may not all be resident, probes only), without its turn waits ("gluon ordered no-wait": the adder warp's structure alone, dQ unordered), and the
-   unordered kernel launched last first ("gluon fused last-first": that launch order's cost without the waits).
+   ``--fused`` config ("gluon ordered", its key blocks launched last first as by default; checked twice, both
+   launch orders: its dK, dV and dQ must be bitwise the same), launched first first ("gluon ordered first-first":
+   faster, not safe where its programs may not all be resident, probes only), without its turn waits ("gluon
+   ordered no-wait": the adder warp's structure alone, dQ unordered), and the unordered kernel launched last first
+   ("gluon fused last-first": that launch order's cost without the waits).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
    (``| summary | ... |``).
@@ -148,8 +149,8 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False) -> bool:
                                                     poison=True, fused=True, **_config(spec, "block_m")))
                          for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS]
                 for spec, last in itertools.product(
-                        fused_specs if ordered and causal and d == dv and d in FUSED_HEAD_DIMS else (), (False, True)):
-                    two = [dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=True, poison=True,
+                        fused_specs if ordered and d == dv and d in FUSED_HEAD_DIMS else (), (False, True)):
+                    two = [dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal, poison=True,
                                       fused=True, ordered=True, last_first=last, **_config(spec, "block_m"))
                            for _ in range(2)]
                     same = all(torch.equal(x, y) for x, y in zip(*two))
@@ -216,10 +217,10 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
         # the ordered kernel (key blocks last first), first first, without its turn waits (its adder's structure
         # alone: dQ unordered), and the unordered kernel launched last first (what that order costs without the waits)
         calls += [(f"gluon {name}", spec, functools.partial(
-            dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=True, launches={}, fused=True,
+            dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, launches={}, fused=True,
             ordered=name != "fused last-first", last_first=last, order_waits=name != "ordered no-wait",
             **_config(spec, "block_m")), "triton bwd")
-            for spec in (fused_specs if fusable and causal and ordered else ())
+            for spec in (fused_specs if fusable and ordered else ())
             for name, last in (("ordered", None), ("ordered first-first", False), ("ordered no-wait", None),
                                ("fused last-first", True))]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
@@ -264,7 +265,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fused", nargs="*", default=list(DEFAULT_FUSED), metavar="BLOCK_M,STAGES",
                     help="the fused backward's kernel configs (none: not run)")
     ap.add_argument("--ordered", action="store_true",
-                    help="the fused kernel's ordered (deterministic) variant too, causal cells, at each --fused config")
+                    help="the fused kernel's ordered (deterministic) variant too, at each --fused config")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--autotune", action="store_true",

@@ -22,9 +22,10 @@ Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
 mask; no window, softcap or varlen.
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
-ordered variant for causal attention (``DQ_ORDER``, ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds
-wait their turn on a counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in
-the consumers (0.6x the fused kernel on the H100); session 36 moved the waits and adds to an adder warp.
+ordered variant (``DQ_ORDER``, ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
+counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in the consumers (0.6x
+the fused kernel on the H100, causal); session 36 moved the waits and adds to an adder warp (causal measured) and
+built the non-causal order (not yet run).
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -246,16 +247,21 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
 @gluon.jit
 def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k,
               num_heads, shape):
-    """The deterministic fused backward's adder warp (``shape.DQ_ORDER``, causal): it walks the consumers' query
-    tiles in their order and adds each tile's dQ partials (hd 128: both consumers' column halves; hd 64: the tile's
-    parity's consumer, all columns) into the fp32 buffer in a fixed order across programs, whatever the timing: the
-    largest key block first (it reaches the tile first: programs start at their diagonal), down to block 0.
-    ``Sem``: int32 counters, a spare one then one per (batch, query head, query tile), zero at the start. A tile's
-    adds wait until its counter reads this program's rank (the adders before it), a wait taken before its partials
-    arrive (while the consumers' matmuls run); once the reduces' reads of shared memory are done the consumers
-    have their tiles back, and the tile is handed on (a release add) once its reduces completed, checked after the
-    next tile's are issued: the warp's serial work a tile is then a spin, the reduces and their reads (session 36's
-    first adder also waited for each tile's reduces to complete in line: ~0.9x the fused kernel at hd 128 16k)."""
+    """The deterministic fused backward's adder warp (``shape.DQ_ORDER``): it walks the consumers' query tiles in
+    their order and adds each tile's dQ partials (hd 128: both consumers' column halves; hd 64: the tile's parity's
+    consumer, all columns) into the fp32 buffer in a fixed order across programs, whatever the timing: the largest
+    key block first, down to block 0. ``Sem``: int32 counters, a spare one then one per (batch, query head, query
+    tile), zero at the start. A tile's adds wait until its counter reads this program's rank (the adders before
+    it), a wait taken before its partials arrive (while the consumers' matmuls run); once the reduces' reads of
+    shared memory are done the consumers have their tiles back.
+
+    Causal: programs start at their diagonal, so the largest key block reaches a tile first and in lockstep no one
+    waits; a tile is handed on (a release add) once its reduces completed, checked after the next tile's are
+    issued: the warp's serial work a tile is then a spin, the reduces and their reads (session 36's first adder also
+    waited for each tile's reduces to complete in line: ~0.9x the fused kernel at hd 128 16k). Non-causal: every
+    program starts at tile 0, so each trails the one above it by a hand-on, set up once (a wavefront): the tile is
+    handed on as soon as its reduces completed, keeping that lag short. The key blocks are launched last first
+    (``LAST_FIRST``): a program waits only on programs dispatched before it."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
@@ -270,7 +276,10 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
             m0 = j * BLOCK_M
             cur = 1 + (b * num_heads + h) * n_m + j
             if shape.ORDER_WAITS:  # (off in probes only: what the waits on other programs cost; dQ then unordered)
-                _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
+                if shape.IS_CAUSAL:  # the key blocks after this one that the tile's last row sees
+                    _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
+                else:  # every key block adds to every tile
+                    _wait_turn(Sem + cur, last)
             if HALVES:
                 mbarrier.wait(dq_full.index(0), it & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(0))
@@ -279,16 +288,19 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
                 tma.store_wait(pendings=0)  # (their reads of the tiles)
                 _pass(dq_empty.index(0))
                 _pass(dq_empty.index(1))
-                _hand_on(Sem + prev, 2)  # the previous tile's two reduces complete, this tile's may not be
             else:
                 mbarrier.wait(dq_full.index(it % 2), (it // 2) & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(it % 2))
                 tma.store_wait(pendings=0)
                 _pass(dq_empty.index(it % 2))
-                _hand_on(Sem + prev, 1)
+            if shape.IS_CAUSAL:  # the previous tile's reduces complete, this tile's (hd 128: two, hd 64: one) may not be
+                _hand_on(Sem + prev, 2 if HALVES else 1)
+            else:  # this tile's complete
+                _hand_on(Sem + cur)
             prev = cur
             it += 1
-    _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
+    if shape.IS_CAUSAL:
+        _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
 
 
 @gluon.jit
@@ -310,7 +322,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them. The buffer a tile's dS^T goes to is
     free again two tiles on: both consumers' dQ of it were retired before the turn that leads there.
 
-    ``shape.DQ_ORDER`` (causal only; the deterministic fused backward): the partial goes to shared memory only and
+    ``shape.DQ_ORDER`` (the deterministic fused backward): the partial goes to shared memory only and
     the adder warp (:func:`_dq_adder`) adds it in its turn (``dq_full``: a consumer's tile is there; ``dq_empty``:
     the adder's reduce read it)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
@@ -343,7 +355,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
 
     DQ_ORDER: gl.constexpr = shape.DQ_ORDER
     if DQ_ORDER:
-        gl.static_assert(FUSED and IS_CAUSAL, "the ordered dQ adds: the fused causal backward")
+        gl.static_assert(FUSED, "the ordered dQ adds: the fused backward")
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
@@ -455,8 +467,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     HEAD_DIM.
     ``DQ_COLS`` > 0 (the fused backward, BLOCK_M 64, no second head-dim part): dQ too, each tile's partial added
     into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
-    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (causal;
-    ``DQ_ORDER`` in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
+    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (``DQ_ORDER``
+    in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
     counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key
     blocks launched last first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``ORDER_WAITS``
     False (probes only): the adder does not wait its turn (dQ unordered: the cost of the waits, measured apart)."""
@@ -738,8 +750,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
     backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
-    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_order`` (causal, with
-    ``dq_acc``): :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order, bitwise
+    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_order`` (with ``dq_acc``): :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order, bitwise
     reproducible (``order_waits`` False, probes only: the order's structure without its waits, dQ unordered).
     ``last_first``: the key blocks launched last first."""
     g = _DTYPES[q.dtype]
@@ -799,8 +810,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
     ``poison``: NaN-fill dK and dV first. ``fused``: the fused backward's kernel, (dK, dV, dQ) with dQ fp32 (added
-    into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only). ``ordered`` (fused,
-    causal; not routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run.
+    into a zeroed buffer: not poisoned; ``dq_sink``: :func:`dkdv_arguments`', probes only). ``ordered`` (fused; not
+    routed yet): each dQ tile's adds in a fixed order, dQ bitwise the same on every run.
     ``last_first``: the key blocks launched last first (None: the ordered kernel's order, else no; forced either way
     by probes). The ordered kernel launched last first only ever waits on programs dispatched before it, so it
     cannot deadlock however few SMs it gets (another stream's kernels, NCCL's, an MPS share). First first (the
@@ -810,7 +821,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     what the waits cost)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
-        why = ordered_unsupported(causal, fused, dq_sink)
+        why = ordered_unsupported(fused, dq_sink)
     _check_call("dkdv_gluon", why, num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
@@ -842,14 +853,11 @@ def fused_unsupported(q, k, v, do, lse, delta, block_m=64) -> str | None:
     return None
 
 
-def ordered_unsupported(causal: bool, fused: bool, dq_sink: int = 0) -> str | None:
-    """Why the ordered (deterministic) dQ adds cannot run, or None: they are built for the fused causal kernel (its
-    programs start at their diagonal, so the order costs no wait; the non-causal kernel's would need staggered
-    starts, not built) adding every partial."""
+def ordered_unsupported(fused: bool, dq_sink: int = 0) -> str | None:
+    """Why the ordered (deterministic) dQ adds cannot run, or None: they are the fused kernel's, adding every
+    partial."""
     if not fused:
         return "ordered dQ adds: only the fused backward adds dQ (fused=True)"
-    if not causal:
-        return "ordered dQ adds: built for causal attention only (non-causal needs staggered tile orders, not built)"
     if dq_sink:
         return "ordered dQ adds: every partial is added (no dq_sink)"
     return None

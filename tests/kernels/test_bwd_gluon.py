@@ -50,7 +50,7 @@ def compiled(tmp_path_factory):
     fused = set(configs.BWD_GLUON_FUSED_TRY.items()) | {(d, c) for d, m in configs.BWD_GLUON_FUSED.items()
                                                           for _, c in m.values()}
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
-    specs += [f"bwdo16:{d},64,2,1" for d in bwd_gluon.FUSED_HEAD_DIMS]  # the ordered adds (causal only)
+    specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     specs = list(dict.fromkeys(specs))
     dump = tmp_path_factory.mktemp("ptx")
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", "--dump", str(dump),
@@ -104,18 +104,25 @@ def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
         # pending; all of them before the last hand-on
         assert ptx.count(f"cp.async.bulk.wait_group {2 if d == 128 else 1};") == 1, d
         assert ptx.count("cp.async.bulk.wait_group 0;") == 1, d
+        # non-causal: each tile handed on as soon as its reduces completed (every program starts at tile 0 and
+        # trails the one above it by a hand-on: kept short), none left pending
+        fused, ordered = compiled[f"bwdf16:{d},64,2,0"], compiled[f"bwdo16:{d},64,2,0"]
+        assert ordered["wgmma"] == fused["wgmma"] and ordered["smem"] <= configs.H100_SMEM_BYTES, d
+        ptx = Path(ordered["ptx_file"]).read_text()
+        assert ptx.count("ld.global.gpu.acquire.b32") == 1 and ptx.count("red.release.gpu.global.add") == 1, d
+        assert ptx.count("cp.async.bulk.wait_group 0;") == 1 and ptx.count("fence.proxy.async.global;") == 2, d
+        assert "cp.async.bulk.wait_group 1;" not in ptx and "cp.async.bulk.wait_group 2;" not in ptx, d
 
 
 def test_the_ordered_adds_say_what_they_cannot_run():
-    """dkdv_gluon(ordered=True): built for the fused causal kernel adding every partial; anything else is named
-    before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile)."""
-    assert bwd_gluon.ordered_unsupported(True, True) is None
-    assert "fused" in bwd_gluon.ordered_unsupported(True, False)
-    assert "causal" in bwd_gluon.ordered_unsupported(False, True)
-    assert "dq_sink" in bwd_gluon.ordered_unsupported(True, True, 1)
+    """dkdv_gluon(ordered=True): built for the fused kernel adding every partial, either mask; anything else is
+    named before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile)."""
+    assert bwd_gluon.ordered_unsupported(True) is None
+    assert "fused" in bwd_gluon.ordered_unsupported(False)
+    assert "dq_sink" in bwd_gluon.ordered_unsupported(True, 1)
     q, k, v, do, lse, delta = _inputs(b=2, sq=130, sk=130, hq=4, hk=2)
-    with pytest.raises(ValueError, match="causal"):
-        bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=False, fused=True, ordered=True)
+    with pytest.raises(ValueError, match="fused"):
+        bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=False, ordered=True)
     sem = bwd_gluon.order_counters(q)
     assert sem.dtype == torch.int32 and sem.shape == (1 + 2 * 4 * 3,) and not sem.any()
 
@@ -572,22 +579,25 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("b, sq, sk, hq, hk, d, last_first", [
-    (2, 1000, 1000, 4, 4, 128, None), (1, 777, 1500, 4, 2, 128, None), (1, 1500, 777, 4, 1, 128, None),
-    (2, 600, 600, 8, 2, 64, None), (1, 4096, 4096, 2, 2, 128, None), (1, 4096, 4096, 2, 2, 128, False),
-    (1, 777, 1500, 4, 2, 128, False), (1, 20000, 20000, 1, 1, 128, None)],
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, last_first", [
+    (2, 1000, 1000, 4, 4, 128, True, None), (1, 777, 1500, 4, 2, 128, True, None),
+    (1, 1500, 777, 4, 1, 128, True, None), (2, 600, 600, 8, 2, 64, True, None), (1, 4096, 4096, 2, 2, 128, True, None),
+    (1, 4096, 4096, 2, 2, 128, True, False), (1, 777, 1500, 4, 2, 128, True, False),
+    (1, 20000, 20000, 1, 1, 128, True, None), (2, 1000, 1000, 4, 4, 128, False, None),
+    (1, 777, 1500, 4, 2, 128, False, None), (2, 600, 600, 8, 2, 64, False, None), (1, 20000, 20000, 1, 1, 64, False, None)],
     ids=["MHA-S1000", "GQA-Sq<Sk", "MQA-Sq>Sk", "hd64-GQA4", "S4096", "S4096-first-first", "GQA-Sq<Sk-first-first",
-         "S20000-more-key-blocks-than-SMs"])
-def test_gpu_ordered_fused_kernel_is_bitwise_reproducible(b, sq, sk, hq, hk, d, last_first):
-    """The fused kernel with its dQ adds in a fixed order (causal; not routed yet): dQ, dK and dV within twice the
-    Triton backward's error against the FP64 oracle, and three runs bitwise equal (dQ included, which the unordered
-    kernel's is not); Sq != Sk both ways (off > 0 and < 0: tiles no key block adds to), GQA / MQA (a group's heads
-    one after another), the key blocks launched either way (first first: a probe's option, its few programs all
-    resident here), and more key blocks than SMs (157 at 20k, last first as by default: programs not all resident
-    at once must not deadlock). A hang here is the order being wrong: the whole file runs under a timeout
-    (device_show.sh)."""
-    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, True)
-    kw = dict(softmax_scale=scale, causal=True, num_stages=2, poison=True, fused=True, ordered=True,
+         "S20000-more-key-blocks-than-SMs", "noncausal-MHA-S1000", "noncausal-GQA-Sq<Sk", "noncausal-hd64-GQA4",
+         "noncausal-S20000-hd64"])
+def test_gpu_ordered_fused_kernel_is_bitwise_reproducible(b, sq, sk, hq, hk, d, causal, last_first):
+    """The fused kernel with its dQ adds in a fixed order (not routed yet): dQ, dK and dV within twice the Triton
+    backward's error against the FP64 oracle, and three runs bitwise equal (dQ included, which the unordered
+    kernel's is not); causal and not; Sq != Sk both ways (off > 0 and < 0: tiles no key block adds to), GQA / MQA
+    (a group's heads one after another), the key blocks launched either way (first first: a probe's option, its few
+    programs all resident here), and more key blocks than SMs (157 at 20k, last first as by default: programs not
+    all resident at once must not deadlock). A hang here is the order being wrong: the whole file runs under a
+    timeout (device_show.sh)."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(softmax_scale=scale, causal=causal, num_stages=2, poison=True, fused=True, ordered=True,
               last_first=last_first)
     runs = [bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw) for _ in range(3)]
     torch.cuda.synchronize()
