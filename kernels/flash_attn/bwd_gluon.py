@@ -268,7 +268,7 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
-    prev = 0  # the tile added before: handed on after this one's reduces are issued (the spare counter first)
+    prev = 0  # (causal) the tile added before: handed on after this one's reduces are issued (the spare one first)
     it = 0
     for g in range(g_lo, g_hi):
         h = hk * group + g
