@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        gluon-ws | gluon-bwd | gluon-route | fused-ordered | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+#        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -844,6 +844,29 @@ fused-ordered)  # issue 16 (sessions 35-36): the fused backward's GPU tests (the
     tail -n 12 "$OUT/fused-ordered/tests.log"
     grep -E "^\| summary|FAIL|exit" "$OUT/fused-ordered/probe.md" | tail -n 40
     tarred fused-ordered
+    ;;
+fused-adder)  # issue 16 (session 37): the fused kernel's dQ adds in an adder warp (the ordered kernel's structure
+    # without its turns) against the consumers' own adds, hd 128 at 4k / 8k / 16k, three repeats, after the fused /
+    # ordered / adder GPU tests. FUSED_MASKS no (default, both stage counts: 64,3 is the routed one) or yes
+    # (FUSED_CONFIGS="64,2"); FUSED_ORDERED=--ordered adds the ordered kernel's rows
+    setup
+    mkdir -p "$OUT/fused-adder"
+    FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "fused or ordered" \
+        > "$OUT/fused-adder/tests.log" 2>&1
+    rc=$?
+    echo "tests exit $rc" >> "$OUT/fused-adder/tests.log"
+    if [ "$rc" = 0 ]; then
+        # shellcheck disable=SC2086
+        timeout "${FUSED_PROBE_SECONDS:-380}" python3 benchmarks/gluon_bwd_probe.py --head-dims "${FUSED_DIMS:-128}" \
+            --masks "${FUSED_MASKS:-no}" --seqlens "${FUSED_SEQLENS:-4096,8192,16384}" --dkdv 64,2 --dq 64,3 \
+            --fused ${FUSED_CONFIGS:-64,2 64,3} --adder ${FUSED_ORDERED:-} --repeat "${FUSED_REPEAT:-3}" \
+            > "$OUT/fused-adder/probe.md" 2>&1
+        echo "probe exit $?" >> "$OUT/fused-adder/probe.md"
+    fi
+    tail -n 12 "$OUT/fused-adder/tests.log"
+    [ -f "$OUT/fused-adder/probe.md" ] && grep -E "^\| summary|FAIL|exit" "$OUT/fused-adder/probe.md" | grep -v "triton d\|gluon d" | tail -n 40
+    tarred fused-adder
     ;;
 gluon-route)  # issue 16 (session 32): the GPU tests of the routed Gluon forward (persistent orders, MLA) and backward
     # (dQ, dK / dV, the default route by length), both files under one timeout (a barrier mistake hangs)

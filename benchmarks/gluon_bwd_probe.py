@@ -3,7 +3,7 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2] [--ordered] [--models] [--repeat 2] [--autotune]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2] [--ordered] [--adder] [--models] [--repeat 2] [--autotune]
         [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -22,10 +22,9 @@ backwards, H100.
    (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
    configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
    ``--fused`` config ("gluon ordered", its key blocks launched last first as by default; checked twice, both
-   launch orders: its dK, dV and dQ must be bitwise the same), launched first first ("gluon ordered first-first":
-   faster, not safe where its programs may not all be resident, probes only), without its turn waits ("gluon
-   ordered no-wait": the adder warp's structure alone, dQ unordered), and the unordered kernel launched last first
-   ("gluon fused last-first": that launch order's cost without the waits).
+   launch orders: its dK, dV and dQ must be bitwise the same). ``--adder``: the unordered fused kernel with its adds
+   in an adder warp ("gluon fused adder": the ordered kernel's structure without its turns; checked against the
+   oracle as the others).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
    (``| summary | ... |``).
@@ -124,7 +123,7 @@ def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
     return {names[x.compiled.name]: functools.partial(x, tensors) for x in cache["plan"][3] if x.compiled.name in names}
 
 
-def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False) -> bool:
+def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
@@ -145,9 +144,11 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False) -> bool:
                                                   poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
                                                poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
-                runs += [("fused", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
-                                                    poison=True, fused=True, **_config(spec, "block_m")))
-                         for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS]
+                runs += [(name, spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
+                                                 poison=True, fused=True, adder=name == "fused adder",
+                                                 **_config(spec, "block_m")))
+                         for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS
+                         for name in ("fused", "fused adder")[:1 + adder]]
                 for spec, last in itertools.product(
                         fused_specs if ordered and d == dv and d in FUSED_HEAD_DIMS else (), (False, True)):
                     two = [dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal, poison=True,
@@ -184,7 +185,7 @@ def _cells(dims, seqlens, masks, models):
                 yield f"{name} B{b} S{s}", b, s, hq, hk, d, dv, True
 
 
-def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=(), ordered=False):
+def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=(), ordered=False, adder=False):
     from harness.perf.timing import time_callable
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
 
@@ -210,19 +211,13 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
         fusable = d == dv and d in FUSED_HEAD_DIMS
         if fusable and fused_specs:
             calls.append(("fused bwd", "whole", _whole(q, k, v, do, out, lse, causal, "fused")[0], "triton bwd"))
-        calls += [("gluon fused", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
-                                                          causal=causal, launches={}, fused=True,
-                                                          **_config(spec, "block_m")), "triton bwd")
-                  for spec in (fused_specs if fusable else ())]
-        # the ordered kernel (key blocks last first), first first, without its turn waits (its adder's structure
-        # alone: dQ unordered), and the unordered kernel launched last first (what that order costs without the waits)
+        # the unordered fused kernel, with an adder warp (--adder), its ordered variant (--ordered; key blocks last
+        # first, as by default)
+        variants = [("fused", {})] + [("fused adder", dict(adder=True))] * adder + [("ordered", dict(ordered=True))] * ordered
         calls += [(f"gluon {name}", spec, functools.partial(
             dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, launches={}, fused=True,
-            ordered=name != "fused last-first", last_first=last, order_waits=name != "ordered no-wait",
-            **_config(spec, "block_m")), "triton bwd")
-            for spec in (fused_specs if fusable and ordered else ())
-            for name, last in (("ordered", None), ("ordered first-first", False), ("ordered no-wait", None),
-                               ("fused last-first", True))]
+            **kw, **_config(spec, "block_m")), "triton bwd")
+            for spec in (fused_specs if fusable else ()) for name, kw in variants]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]
@@ -266,6 +261,8 @@ def main(argv=None) -> int:
                     help="the fused backward's kernel configs (none: not run)")
     ap.add_argument("--ordered", action="store_true",
                     help="the fused kernel's ordered (deterministic) variant too, at each --fused config")
+    ap.add_argument("--adder", action="store_true",
+                    help="the fused kernel with its dQ adds in an adder warp too, at each --fused config")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--autotune", action="store_true",
@@ -280,12 +277,13 @@ def main(argv=None) -> int:
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
     dims = [_dims(x) for x in a.head_dims.split(",")]
-    if not check(dims, a.dkdv, a.dq, a.fused, a.ordered):
+    if not check(dims, a.dkdv, a.dq, a.fused, a.ordered, a.adder):
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
         timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",")],
-               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused, a.ordered)
+               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused, a.ordered,
+               a.adder)
     return 0
 
 

@@ -22,7 +22,7 @@ Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
 mask; no window, softcap or varlen.
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
-ordered variant (``DQ_ORDER``, ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
+ordered variant (``Sem``: ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
 counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in the consumers (0.6x
 the fused kernel on the H100, causal); session 36 moved the waits and adds to an adder warp (causal measured) and
 built the non-causal order (not yet run).
@@ -62,11 +62,11 @@ class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
-                       "DQ_SINK": gl.constexpr, "DQ_ORDER": gl.constexpr, "ORDER_WAITS": gl.constexpr}
+                       "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr}
 
     @gluon.constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ORDER=0,
-                 ORDER_WAITS=True):
+    def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
+                 DQ_TURNS=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -74,8 +74,8 @@ class _BwdShape:
         self.HEAD_DIM_B = gl.constexpr(HEAD_DIM_B)
         self.DQ_COLS = gl.constexpr(DQ_COLS)
         self.DQ_SINK = gl.constexpr(DQ_SINK)
-        self.DQ_ORDER = gl.constexpr(DQ_ORDER)
-        self.ORDER_WAITS = gl.constexpr(ORDER_WAITS)
+        self.DQ_ADDER = gl.constexpr(DQ_ADDER)
+        self.DQ_TURNS = gl.constexpr(DQ_TURNS)
 
 
 @builtin
@@ -211,22 +211,22 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK, shape.DQ_ORDER, order)
+    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK, shape.DQ_ADDER, order)
     return dv, dk
 
 
 @gluon.jit
 def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS: gl.constexpr,
-            DQ_SINK: gl.constexpr = 0, DQ_ORDER: gl.constexpr = 0, order=None):
+            DQ_SINK: gl.constexpr = 0, DQ_ADDER: gl.constexpr = 0, order=None):
     """A consumer's dQ partial (fp32, [BLOCK_M, DQ_COLS], scaled) added into the fp32 dQ buffer at rows m0 of
     (batch b, query head h), columns c0, through its shared-memory tile and a TMA reduce (rows past the sequence
     are clipped by the descriptor's bounds). The tile's previous reduce must have read it first. ``DQ_SINK``
     (probes only, wrong dQ): 1 a plain TMA store instead of the add, 2 nothing leaves (the partial is dropped).
 
-    ``DQ_ORDER`` (the deterministic fused backward): the consumer only fills its shared-memory tile and hands it
-    to the adder warp (:func:`_dq_adder`), which adds it in its turn; ``order`` = (the tile's ``full`` and
-    ``empty`` barriers, this consumer's adds so far)."""
-    if DQ_ORDER:
+    ``DQ_ADDER`` (an adder warp: the ordered kernel's, or the unordered one's with it): the consumer only fills its
+    shared-memory tile and hands it to the adder warp (:func:`_dq_adder`), which adds it (in its turn where
+    ordered); ``order`` = (the tile's ``full`` and ``empty`` barriers, this consumer's adds so far)."""
+    if DQ_ADDER:
         full, empty, u = order
         mbarrier.wait(empty, (u - 1) & 1, pred=u >= 1)  # the adder's reduce of the previous partial read the tile
         dq_smem_w.reshape([BLOCK_M, DQ_COLS]).store(dq)
@@ -247,14 +247,16 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
 @gluon.jit
 def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k,
               num_heads, shape):
-    """The deterministic fused backward's adder warp (``shape.DQ_ORDER``): it walks the consumers' query tiles in
-    their order and adds each tile's dQ partials (hd 128: both consumers' column halves; hd 64: the tile's parity's
-    consumer, all columns) into the fp32 buffer in a fixed order across programs, whatever the timing: the largest
-    key block first, down to block 0. ``Sem``: int32 counters, a spare one then one per (batch, query head, query
-    tile), zero at the start. A tile's adds wait until its counter reads this program's rank (the adders before
-    it), a wait taken before its partials arrive (while the consumers' matmuls run); once the reduces' reads of
-    shared memory are done the consumers have their tiles back.
+    """The fused backward's adder warp (``shape.DQ_ADDER``): it walks the consumers' query tiles in their order and
+    adds each tile's dQ partials (hd 128: both consumers' column halves; hd 64: the tile's parity's consumer, all
+    columns) into the fp32 buffer by TMA reduce; once the reduces' reads of shared memory are done the consumers
+    have their tiles back. Without ``shape.DQ_TURNS`` that is all (the unordered kernel with an adder warp: its
+    consumers never wait on a reduce's reads themselves).
 
+    ``shape.DQ_TURNS`` (the deterministic fused backward): the adds in a fixed order across programs, whatever the
+    timing: the largest key block first, down to block 0. ``Sem``: int32 counters, a spare one then one per
+    (batch, query head, query tile), zero at the start. A tile's adds wait until its counter reads this program's
+    rank (the adders before it), a wait taken before its partials arrive (while the consumers' matmuls run).
     Causal: programs start at their diagonal, so the largest key block reaches a tile first and in lockstep no one
     waits; a tile is handed on (a release add) once its reduces completed, checked after the next tile's are
     issued: the warp's serial work a tile is then a spin, the reduces and their reads (session 36's first adder also
@@ -265,6 +267,7 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
+    TURNS: gl.constexpr = shape.DQ_TURNS
     HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
@@ -275,7 +278,7 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
         for j in range(j_lo, n_m):
             m0 = j * BLOCK_M
             cur = 1 + (b * num_heads + h) * n_m + j
-            if shape.ORDER_WAITS:  # (off in probes only: what the waits on other programs cost; dQ then unordered)
+            if TURNS:
                 if shape.IS_CAUSAL:  # the key blocks after this one that the tile's last row sees
                     _wait_turn(Sem + cur, gl.minimum((m0 + below) // 128, last))
                 else:  # every key block adds to every tile
@@ -293,13 +296,14 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(it % 2))
                 tma.store_wait(pendings=0)
                 _pass(dq_empty.index(it % 2))
-            if shape.IS_CAUSAL:  # the previous tile's reduces complete, this tile's (hd 128: two, hd 64: one) may not be
-                _hand_on(Sem + prev, 2 if HALVES else 1)
-            else:  # this tile's complete
-                _hand_on(Sem + cur)
+            if TURNS:
+                if shape.IS_CAUSAL:  # the previous tile's reduces complete, this tile's (hd 128: two, hd 64: one) may not be
+                    _hand_on(Sem + prev, 2 if HALVES else 1)
+                else:  # this tile's complete
+                    _hand_on(Sem + cur)
             prev = cur
             it += 1
-    if shape.IS_CAUSAL:
+    if TURNS and shape.IS_CAUSAL:
         _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
 
 
@@ -322,8 +326,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them. The buffer a tile's dS^T goes to is
     free again two tiles on: both consumers' dQ of it were retired before the turn that leads there.
 
-    ``shape.DQ_ORDER`` (the deterministic fused backward): the partial goes to shared memory only and
-    the adder warp (:func:`_dq_adder`) adds it in its turn (``dq_full``: a consumer's tile is there; ``dq_empty``:
+    ``shape.DQ_ADDER`` (an adder warp; the deterministic fused backward's too): the partial goes to shared memory
+    only and the adder warp (:func:`_dq_adder`) adds it in its turn (``dq_full``: a consumer's tile is there; ``dq_empty``:
     the adder's reduce read it)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
@@ -353,9 +357,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     if HEAD_DIM_B > 0:
         dk_b = gl.zeros([64, KB_DIM], gl.float32, layout=GB_LAYOUT)
 
-    DQ_ORDER: gl.constexpr = shape.DQ_ORDER
-    if DQ_ORDER:
-        gl.static_assert(FUSED, "the ordered dQ adds: the fused backward")
+    DQ_ADDER: gl.constexpr = shape.DQ_ADDER
+    if DQ_ADDER:
+        gl.static_assert(FUSED, "the adder warp's dQ adds: the fused backward")
     mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
@@ -403,7 +407,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                 dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
                 order = None
-                if DQ_ORDER:  # the adder's barriers for this consumer's tile, and its adds so far
+                if DQ_ADDER:  # the adder's barriers for this consumer's tile, and its adds so far
                     order = (dq_full.index(wg), dq_empty.index(wg), it // 2 if DQ_COLS == HEAD_DIM else it)
                 if DQ_COLS == HEAD_DIM:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
@@ -425,7 +429,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
-    if FUSED and not DQ_ORDER:
+    if FUSED and not DQ_ADDER:
         tma.store_wait(pendings=0)  # the last reduce has read dq_smem before the program ends
     dk = dk * sm_scale
     rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
@@ -458,7 +462,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
-                        LAST_FIRST: gl.constexpr = False, ORDER_WAITS: gl.constexpr = True):
+                        LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -467,15 +471,16 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     HEAD_DIM.
     ``DQ_COLS`` > 0 (the fused backward, BLOCK_M 64, no second head-dim part): dQ too, each tile's partial added
     into ``DQacc`` (fp32 [B, Sq, Hq, HEAD_DIM], zeroed by the caller, softmax scale applied) by TMA reduce; dS^T
-    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL). With ``Sem`` (``DQ_ORDER``
-    in the partitions): each dQ tile's adds in a fixed order (bitwise reproducible) by an adder warp,
-    counted in ``Sem`` (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key
-    blocks launched last first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``ORDER_WAITS``
-    False (probes only): the adder does not wait its turn (dQ unordered: the cost of the waits, measured apart)."""
+    through shared memory (DS_SL: [128, BLOCK_M]), the partials through fp32 tiles (DQ_SL), added by the consumers
+    themselves or (``DQ_ADDER``) by a fourth partition, an adder warp. With ``Sem`` (``DQ_TURNS`` in the
+    partitions; an adder warp too): each dQ tile's adds in a fixed order (bitwise reproducible), counted in ``Sem``
+    (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key blocks launched last
+    first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
-    DQ_ORDER: gl.constexpr = Sem is not None
-    gl.static_assert(not DQ_ORDER or DQ_SINK == 0, "the ordered dQ adds every partial")
+    DQ_TURNS: gl.constexpr = Sem is not None
+    ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
+    gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
     pid_n = gl.program_id(0)
     if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
@@ -519,15 +524,15 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
             mbarrier.init(ds_bar.index(i), count=2)  # both consumers' halves of a tile's dS^T
     else:  # stand-ins, never read
         dq_desc, ds_smem, dq_smem, ds_bar = q_desc, q_smem, q_smem, turn
-    dq_full, dq_empty = turn, turn  # (stand-ins, never read, unless DQ_ORDER)
-    if DQ_ORDER:  # a consumer's dQ tile handed to the adder warp (full) and back (empty)
+    dq_full, dq_empty = turn, turn  # (stand-ins, never read, unless ADDER)
+    if ADDER:  # a consumer's dQ tile handed to the adder warp (full) and back (empty)
         dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(2):
             mbarrier.init(dq_full.index(i), count=1)
             mbarrier.init(dq_empty.index(i), count=1)
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, DQ_ORDER, ORDER_WAITS)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -536,9 +541,13 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
                     dq_smem, ds_bar, dq_desc, dq_full, dq_empty)
-    if DQ_ORDER:  # a fourth partition: the adder warp
-        add_args = (dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q,
-                    seqlen_k, num_heads, shape)
+    if ADDER:  # a fourth partition: the adder warp (unordered: dQ's buffer a stand-in for the counters, never read)
+        if DQ_TURNS:
+            add_args = (dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q,
+                        seqlen_k, num_heads, shape)
+        else:
+            add_args = (dq_smem, dq_full, dq_empty, dq_desc, DQacc, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
+                        seqlen_q, seqlen_k, num_heads, shape)
         gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
                             (_bwd_load, load_args), (_dq_adder, add_args)], [4, 1, 1], [CONSUMER_REGS, 24, 24])
     else:
@@ -745,14 +754,15 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
-                   order_waits=True) -> dict:
+                   dq_adder=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
     backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
-    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_order`` (with ``dq_acc``): :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order, bitwise
-    reproducible (``order_waits`` False, probes only: the order's structure without its waits, dQ unordered).
-    ``last_first``: the key blocks launched last first."""
+    (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_adder`` (with ``dq_acc``):
+    the partials added by an adder warp instead of by the consumers. ``dq_order`` (with ``dq_acc``):
+    :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order by an adder warp, bitwise
+    reproducible. ``last_first``: the key blocks launched last first."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -766,7 +776,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                       DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
                       DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
         if dq_order is not None:
-            second.update(Sem=dq_order, ORDER_WAITS=bool(order_waits))
+            second.update(Sem=dq_order)
+        elif dq_adder:
+            second.update(DQ_ADDER=True)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -784,7 +796,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, order_waits=True):
+                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -792,7 +804,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, order_waits)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -805,7 +817,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, order_waits=True):
+               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -817,8 +829,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     cannot deadlock however few SMs it gets (another stream's kernels, NCCL's, an MPS share). First first (the
     longest programs first: 3-4% faster at hd 128 4k, session 36) waits on programs not dispatched yet: safe only
     while all of a (batch, head)'s key blocks fit on the SMs it has, which a kernel cannot know; probes only.
-    ``order_waits`` False (probes only): the ordered kernel's adder without its turn waits (dQ not reproducible:
-    what the waits cost)."""
+    ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
+    kernel's structure without its turns)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink)
@@ -832,7 +844,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, order_waits))
+        sem, last_first, adder))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

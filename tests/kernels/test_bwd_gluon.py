@@ -51,6 +51,7 @@ def compiled(tmp_path_factory):
                                                           for _, c in m.values()}
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
+    specs += [f"bwda16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwda16:128,64,3,0"]
     specs = list(dict.fromkeys(specs))
     dump = tmp_path_factory.mktemp("ptx")
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", "--dump", str(dump),
@@ -71,9 +72,9 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
         bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get(d),
-                 "bwdo16": ORDERED_SPILL_AT_MOST.get(d)}.get(kernel, 0)
+                 "bwda16": FUSED_SPILL_AT_MOST.get(d), "bwdo16": ORDERED_SPILL_AT_MOST.get(d)}.get(kernel, 0)
         assert r["spill"] <= bound, (spec, r["spill"])
-        assert (r["tma_reduce"] > 0) == (kernel in ("bwdf16", "bwdo16")), spec  # only they add dQ by TMA reduce
+        assert (r["tma_reduce"] > 0) == (kernel in ("bwdf16", "bwda16", "bwdo16")), spec  # they add dQ by TMA reduce
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
@@ -114,6 +115,22 @@ def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
         assert "cp.async.bulk.wait_group 1;" not in ptx and "cp.async.bulk.wait_group 2;" not in ptx, d
 
 
+def test_the_adder_warp_adds_without_turns(compiled):
+    """The fused kernel with an adder warp (``dkdv_gluon(adder=True)``): the fused kernel's wgmmas and shared
+    memory (the hand-over barriers aside), its TMA reduces in the fourth partition as the ordered kernel's, and no
+    counter touched: no acquire spin, no release, no wait for a reduce's writes (only for its reads of shared
+    memory), whichever mask and stage count."""
+    for d in bwd_gluon.FUSED_HEAD_DIMS:
+        for c in (0, 1):
+            fused, adder = compiled[f"bwdf16:{d},64,2,{c}"], compiled[f"bwda16:{d},64,2,{c}"]
+            assert adder["wgmma"] == fused["wgmma"] and adder["tma_reduce"] >= fused["tma_reduce"], (d, c)
+            assert fused["smem"] <= adder["smem"] <= fused["smem"] + 64, (d, c)
+            ptx = Path(adder["ptx_file"]).read_text()
+            assert "ld.global.gpu.acquire" not in ptx and "red.release" not in ptx, (d, c)
+            assert "fence.proxy.async.global;" not in ptx and "cp.async.bulk.wait_group 0;" not in ptx, (d, c)
+    assert compiled["bwda16:128,64,3,0"]["smem"] <= configs.H100_SMEM_BYTES  # (3 stages: hd 128 non-causal's route)
+
+
 def test_the_ordered_adds_say_what_they_cannot_run():
     """dkdv_gluon(ordered=True): built for the fused kernel adding every partial, either mask; anything else is
     named before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile)."""
@@ -133,7 +150,7 @@ def test_the_ordered_kernel_launches_its_key_blocks_last_first(monkeypatch):
     first first; either can be forced (probes)."""
     seen = []
     monkeypatch.setattr(bwd_gluon, "_check_call", lambda *a: None)  # (no sm90 GPU here: the launch is recorded)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-2]))  # (..., last_first, order_waits)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-2]))  # (..., last_first, adder)
     q, k, v, do, lse, delta = _inputs(b=1, sq=130, sk=130, hq=2, hk=2)
     for ordered, forced in ((True, None), (False, None), (True, False), (False, True)):
         bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=True, fused=True, ordered=ordered,
@@ -554,19 +571,22 @@ def test_gpu_dq_and_delta_match_oracle(b, sq, sk, hq, hk, d, causal, block_n, st
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("adder", [False, True], ids=["", "adder"])
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     (2, 1000, 1000, 4, 4, 128, False), (1, 777, 1500, 4, 2, 128, True), (1, 1500, 777, 4, 1, 128, True),
     (1, 130, 70, 2, 2, 128, False), (2, 600, 600, 8, 2, 64, True), (1, 1000, 1100, 4, 4, 64, False)],
     ids=["MHA-S1000", "causal-GQA-Sq<Sk", "causal-MQA-Sq>Sk", "short", "hd64-causal-GQA4", "hd64-Sq<Sk"])
-def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages):
+def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages, adder):
     """The fused kernel's dQ (fp32, added by TMA reduce into a zeroed buffer), dK and dV each within twice the Triton
     backward's error against the FP64 oracle (plus a bf16 floor), on partial tiles, GQA / MQA (the group's heads'
     partials into one dQ row block each), Sq != Sk and rows that see no key; dK and dV NaN-poisoned first; a
-    replayed launch gives the same dK / dV bits and dQ within fp32 reordering (the adds' order is not fixed)."""
+    replayed launch gives the same dK / dV bits and dQ within fp32 reordering (the adds' order is not fixed).
+    ``adder``: the adds in an adder warp instead of the consumers."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     cache = {}
-    kw = dict(softmax_scale=scale, causal=causal, num_stages=stages, poison=True, launches=cache, fused=True)
+    kw = dict(softmax_scale=scale, causal=causal, num_stages=stages, poison=True, launches=cache, fused=True,
+              adder=adder)
     dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
     dk2, dv2, dq2 = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
     torch.cuda.synchronize()
