@@ -848,7 +848,8 @@ fused-ordered)  # issue 16 (sessions 35-36): the fused backward's GPU tests (the
 fused-adder)  # issue 16 (session 37): the fused kernel's dQ adds in an adder warp (the ordered kernel's structure
     # without its turns) against the consumers' own adds, hd 128 at 4k / 8k / 16k, three repeats, after the fused /
     # ordered / adder GPU tests. FUSED_MASKS no (default, both stage counts: 64,3 is the routed one) or yes
-    # (FUSED_CONFIGS="64,2"); FUSED_ORDERED=--ordered adds the ordered kernel's rows
+    # (FUSED_CONFIGS="64,2"); FUSED_ORDERED=--ordered adds the ordered kernel's rows, FUSED_EXTRA=--models the
+    # Llama-3 GQA cells
     setup
     mkdir -p "$OUT/fused-adder"
     FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
@@ -860,7 +861,7 @@ fused-adder)  # issue 16 (session 37): the fused kernel's dQ adds in an adder wa
         # shellcheck disable=SC2086
         timeout "${FUSED_PROBE_SECONDS:-380}" python3 benchmarks/gluon_bwd_probe.py --head-dims "${FUSED_DIMS:-128}" \
             --masks "${FUSED_MASKS:-no}" --seqlens "${FUSED_SEQLENS:-4096,8192,16384}" --dkdv 64,2 --dq 64,3 \
-            --fused ${FUSED_CONFIGS:-64,2 64,3} --adder ${FUSED_ORDERED:-} --repeat "${FUSED_REPEAT:-3}" \
+            --fused ${FUSED_CONFIGS:-64,2 64,3} --adder ${FUSED_ORDERED:-} ${FUSED_EXTRA:-} --repeat "${FUSED_REPEAT:-3}" \
             > "$OUT/fused-adder/probe.md" 2>&1
         echo "probe exit $?" >> "$OUT/fused-adder/probe.md"
     fi

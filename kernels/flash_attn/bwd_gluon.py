@@ -24,8 +24,10 @@ mask; no window, softcap or varlen.
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
 ordered variant (``Sem``: ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
 counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in the consumers (0.6x
-the fused kernel on the H100, causal); session 36 moved the waits and adds to an adder warp (causal measured) and
-built the non-causal order (not yet run).
+the fused kernel on the H100, causal); session 36 moved the waits and adds to an adder warp; session 37 measured it
+pipelined (0.86-0.96x causal, 0.87-1.13x non-causal). The unordered kernel can add through the same adder warp
+without the turns (``dkdv_gluon(adder=True)``, ``DQ_ADDER``): routed at hd 128 non-causal
+(configs.BWD_GLUON_FUSED_ADDER, 1.035-1.059x its consumers' own adds).
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """

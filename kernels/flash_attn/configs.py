@@ -718,6 +718,12 @@ BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]]
     64: {(False, False): (8192, (64, 2)), (False, True): (8192, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length
 BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
+#: (head dim, causal) cells whose fused kernel adds dQ's partials through an adder warp (a fourth partition) instead
+#: of the consumers' own reduces, wherever it runs (routed or ``FLASH_ATTN_BWD=fused``). Measured on an H100
+#: (session 37, docs/perf/gluon-ordered-s37, the kernels alone, same run, three repeats): hd 128 non-causal
+#: 1.035x / 1.054x / 1.059x at 4k / 8k / 16k over its 3 routed stages (1.06-1.14x over 2), faster in every
+#: repeat; causal 1.02x / 0.97x / 0.99x and hd 64 0.98-1.01x (session 37's no-wait rows): left on the consumers.
+BWD_GLUON_FUSED_ADDER: frozenset[tuple[int, bool]] = frozenset({(128, False)})
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -738,8 +744,8 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
 
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
-    """bwd_gluon.dkdv_launch's keywords (block_m, num_stages) where the backward runs fused (dQ by TMA reduce, the
-    atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
+    """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`) where the
+    backward runs fused (dQ by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
     at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any
     length, deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
     (bwd_gluon.fused_unsupported). ``deterministic`` (the caller asked for bitwise-reproducible gradients): never
@@ -755,7 +761,7 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
 
     if fused_unsupported(q, k, v, do, lse, lse, cfg[0]):  # (delta is made in lse's shape and layout)
         return None
-    return dict(block_m=cfg[0], num_stages=cfg[1])
+    return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER)
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones

@@ -309,7 +309,8 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
 def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     """configs.gluon_fused_bwd: FLASH_ATTN_BWD=fused runs BWD_GLUON_FUSED_TRY's config wherever the kernel can (hd 64
     / 128, q / k = v, dense bf16 / fp16, causal or no mask, sm90) at any length; by default BWD_GLUON_FUSED's cells
-    from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused"."""
+    from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused". The adds
+    go through an adder warp in BWD_GLUON_FUSED_ADDER's cells (hd 128 non-causal), either way."""
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
 
     def fused(q, k, v, **over):
@@ -321,8 +322,10 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     for d in bwd_gluon.FUSED_HEAD_DIMS:
         bm, st = configs.BWD_GLUON_FUSED_TRY[d]
         x = _inputs(d=d)[:3]
-        assert fused(*x) == dict(block_m=bm, num_stages=st) == fused(*x, causal=True, window_right=0)
-        assert _route(*x, atomic=True) == {"fused": dict(block_m=bm, num_stages=st)}
+        plain, causal = fused(*x), fused(*x, causal=True, window_right=0)
+        assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128)
+        assert causal == dict(block_m=bm, num_stages=st, dq_adder=False)
+        assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
                  dict(sm_major=8), dict(sm_major=None)):
@@ -337,9 +340,12 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         for (gqa, causal), (least, (bm, st)) in cells.items():
             mask = dict(causal=causal, window_right=0 if causal else -1)
             heads = dict(hq=4, hk=2 if gqa else 4)
-            assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(block_m=bm, num_stages=st)
+            adder = (d, causal) in configs.BWD_GLUON_FUSED_ADDER
+            assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(block_m=bm, num_stages=st,
+                                                                                        dq_adder=adder)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
+    assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")  # (forced: tests and probes, deterministic or not)
