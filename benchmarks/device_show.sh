@@ -5,7 +5,7 @@
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
 # Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
-#        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
+#        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
 set -u
@@ -868,6 +868,33 @@ fused-adder)  # issue 16 (session 37): the fused kernel's dQ adds in an adder wa
     tail -n 12 "$OUT/fused-adder/tests.log"
     [ -f "$OUT/fused-adder/probe.md" ] && grep -E "^\| summary|FAIL|exit" "$OUT/fused-adder/probe.md" | grep -v "triton d\|gluon d" | tail -n 40
     tarred fused-adder
+    ;;
+gqa-walks)  # issue 16 (session 37): the dK / dV kernels' (head, tile) walks on GQA (flat loop, lockstep) after the
+    # backward GPU tests that run them, then benchmarks/fused_gqa_check.py --walks (three interleaved repeats)
+    setup
+    mkdir -p "$OUT/gqa-walks"
+    FLASH_ATTN_AUTOTUNE=0 timeout "${WALK_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "walk or fused or dkdv" \
+        > "$OUT/gqa-walks/tests.log" 2>&1
+    rc=$?
+    echo "tests exit $rc" >> "$OUT/gqa-walks/tests.log"
+    if [ "$rc" = 0 ]; then
+        timeout "${WALK_PROBE_SECONDS:-360}" python3 benchmarks/fused_gqa_check.py --walks > "$OUT/gqa-walks/walks.md" 2>&1
+        echo "walks exit $?" >> "$OUT/gqa-walks/walks.md"
+    fi
+    tail -n 6 "$OUT/gqa-walks/tests.log"
+    [ -f "$OUT/gqa-walks/walks.md" ] && python3 - "$OUT/gqa-walks/walks.md" <<'PY'
+import collections, sys
+best = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    p = [x.strip() for x in line.strip().strip("|").split("|")]
+    if len(p) == 4 and p[3].replace(".", "").isdigit():
+        key = (p[0], p[1], p[2])
+        best[key] = min(best.get(key, 1e9), float(p[3]))
+for (shape, kernel, st), ms in best.items():
+    print(f"| {shape} | {kernel} | {st} | {ms:.4f} |")
+PY
+    tarred gqa-walks
     ;;
 gluon-route)  # issue 16 (session 32): the GPU tests of the routed Gluon forward (persistent orders, MLA) and backward
     # (dQ, dK / dV, the default route by length), both files under one timeout (a barrier mistake hangs)

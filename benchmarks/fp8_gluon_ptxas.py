@@ -12,7 +12,9 @@ ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's thre
 ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it,
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py),
 bwdf16:... for its fused variant (dQ too, added by TMA reduce), bwda16:... for that one with its adds in an adder
-warp, bwdo16:... for that one with its adds ordered (the deterministic variant), and
+warp, bwdw16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL,WALK[,GROUP] for the fused one walking its (head, tile) steps by WALK
+(bwd_gluon._walk_bounds: 1 flat, 2 lockstep) over a GQA group of GROUP (default 4) query heads, bwdo16:... for
+the fused one with its adds ordered (the deterministic variant), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
@@ -88,7 +90,7 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
 
 def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: bool = False, group: int = 1,
                         dv: int | None = None, fused: bool = False, ordered: bool = False,
-                        adder: bool = False) -> dict:
+                        adder: bool = False, walk: int = 0) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
@@ -106,7 +108,7 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     dq_acc = torch.empty(q.shape) if fused or ordered or adder else None
     sem = bwd_gluon.order_counters(q, block_m) if ordered else None
     call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages, dq_acc=dq_acc,
-                                    dq_order=sem, dq_adder=adder)
+                                    dq_order=sem, dq_adder=adder, walk=walk)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -162,6 +164,12 @@ def main(argv=None) -> int:
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
+        elif spec.startswith("bwdw16:"):
+            d, dv, rest = _head_dims(spec)
+            bm, stages, causal, walk, *group = rest
+            bn, overlap = 128, 1
+            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), dv=dv, fused=True, walk=walk,
+                                    group=group[0] if group else 4)
         elif spec.startswith(("bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
             d, dv, rest = _head_dims(spec)
             bm, stages, causal, *fp16 = rest

@@ -2,10 +2,14 @@
 (CUDA events, median; the Triton kernels autotuned): the GQA shapes it lost on in session 34 (Llama-3-8B 32/8 at 8k,
 Llama-3-70B 64/8 at 4k, causal) at group splits 1, 2 and 4, MHA with the same 32 query heads, and FA-sweep cells.
 Rows ``| shape | route | split | ms |``. ``--kernels``: instead, the dK / dV kernels alone (launch replayed) on the
-GQA shapes and MHA 32/32: the split route's, the fused one, and the fused one with its dQ partials stored instead of
-added (``dq_sink`` 1) or dropped (2), to tell the adds' cost from the dQ matmuls' (those two leave dQ wrong).
+GQA shapes and MHA 32/32, causal then without a mask: the split route's, the fused one (and with its adds in an adder
+warp), and the fused one with its dQ partials stored instead of added (``dq_sink`` 1) or dropped (2), to tell the
+adds' cost from the dQ matmuls' (those two leave dQ wrong).
 
-    python benchmarks/fused_gqa_check.py [--kernels]
+    python benchmarks/fused_gqa_check.py [--kernels | --walks]
+
+``--walks``: the dK / dV kernels (split route's and fused) with each program's (head, tile) steps walked three ways
+(kernels/flash_attn/bwd_gluon.py ``_walk_bounds``), at 2 and 3 stages, three interleaved repeats.
 """
 import functools
 import os
@@ -26,19 +30,26 @@ CELLS = (("Llama-3-8B", 1, 8192, 32, 8, 128, True), ("MHA 32/32", 1, 8192, 32, 3
          ("sweep", 2, 8192, 32, 32, 64, False))
 
 
+#: ``--kernels``' cells: the GQA shapes and MHA 32/32 causal, then the same shapes without a mask (every program
+#: of a kv head walks the same tiles in the same order: whether the GQA export cost follows the causal walk)
+KERNEL_CELLS = CELLS[:3] + tuple(c[:-1] + (False, ) for c in CELLS[:3])
+
+
 def kernels() -> int:
     from kernels.flash_attn.bwd_gluon import dkdv_gluon
 
     print("| shape | kernel | ms |\n|---|---|---|")
-    for label, b, s, hq, hk, d, causal in CELLS[:3]:
+    for label, b, s, hq, hk, d, causal in KERNEL_CELLS:
         g = torch.Generator(device="cpu").manual_seed(0)
         q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
         k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal, window_left=-1, window_right=0)
+        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
+                                  window_right=0 if causal else -1)
         delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
-        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d} causal"
+        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
         kw = dict(softmax_scale=d ** -0.5, causal=causal, block_m=64, num_stages=2)
         for name, extra in (("dK / dV (split route)", {}), ("fused", dict(fused=True)),
+                            ("fused, adder warp", dict(fused=True, adder=True)),
                             ("fused, dQ stored", dict(fused=True, dq_sink=1)),
                             ("fused, dQ dropped", dict(fused=True, dq_sink=2))):
             fn = functools.partial(dkdv_gluon, q, k, v, do, lse, delta, launches={}, **kw, **extra)
@@ -48,9 +59,45 @@ def kernels() -> int:
     return 0
 
 
+#: ``--walks``' rows: (kernel, dkdv_gluon's keywords) per bwd_gluon._walk_bounds order
+WALKS = (("dK / dV", {}), ("dK / dV, flat walk", dict(walk=1)), ("dK / dV, lockstep", dict(walk=2)),
+         ("fused", dict(fused=True)), ("fused, flat walk", dict(fused=True, walk=1)),
+         ("fused, lockstep", dict(fused=True, walk=2)), ("fused, lockstep, adder", dict(fused=True, walk=2, adder=True)))
+
+
+def walks(stages=(2, 3)) -> int:
+    """The dK / dV kernels alone (launch replayed) on the GQA shapes (causal and not) and MHA 32/32 causal, each
+    program's (head, tile) steps walked three ways (bwd_gluon._walk_bounds: heads outside, one flat loop, lockstep),
+    interleaved over three repeats; rows ``| shape | kernel | stages | ms |``."""
+    from kernels.flash_attn.bwd_gluon import dkdv_gluon
+
+    print("| shape | kernel | stages | ms |\n|---|---|---|---|")
+    for label, b, s, hq, hk, d, causal in KERNEL_CELLS[:4]:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
+                                  window_right=0 if causal else -1)
+        delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+        fns = [(name, st, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, launches={}, softmax_scale=d ** -0.5,
+                                            causal=causal, block_m=64, num_stages=st, **extra))
+               for name, extra in WALKS for st in stages]
+        for _ in range(3):
+            for name, st, fn in fns:
+                fn()
+                torch.cuda.synchronize()
+                print(f"| {shape} | {name} | {st} | {time_callable(fn, 'cuda').median_ms:.4f} |", flush=True)
+        del q, k, v, do, out, lse, delta, fns
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main() -> int:
     if "--kernels" in sys.argv[1:]:
         return kernels()
+    if "--walks" in sys.argv[1:]:
+        return walks()
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
     print("| shape | route | split | ms |\n|---|---|---|---|")
     for label, b, s, hq, hk, d, causal in CELLS:

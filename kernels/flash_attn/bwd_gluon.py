@@ -64,11 +64,12 @@ class _BwdShape:
     """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
-                       "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr}
+                       "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
+                       "WALK": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
-                 DQ_TURNS=0):
+                 DQ_TURNS=0, WALK=0):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -78,6 +79,7 @@ class _BwdShape:
         self.DQ_SINK = gl.constexpr(DQ_SINK)
         self.DQ_ADDER = gl.constexpr(DQ_ADDER)
         self.DQ_TURNS = gl.constexpr(DQ_TURNS)
+        self.WALK = gl.constexpr(WALK)
 
 
 @builtin
@@ -159,6 +161,32 @@ def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constex
 
 
 @gluon.jit
+def _walk_bounds(g_lo, g_hi, j_lo, n_m, WALK: gl.constexpr):
+    """The ranges (outer lo, hi, inner lo, hi) of a dK / dV program's two loops over its (query head of its group
+    part, query tile) steps, by ``WALK``: 0 (the default) the heads outside, each head's tiles inside from the
+    first this program's keys see (causal: its diagonal) to the last (the loop variables are the head and the tile);
+    1 the same steps in one flat loop (:func:`_walk_tile` works them out); 2 (lockstep) one flat loop over the tiles
+    from the last down to that first, the group's heads inside: every program of a kv head is then on the same
+    (tile, head) at the same step however many tiles it has (causal programs differ in length and drift apart
+    across the group's heads in the default order)."""
+    if WALK == 0:
+        return g_lo, g_hi, j_lo, n_m
+    else:
+        return 0, 1, 0, (g_hi - g_lo) * (n_m - j_lo)
+
+
+@gluon.jit
+def _walk_tile(a, c, g_lo, g_hi, j_lo, n_m, WALK: gl.constexpr):
+    """(query head, query tile) at the loops' variables (a, c) of :func:`_walk_bounds`."""
+    if WALK == 0:
+        return a, c
+    elif WALK == 1:
+        return g_lo + c // (n_m - j_lo), j_lo + c % (n_m - j_lo)
+    else:
+        return g_lo + c % (g_hi - g_lo), n_m - 1 - c // (g_hi - g_lo)
+
+
+@gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
               group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b):
     """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
@@ -176,9 +204,11 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
         if HEAD_DIM_B > 0:
             tma.async_copy_global_to_shared(k_desc_b, [b, n0 + 64 * w, hk, HEAD_DIM], kv_bar, k_smem_b.index(w))
     it = 0
-    for g in range(g_lo, g_hi):
-        h = hk * group + g
-        for j in range(j_lo, n_m):
+    a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
+    for a in range(a_lo, a_hi):
+        for c in range(c_lo, c_hi):
+            g, j = _walk_tile(a, c, g_lo, g_hi, j_lo, n_m, shape.WALK)
+            h = hk * group + g
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
             mbarrier.expect(ready.index(slot), BLOCK_M * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
@@ -275,9 +305,11 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
     prev = 0  # (causal) the tile added before: handed on after this one's reduces are issued (the spare one first)
     it = 0
-    for g in range(g_lo, g_hi):
-        h = hk * group + g
-        for j in range(j_lo, n_m):
+    a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
+    for a in range(a_lo, a_hi):
+        for c in range(c_lo, c_hi):
+            g, j = _walk_tile(a, c, g_lo, g_hi, j_lo, n_m, shape.WALK)
+            h = hk * group + g
             m0 = j * BLOCK_M
             cur = 1 + (b * num_heads + h) * n_m + j
             if TURNS:
@@ -366,12 +398,26 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
     tc = 0  # turns taken
-    for g in range(g_lo, g_hi):
-        h32 = hk * group + g
+    a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
+    lse_b = Lse + b.to(gl.int64) * stride_lb  # (the flat walks'; the default's own below)
+    delta_b = Delta + b.to(gl.int64) * stride_db
+    for a in range(a_lo, a_hi):
+        h32 = hk * group + a  # (the default's head; a flat walk's changes with the step, below)
         h = h32.to(gl.int64)
         lse_ptr = Lse + b.to(gl.int64) * stride_lb + h * stride_lh
         delta_ptr = Delta + b.to(gl.int64) * stride_db + h * stride_dh
-        for j in range(j_lo, n_m):
+        for c in range(c_lo, c_hi):
+            # this step's tile, head and their rows of lse / delta (names of the step's own: a flat walk's head
+            # changes with the step, and the outer loop's values must not become the inner loop's carried state)
+            j = c
+            hs = h32
+            lse_s = lse_ptr
+            delta_s = delta_ptr
+            if shape.WALK > 0:
+                g, j = _walk_tile(a, c, g_lo, g_hi, j_lo, n_m, shape.WALK)
+                hs = hk * group + g
+                lse_s = lse_b + hs * stride_lh
+                delta_s = delta_b + hs * stride_dh
             slot = it % NUM_STAGES
             m0 = j * BLOCK_M
             q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
@@ -384,7 +430,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             # lse and delta read while the wgmmas run (loaded late: fewer registers live across the waits); rows
             # past the sequence: lse +inf makes P 0 (their Q and dO tiles are zero-filled)
             cols = m0 + gl.arange(0, BLOCK_M, layout=QUERIES)
-            lse2 = gl.load(lse_ptr + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
+            lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
             s = warpgroup_mma_wait(1, deps=(s, ))  # S^T done; dP^T may still run
             p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
             if IS_CAUSAL:
@@ -392,7 +438,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     keys = key0 + gl.arange(0, 64, layout=KEYS)
                     keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
                     p = gl.where(keep, p, 0.0)
-            delta = gl.load(delta_ptr + cols, mask=cols < seqlen_q, other=0.0)
+            delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
             dp = warpgroup_mma_wait(0, deps=(dp, ))
             ds = p * (dp - gl.expand_dims(delta, 0))
             if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
@@ -415,12 +461,12 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
                     if it % 2 == wg:
                         dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                          dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, 0, shape, order, False)
+                                          dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, 0, shape, order, False)
                     else:
                         _pass(other)
                 else:  # (wg is a compile-time value in each partition: its column half is too)
                     dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                      dq_smem.index(wg), dq_desc, b, m0, h32, sm_scale, DQ_COLS * wg, shape, order)
+                                      dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, DQ_COLS * wg, shape, order)
                 tc += 1
             else:
                 _pass(other)
@@ -464,7 +510,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, DQacc=None, stride_dqab=0,
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
-                        LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False):
+                        LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
+                        WALK: gl.constexpr = 0):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -477,12 +524,14 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     themselves or (``DQ_ADDER``) by a fourth partition, an adder warp. With ``Sem`` (``DQ_TURNS`` in the
     partitions; an adder warp too): each dQ tile's adds in a fixed order (bitwise reproducible), counted in ``Sem``
     (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key blocks launched last
-    first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``)."""
+    first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``WALK``: how a program walks its (head,
+    tile) steps (:func:`_walk_bounds`)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
     ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
+    gl.static_assert(WALK != 2 or not DQ_TURNS, "the ordered adds walk each head's tiles from the diagonal")
     pid_n = gl.program_id(0)
     if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
@@ -534,7 +583,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
             mbarrier.init(dq_full.index(i), count=1)
             mbarrier.init(dq_empty.index(i), count=1)
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS)
+    shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
+                      WALK)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -756,7 +806,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
-                   dq_adder=False) -> dict:
+                   dq_adder=False, walk=0) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -764,7 +814,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     (probes only: dQ is then wrong) 1 stores the partials instead, 2 drops them. ``dq_adder`` (with ``dq_acc``):
     the partials added by an adder warp instead of by the consumers. ``dq_order`` (with ``dq_acc``):
     :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order by an adder warp, bitwise
-    reproducible. ``last_first``: the key blocks launched last first."""
+    reproducible. ``last_first``: the key blocks launched last first. ``walk``: how a program walks its (head, tile)
+    steps: 0 heads outside (default), 1 one flat loop, 2 lockstep (:func:`_walk_bounds`)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -794,11 +845,12 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, LAST_FIRST=bool(last_first),
-                **second)
+                WALK=int(walk), **second)
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
-                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False):
+                consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
+                walk=0):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -806,7 +858,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -819,7 +871,8 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
-               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False):
+               poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
+               walk=0):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -832,10 +885,11 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     longest programs first: 3-4% faster at hd 128 4k, session 36) waits on programs not dispatched yet: safe only
     while all of a (batch, head)'s key blocks fit on the SMs it has, which a kernel cannot know; probes only.
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
-    kernel's structure without its turns)."""
+    kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
+    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
-        why = ordered_unsupported(fused, dq_sink)
+        why = ordered_unsupported(fused, dq_sink, walk == 2)
     _check_call("dkdv_gluon", why, num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
@@ -846,7 +900,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder))
+        sem, last_first, adder, walk))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
@@ -867,13 +921,15 @@ def fused_unsupported(q, k, v, do, lse, delta, block_m=64) -> str | None:
     return None
 
 
-def ordered_unsupported(fused: bool, dq_sink: int = 0) -> str | None:
+def ordered_unsupported(fused: bool, dq_sink: int = 0, lockstep: bool = False) -> str | None:
     """Why the ordered (deterministic) dQ adds cannot run, or None: they are the fused kernel's, adding every
-    partial."""
+    partial, each head's tiles walked from the diagonal."""
     if not fused:
         return "ordered dQ adds: only the fused backward adds dQ (fused=True)"
     if dq_sink:
         return "ordered dQ adds: every partial is added (no dq_sink)"
+    if lockstep:
+        return "ordered dQ adds: each head's tiles walked from the diagonal (no lockstep)"
     return None
 
 

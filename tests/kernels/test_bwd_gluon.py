@@ -150,7 +150,7 @@ def test_the_ordered_kernel_launches_its_key_blocks_last_first(monkeypatch):
     first first; either can be forced (probes)."""
     seen = []
     monkeypatch.setattr(bwd_gluon, "_check_call", lambda *a: None)  # (no sm90 GPU here: the launch is recorded)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-2]))  # (..., last_first, adder)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-3]))  # (..., last_first, adder, walk)
     q, k, v, do, lse, delta = _inputs(b=1, sq=130, sk=130, hq=2, hk=2)
     for ordered, forced in ((True, None), (False, None), (True, False), (False, True)):
         bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=True, fused=True, ordered=ordered,
@@ -573,6 +573,31 @@ def test_gpu_dq_and_delta_match_oracle(b, sq, sk, hq, hk, d, causal, block_n, st
 
 
 # ---- sm90 GPU: the fused backward (dK / dV with dQ by TMA reduce) ----
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("walk", [1, 2], ids=["flat", "lockstep"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 777, 1500, 8, 2, 128, True), (1, 1500, 777, 4, 1, 128, True), (2, 600, 600, 8, 2, 64, True),
+    (1, 1000, 1100, 8, 2, 128, False), (1, 130, 70, 4, 2, 128, False)],
+    ids=["causal-GQA4-Sq<Sk", "causal-MQA-Sq>Sk", "hd64-causal-GQA4", "GQA4-Sq<Sk", "short-GQA"])
+def test_gpu_walks_match_oracle(b, sq, sk, hq, hk, d, causal, walk):
+    """Both kernels (dK / dV alone, and fused with dQ) walking a program's (head, tile) steps in one flat loop
+    (``walk`` 1: the default's order, so dK and dV bitwise the default's) or in lockstep (2: tiles from the last,
+    the group's heads inside): every gradient within twice the Triton backward's error against the FP64 oracle,
+    NaN-poisoned first, on GQA / MQA groups, Sq != Sk and partial tiles."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(softmax_scale=scale, causal=causal, poison=True)
+    dk0, dv0 = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    dk, dv = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, walk=walk, **kw)
+    fk, fv, fq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, fused=True, walk=walk, **kw)
+    torch.cuda.synchronize()
+    if walk == 1:
+        assert torch.equal(dk, dk0) and torch.equal(dv, dv0)
+    for got, tri, want, what in ((dk, dk_t, ref.dk, "dk"), (dv, dv_t, ref.dv, "dv"), (fk, dk_t, ref.dk, "fused dk"),
+                                 (fv, dv_t, ref.dv, "fused dv"), (fq, dq_t, ref.dq, "fused dq")):
+        _assert_within_triton(got, tri, want, what)
 
 
 @pytest.mark.gpu
