@@ -870,16 +870,18 @@ fused-adder)  # issue 16 (session 37): the fused kernel's dQ adds in an adder wa
     tarred fused-adder
     ;;
 gqa-walks)  # issue 16 (session 37): the dK / dV kernels' (head, tile) walks on GQA (flat loop, lockstep) after the
-    # backward GPU tests that run them, then benchmarks/fused_gqa_check.py --walks (three interleaved repeats)
+    # backward GPU tests that run them, then benchmarks/fused_gqa_check.py --walks (three interleaved repeats;
+    # WALK_MODE=--route-walks: the whole default backward routed against the nested walk)
     setup
     mkdir -p "$OUT/gqa-walks"
     FLASH_ATTN_AUTOTUNE=0 timeout "${WALK_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
-        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "walk or fused or dkdv" \
+        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "walk or fused or dkdv or backward" \
         > "$OUT/gqa-walks/tests.log" 2>&1
     rc=$?
     echo "tests exit $rc" >> "$OUT/gqa-walks/tests.log"
     if [ "$rc" = 0 ]; then
-        timeout "${WALK_PROBE_SECONDS:-360}" python3 benchmarks/fused_gqa_check.py --walks > "$OUT/gqa-walks/walks.md" 2>&1
+        timeout "${WALK_PROBE_SECONDS:-360}" python3 benchmarks/fused_gqa_check.py "${WALK_MODE:---walks}" \
+            > "$OUT/gqa-walks/walks.md" 2>&1
         echo "walks exit $?" >> "$OUT/gqa-walks/walks.md"
     fi
     tail -n 6 "$OUT/gqa-walks/tests.log"
@@ -888,11 +890,11 @@ import collections, sys
 best = collections.OrderedDict()
 for line in open(sys.argv[1]):
     p = [x.strip() for x in line.strip().strip("|").split("|")]
-    if len(p) == 4 and p[3].replace(".", "").isdigit():
-        key = (p[0], p[1], p[2])
-        best[key] = min(best.get(key, 1e9), float(p[3]))
-for (shape, kernel, st), ms in best.items():
-    print(f"| {shape} | {kernel} | {st} | {ms:.4f} |")
+    if len(p) in (3, 4) and p[-1].replace(".", "").isdigit():
+        key = tuple(p[:-1])
+        best[key] = min(best.get(key, 1e9), float(p[-1]))
+for key, ms in best.items():
+    print("| " + " | ".join(key) + f" | {ms:.4f} |")
 PY
     tarred gqa-walks
     ;;

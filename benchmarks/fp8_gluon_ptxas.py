@@ -12,8 +12,9 @@ ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's thre
 ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it,
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py),
 bwdf16:... for its fused variant (dQ too, added by TMA reduce), bwda16:... for that one with its adds in an adder
-warp, bwdw16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL,WALK[,GROUP] for the fused one walking its (head, tile) steps by WALK
-(bwd_gluon._walk_bounds: 1 flat, 2 lockstep) over a GQA group of GROUP (default 4) query heads, bwdo16:... for
+warp, bwdw16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL,WALK[,GROUP[,FUSED]] for the fused one (FUSED 0: the dK / dV one) walking
+its (head, tile) steps by WALK (bwd_gluon._walk_bounds: 0 nested, 1 flat, 2 lockstep) over a GQA group of GROUP
+(default 4) query heads, bwdo16:... for
 the fused one with its adds ordered (the deterministic variant), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
@@ -166,10 +167,10 @@ def main(argv=None) -> int:
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
         elif spec.startswith("bwdw16:"):
             d, dv, rest = _head_dims(spec)
-            bm, stages, causal, walk, *group = rest
+            bm, stages, causal, walk, *more = rest
             bn, overlap = 128, 1
-            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), dv=dv, fused=True, walk=walk,
-                                    group=group[0] if group else 4)
+            group, fused = (more + [4, 1])[:2] if len(more) < 2 else more[:2]
+            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), dv=dv, fused=bool(fused), walk=walk, group=group)
         elif spec.startswith(("bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
             d, dv, rest = _head_dims(spec)
             bm, stages, causal, *fp16 = rest

@@ -6,10 +6,11 @@ GQA shapes and MHA 32/32, causal then without a mask: the split route's, the fus
 warp), and the fused one with its dQ partials stored instead of added (``dq_sink`` 1) or dropped (2), to tell the
 adds' cost from the dQ matmuls' (those two leave dQ wrong).
 
-    python benchmarks/fused_gqa_check.py [--kernels | --walks]
+    python benchmarks/fused_gqa_check.py [--kernels | --walks | --route-walks]
 
 ``--walks``: the dK / dV kernels (split route's and fused) with each program's (head, tile) steps walked three ways
-(kernels/flash_attn/bwd_gluon.py ``_walk_bounds``), at 2 and 3 stages, three interleaved repeats.
+(kernels/flash_attn/bwd_gluon.py ``_walk_bounds``), at 2 and 3 stages, three interleaved repeats. ``--route-walks``:
+the whole default backward on the GQA shapes as routed (the flat walk) against the nested walk, same run.
 """
 import functools
 import os
@@ -93,11 +94,46 @@ def walks(stages=(2, 3)) -> int:
     return 0
 
 
+def route_walks() -> int:
+    """The whole default backward (deterministic split route; Triton autotuned as a user's call) on the GQA shapes,
+    causal and not, as routed (configs.bwd_walk: the dK / dV kernel's flat walk at hd 128) against the same route
+    with the nested walk (bwd_walk forced to 0), interleaved over three repeats; rows ``| shape | route | ms |``."""
+    from kernels.flash_attn import configs
+
+    os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
+    routed = configs.bwd_walk
+    print("| shape | route | ms |\n|---|---|---|")
+    for label, b, s, hq, hk, d, causal in (KERNEL_CELLS[0], KERNEL_CELLS[2], KERNEL_CELLS[3]):
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, **mask)
+        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+        fns = []
+        for name, walk in (("routed (flat walk)", routed), ("nested walk", lambda q, k: 0)):
+            configs.bwd_walk = walk  # read by the first call of each (its launches are then replayed)
+            fn = functools.partial(bwd.flash_attn_bwd, do, q, k, v, out, lse, softmax_scale=d ** -0.5,
+                                   launches={}, **mask)
+            fn()
+            torch.cuda.synchronize()
+            fns.append((name, fn))
+        configs.bwd_walk = routed
+        for _ in range(3):
+            for name, fn in fns:
+                print(f"| {shape} | {name} | {time_callable(fn, 'cuda').median_ms:.4f} |", flush=True)
+        del q, k, v, do, out, lse, fns
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main() -> int:
     if "--kernels" in sys.argv[1:]:
         return kernels()
     if "--walks" in sys.argv[1:]:
         return walks()
+    if "--route-walks" in sys.argv[1:]:
+        return route_walks()
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
     print("| shape | route | split | ms |\n|---|---|---|---|")
     for label, b, s, hq, hk, d, causal in CELLS:

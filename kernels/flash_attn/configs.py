@@ -744,7 +744,8 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
 
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
-    """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`) where the
+    """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
+    :func:`bwd_walk`) where the
     backward runs fused (dQ by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
     at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any
     length, deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
@@ -761,7 +762,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
 
     if fused_unsupported(q, k, v, do, lse, lse, cfg[0]):  # (delta is made in lse's shape and layout)
         return None
-    return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER)
+    return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
+                walk=bwd_walk(q, k))
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones
@@ -799,10 +801,25 @@ BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dk
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 
+#: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
+#: tile) steps in one flat loop (bwd_gluon._walk_bounds' walk 1) instead of heads outside, tiles inside: with a group
+#: (not specialised to 1 by Triton as MHA's is) the nested loops spill 532 B (dK / dV, causal) / 684 B (fused) at hd
+#: 128, the flat one 180 / 152 B. Measured on an H100 (session 37, docs/perf/gluon-ordered-s37/gqa-walks.md, kernels
+#: alone, same run, best of three): dK / dV 1.06x / 1.12x on Llama-3-8B (8k) / 70B (4k) causal, 1.06x on Llama-3-8B
+#: non-causal; fused 1.47x / 1.51x; MHA keeps the nested loops (flat 0.96-0.97x there).
+BWD_GLUON_FLAT_WALK = frozenset({128})
+
+
+def bwd_walk(q, k) -> int:
+    """bwd_gluon.dkdv_launch's ``walk`` for these inputs ([B, S, H, D]): 1 (one flat loop) for a GQA / MQA group at a
+    head dim of :data:`BWD_GLUON_FLAT_WALK`, else 0."""
+    return int(q.shape[2] != k.shape[2] and q.shape[-1] in BWD_GLUON_FLAT_WALK)
+
 
 def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
               fp8: bool, atomic: bool, sm_major: int | None = None) -> dict:
-    """Kernel name ("dq", "dkdv") -> bwd_gluon.dq_launch's / dkdv_launch's keywords for the backward's kernels
+    """Kernel name ("dq", "dkdv") -> bwd_gluon.dq_launch's / dkdv_launch's keywords (dK / dV's walk:
+    :func:`bwd_walk`) for the backward's kernels
     that run on the Gluon ones; empty where both run the Triton ones: a head dim and kernel of :data:`BWD_GLUON`
     with both sequences at least :data:`BWD_GLUON_MIN_SEQLEN` long (or any of :data:`BWD_GLUON_TRY` with
     ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16
@@ -830,7 +847,10 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
 
     if unsupported(q, k, v, do, lse, lse):  # (delta is made in lse's shape and layout)
         return {}
-    return {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
+    out = {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
+    if "dkdv" in out:
+        out["dkdv"]["walk"] = bwd_walk(q, k)
+    return out
 
 
 def autotuned(space, prune, reset_to_zero=None):
