@@ -27,7 +27,9 @@ counter, largest key block first, so dQ is bitwise the same on every run. Sessio
 the fused kernel on the H100, causal); session 36 moved the waits and adds to an adder warp; session 37 measured it
 pipelined (0.86-0.96x causal, 0.87-1.13x non-causal). The unordered kernel can add through the same adder warp
 without the turns (``dkdv_gluon(adder=True)``, ``DQ_ADDER``): routed at hd 128 non-causal
-(configs.BWD_GLUON_FUSED_ADDER, 1.035-1.059x its consumers' own adds).
+(configs.BWD_GLUON_FUSED_ADDER, 1.035-1.059x its consumers' own adds). A GQA / MQA program walks its (query head,
+query tile) steps in one flat loop at hd 128 (``walk=1``, configs.bwd_walk: the nested loops spilled 4-5x MHA's,
+whose group of 1 Triton specialises away).
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
