@@ -41,6 +41,16 @@ summary() {  # summary FILE N: the last N lines of a log, to read in the call's 
     echo "---- $1"; tail -n "${2:-15}" "$1"
 }
 
+bwd_gluon_tests() {  # bwd_gluon_tests DIR K SECONDS: tests/kernels/test_bwd_gluon.py's GPU tests matching K (pinned
+    # configs, 8 workers) under one timeout (a wrong add order hangs), logged to $OUT/DIR/tests.log; returns pytest's
+    # status
+    FLASH_ATTN_AUTOTUNE=0 timeout "$3" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -n 8 -m gpu \
+        --durations=8 tests/kernels/test_bwd_gluon.py -k "$2" > "$OUT/$1/tests.log" 2>&1
+    local rc=$?
+    echo "tests exit $rc" >> "$OUT/$1/tests.log"
+    return $rc
+}
+
 accept() {  # accept IMPL SECONDS [ROOT]: the training-gqa profile in bf16, with the speed section
     # (fp16 too would not fit one call: the speed section takes ~100 s per dtype). ROOT: run the
     # harness found there (e.g. .old, an earlier commit's harness/ and kernels/), from there.
@@ -830,11 +840,8 @@ fused-ordered)  # issue 16 (sessions 35-36): the fused backward's GPU tests (the
     # (FUSED_MASKS=no: non-causal; Triton pinned; session 36: 230-320 s before the no-wait row)
     setup
     mkdir -p "$OUT/fused-ordered"
-    FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
-        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "fused or ordered" \
-        > "$OUT/fused-ordered/tests.log" 2>&1
+    bwd_gluon_tests fused-ordered "fused or ordered" "${FUSED_TESTS_SECONDS:-200}"
     rc=$?
-    echo "tests exit $rc" >> "$OUT/fused-ordered/tests.log"
     ordered=--ordered; [ "$rc" = 0 ] || ordered=""  # a failed or hung ordered kernel is not timed
     timeout "${FUSED_PROBE_SECONDS:-370}" python3 benchmarks/gluon_bwd_probe.py --head-dims 128,64 \
         --masks "${FUSED_MASKS:-yes}" \
@@ -852,12 +859,7 @@ fused-adder)  # issue 16 (session 37): the fused kernel's dQ adds in an adder wa
     # Llama-3 GQA cells
     setup
     mkdir -p "$OUT/fused-adder"
-    FLASH_ATTN_AUTOTUNE=0 timeout "${FUSED_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
-        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "fused or ordered" \
-        > "$OUT/fused-adder/tests.log" 2>&1
-    rc=$?
-    echo "tests exit $rc" >> "$OUT/fused-adder/tests.log"
-    if [ "$rc" = 0 ]; then
+    if bwd_gluon_tests fused-adder "fused or ordered" "${FUSED_TESTS_SECONDS:-200}"; then
         # shellcheck disable=SC2086
         timeout "${FUSED_PROBE_SECONDS:-380}" python3 benchmarks/gluon_bwd_probe.py --head-dims "${FUSED_DIMS:-128}" \
             --masks "${FUSED_MASKS:-no}" --seqlens "${FUSED_SEQLENS:-4096,8192,16384}" --dkdv 64,2 --dq 64,3 \
@@ -874,12 +876,7 @@ gqa-walks)  # issue 16 (session 37): the dK / dV kernels' (head, tile) walks on 
     # WALK_MODE=--route-walks: the whole default backward routed against the nested walk)
     setup
     mkdir -p "$OUT/gqa-walks"
-    FLASH_ATTN_AUTOTUNE=0 timeout "${WALK_TESTS_SECONDS:-200}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
-        -n 8 -m gpu --durations=8 tests/kernels/test_bwd_gluon.py -k "walk or fused or dkdv or backward" \
-        > "$OUT/gqa-walks/tests.log" 2>&1
-    rc=$?
-    echo "tests exit $rc" >> "$OUT/gqa-walks/tests.log"
-    if [ "$rc" = 0 ]; then
+    if bwd_gluon_tests gqa-walks "walk or fused or dkdv or backward" "${WALK_TESTS_SECONDS:-200}"; then
         timeout "${WALK_PROBE_SECONDS:-360}" python3 benchmarks/fused_gqa_check.py "${WALK_MODE:---walks}" \
             > "$OUT/gqa-walks/walks.md" 2>&1
         echo "walks exit $?" >> "$OUT/gqa-walks/walks.md"

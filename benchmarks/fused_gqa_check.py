@@ -36,18 +36,27 @@ CELLS = (("Llama-3-8B", 1, 8192, 32, 8, 128, True), ("MHA 32/32", 1, 8192, 32, 3
 KERNEL_CELLS = CELLS[:3] + tuple(c[:-1] + (False, ) for c in CELLS[:3])
 
 
+def _cell(label, b, s, hq, hk, d, causal) -> dict:
+    """A cell's GPU inputs (fresh random bf16 q, k, v, dO), the in-repo forward's out and lse, delta = rowsum(dO * O)
+    [B, Hq, S], its mask keywords and its row label."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, **mask)
+    delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
+    return dict(q=q, k=k, v=v, do=do, out=out, lse=lse, delta=delta, mask=mask,
+                shape=f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}")
+
+
 def kernels() -> int:
     from kernels.flash_attn.bwd_gluon import dkdv_gluon
 
     print("| shape | kernel | ms |\n|---|---|---|")
-    for label, b, s, hq, hk, d, causal in KERNEL_CELLS:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
-                                  window_right=0 if causal else -1)
-        delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
-        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+    for cell in KERNEL_CELLS:
+        x = _cell(*cell)
+        d, causal, shape = cell[5], cell[6], x["shape"]
+        q, k, v, do, lse, delta = (x[n] for n in ("q", "k", "v", "do", "lse", "delta"))
         kw = dict(softmax_scale=d ** -0.5, causal=causal, block_m=64, num_stages=2)
         for name, extra in (("dK / dV (split route)", {}), ("fused", dict(fused=True)),
                             ("fused, adder warp", dict(fused=True, adder=True)),
@@ -73,14 +82,10 @@ def walks(stages=(2, 3)) -> int:
     from kernels.flash_attn.bwd_gluon import dkdv_gluon
 
     print("| shape | kernel | stages | ms |\n|---|---|---|---|")
-    for label, b, s, hq, hk, d, causal in KERNEL_CELLS[:4]:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
-                                  window_right=0 if causal else -1)
-        delta = (do.float() * out.float()).sum(-1).transpose(1, 2).contiguous()
-        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+    for cell in KERNEL_CELLS[:4]:
+        x = _cell(*cell)
+        d, causal, shape = cell[5], cell[6], x["shape"]
+        q, k, v, do, lse, delta = (x[n] for n in ("q", "k", "v", "do", "lse", "delta"))
         fns = [(name, st, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, launches={}, softmax_scale=d ** -0.5,
                                             causal=causal, block_m=64, num_stages=st, **extra))
                for name, extra in WALKS for st in stages]
@@ -89,7 +94,7 @@ def walks(stages=(2, 3)) -> int:
                 fn()
                 torch.cuda.synchronize()
                 print(f"| {shape} | {name} | {st} | {time_callable(fn, 'cuda').median_ms:.4f} |", flush=True)
-        del q, k, v, do, out, lse, delta, fns
+        del q, k, v, do, lse, delta, fns, x
         torch.cuda.empty_cache()
     return 0
 
@@ -103,13 +108,10 @@ def route_walks() -> int:
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
     routed = configs.bwd_walk
     print("| shape | route | ms |\n|---|---|---|")
-    for label, b, s, hq, hk, d, causal in (KERNEL_CELLS[0], KERNEL_CELLS[2], KERNEL_CELLS[3]):
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
-        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, **mask)
-        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+    for cell in (KERNEL_CELLS[0], KERNEL_CELLS[2], KERNEL_CELLS[3]):
+        x = _cell(*cell)
+        d, shape, mask = cell[5], x["shape"], x["mask"]
+        q, k, v, do, out, lse = (x[n] for n in ("q", "k", "v", "do", "out", "lse"))
         fns = []
         for name, walk in (("routed (flat walk)", routed), ("nested walk", lambda q, k: 0)):
             configs.bwd_walk = walk  # read by the first call of each (its launches are then replayed)
@@ -122,7 +124,7 @@ def route_walks() -> int:
         for _ in range(3):
             for name, fn in fns:
                 print(f"| {shape} | {name} | {time_callable(fn, 'cuda').median_ms:.4f} |", flush=True)
-        del q, k, v, do, out, lse, fns
+        del q, k, v, do, out, lse, fns, x
         torch.cuda.empty_cache()
     return 0
 
@@ -136,13 +138,11 @@ def main() -> int:
         return route_walks()
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1"
     print("| shape | route | split | ms |\n|---|---|---|---|")
-    for label, b, s, hq, hk, d, causal in CELLS:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q, do = (torch.randn(b, s, hq, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(b, s, hk, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
-        mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
-        out, lse = flash_attn_fwd(q, k, v, softmax_scale=d ** -0.5, **mask)
-        shape = f"{label} B{b} S{s} H{hq}/{hk} D{d}{' causal' if causal else ''}"
+    for cell in CELLS:
+        x = _cell(*cell)
+        _, _, _, hq, hk, d, _ = cell
+        shape, mask = x["shape"], x["mask"]
+        q, k, v, do, out, lse = (x[n] for n in ("q", "k", "v", "do", "out", "lse"))
         for mode in ("", "fused"):
             for split in ((1, 2, 4) if hq != hk else (1, )):
                 os.environ["FLASH_ATTN_BWD"] = mode
@@ -152,7 +152,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = time_callable(fn, "cuda").median_ms
                 print(f"| {shape} | {mode or 'split route'} | {split} | {ms:.4f} |", flush=True)
-        del q, k, v, do, out, lse
+        del q, k, v, do, out, lse, x
         torch.cuda.empty_cache()
     return 0
 
