@@ -386,6 +386,35 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert bwd_gluon.fused_unsupported(q, k, v, q, lse, lse) is None
 
 
+def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
+    """flash_attn_bwd passes configs.gluon_bwd's / gluon_fused_bwd's keywords to the Gluon dK / dV launch: the flat
+    walk for a GQA / MQA group at hd 128 (split route and fused), the nested loops for MHA and at hd 64; the fused
+    route's adder warp at hd 128 non-causal. (No sm90 GPU here: the route is made to see one and the Gluon launches
+    are recorded; the Triton ones go to stand-ins.)"""
+    from kernels.flash_attn import bwd
+    from kernels.standins import cpu_replays
+
+    seen = []
+    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+
+    def call(hq, hk, d, causal=True, deterministic=True, s=4096):
+        q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=hq, hk=hk, d=d)
+        lse = torch.zeros(1, hq, s)
+        with cpu_replays():
+            bwd.flash_attn_bwd(do, q, k, v, q.clone(), lse, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
+                               window_right=0 if causal else -1, deterministic=deterministic)
+        return seen.pop()
+
+    assert call(8, 2, 128)["walk"] == 1 and call(8, 1, 128)["walk"] == 1  # GQA / MQA: the flat walk
+    assert call(8, 8, 128)["walk"] == 0 and call(8, 2, 64, s=8192)["walk"] == 0  # MHA, hd 64: nested
+    fused = call(8, 8, 128, causal=False, deterministic=False)  # the fused route (MHA hd 128 from 4k)
+    assert fused["dq_adder"] is True and fused["walk"] == 0 and fused["dq_acc"] is not None
+    assert call(8, 8, 128, causal=True, deterministic=False)["dq_adder"] is False
+
+
 # ---- sm90 GPU: dK and dV against the oracle ----
 
 needs_sm90 = pytest.mark.skipif(not SM90, reason="needs an sm90 (Hopper) GPU: Gluon's wgmma and TMA, no interpreter")
