@@ -54,12 +54,17 @@ def compiled(tmp_path_factory):
                                                           for _, c in m.values()}
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
-    specs += [f"bwda16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwda16:128,64,3,0"]
-    # GQA (a group of 4: not specialised) as routed, each program's steps in one flat loop (configs.bwd_walk)
+    # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
+    specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
+    specs += [f"bwda16:{d},{bm},{st},{int(c)}" for d, m in configs.BWD_GLUON_FUSED.items()
+              for (_, c), (_, (bm, st)) in m.items() if (d, c) in configs.BWD_GLUON_FUSED_ADDER]
+    # GQA (a group of 4: not specialised) as routed, each program's steps in one flat loop (configs.bwd_walk), both
+    # masks; the nested loops beside them causal, at 2 stages (what the flat walk is compared with)
     gqa = {(d, blk, st, 0) for d, cfg in configs.BWD_GLUON.items() if d in configs.BWD_GLUON_FLAT_WALK
            for n, (blk, st) in cfg.items() if n == "dkdv"} | {(d, bm, st, 1) for d, (bm, st) in sorted(fused)
                                                                if d in configs.BWD_GLUON_FLAT_WALK}
-    specs += [f"bwdw16:{d},{bm},{st},{c},{w},4,{f}" for d, bm, st, f in sorted(gqa) for c in (0, 1) for w in (0, 1)]
+    specs += [f"bwdw16:{d},{bm},{st},{c},1,4,{f}" for d, bm, st, f in sorted(gqa) for c in (0, 1)]
+    specs += [f"bwdw16:{d},{bm},{st},1,0,4,{f}" for d, bm, st, f in sorted(gqa) if st == 2]
     specs = list(dict.fromkeys(specs))
     dump = tmp_path_factory.mktemp("ptx")
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", "--dump", str(dump),
@@ -128,12 +133,14 @@ def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
 
 def test_gqa_programs_walk_their_steps_in_one_loop(compiled):
     """A GQA group (not specialised away, as MHA's is) in nested loops over (head, tile) spills several times what
-    MHA's kernel does at hd 128; the flat walk the route takes there (configs.bwd_walk) spills within its bound and
-    less than the nested loops in every routed config, both masks."""
-    for spec, r in compiled.items():
-        if spec.startswith("bwdw16:") and spec.split(",")[4] == "1":
-            nested = compiled[spec.replace(",1,4,", ",0,4,")]
-            assert r["spill"] <= FLAT_SPILL_AT_MOST and r["spill"] < nested["spill"], (spec, r, nested)
+    MHA's kernel does at hd 128; the flat walk the route takes there (configs.bwd_walk) spills within its bound in
+    every routed config and both masks (the compile test), and less than half the nested loops' where both were
+    compiled (causal, 2 stages: both kernels)."""
+    pairs = [(r, compiled[spec.replace(",1,4,", ",0,4,")]) for spec, r in compiled.items()
+             if spec.startswith("bwdw16:") and spec.split(",")[4] == "1" and spec.replace(",1,4,", ",0,4,") in compiled]
+    assert len(pairs) >= 2
+    for flat, nested in pairs:
+        assert flat["spill"] <= FLAT_SPILL_AT_MOST and 2 * flat["spill"] < nested["spill"], (flat, nested)
 
 
 def test_the_adder_warp_adds_without_turns(compiled):
