@@ -224,28 +224,27 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 
 @gluon.jit
 def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b, m0, h, sm_scale, C0: gl.constexpr,
-             shape, order, PENDING: gl.constexpr = True):
+             shape, order, PENDING: gl.constexpr = True, R0: gl.constexpr = 0):
     """The rest of a consumer's second turn in the fused backward, dV and dK issued: once both halves of the tile's
-    dS^T are in ``ds_t`` ([128 keys, BLOCK_M]), dQ's partial over the program's 128 keys for columns [C0, C0 +
-    DQ_COLS) (dS seen transposed as the A operand, each 64-key K tile's columns as B), the turn handed over, every
-    wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s). Returns (dv, dk)
-    (``PENDING`` False: retired already)."""
+    dS^T are in ``ds_t`` ([128 keys, BLOCK_M]), dQ's partial over the program's 128 keys for the tile's 64 rows from
+    R0 and columns [C0, C0 + DQ_COLS) (dS seen transposed as the A operand, each 64-key K tile's columns as B), the
+    turn handed over, every wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s).
+    Returns (dv, dk) (``PENDING`` False: retired already)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
-    BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     mbarrier.wait(ds_ready, phase)
-    dq = warpgroup_mma(ds_t.slice(0, 64).permute((1, 0)),
+    dq = warpgroup_mma(ds_t.slice(0, 64).slice(R0, 64, dim=1).permute((1, 0)),
                        k_smem.index(0).reshape([64, HEAD_DIM]).slice(C0, DQ_COLS, dim=1),
-                       gl.zeros([BLOCK_M, DQ_COLS], gl.float32, layout=_acc_layout(DQ_COLS)), use_acc=False,
+                       gl.zeros([64, DQ_COLS], gl.float32, layout=_acc_layout(DQ_COLS)), use_acc=False,
                        is_async=True)
-    dq = warpgroup_mma(ds_t.slice(64, 64).permute((1, 0)),
+    dq = warpgroup_mma(ds_t.slice(64, 64).slice(R0, 64, dim=1).permute((1, 0)),
                        k_smem.index(1).reshape([64, HEAD_DIM]).slice(C0, DQ_COLS, dim=1), dq, is_async=True)
     _pass(other)
     if PENDING:
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0, h, C0, BLOCK_M, DQ_COLS, shape.DQ_SINK, shape.DQ_ADDER, order)
+    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0 + R0, h, C0, 64, DQ_COLS, shape.DQ_SINK, shape.DQ_ADDER, order)
     return dv, dk
 
 
@@ -302,7 +301,10 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     TURNS: gl.constexpr = shape.DQ_TURNS
-    HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
+    HALVES: gl.constexpr = DQ_COLS < HEAD_DIM or BLOCK_M == 128  # each consumer its half of every tile (hd 128:
+    # columns; hd 64 with 128-row tiles: rows)
+    R1: gl.constexpr = 64 if BLOCK_M == 128 else 0  # the second half's offsets (rows, columns)
+    C1: gl.constexpr = DQ_COLS if DQ_COLS < HEAD_DIM else 0
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
     prev = 0  # (causal) the tile added before: handed on after this one's reduces are issued (the spare one first)
@@ -323,7 +325,7 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
                 mbarrier.wait(dq_full.index(0), it & 1)
                 tma_reduce_add(dq_desc, [b, m0, h, 0], dq_smem.index(0))
                 mbarrier.wait(dq_full.index(1), it & 1)
-                tma_reduce_add(dq_desc, [b, m0, h, DQ_COLS], dq_smem.index(1))
+                tma_reduce_add(dq_desc, [b, m0 + R1, h, C1], dq_smem.index(1))
                 tma.store_wait(pendings=0)  # (their reads of the tiles)
                 _pass(dq_empty.index(0))
                 _pass(dq_empty.index(1))
@@ -359,7 +361,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     there, dQ's partial of the tile over the program's 128 keys, dS (the shared buffer seen transposed) times K's
     columns [c0, c0 + DQ_COLS), goes to shared memory (fp32, ``dq_smem``) and is added into the fp32 buffer behind
     ``dq_desc`` by TMA reduce. DQ_COLS = HEAD_DIM / 2 (hd 128): each consumer its half of the columns every tile;
-    DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them. The buffer a tile's dS^T goes to is
+    DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them with 64-row tiles, with 128-row tiles
+    each consumer its 64 rows of every tile (partials are 64 rows always). The buffer a tile's dS^T goes to is
     free again two tiles on: both consumers' dQ of it were retired before the turn that leads there.
 
     ``shape.DQ_ADDER`` (an adder warp; the deterministic fused backward's too): the partial goes to shared memory
@@ -385,6 +388,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     k_w_b = k_smem_b.index(wg).reshape([64, KB_DIM])
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     FUSED: gl.constexpr = DQ_COLS > 0
+    DQ_COL_HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
+    DQ_ROW_HALVES: gl.constexpr = BLOCK_M == 128  # hd 64, 128-row tiles: each consumer its row half of every tile
+    DQ_ALTERNATE: gl.constexpr = not DQ_COL_HALVES and not DQ_ROW_HALVES  # hd 64, 64-row tiles: all of it, by parity
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     key0 = n0 + 64 * wg
@@ -458,17 +464,18 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
                 order = None
                 if DQ_ADDER:  # the adder's barriers for this consumer's tile, and its adds so far
-                    order = (dq_full.index(wg), dq_empty.index(wg), it // 2 if DQ_COLS == HEAD_DIM else it)
-                if DQ_COLS == HEAD_DIM:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
+                    order = (dq_full.index(wg), dq_empty.index(wg), it // 2 if DQ_ALTERNATE else it)
+                if DQ_ALTERNATE:  # (dV and dK retired first: async accumulators cannot cross a run-time if)
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
                     if it % 2 == wg:
                         dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
                                           dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, 0, shape, order, False)
                     else:
                         _pass(other)
-                else:  # (wg is a compile-time value in each partition: its column half is too)
+                else:  # (wg is a compile-time value in each partition: its half is too)
                     dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
-                                      dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, DQ_COLS * wg, shape, order)
+                                      dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, DQ_COLS * wg * DQ_COL_HALVES,
+                                      shape, order, True, 64 * wg * DQ_ROW_HALVES)
                 tc += 1
             else:
                 _pass(other)
@@ -567,11 +574,12 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
         stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, NUM_STAGES, BLOCK_M, 2, 64, QB_SL, KB_SL)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
     if DQ_COLS > 0:
-        gl.static_assert(BLOCK_M == 64 and HEAD_DIM_B == 0, "the fused dQ: 64-row tiles, one head-dim part")
+        gl.static_assert((BLOCK_M == 64 or (BLOCK_M == 128 and DQ_COLS == HEAD_DIM)) and HEAD_DIM_B == 0,
+                         "the fused dQ: 64-row tiles (hd 64: or 128-row), one head-dim part")
         dq_desc = tma.make_tensor_descriptor(DQacc, [batch, seqlen_q, num_heads, HEAD_DIM],
-                                             [stride_dqab, stride_dqas, stride_dqah, 1], [1, BLOCK_M, 1, DQ_COLS], DQ_SL)
+                                             [stride_dqab, stride_dqas, stride_dqah, 1], [1, 64, 1, DQ_COLS], DQ_SL)
         ds_smem = gl.allocate_shared_memory(dtype, [2, 128, BLOCK_M], DS_SL)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, BLOCK_M, 1, DQ_COLS], DQ_SL)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 64, 1, DQ_COLS], DQ_SL)
         ds_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(2):
             mbarrier.init(ds_bar.index(i), count=2)  # both consumers' halves of a tile's dS^T
@@ -829,7 +837,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         second.update(DQacc=dq_acc, stride_dqab=dq_acc.stride(0), stride_dqas=dq_acc.stride(1),
                       stride_dqah=dq_acc.stride(2), DQ_COLS=cols, DQ_SINK=dq_sink,
                       DS_SL=gl.NVMMASharedLayout.get_default_for([128, block_m], g),
-                      DQ_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, cols], gl.float32))
+                      DQ_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, cols], gl.float32))
         if dq_order is not None:
             second.update(Sem=dq_order)
         elif dq_adder:
@@ -891,7 +899,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``)."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
-        why = ordered_unsupported(fused, dq_sink, walk == 2)
+        why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
     _check_call("dkdv_gluon", why, num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if fused else None
@@ -908,6 +916,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
 
 #: head dims (q / k = v) the fused backward's kernel takes (64-row query tiles; MLA's two head-dim parts not built)
 FUSED_HEAD_DIMS = (64, 128)
+#: ... and their query tiles' rows (dQ's partials are 64 rows: hd 64's 128-row tiles give each consumer a row half)
+FUSED_BLOCK_M = {64: (64, 128), 128: (64, )}
 
 
 def fused_unsupported(q, k, v, do, lse, delta, block_m=64) -> str | None:
@@ -918,16 +928,19 @@ def fused_unsupported(q, k, v, do, lse, delta, block_m=64) -> str | None:
         return why
     if q.shape[-1] != v.shape[-1] or q.shape[-1] not in FUSED_HEAD_DIMS:
         return f"the fused backward takes q / k = v head dims in {FUSED_HEAD_DIMS}, got {q.shape[-1]} / {v.shape[-1]}"
-    if block_m != 64:
-        return f"the fused backward runs 64-row query tiles, got block_m={block_m}"
+    if block_m not in FUSED_BLOCK_M.get(q.shape[-1], ()):
+        rows = " or ".join(f"{m}-row" for m in FUSED_BLOCK_M[q.shape[-1]])
+        return f"the fused backward runs {rows} query tiles at hd {q.shape[-1]}, got block_m={block_m}"
     return None
 
 
-def ordered_unsupported(fused: bool, dq_sink: int = 0, lockstep: bool = False) -> str | None:
+def ordered_unsupported(fused: bool, dq_sink: int = 0, lockstep: bool = False, block_m: int = 64) -> str | None:
     """Why the ordered (deterministic) dQ adds cannot run, or None: they are the fused kernel's, adding every
-    partial, each head's tiles walked from the diagonal."""
+    partial, each head's tiles walked from the diagonal, 64-row tiles (hd 64's 128-row ones not tested ordered)."""
     if not fused:
         return "ordered dQ adds: only the fused backward adds dQ (fused=True)"
+    if block_m != 64:
+        return f"ordered dQ adds: 64-row query tiles, got block_m={block_m}"
     if dq_sink:
         return "ordered dQ adds: every partial is added (no dq_sink)"
     if lockstep:

@@ -787,10 +787,11 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: keeps the pinned configs there); hd 64 causal, routed (Gluon dK / dV, Triton dQ), 1.04x at 4k and 1.08x at 16k
 #: (session 33; the Gluon dK / dV alone 1.07x / 1.16x); MLA both Gluon kernels 1.26-1.33x at 512, 1.48x at 1k,
 #: 1.52-1.81x at 2k-4k (session 33). hd 64 non-causal stays off: session 33's autotuned run read its Gluon dK / dV
-#: 0.93x / 0.94x at 4k / 16k (the 1.04x at 16k was against the pinned config).
+#: 0.93x / 0.94x at 4k / 16k (the 1.04x at 16k was against the pinned config); session 38 routed it from 4k on
+#: 128-row tiles (:data:`BWD_GLUON_BY_MASK`).
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
-    64: {"dkdv": {True: 4096}},
+    64: {"dkdv": {False: 4096, True: 4096}},
     192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
 #: hd 128's); MLA's 192 / 128 dK / dV at 32-row tiles over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B
@@ -800,6 +801,12 @@ BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dk
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
+#: (head dim, kernel, causal) -> the config a routed kernel of :data:`BWD_GLUON` runs with that mask instead of its
+#: own. hd 64 non-causal dK / dV on 128-row tiles over 2 stages (12 B spilled; causal 440 B, and slower): measured on
+#: an H100 (session 38, docs/perf/gluon-hd64-s38, the kernels alone, against the autotuned Triton dK / dV in the same
+#: runs, two calls x best of two): 1.035x / 1.037x at 4k, 1.060x / 1.052x at 16k (0.97x at 2k); the 64-row tiles
+#: 0.91-0.98x (128 rows ahead of 64 by 1.06-1.13x in each cell); causal 128-row 0.82-0.93x (stays 64).
+BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
 #: tile) steps in one flat loop (bwd_gluon._walk_bounds' walk 1) instead of heads outside, tiles inside: with a group
@@ -837,7 +844,7 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     if cfg and not tried:
         least = BWD_GLUON_MIN_SEQLEN.get(q.shape[-1], {})
         seqlen = min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0
-        cfg = {name: c for name, c in cfg.items()
+        cfg = {name: BWD_GLUON_BY_MASK.get((q.shape[-1], name, bool(causal)), c) for name, c in cfg.items()
                if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))}  # a mask not listed: not routed
     if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return {}

@@ -21,10 +21,13 @@ SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 #: (head dims, query rows a tile) -> the spill bytes ptxas reported in sessions 31-32 (an upper bound here: more is
 #: a regression; hd 128 at 64-row tiles spills, 32-row tiles about not; MLA's 192 / 128 at 32-row tiles 32 / 36 B
 #: over 2 stages, up to 68 B over the 3 it is routed at)
-SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 32): 72}
-#: ... and of the fused backward's kernel (session 34; hd 128: 60 / 140 B over 2 stages, 100 / 268 B over 3, the
-#: causal 3-stage one not routed)
-FUSED_SPILL_AT_MOST = {"128": 272, "64": 0}
+SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 32): 72, ("64", 128): 448}
+#: hd 64's 128-row tiles, the mask they are routed with (session 38: 12 B; causal 440 B, not routed)
+SPILL_64_128_NONCAUSAL = 16
+#: ... and of the fused backward's kernel by (head dim, query rows a tile) (session 34; hd 128: 60 / 140 B over 2
+#: stages, 100 / 268 B over 3, the causal 3-stage one not routed; session 38: hd 64's 128-row tiles, not routed,
+#: 232 / 660 B, with an adder warp 180 B non-causal)
+FUSED_SPILL_AT_MOST = {("128", 64): 272, ("64", 64): 0, ("64", 128): 700}
 #: ... and of its ordered (deterministic) variant, causal (session 36: the adds in an adder warp, hd 128 100-172 B over
 #: 2 stages as the adder changed; session 35's spin and hand-on in the consumers spilled 468 B, ran at 0.6x the fused
 #: kernel)
@@ -43,6 +46,8 @@ def compiled(tmp_path_factory):
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     root = Path(__file__).resolve().parents[2]
     specs = [f"bwd16:{d},{bm},2,{c}" for d, bm in SPILL_AT_MOST for c in (0, 1)] + ["bwd16:128,32,3,1,1"]
+    specs += [f"bwd16:{d},{bm},{st},{int(c)}" for (d, n, c), (bm, st) in configs.BWD_GLUON_BY_MASK.items()
+              if n == "dkdv"]
     specs += [f"bwdq16:{d},{bn},{st},{c}" for d, bn, st in DQ_CONFIGS for c in (0, 1)]
     for table in (configs.BWD_GLUON, configs.BWD_GLUON_TRY):  # every routed and tried config, as the route runs it
         for d, cfg in table.items():
@@ -53,6 +58,7 @@ def compiled(tmp_path_factory):
     fused = set(configs.BWD_GLUON_FUSED_TRY.items()) | {(d, c) for d, m in configs.BWD_GLUON_FUSED.items()
                                                           for _, c in m.values()}
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
+    specs += ["bwdf16:64,128,2,0", "bwdf16:64,128,2,1", "bwda16:64,128,2,0"]  # hd 64's 128-row tiles (row halves)
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -85,8 +91,8 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
         walk = kernel == "bwdw16" and cfg.split(",")[4] == "1"  # (bwdw16 walk 0: GQA's nested loops, spilling)
-        bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get(d),
-                 "bwda16": FUSED_SPILL_AT_MOST.get(d), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
+        bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get((d, block)),
+                 "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
                  "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4}.get(kernel, 0)
         assert r["spill"] <= bound, (spec, r["spill"])
         adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.endswith(",1"))
@@ -102,6 +108,20 @@ def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
             base, fused = compiled.get(f"bwd16:{d},64,2,{c}"), compiled[f"bwdf16:{d},64,2,{c}"]
             assert fused["tma_reduce"] == 2, fused  # one a consumer partition
             assert fused["smem"] > base["smem"] and fused["wgmma"] > base["wgmma"], (d, c)
+
+
+def test_hd64_takes_128_row_tiles_where_routed(compiled):
+    """hd 64's dK / dV kernel on 128-row tiles, as configs.BWD_GLUON_BY_MASK routes it (non-causal): a spill of a few
+    bytes at most (causal spills 440 B: not routed). The fused kernel takes them too (each consumer its 64 rows of
+    every tile's dQ, not alternate tiles: its two reduces a tile), in the shared memory it has over 2 stages."""
+    for (d, name, causal), (bm, st) in configs.BWD_GLUON_BY_MASK.items():
+        assert (d, name, causal, bm) == (64, "dkdv", False, 128)
+        assert compiled[f"bwd16:{d},{bm},{st},0"]["spill"] <= SPILL_64_128_NONCAUSAL
+    for c in (0, 1):
+        rows, alternate = compiled[f"bwdf16:64,128,2,{c}"], compiled[f"bwdf16:64,64,2,{c}"]
+        assert rows["tma_reduce"] == alternate["tma_reduce"] == 2 and rows["wgmma"] > alternate["wgmma"], c
+        assert rows["smem"] <= configs.H100_SMEM_BYTES, c
+    assert compiled["bwda16:64,128,2,0"]["tma_reduce"] >= 2
 
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
@@ -164,6 +184,7 @@ def test_the_ordered_adds_say_what_they_cannot_run():
     named before any launch. The counters: a spare one, then one per (batch, query head, 64-row tile)."""
     assert bwd_gluon.ordered_unsupported(True) is None
     assert "fused" in bwd_gluon.ordered_unsupported(False)
+    assert "block_m=128" in bwd_gluon.ordered_unsupported(True, block_m=128)
     assert "dq_sink" in bwd_gluon.ordered_unsupported(True, 1)
     q, k, v, do, lse, delta = _inputs(b=2, sq=130, sk=130, hq=4, hk=2)
     with pytest.raises(ValueError, match="fused"):
@@ -278,7 +299,7 @@ def _route(q, k, v, **over):
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    4k; hd 64: dK / dV from 4k causal, never non-causal); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
+    4k; hd 64: dK / dV from 4k, on 128-row tiles non-causal: configs.BWD_GLUON_BY_MASK); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
     (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0)."""
@@ -300,7 +321,8 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     assert hd64(n64 - 1, causal=True, window_right=0) == {}
     mha = _inputs(sq=4096, sk=4096, hk=4)[:3]
     assert _route(*mha)["dkdv"]["walk"] == 0 and _route(*_inputs(sq=4096, sk=4096, hk=1)[:3])["dkdv"]["walk"] == 1
-    assert False not in least[64]["dkdv"] and hd64(16384) == {}  # hd 64 non-causal: not listed, not routed
+    n64 = least[64]["dkdv"][False]  # hd 64 non-causal: its own tile
+    assert hd64(n64) == {"dkdv": dict(block_m=128, num_stages=2, walk=0)} and hd64(n64 - 1) == {}
     long_q = _inputs(sq=8192, sk=least[128]["dkdv"][False] - 1)  # the shorter sequence decides
     assert _route(*long_q[:3]) == {}
     long = _inputs(sq=4096, sk=4096)[:3]
@@ -389,6 +411,9 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         assert fused(*_inputs(sq=8192, sk=8192, **gqa_heads)[:3], causal=True, window_right=0) is None
     lse = torch.empty(1, 4, 256)
     assert "64-row" in bwd_gluon.fused_unsupported(q, k, v, q, lse, lse, 32)
+    assert "64-row query tiles at hd 128" in bwd_gluon.fused_unsupported(q, k, v, q, lse, lse, 128)
+    q64, k64, v64, *_ = _inputs(d=64)
+    assert bwd_gluon.fused_unsupported(q64, k64, v64, q64, lse, lse, 128) is None  # (row halves)
     assert "head dims" in bwd_gluon.fused_unsupported(*_mla_inputs()[:4], lse, lse)
     assert bwd_gluon.fused_unsupported(q, k, v, q, lse, lse) is None
 
@@ -466,15 +491,18 @@ def _gpu_case(b, sq, sk, hq, hk, d, causal):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("block_m", [32, 64])
-@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
-    (2, 1000, 1000, 4, 4, 128, False), (1, 777, 1500, 4, 2, 128, True), (1, 1500, 777, 4, 1, 128, True),
-    (1, 130, 70, 2, 2, 128, False), (2, 600, 600, 8, 2, 64, True)],
-    ids=["MHA-S1000", "causal-GQA-Sq<Sk", "causal-MQA-Sq>Sk", "short", "hd64-causal-GQA4"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, block_m", [
+    (*case, bm) for bm in (32, 64) for case in
+    ((2, 1000, 1000, 4, 4, 128, False), (1, 777, 1500, 4, 2, 128, True), (1, 1500, 777, 4, 1, 128, True),
+     (1, 130, 70, 2, 2, 128, False), (2, 600, 600, 8, 2, 64, True))] + [
+    (2, 600, 600, 8, 2, 64, False, 128), (1, 1000, 1100, 4, 1, 64, False, 128), (1, 1100, 900, 2, 2, 64, True, 128)],
+    ids=[f"{name}-{bm}" for bm in (32, 64) for name in
+         ("MHA-S1000", "causal-GQA-Sq<Sk", "causal-MQA-Sq>Sk", "short", "hd64-causal-GQA4")] + [
+         "hd64-GQA4-128", "hd64-MQA-Sq<Sk-128", "hd64-causal-Sq>Sk-128"])
 def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
     """dK and dV from the Gluon kernel within twice the Triton backward's error against the FP64 oracle (plus a
     bf16 rounding floor), on partial tiles, GQA / MQA, Sq != Sk and rows that see no key; NaN-poisoned first; a
-    replayed launch gives the same bits."""
+    replayed launch gives the same bits. 32- and 64-row tiles, and hd 64's 128-row ones (routed non-causal)."""
     q, k, v, do, out, lse, delta, scale, ref, (_, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     cache = {}
     dk, dv = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=block_m,
@@ -590,8 +618,9 @@ def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk
 @needs_sm90
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     (1, 1024, 1024, 8, 2, 128, False), (1, 4096, 4096, 4, 1, 128, True), (1, 4096, 4096, 4, 2, 64, True),
-    (1, 1100, 1300, 4, 2, 192, True), (1, 600, 600, 4, 4, 192, True)],
-    ids=["hd128-S1024", "hd128-causal-MQA-S4096", "hd64-causal-S4096", "mla-causal-GQA-S1100x1300", "mla-causal-S600"])
+    (1, 4100, 4096, 4, 2, 64, False), (1, 1100, 1300, 4, 2, 192, True), (1, 600, 600, 4, 4, 192, True)],
+    ids=["hd128-S1024", "hd128-causal-MQA-S4096", "hd64-causal-S4096", "hd64-GQA-S4100x4096-128-rows",
+         "mla-causal-GQA-S1100x1300", "mla-causal-S600"])
 def test_gpu_default_backward_route_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
     """flash_attn_func's backward as routed by default (configs.BWD_GLUON from BWD_GLUON_MIN_SEQLEN's lengths; the
     Gluon dK / dV beside the Triton dQ, which then makes delta, where only dK / dV is routed): each kernel the
@@ -686,6 +715,25 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages, a
     torch.cuda.synchronize()
     assert "dkdv" in cache and torch.equal(dk, dk2) and torch.equal(dv, dv2)
     assert dq.dtype == torch.float32 and torch.allclose(dq, dq2, rtol=1e-5, atol=1e-5)
+    _assert_within_triton(dq, dq_t, ref.dq, "dq")
+    _assert_within_triton(dk, dk_t, ref.dk, "dk")
+    _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("adder", [False, True], ids=["", "adder"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
+    (2, 600, 600, 8, 2, True), (1, 1000, 1100, 4, 4, False), (1, 1100, 700, 4, 1, False), (1, 70, 130, 2, 2, True)],
+    ids=["causal-GQA4", "Sq<Sk", "MQA-Sq>Sk", "short-causal"])
+def test_gpu_fused_kernel_128_row_tiles_match_oracle(b, sq, sk, hq, hk, causal, adder):
+    """The fused kernel at hd 64 on 128-row tiles (each consumer its 64 rows of every tile's dQ; not routed: no
+    faster than 64-row tiles in session 38): dQ, dK and dV within twice the Triton backward's error against the
+    FP64 oracle (plus a bf16 floor), partial tiles, GQA / MQA, Sq != Sk both ways; dK / dV NaN-poisoned first."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, 64, causal)
+    dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=128,
+                                      num_stages=2, poison=True, fused=True, adder=adder)
+    torch.cuda.synchronize()
     _assert_within_triton(dq, dq_t, ref.dq, "dq")
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dv, dv_t, ref.dv, "dv")
