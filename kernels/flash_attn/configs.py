@@ -805,7 +805,8 @@ _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_sta
 #: own. hd 64 non-causal dK / dV on 128-row tiles over 2 stages (12 B spilled; causal 440 B, and slower): measured on
 #: an H100 (session 38, docs/perf/gluon-hd64-s38, the kernels alone, against the autotuned Triton dK / dV in the same
 #: runs, two calls x best of two): 1.035x / 1.037x at 4k, 1.060x / 1.052x at 16k (0.97x at 2k); the 64-row tiles
-#: 0.91-0.98x (128 rows ahead of 64 by 1.06-1.13x in each cell); causal 128-row 0.82-0.93x (stays 64).
+#: 0.92-0.98x (128 rows ahead of 64 by 1.05-1.14x in each cell); causal 128-row 0.82-0.94x (stays 64). The whole
+#: backward with the route: not timed yet.
 BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
