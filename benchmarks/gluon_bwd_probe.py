@@ -3,7 +3,7 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2] [--ordered] [--adder] [--models] [--repeat 2] [--autotune]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0] [--ordered] [--adder] [--models] [--repeat 2] [--autotune]
         [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -52,11 +52,15 @@ DEFAULT_FUSED = ("64,2", )
 
 
 def _config(spec: str, first: str) -> dict:
-    """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords."""
-    parts = [int(x) for x in spec.split(",")]
-    if len(parts) != 2:
-        raise SystemExit(f"config {spec}: want BLOCK,STAGES")
-    return dict(zip((first, "num_stages"), parts))
+    """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords; a dK / dV config may
+    end in ,h1 / ,h0 (128-row tiles' S^T and dP^T in two 64-query halves or not: dkdv_gluon's ``halves``)."""
+    parts = spec.split(",")
+    halves = {}
+    if first == "block_m" and len(parts) == 3 and parts[2] in ("h0", "h1"):
+        halves = dict(halves=parts.pop() == "h1")
+    if len(parts) != 2 or not all(x.isdigit() for x in parts):
+        raise SystemExit(f"config {spec}: want BLOCK,STAGES" + ("[,h0|h1]" if first == "block_m" else ""))
+    return dict(zip((first, "num_stages"), map(int, parts)), **halves)
 
 
 def _inputs(b, sq, sk, hq, hk, d, seed, dtype=torch.bfloat16, dv=None):

@@ -29,7 +29,9 @@ pipelined (0.86-0.96x causal, 0.87-1.13x non-causal). The unordered kernel can a
 without the turns (``dkdv_gluon(adder=True)``, ``DQ_ADDER``): routed at hd 128 non-causal
 (configs.BWD_GLUON_FUSED_ADDER, 1.035-1.059x its consumers' own adds). A GQA / MQA program walks its (query head,
 query tile) steps in one flat loop at hd 128 (``walk=1``, configs.bwd_walk: the nested loops spilled 4-5x MHA's,
-whose group of 1 Triton specialises away).
+whose group of 1 Triton specialises away). hd 64 takes 128-row query tiles too (session 38: the dK / dV kernel's
+routed non-causal, configs.BWD_GLUON_BY_MASK; the fused kernel's each consumer its row half of dQ, not routed),
+optionally with S^T and dP^T in two 64-query halves (``QUERY_HALVES``: fewer registers live where the spills were).
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -67,11 +69,11 @@ class _BwdShape:
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
-                       "WALK": gl.constexpr}
+                       "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
-                 DQ_TURNS=0, WALK=0):
+                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -82,6 +84,7 @@ class _BwdShape:
         self.DQ_ADDER = gl.constexpr(DQ_ADDER)
         self.DQ_TURNS = gl.constexpr(DQ_TURNS)
         self.WALK = gl.constexpr(WALK)
+        self.QUERY_HALVES = gl.constexpr(QUERY_HALVES)
 
 
 @builtin
@@ -160,6 +163,40 @@ def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constex
                        is_async=True)
     _pass(other)
     return s, dp
+
+
+@gluon.jit
+def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr):
+    """:func:`_s_and_dp` for 128 queries as two halves of 64 (S^T and dP^T of the first half issued first: it is done
+    first), then the turn handed to the other consumer."""
+    zero = gl.zeros([64, 64], gl.float32, layout=S_LAYOUT)
+    s = warpgroup_mma(a_s, b_s.slice(0, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
+    dp = warpgroup_mma(a_dp, b_dp.slice(0, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
+    s_b = warpgroup_mma(a_s, b_s.slice(64, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
+    dp_b = warpgroup_mma(a_dp, b_dp.slice(64, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
+    _pass(other)
+    return s, dp, s_b, dp_b
+
+
+@gluon.jit
+def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL: gl.constexpr, N: gl.constexpr,
+              S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr):
+    """P^T and dS^T of one consumer's 64 keys from ``key0`` and ``N`` queries from ``q0``, their S^T and dP^T still in
+    flight (``WAIT_S`` / ``WAIT_DP``: the wgmmas left pending once each is done): lse and delta read while the
+    wgmmas run (loaded late: fewer registers live across the waits); rows past the sequence: lse +inf makes P 0
+    (their Q and dO tiles are zero-filled)."""
+    cols = q0 + gl.arange(0, N, layout=gl.SliceLayout(0, S_LAYOUT))
+    lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
+    s = warpgroup_mma_wait(WAIT_S, deps=(s, ))  # S^T done; dP^T may still run
+    p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
+    if IS_CAUSAL:
+        if q0 + off < key0 + 63:  # the tile crosses the diagonal: key n seen by query i iff n <= i + off
+            keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
+            keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
+            p = gl.where(keep, p, 0.0)
+    delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
+    dp = warpgroup_mma_wait(WAIT_DP, deps=(dp, ))
+    return p, p * (dp - gl.expand_dims(delta, 0))
 
 
 @gluon.jit
@@ -374,13 +411,13 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
-    S_LAYOUT: gl.constexpr = _acc_layout(BLOCK_M)  # S^T, dP^T: 64 keys x BLOCK_M queries
+    # (128-row tiles: S^T and dP^T in two 64-query halves each, :func:`_s_and_dp_halves`)
+    QUERY_HALVES: gl.constexpr = shape.QUERY_HALVES
+    S_LAYOUT: gl.constexpr = _acc_layout(64 if QUERY_HALVES else BLOCK_M)  # S^T, dP^T: 64 keys x BLOCK_M queries
     G_LAYOUT: gl.constexpr = _acc_layout(HEAD_DIM)  # dK, dV
     A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=G_LAYOUT, k_width=2)
     GB_LAYOUT: gl.constexpr = _acc_layout(KB_DIM)  # dK's second part
     AB_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=GB_LAYOUT, k_width=2)
-    KEYS: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
-    QUERIES: gl.constexpr = gl.SliceLayout(0, S_LAYOUT)
     DTYPE: gl.constexpr = q_smem.dtype
     off = seqlen_k - seqlen_q
     k_w = k_smem.index(wg).reshape([64, HEAD_DIM])
@@ -433,34 +470,47 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             q_t_b = q_smem_b.index(slot).reshape([BLOCK_M, KB_DIM])
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
             mbarrier.wait(mine, tc & 1)
-            s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0)  # S^T, dP^T
-            tc += 1
-            # lse and delta read while the wgmmas run (loaded late: fewer registers live across the waits); rows
-            # past the sequence: lse +inf makes P 0 (their Q and dO tiles are zero-filled)
-            cols = m0 + gl.arange(0, BLOCK_M, layout=QUERIES)
-            lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
-            s = warpgroup_mma_wait(1, deps=(s, ))  # S^T done; dP^T may still run
-            p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
-            if IS_CAUSAL:
-                if m0 + off < key0 + 63:  # the tile crosses the diagonal: key n seen by query i iff n <= i + off
-                    keys = key0 + gl.arange(0, 64, layout=KEYS)
-                    keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
-                    p = gl.where(keep, p, 0.0)
-            delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
-            dp = warpgroup_mma_wait(0, deps=(dp, ))
-            ds = p * (dp - gl.expand_dims(delta, 0))
-            if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
-                ds_t = ds_smem.index(it % 2)
-                ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
-                fence_async_shared()
-                _pass(ds_bar.index(it % 2))
-            p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
-            ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-            mbarrier.wait(mine, tc & 1)
-            dv = warpgroup_mma(p16, do_t, dv, is_async=True)
-            dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
-            if HEAD_DIM_B > 0:
-                dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
+            if QUERY_HALVES:  # S^T and dP^T as two 64-query halves each, one half's P^T / dS^T made while the
+                # other's wgmmas run (at 128 columns lse, delta and the mask's indices take 32 registers each)
+                s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT)
+                tc += 1
+                p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
+                                  3, 2)
+                if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
+                    ds_t = ds_smem.index(it % 2)
+                    ds_t.slice(64 * wg, 64).slice(0, 64, dim=1).store(ds.to(DTYPE))
+                p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
+                ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64,
+                                  S_LAYOUT, 1, 0)
+                if FUSED:
+                    ds_t.slice(64 * wg, 64).slice(64, 64, dim=1).store(ds.to(DTYPE))
+                    fence_async_shared()
+                    _pass(ds_bar.index(it % 2))
+                p16_b = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
+                ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                mbarrier.wait(mine, tc & 1)
+                dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
+                dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
+                dk = warpgroup_mma(ds16, q_t.slice(0, 64), dk, is_async=True)
+                dk = warpgroup_mma(ds16_b, q_t.slice(64, 64), dk, is_async=True)
+            else:
+                s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0)  # S^T, dP^T
+                tc += 1
+                p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
+                                  S_LAYOUT, 1, 0)
+                if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
+                    ds_t = ds_smem.index(it % 2)
+                    ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
+                    fence_async_shared()
+                    _pass(ds_bar.index(it % 2))
+                p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
+                ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                mbarrier.wait(mine, tc & 1)
+                dv = warpgroup_mma(p16, do_t, dv, is_async=True)
+                dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
+                if HEAD_DIM_B > 0:
+                    dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
                 order = None
                 if DQ_ADDER:  # the adder's barriers for this consumer's tile, and its adds so far
@@ -520,7 +570,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
-                        WALK: gl.constexpr = 0):
+                        WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -534,7 +584,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     partitions; an adder warp too): each dQ tile's adds in a fixed order (bitwise reproducible), counted in ``Sem``
     (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key blocks launched last
     first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``WALK``: how a program walks its (head,
-    tile) steps (:func:`_walk_bounds`)."""
+    tile) steps (:func:`_walk_bounds`). ``QUERY_HALVES`` (128-row tiles, one head-dim part): a consumer's S^T and dP^T
+    as two 64-query halves each, one half's P^T and dS^T made while the other's wgmmas run (:func:`dkdv_arguments`)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
@@ -593,8 +644,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
             mbarrier.init(dq_full.index(i), count=1)
             mbarrier.init(dq_empty.index(i), count=1)
 
+    gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK)
+                      WALK, QUERY_HALVES)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -816,7 +868,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
-                   dq_adder=False, walk=0) -> dict:
+                   dq_adder=False, walk=0, halves=None) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -825,10 +877,17 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     the partials added by an adder warp instead of by the consumers. ``dq_order`` (with ``dq_acc``):
     :func:`order_counters`' zeroed counters: each dQ tile's adds in a fixed order by an adder warp, bitwise
     reproducible. ``last_first``: the key blocks launched last first. ``walk``: how a program walks its (head, tile)
-    steps: 0 heads outside (default), 1 one flat loop, 2 lockstep (:func:`_walk_bounds`)."""
+    steps: 0 heads outside (default), 1 one flat loop, 2 lockstep (:func:`_walk_bounds`). ``halves`` (128-row tiles,
+    q / k = v head dims): S^T and dP^T as two 64-query halves (the kernel's QUERY_HALVES); None: where the sm_90a
+    compile spills less so (:func:`query_halves`)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
+    if halves is None:
+        halves = query_halves(block_m, d_b, dq_acc is not None, causal)
+    elif halves and (block_m != 128 or d_b):
+        raise ValueError(f"query halves: 128-row tiles with q / k = v head dims, got block_m={block_m}, "
+                         f"q / k {q.shape[-1]}, v {d}")
     dk3, dv3 = (dk[0], dv[0]) if split > 1 else (dk, dv)
     second = {} if d_b == 0 else dict(HEAD_DIM_B=d_b, QB_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d_b], g),
                                       KB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d_b], g))
@@ -855,12 +914,19 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, LAST_FIRST=bool(last_first),
-                WALK=int(walk), **second)
+                WALK=int(walk), QUERY_HALVES=bool(halves), **second)
+
+
+def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
+    """Whether 128-row tiles split S^T and dP^T into 64-query halves by default: where it spilled less in the sm_90a
+    compile (session 38, hd 64): the fused kernel 232 -> 96 B non-causal, 660 -> 208 B causal; the dK / dV kernel
+    causal 440 -> 384 B; not the dK / dV kernel non-causal (12 -> 76 B; its routed config)."""
+    return block_m == 128 and d_b == 0 and (fused or bool(causal))
 
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
-                walk=0):
+                walk=0, halves=None):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -868,7 +934,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -882,7 +948,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0):
+               walk=0, halves=None):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -896,7 +962,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     while all of a (batch, head)'s key blocks fit on the SMs it has, which a kernel cannot know; probes only.
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
     kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
-    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``)."""
+    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``: :func:`dkdv_arguments`'."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
@@ -910,7 +976,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk))
+        sem, last_first, adder, walk, halves))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

@@ -21,13 +21,14 @@ SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 #: (head dims, query rows a tile) -> the spill bytes ptxas reported in sessions 31-32 (an upper bound here: more is
 #: a regression; hd 128 at 64-row tiles spills, 32-row tiles about not; MLA's 192 / 128 at 32-row tiles 32 / 36 B
 #: over 2 stages, up to 68 B over the 3 it is routed at)
-SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 32): 72, ("64", 128): 448}
-#: hd 64's 128-row tiles, the mask they are routed with (session 38: 12 B; causal 440 B, not routed)
+SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 32): 72, ("64", 128): 400}
+#: hd 64's 128-row tiles, the mask they are routed with (session 38: 12 B; causal 384 B in query halves, 440 B
+#: without: not routed)
 SPILL_64_128_NONCAUSAL = 16
 #: ... and of the fused backward's kernel by (head dim, query rows a tile) (session 34; hd 128: 60 / 140 B over 2
-#: stages, 100 / 268 B over 3, the causal 3-stage one not routed; session 38: hd 64's 128-row tiles, not routed,
-#: 232 / 660 B, with an adder warp 180 B non-causal)
-FUSED_SPILL_AT_MOST = {("128", 64): 272, ("64", 64): 0, ("64", 128): 700}
+#: stages, 100 / 268 B over 3, the causal 3-stage one not routed; session 38: hd 64's 128-row tiles, not routed, in
+#: query halves 96 / 208 B, 100 B with an adder warp non-causal; without the halves 232 / 660 B)
+FUSED_SPILL_AT_MOST = {("128", 64): 272, ("64", 64): 0, ("64", 128): 300}
 #: ... and of its ordered (deterministic) variant, causal (session 36: the adds in an adder warp, hd 128 100-172 B over
 #: 2 stages as the adder changed; session 35's spin and hand-on in the consumers spilled 468 B, ran at 0.6x the fused
 #: kernel)
@@ -58,7 +59,8 @@ def compiled(tmp_path_factory):
     fused = set(configs.BWD_GLUON_FUSED_TRY.items()) | {(d, c) for d, m in configs.BWD_GLUON_FUSED.items()
                                                           for _, c in m.values()}
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
-    specs += ["bwdf16:64,128,2,0", "bwdf16:64,128,2,1", "bwda16:64,128,2,0"]  # hd 64's 128-row tiles (row halves)
+    # hd 64's 128-row tiles (dQ in row halves; S^T and dP^T in query halves by default, and without)
+    specs += ["bwdf16:64,128,2,0", "bwdf16:64,128,2,1", "bwda16:64,128,2,0", "bwdf16:64,128,2,0@h0"]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -111,12 +113,18 @@ def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
 
 
 def test_hd64_takes_128_row_tiles_where_routed(compiled):
-    """hd 64's dK / dV kernel on 128-row tiles, as configs.BWD_GLUON_BY_MASK routes it (non-causal): a spill of a few
-    bytes at most (causal spills 440 B: not routed). The fused kernel takes them too (each consumer its 64 rows of
-    every tile's dQ, not alternate tiles: its two reduces a tile), in the shared memory it has over 2 stages."""
+    """hd 64's dK / dV kernel on 128-row tiles, as configs.BWD_GLUON_BY_MASK routes it (non-causal, S^T and dP^T
+    whole): a spill of a few bytes at most (causal spills 384 B: not routed). The fused kernel takes them too (each
+    consumer its 64 rows of every tile's dQ, not alternate tiles: its two reduces a tile), in the shared memory it
+    has over 2 stages, and by default makes S^T and dP^T in two 64-query halves (four wgmmas where two were),
+    spilling less than without them."""
     for (d, name, causal), (bm, st) in configs.BWD_GLUON_BY_MASK.items():
         assert (d, name, causal, bm) == (64, "dkdv", False, 128)
         assert compiled[f"bwd16:{d},{bm},{st},0"]["spill"] <= SPILL_64_128_NONCAUSAL
+        assert not bwd_gluon.query_halves(bm, 0, False, causal)  # (the routed kernel: whole)
+    halves, whole = compiled["bwdf16:64,128,2,0"], compiled["bwdf16:64,128,2,0@h0"]
+    assert halves["spill"] < whole["spill"] and halves["wgmma"] > whole["wgmma"]
+    assert bwd_gluon.query_halves(128, 0, True, False) and not bwd_gluon.query_halves(64, 0, True, True)
     for c in (0, 1):
         rows, alternate = compiled[f"bwdf16:64,128,2,{c}"], compiled[f"bwdf16:64,64,2,{c}"]
         assert rows["tma_reduce"] == alternate["tma_reduce"] == 2 and rows["wgmma"] > alternate["wgmma"], c
@@ -199,7 +207,7 @@ def test_the_ordered_kernel_launches_its_key_blocks_last_first(monkeypatch):
     first first; either can be forced (probes)."""
     seen = []
     monkeypatch.setattr(bwd_gluon, "_check_call", lambda *a: None)  # (no sm90 GPU here: the launch is recorded)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-3]))  # (..., last_first, adder, walk)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a: seen.append(a[-4]))  # (..., last_first, adder, walk, halves)
     q, k, v, do, lse, delta = _inputs(b=1, sq=130, sk=130, hq=2, hk=2)
     for ordered, forced in ((True, None), (False, None), (True, False), (False, True)):
         bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.1, causal=True, fused=True, ordered=ordered,
@@ -263,6 +271,10 @@ def test_unsupported_inputs_are_named():
     assert "16-byte" in bwd_gluon.unsupported(shifted, k, v, do, lse, delta)
     with pytest.raises(ValueError, match="dkdv_gluon"):
         bwd_gluon.dkdv_gluon(q.float(), k, v, do, lse, delta, softmax_scale=0.1, causal=False)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    for block_m, inputs in ((64, (q, k, v, do)), (128, mla[:4])):  # query halves: 128-row tiles, q / k = v
+        with pytest.raises(ValueError, match="query halves"):
+            bwd_gluon.dkdv_arguments(*inputs, lse, delta, dk, dv, 0.1, False, block_m, halves=True)
 
 
 def test_the_probe_reads_its_configs_and_cells(capsys):
@@ -273,8 +285,12 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         sys.path.pop(0)
     assert probe._config("32,3", "block_m") == dict(block_m=32, num_stages=3)
     assert probe._config("128,2", "block_n") == dict(block_n=128, num_stages=2)
+    assert probe._config("128,2,h0", "block_m") == dict(block_m=128, num_stages=2, halves=False)
+    for bad in ("64", "128,2,h0,1", "128,2,x"):
+        with pytest.raises(SystemExit):
+            probe._config(bad, "block_m")
     with pytest.raises(SystemExit):
-        probe._config("64", "block_m")
+        probe._config("128,2,h1", "block_n")  # (the dQ kernel has no halves)
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
@@ -722,17 +738,19 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages, a
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("adder", [False, True], ids=["", "adder"])
+@pytest.mark.parametrize("adder, halves", [(False, None), (True, None), (False, False)],
+                         ids=["", "adder", "whole-S"])
 @pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [
     (2, 600, 600, 8, 2, True), (1, 1000, 1100, 4, 4, False), (1, 1100, 700, 4, 1, False), (1, 70, 130, 2, 2, True)],
     ids=["causal-GQA4", "Sq<Sk", "MQA-Sq>Sk", "short-causal"])
-def test_gpu_fused_kernel_128_row_tiles_match_oracle(b, sq, sk, hq, hk, causal, adder):
+def test_gpu_fused_kernel_128_row_tiles_match_oracle(b, sq, sk, hq, hk, causal, adder, halves):
     """The fused kernel at hd 64 on 128-row tiles (each consumer its 64 rows of every tile's dQ; not routed: no
-    faster than 64-row tiles in session 38): dQ, dK and dV within twice the Triton backward's error against the
-    FP64 oracle (plus a bf16 floor), partial tiles, GQA / MQA, Sq != Sk both ways; dK / dV NaN-poisoned first."""
+    faster than 64-row tiles in session 38), S^T and dP^T in query halves (the default) or whole: dQ, dK and dV
+    within twice the Triton backward's error against the FP64 oracle (plus a bf16 floor), partial tiles, GQA /
+    MQA, Sq != Sk both ways; dK / dV NaN-poisoned first."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, 64, causal)
     dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=128,
-                                      num_stages=2, poison=True, fused=True, adder=adder)
+                                      num_stages=2, poison=True, fused=True, adder=adder, halves=halves)
     torch.cuda.synchronize()
     _assert_within_triton(dq, dq_t, ref.dq, "dq")
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
