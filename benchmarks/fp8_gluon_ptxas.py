@@ -15,8 +15,9 @@ bwdf16:... for its fused variant (dQ too, added by TMA reduce), bwda16:... for t
 warp, bwdw16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL,WALK[,GROUP[,FUSED]] for the fused one (FUSED 0: the dK / dV one) walking
 its (head, tile) steps by WALK (bwd_gluon._walk_bounds: 0 nested, 1 flat, 2 lockstep) over a GQA group of GROUP
 (default 4) query heads, bwdo16:... for
-the fused one with its adds ordered (the deterministic variant) (any of these four may end in @h1 / @h0: 128-row
-tiles' S^T and dP^T in two 64-query halves or not, bwd_gluon.dkdv_arguments' ``halves``; default its rule), and
+the fused one with its adds ordered (the deterministic variant) (any of these five may end in @h1 / @h0: 128-row
+tiles' S^T and dP^T in two 64-query halves or not, bwd_gluon.dkdv_arguments' ``halves``, default its rule; and in
+@m1: the causal mask on every tile, its ``mask_every_tile``; e.g. bwdf16:128,64,2,1@m1), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
@@ -92,11 +93,12 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
 
 def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: bool = False, group: int = 1,
                         dv: int | None = None, fused: bool = False, ordered: bool = False,
-                        adder: bool = False, walk: int = 0, halves: bool | None = None) -> dict:
+                        adder: bool = False, walk: int = 0, halves: bool | None = None,
+                        mask_every_tile: bool = False) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
-    warp; ``ordered``: its deterministic variant; ``halves``: bwd_gluon.dkdv_arguments'."""
+    warp; ``ordered``: its deterministic variant; ``halves``, ``mask_every_tile``: bwd_gluon.dkdv_arguments'."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -110,7 +112,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     dq_acc = torch.empty(q.shape) if fused or ordered or adder else None
     sem = bwd_gluon.order_counters(q, block_m) if ordered else None
     call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages, dq_acc=dq_acc,
-                                    dq_order=sem, dq_adder=adder, walk=walk, halves=halves)
+                                    dq_order=sem, dq_adder=adder, walk=walk, halves=halves,
+                                    mask_every_tile=mask_every_tile)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -151,6 +154,14 @@ def _head_dims(spec: str) -> tuple[int, int | None, list[int]]:
     return int(d), int(dv) if dv else None, [int(x) for x in rest]
 
 
+def _dkdv_options(spec: str, options: list[str]) -> dict:
+    """A dK / dV spec's @-options (h0 / h1, m1) as compile_bwd16_sm90a's keywords."""
+    known = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True)}
+    if any(o not in known for o in options):
+        raise SystemExit(f"spec {spec}: options after @ are {', '.join(known)}")
+    return {key: value for o in options for key, value in known[o].items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="+", metavar="HEAD_DIM,BLOCK_M,BLOCK_N,CAUSAL,OVERLAP")
@@ -166,20 +177,21 @@ def main(argv=None) -> int:
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
-        elif spec.startswith("bwdw16:"):
-            d, dv, rest = _head_dims(spec)
-            bm, stages, causal, walk, *more = rest
-            bn, overlap = 128, 1
-            group, fused = (more + [4, 1])[:2] if len(more) < 2 else more[:2]
-            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), dv=dv, fused=bool(fused), walk=walk, group=group)
-        elif spec.startswith(("bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
-            plain, _, forced = spec.partition("@h")
+        elif spec.startswith(("bwdw16:", "bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
+            plain, *options = spec.split("@")
+            variant = _dkdv_options(spec, options)
             d, dv, rest = _head_dims(plain)
-            bm, stages, causal, *fp16 = rest
             bn, overlap = 128, 1
-            r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
-                                    fused=spec.startswith("bwdf16:"), ordered=spec.startswith("bwdo16:"),
-                                    adder=spec.startswith("bwda16:"), halves=bool(int(forced)) if forced else None)
+            if spec.startswith("bwdw16:"):
+                bm, stages, causal, walk, *more = rest
+                group, fused = (more + [4, 1])[:2] if len(more) < 2 else more[:2]
+                r = compile_bwd16_sm90a(d, bm, stages, bool(causal), dv=dv, fused=bool(fused), walk=walk, group=group,
+                                        **variant)
+            else:
+                bm, stages, causal, *fp16 = rest
+                r = compile_bwd16_sm90a(d, bm, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
+                                        fused=spec.startswith("bwdf16:"), ordered=spec.startswith("bwdo16:"),
+                                        adder=spec.startswith("bwda16:"), **variant)
         elif spec.startswith(("ws16w3:", "ws16w3n:", "ws16n:")):
             d, dv, rest = _head_dims(spec)
             bn, stages, causal, *more = rest

@@ -69,11 +69,11 @@ class _BwdShape:
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
-                       "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr}
+                       "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
-                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False):
+                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -85,6 +85,7 @@ class _BwdShape:
         self.DQ_TURNS = gl.constexpr(DQ_TURNS)
         self.WALK = gl.constexpr(WALK)
         self.QUERY_HALVES = gl.constexpr(QUERY_HALVES)
+        self.MASK_EVERY_TILE = gl.constexpr(MASK_EVERY_TILE)
 
 
 @builtin
@@ -180,17 +181,24 @@ def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr):
 
 @gluon.jit
 def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL: gl.constexpr, N: gl.constexpr,
-              S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr):
+              S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr, MASK_EVERY_TILE: gl.constexpr = False):
     """P^T and dS^T of one consumer's 64 keys from ``key0`` and ``N`` queries from ``q0``, their S^T and dP^T still in
     flight (``WAIT_S`` / ``WAIT_DP``: the wgmmas left pending once each is done): lse and delta read while the
     wgmmas run (loaded late: fewer registers live across the waits); rows past the sequence: lse +inf makes P 0
-    (their Q and dO tiles are zero-filled)."""
+    (their Q and dO tiles are zero-filled). Causal: the mask applied where the tile crosses the diagonal (a run-time
+    branch), or with ``MASK_EVERY_TILE`` on every tile (a compare and a select an element more, no branch: the
+    sm_90a compile spills half as much at hd 128)."""
     cols = q0 + gl.arange(0, N, layout=gl.SliceLayout(0, S_LAYOUT))
     lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
     s = warpgroup_mma_wait(WAIT_S, deps=(s, ))  # S^T done; dP^T may still run
-    p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
-    if IS_CAUSAL:
-        if q0 + off < key0 + 63:  # the tile crosses the diagonal: key n seen by query i iff n <= i + off
+    if IS_CAUSAL and MASK_EVERY_TILE:  # key n seen by query i iff n <= i + off
+        keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
+        keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
+        p = gl.where(keep, gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0)), 0.0)
+    else:
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
+    if IS_CAUSAL and not MASK_EVERY_TILE:
+        if q0 + off < key0 + 63:  # the tile crosses the diagonal
             keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
             keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
             p = gl.where(keep, p, 0.0)
@@ -475,14 +483,14 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                 s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT)
                 tc += 1
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
-                                  3, 2)
+                                  3, 2, shape.MASK_EVERY_TILE)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).slice(0, 64, dim=1).store(ds.to(DTYPE))
                 p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
                 ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
                 p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64,
-                                  S_LAYOUT, 1, 0)
+                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
                 if FUSED:
                     ds_t.slice(64 * wg, 64).slice(64, 64, dim=1).store(ds.to(DTYPE))
                     fence_async_shared()
@@ -498,7 +506,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                 s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0)  # S^T, dP^T
                 tc += 1
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
-                                  S_LAYOUT, 1, 0)
+                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
@@ -570,7 +578,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         stride_dqas=0, stride_dqah=0, DQ_COLS: gl.constexpr = 0, DS_SL: gl.constexpr = None,
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
-                        WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False):
+                        WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
+                        MASK_EVERY_TILE: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -585,7 +594,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     (:func:`order_counters`, zeroed by the caller; see _dq_adder). ``LAST_FIRST``: the key blocks launched last
     first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``WALK``: how a program walks its (head,
     tile) steps (:func:`_walk_bounds`). ``QUERY_HALVES`` (128-row tiles, one head-dim part): a consumer's S^T and dP^T
-    as two 64-query halves each, one half's P^T and dS^T made while the other's wgmmas run (:func:`dkdv_arguments`)."""
+    as two 64-query halves each, one half's P^T and dS^T made while the other's wgmmas run (:func:`dkdv_arguments`).
+    ``MASK_EVERY_TILE`` (causal): the mask applied on every tile, not behind a branch (:func:`_p_and_ds`)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
@@ -646,7 +656,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -868,7 +878,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
-                   dq_adder=False, walk=0, halves=None) -> dict:
+                   dq_adder=False, walk=0, halves=None, mask_every_tile=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -879,7 +889,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     reproducible. ``last_first``: the key blocks launched last first. ``walk``: how a program walks its (head, tile)
     steps: 0 heads outside (default), 1 one flat loop, 2 lockstep (:func:`_walk_bounds`). ``halves`` (128-row tiles,
     q / k = v head dims): S^T and dP^T as two 64-query halves (the kernel's QUERY_HALVES); None: where the sm_90a
-    compile spills less so (:func:`query_halves`)."""
+    compile spills less so (:func:`query_halves`). ``mask_every_tile`` (causal; not routed yet): the causal mask on
+    every tile instead of behind a branch on the diagonal's (the kernel's MASK_EVERY_TILE)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -914,7 +925,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
                 Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, LAST_FIRST=bool(last_first),
-                WALK=int(walk), QUERY_HALVES=bool(halves), **second)
+                WALK=int(walk), QUERY_HALVES=bool(halves), MASK_EVERY_TILE=bool(mask_every_tile and causal), **second)
 
 
 def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
@@ -926,7 +937,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
-                walk=0, halves=None):
+                walk=0, halves=None, mask_every_tile=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -934,7 +945,8 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     ``dq_order``)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
-                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves)
+                            consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
+                            mask_every_tile)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -948,7 +960,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0, halves=None):
+               walk=0, halves=None, mask_every_tile=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -962,7 +974,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     while all of a (batch, head)'s key blocks fit on the SMs it has, which a kernel cannot know; probes only.
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
     kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
-    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``: :func:`dkdv_arguments`'."""
+    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``: :func:`dkdv_arguments`'."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
@@ -976,7 +988,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves))
+        sem, last_first, adder, walk, halves, mask_every_tile))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
