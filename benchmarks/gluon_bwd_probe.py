@@ -279,8 +279,10 @@ def main(argv=None) -> int:
                     help="the Triton kernels at their autotuned configs (default: the pinned first picks)")
     ap.add_argument("--check-only", action="store_true")
     a = ap.parse_args(argv)
-    for spec in a.dkdv + a.dq + a.fused:
-        _config(spec, "block")
+    for spec in a.dkdv + a.fused:  # (the configs read before any GPU work)
+        _config(spec, "block_m")
+    for spec in a.dq:
+        _config(spec, "block_n")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_bwd_probe: needs an sm90 GPU", file=sys.stderr)
         return 2

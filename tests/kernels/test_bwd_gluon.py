@@ -307,6 +307,10 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
             probe._config(bad, "block_m")
     with pytest.raises(SystemExit):
         probe._config("128,2,h1", "block_n")  # (the dQ kernel has no halves)
+    if not SM90:  # the command line's configs are read before it asks for the GPU
+        assert probe.main(["--dkdv", "64,2,m1", "--fused", "128,2,h0", "64,2,m1", "--dq", "128,2"]) == 2
+        with pytest.raises(SystemExit):
+            probe.main(["--dq", "128,2,m1"])
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
