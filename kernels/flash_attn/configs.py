@@ -806,7 +806,8 @@ _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_sta
 #: an H100 (session 38, docs/perf/gluon-hd64-s38, the kernels alone, against the autotuned Triton dK / dV in the same
 #: runs, two calls x best of two): 1.035x / 1.037x at 4k, 1.060x / 1.052x at 16k (0.97x at 2k); the 64-row tiles
 #: 0.92-0.98x (128 rows ahead of 64 by 1.05-1.14x in each cell); causal 128-row 0.82-0.94x (stays 64). The whole
-#: backward with the route: not timed yet.
+#: backward with the route: not timed yet. Measured on MHA only: GQA / MQA calls of these cells are not routed (the
+#: Triton kernel; a group's loops make the 128-row kernel spill 212 B nested, 120 B flat, against MHA's 12 B).
 BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
@@ -845,8 +846,10 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     if cfg and not tried:
         least = BWD_GLUON_MIN_SEQLEN.get(q.shape[-1], {})
         seqlen = min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0
+        gqa = q.dim() == 4 and q.shape[2] != k.shape[2]
         cfg = {name: BWD_GLUON_BY_MASK.get((q.shape[-1], name, bool(causal)), c) for name, c in cfg.items()
-               if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))}  # a mask not listed: not routed
+               if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))  # a mask not listed: not routed
+               and not (gqa and (q.shape[-1], name, bool(causal)) in BWD_GLUON_BY_MASK)}  # (MHA-only cells)
     if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return {}
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:

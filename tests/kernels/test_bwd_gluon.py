@@ -335,7 +335,8 @@ def _route(q, k, v, **over):
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    4k; hd 64: dK / dV from 4k, on 128-row tiles non-causal: configs.BWD_GLUON_BY_MASK); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
+    4k; hd 64: dK / dV from 4k, non-causal on 128-row tiles and MHA only: configs.BWD_GLUON_BY_MASK);
+    FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
     (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0)."""
@@ -357,8 +358,10 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     assert hd64(n64 - 1, causal=True, window_right=0) == {}
     mha = _inputs(sq=4096, sk=4096, hk=4)[:3]
     assert _route(*mha)["dkdv"]["walk"] == 0 and _route(*_inputs(sq=4096, sk=4096, hk=1)[:3])["dkdv"]["walk"] == 1
-    n64 = least[64]["dkdv"][False]  # hd 64 non-causal: its own tile
-    assert hd64(n64) == {"dkdv": dict(block_m=128, num_stages=2, walk=0)} and hd64(n64 - 1) == {}
+    n64 = least[64]["dkdv"][False]  # hd 64 non-causal: its own tile, MHA only (GQA / MQA not measured there)
+    mha64 = lambda n: _route(*_inputs(sq=n, sk=n, d=64, hk=4)[:3])  # noqa: E731
+    assert mha64(n64) == {"dkdv": dict(block_m=128, num_stages=2, walk=0)} and mha64(n64 - 1) == {}
+    assert hd64(n64) == {} == _route(*_inputs(sq=n64, sk=n64, d=64, hk=1)[:3])  # GQA 4/2, MQA
     long_q = _inputs(sq=8192, sk=least[128]["dkdv"][False] - 1)  # the shorter sequence decides
     assert _route(*long_q[:3]) == {}
     long = _inputs(sq=4096, sk=4096)[:3]
@@ -654,8 +657,8 @@ def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk
 @needs_sm90
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     (1, 1024, 1024, 8, 2, 128, False), (1, 4096, 4096, 4, 1, 128, True), (1, 4096, 4096, 4, 2, 64, True),
-    (1, 4100, 4096, 4, 2, 64, False), (1, 1100, 1300, 4, 2, 192, True), (1, 600, 600, 4, 4, 192, True)],
-    ids=["hd128-S1024", "hd128-causal-MQA-S4096", "hd64-causal-S4096", "hd64-GQA-S4100x4096-128-rows",
+    (1, 4100, 4096, 4, 4, 64, False), (1, 1100, 1300, 4, 2, 192, True), (1, 600, 600, 4, 4, 192, True)],
+    ids=["hd128-S1024", "hd128-causal-MQA-S4096", "hd64-causal-S4096", "hd64-S4100x4096-128-rows",
          "mla-causal-GQA-S1100x1300", "mla-causal-S600"])
 def test_gpu_default_backward_route_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
     """flash_attn_func's backward as routed by default (configs.BWD_GLUON from BWD_GLUON_MIN_SEQLEN's lengths; the
