@@ -541,7 +541,7 @@ def _gpu_case(b, sq, sk, hq, hk, d, causal):
 def test_gpu_dkdv_match_oracle(b, sq, sk, hq, hk, d, causal, block_m):
     """dK and dV from the Gluon kernel within twice the Triton backward's error against the FP64 oracle (plus a
     bf16 rounding floor), on partial tiles, GQA / MQA, Sq != Sk and rows that see no key; NaN-poisoned first; a
-    replayed launch gives the same bits. 32- and 64-row tiles, and hd 64's 128-row ones (routed non-causal)."""
+    replayed launch gives the same bits. 32- and 64-row tiles, and hd 64's 128-row ones (routed non-causal, MHA)."""
     q, k, v, do, out, lse, delta, scale, ref, (_, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     cache = {}
     dk, dv = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, block_m=block_m,
