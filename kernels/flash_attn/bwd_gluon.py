@@ -197,7 +197,8 @@ def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSA
         p = gl.where(keep, gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0)), 0.0)
     else:
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
-    if IS_CAUSAL and not MASK_EVERY_TILE:
+    if IS_CAUSAL and not MASK_EVERY_TILE:  # (the mask written again inside the branch, not shared with the one
+        # above: computed before the branch, the keys change the routed causal kernels' code and spills, session 38)
         if q0 + off < key0 + 63:  # the tile crosses the diagonal
             keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
             keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
