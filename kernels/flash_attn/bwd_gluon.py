@@ -30,8 +30,11 @@ without the turns (``dkdv_gluon(adder=True)``, ``DQ_ADDER``): routed at hd 128 n
 (configs.BWD_GLUON_FUSED_ADDER, 1.035-1.059x its consumers' own adds). A GQA / MQA program walks its (query head,
 query tile) steps in one flat loop at hd 128 (``walk=1``, configs.bwd_walk: the nested loops spilled 4-5x MHA's,
 whose group of 1 Triton specialises away). hd 64 takes 128-row query tiles too (session 38: the dK / dV kernel's
-routed non-causal, configs.BWD_GLUON_BY_MASK; the fused kernel's each consumer its row half of dQ, not routed),
-optionally with S^T and dP^T in two 64-query halves (``QUERY_HALVES``: fewer registers live where the spills were).
+routed non-causal, configs.BWD_GLUON_BY_MASK; the fused kernel's each consumer its row half of dQ, routed
+non-causal from session 39, configs.BWD_GLUON_FUSED), optionally with S^T and dP^T in two 64-query halves
+(``QUERY_HALVES``: fewer registers live where the spills were; on by default for the fused kernel's). Causal tiles
+may take the mask on every tile instead of behind a branch (``MASK_EVERY_TILE``: routed for the fused kernel at hd
+128, configs.BWD_GLUON_FUSED_MASK_EVERY_TILE).
 Gluon has no interpreter: sm90 GPUs only (tests/kernels/test_bwd_gluon.py compiles it for sm_90a on the CPU and
 checks it against the FP64 oracle on the GPU).
 """
@@ -890,8 +893,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     reproducible. ``last_first``: the key blocks launched last first. ``walk``: how a program walks its (head, tile)
     steps: 0 heads outside (default), 1 one flat loop, 2 lockstep (:func:`_walk_bounds`). ``halves`` (128-row tiles,
     q / k = v head dims): S^T and dP^T as two 64-query halves (the kernel's QUERY_HALVES); None: where the sm_90a
-    compile spills less so (:func:`query_halves`). ``mask_every_tile`` (causal; not routed yet): the causal mask on
-    every tile instead of behind a branch on the diagonal's (the kernel's MASK_EVERY_TILE)."""
+    compile spills less so (:func:`query_halves`). ``mask_every_tile`` (causal; routed for the fused kernel at hd 128:
+    configs.BWD_GLUON_FUSED_MASK_EVERY_TILE): the causal mask on every tile instead of behind a branch on the
+    diagonal's (the kernel's MASK_EVERY_TILE)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d

@@ -712,10 +712,12 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: 1.09x at 16k. GQA loses: Llama-3-8B (32/8, 8k causal) 0.80x, Llama-3-70B (64/8, 4k) 0.70x (split route 1.09x /
 #: 1.15x; a group split of 4 recovers part: 0.84x / 0.80x the split route): not routed. hd 128 non-causal runs 3
 #: stages (the kernel alone 1.19-1.29x the Triton backward against 1.13-1.18x at 2), causal 2 (1.32-1.40x against
-#: 1.12-1.19x at 3).
+#: 1.12-1.19x at 3). hd 64 non-causal runs 128-row tiles (session 39, docs/perf/gluon-hd64-s39: S^T and dP^T in
+#: query halves, bwd_gluon.query_halves; the kernel alone 1.035-1.109x the 64-row tiles at 4k, 1.016-1.116x at 16k,
+#: faster in each of two repeats; causal 0.97-1.00x: stays 64).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
-    64: {(False, False): (8192, (64, 2)), (False, True): (8192, (64, 2))}}
+    64: {(False, False): (8192, (128, 2)), (False, True): (8192, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length
 BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 #: (head dim, causal) cells whose fused kernel adds dQ's partials through an adder warp (a fourth partition) instead
@@ -724,6 +726,12 @@ BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 #: 1.035x / 1.054x / 1.059x at 4k / 8k / 16k over its 3 routed stages (1.06-1.14x over 2), faster in every
 #: repeat; causal 1.02x / 0.97x / 0.99x and hd 64 0.98-1.01x (session 37's no-wait rows): left on the consumers.
 BWD_GLUON_FUSED_ADDER: frozenset[tuple[int, bool]] = frozenset({(128, False)})
+#: head dims whose causal fused kernel writes the causal mask on every tile (bwd_gluon.dkdv_launch's
+#: ``mask_every_tile``: no run-time branch on the diagonal's tiles, 140 -> 88 B spilled at hd 128) wherever it runs
+#: (routed or ``FLASH_ATTN_BWD=fused``). Measured on an H100 (session 39, docs/perf/gluon-hd64-s39, the kernels alone,
+#: same run, two repeats, MHA): 1.060x / 1.058x at 4k, 1.080x / 1.034x at 16k; the split route's dK / dV kernel
+#: 1.006-1.026x there (under the 3% bar: keeps the branch). GQA's flat walk with it: not timed.
+BWD_GLUON_FUSED_MASK_EVERY_TILE: frozenset[int] = frozenset({128})
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -745,7 +753,7 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
-    :func:`bwd_walk`) where the
+    :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`) where the
     backward runs fused (dQ by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
     at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any
     length, deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
@@ -763,7 +771,7 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
     if fused_unsupported(q, k, v, do, lse, lse, cfg[0]):  # (delta is made in lse's shape and layout)
         return None
     return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
-                walk=bwd_walk(q, k))
+                walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE)
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones

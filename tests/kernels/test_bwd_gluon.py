@@ -62,7 +62,10 @@ def compiled(tmp_path_factory):
     specs += [f"bwdf16:{d},{bm},{st},{c}" for d, (bm, st) in sorted(fused) for c in (0, 1)] + ["bwdf16:64,64,3,1,1"]
     # hd 64's 128-row tiles (dQ in row halves; S^T and dP^T in query halves by default, and without)
     specs += ["bwdf16:64,128,2,0", "bwdf16:64,128,2,1", "bwda16:64,128,2,0", "bwdf16:64,128,2,0@h0"]
-    specs += ["bwd16:128,64,2,1@m1", "bwdf16:128,64,2,1@m1"]  # hd 128 causal's mask on every tile (not routed)
+    # hd 128 causal's mask on every tile: the dK / dV kernel's (not routed) and the fused kernel's (routed: MHA, and
+    # GQA's flat walk under FLASH_ATTN_BWD=fused)
+    specs += ["bwd16:128,64,2,1@m1"] + [f"bwdf16:{d},64,2,1@m1" for d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE]
+    specs += [f"bwdw16:{d},64,2,1,1,4,1@m1" for d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -99,7 +102,7 @@ def test_the_kernels_compile_with_their_partitions(compiled):
                  "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
                  "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4}.get(kernel, 0)
         assert r["spill"] <= bound, (spec, r["spill"])
-        adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.endswith(",1"))
+        adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.split("@")[0].endswith(",1"))
         assert (r["tma_reduce"] > 0) == adds, spec  # only the fused ones add dQ by TMA reduce
 
 
@@ -136,11 +139,14 @@ def test_hd64_takes_128_row_tiles_where_routed(compiled):
 
 def test_the_causal_mask_on_every_tile_spills_less(compiled):
     """hd 128 causal, both kernels as routed (64-row tiles, 2 stages): the mask on every tile (``mask_every_tile``, a
-    compare and a select an element, no branch; not routed yet) spills under two thirds of what the branch on the
-    diagonal's tiles does (session 38: 184 -> 92 B, 140 -> 88 B), the same wgmmas."""
+    compare and a select an element, no branch; routed for the fused kernel, configs.BWD_GLUON_FUSED_MASK_EVERY_TILE,
+    not for the split route's dK / dV kernel) spills under two thirds of what the branch on the diagonal's tiles
+    does (session 38: 184 -> 92 B, 140 -> 88 B), the same wgmmas; the fused kernel's GQA flat walk less too."""
     for kernel in ("bwd16", "bwdf16"):
         branch, every = compiled[f"{kernel}:128,64,2,1"], compiled[f"{kernel}:128,64,2,1@m1"]
         assert 3 * every["spill"] < 2 * branch["spill"] and every["wgmma"] == branch["wgmma"], kernel
+    branch, every = compiled["bwdw16:128,64,2,1,1,4,1"], compiled["bwdw16:128,64,2,1,1,4,1@m1"]
+    assert every["spill"] < branch["spill"] and every["wgmma"] == branch["wgmma"]
 
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
@@ -405,7 +411,8 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     """configs.gluon_fused_bwd: FLASH_ATTN_BWD=fused runs BWD_GLUON_FUSED_TRY's config wherever the kernel can (hd 64
     / 128, q / k = v, dense bf16 / fp16, causal or no mask, sm90) at any length; by default BWD_GLUON_FUSED's cells
     from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused". The adds
-    go through an adder warp in BWD_GLUON_FUSED_ADDER's cells (hd 128 non-causal), either way."""
+    go through an adder warp in BWD_GLUON_FUSED_ADDER's cells (hd 128 non-causal), and causal ones put the mask on
+    every tile at BWD_GLUON_FUSED_MASK_EVERY_TILE's head dims (hd 128), either way."""
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
 
     def fused(q, k, v, **over):
@@ -418,8 +425,9 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         bm, st = configs.BWD_GLUON_FUSED_TRY[d]
         x = _inputs(d=d)[:3]
         plain, causal = fused(*x), fused(*x, causal=True, window_right=0)  # (GQA 4/2: flat walk at hd 128)
-        assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128))
-        assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128))
+        assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False)
+        assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
+                              mask_every_tile=d == 128)
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
@@ -436,11 +444,14 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
             mask = dict(causal=causal, window_right=0 if causal else -1)
             heads = dict(hq=4, hk=2 if gqa else 4)
             adder = (d, causal) in configs.BWD_GLUON_FUSED_ADDER
+            every = causal and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE
             assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(
-                block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128))
+                block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128), mask_every_tile=every)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
+    assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
+    assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")  # (forced: tests and probes, deterministic or not)
