@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: fa4a | fa4-0|fa4-1|fa4-2 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -473,6 +473,26 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
     done
     python3 benchmarks/host_ab.py "$OUT/host-ab" | tee "$OUT/host-ab/ab.md"
     tarred host-ab
+    ;;
+route-ab)  # issue 16: the in-repo backward through the harness with this tree's kernels against .old's (carried:
+    # `mkdir .old && git archive REV harness kernels | tar -x -C .old`; this tree's harness drives both), alternating
+    # new, old, new, old: a route change's whole-backward effect on the same host in one call (AB_CASES: a case regex
+    # of the fa-sweep preset; AB_MODES, default bwd; AB_SECONDS a run, default 90)
+    setup
+    rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
+    mkdir -p "$OUT/route-ab"
+    for i in 1 2; do
+        for side in new old; do
+            root=$PWD; [ "$side" = new ] || root=/tmp/ab-old
+            (cd "$root" && PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$root \
+                timeout $(( ${AB_SECONDS:-90} + 30 )) python3 -m harness bench --preset fa-sweep --dtypes bf16 \
+                --backends triton_fa --modes "${AB_MODES:-bwd}" --cases "${AB_CASES:?AB_CASES}" --target-ms 25 \
+                --time-limit "${AB_SECONDS:-90}" --quiet --out "$OUT/route-ab/$side-$i") > "$OUT/route-ab/$side-$i.log" 2>&1
+            echo "$side-$i exit $?" >> "$OUT/route-ab/$side-$i.log"
+            grep -A8 "^### " "$OUT/route-ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
+        done
+    done
+    tarred route-ab
     ;;
 host-floors)  # issue 16: the in-repo kernels' launch paths beside their launches alone and the host's floors
     # (one torch.empty, one replayed one-pointer launch), unpinned and pinned to one core (HOST_PIN, default 3),
