@@ -486,7 +486,7 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-old
             (cd "$root" && PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$root \
                 timeout $(( ${AB_SECONDS:-90} + 30 )) python3 -m harness bench --preset fa-sweep --dtypes bf16 \
-                --backends triton_fa --modes "${AB_MODES:-bwd}" --cases "${AB_CASES:?AB_CASES}" --target-ms 25 \
+                --backends triton_fa --modes "${AB_MODES:-bwd}" --cases="${AB_CASES:?AB_CASES}" --target-ms 25 \
                 --time-limit "${AB_SECONDS:-90}" --quiet --out "$OUT/route-ab/$side-$i") > "$OUT/route-ab/$side-$i.log" 2>&1
             echo "$side-$i exit $?" >> "$OUT/route-ab/$side-$i.log"
             grep -A8 "^### " "$OUT/route-ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
