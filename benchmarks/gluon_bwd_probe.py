@@ -19,7 +19,8 @@ backwards, H100.
    ``--dkdv`` config; the fused backward's kernel (dK / dV with dQ added by TMA reduce, its zeroed fp32 dQ buffer
    included) at each ``--fused`` config (hd 64 / 128), against the whole Triton backward; the whole backward four
    ways: Triton's, both Gluon kernels (FLASH_ATTN_BWD=gluon: configs.BWD_GLUON_TRY's configs), fused
-   (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast) and as routed by default ("routed":
+   (FLASH_ATTN_BWD=fused: delta, the fused kernel, dQ's cast; a cell configs.BWD_GLUON_FUSED routes at its routed
+   config, at any length) and as routed by default ("routed":
    configs.BWD_GLUON by length). ``--ordered``: the fused kernel's ordered (deterministic) variant too at each
    ``--fused`` config ("gluon ordered", its key blocks launched last first as by default; checked twice, both
    launch orders: its dK, dV and dQ must be bitwise the same). ``--adder``: the unordered fused kernel with its adds

@@ -718,7 +718,9 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
     64: {(False, False): (8192, (128, 2)), (False, True): (8192, (64, 2))}}
-#: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length
+#: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
+#: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing
+#: length would run, so probes time it)
 BWD_GLUON_FUSED_TRY: dict[int, tuple[int, int]] = {64: (64, 2), 128: (64, 2)}
 #: (head dim, causal) cells whose fused kernel adds dQ's partials through an adder warp (a fourth partition) instead
 #: of the consumers' own reduces, wherever it runs (routed or ``FLASH_ATTN_BWD=fused``). Measured on an H100
@@ -736,27 +738,28 @@ BWD_GLUON_FUSED_MASK_EVERY_TILE: frozenset[int] = frozenset({128})
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
     """The fused backward's (BLOCK_M, stages) for a dense call with these head dims, heads (``gqa``: query heads
-    share kv heads), mask and shorter sequence length, by the environment (``FLASH_ATTN_BWD=fused``:
-    :data:`BWD_GLUON_FUSED_TRY` at any length; ``split`` / ``atomic`` / ``gluon``: None) and
+    share kv heads), mask and shorter sequence length, by the environment (``FLASH_ATTN_BWD=fused``: the cell's
+    config of :data:`BWD_GLUON_FUSED` where it lists one, else :data:`BWD_GLUON_FUSED_TRY`'s, at any length;
+    ``split`` / ``atomic`` / ``gluon``: None) and
     :data:`BWD_GLUON_FUSED`; None where it does not run. The cell rule alone, before the call's own checks
     (:func:`gluon_fused_bwd`): shared with the harness's ``triton_fa`` adapter, which declares the cells it routes
     as having a nondeterministic backward."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic", "gluon") or d != dv:
         return None
-    if forced == "fused":
-        return BWD_GLUON_FUSED_TRY.get(d)
     least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
+    if forced == "fused":
+        return cfg or BWD_GLUON_FUSED_TRY.get(d)
     return cfg if cfg is not None and seqlen >= least else None
 
 
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
-    :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`) where the
-    backward runs fused (dQ by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED` with both sequences
-    at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: :data:`BWD_GLUON_FUSED_TRY` at any
-    length, deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
+    :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`) where the backward runs fused (dQ
+    by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED`
+    with both sequences at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: at any length,
+    deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
     (bwd_gluon.fused_unsupported). ``deterministic`` (the caller asked for bitwise-reproducible gradients): never
     by default (dQ's partials are added in arrival order)."""
     if (deterministic and os.environ.get("FLASH_ATTN_BWD", "") != "fused") or varlen or q.dim() != 4:

@@ -408,8 +408,9 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
 
 
 def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
-    """configs.gluon_fused_bwd: FLASH_ATTN_BWD=fused runs BWD_GLUON_FUSED_TRY's config wherever the kernel can (hd 64
-    / 128, q / k = v, dense bf16 / fp16, causal or no mask, sm90) at any length; by default BWD_GLUON_FUSED's cells
+    """configs.gluon_fused_bwd: FLASH_ATTN_BWD=fused runs wherever the kernel can (hd 64 / 128, q / k = v, dense
+    bf16 / fp16, causal or no mask, sm90) at any length, a cell BWD_GLUON_FUSED lists at its routed config (what a
+    lower routing length would run), others at BWD_GLUON_FUSED_TRY's; by default BWD_GLUON_FUSED's cells
     from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused". The adds
     go through an adder warp in BWD_GLUON_FUSED_ADDER's cells (hd 128 non-causal), and causal ones put the mask on
     every tile at BWD_GLUON_FUSED_MASK_EVERY_TILE's head dims (hd 128), either way."""
@@ -430,6 +431,11 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
                               mask_every_tile=d == 128)
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
+    for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
+        for (gqa, causal), (least, (bm, st)) in cells.items():
+            short = _inputs(sq=64, sk=64, d=d, hq=4, hk=2 if gqa else 4)[:3]
+            got = fused(*short, causal=causal, window_right=0 if causal else -1)
+            assert (got["block_m"], got["num_stages"]) == (bm, st) and least > 64, (d, gqa, causal)
     for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
                  dict(sm_major=8), dict(sm_major=None)):
         assert fused(q, k, v, **over) is None, over
