@@ -68,11 +68,16 @@ BLOCK_N = 128
 
 @aggregate
 class _BwdShape:
-    """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values)."""
+    """The partitions' compile-time shape (warp_specialize passes plain arguments as run-time values), and which
+    part of each query tile's dQ partial a consumer of the fused kernel makes (``DQ_COLS`` > 0), worked out once
+    for the consumers and the adder warp: ``DQ_COL_HALVES`` (hd 128: its ``DQ_COLS`` columns of every tile),
+    ``DQ_ROW_HALVES`` (hd 64 on 128-row tiles: its 64 rows of every tile) or ``DQ_ALTERNATE`` (hd 64 on 64-row
+    tiles: all of every other tile, by parity)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_M": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
-                       "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr}
+                       "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
+                       "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
@@ -89,6 +94,9 @@ class _BwdShape:
         self.WALK = gl.constexpr(WALK)
         self.QUERY_HALVES = gl.constexpr(QUERY_HALVES)
         self.MASK_EVERY_TILE = gl.constexpr(MASK_EVERY_TILE)
+        self.DQ_COL_HALVES = gl.constexpr(0 < DQ_COLS < HEAD_DIM)
+        self.DQ_ROW_HALVES = gl.constexpr(DQ_COLS > 0 and BLOCK_M == 128)
+        self.DQ_ALTERNATE = gl.constexpr(DQ_COLS > 0 and not (DQ_COLS < HEAD_DIM or BLOCK_M == 128))
 
 
 @builtin
@@ -346,14 +354,12 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     program starts at tile 0, so each trails the one above it by a hand-on, set up once (a wavefront): the tile is
     handed on as soon as its reduces completed, keeping that lag short. The key blocks are launched last first
     (``LAST_FIRST``): a program waits only on programs dispatched before it."""
-    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     TURNS: gl.constexpr = shape.DQ_TURNS
-    HALVES: gl.constexpr = DQ_COLS < HEAD_DIM or BLOCK_M == 128  # each consumer its half of every tile (hd 128:
-    # columns; hd 64 with 128-row tiles: rows)
-    R1: gl.constexpr = 64 if BLOCK_M == 128 else 0  # the second half's offsets (rows, columns)
-    C1: gl.constexpr = DQ_COLS if DQ_COLS < HEAD_DIM else 0
+    HALVES: gl.constexpr = not shape.DQ_ALTERNATE  # each consumer its half of every tile (columns or rows)
+    R1: gl.constexpr = 64 if shape.DQ_ROW_HALVES else 0  # the second half's offsets (rows, columns)
+    C1: gl.constexpr = DQ_COLS if shape.DQ_COL_HALVES else 0
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
     prev = 0  # (causal) the tile added before: handed on after this one's reduces are issued (the spare one first)
@@ -437,9 +443,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     k_w_b = k_smem_b.index(wg).reshape([64, KB_DIM])
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     FUSED: gl.constexpr = DQ_COLS > 0
-    DQ_COL_HALVES: gl.constexpr = DQ_COLS < HEAD_DIM  # hd 128: each consumer its column half of every tile
-    DQ_ROW_HALVES: gl.constexpr = BLOCK_M == 128  # hd 64, 128-row tiles: each consumer its row half of every tile
-    DQ_ALTERNATE: gl.constexpr = not DQ_COL_HALVES and not DQ_ROW_HALVES  # hd 64, 64-row tiles: all of it, by parity
+    DQ_COL_HALVES: gl.constexpr = shape.DQ_COL_HALVES  # (fused: which part of a tile's dQ this consumer makes)
+    DQ_ROW_HALVES: gl.constexpr = shape.DQ_ROW_HALVES
+    DQ_ALTERNATE: gl.constexpr = shape.DQ_ALTERNATE
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     key0 = n0 + 64 * wg
