@@ -817,7 +817,9 @@ _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_sta
 #: an H100 (session 38, docs/perf/gluon-hd64-s38, the kernels alone, against the autotuned Triton dK / dV in the same
 #: runs, two calls x best of two): 1.035x / 1.037x at 4k, 1.060x / 1.052x at 16k (0.97x at 2k); the 64-row tiles
 #: 0.92-0.98x (128 rows ahead of 64 by 1.05-1.14x in each cell); causal 128-row 0.82-0.94x (stays 64). The whole
-#: backward with the route: not timed yet. Measured on MHA only: GQA / MQA calls of these cells are not routed (the
+#: backward with the route (session 39, docs/perf/gluon-hd64-s39, against the autotuned Triton backward, two
+#: repeats): 0.991x / 1.028x at 4k, 1.144x / 0.970x at 16k, a host whose hd 64 16k cells moved 8% between repeats
+#: (the kernel alone 1.02-1.20x the 64-row tiles in the same run): not settled either way. Measured on MHA only: GQA / MQA calls of these cells are not routed (the
 #: Triton kernel; a group's loops make the 128-row kernel spill 212 B nested, 120 B flat, against MHA's 12 B).
 BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
 

@@ -27,8 +27,9 @@ SPILL_AT_MOST = {("128", 64): 256, ("128", 32): 32, ("64", 64): 0, ("192/128", 3
 #: without: not routed)
 SPILL_64_128_NONCAUSAL = 16
 #: ... and of the fused backward's kernel by (head dim, query rows a tile) (session 34; hd 128: 60 / 140 B over 2
-#: stages, 100 / 268 B over 3, the causal 3-stage one not routed; session 38: hd 64's 128-row tiles, not routed, in
-#: query halves 96 / 208 B, 100 B with an adder warp non-causal; without the halves 232 / 660 B)
+#: stages, 100 / 268 B over 3, the causal 3-stage one not routed; session 38: hd 64's 128-row tiles, in query halves
+#: 96 / 208 B (non-causal routed since session 39), 100 B with an adder warp non-causal; without the halves 232 /
+#: 660 B)
 FUSED_SPILL_AT_MOST = {("128", 64): 272, ("64", 64): 0, ("64", 128): 300}
 #: ... and of its ordered (deterministic) variant, causal (session 36: the adds in an adder warp, hd 128 100-172 B over
 #: 2 stages as the adder changed; session 35's spin and hand-on in the consumers spilled 468 B, ran at 0.6x the fused
@@ -119,10 +120,10 @@ def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
 
 def test_hd64_takes_128_row_tiles_where_routed(compiled):
     """hd 64's dK / dV kernel on 128-row tiles, as configs.BWD_GLUON_BY_MASK routes it (non-causal, S^T and dP^T
-    whole): a spill of a few bytes at most (causal spills 384 B: not routed). The fused kernel takes them too (each
-    consumer its 64 rows of every tile's dQ, not alternate tiles: its two reduces a tile), in the shared memory it
-    has over 2 stages, and by default makes S^T and dP^T in two 64-query halves (four wgmmas where two were),
-    spilling less than without them."""
+    whole): a spill of a few bytes at most (causal spills 384 B: not routed). The fused kernel takes them too, as
+    configs.BWD_GLUON_FUSED routes it non-causal (each consumer its 64 rows of every tile's dQ, not alternate tiles:
+    its two reduces a tile), in the shared memory it has over 2 stages, and by default makes S^T and dP^T in two
+    64-query halves (four wgmmas where two were), spilling less than without them."""
     for (d, name, causal), (bm, st) in configs.BWD_GLUON_BY_MASK.items():
         assert (d, name, causal, bm) == (64, "dkdv", False, 128)
         assert compiled[f"bwd16:{d},{bm},{st},0"]["spill"] <= SPILL_64_128_NONCAUSAL
@@ -784,8 +785,8 @@ def test_gpu_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, stages, a
     (2, 600, 600, 8, 2, True), (1, 1000, 1100, 4, 4, False), (1, 1100, 700, 4, 1, False), (1, 70, 130, 2, 2, True)],
     ids=["causal-GQA4", "Sq<Sk", "MQA-Sq>Sk", "short-causal"])
 def test_gpu_fused_kernel_128_row_tiles_match_oracle(b, sq, sk, hq, hk, causal, adder, halves):
-    """The fused kernel at hd 64 on 128-row tiles (each consumer its 64 rows of every tile's dQ; not routed: no
-    faster than 64-row tiles in session 38), S^T and dP^T in query halves (the default) or whole: dQ, dK and dV
+    """The fused kernel at hd 64 on 128-row tiles (each consumer its 64 rows of every tile's dQ; routed non-causal
+    since session 39, in query halves), S^T and dP^T in query halves (the default) or whole: dQ, dK and dV
     within twice the Triton backward's error against the FP64 oracle (plus a bf16 floor), partial tiles, GQA /
     MQA, Sq != Sk both ways; dK / dV NaN-poisoned first."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, 64, causal)
@@ -805,9 +806,9 @@ def test_gpu_fused_kernel_128_row_tiles_match_oracle(b, sq, sk, hq, hk, causal, 
     (2, 600, 600, 8, 2, 64, 0)],
     ids=["MHA-S1000", "GQA-Sq<Sk-flat", "MQA-Sq>Sk-flat", "hd64-GQA4"])
 def test_gpu_mask_on_every_tile_gives_the_same_gradients(b, sq, sk, hq, hk, d, walk, fused):
-    """Causal, the mask on every tile (``mask_every_tile``, not routed yet) against the branch on the diagonal's
-    tiles: dK and dV bitwise the same (the same values added in the same order), dQ (fused) within the Triton
-    backward's error bound of the FP64 oracle, as the branch's."""
+    """Causal, the mask on every tile (``mask_every_tile``; the fused kernel's route at hd 128) against the branch on
+    the diagonal's tiles: dK and dV bitwise the same (the same values added in the same order), dQ (fused) within
+    the Triton backward's error bound of the FP64 oracle, as the branch's."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, True)
     kw = dict(softmax_scale=scale, causal=True, poison=True, fused=fused, walk=walk)
     branch = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
