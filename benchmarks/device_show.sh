@@ -492,6 +492,7 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
             grep -A8 "^### " "$OUT/route-ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
         done
     done
+    python3 benchmarks/route_ab.py "$OUT/route-ab" | tee "$OUT/route-ab/ab.md"
     tarred route-ab
     ;;
 host-floors)  # issue 16: the in-repo kernels' launch paths beside their launches alone and the host's floors
