@@ -309,6 +309,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     assert probe._config("64,2,m1", "block_m") == dict(block_m=64, num_stages=2, mask_every_tile=True)
     assert probe._config("128,2,h1,m1", "block_m") == dict(block_m=128, num_stages=2, halves=True,
                                                            mask_every_tile=True)
+    assert probe._config("64,2,m1,w1", "block_m") == dict(block_m=64, num_stages=2, mask_every_tile=True, walk=1)
     for bad in ("64", "128,2,h0,1", "128,2,x", "a,2"):
         with pytest.raises(SystemExit):
             probe._config(bad, "block_m")
