@@ -96,7 +96,7 @@ class _BwdShape:
         self.MASK_EVERY_TILE = gl.constexpr(MASK_EVERY_TILE)
         self.DQ_COL_HALVES = gl.constexpr(0 < DQ_COLS < HEAD_DIM)
         self.DQ_ROW_HALVES = gl.constexpr(DQ_COLS > 0 and BLOCK_M == 128)
-        self.DQ_ALTERNATE = gl.constexpr(DQ_COLS > 0 and not (DQ_COLS < HEAD_DIM or BLOCK_M == 128))
+        self.DQ_ALTERNATE = gl.constexpr(DQ_COLS > 0 and not self.DQ_COL_HALVES and not self.DQ_ROW_HALVES)
 
 
 @builtin

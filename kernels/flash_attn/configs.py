@@ -819,8 +819,9 @@ _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_sta
 #: 0.92-0.98x (128 rows ahead of 64 by 1.05-1.14x in each cell); causal 128-row 0.82-0.94x (stays 64). The whole
 #: backward with the route (session 39, docs/perf/gluon-hd64-s39, against the autotuned Triton backward, two
 #: repeats): 0.991x / 1.028x at 4k, 1.144x / 0.970x at 16k, a host whose hd 64 16k cells moved 8% between repeats
-#: (the kernel alone 1.02-1.20x the 64-row tiles in the same run): not settled either way. Measured on MHA only: GQA / MQA calls of these cells are not routed (the
-#: Triton kernel; a group's loops make the 128-row kernel spill 212 B nested, 120 B flat, against MHA's 12 B).
+#: (the kernel alone 1.02-1.20x the 64-row tiles in the same run): not settled either way. Measured on MHA only:
+#: GQA / MQA calls of these cells are not routed (the Triton kernel; a group's loops make the 128-row kernel spill
+#: 212 B nested, 120 B flat, against MHA's 12 B).
 BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
