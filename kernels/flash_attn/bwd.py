@@ -10,7 +10,7 @@ FA2's structure. Default ("split", deterministic, no atomics), two launches:
   Summing over the group inside the program is what makes GQA/MQA need no atomics.
 Alternative ("atomic", FLASH_ATTN_BWD=atomic; slower on the H100, see docs/perf/flash_attn.md):
 `_bwd_preprocess` computes delta and zeroes an fp32 dQ buffer (dense calls; varlen: a memset), then the dK/dV
-kernel also adds dS K into it. The same
+kernel also adds dS K into it, and `_cast_dq` casts it to dQ's dtype (a replayed launch, not a torch op). The same
 launches carry the fused Gluon backward (bwd_gluon.py, where configs.BWD_GLUON_FUSED routes it or
 FLASH_ATTN_BWD=fused): its dK/dV kernel adds dQ by TMA reduce instead of atomics.
 Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
@@ -622,6 +622,14 @@ def _sum_partials(PK, PV, DKsum, DVsum, DKDescale, DVDescale, numel_k, numel_v, 
                   head_dim_v, heads_k, stride_dsb, BLOCK, SCALED, EXACT_CAST)
 
 
+@triton.jit
+def _cast_dq(DQacc, DQ, numel, BLOCK: tl.constexpr):
+    """The atomic / fused backward's dQ: its fp32 buffer (contiguous) cast to the gradient's dtype (``DQ``,
+    contiguous): a launch the backward's replay cache keeps, as its others, where ``.to()`` was a torch op with its
+    dispatch on every call."""
+    _sum_rows(DQacc, DQ, DQacc, tl.program_id(0).to(tl.int64) * BLOCK, numel, 1, 1, 1, 1, 0, BLOCK, False, False)
+
+
 #: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
 _UNUSED: dict = {}
 
@@ -725,8 +733,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
     else:
         atomic, split, layout, replays = plan
-    # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost)
-    dq = _unused_buffer(q.device) if atomic else torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
+    # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost); atomic:
+    # written by _cast_dq from the fp32 buffer
+    dq = torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
     # delta and the split's partials: in the workspace (launcher.workspace); a replay takes their pointers,
     # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
     pk, pv, nbytes = layout
@@ -781,8 +790,6 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
                            fp8_mma_order)
         if launches is not None and all(x is not None for x in done.values()):
             launches["plan"] = (atomic, split, layout, tuple(done.values()))
-    if atomic:
-        dq = dq_acc.to(q.dtype)
     return dq, dk, dv
 
 
@@ -899,6 +906,10 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                       head_dim_v=dv_dim, heads_k=hk, stride_dsb=common["stride_dsb"], BLOCK=SUM_BLOCK, SCALED=scaled,
                       EXACT_CAST=scaled and configs.interpreting())
         done["sum"] = launcher.launch(_sum_partials, grid, kwargs)
+    if atomic:  # dQ from its fp32 buffer, once every partial is in (the same stream: after dK / dV's kernel)
+        n = t["DQ"].numel()
+        done["cast"] = launcher.launch(_cast_dq, (triton.cdiv(n, SUM_BLOCK),),
+                                       dict(DQacc=t["DQacc"], DQ=t["DQ"], numel=n, BLOCK=SUM_BLOCK))
     return done
 
 

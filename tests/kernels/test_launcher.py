@@ -106,18 +106,24 @@ CALLS = {
 }
 
 
+@pytest.mark.parametrize("mode", ["split", "atomic"])
 @pytest.mark.parametrize("name", list(CALLS))
 @pytest.mark.parametrize("split", [1, 2], ids=["no-split", "group-split"])
-def test_a_replay_passes_what_a_fresh_launch_computes(recorded, monkeypatch, name, split):
-    """The second call of a signature replays every launch (forward, dQ, dK/dV, the split's sum) with
-    its own tensors; the arguments are those a fresh launch computes for the same tensors."""
+def test_a_replay_passes_what_a_fresh_launch_computes(recorded, monkeypatch, name, split, mode):
+    """The second call of a signature replays every launch (forward, dQ or the atomic mode's delta, dK/dV, the
+    split's sum, the atomic mode's dQ cast) with its own tensors; the arguments are those a fresh launch computes
+    for the same tensors."""
     monkeypatch.setattr(bwd, "group_split", lambda *a: split)
+    monkeypatch.setenv("FLASH_ATTN_BWD", mode)
     make, kw = CALLS[name]
     q, k, v, do = make(0)
     flash_attn_func(q, k, v, **kw).backward(do)
     first = _launches(recorded, "fresh")
-    assert [e[1] for e in first] == ["_fwd_kernel", "_bwd_dq_kernel", "_bwd_dkdv_kernel"] + (
-        ["_sum_partials"] if split > 1 and q.shape[2] > k.shape[2] else [])
+    summed = ["_sum_partials"] if split > 1 and q.shape[2] > k.shape[2] else []
+    if mode == "split":
+        assert [e[1] for e in first] == ["_fwd_kernel", "_bwd_dq_kernel", "_bwd_dkdv_kernel"] + summed
+    else:
+        assert [e[1] for e in first] == ["_fwd_kernel", "_bwd_preprocess", "_bwd_dkdv_kernel"] + summed + ["_cast_dq"]
     recorded.clear()
     q, k, v, do = make(1)
     flash_attn_func(q, k, v, **kw).backward(do)
