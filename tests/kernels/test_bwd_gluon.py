@@ -858,9 +858,10 @@ def test_gpu_ordered_fused_kernel_is_bitwise_reproducible(b, sq, sk, hq, hk, d, 
 @needs_sm90
 @WHOLE_CASES
 def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
-    """flash_attn_func's backward with FLASH_ATTN_BWD=fused: delta's preprocess and the fused kernel, no dQ kernel
-    (MQA: the group split's dK / dV partials summed by the Triton sum, dQ added by every split); out and every
-    gradient within the tolerance rule of the FP64 oracle; a second call replays the launches (dK / dV the same bits)."""
+    """flash_attn_func's backward with FLASH_ATTN_BWD=fused: delta's preprocess, the fused kernel and dQ's cast, no
+    dQ kernel (MQA: the group split's dK / dV partials summed by the Triton sum, dQ added by every split); out and
+    every gradient within the tolerance rule of the FP64 oracle; a second call replays the launches (dK / dV the
+    same bits)."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -869,7 +870,7 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
     interface._SIGNATURES.clear()
     first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
     names = _backward_kernels(interface)
-    assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel"} <= set(names), names
+    assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel", "_cast_dq"} <= set(names), names
     assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & set(names), names
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda")
     assert all(torch.equal(x, y) for x, y in zip(first[3:5], again[3:5]))
@@ -894,7 +895,7 @@ def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     interface._SIGNATURES.clear()
     check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda", deterministic=False)
     names = _backward_kernels(interface)
-    assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel"} <= names, names
+    assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel", "_cast_dq"} <= names, names
     assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & names, names
     interface._SIGNATURES.clear()  # the default (deterministic): the split kernels, bitwise the same twice
     first = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
