@@ -1181,6 +1181,26 @@ def test_fp8_backward_group_split_sums_the_partials(monkeypatch, case_id):
         assert rel_err(s, r) <= 1.5 * rel_err(w, r) + (0.02 if c.fp8_out else 1e-5), name
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_the_atomic_backwards_dq_cast_writes_every_element_rounded_once(dtype):
+    """bwd._cast_dq (the atomic / fused backward's last launch): dQ's fp32 buffer into the gradient's dtype,
+    element for element as torch rounds it (on a GPU; Triton's interpreter emulates bf16 by truncation, so there
+    bf16 may land one unit in the last place toward zero), every element of a size that is no multiple of the block
+    (the last program's tail masked) written and nothing past it."""
+    from kernels.flash_attn import bwd
+
+    n = 3 * bwd.SUM_BLOCK + 77
+    acc = torch.randn(n, generator=torch.Generator().manual_seed(3), dtype=torch.float32).to(DEVICE) * 1e3
+    out = torch.full((n + 5, ), float("nan"), dtype=dtype, device=DEVICE)
+    bwd._cast_dq[(triton.cdiv(n, bwd.SUM_BLOCK), )](acc, out, n, BLOCK=bwd.SUM_BLOCK)
+    assert out[n:].isnan().all()
+    if dtype == torch.bfloat16 and not CUDA:  # truncated: |out| <= |acc|, within one bf16 step of it
+        got = out[:n].float()
+        assert (got.abs() <= acc.abs()).all() and ((acc - got).abs() <= acc.abs() * 2.0 ** -7).all()
+    else:
+        assert torch.equal(out[:n], acc.to(dtype))
+
+
 def test_fp8_backward_tensor_descriptors_read_what_pointers_do(monkeypatch):
     """The TMA (tensor-descriptor) loads of the FP8 backward, the sequence-contiguous copies' tiles among
     them (rows padded to 16 positions; 45 and 70 here), compute what the pointer loads do, bitwise."""
