@@ -625,9 +625,10 @@ def _sum_partials(PK, PV, DKsum, DVsum, DKDescale, DVDescale, numel_k, numel_v, 
 @triton.jit
 def _cast_dq(DQacc, DQ, numel, BLOCK: tl.constexpr):
     """The atomic / fused backward's dQ: its fp32 buffer (contiguous) cast to the gradient's dtype (``DQ``,
-    contiguous): a launch the backward's replay cache keeps, as its others, where ``.to()`` was a torch op with its
-    dispatch on every call."""
-    _sum_rows(DQacc, DQ, DQacc, tl.program_id(0).to(tl.int64) * BLOCK, numel, 1, 1, 1, 1, 0, BLOCK, False, False)
+    contiguous), :func:`_sum_rows` over one partial: a launch the backward's replay cache keeps with its others
+    (no torch op dispatched per call)."""
+    _sum_rows(DQacc, DQ, DQacc, tl.program_id(0).to(tl.int64) * BLOCK, numel, split=1, per_batch=1, dim=1,
+              heads_k=1, stride_sb=0, BLOCK=BLOCK, SCALED=False, EXACT_CAST=False)
 
 
 #: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
