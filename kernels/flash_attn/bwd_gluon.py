@@ -77,11 +77,12 @@ class _BwdShape:
                        "IS_CAUSAL": gl.constexpr, "HEAD_DIM_B": gl.constexpr, "DQ_COLS": gl.constexpr,
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
-                       "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr}
+                       "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
+                       "DQ_UNSCALED": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
-                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False):
+                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -97,6 +98,7 @@ class _BwdShape:
         self.DQ_COL_HALVES = gl.constexpr(0 < DQ_COLS < HEAD_DIM)
         self.DQ_ROW_HALVES = gl.constexpr(DQ_COLS > 0 and BLOCK_M == 128)
         self.DQ_ALTERNATE = gl.constexpr(DQ_COLS > 0 and not self.DQ_COL_HALVES and not self.DQ_ROW_HALVES)
+        self.DQ_UNSCALED = gl.constexpr(DQ_UNSCALED)
 
 
 @builtin
@@ -285,8 +287,9 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
     """The rest of a consumer's second turn in the fused backward, dV and dK issued: once both halves of the tile's
     dS^T are in ``ds_t`` ([128 keys, BLOCK_M]), dQ's partial over the program's 128 keys for the tile's 64 rows from
     R0 and columns [C0, C0 + DQ_COLS) (dS seen transposed as the A operand, each 64-key K tile's columns as B), the
-    turn handed over, every wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s).
-    Returns (dv, dk) (``PENDING`` False: retired already)."""
+    turn handed over, every wgmma retired, the partial added into the fp32 buffer (``order``: :func:`_add_dq`'s),
+    times the softmax scale (``shape.DQ_UNSCALED``: not; the caller scales the sum once). Returns (dv, dk)
+    (``PENDING`` False: retired already)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     DQ_COLS: gl.constexpr = shape.DQ_COLS
     mbarrier.wait(ds_ready, phase)
@@ -301,7 +304,9 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq, ))
-    _add_dq(dq * sm_scale, dq_smem_w, dq_desc, b, m0 + R0, h, C0, 64, DQ_COLS, shape.DQ_SINK, shape.DQ_ADDER, order)
+    if not shape.DQ_UNSCALED:  # (a multiply an element a tile: the scale left to the sum's cast saves it)
+        dq = dq * sm_scale
+    _add_dq(dq, dq_smem_w, dq_desc, b, m0 + R0, h, C0, 64, DQ_COLS, shape.DQ_SINK, shape.DQ_ADDER, order)
     return dv, dk
 
 
@@ -589,7 +594,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
                         WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
-                        MASK_EVERY_TILE: gl.constexpr = False):
+                        MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -605,7 +610,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``WALK``: how a program walks its (head,
     tile) steps (:func:`_walk_bounds`). ``QUERY_HALVES`` (128-row tiles, one head-dim part): a consumer's S^T and dP^T
     as two 64-query halves each, one half's P^T and dS^T made while the other's wgmmas run (:func:`dkdv_arguments`).
-    ``MASK_EVERY_TILE`` (causal): the mask applied on every tile, not behind a branch (:func:`_p_and_ds`)."""
+    ``MASK_EVERY_TILE`` (causal): the mask applied on every tile, not behind a branch (:func:`_p_and_ds`).
+    ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
@@ -666,7 +672,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES, MASK_EVERY_TILE)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -888,7 +894,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
-                   dq_adder=False, walk=0, halves=None, mask_every_tile=False) -> dict:
+                   dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -901,7 +907,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     q / k = v head dims): S^T and dP^T as two 64-query halves (the kernel's QUERY_HALVES); None: where the sm_90a
     compile spills less so (:func:`query_halves`). ``mask_every_tile`` (causal; routed for the fused kernel at hd 128:
     configs.BWD_GLUON_FUSED_MASK_EVERY_TILE): the causal mask on every tile instead of behind a branch on the
-    diagonal's (the kernel's MASK_EVERY_TILE)."""
+    diagonal's (the kernel's MASK_EVERY_TILE). ``dq_unscaled`` (with ``dq_acc``; not routed, session 39: built, not
+    run on a GPU): dQ's partials added without the softmax scale, which the caller then applies to the sum once (a
+    multiply an element a tile less: 32 of the hd 64 128-row tile loop's ~790 instructions a warp)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -923,6 +931,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
             second.update(Sem=dq_order)
         elif dq_adder:
             second.update(DQ_ADDER=True)
+        if dq_unscaled:
+            second.update(DQ_UNSCALED=True)
+    elif dq_unscaled:
+        raise ValueError("dq_unscaled: the fused kernel's dQ (dq_acc)")
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -948,7 +960,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
-                walk=0, halves=None, mask_every_tile=False):
+                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -957,7 +969,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile)
+                            mask_every_tile, dq_unscaled)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -971,7 +983,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0, halves=None, mask_every_tile=False):
+               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -985,7 +997,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     while all of a (batch, head)'s key blocks fit on the SMs it has, which a kernel cannot know; probes only.
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
     kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
-    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``: :func:`dkdv_arguments`'."""
+    steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``,
+    ``dq_unscaled`` (dQ returned without the softmax scale): :func:`dkdv_arguments`'."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
@@ -999,7 +1012,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves, mask_every_tile))
+        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

@@ -67,6 +67,9 @@ def compiled(tmp_path_factory):
     # GQA's flat walk under FLASH_ATTN_BWD=fused)
     specs += ["bwd16:128,64,2,1@m1"] + [f"bwdf16:{d},64,2,1@m1" for d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE]
     specs += [f"bwdw16:{d},64,2,1,1,4,1@m1" for d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE]
+    # dQ's partials without the softmax scale (not routed): the routed fused configs, and the adder warp's
+    specs += [f"bwdf16:{d},{bm},{st},{int(c)}@u1" for d, m in configs.BWD_GLUON_FUSED.items()
+              for (_, c), (_, (bm, st)) in m.items()] + ["bwda16:128,64,3,0@u1"]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -148,6 +151,19 @@ def test_the_causal_mask_on_every_tile_spills_less(compiled):
         assert 3 * every["spill"] < 2 * branch["spill"] and every["wgmma"] == branch["wgmma"], kernel
     branch, every = compiled["bwdw16:128,64,2,1,1,4,1"], compiled["bwdw16:128,64,2,1,1,4,1@m1"]
     assert every["spill"] < branch["spill"] and every["wgmma"] == branch["wgmma"]
+
+
+def test_dq_without_the_softmax_scale_drops_a_multiply_an_element_a_tile(compiled):
+    """The fused kernel with ``dq_unscaled`` (not routed; the caller would scale dQ's sum once): its PTX has 64 fewer
+    fp32 multiplies than the kernel's at the same config (32 in each consumer partition: its dQ tile's elements a
+    thread), the same wgmmas, and spills no more."""
+    for spec, r in compiled.items():
+        if not spec.endswith("@u1"):
+            continue
+        base = compiled[spec[:-3]]
+        muls = [sum(line.count("mul.f32") + line.count("mul.rn.f32") for line in Path(x["ptx_file"]).read_text()
+                    .splitlines()) for x in (base, r)]
+        assert muls[0] - muls[1] == 64 and r["wgmma"] == base["wgmma"] and r["spill"] <= base["spill"], (spec, muls)
 
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
@@ -310,6 +326,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     assert probe._config("128,2,h1,m1", "block_m") == dict(block_m=128, num_stages=2, halves=True,
                                                            mask_every_tile=True)
     assert probe._config("64,2,m1,w1", "block_m") == dict(block_m=64, num_stages=2, mask_every_tile=True, walk=1)
+    assert probe._config("64,3,u1", "block_m") == dict(block_m=64, num_stages=3, dq_unscaled=True)
     for bad in ("64", "128,2,h0,1", "128,2,x", "a,2"):
         with pytest.raises(SystemExit):
             probe._config(bad, "block_m")
@@ -319,6 +336,8 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         assert probe.main(["--dkdv", "64,2,m1", "--fused", "128,2,h0", "64,2,m1", "--dq", "128,2"]) == 2
         with pytest.raises(SystemExit):
             probe.main(["--dq", "128,2,m1"])
+        with pytest.raises(SystemExit, match="fused"):
+            probe.main(["--dkdv", "64,2,u1"])
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
@@ -797,6 +816,23 @@ def test_gpu_fused_kernel_128_row_tiles_match_oracle(b, sq, sk, hq, hk, causal, 
     _assert_within_triton(dq, dq_t, ref.dq, "dq")
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, block_m", [
+    (2, 1000, 1000, 4, 4, 128, False, 64), (1, 777, 1500, 4, 2, 128, True, 64), (2, 600, 600, 8, 2, 64, True, 64),
+    (1, 1000, 1100, 4, 4, 64, False, 128)], ids=["hd128", "hd128-causal-GQA-Sq<Sk", "hd64-causal-GQA4", "hd64-128-row"])
+def test_gpu_fused_dq_without_the_softmax_scale_matches_oracle(b, sq, sk, hq, hk, d, causal, block_m):
+    """The fused kernel with ``dq_unscaled`` (not routed): dK and dV bitwise the scaled kernel's, dQ times the softmax
+    scale within twice the Triton backward's error against the FP64 oracle."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, poison=True, fused=True)
+    scaled = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, dq_unscaled=True, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(dk, scaled[0]) and torch.equal(dv, scaled[1])
+    _assert_within_triton(dq * scale, dq_t, ref.dq, "dq")
 
 
 @pytest.mark.gpu
