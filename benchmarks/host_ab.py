@@ -24,13 +24,19 @@ from pathlib import Path
 IN_FLOORS = "(launch path, in launch floors beside)"
 
 
+def run_dirs(root: Path, filename: str) -> list[Path]:
+    """The run folders under ``root`` holding ``filename``, in run order (new-1, old-1, new-2, ...: by the number
+    after the last dash, then the name); route_ab.py reads its runs in the same order."""
+    return sorted((p for p in root.iterdir() if (p / filename).is_file()),
+                  key=lambda p: (p.name.rsplit("-", 1)[-1], p.name))
+
+
 def load(root: Path) -> dict[str, dict[tuple, float]]:
     """run name -> {(backend, case, mode): host us per call (median call)}, the host's floors first as
     ("host floor", floor, "-"), in run order (new-1, old-1, new-2, ...: by the number after the last dash, then
     the name)."""
     runs = {}
-    for d in sorted((p for p in root.iterdir() if (p / "overhead.json").is_file()),
-                    key=lambda p: (p.name.rsplit("-", 1)[-1], p.name)):
+    for d in run_dirs(root, "overhead.json"):
         data = json.loads((d / "overhead.json").read_text())
         # the host's floors first (host_overhead.py measures them in each run): which runs found a slow host
         runs[d.name] = {("host floor", name, "-"): us for name, us in data.get("host_floors_us", {}).items()}

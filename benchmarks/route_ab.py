@@ -16,13 +16,13 @@ import math
 import sys
 from pathlib import Path
 
+from host_ab import run_dirs
+
 
 def load(root: Path) -> dict[str, dict[tuple, float]]:
-    """run name -> {(backend, case, mode): median ms}, in run order (new-1, old-1, new-2, ...: by the number after
-    the last dash, new before old)."""
+    """run name -> {(backend, case, mode): median ms}, in run order (host_ab.run_dirs': new-1, old-1, new-2, ...)."""
     runs = {}
-    dirs = [p for p in root.iterdir() if (p / "results.json").is_file()]
-    for d in sorted(dirs, key=lambda p: (p.name.rsplit("-", 1)[-1], not p.name.startswith("new"), p.name)):
+    for d in run_dirs(root, "results.json"):
         data = json.loads((d / "results.json").read_text())
         runs[d.name] = {(r["backend"], r["case"], mode): m["median_ms"]
                         for r in data["results"] for mode, m in r.get("modes", {}).items()
