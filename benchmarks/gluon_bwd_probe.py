@@ -3,7 +3,7 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1] [--ordered] [--adder] [--models] [--repeat 2] [--autotune]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder] [--models] [--repeat 2] [--autotune]
         [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -54,19 +54,22 @@ DEFAULT_FUSED = ("64,2", )
 
 #: a dK / dV config's options after BLOCK,STAGES -> dkdv_gluon's keywords
 DKDV_OPTIONS = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
-                "w1": dict(walk=1), "u1": dict(dq_unscaled=True)}
+                "w1": dict(walk=1), "u1": dict(dq_unscaled=True), "a1": dict(adder=True)}
 
 
 def _config(spec: str, first: str) -> dict:
     """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords; a dK / dV config may
     go on with ,h1 / ,h0 (128-row tiles' S^T and dP^T in two 64-query halves or not: dkdv_gluon's ``halves``) and
     ,m1 (the causal mask on every tile: its ``mask_every_tile``), ,w1 (a program's (head, tile) steps in one flat
-    loop, as the route walks GQA / MQA at hd 128: its ``walk=1``; default the nested loops) and ,u1 (fused: dQ's
-    partials without the softmax scale, its ``dq_unscaled``; the check scales the returned dQ)."""
+    loop, as the route walks GQA / MQA at hd 128: its ``walk=1``; default the nested loops), ,u1 (fused: dQ's
+    partials without the softmax scale, its ``dq_unscaled``; the check scales the returned dQ) and ,a1 (fused: dQ's
+    adds in an adder warp, its ``adder``: --adder's variant for this config alone, as the route runs hd 128
+    non-causal)."""
     parts, options = spec.split(",")[:2], spec.split(",")[2:]
     allowed = DKDV_OPTIONS if first == "block_m" else {}
     if len(parts) != 2 or not all(x.isdigit() for x in parts) or any(o not in allowed for o in options):
-        raise SystemExit(f"config {spec}: want BLOCK,STAGES" + ("[,h0|h1][,m1][,w1][,u1]" if first == "block_m" else ""))
+        raise SystemExit(f"config {spec}: want BLOCK,STAGES" + ("[,h0|h1][,m1][,w1][,u1][,a1]" if first == "block_m"
+                                                                 else ""))
     out = dict(zip((first, "num_stages"), map(int, parts)))
     for o in options:
         out.update(DKDV_OPTIONS[o])
@@ -159,8 +162,8 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
                                                poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
                 runs += [(name, spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
-                                                 poison=True, fused=True, adder=name == "fused adder",
-                                                 **_config(spec, "block_m")))
+                                                 poison=True, fused=True,
+                                                 **dict(dict(adder=name == "fused adder"), **_config(spec, "block_m"))))
                          for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS
                          for name in ("fused", "fused adder")[:1 + adder]]
                 for spec, last in itertools.product(
@@ -232,7 +235,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
         variants = [("fused", {})] + [("fused adder", dict(adder=True))] * adder + [("ordered", dict(ordered=True))] * ordered
         calls += [(f"gluon {name}", spec, functools.partial(
             dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, launches={}, fused=True,
-            **kw, **_config(spec, "block_m")), "triton bwd")
+            **dict(kw, **_config(spec, "block_m"))), "triton bwd")
             for spec in (fused_specs if fusable else ()) for name, kw in variants]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
@@ -287,8 +290,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     for spec in a.dkdv + a.fused:  # (the configs read before any GPU work)
         _config(spec, "block_m")
-    if any("u1" in spec.split(",") for spec in a.dkdv):
-        raise SystemExit("--dkdv: ,u1 (dQ without the softmax scale) is the fused kernel's: give it to --fused")
+    if any({"u1", "a1"} & set(spec.split(",")) for spec in a.dkdv):
+        raise SystemExit("--dkdv: ,u1 (dQ without the softmax scale) and ,a1 (dQ's adder warp) are the fused "
+                         "kernel's: give them to --fused")
     for spec in a.dq:
         _config(spec, "block_n")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):

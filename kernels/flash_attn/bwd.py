@@ -623,12 +623,17 @@ def _sum_partials(PK, PV, DKsum, DVsum, DKDescale, DVDescale, numel_k, numel_v, 
 
 
 @triton.jit
-def _cast_dq(DQacc, DQ, numel, BLOCK: tl.constexpr):
+def _cast_dq(DQacc, DQ, numel, scale, BLOCK: tl.constexpr, SCALE: tl.constexpr = False):
     """The atomic / fused backward's dQ: its fp32 buffer (contiguous) cast to the gradient's dtype (``DQ``,
-    contiguous), :func:`_sum_rows` over one partial: a launch the backward's replay cache keeps with its others
-    (no torch op dispatched per call)."""
-    _sum_rows(DQacc, DQ, DQacc, tl.program_id(0).to(tl.int64) * BLOCK, numel, split=1, per_batch=1, dim=1,
-              heads_k=1, stride_sb=0, BLOCK=BLOCK, SCALED=False, EXACT_CAST=False)
+    contiguous): a launch the backward's replay cache keeps with its others (no torch op dispatched per call).
+    ``SCALE``: times ``scale`` first (the softmax scale, where the fused kernel added dQ's partials without it:
+    configs.BWD_GLUON_FUSED_DQ_UNSCALED; one multiply an element here instead of one per partial there)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.load(DQacc + offs, mask=mask, other=0.0)
+    if SCALE:
+        acc = acc * scale
+    tl.store(DQ + offs, acc.to(DQ.dtype.element_ty), mask=mask)
 
 
 #: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
@@ -909,8 +914,10 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         done["sum"] = launcher.launch(_sum_partials, grid, kwargs)
     if atomic:  # dQ from its fp32 buffer, once every partial is in (the same stream: after dK / dV's kernel)
         n = t["DQ"].numel()
+        unscaled = bool(gluon.get("fused", {}).get("dq_unscaled"))  # the fused kernel left the softmax scale here
         done["cast"] = launcher.launch(_cast_dq, (triton.cdiv(n, SUM_BLOCK),),
-                                       dict(DQacc=t["DQacc"], DQ=t["DQ"], numel=n, BLOCK=SUM_BLOCK))
+                                       dict(DQacc=t["DQacc"], DQ=t["DQ"], numel=n, scale=float(softmax_scale),
+                                            BLOCK=SUM_BLOCK, SCALE=unscaled))
     return done
 
 

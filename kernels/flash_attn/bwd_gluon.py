@@ -907,9 +907,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     q / k = v head dims): S^T and dP^T as two 64-query halves (the kernel's QUERY_HALVES); None: where the sm_90a
     compile spills less so (:func:`query_halves`). ``mask_every_tile`` (causal; routed for the fused kernel at hd 128:
     configs.BWD_GLUON_FUSED_MASK_EVERY_TILE): the causal mask on every tile instead of behind a branch on the
-    diagonal's (the kernel's MASK_EVERY_TILE). ``dq_unscaled`` (with ``dq_acc``; not routed, session 39: built, not
-    run on a GPU): dQ's partials added without the softmax scale, which the caller then applies to the sum once (a
-    multiply an element a tile less: 32 of the hd 64 128-row tile loop's ~790 instructions a warp)."""
+    diagonal's (the kernel's MASK_EVERY_TILE). ``dq_unscaled`` (with ``dq_acc``; routed where
+    configs.BWD_GLUON_FUSED_DQ_UNSCALED says, bwd._cast_dq then scales the sum): dQ's partials added without the
+    softmax scale, which the caller then applies to the sum once (a multiply an element a tile less: 32 of the hd 64
+    128-row tile loop's ~790 instructions a warp)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d

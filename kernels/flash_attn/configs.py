@@ -734,6 +734,12 @@ BWD_GLUON_FUSED_ADDER: frozenset[tuple[int, bool]] = frozenset({(128, False)})
 #: same run, two repeats, MHA): 1.060x / 1.058x at 4k, 1.080x / 1.034x at 16k; the split route's dK / dV kernel
 #: 1.006-1.026x there (under the 3% bar: keeps the branch). GQA's flat walk with it: not timed.
 BWD_GLUON_FUSED_MASK_EVERY_TILE: frozenset[int] = frozenset({128})
+#: head dims whose fused kernel adds dQ's partials without the softmax scale (bwd_gluon.dkdv_launch's
+#: ``dq_unscaled``; bwd._cast_dq multiplies the sum once) wherever it runs (routed or ``FLASH_ATTN_BWD=fused``): one
+#: fp32 multiply fewer an element of every dQ partial, 32 of the hd 64 128-row tile loop's ~790 instructions a warp
+#: (static SASS, session 39), spills the same or lower in every fused config's PTX. Session 40: routed on the build's
+#: reading (fewer instructions, nothing added); docs/perf/flash_attn.md "Session 40" holds its H100 measurement.
+BWD_GLUON_FUSED_DQ_UNSCALED: frozenset[int] = frozenset({64, 128})
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -756,7 +762,8 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
-    :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`) where the backward runs fused (dQ
+    :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`, dq_unscaled:
+    :data:`BWD_GLUON_FUSED_DQ_UNSCALED`) where the backward runs fused (dQ
     by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED`
     with both sequences at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: at any length,
     deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
@@ -774,7 +781,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
     if fused_unsupported(q, k, v, do, lse, lse, cfg[0]):  # (delta is made in lse's shape and layout)
         return None
     return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
-                walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE)
+                walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE,
+                dq_unscaled=q.shape[-1] in BWD_GLUON_FUSED_DQ_UNSCALED)
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones

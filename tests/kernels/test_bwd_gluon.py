@@ -327,6 +327,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
                                                            mask_every_tile=True)
     assert probe._config("64,2,m1,w1", "block_m") == dict(block_m=64, num_stages=2, mask_every_tile=True, walk=1)
     assert probe._config("64,3,u1", "block_m") == dict(block_m=64, num_stages=3, dq_unscaled=True)
+    assert probe._config("64,3,a1,u1", "block_m") == dict(block_m=64, num_stages=3, adder=True, dq_unscaled=True)
     for bad in ("64", "128,2,h0,1", "128,2,x", "a,2"):
         with pytest.raises(SystemExit):
             probe._config(bad, "block_m")
@@ -336,8 +337,9 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         assert probe.main(["--dkdv", "64,2,m1", "--fused", "128,2,h0", "64,2,m1", "--dq", "128,2"]) == 2
         with pytest.raises(SystemExit):
             probe.main(["--dq", "128,2,m1"])
-        with pytest.raises(SystemExit, match="fused"):
-            probe.main(["--dkdv", "64,2,u1"])
+        for only_fused in ("64,2,u1", "64,3,a1"):
+            with pytest.raises(SystemExit, match="fused"):
+                probe.main(["--dkdv", only_fused])
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
@@ -447,9 +449,11 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         bm, st = configs.BWD_GLUON_FUSED_TRY[d]
         x = _inputs(d=d)[:3]
         plain, causal = fused(*x), fused(*x, causal=True, window_right=0)  # (GQA 4/2: flat walk at hd 128)
-        assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False)
+        unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
+        assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
+                             dq_unscaled=unscaled)
         assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
-                              mask_every_tile=d == 128)
+                              mask_every_tile=d == 128, dq_unscaled=unscaled)
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
@@ -473,11 +477,13 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
             adder = (d, causal) in configs.BWD_GLUON_FUSED_ADDER
             every = causal and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE
             assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(
-                block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128), mask_every_tile=every)
+                block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128), mask_every_tile=every,
+                dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
+    assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == {64, 128}  # (session 40: the scale on the sum, bwd._cast_dq)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
@@ -498,12 +504,13 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
 def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     """flash_attn_bwd passes configs.gluon_bwd's / gluon_fused_bwd's keywords to the Gluon dK / dV launch: the flat
     walk for a GQA / MQA group at hd 128 (split route and fused), the nested loops for MHA and at hd 64; the fused
-    route's adder warp at hd 128 non-causal. (No sm90 GPU here: the route is made to see one and the Gluon launches
-    are recorded; the Triton ones go to stand-ins.)"""
+    route's adder warp at hd 128 non-causal, and dQ's partials without the softmax scale, which the cast launch
+    then applies (its SCALE on, the call's scale). (No sm90 GPU here: the route is made to see one and the Gluon
+    launches are recorded; the Triton ones go to stand-ins, which log their arguments.)"""
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen = []
+    seen, log = [], []
     monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
     monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
     monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
@@ -512,16 +519,25 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     def call(hq, hk, d, causal=True, deterministic=True, s=4096):
         q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=hq, hk=hk, d=d)
         lse = torch.zeros(1, hq, s)
-        with cpu_replays():
+        log.clear()
+        with cpu_replays(log):
             bwd.flash_attn_bwd(do, q, k, v, q.clone(), lse, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
                                window_right=0 if causal else -1, deterministic=deterministic)
         return seen.pop()
+
+    def cast_args():  # (scale, SCALE) of the last call's dQ cast launch
+        (args,) = [a for how, name, a, _ in log if name == "_cast_dq"]
+        return args[3], args[5]
 
     assert call(8, 2, 128)["walk"] == 1 and call(8, 1, 128)["walk"] == 1  # GQA / MQA: the flat walk
     assert call(8, 8, 128)["walk"] == 0 and call(8, 2, 64, s=8192)["walk"] == 0  # MHA, hd 64: nested
     fused = call(8, 8, 128, causal=False, deterministic=False)  # the fused route (MHA hd 128 from 4k)
     assert fused["dq_adder"] is True and fused["walk"] == 0 and fused["dq_acc"] is not None
+    assert fused["dq_unscaled"] is True and cast_args() == (128 ** -0.5, True)
     assert call(8, 8, 128, causal=True, deterministic=False)["dq_adder"] is False
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DQ_UNSCALED", frozenset())  # not routed: the kernel scales
+    assert call(8, 8, 64, causal=False, deterministic=False, s=8192)["dq_unscaled"] is False
+    assert cast_args() == (64 ** -0.5, False)
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----

@@ -1186,19 +1186,24 @@ def test_the_atomic_backwards_dq_cast_writes_every_element_rounded_once(dtype):
     """bwd._cast_dq (the atomic / fused backward's last launch): dQ's fp32 buffer into the gradient's dtype,
     element for element as torch rounds it (on a GPU; Triton's interpreter emulates bf16 by truncation, so there
     bf16 may land one unit in the last place toward zero), every element of a size that is no multiple of the block
-    (the last program's tail masked) written and nothing past it."""
+    (the last program's tail masked) written and nothing past it; with SCALE, times the softmax scale first (2.0
+    passed while SCALE is off: not applied)."""
     from kernels.flash_attn import bwd
 
     n = 3 * bwd.SUM_BLOCK + 77
     acc = torch.randn(n, generator=torch.Generator().manual_seed(3), dtype=torch.float32).to(DEVICE) * 1e3
     out = torch.full((n + 5, ), float("nan"), dtype=dtype, device=DEVICE)
-    bwd._cast_dq[(triton.cdiv(n, bwd.SUM_BLOCK), )](acc, out, n, BLOCK=bwd.SUM_BLOCK)
-    assert out[n:].isnan().all()
-    if dtype == torch.bfloat16 and not CUDA:  # truncated: |out| <= |acc|, within one bf16 step of it
-        got = out[:n].float()
-        assert (got.abs() <= acc.abs()).all() and ((acc - got).abs() <= acc.abs() * 2.0 ** -7).all()
-    else:
-        assert torch.equal(out[:n], acc.to(dtype))
+    for scale in (None, 0.125, 0.0883883):  # SCALE off; on (the fused kernel's partials left unscaled)
+        out.fill_(float("nan"))
+        bwd._cast_dq[(triton.cdiv(n, bwd.SUM_BLOCK), )](acc, out, n, scale or 2.0, BLOCK=bwd.SUM_BLOCK,
+                                                        SCALE=scale is not None)
+        want = acc * scale if scale is not None else acc  # (fp32 multiply, then one rounding)
+        assert out[n:].isnan().all()
+        if dtype == torch.bfloat16 and not CUDA:  # truncated: |out| <= |want|, within one bf16 step of it
+            got = out[:n].float()
+            assert (got.abs() <= want.abs()).all() and ((want - got).abs() <= want.abs() * 2.0 ** -7).all()
+        else:
+            assert torch.equal(out[:n], want.to(dtype)), scale
 
 
 def test_fp8_backward_tensor_descriptors_read_what_pointers_do(monkeypatch):
