@@ -483,7 +483,7 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
-    assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == {64, 128}  # (session 40: the scale on the sum, bwd._cast_dq)
+    assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == frozenset()  # measured (session 40): 0.97-1.02x, not routed
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
@@ -531,6 +531,7 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
 
     assert call(8, 2, 128)["walk"] == 1 and call(8, 1, 128)["walk"] == 1  # GQA / MQA: the flat walk
     assert call(8, 8, 128)["walk"] == 0 and call(8, 2, 64, s=8192)["walk"] == 0  # MHA, hd 64: nested
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DQ_UNSCALED", frozenset({128}))  # (not routed by default)
     fused = call(8, 8, 128, causal=False, deterministic=False)  # the fused route (MHA hd 128 from 4k)
     assert fused["dq_adder"] is True and fused["walk"] == 0 and fused["dq_acc"] is not None
     assert fused["dq_unscaled"] is True and cast_args() == (128 ** -0.5, True)
