@@ -477,11 +477,11 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
 route-ab)  # issue 16: the in-repo backward through the harness with this tree's kernels against .old's (carried:
     # `mkdir .old && git archive REV harness kernels | tar -x -C .old`; this tree's harness drives both), alternating
     # new, old, new, old: a route change's whole-backward effect on the same host in one call (AB_CASES: a case regex
-    # of the fa-sweep preset; AB_MODES, default bwd; AB_SECONDS a run, default 90)
+    # of the fa-sweep preset; AB_MODES, default bwd; AB_SECONDS a run, default 90; AB_PAIRS, default 2)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
     mkdir -p "$OUT/route-ab"
-    for i in 1 2; do
+    for i in $(seq 1 "${AB_PAIRS:-2}"); do
         for side in new old; do
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-old
             (cd "$root" && PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$root \

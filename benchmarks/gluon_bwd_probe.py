@@ -3,7 +3,7 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder] [--models] [--repeat 2] [--autotune]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder] [--models] [--shapes B,S,HQ,HK ...] [--repeat 2] [--autotune]
         [--check-only]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -191,20 +191,34 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False
     return ok
 
 
-def _cells(dims, seqlens, masks, models):
+def _shape(spec: str) -> tuple[int, int, int, int]:
+    """B,S,HQ,HK -> (batch, seqlen, query heads, kv heads); query heads a multiple of kv heads."""
+    parts = spec.split(",")
+    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts) or int(parts[2]) % int(parts[3]):
+        raise SystemExit(f"shape {spec}: want B,S,HQ,HK (positive; HQ a multiple of HK)")
+    return tuple(int(x) for x in parts)
+
+
+def _cells(dims, seqlens, masks, models, shapes=()):
     """(label, batch, seqlen, query heads, kv heads, q / k head dim, v head dim, causal) per cell: the FA sweep's
-    (16k tokens, hidden 2048 over v's head dim), then with ``models`` the MODELS rows whose head dims are asked."""
+    (16k tokens, hidden 2048 over v's head dim), each of ``shapes`` ((batch, seqlen, query heads, kv heads): a
+    user's call, e.g. the attention-layers preset's) at every head dim and mask asked, then with ``models`` the
+    MODELS rows whose head dims are asked."""
     for d, dv in dims:
         for s in seqlens:
             for causal in masks:
                 yield f"sweep S{s}", max(1, 16384 // s), s, 2048 // dv, 2048 // dv, d, dv, causal
+        for b, s, hq, hk in shapes:
+            for causal in masks:
+                yield f"B{b} S{s}", b, s, hq, hk, d, dv, causal
     if models:
         for name, b, s, hq, hk, d, dv in MODELS:
             if (d, dv) in dims:
                 yield f"{name} B{b} S{s}", b, s, hq, hk, d, dv, True
 
 
-def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=(), ordered=False, adder=False):
+def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=(), ordered=False, adder=False,
+           shapes=()):
     from harness.perf.timing import time_callable
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
 
@@ -216,7 +230,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
     print("| hd | causal | shape | kernel | config | ms | / its Triton twin |")
     print("|---|---|---|---|---|---|---|", flush=True)
     best = {}
-    for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models):
+    for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
         parts = _triton_parts(q, k, v, do, out, lse, delta, causal)
@@ -283,6 +297,8 @@ def main(argv=None) -> int:
     ap.add_argument("--adder", action="store_true",
                     help="the fused kernel with its dQ adds in an adder warp too, at each --fused config")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
+    ap.add_argument("--shapes", nargs="*", default=[], metavar="B,S,HQ,HK",
+                    help="also these calls (batch, sequence, query heads, kv heads) at each head dim and mask")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton kernels at their autotuned configs (default: the pinned first picks)")
@@ -295,6 +311,7 @@ def main(argv=None) -> int:
                          "kernel's: give them to --fused")
     for spec in a.dq:
         _config(spec, "block_n")
+    shapes = [_shape(x) for x in a.shapes]
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_bwd_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
@@ -305,9 +322,9 @@ def main(argv=None) -> int:
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
-        timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",")],
+        timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",") if x],
                [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused, a.ordered,
-               a.adder)
+               a.adder, shapes)
     return 0
 
 

@@ -343,6 +343,12 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
+    assert probe._shape("2,2048,32,8") == (2, 2048, 32, 8)
+    for bad in ("2,2048,32", "2,2048,12,8", "0,2048,8,8", "2,x,8,8"):
+        with pytest.raises(SystemExit):
+            probe._shape(bad)
+    cells = list(probe._cells([(64, 64)], [], [False, True], False, [(2, 2048, 12, 12)]))
+    assert cells == [("B2 S2048", 2, 2048, 12, 12, 64, 64, False), ("B2 S2048", 2, 2048, 12, 12, 64, 64, True)]
     dims = [probe._dims(x) for x in "64,128,192/128".split(",")]
     assert dims == [(64, 64), (128, 128), (192, 128)]
     cells = list(probe._cells(dims, [1024, 4096], [False, True], models=True))
