@@ -78,11 +78,11 @@ class _BwdShape:
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
-                       "DQ_UNSCALED": gl.constexpr}
+                       "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
-                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False):
+                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -99,6 +99,7 @@ class _BwdShape:
         self.DQ_ROW_HALVES = gl.constexpr(DQ_COLS > 0 and BLOCK_M == 128)
         self.DQ_ALTERNATE = gl.constexpr(DQ_COLS > 0 and not self.DQ_COL_HALVES and not self.DQ_ROW_HALVES)
         self.DQ_UNSCALED = gl.constexpr(DQ_UNSCALED)
+        self.DS_SMEM = gl.constexpr(DS_SMEM and DQ_COLS > 0)
 
 
 @builtin
@@ -451,6 +452,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     DQ_COL_HALVES: gl.constexpr = shape.DQ_COL_HALVES  # (fused: which part of a tile's dQ this consumer makes)
     DQ_ROW_HALVES: gl.constexpr = shape.DQ_ROW_HALVES
     DQ_ALTERNATE: gl.constexpr = shape.DQ_ALTERNATE
+    DS_SMEM: gl.constexpr = shape.DS_SMEM  # (fused: dK's A operand, dS^T, from the shared buffer dQ reads too)
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     key0 = n0 + 64 * wg
@@ -503,7 +505,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).slice(0, 64, dim=1).store(ds.to(DTYPE))
                 p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
-                ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                if not (FUSED and DS_SMEM):
+                    ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
                 p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64,
                                   S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
                 if FUSED:
@@ -511,12 +514,18 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     fence_async_shared()
                     _pass(ds_bar.index(it % 2))
                 p16_b = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
-                ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                mbarrier.wait(mine, tc & 1)
-                dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
-                dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
-                dk = warpgroup_mma(ds16, q_t.slice(0, 64), dk, is_async=True)
-                dk = warpgroup_mma(ds16_b, q_t.slice(64, 64), dk, is_async=True)
+                if FUSED and DS_SMEM:
+                    mbarrier.wait(mine, tc & 1)
+                    dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
+                    dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
+                    dk = warpgroup_mma(ds_t.slice(64 * wg, 64), q_t, dk, is_async=True)
+                else:
+                    ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                    mbarrier.wait(mine, tc & 1)
+                    dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
+                    dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
+                    dk = warpgroup_mma(ds16, q_t.slice(0, 64), dk, is_async=True)
+                    dk = warpgroup_mma(ds16_b, q_t.slice(64, 64), dk, is_async=True)
             else:
                 s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0)  # S^T, dP^T
                 tc += 1
@@ -528,10 +537,15 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     fence_async_shared()
                     _pass(ds_bar.index(it % 2))
                 p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
-                ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                mbarrier.wait(mine, tc & 1)
-                dv = warpgroup_mma(p16, do_t, dv, is_async=True)
-                dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
+                if FUSED and DS_SMEM:
+                    mbarrier.wait(mine, tc & 1)
+                    dv = warpgroup_mma(p16, do_t, dv, is_async=True)
+                    dk = warpgroup_mma(ds_t.slice(64 * wg, 64), q_t, dk, is_async=True)
+                else:
+                    ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                    mbarrier.wait(mine, tc & 1)
+                    dv = warpgroup_mma(p16, do_t, dv, is_async=True)
+                    dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
                 if HEAD_DIM_B > 0:
                     dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
             if FUSED:  # dQ's partial of the tile: this consumer's columns (hd 64: all of them every other tile)
@@ -594,7 +608,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         DQ_SL: gl.constexpr = None, DQ_SINK: gl.constexpr = 0, Sem=None,
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
                         WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
-                        MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False):
+                        MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
+                        DS_SMEM: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -610,6 +625,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     first (the ordered kernel's order: :func:`dkdv_gluon`'s ``last_first``). ``WALK``: how a program walks its (head,
     tile) steps (:func:`_walk_bounds`). ``QUERY_HALVES`` (128-row tiles, one head-dim part): a consumer's S^T and dP^T
     as two 64-query halves each, one half's P^T and dS^T made while the other's wgmmas run (:func:`dkdv_arguments`).
+    ``DS_SMEM`` (fused): dK's A operand, dS^T, read from the shared buffer it was stored to for dQ (``ds_smem``).
     ``MASK_EVERY_TILE`` (causal): the mask applied on every tile, not behind a branch (:func:`_p_and_ds`).
     ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
@@ -672,7 +688,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -894,7 +910,8 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
-                   dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False) -> dict:
+                   dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
+                   ds_smem=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -910,7 +927,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     diagonal's (the kernel's MASK_EVERY_TILE). ``dq_unscaled`` (with ``dq_acc``; routed where
     configs.BWD_GLUON_FUSED_DQ_UNSCALED says, bwd._cast_dq then scales the sum): dQ's partials added without the
     softmax scale, which the caller then applies to the sum once (a multiply an element a tile less: 32 of the hd 64
-    128-row tile loop's ~790 instructions a warp)."""
+    128-row tile loop's ~790 instructions a warp). ``ds_smem`` (with ``dq_acc``; not routed, session 40: built, not
+    run on a GPU): dK's wgmma reads dS^T as its A operand from the shared buffer the consumer stored it to for dQ,
+    not from registers (the kernel's DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile,
+    hd 64 128-row non-causal 96 -> 36 B spilled, elsewhere within +-24 B)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -934,8 +954,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
             second.update(DQ_ADDER=True)
         if dq_unscaled:
             second.update(DQ_UNSCALED=True)
-    elif dq_unscaled:
-        raise ValueError("dq_unscaled: the fused kernel's dQ (dq_acc)")
+        if ds_smem:
+            second.update(DS_SMEM=True)
+    elif dq_unscaled or ds_smem:
+        raise ValueError("dq_unscaled / ds_smem: the fused kernel's (dq_acc)")
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -961,7 +983,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
-                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False):
+                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -970,7 +992,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile, dq_unscaled)
+                            mask_every_tile, dq_unscaled, ds_smem)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -984,7 +1006,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False):
+               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -999,7 +1021,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
     kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
     steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``,
-    ``dq_unscaled`` (dQ returned without the softmax scale): :func:`dkdv_arguments`'."""
+    ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``: :func:`dkdv_arguments`'."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
@@ -1013,7 +1035,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled))
+        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

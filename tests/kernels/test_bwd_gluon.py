@@ -70,6 +70,10 @@ def compiled(tmp_path_factory):
     # dQ's partials without the softmax scale (not routed): the routed fused configs, and the adder warp's
     specs += [f"bwdf16:{d},{bm},{st},{int(c)}@u1" for d, m in configs.BWD_GLUON_FUSED.items()
               for (_, c), (_, (bm, st)) in m.items()] + ["bwda16:128,64,3,0@u1"]
+    # dK's dS^T from shared memory (not routed): the routed fused configs (with their mask on every tile), the adder's
+    specs += [f"bwdf16:{d},{bm},{st},{int(c)}{'@m1' if c and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE else ''}@d1"
+              for d, m in configs.BWD_GLUON_FUSED.items() for (_, c), (_, (bm, st)) in m.items()]
+    specs += ["bwda16:128,64,3,0@d1", "bwdf16:64,128,2,1@d1"]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -164,6 +168,23 @@ def test_dq_without_the_softmax_scale_drops_a_multiply_an_element_a_tile(compile
         muls = [sum(line.count("mul.f32") + line.count("mul.rn.f32") for line in Path(x["ptx_file"]).read_text()
                     .splitlines()) for x in (base, r)]
         assert muls[0] - muls[1] == 64 and r["wgmma"] == base["wgmma"] and r["spill"] <= base["spill"], (spec, muls)
+
+
+def test_dk_from_shared_ds_reads_its_a_operand_from_shared_memory(compiled):
+    """The fused kernel with ``ds_smem`` (not routed): half its register-sourced wgmmas (dV's P^T stays in registers,
+    dK's dS^T comes from the shared buffer, a descriptor), as many wgmmas in all and the same TMA reduces as the
+    kernel at the same config, and at hd 64's 128-row non-causal tiles (the routed config) fewer bytes spilled
+    (session 40: 96 -> 36 B)."""
+    def register_a(r):  # wgmmas whose A operand is a register list (after the accumulator's)
+        return sum("}, {" in line for line in Path(r["ptx_file"]).read_text().splitlines() if "wgmma.mma_async" in line)
+
+    specs = [spec for spec in compiled if spec.endswith("@d1")]
+    assert len(specs) >= 4, specs
+    for spec in specs:
+        r, base = compiled[spec], compiled[spec[:-3]]
+        assert 2 * register_a(r) == register_a(base) > 0 and r["wgmma"] == base["wgmma"], spec
+        assert r["tma_reduce"] == base["tma_reduce"], spec
+    assert compiled["bwdf16:64,128,2,0@d1"]["spill"] < compiled["bwdf16:64,128,2,0"]["spill"]
 
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
@@ -328,6 +349,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     assert probe._config("64,2,m1,w1", "block_m") == dict(block_m=64, num_stages=2, mask_every_tile=True, walk=1)
     assert probe._config("64,3,u1", "block_m") == dict(block_m=64, num_stages=3, dq_unscaled=True)
     assert probe._config("64,3,a1,u1", "block_m") == dict(block_m=64, num_stages=3, adder=True, dq_unscaled=True)
+    assert probe._config("128,2,d1", "block_m") == dict(block_m=128, num_stages=2, ds_smem=True)
     for bad in ("64", "128,2,h0,1", "128,2,x", "a,2"):
         with pytest.raises(SystemExit):
             probe._config(bad, "block_m")
@@ -337,7 +359,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         assert probe.main(["--dkdv", "64,2,m1", "--fused", "128,2,h0", "64,2,m1", "--dq", "128,2"]) == 2
         with pytest.raises(SystemExit):
             probe.main(["--dq", "128,2,m1"])
-        for only_fused in ("64,2,u1", "64,3,a1"):
+        for only_fused in ("64,2,u1", "64,3,a1", "64,2,d1"):
             with pytest.raises(SystemExit, match="fused"):
                 probe.main(["--dkdv", only_fused])
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
@@ -856,6 +878,28 @@ def test_gpu_fused_dq_without_the_softmax_scale_matches_oracle(b, sq, sk, hq, hk
     torch.cuda.synchronize()
     assert torch.equal(dk, scaled[0]) and torch.equal(dv, scaled[1])
     _assert_within_triton(dq * scale, dq_t, ref.dq, "dq")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, block_m, stages, extra", [
+    (2, 1000, 1000, 4, 4, 128, False, 64, 3, dict(adder=True)), (1, 777, 1500, 4, 2, 128, True, 64, 2,
+                                                                  dict(mask_every_tile=True, walk=1)),
+    (2, 600, 600, 8, 2, 64, True, 64, 2, {}), (1, 1000, 1100, 4, 4, 64, False, 128, 2, {}),
+    (1, 1100, 1000, 4, 4, 64, True, 128, 2, {})],
+    ids=["hd128-adder", "hd128-causal-every-tile-GQA-flat", "hd64-causal-GQA4", "hd64-128-row", "hd64-128-row-causal"])
+def test_gpu_fused_dk_from_shared_ds_matches_oracle(b, sq, sk, hq, hk, d, causal, block_m, stages, extra):
+    """The fused kernel with ``ds_smem`` (not routed; dK's wgmma reads dS^T from the shared buffer dQ's reads, not from
+    registers), each config beside its route's options: dV bitwise the register kernel's (unchanged), dK and dQ
+    within twice the Triton backward's error against the FP64 oracle."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, fused=True, **extra)
+    regs = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, ds_smem=True, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(dv, regs[1])
+    _assert_within_triton(dk, dk_t, ref.dk, "dk")
+    _assert_within_triton(dq, dq_t, ref.dq, "dq")
 
 
 @pytest.mark.gpu
