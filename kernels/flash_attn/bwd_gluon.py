@@ -514,16 +514,14 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     fence_async_shared()
                     _pass(ds_bar.index(it % 2))
                 p16_b = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
-                if FUSED and DS_SMEM:
-                    mbarrier.wait(mine, tc & 1)
-                    dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
-                    dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
+                if not (FUSED and DS_SMEM):
+                    ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                mbarrier.wait(mine, tc & 1)
+                dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
+                dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
+                if FUSED and DS_SMEM:  # both halves' dS^T, fenced and passed on above: one wgmma over 128 queries
                     dk = warpgroup_mma(ds_t.slice(64 * wg, 64), q_t, dk, is_async=True)
                 else:
-                    ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                    mbarrier.wait(mine, tc & 1)
-                    dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
-                    dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
                     dk = warpgroup_mma(ds16, q_t.slice(0, 64), dk, is_async=True)
                     dk = warpgroup_mma(ds16_b, q_t.slice(64, 64), dk, is_async=True)
             else:
@@ -537,14 +535,13 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     fence_async_shared()
                     _pass(ds_bar.index(it % 2))
                 p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
-                if FUSED and DS_SMEM:
-                    mbarrier.wait(mine, tc & 1)
-                    dv = warpgroup_mma(p16, do_t, dv, is_async=True)
+                if not (FUSED and DS_SMEM):
+                    ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
+                mbarrier.wait(mine, tc & 1)
+                dv = warpgroup_mma(p16, do_t, dv, is_async=True)
+                if FUSED and DS_SMEM:  # (dS^T fenced and passed on above)
                     dk = warpgroup_mma(ds_t.slice(64 * wg, 64), q_t, dk, is_async=True)
                 else:
-                    ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                    mbarrier.wait(mine, tc & 1)
-                    dv = warpgroup_mma(p16, do_t, dv, is_async=True)
                     dk = warpgroup_mma(ds16, q_t, dk, is_async=True)
                 if HEAD_DIM_B > 0:
                     dk_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), q_t_b, dk_b, is_async=True)
