@@ -714,8 +714,9 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: stages (the kernel alone 1.19-1.29x the Triton backward against 1.13-1.18x at 2), causal 2 (1.32-1.40x against
 #: 1.12-1.19x at 3). hd 64 non-causal runs 128-row tiles (session 39, docs/perf/gluon-hd64-s39: S^T and dP^T in
 #: query halves, bwd_gluon.query_halves; the kernel alone 1.035-1.109x the 64-row tiles at 4k, 1.016-1.116x at 16k,
-#: faster in each of two repeats; causal 0.97-1.00x: stays 64); from 4k since session 40 (docs/perf/gluon-s40: the whole
-#: fused backward 1.133x / 1.169x the split route at 4k, two repeats; causal 4k 1.004-1.007x: stays from 8k).
+#: faster in each of two repeats; causal 0.97-1.00x: stays 64); from 4k since session 40 (docs/perf/gluon-s40: the
+#: whole fused backward 1.133x / 1.169x the split route at 4k, two repeats, 0.97-1.05x at 2k; causal 4k 1.004-1.007x:
+#: stays from 8k).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
     64: {(False, False): (4096, (128, 2)), (False, True): (8192, (64, 2))}}
@@ -739,9 +740,10 @@ BWD_GLUON_FUSED_MASK_EVERY_TILE: frozenset[int] = frozenset({128})
 #: ``dq_unscaled``; bwd._cast_dq multiplies the sum once) wherever it runs (routed or ``FLASH_ATTN_BWD=fused``): one
 #: fp32 multiply fewer an element of every dQ partial, 32 of the hd 64 128-row tile loop's ~790 instructions a warp
 #: (static SASS, session 39), spills the same or lower in every fused config's PTX. Measured on an H100 (session 40,
-#: docs/perf/gluon-s40, the kernels alone at the routed configs, same run, two repeats, 4k / 16k): hd 64 non-causal 1.016 / 0.992x, 1.011 / 1.007x; causal 0.996 / 0.999x, 1.009 / 0.973x; hd 128 non-causal
-#: (adder warp) 0.982 / 0.994x, 0.998 / 1.012x; causal (mask on every tile) 1.020 / 1.023x, 0.997 / 1.004x: within
-#: this host's +-2-3% between repeats, the 1.01-1.04x predicted not seen anywhere in both repeats: not routed.
+#: docs/perf/gluon-s40, the kernels alone at the routed configs, same run, two repeats, 4k / 16k): hd 64 non-causal
+#: 1.016 / 0.992x, 1.011 / 1.007x; causal 0.996 / 0.999x, 1.009 / 0.973x; hd 128 non-causal (adder warp) 0.982 /
+#: 0.994x, 0.998 / 1.012x; causal (mask on every tile) 1.020 / 1.023x, 0.997 / 1.004x: within this host's +-2-3%
+#: between repeats, the 1.01-1.04x predicted not seen anywhere in both repeats: not routed.
 BWD_GLUON_FUSED_DQ_UNSCALED: frozenset[int] = frozenset()
 
 
