@@ -745,6 +745,14 @@ BWD_GLUON_FUSED_MASK_EVERY_TILE: frozenset[int] = frozenset({128})
 #: 0.994x, 0.998 / 1.012x; causal (mask on every tile) 1.020 / 1.023x, 0.997 / 1.004x: within this host's +-2-3%
 #: between repeats, the 1.01-1.04x predicted not seen anywhere in both repeats: not routed.
 BWD_GLUON_FUSED_DQ_UNSCALED: frozenset[int] = frozenset()
+#: (head dim, causal) cells whose fused kernel's dK reads dS^T from the shared buffer dQ's wgmma reads
+#: (bwd_gluon.dkdv_launch's ``ds_smem``) instead of a bf16 register copy, wherever it runs (routed or
+#: ``FLASH_ATTN_BWD=fused``). Measured on an H100 (session 41, docs/perf/gluon-s41, the kernels alone at the routed
+#: configs, same run, 5-6 repeats over two calls, 4k / 16k): hd 64 non-causal 1.006-1.064x (geomean 1.031) / 0.972-
+#: 1.042x (1.009); hd 128 non-causal (adder warp) 1.010-1.053x (1.031) / 0.976-1.053x (1.014); hd 128 causal (two
+#: repeats) 0.972-0.996x / 0.990-1.031x. Faster in every repeat at 4k non-causal, but not by the 3% bar in every
+#: repeat anywhere: not routed (the whole backward through the harness, a same-host A/B, decides: runbook item 0).
+BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -768,7 +776,7 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
     :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`, dq_unscaled:
-    :data:`BWD_GLUON_FUSED_DQ_UNSCALED`) where the backward runs fused (dQ
+    :data:`BWD_GLUON_FUSED_DQ_UNSCALED`, ds_smem: :data:`BWD_GLUON_FUSED_DS_SMEM`) where the backward runs fused (dQ
     by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED`
     with both sequences at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: at any length,
     deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
@@ -787,7 +795,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
         return None
     return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
                 walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE,
-                dq_unscaled=q.shape[-1] in BWD_GLUON_FUSED_DQ_UNSCALED)
+                dq_unscaled=q.shape[-1] in BWD_GLUON_FUSED_DQ_UNSCALED,
+                ds_smem=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_DS_SMEM)
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones

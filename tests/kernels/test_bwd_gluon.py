@@ -479,9 +479,10 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         plain, causal = fused(*x), fused(*x, causal=True, window_right=0)  # (GQA 4/2: flat walk at hd 128)
         unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
         assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
-                             dq_unscaled=unscaled)
+                             dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM)
         assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
-                              mask_every_tile=d == 128, dq_unscaled=unscaled)
+                              mask_every_tile=d == 128, dq_unscaled=unscaled,
+                              ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM)
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
@@ -506,12 +507,14 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
             every = causal and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE
             assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(
                 block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128), mask_every_tile=every,
-                dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED)
+                dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED,
+                ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
     assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == frozenset()  # measured (session 40): 0.97-1.02x, not routed
+    assert configs.BWD_GLUON_FUSED_DS_SMEM == frozenset()  # measured (session 41): 1.01-1.03x alone, under the bar
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
@@ -567,6 +570,11 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DQ_UNSCALED", frozenset())  # not routed: the kernel scales
     assert call(8, 8, 64, causal=False, deterministic=False, s=8192)["dq_unscaled"] is False
     assert cast_args() == (64 ** -0.5, False)
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DS_SMEM", frozenset({(64, False)}))  # (not routed by default)
+    assert call(8, 8, 64, causal=False, deterministic=False, s=8192)["ds_smem"] is True
+    assert call(8, 8, 128, causal=False, deterministic=False)["ds_smem"] is False  # (the cell is (head dim, mask))
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DS_SMEM", frozenset())
+    assert call(8, 8, 64, causal=False, deterministic=False, s=8192)["ds_smem"] is False
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
