@@ -844,6 +844,7 @@ gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon backward kernels
     echo "probe exit $?" >> "$OUT/gluon-bwd/probe.md"
     grep -hE "exit|passed|failed|FAIL" "$OUT/gluon-bwd/"*.* | head -n 20
     grep "^| summary" "$OUT/gluon-bwd/probe.md" | cut -d'|' -f3-9 | tail -n 60
+    grep "^| speed-up" "$OUT/gluon-bwd/probe.md" | cut -d'|' -f3-11 | tail -n 30  # (per repeat: the decisions)
     tarred gluon-bwd
     ;;
 tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchmarks/tma_reduce_probe.py, built on the

@@ -5,6 +5,7 @@ backwards, H100.
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
         [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder] [--models] [--shapes B,S,HQ,HK ...] [--repeat 2] [--autotune]
         [--check-only]
+    python benchmarks/gluon_bwd_probe.py --from-log LOG [LOG ...]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
    dK and dV of every config against the FP64 oracle beside the Triton backward's error on the same inputs (outputs
@@ -28,7 +29,11 @@ backwards, H100.
    oracle as the others).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
-   (``| summary | ... |``).
+   (``| summary | ... |``), then the decisions' table (``| speed-up | ... |``): per cell, each config of a kernel
+   against that kernel's first config, and the fused route's whole backward against the default route's, repeat
+   by repeat (a route's bar, e.g. "3% faster in every repeat", reads off it).
+3. ``--from-log LOG [LOG ...]`` (any machine): the speed-up table of earlier runs' logs (their per-repeat rows),
+   a cell's repeats of every log pooled, each compared only with what its own run timed beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import math
 import os
 import sys
 from pathlib import Path
@@ -230,7 +236,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
 
     print("| hd | causal | shape | kernel | config | ms | / its Triton twin |")
     print("|---|---|---|---|---|---|---|", flush=True)
-    best = {}
+    best, runs = {}, {}  # (runs: every repeat's ms, for the speed-up table)
     for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
@@ -259,11 +265,14 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
                                                          causal=causal, launches={}, **_config(spec, "block_m")),
                    "triton dkdv") for spec in dkdv_specs]
         cell = best.setdefault((_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
+        cell_runs = runs.setdefault((_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
         for _ in range(repeat):
             this = {}
             for name, cfg, fn, twin in calls:
                 ms = timed(fn)
                 this[name] = this.get(name, ms)
+                reps = cell_runs.setdefault((name, cfg), {})
+                reps[0, len(reps)] = ms  # (run 0, its k-th repeat)
                 cell[name, cfg] = (min(ms, cell.get((name, cfg), (ms, twin))[0]), twin)
                 ratio = f"{this[twin] / ms:.3f}" if twin else "-"
                 print(f"| {_hd(d, dv)} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {cfg} | {ms:.4f} | "
@@ -271,6 +280,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
         del q, k, v, do, out, lse, delta, calls, parts
         torch.cuda.empty_cache()
     summary(best)
+    print_speedups(runs)
 
 
 def summary(best: dict) -> None:
@@ -282,6 +292,64 @@ def summary(best: dict) -> None:
         for (name, cfg), (ms, twin) in cell.items():
             ratio = f"{fastest[twin] / ms:.3f}" if twin else "-"
             print(f"| summary | {d} | {causal} | {shape} | {name} | {cfg} | {ms:.4f} | {ratio} |", flush=True)
+
+
+#: the whole backwards compared in the speed-up table: (kernel, config) over (kernel, config)
+WHOLE_PAIRS = ((("fused bwd", "whole"), ("routed bwd", "whole")), )
+
+
+def speedups(runs: dict) -> list[tuple]:
+    """The decisions' rows from every repeat's ms (``runs``: {(hd, causal, shape): {(kernel, config): {(run, k): ms}}},
+    the k-th repeat of a run): per cell, each later config of a kernel over that kernel's first config (the config
+    seen first is the base), and :data:`WHOLE_PAIRS`; each row (hd, causal, shape, kernel, "config / base", speed-ups
+    repeat by repeat (base ms / this ms, only within one repeat of one run: what was timed side by side), geomean,
+    repeats faster). A pair with no repeat in common (configs of different runs) has no row."""
+    rows = []
+    for (d, causal, shape), cell in runs.items():
+        pairs, firsts = [], {}
+        for name, cfg in cell:
+            if name in firsts:
+                pairs.append(((name, cfg), (name, firsts[name])))
+            else:
+                firsts[name] = cfg
+        pairs += [p for p in WHOLE_PAIRS if p[0] in cell and p[1] in cell]
+        for this, base in pairs:
+            got = [cell[base][tag] / ms for tag, ms in cell[this].items() if tag in cell[base] and ms > 0]
+            if not got:
+                continue
+            geo = math.exp(sum(math.log(x) for x in got) / len(got))
+            label = f"{this[1]} / {base[1]}" if this[0] == base[0] else f"{this[0]} / {base[0]}"
+            rows.append((d, causal, shape, this[0], label, got, geo, sum(x > 1 for x in got)))
+    return rows
+
+
+def print_speedups(runs: dict) -> None:
+    """:func:`speedups` as ``| speed-up |`` rows."""
+    print("\n| speed-up | hd | causal | shape | kernel | config / base | repeat by repeat | geomean | faster in |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for d, causal, shape, name, label, got, geo, faster in speedups(runs):
+        each = ", ".join(f"{x:.3f}" for x in got)
+        print(f"| speed-up | {d} | {causal} | {shape} | {name} | {label} | {each} | {geo:.3f} | {faster} / {len(got)} |",
+              flush=True)
+
+
+def runs_from_logs(paths) -> dict:
+    """Every repeat's ms from earlier runs' logs (their ``| hd | causal | shape | kernel | config | ms | ... |`` rows;
+    summary and speed-up rows skipped), as :func:`speedups` takes them: each log one run, its rows of a (kernel,
+    config) its repeats in order."""
+    runs = {}
+    for run, path in enumerate(paths):
+        for line in Path(path).read_text().splitlines():
+            cols = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cols) != 7 or cols[0] in ("hd", "summary", "speed-up") or cols[0].startswith("---"):
+                continue
+            try:
+                ms = float(cols[5])
+            except ValueError:
+                continue
+            reps = runs.setdefault(tuple(cols[:3]), {}).setdefault((cols[3], cols[4]), {})
+            reps[run, sum(1 for r, _ in reps if r == run)] = ms
+    return runs
 
 
 def main(argv=None) -> int:
@@ -304,7 +372,19 @@ def main(argv=None) -> int:
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton kernels at their autotuned configs (default: the pinned first picks)")
     ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--from-log", nargs="+", metavar="LOG",
+                    help="no GPU work: the speed-up table of earlier runs' logs (their per-repeat rows)")
     a = ap.parse_args(argv)
+    if a.from_log:
+        missing = [p for p in a.from_log if not Path(p).is_file()]
+        if missing:
+            raise SystemExit(f"--from-log: no such file: {', '.join(missing)}")
+        runs = runs_from_logs(a.from_log)
+        if not runs:
+            raise SystemExit("--from-log: no per-repeat rows (| hd | causal | shape | kernel | config | ms | ... |) "
+                             "in " + ", ".join(a.from_log))
+        print_speedups(runs)
+        return 0
     for spec in a.dkdv + a.fused:  # (the configs read before any GPU work)
         _config(spec, "block_m")
     if any({"u1", "a1", "d1"} & set(spec.split(",")) for spec in a.dkdv):

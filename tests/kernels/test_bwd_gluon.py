@@ -383,6 +383,46 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
                     "| summary | 128 | no | sweep S1024 H16/16 | gluon dq | 64,3 | 0.1600 | 1.250 |"]
 
 
+def test_the_probe_reads_decisions_off_its_repeats(tmp_path, capsys):
+    """gluon_bwd_probe.py's speed-up table: a config against its kernel's first config and the fused route's whole
+    backward against the default route's, repeat by repeat and only within what one run timed side by side (two
+    logs of one cell pooled: a config only one of them ran is compared with that log's base alone)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import gluon_bwd_probe as probe
+    finally:
+        sys.path.pop(0)
+    head = "| hd | causal | shape | kernel | config | ms | / its Triton twin |\n|---|---|---|---|---|---|---|\n"
+    row = "| 64 | no | sweep S4096 H32/32 | {} | {} | {} | 1.1 |\n"
+    one = tmp_path / "one.md"  # two repeats: the base, ,d1, the whole backwards
+    one.write_text(head + "".join(row.format(*r) for r in (
+        ("routed bwd", "whole", 4.0), ("fused bwd", "whole", 3.6), ("gluon fused", "128,2", 3.5),
+        ("gluon fused", "128,2,d1", 3.4)) * 2) + "\n| summary | 64 | no | sweep S4096 H32/32 | gluon fused | 128,2 "
+        "| 3.0 | 1.3 |\n")
+    two = tmp_path / "two.md"  # one repeat, a third config too
+    two.write_text(head + "".join(row.format(*r) for r in (
+        ("gluon fused", "128,2", 3.0), ("gluon fused", "128,2,d1", 3.3), ("gluon fused", "64,2", 2.5))))
+    runs = probe.runs_from_logs([one, two])
+    assert runs[("64", "no", "sweep S4096 H32/32")][("gluon fused", "128,2")] == {(0, 0): 3.5, (0, 1): 3.5,
+                                                                                  (1, 0): 3.0}
+    rows = {(r[3], r[4]): r[5:] for r in probe.speedups(runs)}
+    got, geo, faster = rows["gluon fused", "128,2,d1 / 128,2"]
+    assert got == pytest.approx([3.5 / 3.4, 3.5 / 3.4, 3.0 / 3.3]) and faster == 2
+    assert geo == pytest.approx(((3.5 / 3.4) ** 2 * (3.0 / 3.3)) ** (1 / 3))
+    assert rows["gluon fused", "64,2 / 128,2"][0] == pytest.approx([3.0 / 2.5])  # (the second log's base only)
+    assert rows["fused bwd", "fused bwd / routed bwd"][0] == pytest.approx([4.0 / 3.6] * 2)
+    assert probe.main(["--from-log", str(one), str(two)]) == 0
+    out = capsys.readouterr().out
+    assert "| speed-up | 64 | no | sweep S4096 H32/32 | gluon fused | 128,2,d1 / 128,2 | 1.029, 1.029, 0.909 |" in out
+    with pytest.raises(SystemExit, match="no such file"):
+        probe.main(["--from-log", str(tmp_path / "missing.md")])
+    empty = tmp_path / "empty.md"
+    empty.write_text("nothing timed\n")
+    with pytest.raises(SystemExit, match="no per-repeat rows"):
+        probe.main(["--from-log", str(empty)])
+
+
+
 def _route(q, k, v, **over):
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, atomic=False,
               sm_major=9)
