@@ -748,8 +748,8 @@ BWD_GLUON_FUSED_DQ_UNSCALED: frozenset[int] = frozenset()
 #: (head dim, causal) cells whose fused kernel's dK reads dS^T from the shared buffer dQ's wgmma reads
 #: (bwd_gluon.dkdv_launch's ``ds_smem``) instead of a bf16 register copy, wherever it runs (routed or
 #: ``FLASH_ATTN_BWD=fused``). Measured on an H100 (session 41, docs/perf/gluon-s41, the kernels alone at the routed
-#: configs, same run, 5-6 repeats over two calls, 4k / 16k): hd 64 non-causal 1.006-1.064x (geomean 1.031) / 0.972-
-#: 1.042x (1.009); hd 128 non-causal (adder warp) 1.010-1.053x (1.031) / 0.976-1.053x (1.014); hd 128 causal (two
+#: configs, same run, 5-6 repeats over two calls, 4k / 16k): hd 64 non-causal 1.006-1.064x (geomean 1.032) / 0.972-
+#: 1.042x (1.009); hd 128 non-causal (adder warp) 1.010-1.053x (1.032) / 0.976-1.053x (1.014); hd 128 causal (two
 #: repeats) 0.972-0.996x / 0.990-1.031x. Faster in every repeat at 4k non-causal, but not by the 3% bar in every
 #: repeat anywhere: not routed (the whole backward through the harness, a same-host A/B, decides: runbook item 0).
 BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
