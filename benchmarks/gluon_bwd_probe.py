@@ -236,7 +236,7 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
 
     print("| hd | causal | shape | kernel | config | ms | / its Triton twin |")
     print("|---|---|---|---|---|---|---|", flush=True)
-    best, runs = {}, {}  # (runs: every repeat's ms, for the speed-up table)
+    best, runs = {}, {}  # each cell's fastest repeat (with its Triton twin) and every repeat's ms
     for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
@@ -264,8 +264,8 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
         calls += [("gluon dkdv", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
                                                          causal=causal, launches={}, **_config(spec, "block_m")),
                    "triton dkdv") for spec in dkdv_specs]
-        cell = best.setdefault((_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
-        cell_runs = runs.setdefault((_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}"), {})
+        key = (_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}")
+        cell, cell_runs = best.setdefault(key, {}), runs.setdefault(key, {})
         for _ in range(repeat):
             this = {}
             for name, cfg, fn, twin in calls:

@@ -925,9 +925,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     configs.BWD_GLUON_FUSED_DQ_UNSCALED says, bwd._cast_dq then scales the sum): dQ's partials added without the
     softmax scale, which the caller then applies to the sum once (a multiply an element a tile less: 32 of the hd 64
     128-row tile loop's ~790 instructions a warp). ``ds_smem`` (with ``dq_acc``; routed where
-    configs.BWD_GLUON_FUSED_DS_SMEM says, none yet: 1.01-1.03x alone at non-causal, session 41): dK's wgmma reads dS^T as its A operand from the shared buffer the consumer stored it to for dQ,
-    not from registers (the kernel's DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile,
-    hd 64 128-row non-causal 96 -> 36 B spilled, elsewhere within +-24 B)."""
+    configs.BWD_GLUON_FUSED_DS_SMEM says, none yet: 1.01-1.03x alone non-causal, session 41): dK's wgmma reads dS^T
+    as its A operand from the shared buffer the consumer stored it to for dQ, not from registers (the kernel's
+    DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile, hd 64 128-row non-causal 96 ->
+    36 B spilled, elsewhere within +-24 B)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
