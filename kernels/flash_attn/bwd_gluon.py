@@ -78,11 +78,12 @@ class _BwdShape:
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
-                       "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr}
+                       "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
-                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False):
+                 DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
+                 WG_TURNS=True):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -100,6 +101,7 @@ class _BwdShape:
         self.DQ_ALTERNATE = gl.constexpr(DQ_COLS > 0 and not self.DQ_COL_HALVES and not self.DQ_ROW_HALVES)
         self.DQ_UNSCALED = gl.constexpr(DQ_UNSCALED)
         self.DS_SMEM = gl.constexpr(DS_SMEM and DQ_COLS > 0)
+        self.WG_TURNS = gl.constexpr(WG_TURNS)
 
 
 @builtin
@@ -166,30 +168,33 @@ def _acc_layout(n):
 
 @gluon.jit
 def _s_and_dp(a_s, b_s, a_dp, b_dp, other, N: gl.constexpr, S_LAYOUT: gl.constexpr, a_s2=None, b_s2=None,
-              SECOND: gl.constexpr = False):
+              SECOND: gl.constexpr = False, TURNS: gl.constexpr = True):
     """A consumer's first turn of a block: S = a_s b_s^T (``SECOND``: + a_s2 b_s2^T, a second head-dim part
     chained on the same accumulator) and dP = a_dp b_dp^T issued on the tensor cores (64 x N, fresh zero
-    accumulators: none kept across the loop), then the turn handed to the other consumer."""
+    accumulators: none kept across the loop), then the turn handed to the other consumer (``TURNS`` off: no
+    turns)."""
     s = warpgroup_mma(a_s, b_s.permute((1, 0)), gl.zeros([64, N], gl.float32, layout=S_LAYOUT), use_acc=False,
                       is_async=True)
     if SECOND:
         s = warpgroup_mma(a_s2, b_s2.permute((1, 0)), s, is_async=True)
     dp = warpgroup_mma(a_dp, b_dp.permute((1, 0)), gl.zeros([64, N], gl.float32, layout=S_LAYOUT), use_acc=False,
                        is_async=True)
-    _pass(other)
+    if TURNS:
+        _pass(other)
     return s, dp
 
 
 @gluon.jit
-def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr):
+def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr, TURNS: gl.constexpr = True):
     """:func:`_s_and_dp` for 128 queries as two halves of 64 (S^T and dP^T of the first half issued first: it is done
-    first), then the turn handed to the other consumer."""
+    first), then the turn handed to the other consumer (``TURNS`` off: no turns)."""
     zero = gl.zeros([64, 64], gl.float32, layout=S_LAYOUT)
     s = warpgroup_mma(a_s, b_s.slice(0, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
     dp = warpgroup_mma(a_dp, b_dp.slice(0, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
     s_b = warpgroup_mma(a_s, b_s.slice(64, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
     dp_b = warpgroup_mma(a_dp, b_dp.slice(64, 64).permute((1, 0)), zero, use_acc=False, is_async=True)
-    _pass(other)
+    if TURNS:
+        _pass(other)
     return s, dp, s_b, dp_b
 
 
@@ -464,7 +469,9 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     DQ_ADDER: gl.constexpr = shape.DQ_ADDER
     if DQ_ADDER:
         gl.static_assert(FUSED, "the adder warp's dQ adds: the fused backward")
-    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
+    TURNS: gl.constexpr = shape.WG_TURNS  # (off, the dK / dV kernel: each consumer issues its wgmmas when ready)
+    if TURNS:
+        mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
     it = 0  # query tiles consumed
     tc = 0  # turns taken
@@ -494,10 +501,11 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
             q_t_b = q_smem_b.index(slot).reshape([BLOCK_M, KB_DIM])
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
-            mbarrier.wait(mine, tc & 1)
+            if TURNS:
+                mbarrier.wait(mine, tc & 1)
             if QUERY_HALVES:  # S^T and dP^T as two 64-query halves each, one half's P^T / dS^T made while the
                 # other's wgmmas run (at 128 columns lse, delta and the mask's indices take 32 registers each)
-                s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT)
+                s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT, TURNS)
                 tc += 1
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
                                   3, 2, shape.MASK_EVERY_TILE)
@@ -516,7 +524,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                 p16_b = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
                 if not (FUSED and DS_SMEM):
                     ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                mbarrier.wait(mine, tc & 1)
+                if TURNS:
+                    mbarrier.wait(mine, tc & 1)
                 dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
                 dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
                 if FUSED and DS_SMEM:  # both halves' dS^T, fenced and passed on above: one wgmma over 128 queries
@@ -525,7 +534,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     dk = warpgroup_mma(ds16, q_t.slice(0, 64), dk, is_async=True)
                     dk = warpgroup_mma(ds16_b, q_t.slice(64, 64), dk, is_async=True)
             else:
-                s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0)  # S^T, dP^T
+                s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0,
+                                  TURNS)  # S^T, dP^T
                 tc += 1
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
                                   S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
@@ -537,7 +547,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                 p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
                 if not (FUSED and DS_SMEM):
                     ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                mbarrier.wait(mine, tc & 1)
+                if TURNS:
+                    mbarrier.wait(mine, tc & 1)
                 dv = warpgroup_mma(p16, do_t, dv, is_async=True)
                 if FUSED and DS_SMEM:  # (dS^T fenced and passed on above)
                     dk = warpgroup_mma(ds_t.slice(64 * wg, 64), q_t, dk, is_async=True)
@@ -562,7 +573,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                                       shape, order, True, 64 * wg * DQ_ROW_HALVES)
                 tc += 1
             else:
-                _pass(other)
+                if TURNS:
+                    _pass(other)
                 tc += 1
                 if HEAD_DIM_B > 0:
                     dv, dk, dk_b = warpgroup_mma_wait(0, deps=(dv, dk, dk_b))
@@ -606,7 +618,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
                         WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
                         MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
-                        DS_SMEM: gl.constexpr = False):
+                        DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -624,13 +636,16 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     as two 64-query halves each, one half's P^T and dS^T made while the other's wgmmas run (:func:`dkdv_arguments`).
     ``DS_SMEM`` (fused): dK's A operand, dS^T, read from the shared buffer it was stored to for dQ (``ds_smem``).
     ``MASK_EVERY_TILE`` (causal): the mask applied on every tile, not behind a branch (:func:`_p_and_ds`).
-    ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum)."""
+    ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum).
+    ``NO_TURNS`` (not fused): the consumers issue their wgmmas without taking turns (flash-attn-4's and FA3's sm90
+    backwards have no such handover; the fused kernel's turns also order its shared dS^T buffers)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
     ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
     gl.static_assert(WALK != 2 or not DQ_TURNS, "the ordered adds walk each head's tiles from the diagonal")
+    gl.static_assert(not NO_TURNS or DQ_COLS == 0, "no turns: the dK / dV kernel's (the fused one's order dS^T)")
     pid_n = gl.program_id(0)
     if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
@@ -685,7 +700,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -908,7 +923,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
-                   ds_smem=False) -> dict:
+                   ds_smem=False, turns=True) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -928,7 +943,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     configs.BWD_GLUON_FUSED_DS_SMEM says, none yet: 1.01-1.03x alone non-causal, session 41): dK's wgmma reads dS^T
     as its A operand from the shared buffer the consumer stored it to for dQ, not from registers (the kernel's
     DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile, hd 64 128-row non-causal 96 ->
-    36 B spilled, elsewhere within +-24 B)."""
+    36 B spilled, elsewhere within +-24 B). ``turns`` False (without ``dq_acc``; not routed, session 41: built, not
+    run on a GPU): the two consumers issue their wgmmas without handing turns to each other (the kernel's
+    NO_TURNS)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -956,6 +973,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
             second.update(DS_SMEM=True)
     elif dq_unscaled or ds_smem:
         raise ValueError("dq_unscaled / ds_smem: the fused kernel's (dq_acc)")
+    if not turns:
+        if dq_acc is not None:
+            raise ValueError("turns=False: the dK / dV kernel's (the fused kernel's turns order its dS^T buffers)")
+        second.update(NO_TURNS=True)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -981,7 +1002,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
-                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False):
+                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -990,7 +1011,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile, dq_unscaled, ds_smem)
+                            mask_every_tile, dq_unscaled, ds_smem, turns)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -1004,7 +1025,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False):
+               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1019,7 +1040,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
     kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
     steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``,
-    ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``: :func:`dkdv_arguments`'."""
+    ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``, ``turns``: :func:`dkdv_arguments`'."""
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
@@ -1033,7 +1054,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem))
+        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

@@ -74,6 +74,9 @@ def compiled(tmp_path_factory):
     specs += [f"bwdf16:{d},{bm},{st},{int(c)}{'@m1' if c and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE else ''}@d1"
               for d, m in configs.BWD_GLUON_FUSED.items() for (_, c), (_, (bm, st)) in m.items()]
     specs += ["bwda16:128,64,3,0@d1", "bwdf16:64,128,2,1@d1"]
+    # the dK / dV kernel without its consumers' turns (not routed): its routed configs, both masks
+    specs += [f"bwd16:{'192/128' if d == 192 else d},{blk},{st},{c}@t0" for d, cfg in configs.BWD_GLUON.items()
+              for n, (blk, st) in cfg.items() if n == "dkdv" for c in (0, 1)]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -185,6 +188,22 @@ def test_dk_from_shared_ds_reads_its_a_operand_from_shared_memory(compiled):
         assert 2 * register_a(r) == register_a(base) > 0 and r["wgmma"] == base["wgmma"], spec
         assert r["tma_reduce"] == base["tma_reduce"], spec
     assert compiled["bwdf16:64,128,2,0@d1"]["spill"] < compiled["bwdf16:64,128,2,0"]["spill"]
+
+
+def test_the_dkdv_kernel_without_turns_drops_the_handover(compiled):
+    """The dK / dV kernel with ``turns=False`` (not routed; flash-attn-4's and FA3's sm90 backwards have no turns
+    between their MMA warpgroups): the same wgmmas as with turns, none of the turn's waits (each consumer waits on
+    its slot's loads and on its own wgmmas only) and fewer mbarrier arrives, at every routed dK / dV config."""
+    def count(r, op):
+        return sum(op in line for line in Path(r["ptx_file"]).read_text().splitlines())
+
+    specs = [spec for spec in compiled if spec.endswith("@t0")]
+    assert len(specs) >= 6, specs
+    for spec in specs:
+        r, base = compiled[spec], compiled[spec[:-3]]
+        assert r["wgmma"] == base["wgmma"] > 0, spec
+        assert 0 < count(r, "mbarrier.try_wait") < count(base, "mbarrier.try_wait"), spec
+        assert count(r, "mbarrier.arrive") < count(base, "mbarrier.arrive"), spec
 
 
 def test_the_ordered_adds_wait_their_turn_and_hand_it_on(compiled):
@@ -350,6 +369,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     assert probe._config("64,3,u1", "block_m") == dict(block_m=64, num_stages=3, dq_unscaled=True)
     assert probe._config("64,3,a1,u1", "block_m") == dict(block_m=64, num_stages=3, adder=True, dq_unscaled=True)
     assert probe._config("128,2,d1", "block_m") == dict(block_m=128, num_stages=2, ds_smem=True)
+    assert probe._config("64,2,t0", "block_m") == dict(block_m=64, num_stages=2, turns=False)
     for bad in ("64", "128,2,h0,1", "128,2,x", "a,2"):
         with pytest.raises(SystemExit):
             probe._config(bad, "block_m")
@@ -362,6 +382,8 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         for only_fused in ("64,2,u1", "64,3,a1", "64,2,d1"):
             with pytest.raises(SystemExit, match="fused"):
                 probe.main(["--dkdv", only_fused])
+        with pytest.raises(SystemExit, match="dK / dV kernel's"):
+            probe.main(["--fused", "64,2,t0"])
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
@@ -641,14 +663,19 @@ WHOLE_CASES = pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     ids=["causal-GQA4", "MQA-group-split", "hd64-causal-Sq<Sk"])
 
 
-def _gpu_case(b, sq, sk, hq, hk, d, causal):
+def _gpu_case(b, sq, sk, hq, hk, d, causal, dv=None):
     """A GPU test's inputs and references: (q, k, v, dO, the in-repo forward's out and lse, delta = rowsum(dO * O)
-    [B, Hq, Sq], the softmax scale, the FP64 oracle's result, the Triton backward's (dq, dk, dv))."""
+    [B, Hq, Sq], the softmax scale, the FP64 oracle's result, the Triton backward's (dq, dk, dv)). ``dv`` 128 with
+    ``d`` 192: MLA's training form (:func:`_mla_inputs`)."""
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
     from kernels.flash_attn.fwd import flash_attn_fwd
 
-    q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
+    if dv is not None and dv != d:
+        assert (d, dv) == (192, 128), (d, dv)
+        q, k, v, do, _, _ = _mla_inputs(b, sq, sk, hq, hk, device="cuda")
+    else:
+        q, k, v, do, _, _ = _inputs(b, sq, sk, hq, hk, d, device="cuda")
     scale = d ** -0.5
     mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
     out, lse = flash_attn_fwd(q, k, v, softmax_scale=scale, **mask)
@@ -947,6 +974,27 @@ def test_gpu_fused_dk_from_shared_ds_matches_oracle(b, sq, sk, hq, hk, d, causal
     assert torch.equal(dv, regs[1])
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dq, dq_t, ref.dq, "dq")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra", [
+    (2, 1000, 1000, 4, 4, 128, 128, False, 64, 2, {}), (1, 777, 1500, 4, 2, 128, 128, True, 64, 2, dict(walk=1)),
+    (2, 600, 600, 8, 2, 64, 64, True, 64, 2, {}), (1, 1000, 1100, 4, 4, 64, 64, False, 128, 2, {}),
+    (1, 700, 700, 4, 4, 192, 128, True, 32, 3, {})],
+    ids=["hd128", "hd128-causal-GQA-flat", "hd64-causal-GQA4", "hd64-128-row", "mla-causal"])
+def test_gpu_dkdv_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra):
+    """The dK / dV kernel with ``turns=False`` (not routed): each consumer adds the same tiles in the same order, so
+    dK and dV are bitwise those of the kernel with turns, and within twice the Triton backward's error against the
+    FP64 oracle."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
+    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    turned = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    dk, dv_ = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, turns=False, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(dk, turned[0]) and torch.equal(dv_, turned[1])
+    _assert_within_triton(dk, dk_t, ref.dk, "dk")
+    _assert_within_triton(dv_, dv_t, ref.dv, "dv")
 
 
 @pytest.mark.gpu
