@@ -102,8 +102,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
-    warp; ``ordered``: its deterministic variant; ``halves``, ``mask_every_tile``, ``dq_unscaled``, ``ds_smem``, ``turns``:
-    bwd_gluon.dkdv_arguments'."""
+    warp; ``ordered``: its deterministic variant; ``halves``, ``mask_every_tile``, ``dq_unscaled``, ``ds_smem``,
+    ``turns``: bwd_gluon.dkdv_arguments'."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16

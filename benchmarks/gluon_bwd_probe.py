@@ -330,8 +330,8 @@ def print_speedups(runs: dict) -> None:
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for d, causal, shape, name, label, got, geo, faster in speedups(runs):
         each = ", ".join(f"{x:.3f}" for x in got)
-        print(f"| speed-up | {d} | {causal} | {shape} | {name} | {label} | {each} | {geo:.3f} | {faster} / {len(got)} |",
-              flush=True)
+        print(f"| speed-up | {d} | {causal} | {shape} | {name} | {label} | {each} | {geo:.3f} | "
+              f"{faster} / {len(got)} |", flush=True)
 
 
 def runs_from_logs(paths) -> dict:

@@ -597,8 +597,9 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     """flash_attn_bwd passes configs.gluon_bwd's / gluon_fused_bwd's keywords to the Gluon dK / dV launch: the flat
     walk for a GQA / MQA group at hd 128 (split route and fused), the nested loops for MHA and at hd 64; the fused
     route's adder warp at hd 128 non-causal, dQ's partials without the softmax scale, which the cast launch then
-    applies (its SCALE on, the call's scale), and dK's dS^T from shared memory by (head dim, mask) cell. (No sm90 GPU here: the route is made to see one and the Gluon
-    launches are recorded; the Triton ones go to stand-ins, which log their arguments.)"""
+    applies (its SCALE on, the call's scale), and dK's dS^T from shared memory by (head dim, mask) cell. (No sm90
+    GPU here: the route is made to see one and the Gluon launches are recorded; the Triton ones go to stand-ins,
+    which log their arguments.)"""
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
