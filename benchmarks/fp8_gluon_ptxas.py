@@ -18,8 +18,8 @@ its (head, tile) steps by WALK (bwd_gluon._walk_bounds: 0 nested, 1 flat, 2 lock
 the fused one with its adds ordered (the deterministic variant) (any of these five may end in @h1 / @h0: 128-row
 tiles' S^T and dP^T in two 64-query halves or not, bwd_gluon.dkdv_arguments' ``halves``, default its rule; and in
 @m1: the causal mask on every tile, its ``mask_every_tile``; @u1 (the fused ones): dQ's partials without the softmax
-scale, its ``dq_unscaled``; @d1 (the fused ones): dK's dS^T from shared memory, its ``ds_smem``; @t0 (the dK / dV
-one): its consumers issue without taking turns, its ``turns=False``; e.g.
+scale, its ``dq_unscaled``; @d1 (the fused ones): dK's dS^T from shared memory, its ``ds_smem``; @t0 (any of
+them): its consumers issue without taking turns, its ``turns=False``; e.g.
 bwdf16:128,64,2,1@m1, several as @m1@u1), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the

@@ -71,7 +71,7 @@ def _config(spec: str, first: str) -> dict:
     loop, as the route walks GQA / MQA at hd 128: its ``walk=1``; default the nested loops), ,u1 (fused: dQ's
     partials without the softmax scale, its ``dq_unscaled``; the check scales the returned dQ) and ,a1 (fused: dQ's
     adds in an adder warp, its ``adder``: --adder's variant for this config alone, as the route runs hd 128
-    non-causal), ,d1 (fused: dK's dS^T read from shared memory, its ``ds_smem``) and ,t0 (the dK / dV kernel: its
+    non-causal), ,d1 (fused: dK's dS^T read from shared memory, its ``ds_smem``) and ,t0 (either kernel: its
     consumers issue without taking turns, its ``turns=False``)."""
     parts, options = spec.split(",")[:2], spec.split(",")[2:]
     allowed = DKDV_OPTIONS if first == "block_m" else {}
@@ -391,9 +391,6 @@ def main(argv=None) -> int:
     if any({"u1", "a1", "d1"} & set(spec.split(",")) for spec in a.dkdv):
         raise SystemExit("--dkdv: ,u1 (dQ without the softmax scale), ,a1 (dQ's adder warp) and ,d1 (dS^T from "
                          "shared memory) are the fused kernel's: give them to --fused")
-    if any("t0" in spec.split(",") for spec in a.fused):
-        raise SystemExit("--fused: ,t0 (no turns) is the dK / dV kernel's: the fused kernel's turns order its "
-                         "shared dS^T buffers; give it to --dkdv")
     for spec in a.dq:
         _config(spec, "block_n")
     shapes = [_shape(x) for x in a.shapes]

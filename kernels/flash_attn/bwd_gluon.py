@@ -14,7 +14,8 @@ its K and V once and then Q and dO tiles of 64 query rows through a ring of stag
 so every operand is where a wgmma wants it: K_w and V_w from shared memory as the A operand, Q and dO tiles as the
 B operand (seen transposed for S^T and dP^T, as loaded for dV and dK), P^T and dS^T from registers as the A
 operand. The consumers take turns to issue (the forward's ping-pong ``turn`` barriers): one's exponentials run
-while the other's wgmmas do. GQA: the program runs the group's query heads one after another, or a share of them
+while the other's wgmmas do; or not (``NO_TURNS``, either kernel, as flash-attn-4's sm90 backward: routed for the
+fused kernel at hd 64 causal since session 42, configs.BWD_GLUON_FUSED_NO_TURNS). GQA: the program runs the group's query heads one after another, or a share of them
 under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a
 sequence's end: zero-filled tiles, lse read as +inf (P = 0); keys past it are computed and not stored.
 
@@ -305,7 +306,8 @@ def _dq_turn(ds_t, k_smem, ds_ready, phase, other, dv, dk, dq_smem_w, dq_desc, b
                        is_async=True)
     dq = warpgroup_mma(ds_t.slice(64, 64).slice(R0, 64, dim=1).permute((1, 0)),
                        k_smem.index(1).reshape([64, HEAD_DIM]).slice(C0, DQ_COLS, dim=1), dq, is_async=True)
-    _pass(other)
+    if shape.WG_TURNS:
+        _pass(other)
     if PENDING:
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
@@ -429,7 +431,10 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     ``dq_desc`` by TMA reduce. DQ_COLS = HEAD_DIM / 2 (hd 128): each consumer its half of the columns every tile;
     DQ_COLS = HEAD_DIM (hd 64): the consumer of the tile's parity all of them with 64-row tiles, with 128-row tiles
     each consumer its 64 rows of every tile (partials are 64 rows always). The buffer a tile's dS^T goes to is
-    free again two tiles on: both consumers' dQ of it were retired before the turn that leads there.
+    free again two tiles on, turns or not (``shape.WG_TURNS`` off: none): a consumer arrives on tile t + 1's
+    ``ds_bar`` only after its own dQ wgmmas of tile t (if it made any) retired, and before it writes tile t + 2's
+    dS^T each consumer has either waited on tile t + 1's ``ds_bar`` (it makes tile t + 1's dQ: every tile, or with
+    hd 64's 64-row tiles every other) or made tile t's dQ alone (the other consumer never read that buffer).
 
     ``shape.DQ_ADDER`` (an adder warp; the deterministic fused backward's too): the partial goes to shared memory
     only and the adder warp (:func:`_dq_adder`) adds it in its turn (``dq_full``: a consumer's tile is there; ``dq_empty``:
@@ -565,7 +570,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     if it % 2 == wg:
                         dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
                                           dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, 0, shape, order, False)
-                    else:
+                    elif TURNS:
                         _pass(other)
                 else:  # (wg is a compile-time value in each partition: its half is too)
                     dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
@@ -637,15 +642,15 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ``DS_SMEM`` (fused): dK's A operand, dS^T, read from the shared buffer it was stored to for dQ (``ds_smem``).
     ``MASK_EVERY_TILE`` (causal): the mask applied on every tile, not behind a branch (:func:`_p_and_ds`).
     ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum).
-    ``NO_TURNS`` (not fused): the consumers issue their wgmmas without taking turns (flash-attn-4's and FA3's sm90
-    backwards have no such handover; the fused kernel's turns also order its shared dS^T buffers)."""
+    ``NO_TURNS``: the consumers issue their wgmmas without taking turns (flash-attn-4's and FA3's sm90 backwards
+    have no such handover; the fused kernel's shared dS^T buffers are ordered by ``ds_bar`` alone, see
+    :func:`_bwd_consume`)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
     ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
     gl.static_assert(WALK != 2 or not DQ_TURNS, "the ordered adds walk each head's tiles from the diagonal")
-    gl.static_assert(not NO_TURNS or DQ_COLS == 0, "no turns: the dK / dV kernel's (the fused one's order dS^T)")
     pid_n = gl.program_id(0)
     if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
@@ -943,9 +948,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     configs.BWD_GLUON_FUSED_DS_SMEM says, none yet: 1.01-1.03x alone non-causal, session 41): dK's wgmma reads dS^T
     as its A operand from the shared buffer the consumer stored it to for dQ, not from registers (the kernel's
     DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile, hd 64 128-row non-causal 96 ->
-    36 B spilled, elsewhere within +-24 B). ``turns`` False (without ``dq_acc``; not routed, session 41: built, not
-    run on a GPU): the two consumers issue their wgmmas without handing turns to each other (the kernel's
-    NO_TURNS)."""
+    36 B spilled, elsewhere within +-24 B). ``turns`` False: the two consumers issue their wgmmas without handing
+    turns to each other (the kernel's NO_TURNS; the dK / dV kernel's measured in session 42, 1.04-1.08x non-causal,
+    0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -974,8 +979,6 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     elif dq_unscaled or ds_smem:
         raise ValueError("dq_unscaled / ds_smem: the fused kernel's (dq_acc)")
     if not turns:
-        if dq_acc is not None:
-            raise ValueError("turns=False: the dK / dV kernel's (the fused kernel's turns order its dS^T buffers)")
         second.update(NO_TURNS=True)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),

@@ -716,10 +716,13 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: query halves, bwd_gluon.query_halves; the kernel alone 1.035-1.109x the 64-row tiles at 4k, 1.016-1.116x at 16k,
 #: faster in each of two repeats; causal 0.97-1.00x: stays 64); from 4k since session 40 (docs/perf/gluon-s40: the
 #: whole fused backward 1.133x / 1.169x the split route at 4k, two repeats, 0.97-1.05x at 2k; causal 4k 1.004-1.007x:
-#: stays from 8k).
+#: stays from 8k). hd 64 causal from 4k since session 42 (docs/perf/gluon-s42), its consumers without turns
+#: (:data:`BWD_GLUON_FUSED_NO_TURNS`): the whole fused backward 1.098x / 1.106x / 1.078x the split route at 4k in the
+#: probe (three repeats; 1.001-1.013x at 2k: stays from 4k) and 1.086x / 1.093x through the harness against
+#: session 41's route (fused with turns from 8k, split below), 1.088-1.119x at 8k-16k.
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
-    64: {(False, False): (4096, (128, 2)), (False, True): (8192, (64, 2))}}
+    64: {(False, False): (4096, (128, 2)), (False, True): (4096, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
 #: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing
 #: length would run, so probes time it)
@@ -751,8 +754,19 @@ BWD_GLUON_FUSED_DQ_UNSCALED: frozenset[int] = frozenset()
 #: configs, same run, 5-6 repeats over two calls, 4k / 16k): hd 64 non-causal 1.006-1.064x (geomean 1.032) / 0.972-
 #: 1.042x (1.009); hd 128 non-causal (adder warp) 1.010-1.053x (1.032) / 0.976-1.053x (1.014); hd 128 causal (two
 #: repeats) 0.972-0.996x / 0.990-1.031x. Faster in every repeat at 4k non-causal, but not by the 3% bar in every
-#: repeat anywhere: not routed (the whole backward through the harness, a same-host A/B, decides: runbook item 0).
+#: repeat anywhere: not routed. The whole backward through the harness (session 42, docs/perf/gluon-s42, both cells
+#: routed against neither, same host, three pairs): hd 64 1.003x / 0.994x / 0.994x at 4k / 8k / 16k, hd 128 1.020x
+#: (1.011-1.034 a pair) / 0.997x / 1.007x: the kernel's 3% does not reach the whole backward; stays off.
 BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
+#: (head dim, causal) cells whose fused kernel's consumers issue their wgmmas without taking turns
+#: (bwd_gluon.dkdv_launch's ``turns`` False; flash-attn-4's sm90 backward has none), wherever it runs (routed or
+#: ``FLASH_ATTN_BWD=fused``). Measured on an H100 (session 42, docs/perf/gluon-s42, the kernel alone at the routed
+#: configs against the same with turns, same run, two repeats at 4k and 16k, hd 64 causal at 8k): hd 64 causal
+#: (64-row tiles, dQ by tile parity; no spill either way) 1.101x and 1.071x, and the whole backward through the
+#: harness 1.088-1.119x at 8k-16k (three pairs); hd 64 non-causal 128-row tiles 0.77-0.81x (96 -> 364 B spilled; 0.87-0.91x with
+#: ``ds_smem``), hd 128 non-causal (adder warp, 3 stages) 0.90-1.02x, hd 128 causal (mask on every tile)
+#: 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B).
+BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -776,7 +790,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
                     varlen: bool, fp8: bool, sm_major: int | None = None, deterministic: bool = False) -> dict | None:
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
     :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`, dq_unscaled:
-    :data:`BWD_GLUON_FUSED_DQ_UNSCALED`, ds_smem: :data:`BWD_GLUON_FUSED_DS_SMEM`) where the backward runs fused (dQ
+    :data:`BWD_GLUON_FUSED_DQ_UNSCALED`, ds_smem: :data:`BWD_GLUON_FUSED_DS_SMEM`, turns: not
+    :data:`BWD_GLUON_FUSED_NO_TURNS`) where the backward runs fused (dQ
     by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED`
     with both sequences at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: at any length,
     deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
@@ -796,7 +811,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
     return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
                 walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE,
                 dq_unscaled=q.shape[-1] in BWD_GLUON_FUSED_DQ_UNSCALED,
-                ds_smem=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_DS_SMEM)
+                ds_smem=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_DS_SMEM,
+                turns=(q.shape[-1], bool(causal)) not in BWD_GLUON_FUSED_NO_TURNS)
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones
@@ -845,6 +861,15 @@ _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_sta
 #: GQA / MQA calls of these cells are not routed (the Triton kernel; a group's loops make the 128-row kernel spill
 #: 212 B nested, 120 B flat, against MHA's 12 B).
 BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
+#: (head dim, causal) cells whose routed Gluon dK / dV kernel (:data:`BWD_GLUON`) issues its consumers' wgmmas
+#: without turns (bwd_gluon.dkdv_launch's ``turns`` False). Measured on an H100 (session 42, docs/perf/gluon-s42,
+#: the kernel alone at 64-row tiles over 2 stages against the same with turns, same run, two repeats, 4k / 16k):
+#: non-causal hd 64 1.081, 1.086x / 1.090, 1.049x, hd 128 1.031, 1.058x / 1.084, 1.025x; causal 0.93-0.99x (stays
+#: turned). The one routed cell it could take, hd 128 non-causal below the fused route's 4k (and every deterministic
+#: call), measured whole through the harness at 1k / 2k (three pairs): 1.028, 1.034, 0.992x / 1.032, 1.014, 1.003x,
+#: under the 2%-every-pair bar: not routed. hd 64 non-causal's routed 128-row tiles and MLA's 32-row ones: not
+#: measured without turns.
+BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
 #: tile) steps in one flat loop (bwd_gluon._walk_bounds' walk 1) instead of heads outside, tiles inside: with a group
@@ -864,7 +889,7 @@ def bwd_walk(q, k) -> int:
 def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
               fp8: bool, atomic: bool, sm_major: int | None = None) -> dict:
     """Kernel name ("dq", "dkdv") -> bwd_gluon.dq_launch's / dkdv_launch's keywords (dK / dV's walk:
-    :func:`bwd_walk`) for the backward's kernels
+    :func:`bwd_walk`; turns False in :data:`BWD_GLUON_NO_TURNS`' cells) for the backward's kernels
     that run on the Gluon ones; empty where both run the Triton ones: a head dim and kernel of :data:`BWD_GLUON`
     with both sequences at least :data:`BWD_GLUON_MIN_SEQLEN` long (or any of :data:`BWD_GLUON_TRY` with
     ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16
@@ -897,6 +922,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     out = {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
     if "dkdv" in out:
         out["dkdv"]["walk"] = bwd_walk(q, k)
+        if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
+            out["dkdv"]["turns"] = False
     return out
 
 

@@ -77,6 +77,14 @@ def compiled(tmp_path_factory):
     # the dK / dV kernel without its consumers' turns (not routed): its routed configs, both masks
     specs += [f"bwd16:{'192/128' if d == 192 else d},{blk},{st},{c}@t0" for d, cfg in configs.BWD_GLUON.items()
               for n, (blk, st) in cfg.items() if n == "dkdv" for c in (0, 1)]
+    # ... and the fused kernel without them: its routed configs with their options, both masks, the adder's (hd 64's
+    # 128-row tiles with dS^T from shared memory: without, 364 B spilled)
+    specs += [f"bwdf16:{d},{bm},{st},{int(c)}{'@m1' if c and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE else ''}"
+              f"{'@d1' if bm == 128 else ''}@t0"
+              for d, m in configs.BWD_GLUON_FUSED.items() for (_, c), (_, (bm, st)) in m.items()]
+    specs += [f"bwdf16:{d},64,2,{c}@t0" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # (64-row, both masks)
+    specs += [f"bwda16:{d},{bm},{st},0@t0" for d, m in configs.BWD_GLUON_FUSED.items()
+              for (_, c), (_, (bm, st)) in m.items() if (d, c) in configs.BWD_GLUON_FUSED_ADDER]
     specs += [f"bwdo16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]  # the ordered adds
     # the adder warp: both head dims and masks over 2 stages, and where it is routed (configs.BWD_GLUON_FUSED_ADDER)
     specs += [f"bwda16:{d},64,2,{c}" for d in bwd_gluon.FUSED_HEAD_DIMS for c in (0, 1)]
@@ -190,18 +198,20 @@ def test_dk_from_shared_ds_reads_its_a_operand_from_shared_memory(compiled):
     assert compiled["bwdf16:64,128,2,0@d1"]["spill"] < compiled["bwdf16:64,128,2,0"]["spill"]
 
 
-def test_the_dkdv_kernel_without_turns_drops_the_handover(compiled):
-    """The dK / dV kernel with ``turns=False`` (not routed; flash-attn-4's and FA3's sm90 backwards have no turns
-    between their MMA warpgroups): the same wgmmas as with turns, none of the turn's waits (each consumer waits on
-    its slot's loads and on its own wgmmas only) and fewer mbarrier arrives, at every routed dK / dV config."""
+def test_the_kernels_without_turns_drop_the_handover(compiled):
+    """The dK / dV kernel and the fused one with ``turns=False`` (flash-attn-4's and FA3's sm90 backwards have no
+    turns between their MMA warpgroups): the same wgmmas (and the fused kernel's the same TMA reduces and shared
+    memory) as with turns, none of the turn's waits (each consumer waits on its slot's loads, the fused kernel's on
+    the tile's dS^T halves too, and on its own wgmmas) and fewer mbarrier arrives, at every routed config."""
     def count(r, op):
         return sum(op in line for line in Path(r["ptx_file"]).read_text().splitlines())
 
     specs = [spec for spec in compiled if spec.endswith("@t0")]
-    assert len(specs) >= 6, specs
+    assert len(specs) >= 14 and any(spec.startswith("bwda16") for spec in specs), specs
     for spec in specs:
         r, base = compiled[spec], compiled[spec[:-3]]
         assert r["wgmma"] == base["wgmma"] > 0, spec
+        assert r["tma_reduce"] == base["tma_reduce"] and r["smem"] <= base["smem"], spec  # (the turn barriers go)
         assert 0 < count(r, "mbarrier.try_wait") < count(base, "mbarrier.try_wait"), spec
         assert count(r, "mbarrier.arrive") < count(base, "mbarrier.arrive"), spec
 
@@ -382,8 +392,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         for only_fused in ("64,2,u1", "64,3,a1", "64,2,d1"):
             with pytest.raises(SystemExit, match="fused"):
                 probe.main(["--dkdv", only_fused])
-        with pytest.raises(SystemExit, match="dK / dV kernel's"):
-            probe.main(["--fused", "64,2,t0"])
+        assert probe.main(["--fused", "64,2,t0", "128,2,a1,t0"]) == 2  # (no turns: either kernel's)
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
@@ -540,10 +549,12 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         plain, causal = fused(*x), fused(*x, causal=True, window_right=0)  # (GQA 4/2: flat walk at hd 128)
         unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
         assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
-                             dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM)
+                             dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM,
+                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS)
         assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
                               mask_every_tile=d == 128, dq_unscaled=unscaled,
-                              ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM)
+                              ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM,
+                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS)
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
@@ -569,13 +580,17 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
             assert fused(*_inputs(sq=least, sk=least, d=d, **heads)[:3], **mask) == dict(
                 block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128), mask_every_tile=every,
                 dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED,
-                ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM)
+                ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM,
+                turns=(d, causal) not in configs.BWD_GLUON_FUSED_NO_TURNS)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 4096  # measured: MHA from 4k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
     assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == frozenset()  # measured (session 40): 0.97-1.02x, not routed
-    assert configs.BWD_GLUON_FUSED_DS_SMEM == frozenset()  # measured (session 41): 1.01-1.03x alone, under the bar
+    assert configs.BWD_GLUON_FUSED_DS_SMEM == frozenset()  # measured (sessions 41-42): 1.01-1.03x alone, ~1.00 whole
+    assert configs.BWD_GLUON_FUSED_NO_TURNS == {(64, True)}  # measured (session 42): 1.09-1.12x whole, hd 64 causal
+    assert configs.BWD_GLUON_NO_TURNS == frozenset()  # measured (session 42): 1.02x whole at hd 128 1k-2k, not all pairs
+    assert configs.BWD_GLUON_FUSED[64][False, True][0] == 4096  # (session 42: without turns, 1.09x at 4k)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
@@ -637,6 +652,12 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     assert call(8, 8, 128, causal=False, deterministic=False)["ds_smem"] is False  # (the cell is (head dim, mask))
     monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DS_SMEM", frozenset())
     assert call(8, 8, 64, causal=False, deterministic=False, s=8192)["ds_smem"] is False
+    for name, fused_route in (("BWD_GLUON_FUSED_NO_TURNS", True), ("BWD_GLUON_NO_TURNS", False)):  # by cell, each route
+        monkeypatch.setattr(configs, name, frozenset({(128, False)}))
+        assert call(8, 8, 128, causal=False, deterministic=not fused_route)["turns"] is False
+        assert call(8, 8, 128, causal=True, deterministic=not fused_route).get("turns", True) is True
+        assert call(8, 8, 128, causal=False, deterministic=fused_route).get("turns", True) is True  # (other route's)
+        monkeypatch.setattr(configs, name, frozenset())
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
@@ -996,6 +1017,48 @@ def test_gpu_dkdv_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, d
     assert torch.equal(dk, turned[0]) and torch.equal(dv_, turned[1])
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dv_, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, block_m, stages, extra", [
+    (2, 1000, 1000, 4, 4, 128, False, 64, 3, dict(adder=True)), (2, 1000, 1000, 4, 4, 128, False, 64, 2, {}),
+    (1, 777, 1500, 4, 2, 128, True, 64, 2, dict(mask_every_tile=True, walk=1)),
+    (2, 600, 600, 8, 2, 64, True, 64, 2, {}), (1, 1000, 1100, 4, 4, 64, False, 128, 2, {}),
+    (1, 1000, 1100, 4, 4, 64, False, 128, 2, dict(ds_smem=True)), (1, 1100, 1000, 4, 4, 64, True, 128, 2, {})],
+    ids=["hd128-adder", "hd128-own-adds", "hd128-causal-every-tile-GQA-flat", "hd64-causal-GQA4-alternate",
+         "hd64-128-row", "hd64-128-row-ds-smem", "hd64-128-row-causal"])
+def test_gpu_fused_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, causal, block_m, stages, extra):
+    """The fused kernel with ``turns=False`` (its dS^T buffers ordered by the tile's barrier alone), each config
+    beside its route's options: dK and dV bitwise the kernel's with turns (each consumer adds the same tiles in the
+    same order), dQ (partials added in arrival order) and all three within twice the Triton backward's error against
+    the FP64 oracle; run twice, so a buffer overwritten early would show as a dQ off the oracle on either run."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, fused=True, **extra)
+    turned = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    for _ in range(2):
+        dk, dv, dq = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, turns=False, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(dk, turned[0]) and torch.equal(dv, turned[1])
+        _assert_within_triton(dq, dq_t, ref.dq, "dq")
+    _assert_within_triton(dk, dk_t, ref.dk, "dk")
+    _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gpu_ordered_fused_without_turns_gives_the_same_dq_bitwise():
+    """The deterministic fused kernel (its adds in a fixed order by the adder warp) with ``turns=False``: dQ, dK
+    and dV bitwise those with turns (the consumers' turns never decided an add's place), causal and not."""
+    for causal in (False, True):
+        q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(1, 1000, 1000, 4, 4, 128, causal)
+        kw = dict(softmax_scale=scale, causal=causal, block_m=64, num_stages=2, poison=True, fused=True,
+                  ordered=True)
+        turned = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, turns=False, **kw)
+        torch.cuda.synchronize()
+        assert all(torch.equal(x, y) for x, y in zip(got, turned)), causal
+        _assert_within_triton(got[2], dq_t, ref.dq, "dq")
 
 
 @pytest.mark.gpu
