@@ -273,7 +273,8 @@ accept-pair)  # issue 15: `accept-pair IMPL SECONDS`: this tree's accept, then t
     for f in "$OUT"/acc-*.log; do summary "$f" 4; done
     ;;
 audit-measure)  # issue 20 (committed as docs/claims/audit-h100): the FA3 chart measured here (FA2 -> sdpa_flash, cuDNN, FA3 -> flash-attn-4, standard -> eager);
-    # the other two tables (RTX 5090, RTX 4060 Laptop) get ordering checks. Needs flash-attn-4 installed (fa4-0 to fa4-3, .fa4-4).
+    # the other two tables (RTX 5090, RTX 4060 Laptop) get ordering checks. Needs flash-attn-4 installed (fa4-0 to
+    # fa4-3, .fa4-4).
     setup
     timeout 540 python3 -m harness audit docs/claims/*.csv --measure --out "$OUT/audit" > "$OUT/audit.log" 2>&1
     echo "audit exit $?" >> "$OUT/audit.log"

@@ -15,9 +15,10 @@ so every operand is where a wgmma wants it: K_w and V_w from shared memory as th
 B operand (seen transposed for S^T and dP^T, as loaded for dV and dK), P^T and dS^T from registers as the A
 operand. The consumers take turns to issue (the forward's ping-pong ``turn`` barriers): one's exponentials run
 while the other's wgmmas do; or not (``NO_TURNS``, either kernel, as flash-attn-4's sm90 backward: routed for the
-fused kernel at hd 64 causal since session 42, configs.BWD_GLUON_FUSED_NO_TURNS). GQA: the program runs the group's query heads one after another, or a share of them
-under the backward's group split (MQA / GQA with few kv heads: fp32 partials the Triton sum adds up). Rows past a
-sequence's end: zero-filled tiles, lse read as +inf (P = 0); keys past it are computed and not stored.
+fused kernel at hd 64 causal since session 42, configs.BWD_GLUON_FUSED_NO_TURNS). GQA: the program runs the group's
+query heads one after another, or a share of them under the backward's group split (MQA / GQA with few kv heads:
+fp32 partials the Triton sum adds up). Rows past a sequence's end: zero-filled tiles, lse read as +inf (P = 0); keys
+past it are computed and not stored.
 
 Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
@@ -949,7 +950,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     as its A operand from the shared buffer the consumer stored it to for dQ, not from registers (the kernel's
     DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile, hd 64 128-row non-causal 96 ->
     36 B spilled, elsewhere within +-24 B). ``turns`` False: the two consumers issue their wgmmas without handing
-    turns to each other (the kernel's NO_TURNS; the dK / dV kernel's measured in session 42, 1.04-1.08x non-causal,
+    turns to each other (the kernel's NO_TURNS; the dK / dV kernel's measured in session 42, 1.03-1.09x non-causal,
     0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
