@@ -203,8 +203,8 @@ def test_triton_fa_asks_for_the_fast_backward_and_declares_it_nondeterministic(m
 
 def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
     """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
-    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 4k, hd 64 non-causal from 4k and causal
-    from 8k, bf16 / fp16, causal or no mask, dense) and under FLASH_ATTN_BWD=atomic; GQA, short, fp32, windowed, softcap and varlen cells stay
+    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 4k, hd 64 from 4k (causal since session
+    42, before from 8k), bf16 / fp16, causal or no mask, dense) and under FLASH_ATTN_BWD=atomic; GQA, short, fp32, windowed, softcap and varlen cells stay
     declared deterministic (a difference between two runs fails there)."""
     from harness.adapters import inrepo
     from kernels.flash_attn import configs
@@ -218,9 +218,14 @@ def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monke
     assert adapter.deterministic_backward_for(dataclasses.replace(mha, causal=True, dtype="fp16"), gpu) is False
     for other in (dataclasses.replace(mha, heads_k=2), dataclasses.replace(mha, seqlen_q=least - 1),
                   dataclasses.replace(mha, dtype="fp32"), dataclasses.replace(mha, window=(64, 64)),
-                  dataclasses.replace(mha, softcap=30.0), dataclasses.replace(mha, d=64, d_v=64, causal=True)):
+                  dataclasses.replace(mha, softcap=30.0)):
         assert adapter.deterministic_backward_for(other, gpu) is True, other
     assert adapter.deterministic_backward_for(dataclasses.replace(mha, d=64, d_v=64), gpu) is False  # (session 40)
+    least64 = configs.BWD_GLUON_FUSED[64][False, True][0]  # hd 64 causal: from its own length (session 42: 4k)
+    hd64 = dataclasses.replace(mha, d=64, d_v=64, causal=True, seqlen_q=least64, seqlen_k=least64)
+    assert adapter.deterministic_backward_for(hd64, gpu) is False
+    shorter = dataclasses.replace(hd64, seqlen_q=least64 - 1, seqlen_k=least64 - 1)
+    assert adapter.deterministic_backward_for(shorter, gpu) is True
     assert adapter.deterministic_backward_for(mha, CPU) is True
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
     assert adapter.deterministic_backward_for(mha, gpu) is True
