@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"{','.join(DEFAULT_BACKENDS['cuda'])}; on CPU: {','.join(DEFAULT_BACKENDS['cpu'])})")
     p.add_argument("--modes", default=",".join(MODES), metavar="MODES", help="comma-separated among fwd,bwd,fwd+bwd")
     p.add_argument("--dtypes", default=None, metavar="DTYPES", help="replace each case's dtype (comma-separated)")
-    p.add_argument("--cases", default=None, metavar="REGEX", help="only cases whose id matches this regex (one starting with - as --cases=-D64-causal)")
+    p.add_argument("--cases", default=None, metavar="REGEX",
+                   help="only cases whose id matches this regex (one starting with - as --cases=-D64-causal)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--baseline", default=None, metavar="NAMES",
                    help="speedup baseline: the first of these in the case's family (default: "

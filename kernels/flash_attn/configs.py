@@ -763,9 +763,9 @@ BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
 #: ``FLASH_ATTN_BWD=fused``). Measured on an H100 (session 42, docs/perf/gluon-s42, the kernel alone at the routed
 #: configs against the same with turns, same run, two repeats at 4k and 16k, hd 64 causal at 8k): hd 64 causal
 #: (64-row tiles, dQ by tile parity; no spill either way) 1.101x and 1.071x, and the whole backward through the
-#: harness 1.088-1.119x at 8k-16k (three pairs); hd 64 non-causal 128-row tiles 0.77-0.81x (96 -> 364 B spilled; 0.87-0.91x with
-#: ``ds_smem``), hd 128 non-causal (adder warp, 3 stages) 0.90-1.02x, hd 128 causal (mask on every tile)
-#: 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B).
+#: harness 1.088-1.119x at 8k-16k (three pairs); hd 64 non-causal 128-row tiles 0.77-0.81x (96 -> 364 B spilled;
+#: 0.87-0.91x with ``ds_smem``), hd 128 non-causal (adder warp, 3 stages) 0.90-1.02x, hd 128 causal (mask on every
+#: tile) 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B).
 BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 
 

@@ -589,7 +589,7 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == frozenset()  # measured (session 40): 0.97-1.02x, not routed
     assert configs.BWD_GLUON_FUSED_DS_SMEM == frozenset()  # measured (sessions 41-42): 1.01-1.03x alone, ~1.00 whole
     assert configs.BWD_GLUON_FUSED_NO_TURNS == {(64, True)}  # measured (session 42): 1.09-1.12x whole, hd 64 causal
-    assert configs.BWD_GLUON_NO_TURNS == frozenset()  # measured (session 42): 1.02x whole at hd 128 1k-2k, not all pairs
+    assert configs.BWD_GLUON_NO_TURNS == frozenset()  # measured (session 42): 1.02x whole, hd 128 1k-2k, not every pair
     assert configs.BWD_GLUON_FUSED[64][False, True][0] == 4096  # (session 42: without turns, 1.09x at 4k)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
