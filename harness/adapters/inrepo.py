@@ -1,4 +1,5 @@
-"""The in-repo Triton kernels of ``kernels/``: ``triton_fa`` (and its FP8 forward ``triton_fa_fp8``),
+"""The in-repo Triton kernels of ``kernels/``: ``triton_fa`` (with ``triton_fa_det`` and its FP8 forward
+``triton_fa_fp8``),
 ``triton_la_chunk`` and ``triton_decode``.
 
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
@@ -7,6 +8,9 @@
   vendor kernels' timed path: the fused backward's dQ by TMA reduce (MHA hd 128 and hd 64 from 4k, sm90:
   configs.BWD_GLUON_FUSED), so the adapter declares those cells' backward nondeterministic (two runs' dQ may
   differ by fp32 rounding there: reported with the spread) and every other cell's deterministic (a difference fails).
+* ``triton_fa_det``: the same call with ``deterministic=True``, the kernel's own default (its backward in a fixed
+  order, bitwise reproducible: what a user calling ``flash_attn_func`` with no keyword gets); on an sm90 GPU only,
+  where the two calls differ.
 * ``triton_la_chunk``: ``kernels.linear_attn.chunk_linear_attn(q, k, v, g, g_gamma, *, scale,
   initial_state, output_final_state=True)``.
 * ``triton_decode``: ``kernels.decode.decode_attention(q, k_cache, v_cache, k, v, *, cache_seqlens,
@@ -126,6 +130,9 @@ class TritonFA(SoftmaxAdapter):
     compiles_per_shape = True
     description = "in-repo Triton flash attention (kernels/flash_attn), forward + backward"
     module = "kernels.flash_attn"
+    #: the ``deterministic`` keyword passed to flash_attn_func where it takes one: False, the fast backward
+    #: (flash-attn's default, the vendor kernels' timed path); :class:`TritonFADeterministic` passes True
+    call_deterministic: bool = False
 
     def deterministic_backward_for(self, case, device) -> bool:
         """False on the calls whose backward adds in arrival order: the cells the kernel's fused backward takes
@@ -134,6 +141,8 @@ class TritonFA(SoftmaxAdapter):
         elsewhere: a difference between two runs there fails the determinism check."""
         if os.environ.get("FLASH_ATTN_BWD", "") == "atomic":
             return False
+        if self.call_deterministic:
+            return True
         if not isinstance(case, SoftmaxCase) or case.is_varlen or case.fp8 or case.softcap or \
                 case.dtype not in ("bf16", "fp16") or case.window[0] >= 0 or (case.window[1] >= 0 and not case.causal):
             return True
@@ -156,6 +165,14 @@ class TritonFA(SoftmaxAdapter):
             return reason
         if case.softcap and "softcap" not in call_params(mod.flash_attn_func):
             return "softcap is not supported by this triton_fa (its flash_attn_func has no softcap parameter)"
+        if self.call_deterministic:
+            if "deterministic" not in call_params(mod.flash_attn_func):
+                return (f"{self.name} passes deterministic=True, and this kernels.flash_attn.flash_attn_func has no "
+                        "deterministic parameter (triton_fa times its only backward)")
+            dev = torch.device(device) if device is not None else None
+            if dev is None or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
+                return (f"{self.name} calls what triton_fa calls on this device (the kernel's nondeterministic fused "
+                        "backward runs on sm90 GPUs only): run triton_fa here")
         if case.is_varlen and not hasattr(mod, "flash_attn_varlen_func"):
             return "triton_fa has no varlen entry point (kernels.flash_attn.flash_attn_varlen_func) yet"
         check = getattr(mod, "unsupported_reason", None)
@@ -202,11 +219,25 @@ class TritonFA(SoftmaxAdapter):
                     **extra,
                 )
             else:
-                if "deterministic" in call_params(mod.flash_attn_func):  # the fast backward, as FA2/3/4's default
-                    kw["deterministic"] = False
+                if "deterministic" in call_params(mod.flash_attn_func):  # False: the fast backward, as FA2/3/4's
+                    kw["deterministic"] = self.call_deterministic  # default; True: the kernel's own default
                 res = mod.flash_attn_func(q, k, v, **kw)
         out, lse = res if case.return_lse else (res, None)
         return SoftmaxOutput(out, lse)
+
+
+class TritonFADeterministic(TritonFA):
+    """The in-repo kernel called as its own default, ``flash_attn_func(..., deterministic=True)``: the backward adds
+    in a fixed order (the split route: dQ and dK / dV kernels of their own), bitwise the same on every run, where
+    ``triton_fa`` times the fast one (``deterministic=False``: the fused backward's dQ by TMA reduce in arrival order
+    on an sm90 GPU's fused cells, configs.BWD_GLUON_FUSED). Off those cells (another GPU, the interpreter, GQA,
+    short sequences, fp32, masks other than causal) both backends run the same kernels. Varlen calls: the varlen
+    entry point has no such keyword and is deterministic either way."""
+
+    name = "triton_fa_det"
+    description = ("in-repo Triton flash attention (kernels/flash_attn) with deterministic=True, its own default: "
+                   "a bitwise-reproducible backward")
+    call_deterministic = True
 
 
 class TritonLAChunk(LinearAdapter):
@@ -351,6 +382,7 @@ class TritonFAFP8(SoftmaxAdapter):
 
 
 register(TritonFA)
+register(TritonFADeterministic)
 register(TritonFAFP8)
 register(TritonLAChunk)
 register(TritonDecode)

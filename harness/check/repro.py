@@ -27,12 +27,17 @@ _SOFTMAX_CALLS = {
     "flash_attn_cute": ("flash-attn-4", "from flash_attn.cute.interface import flash_attn_func as fn", "cute"),
     "triton_fa": ("this project's kernels/ (the in-repo Triton kernel; run from the project root)",
                   "from kernels.flash_attn import flash_attn_func as fn", "flash"),
+    "triton_fa_det": ("this project's kernels/ (the in-repo Triton kernel; run from the project root)",
+                      "from kernels.flash_attn import flash_attn_func as fn", "flash"),
     "sdpa": ("torch", "", "sdpa:"),
     "sdpa_math": ("torch", "", "sdpa:MATH"),
     "sdpa_flash": ("torch", "", "sdpa:FLASH_ATTENTION"),
     "sdpa_efficient": ("torch", "", "sdpa:EFFICIENT_ATTENTION"),
     "sdpa_cudnn": ("torch", "", "sdpa:CUDNN_ATTENTION"),
 }
+#: Keywords a backend's adapter adds to its call (dense cases, where the function takes them), so the script runs the
+#: same path: the in-repo kernel's fast backward (``deterministic=False``, triton_fa) or its default (triton_fa_det).
+_SOFTMAX_EXTRA = {"triton_fa": {"deterministic": False}, "triton_fa_det": {"deterministic": True}}
 _LINEAR_CALLS = {
     "fla_chunk": ("fla-core", "from fla.ops.simple_gla import chunk_simple_gla as fn"),
     "fla_fused_chunk": ("fla-core", "from fla.ops.simple_gla import fused_chunk_simple_gla as fn"),
@@ -199,6 +204,10 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
                     lse = torch.where(torch.isinf(lse), torch.full_like(lse, -math.inf), lse)
                 return res[0], lse
             ''')
+    extra = _SOFTMAX_EXTRA.get(backend)
+    keywords = "" if not extra else (  # (as the adapter calls it, where the function takes the keyword)
+        f"\n            import inspect\n            for name, value in {extra!r}.items():"
+        "\n                if name in inspect.signature(fn).parameters:\n                    kw[name] = value")
     return needs, textwrap.dedent(f'''\
 
         def candidate(q, k, v, cu_q, cu_k, impl):
@@ -207,7 +216,7 @@ def _softmax_call(backend, impl, case: SoftmaxCase) -> tuple[str, str]:
             if PASS_SCALE:
                 kw["softmax_scale"] = SCALE
             if CASE["softcap"]:
-                kw["softcap"] = CASE["softcap"]
+                kw["softcap"] = CASE["softcap"]{keywords}
             res = call(fn, q, k, v, kw, attn_probs=True)
             if isinstance(res, (tuple, list)):
                 return res[0], (res[1] if len(res) > 1 and isinstance(res[1], torch.Tensor) else None)

@@ -201,6 +201,50 @@ def test_triton_fa_asks_for_the_fast_backward_and_declares_it_nondeterministic(m
     assert inrepo.TritonFA().deterministic_backward_for(case, CPU) is True
 
 
+def test_triton_fa_det_calls_the_kernels_default_and_declares_it_deterministic(monkeypatch):
+    """triton_fa_det calls flash_attn_func(..., deterministic=True) (the kernel's own default: the backward in a
+    fixed order) and holds it to the determinism check everywhere, the fused cells triton_fa declares
+    nondeterministic included (sm90 faked); a kernel without the keyword is refused with the reason (it would time
+    triton_fa's call again), and so is a device other than an sm90 GPU (the call there is triton_fa's: the fused
+    backward runs on sm90 only); FLASH_ATTN_BWD=atomic (dQ by atomics whatever the call) is declared as such."""
+    import types
+
+    seen = []
+
+    def with_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
+                deterministic=False):
+        seen.append(deterministic)
+        return q
+
+    def without_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
+        return q
+
+    case = SMALL[0]
+    inp = make_inputs(case)
+    for fn in (with_kw, without_kw):
+        name = f"fake_kernels_{uuid.uuid4().hex[:8]}"
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(flash_attn_func=fn))
+        adapter = type(get("triton_fa_det"))()
+        adapter.module = name
+        if fn is with_kw:
+            assert "run triton_fa here" in adapter.supports(case, CPU)  # (the same call as triton_fa's off sm90)
+            adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
+            assert seen == [True]
+        else:
+            assert "no deterministic parameter" in adapter.supports(case, CPU)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    from kernels.flash_attn import configs
+
+    least = configs.BWD_GLUON_FUSED[128][False, False][0]
+    fused = SoftmaxCase(1, 4, 4, least, least, 128, dtype="bf16")
+    gpu = torch.device("cuda")
+    assert get("triton_fa").deterministic_backward_for(fused, gpu) is False
+    assert get("triton_fa_det").deterministic_backward_for(fused, gpu) is True
+    monkeypatch.setenv("FLASH_ATTN_BWD", "atomic")
+    assert get("triton_fa_det").deterministic_backward_for(fused, gpu) is False
+
+
 def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
     """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
     kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 4k, hd 64 from 4k (causal since session

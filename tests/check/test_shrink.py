@@ -340,3 +340,32 @@ def test_the_flash_attn_2_and_3_decode_repros_call_as_the_adapters_do(tmp_path, 
             "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
     p = forked_python([sys.executable, "-c", boot, str(script), str(fake), str(IMPLS)], timeout=120)
     assert p.returncode == code, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("backend, want", [("triton_fa", False), ("triton_fa_det", True)])
+def test_the_in_repo_flash_repros_pass_deterministic_as_their_adapters_do(tmp_path, backend, want, forked_python):
+    """triton_fa's script calls flash_attn_func(..., deterministic=False) as its adapter does (the fused backward's
+    path on sm90), triton_fa_det's deterministic=True: against a stand-in kernels.flash_attn that computes the right
+    attention and asserts the keyword it got, each script exits 0 (a missing or other value: the stand-in raises)."""
+    from harness.check import repro
+    from harness.check.results import CaseResult
+
+    pkg = tmp_path / "fake" / "kernels" / "flash_attn"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text(
+        "import torch\n\n"
+        "def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,\n"
+        "                    return_lse=False, deterministic=None):\n"
+        f"    assert deterministic is {want}, deterministic\n"
+        "    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))\n"
+        "    out = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, scale=softmax_scale)\n"
+        "    return out.transpose(1, 2)\n")
+    case = case_from_id("B1-H2-S24x24-D16-nolse-fp32")
+    result = CaseResult(backend=backend, case=case.id, family="softmax", dtype="fp32", device="cpu", seed=0,
+                        status="fail", reason="out: error")
+    script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result, backend=backend)
+    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, sys.argv[2]); "
+            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    p = forked_python([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], timeout=120)
+    assert p.returncode == 0 and "no defect" in p.stdout, p.stdout + p.stderr
