@@ -125,6 +125,12 @@ class _StatedLimits:
 _stated_limits = _StatedLimits
 
 
+def _sm90(device) -> bool:
+    """Whether ``device`` is an sm90 (Hopper) CUDA GPU: where the in-repo kernel's fused backward runs."""
+    dev = torch.device(device) if device is not None else None
+    return dev is not None and dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] == 9
+
+
 class TritonFA(SoftmaxAdapter):
     name = "triton_fa"
     compiles_per_shape = True
@@ -146,8 +152,7 @@ class TritonFA(SoftmaxAdapter):
         if not isinstance(case, SoftmaxCase) or case.is_varlen or case.fp8 or case.softcap or \
                 case.dtype not in ("bf16", "fp16") or case.window[0] >= 0 or (case.window[1] >= 0 and not case.causal):
             return True
-        dev = torch.device(device) if device is not None else None
-        if dev is None or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
+        if not _sm90(device):
             return True
         mod, _ = _import(self.module)
         if mod is None or "deterministic" not in call_params(mod.flash_attn_func):
@@ -169,8 +174,7 @@ class TritonFA(SoftmaxAdapter):
             if "deterministic" not in call_params(mod.flash_attn_func):
                 return (f"{self.name} passes deterministic=True, and this kernels.flash_attn.flash_attn_func has no "
                         "deterministic parameter (triton_fa times its only backward)")
-            dev = torch.device(device) if device is not None else None
-            if dev is None or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
+            if not _sm90(device):
                 return (f"{self.name} calls what triton_fa calls on this device (the kernel's nondeterministic fused "
                         "backward runs on sm90 GPUs only): run triton_fa here")
         if case.is_varlen and not hasattr(mod, "flash_attn_varlen_func"):

@@ -27,14 +27,13 @@ _SOFTMAX_CALLS = {
     "flash_attn_cute": ("flash-attn-4", "from flash_attn.cute.interface import flash_attn_func as fn", "cute"),
     "triton_fa": ("this project's kernels/ (the in-repo Triton kernel; run from the project root)",
                   "from kernels.flash_attn import flash_attn_func as fn", "flash"),
-    "triton_fa_det": ("this project's kernels/ (the in-repo Triton kernel; run from the project root)",
-                      "from kernels.flash_attn import flash_attn_func as fn", "flash"),
     "sdpa": ("torch", "", "sdpa:"),
     "sdpa_math": ("torch", "", "sdpa:MATH"),
     "sdpa_flash": ("torch", "", "sdpa:FLASH_ATTENTION"),
     "sdpa_efficient": ("torch", "", "sdpa:EFFICIENT_ATTENTION"),
     "sdpa_cudnn": ("torch", "", "sdpa:CUDNN_ATTENTION"),
 }
+_SOFTMAX_CALLS["triton_fa_det"] = _SOFTMAX_CALLS["triton_fa"]  # (the same function: _SOFTMAX_EXTRA tells them apart)
 #: Keywords a backend's adapter adds to its call (dense cases, where the function takes them), so the script runs the
 #: same path: the in-repo kernel's fast backward (``deterministic=False``, triton_fa) or its default (triton_fa_det).
 _SOFTMAX_EXTRA = {"triton_fa": {"deterministic": False}, "triton_fa_det": {"deterministic": True}}
