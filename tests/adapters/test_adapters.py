@@ -169,33 +169,45 @@ def test_inrepo_kernel_that_does_not_import_is_a_clean_reason(name, case):
         adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
 
 
+def _flash_recording(seen, default):
+    """A stand-in flash_attn_func that records the ``deterministic`` it was called with (``default`` when none)."""
+    def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
+                        deterministic=default):
+        seen.append(deterministic)
+        return q
+    return flash_attn_func
+
+
+def _flash_without_deterministic(seen):
+    """A stand-in flash_attn_func of an older kernel: no ``deterministic`` parameter (records "absent")."""
+    def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
+        seen.append("absent")
+        return q
+    return flash_attn_func
+
+
+def _adapter_on(monkeypatch, backend, fn):
+    """A fresh ``backend`` adapter whose kernel module is a stand-in with ``flash_attn_func = fn``."""
+    import types
+
+    name = f"fake_kernels_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(flash_attn_func=fn))
+    adapter = type(get(backend))()
+    adapter.module = name
+    return adapter
+
+
 def test_triton_fa_asks_for_the_fast_backward_and_declares_it_nondeterministic(monkeypatch):
     """triton_fa calls flash_attn_func(..., deterministic=False) where the function takes the keyword (flash-attn's
     default: the fused backward adds dQ in arrival order), not where it does not (an older kernel), and declares
     a nondeterministic backward so the determinism property reports the spread instead of failing."""
-    import types
-
     from harness.adapters import inrepo
 
     seen = []
-
-    def with_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
-                deterministic=True):
-        seen.append(deterministic)
-        return q
-
-    def without_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
-        seen.append("absent")
-        return q
-
     case = SMALL[0]
     inp = make_inputs(case)
-    for fn, want in ((with_kw, False), (without_kw, "absent")):
-        name = f"fake_kernels_{uuid.uuid4().hex[:8]}"
-        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(flash_attn_func=fn))
-        adapter = type(get("triton_fa"))()
-        adapter.module = name
-        adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
+    for fn, want in ((_flash_recording(seen, True), False), (_flash_without_deterministic(seen), "absent")):
+        _adapter_on(monkeypatch, "triton_fa", fn).run(case, q=inp.q, k=inp.k, v=inp.v)
         assert seen[-1] == want
     # declared per case (deterministic_backward_for): off an sm90 GPU every backward is the split route's
     assert inrepo.TritonFA().deterministic_backward_for(case, CPU) is True
@@ -207,31 +219,15 @@ def test_triton_fa_det_calls_the_kernels_default_and_declares_it_deterministic(m
     nondeterministic included (sm90 faked); a kernel without the keyword is refused with the reason (it would time
     triton_fa's call again), and so is a device other than an sm90 GPU (the call there is triton_fa's: the fused
     backward runs on sm90 only); FLASH_ATTN_BWD=atomic (dQ by atomics whatever the call) is declared as such."""
-    import types
-
     seen = []
-
-    def with_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False,
-                deterministic=False):
-        seen.append(deterministic)
-        return q
-
-    def without_kw(q, k, v, *, causal=False, softmax_scale=None, window_size=(-1, -1), return_lse=False):
-        return q
-
     case = SMALL[0]
     inp = make_inputs(case)
-    for fn in (with_kw, without_kw):
-        name = f"fake_kernels_{uuid.uuid4().hex[:8]}"
-        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(flash_attn_func=fn))
-        adapter = type(get("triton_fa_det"))()
-        adapter.module = name
-        if fn is with_kw:
-            assert "run triton_fa here" in adapter.supports(case, CPU)  # (the same call as triton_fa's off sm90)
-            adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
-            assert seen == [True]
-        else:
-            assert "no deterministic parameter" in adapter.supports(case, CPU)
+    adapter = _adapter_on(monkeypatch, "triton_fa_det", _flash_recording(seen, False))
+    assert "run triton_fa here" in adapter.supports(case, CPU)  # (the same call as triton_fa's off sm90)
+    adapter.run(case, q=inp.q, k=inp.k, v=inp.v)
+    assert seen == [True]
+    older = _adapter_on(monkeypatch, "triton_fa_det", _flash_without_deterministic(seen))
+    assert "no deterministic parameter" in older.supports(case, CPU)
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     from kernels.flash_attn import configs

@@ -56,6 +56,14 @@ def _repro(run, script: Path, *args) -> subprocess.CompletedProcess:
     return run([sys.executable, "-c", boot, str(script), *args], cwd=IMPLS, timeout=120)
 
 
+def _repro_from(run, script: Path, *paths, **kw) -> subprocess.CompletedProcess:
+    """:func:`_repro`'s standalone run of ``script`` (no arguments) with ``paths`` first on sys.path (stand-in
+    modules, the project root); ``kw``: forked_python's (timeout 120 unless given)."""
+    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path[:0] = sys.argv[2:]; "
+            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    return run([sys.executable, "-c", boot, str(script), *map(str, paths)], **{"timeout": 120, **kw})
+
+
 def test_the_repro_script_stands_alone_fails_on_the_bug_and_passes_when_fixed(shrunk, forked_python):
     _, out, rep = shrunk
     script = Path(rep["repro"])
@@ -180,10 +188,7 @@ def test_the_in_repo_decode_kernel_has_a_standalone_script_too(tmp_path, forked_
     script = repro.write_repro(tmp_path / "repro_triton_decode.py", case=case, seed=0, result=result,
                                backend="triton_decode")
     root = Path(__file__).resolve().parents[2]
-    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, '.'); "
-            "sys.argv = [sys.argv[1]]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    run = forked_python([sys.executable, "-c", boot, str(script)], cwd=root, timeout=300,
-                        env={**os.environ, "TRITON_INTERPRET": "1"})
+    run = _repro_from(forked_python, script, ".", cwd=root, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0 and "no defect" in run.stdout, run.stdout + run.stderr
 
 
@@ -306,9 +311,7 @@ def test_the_flash_attn_4_decode_repro_calls_it_as_the_adapter_does(tmp_path, br
                         seed=0, status="error", reason="run raised AcceleratorError: CUDA error: an illegal memory access")
     script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result,
                                backend="flash_attn_cute_decode")
-    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, sys.argv[2]); "
-            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    p = forked_python([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], timeout=120)
+    p = _repro_from(forked_python, script, tmp_path / "fake")
     assert p.returncode == (1 if broken else 0), p.stdout + p.stderr
 
 
@@ -336,9 +339,7 @@ def test_the_flash_attn_2_and_3_decode_repros_call_as_the_adapters_do(tmp_path, 
     result = CaseResult(backend=backend, case=case.id, family="decode", dtype="fp32", device="cpu", seed=0,
                         status="fail", reason="out: error")
     script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result, backend=backend)
-    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path[:0] = [sys.argv[2], sys.argv[3]]; "
-            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    p = forked_python([sys.executable, "-c", boot, str(script), str(fake), str(IMPLS)], timeout=120)
+    p = _repro_from(forked_python, script, fake, IMPLS)
     assert p.returncode == code, p.stdout + p.stderr
 
 
@@ -365,7 +366,5 @@ def test_the_in_repo_flash_repros_pass_deterministic_as_their_adapters_do(tmp_pa
     result = CaseResult(backend=backend, case=case.id, family="softmax", dtype="fp32", device="cpu", seed=0,
                         status="fail", reason="out: error")
     script = repro.write_repro(tmp_path / "repro.py", case=case, seed=0, result=result, backend=backend)
-    boot = ("import runpy, sys; sys.modules['harness'] = None; sys.path.insert(0, sys.argv[2]); "
-            "sys.argv = sys.argv[1:2]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    p = forked_python([sys.executable, "-c", boot, str(script), str(tmp_path / "fake")], timeout=120)
+    p = _repro_from(forked_python, script, tmp_path / "fake")
     assert p.returncode == 0 and "no defect" in p.stdout, p.stdout + p.stderr
