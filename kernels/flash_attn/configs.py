@@ -719,9 +719,13 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: stays from 8k). hd 64 causal from 4k since session 42 (docs/perf/gluon-s42), its consumers without turns
 #: (:data:`BWD_GLUON_FUSED_NO_TURNS`): the whole fused backward 1.098x / 1.106x / 1.078x the split route at 4k in the
 #: probe (three repeats; 1.001-1.013x at 2k: stays from 4k) and 1.086x / 1.093x through the harness against
-#: session 41's route (fused with turns from 8k, split below), 1.088-1.119x at 8k-16k.
+#: session 41's route (fused with turns from 8k, split below), 1.088-1.119x at 8k-16k. hd 128 from 2k since session
+#: 43 (docs/perf/gluon-s43; the probe against the autotuned Triton backward and the split route, two repeats: the
+#: whole fused backward 1.119x / 1.134x the split route non-causal, 1.052x / 1.048x causal at 2k; 1k 1.04-1.07x /
+#: 0.97x: stays from 2k), through the harness against session 42's route, same host, three pairs: non-causal 1.165 /
+#: 1.087 / 1.110x, causal 1.078 / 1.078 / 1.096x at 2k (1k, unchanged, 0.996-1.022x).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
-    128: {(False, False): (4096, (64, 3)), (False, True): (4096, (64, 2))},
+    128: {(False, False): (2048, (64, 3)), (False, True): (2048, (64, 2))},
     64: {(False, False): (4096, (128, 2)), (False, True): (4096, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
 #: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing

@@ -243,9 +243,10 @@ def test_triton_fa_det_calls_the_kernels_default_and_declares_it_deterministic(m
 
 def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
     """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
-    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 4k, hd 64 from 4k (causal since session
-    42, before from 8k), bf16 / fp16, causal or no mask, dense) and under FLASH_ATTN_BWD=atomic; GQA, short, fp32,
-    windowed, softcap and varlen cells stay declared deterministic (a difference between two runs fails there)."""
+    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 2k (session 43), hd 64 from 4k (causal
+    since session 42, before from 8k), bf16 / fp16, causal or no mask, dense) and under FLASH_ATTN_BWD=atomic; GQA,
+    short, fp32, windowed, softcap and varlen cells stay declared deterministic (a difference between two runs fails
+    there)."""
     from harness.adapters import inrepo
     from kernels.flash_attn import configs
 
@@ -260,7 +261,10 @@ def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monke
                   dataclasses.replace(mha, dtype="fp32"), dataclasses.replace(mha, window=(64, 64)),
                   dataclasses.replace(mha, softcap=30.0)):
         assert adapter.deterministic_backward_for(other, gpu) is True, other
-    assert adapter.deterministic_backward_for(dataclasses.replace(mha, d=64, d_v=64), gpu) is False  # (session 40)
+    nc64 = configs.BWD_GLUON_FUSED[64][False, False][0]  # hd 64 non-causal: from its own length (session 40: 4k)
+    hd64nc = dataclasses.replace(mha, d=64, d_v=64, seqlen_q=nc64, seqlen_k=nc64)
+    assert adapter.deterministic_backward_for(hd64nc, gpu) is False
+    assert adapter.deterministic_backward_for(dataclasses.replace(hd64nc, seqlen_q=nc64 - 1), gpu) is True
     least64 = configs.BWD_GLUON_FUSED[64][False, True][0]  # hd 64 causal: from its own length (session 42: 4k)
     hd64 = dataclasses.replace(mha, d=64, d_v=64, causal=True, seqlen_q=least64, seqlen_k=least64)
     assert adapter.deterministic_backward_for(hd64, gpu) is False
