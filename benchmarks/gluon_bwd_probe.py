@@ -39,6 +39,7 @@ backwards, H100.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import math
@@ -135,6 +136,43 @@ def _whole(q, k, v, do, out, lse, causal, mode):
     return whole, cache
 
 
+#: a --fused config's dkdv_gluon keywords -> the fused route's (configs.gluon_fused_bwd's answer); the rest pass as named
+ROUTE_KEYS = {"adder": "dq_adder"}
+
+
+@contextlib.contextmanager
+def fused_route(spec: str):
+    """configs.gluon_fused_bwd answering with this --fused config's keywords (dkdv_gluon's defaults where the config
+    names none, as its kernel-alone row runs) wherever it would answer at all: the whole fused backward (delta's
+    preprocess with dQ's buffer zeroed, the kernel, dQ's cast) at that config, for a first call that leaves its
+    launches (a replay keeps them after the context ends)."""
+    from kernels.flash_attn import configs
+
+    kw = _config(spec, "block_m")
+    route = dict(block_m=kw.pop("block_m"), num_stages=kw.pop("num_stages"), dq_adder=False, walk=0,
+                 mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True)
+    route.update({ROUTE_KEYS.get(name, name): value for name, value in kw.items()})
+    original = configs.gluon_fused_bwd
+
+    def answer(*args, **kwargs):
+        return None if original(*args, **kwargs) is None else dict(route)
+
+    configs.gluon_fused_bwd = answer
+    try:
+        yield route
+    finally:
+        configs.gluon_fused_bwd = original
+
+
+def _whole_at(q, k, v, do, out, lse, causal, spec):
+    """:func:`_whole` under ``FLASH_ATTN_BWD=fused`` at this --fused config (:func:`fused_route`): the callable."""
+    with fused_route(spec):
+        whole, cache = _whole(q, k, v, do, out, lse, causal, "fused")
+    if "plan" not in cache:  # (a later call would ask the route again, outside the config's context)
+        raise SystemExit(f"--whole: the backward at {spec} left no replayable launches")
+    return whole
+
+
 def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
     """The Triton backward's dQ and dK / dV launches (split mode, no group split), each replayable alone with this
     call's tensors: name -> callable."""
@@ -148,7 +186,7 @@ def _triton_parts(q, k, v, do, out, lse, delta, causal) -> dict:
     return {names[x.compiled.name]: functools.partial(x, tensors) for x in cache["plan"][3] if x.compiled.name in names}
 
 
-def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False) -> bool:
+def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False, whole=False) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.bwd import flash_attn_bwd
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
@@ -174,6 +212,15 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False
                                                  **dict(dict(adder=name == "fused adder"), **_config(spec, "block_m"))))
                          for spec in fused_specs if d == dv and d in FUSED_HEAD_DIMS
                          for name in ("fused", "fused adder")[:1 + adder]]
+                for spec in fused_specs if whole and d == dv and d in FUSED_HEAD_DIMS else ():
+                    with fused_route(spec):  # (dQ, dK, dV of the whole backward: the softmax scale applied)
+                        os.environ["FLASH_ATTN_BWD"] = "fused"
+                        try:
+                            dq_, dk_, dv_ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=d ** -0.5,
+                                                           split=1, **_mask(causal))
+                        finally:
+                            os.environ["FLASH_ATTN_BWD"] = "split"
+                    runs.append(("fused whole", spec, (dk_, dv_, dq_)))
                 for spec, last in itertools.product(
                         fused_specs if ordered and d == dv and d in FUSED_HEAD_DIMS else (), (False, True)):
                     two = [dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal, poison=True,
@@ -186,7 +233,8 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False
                           f"twice | bitwise | {'ok' if same else 'FAIL'} |", flush=True)
                     runs.append((name, spec, two[0]))
                 for kernel, spec, got in runs:
-                    if "u1" in spec.split(","):  # (dQ without the softmax scale: the caller's to apply)
+                    if kernel != "fused whole" and "u1" in spec.split(","):  # (dQ without the softmax scale: the
+                        # caller's to apply; the whole backward's cast applies it)
                         got = (*got[:2], got[2] * d ** -0.5)
                     wants = {"dkdv": (ref.dk, ref.dv), "dq": (ref.dq, )}.get(kernel, (ref.dk, ref.dv, ref.dq))
                     twins = {"dkdv": triton_[1:], "dq": triton_[:1]}.get(kernel, triton_[1:] + triton_[:1])
@@ -226,7 +274,7 @@ def _cells(dims, seqlens, masks, models, shapes=()):
 
 
 def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_specs=(), ordered=False, adder=False,
-           shapes=()):
+           shapes=(), whole=False):
     from harness.perf.timing import time_callable
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, dq_gluon
 
@@ -259,6 +307,8 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
             dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale, causal=causal, launches={}, fused=True,
             **dict(kw, **_config(spec, "block_m"))), "triton bwd")
             for spec in (fused_specs if fusable else ()) for name, kw in variants]
+        calls += [("fused whole", spec, _whole_at(q, k, v, do, out, lse, causal, spec), "triton bwd")
+                  for spec in (fused_specs if fusable and whole else ())]
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]
@@ -366,6 +416,10 @@ def main(argv=None) -> int:
                     help="the fused kernel's ordered (deterministic) variant too, at each --fused config")
     ap.add_argument("--adder", action="store_true",
                     help="the fused kernel with its dQ adds in an adder warp too, at each --fused config")
+    ap.add_argument("--whole", action="store_true",
+                    help="also the whole fused backward (delta's preprocess, the kernel, dQ's cast) at each --fused "
+                         "config, checked against the oracle and timed beside the kernel alone ('fused whole' rows; "
+                         "a kernel's gain alone has reached the whole backward at a fraction: sessions 39-43)")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--shapes", nargs="*", default=[], metavar="B,S,HQ,HK",
                     help="also these calls (batch, sequence, query heads, kv heads) at each head dim and mask")
@@ -394,19 +448,21 @@ def main(argv=None) -> int:
     for spec in a.dq:
         _config(spec, "block_n")
     shapes = [_shape(x) for x in a.shapes]
+    if a.whole and not a.fused:
+        raise SystemExit("--whole: the whole fused backward at each --fused config: give --fused configs")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_bwd_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
     os.environ["FLASH_ATTN_AUTOTUNE"] = "1" if a.autotune else "0"
     os.environ["FLASH_ATTN_BWD"] = "split"  # dK / dV without the atomic dQ: the same work as the Gluon kernels
     dims = [_dims(x) for x in a.head_dims.split(",")]
-    if not check(dims, a.dkdv, a.dq, a.fused, a.ordered, a.adder):
+    if not check(dims, a.dkdv, a.dq, a.fused, a.ordered, a.adder, a.whole):
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
         timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",") if x],
                [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused, a.ordered,
-               a.adder, shapes)
+               a.adder, shapes, a.whole)
     return 0
 
 

@@ -393,6 +393,25 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
             with pytest.raises(SystemExit, match="fused"):
                 probe.main(["--dkdv", only_fused])
         assert probe.main(["--fused", "64,2,t0", "128,2,a1,t0"]) == 2  # (no turns: either kernel's)
+        assert probe.main(["--fused", "64,3,t0", "--whole"]) == 2
+    with pytest.raises(SystemExit, match="--fused configs"):
+        probe.main(["--fused", "--whole"])
+    q, k, v, *_ = _inputs()  # --whole's route: a --fused config's keywords where the route would answer at all
+    lse, kw = torch.empty(q.shape[0], q.shape[2], q.shape[1]), dict(causal=False, window_left=-1, window_right=-1,
+                                                                     softcap=0.0, varlen=False, fp8=False)
+    original = configs.gluon_fused_bwd
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLASH_ATTN_BWD", "fused")
+        with probe.fused_route("64,3,a1,t0") as route:
+            assert configs.gluon_fused_bwd(q, k, v, q, q, lse, sm_major=9, **kw) == route == dict(
+                block_m=64, num_stages=3, dq_adder=True, walk=0, mask_every_tile=False, dq_unscaled=False,
+                ds_smem=False, turns=False)
+            assert configs.gluon_fused_bwd(q, k, v, q, q, lse, sm_major=8, **kw) is None  # (not where it cannot)
+            assert configs.gluon_bwd(q, k, v, q, q, lse, sm_major=9, atomic=True, **kw) == {"fused": route}
+        with probe.fused_route("128,2,h0,m1,d1") as route:
+            assert route == dict(block_m=128, num_stages=2, dq_adder=False, walk=0, mask_every_tile=True,
+                                 dq_unscaled=False, ds_smem=True, turns=True, halves=False)
+    assert configs.gluon_fused_bwd is original
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
