@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -110,6 +110,12 @@ fa4-0|fa4-1|fa4-2|fa4-3)  # flash-attn-4 in five carries (benchmarks/fa4_resplit
     # `fa4-1 STEP ARGS...` then runs STEP in the same call (the part is copied first)
     mkdir -p /tmp/fa4 && cp ".$step"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
     if [ -n "${2:-}" ]; then shift; exec bash "$0" "$@"; fi
+    ;;
+install)  # what the carried folders hold (.whl; .fa4-4 after fa4-0 to fa4-3; .fi-3 after fi-1, fi-2, fi-4) into
+    # /tmp/site, and which of nox / fla / flash_attn / flashinfer import: for a raw command after it in the same call
+    # (which then exports PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD itself). Every other
+    # step does this first; session 43 ran `fa4-4`, no step, and its bench lost flash-attn-4's column
+    setup
     ;;
 fi-1|fi-2|fi-4)  # flashinfer in four carries (benchmarks/flashinfer_wheels.sh): parts 1, 2 and 4, each carried alone;
     # `fi-1 STEP ARGS...` then runs STEP in the same call (the part is copied first)
