@@ -769,7 +769,10 @@ BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
 #: (64-row tiles, dQ by tile parity; no spill either way) 1.101x and 1.071x, and the whole backward through the
 #: harness 1.088-1.119x at 8k-16k (three pairs); hd 64 non-causal 128-row tiles 0.77-0.81x (96 -> 364 B spilled;
 #: 0.87-0.91x with ``ds_smem``), hd 128 non-causal (adder warp, 3 stages) 0.90-1.02x, hd 128 causal (mask on every
-#: tile) 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B).
+#: tile) 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B). Session 43 (docs/perf/gluon-s43):
+#: hd 64 non-causal on 64-row tiles without turns (0 B spilled) 1.04-1.05x the routed 128-row kernel alone at 4k over
+#: 3 stages (0.995-1.048x at 16k), whole through the harness 1.009-1.017x a pair: under the bar, not routed; hd 128
+#: causal without turns and without the mask on every tile 0.956-0.989x at 4k.
 BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 
 
@@ -871,8 +874,10 @@ BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", 
 #: non-causal hd 64 1.081, 1.086x / 1.090, 1.049x, hd 128 1.031, 1.058x / 1.084, 1.025x; causal 0.93-0.99x (stays
 #: turned). The one routed cell it could take, hd 128 non-causal below the fused route's 4k (and every deterministic
 #: call), measured whole through the harness at 1k / 2k (three pairs): 1.028, 1.034, 0.992x / 1.032, 1.014, 1.003x,
-#: under the 2%-every-pair bar: not routed. hd 64 non-causal's routed 128-row tiles and MLA's 32-row ones: not
-#: measured without turns.
+#: under the 2%-every-pair bar: not routed. Session 43 (docs/perf/gluon-s43): the deterministic backward
+#: (``triton_fa_det``) with it at hd 128 non-causal, whole: 0.977 / 1.040x at 2k, 0.998 / 1.001x at 8k; hd 64
+#: non-causal's routed 128-row tiles without turns 0.43-0.46x alone (12 -> 788 B spilled), MLA's 32-row ones
+#: 0.90-0.96x (48 -> 40 B).
 BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
