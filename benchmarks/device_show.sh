@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -858,6 +858,24 @@ gluon-bwd)  # issue 16 (session 31): the warp-specialised Gluon backward kernels
     grep "^| summary" "$OUT/gluon-bwd/probe.md" | cut -d'|' -f3-9 | tail -n 60
     grep "^| speed-up" "$OUT/gluon-bwd/probe.md" | cut -d'|' -f3-11 | tail -n 30  # (per repeat: the decisions)
     tarred gluon-bwd
+    ;;
+probe-whole)  # issue 16 (session 43, runbook item 0): gluon_bwd_probe.py --whole, the fused kernel alone and the whole
+    # fused backward at each config side by side: hd 64 non-causal 128,2 against 64,3,t0 (1.045x alone, 1.013x
+    # through the harness in session 43), hd 64 causal's no-turns neighbours, hd 128 causal with and without the mask
+    # on every tile; each probe under its own timeout (PROBE_SECONDS, default 170), its log kept whole
+    setup
+    mkdir -p "$OUT/probe-whole"
+    for run in "64 no 4096,16384 128,2 64,3,t0" "64 yes 4096,16384 64,2,t0 64,3,t0 128,2,t0" "128 yes 4096 64,2 64,2,m1"; do
+        set -- $run
+        hd=$1 masks=$2 seqlens=$3; shift 3
+        log="$OUT/probe-whole/hd$hd-causal-$masks.md"
+        timeout "${PROBE_SECONDS:-170}" python3 benchmarks/gluon_bwd_probe.py --head-dims "$hd" --masks "$masks" \
+            --seqlens "$seqlens" --dkdv 64,2 --dq 128,2 --fused "$@" --whole --repeat 3 > "$log" 2>&1
+        echo "probe exit $?" >> "$log"
+        grep -hE "FAIL|probe exit" "$log" | head -n 5
+        python3 benchmarks/gluon_bwd_probe.py --from-log "$log" | grep -E "fused whole|gluon fused|fused bwd"
+    done
+    tarred probe-whole
     ;;
 tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchmarks/tma_reduce_probe.py, built on the
     # CPU): its sums checked, then GB/s against TMA stores and per-element atomics, in an L2-sized buffer and a

@@ -3,8 +3,8 @@ the Triton backward's (bwd.py ``_bwd_dq_kernel`` and ``_bwd_dkdv_kernel``, each 
 backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
-        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder] [--models] [--shapes B,S,HQ,HK ...] [--repeat 2] [--autotune]
-        [--check-only]
+        [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder]
+        [--whole] [--models] [--shapes B,S,HQ,HK ...] [--repeat 2] [--autotune] [--check-only]
     python benchmarks/gluon_bwd_probe.py --from-log LOG [LOG ...]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -26,7 +26,9 @@ backwards, H100.
    ``--fused`` config ("gluon ordered", its key blocks launched last first as by default; checked twice, both
    launch orders: its dK, dV and dQ must be bitwise the same). ``--adder``: the unordered fused kernel with its adds
    in an adder warp ("gluon fused adder": the ordered kernel's structure without its turns; checked against the
-   oracle as the others).
+   oracle as the others). ``--whole``: the whole fused backward at each ``--fused`` config too ("fused whole": delta's
+   preprocess, the kernel at that config, dQ's cast, as the route would run it there; its dQ, dK and dV checked
+   against the oracle first): a kernel's gain alone has reached the whole backward at a fraction (sessions 39-43).
    Rows
    ``| hd | causal | shape | kernel | config | ms | / its Triton twin |``, then each cell's fastest repeat
    (``| summary | ... |``), then the decisions' table (``| speed-up | ... |``): per cell, each config of a kernel
