@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -876,6 +876,23 @@ probe-whole)  # issue 16 (session 43, runbook item 0): gluon_bwd_probe.py --whol
         python3 benchmarks/gluon_bwd_probe.py --from-log "$log" | grep -E "fused whole|gluon fused|fused bwd"
     done
     tarred probe-whole
+    ;;
+timeline)  # issue 16 (session 43, runbook item 1): where the SMs' time goes in the backward's kernels at 1k and 16k
+    # (gluon_bwd_probe.py --timeline --repeat 0: each config's kernel once with its programs' timeline stamps after
+    # the oracle check): the loop, each program's prologue and epilogue, the gaps between programs on an SM, idle head
+    # and tail; the routed configs of hd 64 / 128, both masks
+    setup
+    mkdir -p "$OUT/timeline"
+    for run in "128 no 64,3,a1" "128 yes 64,2,m1" "64 no 128,2" "64 yes 64,2,t0"; do
+        set -- $run
+        log="$OUT/timeline/hd$1-causal-$2.md"
+        timeout "${TIMELINE_SECONDS:-130}" python3 benchmarks/gluon_bwd_probe.py --head-dims "$1" --masks "$2" \
+            --seqlens 1024,2048,16384 --dkdv 64,2 --dq 128,2 --fused "$3" --timeline --repeat 0 > "$log" 2>&1
+        echo "probe exit $?" >> "$log"
+        grep -hE "FAIL|probe exit" "$log" | head -n 3
+        grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-21
+    done
+    tarred timeline
     ;;
 tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchmarks/tma_reduce_probe.py, built on the
     # CPU): its sums checked, then GB/s against TMA stores and per-element atomics, in an L2-sized buffer and a

@@ -336,6 +336,95 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
     print_speedups(runs)
 
 
+def timeline_summary(rec: dict) -> dict:
+    """One launch's timeline (bwd_gluon.timeline_record: per program and consumer, SM cycle stamps at its start,
+    K / V landed, loop end and end, the GPU's ns timer at start and end, its SM, its query tiles) -> where the SMs'
+    time went: ``programs``, ``sms`` (seen), ``span_us`` (first start to last end), per program medians
+    (``program_us``; ``prologue_us``: start to K / V landed, ``epilogue_us``: the last tile done to dK / dV stored,
+    the later consumer's), ``gap_us`` (median time an SM sat between one program's end and the next one's start:
+    the CTA's launch and set-up before its consumers run), and shares of the seen SMs' time over the span
+    (``loop``, ``prologue``, ``epilogue``, ``gaps``, ``idle``: before an SM's first program and after its last;
+    ``overlaps``: programs that started on an SM before the previous one there ended). Cycles become time at the
+    ratio of the ns timer to the cycle counter over each SM's span (median over SMs: the ns timer is coarse, the
+    spans long)."""
+    c0, ckv, cend_loop, cend = (rec[f].tolist() for f in ("clock_start", "clock_kv", "clock_loop_end", "clock_end"))
+    g0, g1, sm, tiles = (rec[f].tolist() for f in ("global_start", "global_end", "sm", "tiles"))
+    n = len(c0)
+    if any(a != b for a, b in sm):
+        raise ValueError("timeline: a program's two consumers report different SMs")
+    per_sm: dict[int, list[int]] = {}
+    for p in range(n):
+        per_sm.setdefault(sm[p][0], []).append(p)
+    start = [min(c0[p]) for p in range(n)]
+    end = [max(cend[p]) for p in range(n)]
+    ratios = []
+    for progs in per_sm.values():
+        cycles = max(end[p] for p in progs) - min(start[p] for p in progs)
+        nanos = max(max(g1[p]) for p in progs) - min(min(g0[p]) for p in progs)
+        if cycles > 0 and nanos > 0:
+            ratios.append(nanos / cycles)
+    if not ratios:
+        raise ValueError("timeline: no SM with a measurable span")
+    ns = sorted(ratios)[len(ratios) // 2]
+    gaps, overlaps = [], 0
+    for progs in per_sm.values():
+        order = sorted(progs, key=lambda p: start[p])
+        for prev, nxt in zip(order, order[1:]):
+            if start[nxt] < end[prev]:
+                overlaps += 1
+            else:
+                gaps.append(start[nxt] - end[prev])
+    span_ns = max(max(x) for x in g1) - min(min(x) for x in g0)
+    total = span_ns * len(per_sm)
+    prologue = [max(ckv[p]) - start[p] for p in range(n)]
+    epilogue = [end[p] - max(cend_loop[p]) for p in range(n)]
+    program = [end[p] - start[p] for p in range(n)]
+    loop = [program[p] - prologue[p] - epilogue[p] for p in range(n)]
+
+    def median(xs):
+        return sorted(xs)[len(xs) // 2] if xs else 0
+
+    share = {name: sum(xs) * ns / total for name, xs in (("loop", loop), ("prologue", prologue),
+                                                         ("epilogue", epilogue), ("gaps", gaps))}
+    share["idle"] = max(0.0, 1 - sum(share.values()))
+    return dict(programs=n, sms=len(per_sm), span_us=span_ns / 1e3, program_us=median(program) * ns / 1e3,
+                prologue_us=median(prologue) * ns / 1e3, epilogue_us=median(epilogue) * ns / 1e3,
+                gap_us=median(gaps) * ns / 1e3, tiles=median([t for pair in tiles for t in pair]), overlaps=overlaps,
+                **share)
+
+
+def timeline(dims, dkdv_specs, seqlens, masks, models, fused_specs=(), shapes=()) -> None:
+    """``--timeline``: each cell's dK / dV kernel at each ``--dkdv`` config and fused kernel at each ``--fused``
+    config launched once more with its programs' timeline stamps (after a launch that compiles it):
+    :func:`timeline_summary` as ``| timeline |`` rows."""
+    from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, timeline_buffer, timeline_record
+
+    print("\n| timeline | hd | causal | shape | kernel | config | programs | SMs | span us | program us | prologue us "
+          "| epilogue us | gap us | tiles | loop | prologue | epilogue | gaps | idle | overlaps |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
+        q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
+        out, lse, delta = _forward(q, k, v, do, causal)
+        kernels = [("gluon dkdv", spec, {}) for spec in dkdv_specs]
+        kernels += [("gluon fused", spec, dict(fused=True))
+                    for spec in (fused_specs if d == dv and d in FUSED_HEAD_DIMS else ())]
+        for name, spec, extra in kernels:
+            run = functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
+                                    **extra, **_config(spec, "block_m"))
+            run()  # (compiles the timeline variant's twin too: the stamps' launch below compiles its own)
+            times = timeline_buffer(k)
+            run(times=times)
+            torch.cuda.synchronize()
+            t = timeline_summary(timeline_record(times))
+            print(f"| timeline | {_hd(d, dv)} | {'yes' if causal else 'no'} | {label} H{hq}/{hk} | {name} | {spec} | "
+                  f"{t['programs']} | {t['sms']} | {t['span_us']:.1f} | {t['program_us']:.2f} | "
+                  f"{t['prologue_us']:.2f} | {t['epilogue_us']:.2f} | {t['gap_us']:.2f} | {t['tiles']} | "
+                  f"{t['loop']:.3f} | {t['prologue']:.3f} | {t['epilogue']:.3f} | {t['gaps']:.3f} | {t['idle']:.3f} | "
+                  f"{t['overlaps']} |", flush=True)
+        del q, k, v, do, out, lse, delta
+        torch.cuda.empty_cache()
+
+
 def summary(best: dict) -> None:
     """Each cell's fastest repeat per kernel and config against its Triton twin's fastest: ``| summary |`` rows."""
     print("\n| summary | hd | causal | shape | kernel | config | best ms | / its Triton twin |")
@@ -422,10 +511,14 @@ def main(argv=None) -> int:
                     help="also the whole fused backward (delta's preprocess, the kernel, dQ's cast) at each --fused "
                          "config, checked against the oracle and timed beside the kernel alone ('fused whole' rows; "
                          "a kernel's gain alone has reached the whole backward at a fraction: sessions 39-43)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also each --dkdv / --fused config's kernel once with its programs' timeline stamps: where "
+                         "the SMs' time goes (the loop, each program's prologue and epilogue, the gaps between "
+                         "programs on an SM, idle head and tail): '| timeline |' rows after the timing")
     ap.add_argument("--models", action="store_true", help="also Llama-3-8B / 70B's causal calls (GQA)")
     ap.add_argument("--shapes", nargs="*", default=[], metavar="B,S,HQ,HK",
                     help="also these calls (batch, sequence, query heads, kv heads) at each head dim and mask")
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2, help="timing passes (0: none, e.g. --timeline alone)")
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton kernels at their autotuned configs (default: the pinned first picks)")
     ap.add_argument("--check-only", action="store_true")
@@ -461,10 +554,13 @@ def main(argv=None) -> int:
     if not check(dims, a.dkdv, a.dq, a.fused, a.ordered, a.adder, a.whole):
         print("gluon_bwd_probe: a Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
-    if not a.check_only:
+    if not a.check_only and a.repeat > 0:
         timing(dims, a.dkdv, a.dq, [int(x) for x in a.seqlens.split(",") if x],
                [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, a.fused, a.ordered,
                a.adder, shapes, a.whole)
+    if a.timeline and not a.check_only:
+        timeline(dims, a.dkdv, [int(x) for x in a.seqlens.split(",") if x],
+                 [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.models, a.fused, shapes)
     return 0
 
 

@@ -80,12 +80,13 @@ class _BwdShape:
                        "DQ_SINK": gl.constexpr, "DQ_ADDER": gl.constexpr, "DQ_TURNS": gl.constexpr,
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
-                       "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr}
+                       "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr,
+                       "TIMES": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
                  DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
-                 WG_TURNS=True):
+                 WG_TURNS=True, TIMES=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -104,6 +105,7 @@ class _BwdShape:
         self.DQ_UNSCALED = gl.constexpr(DQ_UNSCALED)
         self.DS_SMEM = gl.constexpr(DS_SMEM and DQ_COLS > 0)
         self.WG_TURNS = gl.constexpr(WG_TURNS)
+        self.TIMES = gl.constexpr(TIMES)
 
 
 @builtin
@@ -160,6 +162,22 @@ def _hand_on(sem, PENDING: gl.constexpr = 0):
         "{\n\t.reg .pred lane0;\n\t.reg .u32 lane;\n\tmov.u32 lane, %laneid;\n\tsetp.eq.u32 lane0, lane, 0;\n\t"
         "@lane0 red.release.gpu.global.add.u32 [$1], 1;\n\t}\n\tmov.u32 $0, 0;", "=r,l", [sem], dtype=gl.int32,
         is_pure=False, pack=1)
+
+
+@gluon.jit
+def _stamp(ptr, GLOBAL: gl.constexpr = False):
+    """Store the SM's cycle counter (``GLOBAL``: the GPU's nanosecond timer) at ``ptr``: a program's timeline for
+    probes (``Times``; every thread of the warpgroup stores the same value)."""
+    if GLOBAL:
+        t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+    else:
+        t = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+    gl.store(ptr, t)
+
+
+#: a consumer's timeline record (``Times``, int64 each; :func:`timeline_record`'s fields in this order)
+TIMELINE_FIELDS = ("clock_start", "clock_kv", "clock_loop_end", "clock_end", "global_start", "global_end", "sm",
+                   "tiles")
 
 
 @gluon.constexpr_function
@@ -418,7 +436,7 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, Times=None):
     """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
     heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
     exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
@@ -439,7 +457,15 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
 
     ``shape.DQ_ADDER`` (an adder warp; the deterministic fused backward's too): the partial goes to shared memory
     only and the adder warp (:func:`_dq_adder`) adds it in its turn (``dq_full``: a consumer's tile is there; ``dq_empty``:
-    the adder's reduce read it)."""
+    the adder's reduce read it).
+
+    ``shape.TIMES`` (probes: the program's timeline, :func:`timeline_record`): this consumer's
+    :data:`TIMELINE_FIELDS` at ``Times + (program * 2 + wg) * 8``."""
+    TIMES: gl.constexpr = shape.TIMES
+    if TIMES:
+        stamp = Times + ((gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 2 + wg) * 8
+        _stamp(stamp + 4, True)
+        _stamp(stamp)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -479,6 +505,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     if TURNS:
         mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
     mbarrier.wait(kv_bar, 0)
+    if TIMES:  # (this program's K and V tiles in shared memory)
+        _stamp(stamp + 1)
     it = 0  # query tiles consumed
     tc = 0  # turns taken
     a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
@@ -590,6 +618,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
             it += 1
     if FUSED and not DQ_ADDER:
         tma.store_wait(pendings=0)  # the last reduce has read dq_smem before the program ends
+    if TIMES:
+        _stamp(stamp + 2)
     dk = dk * sm_scale
     rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, G_LAYOUT))
@@ -607,6 +637,12 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                  + gl.expand_dims(dims_b, 0), dk_b.to(DK.dtype.element_ty), mask=gl.expand_dims(rows_b < seqlen_k, 1))
     gl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + r64 * stride_dvs + gl.expand_dims(dims, 0),
              dv.to(DV.dtype.element_ty), mask=keep)
+    if TIMES:
+        _stamp(stamp + 3)
+        _stamp(stamp + 5, True)
+        gl.store(stamp + 6, gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True,
+                                                      pack=1).to(gl.int64))
+        gl.store(stamp + 7, it)
 
 
 @gluon.jit
@@ -624,7 +660,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
                         WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
                         MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
-                        DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False):
+                        DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -645,9 +681,10 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum).
     ``NO_TURNS``: the consumers issue their wgmmas without taking turns (flash-attn-4's and FA3's sm90 backwards
     have no such handover; the fused kernel's shared dS^T buffers are ordered by ``ds_bar`` alone, see
-    :func:`_bwd_consume`)."""
+    :func:`_bwd_consume`). ``Times`` (probes; None compiles it out): each consumer's timeline (:func:`_bwd_consume`)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
+    TIMES: gl.constexpr = Times is not None
     DQ_TURNS: gl.constexpr = Sem is not None
     ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
@@ -706,7 +743,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     gs64 = gs.to(gl.int64)
@@ -715,6 +752,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
                     dq_smem, ds_bar, dq_desc, dq_full, dq_empty)
+    if TIMES:  # (only then: a partition's run-time arguments pass through shared memory)
+        consume_args = consume_args + (Times, )
     if ADDER:  # a fourth partition: the adder warp (unordered: dQ's buffer a stand-in for the counters, never read)
         if DQ_TURNS:
             add_args = (dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q,
@@ -929,7 +968,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
-                   ds_smem=False, turns=True) -> dict:
+                   ds_smem=False, turns=True, times=None) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -951,7 +990,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     DS_SMEM: a consumer holds no bf16 copy of dS^T across its turn; sm_90a compile, hd 64 128-row non-causal 96 ->
     36 B spilled, elsewhere within +-24 B). ``turns`` False: the two consumers issue their wgmmas without handing
     turns to each other (the kernel's NO_TURNS; the dK / dV kernel's measured in session 42, 1.03-1.09x non-causal,
-    0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS)."""
+    0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS). ``times`` (probes):
+    :func:`timeline_buffer`'s int64 tensor, each consumer's timeline written into it."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -981,6 +1021,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         raise ValueError("dq_unscaled / ds_smem: the fused kernel's (dq_acc)")
     if not turns:
         second.update(NO_TURNS=True)
+    if times is not None:
+        second.update(Times=times)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1006,7 +1048,8 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
-                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True):
+                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
+                times=None):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -1015,7 +1058,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile, dq_unscaled, ds_smem, turns)
+                            mask_every_tile, dq_unscaled, ds_smem, turns, times)
     grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
 
@@ -1029,7 +1072,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True):
+               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1044,7 +1087,11 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     ``adder`` (fused, unordered): dQ's partials added by an adder warp instead of by the consumers (the ordered
     kernel's structure without its turns). ``walk``: how each program walks its (head, tile)
     steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``,
-    ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``, ``turns``: :func:`dkdv_arguments`'."""
+    ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``, ``turns``: :func:`dkdv_arguments`'.
+    ``times`` (probes; with ``launches`` None): :func:`timeline_buffer`'s tensor, the programs' timelines written into
+    it (:func:`timeline_record` reads them)."""
+    if times is not None and launches is not None:
+        raise ValueError("dkdv_gluon: times is a launch's own buffer, not a replay slot (launches=None)")
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
     if ordered and not why:
         why = ordered_unsupported(fused, dq_sink, walk == 2, block_m)
@@ -1058,8 +1105,28 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns))
+        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times))
     return (dk, dv, dq) if fused else (dk, dv)
+
+
+def timeline_buffer(k, split: int = 1) -> torch.Tensor:
+    """The int64 buffer a dK / dV launch over ``k`` [B, Sk, Hk, D] writes its consumers' timelines into (``times``):
+    :data:`TIMELINE_FIELDS` for each of a program's two consumers, every program of the grid, filled with -1 (a
+    record a program did not write stays -1)."""
+    programs = triton.cdiv(k.shape[1], BLOCK_N) * k.shape[0] * k.shape[2] * split
+    return torch.full((programs * 2 * len(TIMELINE_FIELDS), ), -1, device=k.device, dtype=torch.int64)
+
+
+def timeline_record(times: torch.Tensor) -> dict:
+    """:func:`timeline_buffer`'s tensor after a launch -> {field: int64 tensor [programs, 2 consumers]} on the CPU
+    (:data:`TIMELINE_FIELDS`: the SM's cycle counter at the consumer's start, once its K / V tiles landed, after its
+    last query tile (dQ's last reduce read), after its dK / dV stores; the GPU's nanosecond timer at its start and
+    end; the SM it ran on; the query tiles it consumed). ValueError if a record is missing (a program not run)."""
+    n = len(TIMELINE_FIELDS)
+    rec = times.detach().cpu().view(-1, 2, n)
+    if bool((rec == -1).any()):
+        raise ValueError("timeline_record: a program left its record unwritten")
+    return {name: rec[:, :, i] for i, name in enumerate(TIMELINE_FIELDS)}
 
 
 #: head dims (q / k = v) the fused backward's kernel takes (64-row query tiles; MLA's two head-dim parts not built)

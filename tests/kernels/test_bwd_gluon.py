@@ -97,6 +97,8 @@ def compiled(tmp_path_factory):
                                                                if d in configs.BWD_GLUON_FLAT_WALK}
     specs += [f"bwdw16:{d},{bm},{st},{c},1,4,{f}" for d, bm, st, f in sorted(gqa) for c in (0, 1)]
     specs += [f"bwdw16:{d},{bm},{st},1,0,4,{f}" for d, bm, st, f in sorted(gqa) if st == 2]
+    # the probes' timeline stamps (gluon_bwd_probe.py --timeline), beside their twins above
+    specs += TIMELINE_TWINS + [f"{spec}@x1" for spec in TIMELINE_TWINS]
     specs = list(dict.fromkeys(specs))
     dump = tmp_path_factory.mktemp("ptx")
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", "--dump", str(dump),
@@ -123,6 +125,22 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         assert r["spill"] <= bound, (spec, r["spill"])
         adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.split("@")[0].endswith(",1"))
         assert (r["tma_reduce"] > 0) == adds, spec  # only the fused ones add dQ by TMA reduce
+
+
+#: kernels compiled with and without the probes' timeline stamps (@x1): the split route's hd 128 causal dK / dV, hd 64
+#: causal fused without turns, hd 128 non-causal fused with the adder warp (their routed configs)
+TIMELINE_TWINS = ["bwd16:128,64,2,1", "bwdf16:64,64,2,1@t0", "bwda16:128,64,3,0"]
+
+
+def test_the_timeline_stamps_leave_the_kernels_work_alone(compiled):
+    """A kernel with ``times`` (bwd_gluon.dkdv_arguments) compiles to the same wgmmas and TMA reduces as without, its
+    spills within 32 B and its shared memory within 16 B (the stamps' pointer, captured for one partition) of its
+    twin's; without ``times`` the stamps are compiled out (the twins' numbers are the routed kernels' above)."""
+    for spec in TIMELINE_TWINS:
+        plain, stamped = compiled[spec], compiled[f"{spec}@x1"]
+        assert (stamped["wgmma"], stamped["tma_reduce"]) == (plain["wgmma"], plain["tma_reduce"]), spec
+        assert abs(stamped["spill"] - plain["spill"]) <= 32 and 0 <= stamped["smem"] - plain["smem"] <= 16, (
+            spec, plain, stamped)
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
@@ -433,6 +451,40 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
                     "| summary | 128 | no | sweep S1024 H16/16 | gluon dq | 64,3 | 0.1600 | 1.250 |"]
 
 
+def test_the_probe_reads_where_the_sms_time_went_off_a_timeline():
+    """gluon_bwd_probe.py --timeline's summary of bwd_gluon.timeline_record's fields, on a made-up launch: two SMs,
+    SM 0 runs two programs back to back with a 100-cycle gap, SM 1 one program; the ns timer runs at 0.5 ns a
+    cycle. Records left unwritten (-1) are refused."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import gluon_bwd_probe as probe
+    finally:
+        sys.path.pop(0)
+    fields = bwd_gluon.TIMELINE_FIELDS
+    # per program, per consumer: start, K / V landed, loop end, end (cycles); ns timer start / end; SM; tiles
+    programs = [[(0, 100, 900, 1000), (10, 100, 880, 990)], [(1100, 1150, 2000, 2100), (1100, 1160, 2050, 2080)],
+                [(50, 150, 950, 1050), (50, 140, 960, 1040)]]
+    sms, rows = [0, 0, 1], []
+    for p, consumers in enumerate(programs):
+        for c0, ckv, cloop, cend in consumers:
+            rows.append([c0, ckv, cloop, cend, 1000 + c0 // 2, 1000 + cend // 2, sms[p], 16])
+    times = torch.tensor(rows, dtype=torch.int64).flatten()
+    rec = bwd_gluon.timeline_record(times)
+    assert set(rec) == set(fields) and rec["clock_start"].shape == (3, 2)
+    t = probe.timeline_summary(rec)
+    assert (t["programs"], t["sms"], t["overlaps"], t["tiles"]) == (3, 2, 0, 16)
+    assert t["gap_us"] == pytest.approx(100 * 0.5 / 1e3)  # SM 0: 1100 - 1000 cycles
+    assert t["span_us"] == pytest.approx((2100 - 0) * 0.5 / 1e3)
+    assert t["prologue_us"] == pytest.approx(100 * 0.5 / 1e3)  # the later consumer's K / V: 100, 60, 100
+    assert t["epilogue_us"] == pytest.approx(90 * 0.5 / 1e3)  # end - the later loop end: 100, 50, 90
+    total = 2100 * 2  # two SMs over the span, cycles
+    assert t["gaps"] == pytest.approx(100 / total)
+    assert t["loop"] + t["prologue"] + t["epilogue"] == pytest.approx((1000 + 1000 + 1000) / total)
+    assert t["idle"] == pytest.approx(1 - (3000 + 100) / total)
+    with pytest.raises(ValueError, match="unwritten"):
+        bwd_gluon.timeline_record(torch.full((16, ), -1, dtype=torch.int64))
+
+
 def test_the_probe_reads_decisions_off_its_repeats(tmp_path, capsys):
     """gluon_bwd_probe.py's speed-up table: a config against its kernel's first config and the fused route's whole
     backward against the default route's, repeat by repeat and only within what one run timed side by side (two
@@ -660,7 +712,7 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     assert call(8, 2, 128)["walk"] == 1 and call(8, 1, 128)["walk"] == 1  # GQA / MQA: the flat walk
     assert call(8, 8, 128)["walk"] == 0 and call(8, 2, 64, s=8192)["walk"] == 0  # MHA, hd 64: nested
     monkeypatch.setattr(configs, "BWD_GLUON_FUSED_DQ_UNSCALED", frozenset({128}))  # (not routed by default)
-    fused = call(8, 8, 128, causal=False, deterministic=False)  # the fused route (MHA hd 128 from 4k)
+    fused = call(8, 8, 128, causal=False, deterministic=False)  # the fused route (MHA hd 128 from 2k)
     assert fused["dq_adder"] is True and fused["walk"] == 0 and fused["dq_acc"] is not None
     assert fused["dq_unscaled"] is True and cast_args() == (128 ** -0.5, True)
     assert call(8, 8, 128, causal=True, deterministic=False)["dq_adder"] is False
@@ -1063,6 +1115,44 @@ def test_gpu_fused_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, 
         _assert_within_triton(dq, dq_t, ref.dq, "dq")
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, extra", [
+    (2, 1000, 1000, 4, 4, 128, True, {}), (2, 1000, 1000, 4, 4, 64, True, dict(fused=True, turns=False)),
+    (1, 1000, 1100, 4, 2, 128, False, dict(fused=True, adder=True, num_stages=3))],
+    ids=["dkdv-hd128-causal", "fused-hd64-causal-no-turns", "fused-hd128-adder-GQA"])
+def test_gpu_timeline_stamps_change_no_gradient(b, sq, sk, hq, hk, d, causal, extra):
+    """``times`` (gluon_bwd_probe.py --timeline): dK and dV bitwise the same launch's without stamps, dQ within the
+    oracle bound; every program's record written, in order (start <= K / V landed <= loop end <= end, both
+    consumers on one SM, the same query tiles), and the probe's summary reads it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import gluon_bwd_probe as probe
+    finally:
+        sys.path.pop(0)
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(dict(softmax_scale=scale, causal=causal, block_m=64, num_stages=2, poison=True), **extra)
+    plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    times = bwd_gluon.timeline_buffer(k)
+    got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, times=times, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    if len(got) == 3:
+        _assert_within_triton(got[2], dq_t, ref.dq, "dq")
+    rec = bwd_gluon.timeline_record(times)
+    c = [rec[f] for f in ("clock_start", "clock_kv", "clock_loop_end", "clock_end")]
+    assert all(bool((x <= y).all()) for x, y in zip(c, c[1:]))
+    assert bool((rec["global_start"] <= rec["global_end"]).all())
+    assert torch.equal(rec["sm"][:, 0], rec["sm"][:, 1]) and torch.equal(rec["tiles"][:, 0], rec["tiles"][:, 1])
+    steps = (hq // hk) * -(-sq // 64)  # a non-causal program's (head, tile) steps; causal ones: at most
+    assert bool((rec["tiles"] <= steps).all()) and (causal or bool((rec["tiles"] == steps).all()))
+    t = probe.timeline_summary(rec)
+    assert t["programs"] == -(-sk // 128) * b * hk and 0 < t["loop"] <= 1
+    assert t["loop"] + t["prologue"] + t["epilogue"] + t["gaps"] + t["idle"] == pytest.approx(1, abs=0.05)
+    with pytest.raises(ValueError, match="launches=None"):
+        bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, times=times, launches={}, **kw)
 
 
 @pytest.mark.gpu
