@@ -214,14 +214,17 @@ accept-ours)  # issue 8 (the in-repo kernel accepted, with its speed section) an
     ;;
 fa-sweep)  # issues 4 and 6: the FA-paper sweep, the fast backends, hd 64 and 128, with memory (FA_MODES: the modes,
     # default fwd,bwd,fwd+bwd; FA_CASES: a case-id regex, e.g. D64- for hd 64 only; FA_TESTS: a -k expression of
-    # test_bwd_gluon.py's GPU tests run first, e.g. after a route change; FA_SECONDS: the bench's time limit, 520)
+    # test_bwd_gluon.py's GPU tests run first, e.g. after a route change; FA_SECONDS: the bench's time limit, 520;
+    # FA_BACKENDS: the backends, default sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa; add triton_fa_det for the
+    # kernel's default, deterministic call beside it)
     setup
     mkdir -p "$OUT/fa"
     if [ -n "${FA_TESTS:-}" ]; then
         bwd_gluon_tests fa "$FA_TESTS" 150; tail -n 3 "$OUT/fa/tests.log"
     fi
     timeout $(( ${FA_SECONDS:-520} + 40 )) python3 -m harness bench --preset fa-sweep --dtypes bf16 \
-        --backends sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa --modes "${FA_MODES:-fwd,bwd,fwd+bwd}" \
+        --backends "${FA_BACKENDS:-sdpa_flash,sdpa_cudnn,flash_attn_cute,triton_fa}" \
+        --modes "${FA_MODES:-fwd,bwd,fwd+bwd}" \
         ${FA_CASES:+--cases "$FA_CASES"} \
         --target-ms 25 --time-limit "${FA_SECONDS:-520}" --quiet --out "$OUT/fa" > "$OUT/fa.log" 2>&1
     echo "bench exit $?" >> "$OUT/fa.log"

@@ -4,7 +4,7 @@ backwards, H100.
 
     python benchmarks/gluon_bwd_probe.py [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384] [--masks no,yes]
         [--dkdv 64,2 32,3] [--dq 64,3 128,2] [--fused 64,2 128,2,h0 64,2,m1 64,2,m1,w1 64,3,u1,a1] [--ordered] [--adder]
-        [--whole] [--models] [--shapes B,S,HQ,HK ...] [--repeat 2] [--autotune] [--check-only]
+        [--whole] [--timeline] [--models] [--shapes B,S,HQ,HK ...] [--repeat 2] [--autotune] [--check-only]
     python benchmarks/gluon_bwd_probe.py --from-log LOG [LOG ...]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA / MQA, Sq != Sk causal, rows that see no key): dQ,
@@ -34,7 +34,12 @@ backwards, H100.
    (``| summary | ... |``), then the decisions' table (``| speed-up | ... |``): per cell, each config of a kernel
    against that kernel's first config, and the fused route's whole backward against the default route's, repeat
    by repeat (a route's bar, e.g. "3% faster in every repeat", reads off it).
-3. ``--from-log LOG [LOG ...]`` (any machine): the speed-up table of earlier runs' logs (their per-repeat rows),
+3. ``--timeline`` (after the timing; ``--repeat 0``: instead of it): each ``--dkdv`` / ``--fused`` config's kernel
+   launched once more with its programs' timeline stamps (bwd_gluon.timeline_buffer: SM cycle counter at each
+   consumer's start, K / V landed, loop end and end; its SM): ``| timeline |`` rows of where the SMs' time went
+   (:func:`timeline_summary`: the loop, each program's prologue and epilogue, gaps between programs on an SM, idle
+   head and tail).
+4. ``--from-log LOG [LOG ...]`` (any machine): the speed-up table of earlier runs' logs (their per-repeat rows),
    a cell's repeats of every log pooled, each compared only with what its own run timed beside it.
 """
 
@@ -138,7 +143,8 @@ def _whole(q, k, v, do, out, lse, causal, mode):
     return whole, cache
 
 
-#: a --fused config's dkdv_gluon keywords -> the fused route's (configs.gluon_fused_bwd's answer); the rest pass as named
+#: a --fused config's dkdv_gluon keywords -> the fused route's (configs.gluon_fused_bwd's answer); the rest pass as
+#: named
 ROUTE_KEYS = {"adder": "dq_adder"}
 
 
