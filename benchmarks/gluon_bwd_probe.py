@@ -69,7 +69,7 @@ DEFAULT_FUSED = ("64,2", )
 #: a dK / dV config's options after BLOCK,STAGES -> dkdv_gluon's keywords
 DKDV_OPTIONS = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
                 "w1": dict(walk=1), "u1": dict(dq_unscaled=True), "a1": dict(adder=True),
-                "d1": dict(ds_smem=True), "t0": dict(turns=False)}
+                "d1": dict(ds_smem=True), "t0": dict(turns=False), "o1": dict(ordered=True)}
 
 
 def _config(spec: str, first: str) -> dict:
@@ -79,12 +79,13 @@ def _config(spec: str, first: str) -> dict:
     loop, as the route walks GQA / MQA at hd 128: its ``walk=1``; default the nested loops), ,u1 (fused: dQ's
     partials without the softmax scale, its ``dq_unscaled``; the check scales the returned dQ) and ,a1 (fused: dQ's
     adds in an adder warp, its ``adder``: --adder's variant for this config alone, as the route runs hd 128
-    non-causal), ,d1 (fused: dK's dS^T read from shared memory, its ``ds_smem``) and ,t0 (either kernel: its
-    consumers issue without taking turns, its ``turns=False``)."""
+    non-causal), ,d1 (fused: dK's dS^T read from shared memory, its ``ds_smem``), ,t0 (either kernel: its
+    consumers issue without taking turns, its ``turns=False``) and ,o1 (fused: its adds in a fixed order, the
+    deterministic kernel: its ``ordered``; with --whole the ordered route, configs.BWD_GLUON_FUSED_ORDERED's)."""
     parts, options = spec.split(",")[:2], spec.split(",")[2:]
     allowed = DKDV_OPTIONS if first == "block_m" else {}
     if len(parts) != 2 or not all(x.isdigit() for x in parts) or any(o not in allowed for o in options):
-        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0]" if first == "block_m" else ""
+        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1]" if first == "block_m" else ""
         raise SystemExit(f"config {spec}: want BLOCK,STAGES{want}")
     out = dict(zip((first, "num_stages"), map(int, parts)))
     for o in options:
@@ -543,9 +544,9 @@ def main(argv=None) -> int:
         return 0
     for spec in a.dkdv + a.fused:  # (the configs read before any GPU work)
         _config(spec, "block_m")
-    if any({"u1", "a1", "d1"} & set(spec.split(",")) for spec in a.dkdv):
-        raise SystemExit("--dkdv: ,u1 (dQ without the softmax scale), ,a1 (dQ's adder warp) and ,d1 (dS^T from "
-                         "shared memory) are the fused kernel's: give them to --fused")
+    if any({"u1", "a1", "d1", "o1"} & set(spec.split(",")) for spec in a.dkdv):
+        raise SystemExit("--dkdv: ,u1 (dQ without the softmax scale), ,a1 (dQ's adder warp), ,d1 (dS^T from "
+                         "shared memory) and ,o1 (ordered adds) are the fused kernel's: give them to --fused")
     for spec in a.dq:
         _config(spec, "block_n")
     shapes = [_shape(x) for x in a.shapes]

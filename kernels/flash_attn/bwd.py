@@ -12,7 +12,9 @@ Alternative ("atomic", FLASH_ATTN_BWD=atomic; slower on the H100, see docs/perf/
 `_bwd_preprocess` computes delta and zeroes an fp32 dQ buffer (dense calls; varlen: a memset), then the dK/dV
 kernel also adds dS K into it, and `_cast_dq` casts it to dQ's dtype (a replayed launch, not a torch op). The same
 launches carry the fused Gluon backward (bwd_gluon.py, where configs.BWD_GLUON_FUSED routes it or
-FLASH_ATTN_BWD=fused): its dK/dV kernel adds dQ by TMA reduce instead of atomics.
+FLASH_ATTN_BWD=fused): its dK/dV kernel adds dQ by TMA reduce instead of atomics; its ordered variant (each dQ
+tile's adds in a fixed order, bitwise reproducible: configs.BWD_GLUON_FUSED_ORDERED's cells for deterministic calls,
+none yet, or FLASH_ATTN_BWD=ordered) with its add counters zeroed by the same preprocess.
 Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
 """
 
@@ -50,11 +52,16 @@ P_SCALE = tl.constexpr(448.0)
 def _bwd_preprocess(Out, DO, Delta, DQacc, stride_ob, stride_os, stride_oh, stride_db, stride_ds, stride_dh,
                     stride_lb, stride_lh, stride_zb, stride_zs, stride_zh, CuSeqQ, seqlen_q, num_heads,
                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_VARLEN: tl.constexpr,
-                    BLOCK_M: tl.constexpr, HEAD_DIM_Q: tl.constexpr, BLOCK_DQ: tl.constexpr):
+                    BLOCK_M: tl.constexpr, HEAD_DIM_Q: tl.constexpr, BLOCK_DQ: tl.constexpr, Sem=None):
     """delta = rowsum(O * dO) per (row, head); with ``DQacc`` (dense calls): also zero the same rows of the fp32 dQ
-    buffer the atomic / fused backward adds into (q's head dim), instead of a memset launch of its own."""
+    buffer the atomic / fused backward adds into (q's head dim), instead of a memset launch of its own. ``Sem``
+    (dense, BLOCK_M 64: the ordered fused backward's, bwd_gluon.order_counters' layout): zero this program's query
+    tile's add counter (program (0, 0) the spare one too)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    if Sem is not None:
+        tl.store(Sem + 1 + pid_bh * tl.num_programs(0) + pid_m, 0)
+        tl.store(Sem, 0, mask=(pid_m == 0) & (pid_bh == 0))
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     if IS_VARLEN:
@@ -566,7 +573,8 @@ _bwd_dq_tuned = configs.autotuned(configs.BWD_SPACE, configs.prune_bwd)(_bwd_dq_
 GROUP_SPLIT_BLOCK_N = 128
 GROUP_SPLIT_PROGRAMS_PER_SM = 2
 
-# Rows per program of the delta preprocess: a pure bandwidth pass, 64 rows x D keeps loads wide.
+# Rows per program of the delta preprocess: a pure bandwidth pass, 64 rows x D keeps loads wide. Also the ordered
+# fused backward's query tile: a program zeroes one tile's add counter.
 PREPROCESS_BLOCK_M = 64
 
 
@@ -710,7 +718,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     # IS_VARLEN is a constexpr: dense, None is one too, no slot for a replay to fill
     cuq, cuk = (cu_seqlens_q, cu_seqlens_k) if varlen else (None, None)
     gdt = grad_dtype or q.dtype
-    # launches["plan"]: (atomic, split, the scratch layout, the Launches to replay in order) after a first call that
+    # launches["plan"]: (atomic, split, the scratch layout, the Launches to replay in order, the ordered kernel's
+    # counters (0: none), the fused kernel's route) after a first call that
     # could leave every one of them. Only a call launched here leaves one (not the wide kernels', not an empty
     # call's), so a replay skips those checks and the dimensions (the host time of every call: issue 16's budget)
     plan = launches.get("plan") if launches is not None else None
@@ -726,10 +735,13 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
                     torch.zeros(k.shape, device=q.device, dtype=gdt), torch.zeros(v.shape, device=q.device, dtype=gdt))
         batch, hq, hk, d, sq, sk = _dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k)
         # atomic: the Triton kernel's atomic mode, or the fused Gluon kernel (dQ by TMA reduce) where it is routed
-        atomic = fp8 is None and (configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic" or (
-            not varlen and configs.gluon_fused_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left,
-                                                   window_right=window_right, softcap=softcap, varlen=varlen,
-                                                   fp8=False, deterministic=deterministic) is not None))
+        fused = None if fp8 is not None or varlen else configs.gluon_fused_bwd(
+            q, k, v, do, out, lse, causal=causal, window_left=window_left, window_right=window_right, softcap=softcap,
+            varlen=varlen, fp8=False, deterministic=deterministic)
+        atomic = fp8 is None and (configs.bwd_mode(d, q.dtype, causal, configs.seq_bucket(sq, sk)) == "atomic" or
+                                  fused is not None)
+        # the ordered fused kernel's add counters (bwd_gluon.order_counters' layout; the preprocess zeroes them)
+        counters = 1 + batch * hq * triton.cdiv(sq, PREPROCESS_BLOCK_M) if fused and fused.get("ordered") else 0
         if split is None:
             sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
                 configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
@@ -738,7 +750,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         replays = None
         layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
     else:
-        atomic, split, layout, replays = plan
+        atomic, split, layout, replays, counters, fused = plan
     # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost); atomic:
     # written by _cast_dq from the fp32 buffer
     dq = torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
@@ -778,6 +790,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}
+    if counters:  # (unwritten: the preprocess zeroes them before the kernel counts in them)
+        tensors["Sem"] = torch.empty(counters, device=q.device, dtype=torch.int32)
     if fp8 is not None:  # (otherwise the FP8 arguments are None: constexprs, no slot to fill per call)
         tensors.update(fp8)
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
@@ -793,9 +807,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
             tensors.update(Delta=delta, DK=dk_out, DV=dv_out, PK=dk_out, PV=dv_out)
         done = _launch_bwd(tensors, varlen, *_dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k), atomic, split,
                            softmax_scale, causal, window_left, window_right, softcap, allow_tf32, fp8 is not None,
-                           fp8_mma_order)
+                           fp8_mma_order, fused)
         if launches is not None and all(x is not None for x in done.values()):
-            launches["plan"] = (atomic, split, layout, tuple(done.values()))
+            launches["plan"] = (atomic, split, layout, tuple(done.values()), counters, fused)
     return dq, dk, dv
 
 
@@ -808,9 +822,11 @@ def _dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k) -> tuple[int, int, int
 
 
 def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scale, causal, window_left,
-                window_right, softcap, allow_tf32, fp8=False, mma_order=False) -> dict:
+                window_right, softcap, allow_tf32, fp8=False, mma_order=False, fused=None) -> dict:
     """The backward's launches with every argument worked out (the first call of a signature, or
-    every call without a replay cache): name -> its Launch (None where it cannot be replayed)."""
+    every call without a replay cache): name -> its Launch (None where it cannot be replayed). ``fused``: the
+    fused kernel's route as the caller found it (configs.gluon_fused_bwd, which knows whether the call asked for a
+    deterministic backward; None: asked again here)."""
     q, k, v, do, out, lse = t["Q"], t["K"], t["V"], t["DO"], t["Out"], t["Lse"]
     slb, slh = (0, lse.stride(0)) if varlen else (lse.stride(0), lse.stride(1))
     bd = configs.block_d(d)
@@ -827,7 +843,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                  stride_os=sos, stride_oh=soh, stride_db=sdb, stride_ds=sds, stride_dh=sdh, stride_lb=slb,
                  stride_lh=slh, stride_zb=szb, stride_zs=szs, stride_zh=szh, CuSeqQ=t["CuSeqQ"], seqlen_q=sq,
                  num_heads=hq, HEAD_DIM=dv_dim, BLOCK_D=bdv, IS_VARLEN=varlen, BLOCK_M=PREPROCESS_BLOCK_M,
-                 HEAD_DIM_Q=d, BLOCK_DQ=bd))
+                 HEAD_DIM_Q=d, BLOCK_DQ=bd, Sem=t.get("Sem")))
 
     right = 0 if causal else window_right
     sqb, sqs, sqh = _s3(q, varlen)
@@ -860,8 +876,11 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
         dvb, dvs, dvh = _s3(dv_out, varlen)
         dkp = dvp = 0
     # the warp-specialised Gluon kernels where configs.BWD_GLUON (or FLASH_ATTN_BWD=gluon) says
-    gluon = configs.gluon_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left, window_right=right,
-                              softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
+    if atomic and fused is not None:
+        gluon = {"fused": fused}
+    else:
+        gluon = configs.gluon_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left, window_right=right,
+                                  softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
     if "dq" in gluon:  # dQ and delta on the Gluon kernel, before dK / dV as below
         from .bwd_gluon import dq_launch
 
@@ -888,8 +907,11 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     if "fused" in gluon:  # the fused Gluon backward (configs.BWD_GLUON_FUSED): dK / dV, dQ added into DQacc
         from .bwd_gluon import dkdv_launch
 
+        kw = dict(gluon["fused"])
+        if kw.pop("ordered", False):  # each dQ tile's adds in a fixed order (bitwise reproducible)
+            kw.update(dq_order=t["Sem"], last_first=True)
         done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
-                                   dq_acc=dq_acc, **gluon["fused"])
+                                   dq_acc=dq_acc, **kw)
     elif "dkdv" in gluon:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON), the same outputs
         from .bwd_gluon import dkdv_launch
 

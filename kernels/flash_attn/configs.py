@@ -774,6 +774,16 @@ BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
 #: 3 stages (0.995-1.048x at 16k), whole through the harness 1.009-1.017x a pair: under the bar, not routed; hd 128
 #: causal without turns and without the mask on every tile 0.956-0.989x at 4k.
 BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
+#: (head dim, causal) cells whose *deterministic* calls (``flash_attn_func``'s default) run the fused kernel with its
+#: dQ adds in a fixed order (bwd_gluon's ordered kernel: an adder warp takes each dQ tile's turn on a counter, the
+#: largest key block first, key blocks launched last first; bitwise reproducible) instead of the split kernels, on
+#: MHA from :data:`BWD_GLUON_FUSED`'s length at its stages on 64-row tiles (the ordered adds' tile), the counters
+#: zeroed by delta's preprocess. Not measured whole yet: the kernel alone without turns read 4.06 ms against the
+#: split route's whole 4.25 ms at hd 64 causal 8k (session 43, docs/perf/gluon-s43); session 37's ordered kernel
+#: (with turns) 0.86-1.13x the unordered one. Empty until a ``route-ab`` with ``AB_BACKENDS=triton_fa_det`` says
+#: otherwise; ``FLASH_ATTN_BWD=ordered`` runs it wherever the fused kernel can, at any length, deterministic call or
+#: not (tests, probes).
+BWD_GLUON_FUSED_ORDERED: frozenset[tuple[int, bool]] = frozenset()
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -785,12 +795,29 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
     (:func:`gluon_fused_bwd`): shared with the harness's ``triton_fa`` adapter, which declares the cells it routes
     as having a nondeterministic backward."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
-    if forced in ("split", "atomic", "gluon") or d != dv:
+    if forced in ("split", "atomic", "gluon", "ordered") or d != dv:
         return None
     least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
     if forced == "fused":
         return cfg or BWD_GLUON_FUSED_TRY.get(d)
     return cfg if cfg is not None and seqlen >= least else None
+
+
+def ordered_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
+    """The ordered (deterministic) fused backward's (BLOCK_M, stages) for a deterministic call with these head dims,
+    heads, mask and shorter sequence length: a cell of :data:`BWD_GLUON_FUSED_ORDERED` (MHA) from
+    :data:`BWD_GLUON_FUSED`'s length at its stages, 64-row tiles; ``FLASH_ATTN_BWD=ordered``: wherever the fused
+    kernel has a config (:data:`BWD_GLUON_FUSED`'s, else :data:`BWD_GLUON_FUSED_TRY`'s), at any length; any other
+    forced mode: None."""
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if (forced and forced != "ordered") or d != dv:
+        return None
+    least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
+    if forced == "ordered":
+        cfg = cfg or BWD_GLUON_FUSED_TRY.get(d)
+    elif cfg is None or gqa or (d, bool(causal)) not in BWD_GLUON_FUSED_ORDERED or seqlen < least:
+        return None
+    return None if cfg is None else (64, cfg[1])
 
 
 def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_right: int, softcap,
@@ -802,11 +829,16 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
     by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED`
     with both sequences at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: at any length,
     deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
-    (bwd_gluon.fused_unsupported). ``deterministic`` (the caller asked for bitwise-reproducible gradients): never
-    by default (dQ's partials are added in arrival order)."""
-    if (deterministic and os.environ.get("FLASH_ATTN_BWD", "") != "fused") or varlen or q.dim() != 4:
+    (bwd_gluon.fused_unsupported). ``deterministic`` (the caller asked for bitwise-reproducible gradients): the
+    unordered kernel never by default (dQ's partials are added in arrival order); the ordered one in
+    :func:`ordered_bwd_cell`'s cells (``ordered`` True in the answer: bwd_gluon.dkdv_launch's ``dq_order`` and
+    ``last_first`` for the caller to fill); ``FLASH_ATTN_BWD=ordered``: the ordered one for every call it can take."""
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if varlen or q.dim() != 4:
         return None
-    cfg = fused_bwd_cell(q.shape[-1], v.shape[-1], q.shape[2] != k.shape[2], causal, min(q.shape[1], k.shape[1]))
+    cell = (q.shape[-1], v.shape[-1], q.shape[2] != k.shape[2], causal, min(q.shape[1], k.shape[1]))
+    ordered = forced == "ordered" or (deterministic and forced != "fused")
+    cfg = ordered_bwd_cell(*cell) if ordered else fused_bwd_cell(*cell)
     if cfg is None or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return None
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
@@ -815,11 +847,14 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
 
     if fused_unsupported(q, k, v, do, lse, lse, cfg[0]):  # (delta is made in lse's shape and layout)
         return None
-    return dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
-                walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE,
-                dq_unscaled=q.shape[-1] in BWD_GLUON_FUSED_DQ_UNSCALED,
-                ds_smem=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_DS_SMEM,
-                turns=(q.shape[-1], bool(causal)) not in BWD_GLUON_FUSED_NO_TURNS)
+    route = dict(block_m=cfg[0], num_stages=cfg[1], dq_adder=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_ADDER,
+                 walk=bwd_walk(q, k), mask_every_tile=bool(causal) and q.shape[-1] in BWD_GLUON_FUSED_MASK_EVERY_TILE,
+                 dq_unscaled=q.shape[-1] in BWD_GLUON_FUSED_DQ_UNSCALED,
+                 ds_smem=(q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_DS_SMEM,
+                 turns=(q.shape[-1], bool(causal)) not in BWD_GLUON_FUSED_NO_TURNS)
+    if ordered:  # (the adder warp adds in turn whatever dq_adder says)
+        route["ordered"] = True
+    return route
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones

@@ -407,7 +407,7 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
         assert probe.main(["--dkdv", "64,2,m1", "--fused", "128,2,h0", "64,2,m1", "--dq", "128,2"]) == 2
         with pytest.raises(SystemExit):
             probe.main(["--dq", "128,2,m1"])
-        for only_fused in ("64,2,u1", "64,3,a1", "64,2,d1"):
+        for only_fused in ("64,2,u1", "64,3,a1", "64,2,d1", "64,2,o1"):
             with pytest.raises(SystemExit, match="fused"):
                 probe.main(["--dkdv", only_fused])
         assert probe.main(["--fused", "64,2,t0", "128,2,a1,t0"]) == 2  # (no turns: either kernel's)
@@ -426,6 +426,8 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
                 ds_smem=False, turns=False)
             assert configs.gluon_fused_bwd(q, k, v, q, q, lse, sm_major=8, **kw) is None  # (not where it cannot)
             assert configs.gluon_bwd(q, k, v, q, q, lse, sm_major=9, atomic=True, **kw) == {"fused": route}
+        with probe.fused_route("64,2,t0,o1") as route:  # (the ordered kernel: flash_attn_bwd adds its counters)
+            assert route["ordered"] is True and route["turns"] is False
         with probe.fused_route("128,2,h0,m1,d1") as route:
             assert route == dict(block_m=128, num_stages=2, dq_adder=False, walk=0, mask_every_tile=True,
                                  dq_unscaled=False, ds_smem=True, turns=True, halves=False)
@@ -662,6 +664,24 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.BWD_GLUON_FUSED_DS_SMEM == frozenset()  # measured (sessions 41-42): 1.01-1.03x alone, ~1.00 whole
     assert configs.BWD_GLUON_FUSED_NO_TURNS == {(64, True)}  # measured (session 42): 1.09-1.12x whole, hd 64 causal
     assert configs.BWD_GLUON_NO_TURNS == frozenset()  # measured (sessions 42-43): 1.00-1.02x whole, hd 128 non-causal
+    assert configs.BWD_GLUON_FUSED_ORDERED == frozenset()  # (session 43: built, not measured whole)
+    monkeypatch.setenv("FLASH_ATTN_BWD", "ordered")  # the ordered kernel: 64-row tiles, any length, GQA too
+    assert configs.ordered_bwd_cell(64, 64, False, False, 64) == (64, configs.BWD_GLUON_FUSED[64][False, False][1][1])
+    assert configs.ordered_bwd_cell(128, 128, True, True, 64) == (64, configs.BWD_GLUON_FUSED_TRY[128][1])
+    assert configs.ordered_bwd_cell(192, 128, False, True, 4096) is None  # (q / k = v only)
+    assert configs.fused_bwd_cell(128, 128, False, False, 8192) is None  # (the adapter: a deterministic backward)
+    ordered = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]
+    assert fused(*ordered)["ordered"] is True and fused(*ordered, deterministic=True)["ordered"] is True
+    monkeypatch.setenv("FLASH_ATTN_BWD", "fused")  # (the unordered one, deterministic call or not)
+    assert "ordered" not in fused(*ordered, deterministic=True)
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    assert configs.ordered_bwd_cell(128, 128, False, True, 1 << 20) is None  # (no cell listed)
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset({(128, True)}))
+    least = configs.BWD_GLUON_FUSED[128][False, True][0]
+    assert configs.ordered_bwd_cell(128, 128, False, True, least) == (64, 2)
+    assert configs.ordered_bwd_cell(128, 128, False, True, least - 1) is None
+    assert configs.ordered_bwd_cell(128, 128, True, True, least) is None  # (MHA only)
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset())
     assert configs.BWD_GLUON_FUSED[64][False, True][0] == 4096  # (session 42: without turns, 1.09x at 4k)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
@@ -730,6 +750,72 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
         assert call(8, 8, 128, causal=True, deterministic=not fused_route).get("turns", True) is True
         assert call(8, 8, 128, causal=False, deterministic=fused_route).get("turns", True) is True  # (other route's)
         monkeypatch.setattr(configs, name, frozenset())
+
+
+def test_the_preprocess_zeroes_the_ordered_adds_counters():
+    """bwd._bwd_preprocess with ``Sem`` (the ordered fused backward's counters, bwd_gluon.order_counters' layout:
+    a spare one, then one a (batch, head, 64-row query tile)): every counter zeroed, delta and dQ's zeroed buffer as
+    without (interpreter, odd length)."""
+    from kernels.flash_attn import bwd
+
+    b, s, h, d = 2, 150, 3, 64
+    g = torch.Generator().manual_seed(1)
+    out, do = torch.randn(b, s, h, d, generator=g), torch.randn(b, s, h, d, generator=g)
+    sem = torch.full((1 + b * h * -(-s // 64), ), 7, dtype=torch.int32)
+    assert sem.numel() == bwd_gluon.order_counters(out, 64).numel()
+    delta, dq_acc = torch.empty(b, h, s), torch.full((b, s, h, d), 5.0)
+    bwd._bwd_preprocess[(-(-s // bwd.PREPROCESS_BLOCK_M), b * h)](
+        out, do, delta, dq_acc, *out.stride()[:3], *do.stride()[:3], *delta.stride()[:2], *dq_acc.stride()[:3], None,
+        s, h, HEAD_DIM=d, BLOCK_D=d, IS_VARLEN=False, BLOCK_M=bwd.PREPROCESS_BLOCK_M, HEAD_DIM_Q=d, BLOCK_DQ=d,
+        Sem=sem)
+    assert bool((sem == 0).all()) and bool((dq_acc == 0).all())
+    assert torch.allclose(delta, (out * do).sum(-1).transpose(1, 2), atol=1e-5)
+
+
+def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(monkeypatch):
+    """configs.BWD_GLUON_FUSED_ORDERED's cells (none by default) send deterministic calls to the fused kernel with
+    its adds in a fixed order: flash_attn_bwd hands the dK / dV launch the add counters (``dq_order``: int32,
+    bwd_gluon.order_counters' size) and ``last_first``, on 64-row tiles (hd 64 non-causal's unordered route runs 128)
+    from BWD_GLUON_FUSED's length, and delta's preprocess the same counters to zero; nondeterministic calls keep the
+    unordered kernel, GQA the split kernels; FLASH_ATTN_BWD=ordered forces it at any length, GQA too, deterministic
+    call or not. (No sm90 GPU here: as the walk test above.)"""
+    from kernels.flash_attn import bwd
+    from kernels.standins import cpu_replays
+
+    seen, log = [], []
+    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    sem_at = bwd._bwd_preprocess.arg_names.index("Sem")
+
+    def call(hq, hk, d, causal, deterministic=True, s=4096):
+        q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=hq, hk=hk, d=d)
+        log.clear()
+        with cpu_replays(log):
+            bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, hq, s), softmax_scale=d ** -0.5, causal=causal,
+                               window_left=-1, window_right=0 if causal else -1, deterministic=deterministic)
+        pre = [a for how, name, a, _ in log if name == "_bwd_preprocess"]
+        return (seen.pop() if seen else None), (pre[0][sem_at] if pre else "no preprocess")
+
+    assert configs.BWD_GLUON_FUSED_ORDERED == frozenset()  # not measured whole yet: the split kernels
+    kw, _ = call(8, 8, 64, True)
+    assert kw is None or "dq_order" not in kw  # (the split route's dK / dV launch, when Gluon)
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset({(64, False), (128, True)}))
+    kw, sem = call(8, 8, 64, False, s=4096)
+    assert kw["block_m"] == 64 and kw["last_first"] is True and kw["dq_acc"] is not None
+    assert kw["dq_order"] is sem and sem.dtype == torch.int32 and sem.numel() == 1 + 8 * 4096 // 64
+    kw, sem = call(8, 8, 128, True, s=2048)
+    assert kw["dq_order"] is sem and kw["mask_every_tile"] is True  # (the cell's other options as routed)
+    assert "dq_order" not in call(8, 8, 64, False, deterministic=False)[0]  # nondeterministic: unordered
+    assert call(8, 8, 64, False, s=2048)[1] == "no preprocess"  # below the cell's length: split
+    assert call(8, 2, 128, True)[1] == "no preprocess"  # GQA: split
+    assert call(8, 8, 64, True)[1] == "no preprocess"  # a cell not listed
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset())
+    monkeypatch.setenv("FLASH_ATTN_BWD", "ordered")
+    for hk, deterministic in ((8, False), (2, True)):
+        kw, sem = call(8, hk, 128, False, deterministic=deterministic, s=512)
+        assert kw["dq_order"] is sem and kw["walk"] == int(hk != 8), hk
 
 
 # ---- sm90 GPU: dK and dV against the oracle ----
@@ -1153,6 +1239,30 @@ def test_gpu_timeline_stamps_change_no_gradient(b, sq, sk, hq, hk, d, causal, ex
     assert t["loop"] + t["prologue"] + t["epilogue"] + t["gaps"] + t["idle"] == pytest.approx(1, abs=0.05)
     with pytest.raises(ValueError, match="launches=None"):
         bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, times=times, launches={}, **kw)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 1000, 1000, 4, 4, 128, True), (1, 1100, 1000, 4, 4, 64, False), (1, 777, 1500, 8, 2, 128, False)],
+    ids=["hd128-causal", "hd64-Sq>Sk", "GQA4-flat-Sq<Sk"])
+def test_gpu_ordered_fused_route_is_bitwise_reproducible(b, sq, sk, hq, hk, d, causal, monkeypatch):
+    """FLASH_ATTN_BWD=ordered through flash_attn_func (the default, deterministic call): delta's preprocess zeroing
+    the add counters, the ordered fused kernel, dQ's cast, no dQ kernel; out and every gradient within the
+    tolerance rule of the FP64 oracle, and dQ, dK, dV bitwise the same over three calls (the later two replayed)."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "ordered")
+    interface._SIGNATURES.clear()
+    runs = [check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda") for _ in range(3)]
+    names = _backward_kernels(interface)
+    assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel", "_cast_dq"} <= names, names
+    assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & names, names
+    for again in runs[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(runs[0][2:5], again[2:5]))
+    interface._SIGNATURES.clear()
 
 
 @pytest.mark.gpu
