@@ -868,7 +868,8 @@ probe-whole)  # issue 16 (session 43, runbook item 0): gluon_bwd_probe.py --whol
     # on every tile; each probe under its own timeout (PROBE_SECONDS, default 170), its log kept whole
     setup
     mkdir -p "$OUT/probe-whole"
-    for run in "64 no 4096,16384 128,2 64,3,t0" "64 yes 4096,16384 64,2,t0 64,3,t0 128,2,t0" "128 yes 4096 64,2 64,2,m1"; do
+    for run in "64 no 4096,16384 128,2 64,3,t0" "64 yes 4096,16384 64,2,t0 64,3,t0 128,2,t0" \
+               "128 yes 4096 64,2 64,2,m1"; do
         set -- $run
         hd=$1 masks=$2 seqlens=$3; shift 3
         log="$OUT/probe-whole/hd$hd-causal-$masks.md"

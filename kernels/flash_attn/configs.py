@@ -769,10 +769,10 @@ BWD_GLUON_FUSED_DS_SMEM: frozenset[tuple[int, bool]] = frozenset()
 #: (64-row tiles, dQ by tile parity; no spill either way) 1.101x and 1.071x, and the whole backward through the
 #: harness 1.088-1.119x at 8k-16k (three pairs); hd 64 non-causal 128-row tiles 0.77-0.81x (96 -> 364 B spilled;
 #: 0.87-0.91x with ``ds_smem``), hd 128 non-causal (adder warp, 3 stages) 0.90-1.02x, hd 128 causal (mask on every
-#: tile) 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B). Session 43 (docs/perf/gluon-s43):
-#: hd 64 non-causal on 64-row tiles without turns (0 B spilled) 1.04-1.05x the routed 128-row kernel alone at 4k over
-#: 3 stages (0.995-1.048x at 16k), whole through the harness 1.009-1.017x a pair: under the bar, not routed; hd 128
-#: causal without turns and without the mask on every tile 0.956-0.989x at 4k.
+#: tile) 0.92-0.98x: the turns stay there (the spills grow: 128 -> 248 B, 88 -> 172 B). Session 43
+#: (docs/perf/gluon-s43): hd 64 non-causal on 64-row tiles without turns (0 B spilled) 1.04-1.05x the routed 128-row
+#: kernel alone at 4k over 3 stages (0.995-1.048x at 16k), whole through the harness 1.009-1.017x a pair: under the
+#: bar, not routed; hd 128 causal without turns and without the mask on every tile 0.956-0.989x at 4k.
 BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 #: (head dim, causal) cells whose *deterministic* calls (``flash_attn_func``'s default) run the fused kernel with its
 #: dQ adds in a fixed order (bwd_gluon's ordered kernel: an adder warp takes each dQ tile's turn on a counter, the
