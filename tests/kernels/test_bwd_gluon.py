@@ -381,12 +381,19 @@ def test_unsupported_inputs_are_named():
             bwd_gluon.dkdv_arguments(*inputs, lse, delta, dk, dv, 0.1, False, block_m, halves=True)
 
 
-def test_the_probe_reads_its_configs_and_cells(capsys):
+def _probe():
+    """benchmarks/gluon_bwd_probe.py as a module (the benchmarks folder is no package)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
-        import gluon_bwd_probe as probe
+        import gluon_bwd_probe
+
+        return gluon_bwd_probe
     finally:
         sys.path.pop(0)
+
+
+def test_the_probe_reads_its_configs_and_cells(capsys):
+    probe = _probe()
     assert probe._config("32,3", "block_m") == dict(block_m=32, num_stages=3)
     assert probe._config("128,2", "block_n") == dict(block_n=128, num_stages=2)
     assert probe._config("128,2,h0", "block_m") == dict(block_m=128, num_stages=2, halves=False)
@@ -457,11 +464,7 @@ def test_the_probe_reads_where_the_sms_time_went_off_a_timeline():
     """gluon_bwd_probe.py --timeline's summary of bwd_gluon.timeline_record's fields, on a made-up launch: two SMs,
     SM 0 runs two programs back to back with a 100-cycle gap, SM 1 one program; the ns timer runs at 0.5 ns a
     cycle. Records left unwritten (-1) are refused."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import gluon_bwd_probe as probe
-    finally:
-        sys.path.pop(0)
+    probe = _probe()
     fields = bwd_gluon.TIMELINE_FIELDS
     # per program, per consumer: start, K / V landed, loop end, end (cycles); ns timer start / end; SM; tiles
     programs = [[(0, 100, 900, 1000), (10, 100, 880, 990)], [(1100, 1150, 2000, 2100), (1100, 1160, 2050, 2080)],
@@ -491,11 +494,7 @@ def test_the_probe_reads_decisions_off_its_repeats(tmp_path, capsys):
     """gluon_bwd_probe.py's speed-up table: a config against its kernel's first config and the fused route's whole
     backward against the default route's, repeat by repeat and only within what one run timed side by side (two
     logs of one cell pooled: a config only one of them ran is compared with that log's base alone)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import gluon_bwd_probe as probe
-    finally:
-        sys.path.pop(0)
+    probe = _probe()
     head = "| hd | causal | shape | kernel | config | ms | / its Triton twin |\n|---|---|---|---|---|---|---|\n"
     row = "| 64 | no | sweep S4096 H32/32 | {} | {} | {} | 1.1 |\n"
     one = tmp_path / "one.md"  # two repeats: the base, ,d1, the whole backwards
@@ -1213,11 +1212,7 @@ def test_gpu_timeline_stamps_change_no_gradient(b, sq, sk, hq, hk, d, causal, ex
     """``times`` (gluon_bwd_probe.py --timeline): dK and dV bitwise the same launch's without stamps, dQ within the
     oracle bound; every program's record written, in order (start <= K / V landed <= loop end <= end, both
     consumers on one SM, the same query tiles), and the probe's summary reads it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import gluon_bwd_probe as probe
-    finally:
-        sys.path.pop(0)
+    probe = _probe()
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     kw = dict(dict(softmax_scale=scale, causal=causal, block_m=64, num_stages=2, poison=True), **extra)
     plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
