@@ -7,7 +7,6 @@ dK and dV run against the FP64 oracle beside the Triton backward's on the same i
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sm90_compiles import sm90_reports
 
 from kernels.flash_attn import bwd_gluon, configs
 
@@ -47,7 +47,6 @@ def compiled(tmp_path_factory):
     """spec -> fp8_gluon_ptxas.py's report of every config below (its PTX written to "ptx_file")."""
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
-    root = Path(__file__).resolve().parents[2]
     specs = [f"bwd16:{d},{bm},2,{c}" for d, bm in SPILL_AT_MOST for c in (0, 1)] + ["bwd16:128,32,3,1,1"]
     specs += [f"bwd16:{d},{bm},{st},{int(c)}" for (d, n, c), (bm, st) in configs.BWD_GLUON_BY_MASK.items()
               if n == "dkdv"]
@@ -99,13 +98,7 @@ def compiled(tmp_path_factory):
     specs += [f"bwdw16:{d},{bm},{st},1,0,4,{f}" for d, bm, st, f in sorted(gqa) if st == 2]
     # the probes' timeline stamps (gluon_bwd_probe.py --timeline), beside their twins above
     specs += TIMELINE_TWINS + [f"{spec}@x1" for spec in TIMELINE_TWINS]
-    specs = list(dict.fromkeys(specs))
-    dump = tmp_path_factory.mktemp("ptx")
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", "--dump", str(dump),
-                          *specs], capture_output=True, text=True, cwd=root, timeout=300,
-                         env=dict(os.environ, TRITON_INTERPRET="0"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
+    return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):

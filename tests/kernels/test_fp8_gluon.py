@@ -10,30 +10,16 @@ reference's error, as the Triton FP8 forward is held.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from sm90_compiles import sm90_reports
 
 from kernels.flash_attn import fp8_gluon
 
 E4M3 = torch.float8_e4m3fn
 SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-
-
-def _compile_sm90a(*specs: str) -> dict:
-    """{spec: report} from benchmarks/fp8_gluon_ptxas.py, run in its own process: this suite runs
-    Triton under its interpreter on a machine without a GPU, which the Gluon compiler cannot use."""
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs],
-                         capture_output=True, text=True, env=env, cwd=root, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +28,7 @@ def compiled():
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     # hd 64 causal at the measured tile (OVERLAP = 1), both overlaps, the warp-specialised hd 256 with
     # bf16 and e4m3 output (one subprocess, four compiles: ~11 s of the CPU suite)
-    return _compile_sm90a("64,64,128,1,1", "64,64,64,0,3", "ws:256,64,3,1", "ws:256,64,3,1,1")
+    return sm90_reports(["64,64,128,1,1", "64,64,64,0,3", "ws:256,64,3,1", "ws:256,64,3,1,1"])
 
 
 @pytest.mark.parametrize("spec, max_regs", [("64,64,128,1,1", 232)])

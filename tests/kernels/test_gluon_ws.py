@@ -9,14 +9,12 @@ against the FP64 oracle, and the route is shown to be the Gluon kernel's launch.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from sm90_compiles import sm90_reports
 
 from kernels.flash_attn import configs, fp8_gluon
 
@@ -48,16 +46,11 @@ CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_
 def compiled():
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
-    root = Path(__file__).resolve().parents[2]
     specs = ROUTED + [ROUTED[0] + ",1"]
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fp8_gluon_ptxas.py"), "--json", *specs,
-                          *persistent, *three, *CELLS], capture_output=True, text=True, cwd=root, timeout=300,
-                         env=dict(os.environ, TRITON_INTERPRET="0"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return {r["spec"]: r for r in map(json.loads, run.stdout.splitlines())}
+    return sm90_reports([*specs, *persistent, *three, *CELLS])
 
 
 def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
