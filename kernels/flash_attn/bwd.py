@@ -14,7 +14,7 @@ kernel also adds dS K into it, and `_cast_dq` casts it to dQ's dtype (a replayed
 launches carry the fused Gluon backward (bwd_gluon.py, where configs.BWD_GLUON_FUSED routes it or
 FLASH_ATTN_BWD=fused): its dK/dV kernel adds dQ by TMA reduce instead of atomics; its ordered variant (each dQ
 tile's adds in a fixed order, bitwise reproducible: configs.BWD_GLUON_FUSED_ORDERED's cells for deterministic calls,
-none yet, or FLASH_ATTN_BWD=ordered) with its add counters zeroed by the same preprocess.
+hd 128 non-causal from 8k, or FLASH_ATTN_BWD=ordered) with its add counters zeroed by the same preprocess.
 Both kernels split their loop into masked / unmasked parts like the forward (see fwd._key_range).
 """
 
@@ -712,7 +712,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     ``launches``: a dict this call may replay its launches from and leave them in (see
     :mod:`kernels.launcher`); the caller keys it on the call's signature (dO's included).
     ``deterministic`` False: the fused Gluon backward where configs.BWD_GLUON_FUSED routes it (dQ's partials
-    added in arrival order: not bitwise reproducible).
+    added in arrival order: not bitwise reproducible); True: its ordered variant where
+    configs.BWD_GLUON_FUSED_ORDERED routes it (bitwise reproducible), else the split kernels.
     """
     varlen = cu_seqlens_q is not None
     # IS_VARLEN is a constexpr: dense, None is one too, no slot for a replay to fill

@@ -723,9 +723,13 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: 43 (docs/perf/gluon-s43; the probe against the autotuned Triton backward and the split route, two repeats: the
 #: whole fused backward 1.119x / 1.134x the split route non-causal, 1.052x / 1.048x causal at 2k; 1k 1.04-1.07x /
 #: 0.97x: stays from 2k), through the harness against session 42's route, same host, three pairs: non-causal 1.165 /
-#: 1.087 / 1.110x, causal 1.078 / 1.078 / 1.096x at 2k (1k, unchanged, 0.996-1.022x).
+#: 1.087 / 1.110x, causal 1.078 / 1.078 / 1.096x at 2k (1k, unchanged, 0.996-1.022x). hd 128 non-causal from 1k
+#: since session 44 (docs/perf/gluon-s44; on an H200, the only kind lent that session: the same sm90 chip, memory
+#: 1.4x faster): through the harness against session 43's route, four pairs, 1.088 / 1.068 / 1.079 / 1.077x (the
+#: probe on an H100 in session 43: 1.04-1.07x alone). hd 64 from 2k, same host, three pairs: non-causal 1.005-1.020x,
+#: causal 1.023-1.029x: under the 5% bar, stays from 4k.
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
-    128: {(False, False): (2048, (64, 3)), (False, True): (2048, (64, 2))},
+    128: {(False, False): (1024, (64, 3)), (False, True): (2048, (64, 2))},
     64: {(False, False): (4096, (128, 2)), (False, True): (4096, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
 #: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing
@@ -778,12 +782,15 @@ BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 #: dQ adds in a fixed order (bwd_gluon's ordered kernel: an adder warp takes each dQ tile's turn on a counter, the
 #: largest key block first, key blocks launched last first; bitwise reproducible) instead of the split kernels, on
 #: MHA from :data:`BWD_GLUON_FUSED`'s length at its stages on 64-row tiles (the ordered adds' tile), the counters
-#: zeroed by delta's preprocess. Not measured whole yet: the kernel alone without turns read 4.06 ms against the
-#: split route's whole 4.25 ms at hd 64 causal 8k (session 43, docs/perf/gluon-s43); session 37's ordered kernel
-#: (with turns) 0.86-1.13x the unordered one. Empty until a ``route-ab`` with ``AB_BACKENDS=triton_fa_det`` says
-#: otherwise; ``FLASH_ATTN_BWD=ordered`` runs it wherever the fused kernel can, at any length, deterministic call or
-#: not (tests, probes).
-BWD_GLUON_FUSED_ORDERED: frozenset[tuple[int, bool]] = frozenset()
+#: zeroed by delta's preprocess: {(head dim, causal): shortest sequence} (at least :data:`BWD_GLUON_FUSED`'s length).
+#: Measured on an H200 (session 44, docs/perf/gluon-s44; the same sm90 chip as the H100, memory 1.4x faster), the
+#: deterministic call (``triton_fa_det``) through the harness against session 43's split route, same host, three
+#: pairs: hd 128 non-causal 0.991-1.008x at 2k, 1.000-1.017x at 4k, 1.084-1.095x at 8k and 16k (routed from 8k);
+#: hd 128 causal 0.952-0.954x at 8k, 1.022-1.049x at 16k; hd 64 causal 0.933-0.961x at 8k, 0.996-1.003x at 16k
+#: (not routed). The probe's whole ordered backward against the unordered one: 0.79-0.94x at 4k, 0.89-0.99x at 16k.
+#: ``FLASH_ATTN_BWD=ordered`` runs it wherever the fused kernel can, at any length, deterministic call or not
+#: (tests, probes).
+BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -805,8 +812,8 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
 
 def ordered_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
     """The ordered (deterministic) fused backward's (BLOCK_M, stages) for a deterministic call with these head dims,
-    heads, mask and shorter sequence length: a cell of :data:`BWD_GLUON_FUSED_ORDERED` (MHA) from
-    :data:`BWD_GLUON_FUSED`'s length at its stages, 64-row tiles; ``FLASH_ATTN_BWD=ordered``: wherever the fused
+    heads, mask and shorter sequence length: a cell of :data:`BWD_GLUON_FUSED_ORDERED` (MHA) from its length (at
+    least :data:`BWD_GLUON_FUSED`'s) at :data:`BWD_GLUON_FUSED`'s stages, 64-row tiles; ``FLASH_ATTN_BWD=ordered``: wherever the fused
     kernel has a config (:data:`BWD_GLUON_FUSED`'s, else :data:`BWD_GLUON_FUSED_TRY`'s), at any length; any other
     forced mode: None."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
@@ -815,7 +822,7 @@ def ordered_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> t
     least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
     if forced == "ordered":
         cfg = cfg or BWD_GLUON_FUSED_TRY.get(d)
-    elif cfg is None or gqa or (d, bool(causal)) not in BWD_GLUON_FUSED_ORDERED or seqlen < least:
+    elif cfg is None or gqa or seqlen < max(least, BWD_GLUON_FUSED_ORDERED.get((d, bool(causal)), 1 << 62)):
         return None
     return None if cfg is None else (64, cfg[1])
 

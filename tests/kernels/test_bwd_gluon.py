@@ -648,7 +648,7 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
                 ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM,
                 turns=(d, causal) not in configs.BWD_GLUON_FUSED_NO_TURNS)
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
-    assert configs.BWD_GLUON_FUSED[128][False, False][0] == 2048  # measured (session 43): 1.09-1.17x whole at 2k
+    assert configs.BWD_GLUON_FUSED[128][False, False][0] == 1024  # measured (session 44, H200): 1.07-1.09x whole at 1k
     assert configs.BWD_GLUON_FUSED[128][False, True][0] == 2048  # measured (session 43): 1.08-1.10x whole at 2k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
@@ -656,7 +656,7 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.BWD_GLUON_FUSED_DS_SMEM == frozenset()  # measured (sessions 41-42): 1.01-1.03x alone, ~1.00 whole
     assert configs.BWD_GLUON_FUSED_NO_TURNS == {(64, True)}  # measured (session 42): 1.09-1.12x whole, hd 64 causal
     assert configs.BWD_GLUON_NO_TURNS == frozenset()  # measured (sessions 42-43): 1.00-1.02x whole, hd 128 non-causal
-    assert configs.BWD_GLUON_FUSED_ORDERED == frozenset()  # (session 43: built, not measured whole)
+    assert configs.BWD_GLUON_FUSED_ORDERED == {(128, False): 8192}  # measured (session 44): 1.08-1.10x whole 8k-16k
     monkeypatch.setenv("FLASH_ATTN_BWD", "ordered")  # the ordered kernel: 64-row tiles, any length, GQA too
     assert configs.ordered_bwd_cell(64, 64, False, False, 64) == (64, configs.BWD_GLUON_FUSED[64][False, False][1][1])
     assert configs.ordered_bwd_cell(128, 128, True, True, 64) == (64, configs.BWD_GLUON_FUSED_TRY[128][1])
@@ -668,12 +668,14 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert "ordered" not in fused(*ordered, deterministic=True)
     monkeypatch.delenv("FLASH_ATTN_BWD")
     assert configs.ordered_bwd_cell(128, 128, False, True, 1 << 20) is None  # (no cell listed)
-    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset({(128, True)}))
+    assert configs.ordered_bwd_cell(128, 128, False, False, 8192) == (64, 3)  # (the routed cell, its stages)
+    assert configs.ordered_bwd_cell(128, 128, False, False, 8191) is None  # (below its own length)
     least = configs.BWD_GLUON_FUSED[128][False, True][0]
-    assert configs.ordered_bwd_cell(128, 128, False, True, least) == (64, 2)
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", {(128, True): least // 2})  # (the fused route's length
+    assert configs.ordered_bwd_cell(128, 128, False, True, least) == (64, 2)  # is the least either way)
     assert configs.ordered_bwd_cell(128, 128, False, True, least - 1) is None
     assert configs.ordered_bwd_cell(128, 128, True, True, least) is None  # (MHA only)
-    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset())
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", {})
     assert configs.BWD_GLUON_FUSED[64][False, True][0] == 4096  # (session 42: without turns, 1.09x at 4k)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
@@ -765,10 +767,10 @@ def test_the_preprocess_zeroes_the_ordered_adds_counters():
 
 
 def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(monkeypatch):
-    """configs.BWD_GLUON_FUSED_ORDERED's cells (none by default) send deterministic calls to the fused kernel with
+    """configs.BWD_GLUON_FUSED_ORDERED's cells (hd 128 non-causal from 8k) send deterministic calls to the fused kernel with
     its adds in a fixed order: flash_attn_bwd hands the dK / dV launch the add counters (``dq_order``: int32,
     bwd_gluon.order_counters' size) and ``last_first``, on 64-row tiles (hd 64 non-causal's unordered route runs 128)
-    from BWD_GLUON_FUSED's length, and delta's preprocess the same counters to zero; nondeterministic calls keep the
+    from the cell's length (at least BWD_GLUON_FUSED's), and delta's preprocess the same counters to zero; nondeterministic calls keep the
     unordered kernel, GQA the split kernels; FLASH_ATTN_BWD=ordered forces it at any length, GQA too, deterministic
     call or not. (No sm90 GPU here: as the walk test above.)"""
     from kernels.flash_attn import bwd
@@ -790,10 +792,10 @@ def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(mon
         pre = [a for how, name, a, _ in log if name == "_bwd_preprocess"]
         return (seen.pop() if seen else None), (pre[0][sem_at] if pre else "no preprocess")
 
-    assert configs.BWD_GLUON_FUSED_ORDERED == frozenset()  # not measured whole yet: the split kernels
+    assert set(configs.BWD_GLUON_FUSED_ORDERED) == {(128, False)}  # hd 64 causal: the split kernels
     kw, _ = call(8, 8, 64, True)
     assert kw is None or "dq_order" not in kw  # (the split route's dK / dV launch, when Gluon)
-    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset({(64, False), (128, True)}))
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", {(64, False): 4096, (128, True): 2048})
     kw, sem = call(8, 8, 64, False, s=4096)
     assert kw["block_m"] == 64 and kw["last_first"] is True and kw["dq_acc"] is not None
     assert kw["dq_order"] is sem and sem.dtype == torch.int32 and sem.numel() == 1 + 8 * 4096 // 64
@@ -803,7 +805,7 @@ def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(mon
     assert call(8, 8, 64, False, s=2048)[1] == "no preprocess"  # below the cell's length: split
     assert call(8, 2, 128, True)[1] == "no preprocess"  # GQA: split
     assert call(8, 8, 64, True)[1] == "no preprocess"  # a cell not listed
-    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", frozenset())
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", {})
     monkeypatch.setenv("FLASH_ATTN_BWD", "ordered")
     for hk, deterministic in ((8, False), (2, True)):
         kw, sem = call(8, hk, 128, False, deterministic=deterministic, s=512)
@@ -1351,13 +1353,15 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
 @needs_sm90
 @pytest.mark.parametrize("sq, sk, d, causal", [(4096, 4096, 128, False), (4100, 4200, 128, True),
                                                (2048, 2048, 128, False), (2100, 2060, 128, True),
+                                               (1024, 1100, 128, False), (8192, 8200, 128, False),
                                                (8192, 8200, 64, False), (8300, 8200, 64, True)],
                          ids=["hd128-S4096", "hd128-causal-S4100x4200", "hd128-S2048", "hd128-causal-S2100x2060",
-                              "hd64-S8192x8200", "hd64-causal-S8300x8200"])
+                              "hd128-S1024x1100", "hd128-S8192x8200", "hd64-S8192x8200", "hd64-causal-S8300x8200"])
 def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     """flash_attn_func(deterministic=False)'s backward as routed by default on MHA from configs.BWD_GLUON_FUSED's
     lengths: delta's preprocess and the fused kernel, no dQ kernel; out and every gradient within the tolerance rule
-    of the FP64 oracle. The default deterministic=True keeps the split kernels: two runs bitwise equal."""
+    of the FP64 oracle. The default deterministic=True: the split kernels, or the ordered fused kernel where
+    configs.BWD_GLUON_FUSED_ORDERED routes it (hd 128 non-causal from 8k); two runs bitwise equal."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -1372,7 +1376,11 @@ def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     interface._SIGNATURES.clear()  # the default (deterministic): the split kernels, bitwise the same twice
     first = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
     names = _backward_kernels(interface)
-    assert "_bwd_preprocess" not in names, names
+    if configs.ordered_bwd_cell(d, d, False, causal, min(sq, sk)) is None:
+        assert "_bwd_preprocess" not in names, names
+    else:
+        assert {"_bwd_preprocess", "_bwd_dkdv_ws_kernel", "_cast_dq"} <= names, names
+        assert not {"_bwd_dq_kernel", "_bwd_dq_ws_kernel", "_bwd_dkdv_kernel"} & names, names
     again = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
     interface._SIGNATURES.clear()
