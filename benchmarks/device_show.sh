@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | persistent | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -880,6 +880,36 @@ probe-whole)  # issue 16 (session 43, runbook item 0): gluon_bwd_probe.py --whol
         python3 benchmarks/gluon_bwd_probe.py --from-log "$log" | grep -E "fused whole|gluon fused|fused bwd"
     done
     tarred probe-whole
+    ;;
+persistent)  # issue 16 (session 44, built without a GPU): the persistent dK / dV and fused kernels (one program an SM
+    # over the tiles, bwd_gluon's PERSISTENT) at the short lengths where the timeline put 10-28% of the SMs' time
+    # between programs: their GPU tests first (a wrong barrier phase hangs: the timeout), then per routed cell the
+    # kernels alone and the fused backward whole with and without ,p1 (PROBE_SECONDS each, default 100), then the
+    # timeline of the persistent kernels (the gaps should be gone)
+    setup
+    mkdir -p "$OUT/persistent"
+    FLASH_ATTN_AUTOTUNE=0 timeout 150 python3 -m pytest -q -n 8 -m gpu tests/kernels/test_bwd_gluon.py -k persistent \
+        -p no:cacheprovider > "$OUT/persistent/tests.log" 2>&1
+    echo "tests exit $?" >> "$OUT/persistent/tests.log"
+    tail -n 3 "$OUT/persistent/tests.log"
+    for run in "64 yes 64,2,t0" "64 no 128,2" "128 no 64,3,a1" "128 yes 64,2,m1"; do
+        set -- $run
+        log="$OUT/persistent/hd$1-causal-$2.md"
+        timeout "${PROBE_SECONDS:-100}" python3 benchmarks/gluon_bwd_probe.py --head-dims "$1" --masks "$2" \
+            --seqlens 1024,2048 --dkdv 64,2 64,2,p1 --dq 128,2 --fused "$3" "$3,p1" --whole --repeat 3 > "$log" 2>&1
+        echo "probe exit $?" >> "$log"
+        grep -hE "FAIL|probe exit" "$log" | head -n 3
+        python3 benchmarks/gluon_bwd_probe.py --from-log "$log" | grep -E "gluon dkdv|gluon fused|fused whole"
+    done
+    for run in "128 no 64,3,a1,p1" "64 yes 64,2,t0,p1"; do
+        set -- $run
+        log="$OUT/persistent/timeline-hd$1-causal-$2.md"
+        timeout 60 python3 benchmarks/gluon_bwd_probe.py --head-dims "$1" --masks "$2" --seqlens 1024,2048 \
+            --dkdv 64,2,p1 --dq 128,2 --fused "$3" --timeline --repeat 0 > "$log" 2>&1
+        echo "probe exit $?" >> "$log"
+        grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-21
+    done
+    tarred persistent
     ;;
 timeline)  # issue 16 (session 43, runbook item 1): where the SMs' time goes in the backward's kernels at 1k and 16k
     # (gluon_bwd_probe.py --timeline --repeat 0: each config's kernel once with its programs' timeline stamps after

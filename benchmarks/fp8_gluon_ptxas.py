@@ -20,7 +20,8 @@ tiles' S^T and dP^T in two 64-query halves or not, bwd_gluon.dkdv_arguments' ``h
 @m1: the causal mask on every tile, its ``mask_every_tile``; @u1 (the fused ones): dQ's partials without the softmax
 scale, its ``dq_unscaled``; @d1 (the fused ones): dK's dS^T from shared memory, its ``ds_smem``; @t0 (any of
 them): its consumers issue without taking turns, its ``turns=False``; @x1 (any of them): each consumer's timeline
-stamps, its ``times`` (gluon_bwd_probe.py --timeline); e.g.
+stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one program an SM over the tiles, its
+``persistent``; e.g.
 bwdf16:128,64,2,1@m1, several as @m1@u1), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
@@ -99,12 +100,13 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                         dv: int | None = None, fused: bool = False, ordered: bool = False,
                         adder: bool = False, walk: int = 0, halves: bool | None = None,
                         mask_every_tile: bool = False, dq_unscaled: bool = False, ds_smem: bool = False,
-                        turns: bool = True, timeline: bool = False) -> dict:
+                        turns: bool = True, timeline: bool = False, persistent: bool = False) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
     warp; ``ordered``: its deterministic variant; ``halves``, ``mask_every_tile``, ``dq_unscaled``, ``ds_smem``,
-    ``turns``: bwd_gluon.dkdv_arguments'; ``timeline``: its ``times`` (the probes' timeline stamps)."""
+    ``turns``: bwd_gluon.dkdv_arguments'; ``timeline``: its ``times`` (the probes' timeline stamps); ``persistent``: one
+    program an SM over the tiles (its ``persistent``)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -120,7 +122,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages, dq_acc=dq_acc,
                                     dq_order=sem, dq_adder=adder, walk=walk, halves=halves,
                                     mask_every_tile=mask_every_tile, dq_unscaled=dq_unscaled, ds_smem=ds_smem,
-                                    turns=turns, times=bwd_gluon.timeline_buffer(k) if timeline else None)
+                                    turns=turns, times=bwd_gluon.timeline_buffer(k) if timeline else None,
+                                    persistent=persistent)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -162,10 +165,10 @@ def _head_dims(spec: str) -> tuple[int, int | None, list[int]]:
 
 
 def _dkdv_options(spec: str, options: list[str]) -> dict:
-    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1) as compile_bwd16_sm90a's keywords."""
+    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1) as compile_bwd16_sm90a's keywords."""
     known = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
              "u1": dict(dq_unscaled=True), "d1": dict(ds_smem=True), "t0": dict(turns=False),
-             "x1": dict(timeline=True)}
+             "x1": dict(timeline=True), "p1": dict(persistent=True)}
     if any(o not in known for o in options):
         raise SystemExit(f"spec {spec}: options after @ are {', '.join(known)}")
     return {key: value for o in options for key, value in known[o].items()}

@@ -69,7 +69,8 @@ DEFAULT_FUSED = ("64,2", )
 #: a dK / dV config's options after BLOCK,STAGES -> dkdv_gluon's keywords
 DKDV_OPTIONS = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
                 "w1": dict(walk=1), "u1": dict(dq_unscaled=True), "a1": dict(adder=True),
-                "d1": dict(ds_smem=True), "t0": dict(turns=False), "o1": dict(ordered=True)}
+                "d1": dict(ds_smem=True), "t0": dict(turns=False), "o1": dict(ordered=True),
+                "p1": dict(persistent=True)}
 
 
 def _config(spec: str, first: str) -> dict:
@@ -81,11 +82,13 @@ def _config(spec: str, first: str) -> dict:
     adds in an adder warp, its ``adder``: --adder's variant for this config alone, as the route runs hd 128
     non-causal), ,d1 (fused: dK's dS^T read from shared memory, its ``ds_smem``), ,t0 (either kernel: its
     consumers issue without taking turns, its ``turns=False``) and ,o1 (fused: its adds in a fixed order, the
-    deterministic kernel: its ``ordered``; with --whole the ordered route, configs.BWD_GLUON_FUSED_ORDERED's)."""
+    deterministic kernel: its ``ordered``; with --whole the ordered route, configs.BWD_GLUON_FUSED_ORDERED's) and
+    ,p1 (either kernel, not with ,o1: one program an SM over the tiles, its ``persistent``; with --whole the fused
+    route's launch persistent)."""
     parts, options = spec.split(",")[:2], spec.split(",")[2:]
     allowed = DKDV_OPTIONS if first == "block_m" else {}
     if len(parts) != 2 or not all(x.isdigit() for x in parts) or any(o not in allowed for o in options):
-        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1]" if first == "block_m" else ""
+        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1][,p1]" if first == "block_m" else ""
         raise SystemExit(f"config {spec}: want BLOCK,STAGES{want}")
     out = dict(zip((first, "num_stages"), map(int, parts)))
     for o in options:
@@ -549,6 +552,8 @@ def main(argv=None) -> int:
                          "shared memory) and ,o1 (ordered adds) are the fused kernel's: give them to --fused")
     for spec in a.dq:
         _config(spec, "block_n")
+    if any({"o1", "p1"} <= set(spec.split(",")) or (a.ordered and "p1" in spec.split(",")) for spec in a.fused):
+        raise SystemExit("--fused: ,p1 (persistent) runs the unordered adds only: not with ,o1 or --ordered")
     shapes = [_shape(x) for x in a.shapes]
     if a.whole and not a.fused:
         raise SystemExit("--whole: the whole fused backward at each --fused config: give --fused configs")

@@ -58,6 +58,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
+from . import configs
 from .fp8_gluon import _key_blocks, _pass, _second_part, _ws_barriers
 
 #: (q / k head dim, v head dim) pairs both kernels compile for: DeepSeek's MLA training form too, q / k 192 in two
@@ -81,12 +82,12 @@ class _BwdShape:
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
                        "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr,
-                       "TIMES": gl.constexpr}
+                       "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
                  DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
-                 WG_TURNS=True, TIMES=False):
+                 WG_TURNS=True, TIMES=False, PERSISTENT=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -106,6 +107,7 @@ class _BwdShape:
         self.DS_SMEM = gl.constexpr(DS_SMEM and DQ_COLS > 0)
         self.WG_TURNS = gl.constexpr(WG_TURNS)
         self.TIMES = gl.constexpr(TIMES)
+        self.PERSISTENT = gl.constexpr(PERSISTENT)
 
 
 @builtin
@@ -274,12 +276,73 @@ def _walk_tile(a, c, g_lo, g_hi, j_lo, n_m, WALK: gl.constexpr):
 
 
 @gluon.jit
+def _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split, BLOCK_M: gl.constexpr,
+                 IS_CAUSAL: gl.constexpr):
+    """A dK / dV program's (or persistent tile's) key block ``pid_n`` and (batch, kv head, group part) ``pid_bh``
+    -> (batch, kv head, group part, first key, the group's query heads [g_lo, g_hi) it walks, its first query tile:
+    causal, the first that sees one of its keys)."""
+    gs = pid_bh % group_split
+    b = (pid_bh // group_split) // kv_heads
+    hk = (pid_bh // group_split) % kv_heads
+    per = gl.cdiv(group, group_split)
+    g_lo = gs * per
+    g_hi = gl.minimum(g_lo + per, group)
+    n0 = pid_n * 128
+    j_lo = 0
+    if IS_CAUSAL:  # the first query tile that sees one of these keys (query i sees key n iff n <= i + off)
+        j_lo = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // BLOCK_M
+    return b, hk, gs, n0, g_lo, g_hi, j_lo
+
+
+@gluon.jit
+def _persistent_tile(t, seqlen_k, IS_CAUSAL: gl.constexpr):
+    """The persistent kernel's tile ``t`` -> (key block, (batch, kv head, group part)): key blocks inner, as the
+    one-program-a-tile grid's launch order (the tiles running together share one head's Q and dO in L2); causal,
+    odd (batch, head) units walk their key blocks the other way (last, lightest, first), so the static round-robin
+    (tile t to program t mod the grid) hands each program heavy and light tiles alike (a simulation of the FA
+    sweep's causal shapes: the busiest program 1.03-1.06x the mean, against 1.12-1.57x without the snake)."""
+    n_kb = gl.cdiv(seqlen_k, 128)
+    pid_bh = t // n_kb
+    pid_n = t - pid_bh * n_kb
+    if IS_CAUSAL:
+        pid_n = pid_n + (pid_bh % 2) * (n_kb - 1 - 2 * pid_n)
+    return pid_n, pid_bh
+
+
+@gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-              group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b):
+              group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0):
     """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
     group ([g_lo, g_hi)) and query tile the Q and dO tiles into the slot both consumers released (slot
     ``it % NUM_STAGES``). With ``shape.HEAD_DIM_B`` the second q / k head-dim part's K and Q tiles too (``*_b``:
-    from column HEAD_DIM)."""
+    from column HEAD_DIM). ``shape.PERSISTENT``: the same per tile of the program's (``tiles``: the kernel's
+    persistent arguments; the arguments b to j_lo unused), a tile's K and V once both consumers released the last
+    tile's (``kv_free``), the ring's slots counted over the tiles: the next tile's first Q and dO tiles load while
+    this one's last are consumed, its K and V while this one's dK and dV are stored."""
+    if shape.PERSISTENT:
+        num_tiles, kv_heads, group_split, seqlen_q, seqlen_k, kv_free, _dkp, _dvp = tiles
+        it = 0
+        i = 0
+        for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
+            b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group,
+                                                           group_split, shape.BLOCK_M, shape.IS_CAUSAL)
+            mbarrier.wait(kv_free, (i - 1) & 1, pred=i > 0)  # (both consumers' last reads of the last K / V)
+            it = _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready,
+                                empty, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b,
+                                k_smem_b, it)
+            i += 1
+    else:
+        _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
+                       n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, 0)
+
+
+@gluon.jit
+def _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
+                   n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, it):
+    """:func:`_bwd_load`'s work for one tile (a program's, or a persistent program's next), the ring's slots counted
+    from ``it``; returns the count after it."""
+    it = gl.to_tensor(it)  # (a loop-carried count: a plain 0 for a program's only tile)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     BLOCK_M: gl.constexpr = shape.BLOCK_M
@@ -290,7 +353,6 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
         tma.async_copy_global_to_shared(v_desc, [b, n0 + 64 * w, hk, 0], kv_bar, v_smem.index(w))
         if HEAD_DIM_B > 0:
             tma.async_copy_global_to_shared(k_desc_b, [b, n0 + 64 * w, hk, HEAD_DIM], kv_bar, k_smem_b.index(w))
-    it = 0
     a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
     for a in range(a_lo, a_hi):
         for c in range(c_lo, c_hi):
@@ -305,6 +367,7 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
                 tma.async_copy_global_to_shared(q_desc_b, [b, j * BLOCK_M, h, HEAD_DIM], ready.index(slot),
                                                 q_smem_b.index(slot))
             it += 1
+    return it
 
 
 @gluon.jit
@@ -368,7 +431,30 @@ def _add_dq(dq, dq_smem_w, dq_desc, b, m0, h, c0, BLOCK_M: gl.constexpr, DQ_COLS
 
 @gluon.jit
 def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k,
-              num_heads, shape):
+              num_heads, shape, tiles=0):
+    """The fused backward's adder warp (:func:`_dq_adder_tile`) over the program's tile, or with
+    ``shape.PERSISTENT`` (unordered only) over each of its tiles in turn (``tiles``: the kernel's persistent
+    arguments; b to j_lo unused), the consumers' tiles counted over the program's tiles."""
+    if shape.PERSISTENT:
+        gl.static_assert(not shape.DQ_TURNS, "the persistent kernel: dQ's adds unordered")
+        num_tiles, kv_heads, group_split, _sq, _sk, _kv_free, _dkp, _dvp = tiles
+        it = 0
+        for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
+            b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group,
+                                                           group_split, shape.BLOCK_M, shape.IS_CAUSAL)
+            it, prev = _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo,
+                                      n_m, seqlen_q, seqlen_k, num_heads, shape, it)
+    else:
+        it, prev = _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
+                                  seqlen_q, seqlen_k, num_heads, shape, 0)
+        if shape.DQ_TURNS and shape.IS_CAUSAL:
+            _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
+
+
+@gluon.jit
+def _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q,
+                   seqlen_k, num_heads, shape, it):
     """The fused backward's adder warp (``shape.DQ_ADDER``): it walks the consumers' query tiles in their order and
     adds each tile's dQ partials (hd 128: both consumers' column halves; hd 64: the tile's parity's consumer, all
     columns) into the fp32 buffer by TMA reduce; once the reduces' reads of shared memory are done the consumers
@@ -395,7 +481,7 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     last = gl.cdiv(seqlen_k, 128) - 1 - n0 // 128  # this program's rank on a tile every key block adds to
     below = BLOCK_M - 1 + seqlen_k - seqlen_q - n0  # (m0 + below) // 128: the key blocks after this one a tile sees
     prev = 0  # (causal) the tile added before: handed on after this one's reduces are issued (the spare one first)
-    it = 0
+    it = gl.to_tensor(it)  # (a loop-carried count: a plain 0 for a program's only tile)
     a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
     for a in range(a_lo, a_hi):
         for c in range(c_lo, c_hi):
@@ -428,16 +514,51 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
                     _hand_on(Sem + cur)
             prev = cur
             it += 1
-    if TURNS and shape.IS_CAUSAL:
-        _hand_on(Sem + prev)  # the last tile's adds complete (a program with none: the spare counter)
+    return it, prev
 
 
 @gluon.jit
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, Times=None):
-    """One consumer warpgroup: keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, Times=None):
+    """One consumer warpgroup (:func:`_bwd_consume_tile`) over the program's tile, or with ``shape.PERSISTENT``
+    over each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to j_lo unused, ``DK`` / ``DV``
+    without a group part's offset), the query tiles, turns and K / V landings counted over the program's tiles, its
+    timeline (``Times``) one record a tile."""
+    if shape.PERSISTENT:
+        num_tiles, kv_heads, group_split, _sq, _sk, kv_free, stride_dkp, stride_dvp = tiles
+        it = 0
+        tc = 0
+        i = 0
+        for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
+            b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group,
+                                                           group_split, shape.BLOCK_M, shape.IS_CAUSAL)
+            gs64 = gs.to(gl.int64)
+            it, tc = _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn,
+                                       DK + gs64 * stride_dkp, DV + gs64 * stride_dvp, Lse, Delta, stride_dkb,
+                                       stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb,
+                                       stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
+                                       seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
+                                       dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, tc, kv_free, Times)
+            i += 1
+    else:
+        _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta,
+                          stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
+                          stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
+                          sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty,
+                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, 0, kv_bar, Times)
+
+
+@gluon.jit
+def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta,
+                      stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
+                      stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
+                      sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
+                      i, it, tc, kv_free, Times=None):
+    """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it`` / ``tc``: the query
+    tiles consumed and turns taken before it; returns both after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
     heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
     exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
     caller's base pointers: the gradients, or a split's fp32 partials). With ``shape.HEAD_DIM_B`` (MLA: q / k
@@ -460,10 +581,13 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     the adder's reduce read it).
 
     ``shape.TIMES`` (probes: the program's timeline, :func:`timeline_record`): this consumer's
-    :data:`TIMELINE_FIELDS` at ``Times + (program * 2 + wg) * 8``."""
+    :data:`TIMELINE_FIELDS` at ``Times + (rec * 2 + wg) * 8``.
+
+    ``shape.PERSISTENT``: once both its wgmmas reading the tile's K and V retired, the consumer releases them
+    (``kv_free``) before storing dK and dV, so the loader brings the next tile's meanwhile."""
     TIMES: gl.constexpr = shape.TIMES
     if TIMES:
-        stamp = Times + ((gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 2 + wg) * 8
+        stamp = Times + (rec * 2 + wg) * 8
         _stamp(stamp + 4, True)
         _stamp(stamp)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
@@ -503,12 +627,14 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
         gl.static_assert(FUSED, "the adder warp's dQ adds: the fused backward")
     TURNS: gl.constexpr = shape.WG_TURNS  # (off, the dK / dV kernel: each consumer issues its wgmmas when ready)
     if TURNS:
-        mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
-    mbarrier.wait(kv_bar, 0)
+        if wg == 1:  # consumer 0 issues first (a persistent program's turns go on across its tiles)
+            mbarrier.arrive(turn.index(0), count=1, pred=i == 0)
+    mbarrier.wait(kv_bar, i & 1)
     if TIMES:  # (this program's K and V tiles in shared memory)
         _stamp(stamp + 1)
-    it = 0  # query tiles consumed
-    tc = 0  # turns taken
+    it = gl.to_tensor(it)  # (a loop-carried count: a plain 0 for a program's only tile)
+    tc = gl.to_tensor(tc)
+    it0 = it  # (the query tiles consumed before this tile)
     a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
     lse_b = Lse + b.to(gl.int64) * stride_lb  # (the flat walks'; the default's own below)
     delta_b = Delta + b.to(gl.int64) * stride_db
@@ -616,6 +742,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                     dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
             _pass(empty.index(slot))  # this tile's Q and dO read: the slot is free
             it += 1
+    if shape.PERSISTENT:
+        _pass(kv_free)  # (every wgmma of this consumer retired: the next tile's K and V may land)
     if FUSED and not DQ_ADDER:
         tma.store_wait(pendings=0)  # the last reduce has read dq_smem before the program ends
     if TIMES:
@@ -642,7 +770,8 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
         _stamp(stamp + 5, True)
         gl.store(stamp + 6, gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True,
                                                       pack=1).to(gl.int64))
-        gl.store(stamp + 7, it)
+        gl.store(stamp + 7, it - it0)
+    return it, tc
 
 
 @gluon.jit
@@ -660,7 +789,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         LAST_FIRST: gl.constexpr = False, DQ_ADDER: gl.constexpr = False,
                         WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
                         MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
-                        DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None):
+                        DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None,
+                        PERSISTENT: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -681,7 +811,12 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ``DQ_UNSCALED`` (fused): dQ's partials added without the softmax scale (the caller scales the sum).
     ``NO_TURNS``: the consumers issue their wgmmas without taking turns (flash-attn-4's and FA3's sm90 backwards
     have no such handover; the fused kernel's shared dS^T buffers are ordered by ``ds_bar`` alone, see
-    :func:`_bwd_consume`). ``Times`` (probes; None compiles it out): each consumer's timeline (:func:`_bwd_consume`)."""
+    :func:`_bwd_consume`). ``Times`` (probes; None compiles it out): each consumer's timeline (:func:`_bwd_consume`).
+    ``PERSISTENT``: one program an SM (grid: min(tiles, SMs) x 1) over the (key block, batch, kv head, group part)
+    tiles, tile t to program t mod the grid (:func:`_persistent_tile`'s order); descriptors and barriers made once
+    a program, not once a tile (session 44's timeline: 5-7 us between two programs on an SM, 10-28% of the SMs' time
+    at 1k), the next tile's K / V and first Q / dO tiles loaded while this one's dK / dV are stored. Not with the
+    ordered adds (``Sem``) or ``LAST_FIRST``."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     TIMES: gl.constexpr = Times is not None
@@ -689,21 +824,14 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
     gl.static_assert(WALK != 2 or not DQ_TURNS, "the ordered adds walk each head's tiles from the diagonal")
+    gl.static_assert(not PERSISTENT or not (DQ_TURNS or LAST_FIRST), "the persistent kernel: unordered adds")
     pid_n = gl.program_id(0)
     if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
-    pid_bh = gl.program_id(1)
-    gs = pid_bh % group_split
-    b = (pid_bh // group_split) // kv_heads
-    hk = (pid_bh // group_split) % kv_heads
-    per = gl.cdiv(group, group_split)
-    g_lo = gs * per
-    g_hi = gl.minimum(g_lo + per, group)
-    n0 = pid_n * 128
+    pid_bh = gl.program_id(1)  # (persistent: 0, its b to j_lo unused but gs: 0, DK / DV without an offset)
+    b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split,
+                                                   BLOCK_M, IS_CAUSAL)
     n_m = gl.cdiv(seqlen_q, BLOCK_M)
-    j_lo = 0
-    if IS_CAUSAL:  # the first query tile that sees one of these keys (query i sees key n iff n <= i + off)
-        j_lo = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // BLOCK_M
     q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
                                         [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
     do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
@@ -741,17 +869,24 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
             mbarrier.init(dq_full.index(i), count=1)
             mbarrier.init(dq_empty.index(i), count=1)
 
+    tiles = 0  # (persistent: the tiles, the coordinates' inputs, K / V's release and the group split's strides)
+    if PERSISTENT:
+        kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_free, count=2)  # both consumers
+        tiles = (gl.cdiv(seqlen_k, 128) * batch * kv_heads * group_split, kv_heads, group_split, seqlen_q, seqlen_k,
+                 kv_free, stride_dkp, stride_dvp)
+
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES, PERSISTENT)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-                 group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
+                 group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     gs64 = gs.to(gl.int64)
     consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK + gs64 * stride_dkp,
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
-                    dq_smem, ds_bar, dq_desc, dq_full, dq_empty)
+                    dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles)
     if TIMES:  # (only then: a partition's run-time arguments pass through shared memory)
         consume_args = consume_args + (Times, )
     if ADDER:  # a fourth partition: the adder warp (unordered: dQ's buffer a stand-in for the counters, never read)
@@ -760,7 +895,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         seqlen_k, num_heads, shape)
         else:
             add_args = (dq_smem, dq_full, dq_empty, dq_desc, DQacc, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
-                        seqlen_q, seqlen_k, num_heads, shape)
+                        seqlen_q, seqlen_k, num_heads, shape, tiles)
         gl.warp_specialize([(_bwd_consume, (0, ) + consume_args), (_bwd_consume, (1, ) + consume_args),
                             (_bwd_load, load_args), (_dq_adder, add_args)], [4, 1, 1], [CONSUMER_REGS, 24, 24])
     else:
@@ -968,7 +1103,7 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
-                   ds_smem=False, turns=True, times=None) -> dict:
+                   ds_smem=False, turns=True, times=None, persistent=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -991,7 +1126,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     36 B spilled, elsewhere within +-24 B). ``turns`` False: the two consumers issue their wgmmas without handing
     turns to each other (the kernel's NO_TURNS; the dK / dV kernel's measured in session 42, 1.03-1.09x non-causal,
     0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS). ``times`` (probes):
-    :func:`timeline_buffer`'s int64 tensor, each consumer's timeline written into it."""
+    :func:`timeline_buffer`'s int64 tensor, each consumer's timeline written into it. ``persistent``: the kernel's
+    PERSISTENT (one program an SM over the tiles; :func:`dkdv_launch` sizes its grid; not with ``dq_order`` or
+    ``last_first``)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1023,6 +1160,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         second.update(NO_TURNS=True)
     if times is not None:
         second.update(Times=times)
+    if persistent:
+        if dq_order is not None or last_first:
+            raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
+        second.update(PERSISTENT=True)
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1049,18 +1190,26 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
-                times=None):
+                times=None, persistent=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
     DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either; Sem with
-    ``dq_order``)."""
+    ``dq_order``). ``persistent``: min(tiles, the GPU's multiprocessors) programs (:func:`dkdv_grid`)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile, dq_unscaled, ds_smem, turns, times)
-    grid = (triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split)
+                            mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent)
+    grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
+
+
+def dkdv_grid(k, split: int = 1, programs: int | None = None) -> tuple[int, int]:
+    """The dK / dV kernel's grid over ``k`` [B, Sk, Hk, D]: one program a tile (key blocks x (batch, kv head, group
+    part)), or with ``programs`` (the persistent kernel: the GPU's multiprocessors, one program each) at most that
+    many in one dimension, each walking tiles t, t + grid, ... (:func:`_persistent_tile`)."""
+    blocks, units = triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split
+    return (blocks, units) if programs is None else (max(1, min(blocks * units, programs)), 1)
 
 
 def order_counters(q, block_m=64) -> torch.Tensor:
@@ -1072,7 +1221,8 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
-               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None):
+               walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None,
+               persistent=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1089,7 +1239,10 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``,
     ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``, ``turns``: :func:`dkdv_arguments`'.
     ``times`` (probes; with ``launches`` None): :func:`timeline_buffer`'s tensor, the programs' timelines written into
-    it (:func:`timeline_record` reads them)."""
+    it (:func:`timeline_record` reads them; persistent: one record a tile). ``persistent`` (not routed; not with
+    ``ordered``): one program an SM over the tiles (the kernel's PERSISTENT)."""
+    if persistent and ordered:
+        raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
         raise ValueError("dkdv_gluon: times is a launch's own buffer, not a replay slot (launches=None)")
     why = fused_unsupported(q, k, v, do, lse, delta, block_m) if fused else unsupported(q, k, v, do, lse, delta)
@@ -1105,7 +1258,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times))
+        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

@@ -791,6 +791,23 @@ BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 #: ``FLASH_ATTN_BWD=ordered`` runs it wherever the fused kernel can, at any length, deterministic call or not
 #: (tests, probes).
 BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
+#: (kernel "dkdv" / "fused", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split route's)
+#: or unordered fused kernel runs persistent (bwd_gluon.dkdv_launch's ``persistent``: one program an SM over the
+#: (key block, head) tiles, descriptors and barriers made once a program). Session 44's timeline (H200,
+#: docs/perf/gluon-s44): 5-7 us between two programs on an SM, 10-28% of the SMs' time at 1k, 6-18% at 2k, 1-3% at
+#: 16k. Built after that session's last GPU call (sm_90a compile: hd 64 0 B spilled; hd 128 64-184 -> 144-396 B):
+#: not measured, empty; ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV and fused launch of the
+#: default route persistent (probes, tests, ``route-ab``).
+BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {}
+
+
+def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:
+    """Whether the backward's Gluon ``kernel`` ("dkdv": the split route's dK / dV kernel; "fused": the unordered fused
+    one) runs persistent at this q / k head dim, mask and shorter sequence length: :data:`BWD_GLUON_PERSISTENT`, or
+    ``FLASH_ATTN_BWD=persistent`` (everywhere)."""
+    if os.environ.get("FLASH_ATTN_BWD", "") == "persistent":
+        return True
+    return seqlen <= BWD_GLUON_PERSISTENT.get((kernel, d, bool(causal)), -1)
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -817,7 +834,7 @@ def ordered_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> t
     kernel has a config (:data:`BWD_GLUON_FUSED`'s, else :data:`BWD_GLUON_FUSED_TRY`'s), at any length; any other
     forced mode: None."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
-    if (forced and forced != "ordered") or d != dv:
+    if forced not in ("", "ordered", "persistent") or d != dv:
         return None
     least, cfg = BWD_GLUON_FUSED.get(d, {}).get((gqa, bool(causal)), (None, None))
     if forced == "ordered":
@@ -861,6 +878,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
                  turns=(q.shape[-1], bool(causal)) not in BWD_GLUON_FUSED_NO_TURNS)
     if ordered:  # (the adder warp adds in turn whatever dq_adder says)
         route["ordered"] = True
+    elif persistent_bwd("fused", q.shape[-1], causal, cell[-1]):  # (the unordered kernel only)
+        route["persistent"] = True
     return route
 
 
@@ -975,6 +994,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
             out["dkdv"]["turns"] = False
+        if persistent_bwd("dkdv", q.shape[-1], causal, min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0):
+            out["dkdv"]["persistent"] = True
     return out
 
 

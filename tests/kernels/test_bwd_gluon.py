@@ -38,6 +38,9 @@ ORDERED_SPILL_AT_MOST = {"128": 200, "64": 0}
 #: ... and of both kernels over a GQA group (not specialised to 1) walking their steps in one flat loop, hd 128
 #: (session 37: 100-180 B the dK / dV kernel, 152 B fused over 2 stages, 296 B over 3; nested: 352-684 B)
 FLAT_SPILL_AT_MOST = 300
+#: ... and of the persistent kernels (@p1; session 44, built without a GPU): hd 64's 64-row tiles none, as one
+#: program a tile; hd 128 144-328 B (64-184 B one program a tile: the tile loop's counters and coordinates stay live)
+PERSISTENT_SPILL_AT_MOST = {("128", 64): 400, ("64", 64): 0, ("64", 128): 300}
 #: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
 
@@ -98,6 +101,8 @@ def compiled(tmp_path_factory):
     specs += [f"bwdw16:{d},{bm},{st},1,0,4,{f}" for d, bm, st, f in sorted(gqa) if st == 2]
     # the probes' timeline stamps (gluon_bwd_probe.py --timeline), beside their twins above
     specs += TIMELINE_TWINS + [f"{spec}@x1" for spec in TIMELINE_TWINS]
+    # the persistent kernels (one program an SM over the tiles), beside their twins above
+    specs += PERSISTENT_TWINS + [f"{spec}@p1" for spec in PERSISTENT_TWINS]
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -115,6 +120,8 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get((d, block)),
                  "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
                  "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4}.get(kernel, 0)
+        if "@p1" in spec:
+            bound = PERSISTENT_SPILL_AT_MOST[d, block]
         assert r["spill"] <= bound, (spec, r["spill"])
         adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.split("@")[0].endswith(",1"))
         assert (r["tma_reduce"] > 0) == adds, spec  # only the fused ones add dQ by TMA reduce
@@ -134,6 +141,25 @@ def test_the_timeline_stamps_leave_the_kernels_work_alone(compiled):
         assert (stamped["wgmma"], stamped["tma_reduce"]) == (plain["wgmma"], plain["tma_reduce"]), spec
         assert abs(stamped["spill"] - plain["spill"]) <= 32 and 0 <= stamped["smem"] - plain["smem"] <= 16, (
             spec, plain, stamped)
+
+
+#: kernels compiled one program a tile and persistent (@p1, bwd_gluon.dkdv_arguments' ``persistent``): the split
+#: route's dK / dV at hd 64 and hd 128 causal, the fused kernel at hd 64's two routed configs and hd 128 non-causal's
+#: (with the adder warp)
+PERSISTENT_TWINS = ["bwd16:64,64,2,1", "bwd16:128,64,2,1", "bwdf16:64,64,2,1@t0", "bwdf16:64,128,2,0",
+                    "bwda16:128,64,3,0"]
+
+
+def test_the_persistent_kernels_do_the_same_work(compiled):
+    """A persistent kernel compiles to the same wgmmas and TMA reduces as its one-program-a-tile twin, its shared
+    memory at most 32 B more (the K / V release barrier), hd 64's 64-row tiles without a spill (the cells where
+    session 44's timeline put 17-28% of the SMs' time between programs at 1k)."""
+    for spec in PERSISTENT_TWINS:
+        plain, persistent = compiled[spec], compiled[f"{spec}@p1"]
+        assert (persistent["wgmma"], persistent["tma_reduce"]) == (plain["wgmma"], plain["tma_reduce"]), spec
+        assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
+        if spec.split(":")[1].startswith("64,64,"):
+            assert persistent["spill"] == 0, (spec, persistent["spill"])
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
@@ -766,6 +792,63 @@ def test_the_preprocess_zeroes_the_ordered_adds_counters():
     assert torch.allclose(delta, (out * do).sum(-1).transpose(1, 2), atol=1e-5)
 
 
+def test_persistent_launches_only_where_asked(monkeypatch):
+    """configs.BWD_GLUON_PERSISTENT's cells (none by default: built in session 44, not measured) and
+    FLASH_ATTN_BWD=persistent (everywhere) hand the split route's Gluon dK / dV launch and the unordered fused launch
+    ``persistent=True``; the ordered launch (deterministic calls in configs.BWD_GLUON_FUSED_ORDERED's cells) never;
+    without either, no launch is persistent. (No sm90 GPU here: as the walk test above.)"""
+    from kernels.flash_attn import bwd
+    from kernels.standins import cpu_replays
+
+    seen = []
+    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+
+    def call(d, causal, s, deterministic):
+        q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=4, hk=4, d=d)
+        with cpu_replays([]):
+            bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, 4, s), softmax_scale=d ** -0.5, causal=causal,
+                               window_left=-1, window_right=0 if causal else -1, deterministic=deterministic)
+        return seen.pop()
+
+    assert configs.BWD_GLUON_PERSISTENT == {}
+    split, fused = call(128, True, 2048, True), call(128, False, 2048, False)  # (the split route; the fused one)
+    assert "persistent" not in split and "dq_acc" not in split and "persistent" not in fused and "dq_acc" in fused
+    monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dkdv", 128, True): 2048, ("fused", 128, False): 1024})
+    assert call(128, True, 2048, True)["persistent"] is True  # (the cell, at its longest)
+    assert "persistent" not in call(128, True, 2056, True)  # (longer)
+    assert "persistent" not in call(128, False, 2048, False)  # (the fused cell's longest is 1k)
+    assert call(128, False, 1024, False)["persistent"] is True
+    monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {})
+    monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")
+    assert call(128, True, 2048, True)["persistent"] is True and call(128, False, 2048, False)["persistent"] is True
+    ordered = call(128, False, 8192, True)  # (a deterministic call in an ordered cell: the ordered kernel)
+    assert "dq_order" in ordered and "persistent" not in ordered
+    assert configs.fused_bwd_cell(128, 128, False, False, 2048) == configs.BWD_GLUON_FUSED[128][False, False][1]
+
+
+def test_the_persistent_grid_and_its_refusals():
+    """The persistent kernel's grid: min(tiles, programs) in one dimension (one program a tile otherwise: key blocks x
+    (batch, kv head, group part)); the ordered adds and the key blocks last first are refused by name."""
+    k = torch.empty(2, 1000, 3, 64)
+    assert bwd_gluon.dkdv_grid(k) == (8, 6) and bwd_gluon.dkdv_grid(k, 2) == (8, 12)
+    assert bwd_gluon.dkdv_grid(k, 1, 132) == (48, 1) and bwd_gluon.dkdv_grid(k, 4, 20) == (20, 1)
+    q, k, v, do, lse, delta = _inputs(sq=256, sk=256, hq=4, hk=4, d=64)
+    dq = torch.zeros(q.shape)
+    with pytest.raises(ValueError, match="persistent: the unordered kernels only"):
+        bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, dq_acc=dq,
+                                 dq_order=bwd_gluon.order_counters(q), persistent=True)
+    with pytest.raises(ValueError, match="persistent: the unordered kernels only"):
+        bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, last_first=True, persistent=True)
+    assert bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, persistent=True)["PERSISTENT"]
+    assert "PERSISTENT" not in bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True)
+    with pytest.raises(ValueError, match="persistent runs the unordered adds only"):
+        bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=0.125, causal=True, fused=True, ordered=True,
+                             persistent=True)
+
+
 def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(monkeypatch):
     """configs.BWD_GLUON_FUSED_ORDERED's cells (hd 128 non-causal from 8k) send deterministic calls to the fused kernel with
     its adds in a fixed order: flash_attn_bwd hands the dK / dV launch the add counters (``dq_order``: int32,
@@ -1199,13 +1282,76 @@ def test_gpu_fused_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, 
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("programs", [None, 7], ids=["an-SM-each", "7-programs"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, block_m, stages, extra", [
+    (2, 1000, 1000, 4, 4, 64, True, 64, 2, {}), (1, 777, 1500, 8, 2, 128, False, 64, 2, dict(walk=1)),
+    (2, 1000, 1000, 4, 4, 64, True, 64, 2, dict(fused=True, turns=False)),
+    (1, 1000, 1100, 4, 4, 64, False, 128, 2, dict(fused=True)),
+    (2, 1000, 1000, 4, 4, 128, False, 64, 3, dict(fused=True, adder=True)),
+    (1, 777, 1500, 4, 2, 128, True, 64, 2, dict(fused=True, mask_every_tile=True, walk=1))],
+    ids=["dkdv-hd64-causal", "dkdv-hd128-GQA4-flat", "fused-hd64-causal-no-turns", "fused-hd64-128-row",
+         "fused-hd128-adder", "fused-hd128-causal-every-tile-GQA-flat"])
+def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, causal, block_m, stages, extra,
+                                                        programs, monkeypatch):
+    """The persistent kernel (one program an SM over the tiles; ``programs`` 7: a grid of 7, so each program walks
+    many tiles, causal ones of every length, and the K / V release, the ring's phases and the turns cross tile
+    boundaries many times): dK and dV bitwise the one-program-a-tile kernel's (each tile's keys see the same query
+    tiles in the same order), dQ (fused: added in arrival order) and all three within twice the Triton backward's
+    error against the FP64 oracle; run twice, so a barrier phase off by one would show as a hang (the call's
+    timeout) or a wrong tile on either run."""
+    from kernels.flash_attn import configs
+
+    if programs is not None:
+        monkeypatch.setattr(configs, "sm_count", lambda device_index: programs)
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    for _ in range(2):
+        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, persistent=True, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+        if len(got) == 3:
+            _assert_within_triton(got[2], dq_t, ref.dq, "dq")
+    _assert_within_triton(got[0], dk_t, ref.dk, "dk")
+    _assert_within_triton(got[1], dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("sq, sk, d, causal, deterministic", [
+    (1024, 1100, 128, False, False), (2100, 2060, 128, True, True), (4100, 4096, 64, True, False),
+    (4096, 4096, 64, False, True)],
+    ids=["fused-hd128-S1024x1100", "split-hd128-causal", "fused-hd64-causal", "split-hd64"])
+def test_gpu_persistent_route_matches_oracle(sq, sk, d, causal, deterministic, monkeypatch):
+    """FLASH_ATTN_BWD=persistent through flash_attn_func: the default route's Gluon dK / dV launch (deterministic
+    calls: the split kernels) or unordered fused launch (nondeterministic calls) persistent; out and every gradient
+    within the tolerance rule of the FP64 oracle, a second call replaying the launches (dK / dV the same bits)."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")
+    interface._SIGNATURES.clear()
+    first = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda",
+                                 deterministic=deterministic)
+    names = _backward_kernels(interface)
+    assert "_bwd_dkdv_ws_kernel" in names and "_bwd_dkdv_kernel" not in names, names
+    again = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda",
+                                 deterministic=deterministic)
+    assert all(torch.equal(x, y) for x, y in zip(first[3:5], again[3:5]))
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, extra", [
     (2, 1000, 1000, 4, 4, 128, True, {}), (2, 1000, 1000, 4, 4, 64, True, dict(fused=True, turns=False)),
-    (1, 1000, 1100, 4, 2, 128, False, dict(fused=True, adder=True, num_stages=3))],
-    ids=["dkdv-hd128-causal", "fused-hd64-causal-no-turns", "fused-hd128-adder-GQA"])
+    (1, 1000, 1100, 4, 2, 128, False, dict(fused=True, adder=True, num_stages=3)),
+    (2, 1000, 1000, 4, 4, 64, True, dict(fused=True, turns=False, persistent=True))],
+    ids=["dkdv-hd128-causal", "fused-hd64-causal-no-turns", "fused-hd128-adder-GQA", "fused-hd64-persistent"])
 def test_gpu_timeline_stamps_change_no_gradient(b, sq, sk, hq, hk, d, causal, extra):
     """``times`` (gluon_bwd_probe.py --timeline): dK and dV bitwise the same launch's without stamps, dQ within the
-    oracle bound; every program's record written, in order (start <= K / V landed <= loop end <= end, both
+    oracle bound; every program's (persistent: every tile's) record written, in order (start <= K / V landed <= loop end <= end, both
     consumers on one SM, the same query tiles), and the probe's summary reads it."""
     probe = _probe()
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
