@@ -558,11 +558,12 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                       sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
                       i, it, tc, kv_free, Times=None):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it`` / ``tc``: the query
-    tiles consumed and turns taken before it; returns both after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the
-    heads [g_lo, g_hi) of the group; two turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's
-    exponentials running meanwhile. ``DK`` / ``DV``: this program's part of the group split already added (the
-    caller's base pointers: the gradients, or a split's fp32 partials). With ``shape.HEAD_DIM_B`` (MLA: q / k
-    HEAD_DIM + HEAD_DIM_B, v HEAD_DIM) S^T is two chained wgmmas and dK two accumulators, one a head-dim part.
+    tiles consumed and turns taken before it; returns both after it; ``rec``: its timeline record): keys
+    [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two
+    turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's exponentials running meanwhile.
+    ``DK`` / ``DV``: this program's part of the group split already added (the caller's base pointers: the
+    gradients, or a split's fp32 partials). With ``shape.HEAD_DIM_B`` (MLA: q / k HEAD_DIM + HEAD_DIM_B, v HEAD_DIM)
+    S^T is two chained wgmmas and dK two accumulators, one a head-dim part.
 
     ``shape.DQ_COLS`` > 0 (the fused backward): dQ too. Each consumer stores its dS^T (64 keys x BLOCK_M) into
     ``ds_smem`` (two buffers by tile parity) and arrives on ``ds_bar``; in its second turn, once both halves are

@@ -830,9 +830,9 @@ def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tup
 def ordered_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
     """The ordered (deterministic) fused backward's (BLOCK_M, stages) for a deterministic call with these head dims,
     heads, mask and shorter sequence length: a cell of :data:`BWD_GLUON_FUSED_ORDERED` (MHA) from its length (at
-    least :data:`BWD_GLUON_FUSED`'s) at :data:`BWD_GLUON_FUSED`'s stages, 64-row tiles; ``FLASH_ATTN_BWD=ordered``: wherever the fused
-    kernel has a config (:data:`BWD_GLUON_FUSED`'s, else :data:`BWD_GLUON_FUSED_TRY`'s), at any length; any other
-    forced mode: None."""
+    least :data:`BWD_GLUON_FUSED`'s) at :data:`BWD_GLUON_FUSED`'s stages, 64-row tiles; ``FLASH_ATTN_BWD=ordered``:
+    wherever the fused kernel has a config (:data:`BWD_GLUON_FUSED`'s, else :data:`BWD_GLUON_FUSED_TRY`'s), at any
+    length; ``FLASH_ATTN_BWD=persistent``: as unset; any other forced mode: None."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced not in ("", "ordered", "persistent") or d != dv:
         return None

@@ -243,10 +243,10 @@ def test_triton_fa_det_calls_the_kernels_default_and_declares_it_deterministic(m
 
 def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
     """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
-    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 1k / 2k (sessions 43-44), hd 64 from 4k (causal
-    since session 42, before from 8k), bf16 / fp16, causal or no mask, dense) and under FLASH_ATTN_BWD=atomic; GQA,
-    short, fp32, windowed, softcap and varlen cells stay declared deterministic (a difference between two runs fails
-    there)."""
+    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 1k non-causal / 2k causal (sessions 43-44),
+    hd 64 from 4k (causal since session 42, before from 8k), bf16 / fp16, causal or no mask, dense) and under
+    FLASH_ATTN_BWD=atomic; GQA, short, fp32, windowed, softcap and varlen cells stay declared deterministic (a
+    difference between two runs fails there)."""
     from harness.adapters import inrepo
     from kernels.flash_attn import configs
 

@@ -850,12 +850,12 @@ def test_the_persistent_grid_and_its_refusals():
 
 
 def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(monkeypatch):
-    """configs.BWD_GLUON_FUSED_ORDERED's cells (hd 128 non-causal from 8k) send deterministic calls to the fused kernel with
-    its adds in a fixed order: flash_attn_bwd hands the dK / dV launch the add counters (``dq_order``: int32,
-    bwd_gluon.order_counters' size) and ``last_first``, on 64-row tiles (hd 64 non-causal's unordered route runs 128)
-    from the cell's length (at least BWD_GLUON_FUSED's), and delta's preprocess the same counters to zero; nondeterministic calls keep the
-    unordered kernel, GQA the split kernels; FLASH_ATTN_BWD=ordered forces it at any length, GQA too, deterministic
-    call or not. (No sm90 GPU here: as the walk test above.)"""
+    """configs.BWD_GLUON_FUSED_ORDERED's cells (hd 128 non-causal from 8k) send deterministic calls to the fused
+    kernel with its adds in a fixed order: flash_attn_bwd hands the dK / dV launch the add counters (``dq_order``:
+    int32, bwd_gluon.order_counters' size) and ``last_first``, on 64-row tiles (hd 64 non-causal's unordered route
+    runs 128) from the cell's length (at least BWD_GLUON_FUSED's), and delta's preprocess the same counters to zero;
+    nondeterministic calls keep the unordered kernel, GQA the split kernels; FLASH_ATTN_BWD=ordered forces it at any
+    length, GQA too, deterministic call or not. (No sm90 GPU here: as the walk test above.)"""
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
@@ -1351,8 +1351,8 @@ def test_gpu_persistent_route_matches_oracle(sq, sk, d, causal, deterministic, m
     ids=["dkdv-hd128-causal", "fused-hd64-causal-no-turns", "fused-hd128-adder-GQA", "fused-hd64-persistent"])
 def test_gpu_timeline_stamps_change_no_gradient(b, sq, sk, hq, hk, d, causal, extra):
     """``times`` (gluon_bwd_probe.py --timeline): dK and dV bitwise the same launch's without stamps, dQ within the
-    oracle bound; every program's (persistent: every tile's) record written, in order (start <= K / V landed <= loop end <= end, both
-    consumers on one SM, the same query tiles), and the probe's summary reads it."""
+    oracle bound; every program's (persistent: every tile's) record written, in order (start <= K / V landed <= loop
+    end <= end, both consumers on one SM, the same query tiles), and the probe's summary reads it."""
     probe = _probe()
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     kw = dict(dict(softmax_scale=scale, causal=causal, block_m=64, num_stages=2, poison=True), **extra)
