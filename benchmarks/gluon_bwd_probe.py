@@ -354,7 +354,9 @@ def timeline_summary(rec: dict) -> dict:
     the later consumer's), ``gap_us`` (median time an SM sat between one program's end and the next one's start:
     the CTA's launch and set-up before its consumers run), and shares of the seen SMs' time over the span
     (``loop``, ``prologue``, ``epilogue``, ``gaps``, ``idle``: before an SM's first program and after its last;
-    ``overlaps``: programs that started on an SM before the previous one there ended). Cycles become time at the
+    ``overlaps``: programs that started on an SM before the previous one there ended: a persistent kernel's tiles,
+    one consumer on the next tile while the other stores the last one's dK / dV; such a record's start is taken as
+    the previous one's end, so no time is counted twice). Cycles become time at the
     ratio of the ns timer to the cycle counter over each SM's span (median over SMs: the ns timer is coarse, the
     spans long)."""
     c0, ckv, cend_loop, cend = (rec[f].tolist() for f in ("clock_start", "clock_kv", "clock_loop_end", "clock_end"))
@@ -382,14 +384,15 @@ def timeline_summary(rec: dict) -> dict:
         for prev, nxt in zip(order, order[1:]):
             if start[nxt] < end[prev]:
                 overlaps += 1
+                start[nxt] = min(end[prev], end[nxt])  # (the overlap counted once, in the earlier record)
             else:
                 gaps.append(start[nxt] - end[prev])
     span_ns = max(max(x) for x in g1) - min(min(x) for x in g0)
     total = span_ns * len(per_sm)
-    prologue = [max(ckv[p]) - start[p] for p in range(n)]
-    epilogue = [end[p] - max(cend_loop[p]) for p in range(n)]
+    prologue = [max(0, max(ckv[p]) - start[p]) for p in range(n)]
+    epilogue = [end[p] - max(max(cend_loop[p]), start[p]) for p in range(n)]
     program = [end[p] - start[p] for p in range(n)]
-    loop = [program[p] - prologue[p] - epilogue[p] for p in range(n)]
+    loop = [max(0, program[p] - prologue[p] - epilogue[p]) for p in range(n)]
 
     def median(xs):
         return sorted(xs)[len(xs) // 2] if xs else 0

@@ -507,6 +507,15 @@ def test_the_probe_reads_where_the_sms_time_went_off_a_timeline():
     assert t["idle"] == pytest.approx(1 - (3000 + 100) / total)
     with pytest.raises(ValueError, match="unwritten"):
         bwd_gluon.timeline_record(torch.full((16, ), -1, dtype=torch.int64))
+    # a persistent program's two tiles on one SM: the second's first consumer starts (at 950) before the first's other
+    # consumer ends (1000); that record's start is taken as 1000, so no cycle counts twice and no gap is seen
+    tiles = [[(0, 100, 900, 950), (0, 100, 920, 1000)], [(950, 1000, 1900, 2000), (1000, 1020, 1920, 1990)]]
+    rows = [[c0, ckv, cloop, cend, 1000 + c0 // 2, 1000 + cend // 2, 0, 8] for pair in tiles
+            for c0, ckv, cloop, cend in pair]
+    t = probe.timeline_summary(bwd_gluon.timeline_record(torch.tensor(rows, dtype=torch.int64).flatten()))
+    assert (t["programs"], t["sms"], t["overlaps"], t["gaps"], t["gap_us"]) == (2, 1, 1, 0, 0)
+    assert t["loop"] + t["prologue"] + t["epilogue"] == pytest.approx(1.0)  # (the span: 0 to 2000, all of it)
+    assert t["prologue"] == pytest.approx((100 + 20) / 2000) and t["epilogue"] == pytest.approx((80 + 80) / 2000)
 
 
 def test_the_probe_reads_decisions_off_its_repeats(tmp_path, capsys):
