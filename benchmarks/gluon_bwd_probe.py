@@ -352,7 +352,9 @@ def timeline_summary(rec: dict) -> dict:
     time went: ``programs``, ``sms`` (seen), ``span_us`` (first start to last end), per program medians
     (``program_us``; ``prologue_us``: start to K / V landed, ``epilogue_us``: the last tile done to dK / dV stored,
     the later consumer's), ``gap_us`` (median time an SM sat between one program's end and the next one's start:
-    the CTA's launch and set-up before its consumers run), and shares of the seen SMs' time over the span
+    the CTA's launch and set-up before its consumers run; split into ``launch_us``, the previous program's end to
+    this one's entry, and ``setup_us``, its entry to its consumers' start: its descriptors and barriers; a persistent
+    program has an entry in its first tile only), and shares of the seen SMs' time over the span
     (``loop``, ``prologue``, ``epilogue``, ``gaps``, ``idle``: before an SM's first program and after its last;
     ``overlaps``: programs that started on an SM before the previous one there ended: a persistent kernel's tiles,
     one consumer on the next tile while the other stores the last one's dK / dV; such a record's start is taken as
@@ -360,6 +362,7 @@ def timeline_summary(rec: dict) -> dict:
     ratio of the ns timer to the cycle counter over each SM's span (median over SMs: the ns timer is coarse, the
     spans long)."""
     c0, ckv, cend_loop, cend = (rec[f].tolist() for f in ("clock_start", "clock_kv", "clock_loop_end", "clock_end"))
+    entry = [row[0] for row in rec["clock_entry"].tolist()] if "clock_entry" in rec else [-1] * len(c0)
     g0, g1, sm, tiles = (rec[f].tolist() for f in ("global_start", "global_end", "sm", "tiles"))
     n = len(c0)
     if any(a != b for a, b in sm):
@@ -378,10 +381,13 @@ def timeline_summary(rec: dict) -> dict:
     if not ratios:
         raise ValueError("timeline: no SM with a measurable span")
     ns = sorted(ratios)[len(ratios) // 2]
-    gaps, overlaps = [], 0
+    setup = [start[p] - entry[p] for p in range(n) if entry[p] >= 0]
+    gaps, launch, overlaps = [], [], 0
     for progs in per_sm.values():
         order = sorted(progs, key=lambda p: start[p])
         for prev, nxt in zip(order, order[1:]):
+            if entry[nxt] >= 0:
+                launch.append(entry[nxt] - end[prev])
             if start[nxt] < end[prev]:
                 overlaps += 1
                 start[nxt] = min(end[prev], end[nxt])  # (the overlap counted once, in the earlier record)
@@ -402,7 +408,8 @@ def timeline_summary(rec: dict) -> dict:
     share["idle"] = max(0.0, 1 - sum(share.values()))
     return dict(programs=n, sms=len(per_sm), span_us=span_ns / 1e3, program_us=median(program) * ns / 1e3,
                 prologue_us=median(prologue) * ns / 1e3, epilogue_us=median(epilogue) * ns / 1e3,
-                gap_us=median(gaps) * ns / 1e3, tiles=median([t for pair in tiles for t in pair]), overlaps=overlaps,
+                gap_us=median(gaps) * ns / 1e3, launch_us=median(launch) * ns / 1e3, setup_us=median(setup) * ns / 1e3,
+                tiles=median([t for pair in tiles for t in pair]), overlaps=overlaps,
                 **share)
 
 
@@ -413,8 +420,8 @@ def timeline(dims, dkdv_specs, seqlens, masks, models, fused_specs=(), shapes=()
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, timeline_buffer, timeline_record
 
     print("\n| timeline | hd | causal | shape | kernel | config | programs | SMs | span us | program us | prologue us "
-          "| epilogue us | gap us | tiles | loop | prologue | epilogue | gaps | idle | overlaps |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+          "| epilogue us | gap us | tiles | loop | prologue | epilogue | gaps | idle | overlaps | launch us | setup us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
@@ -433,7 +440,7 @@ def timeline(dims, dkdv_specs, seqlens, masks, models, fused_specs=(), shapes=()
                   f"{t['programs']} | {t['sms']} | {t['span_us']:.1f} | {t['program_us']:.2f} | "
                   f"{t['prologue_us']:.2f} | {t['epilogue_us']:.2f} | {t['gap_us']:.2f} | {t['tiles']} | "
                   f"{t['loop']:.3f} | {t['prologue']:.3f} | {t['epilogue']:.3f} | {t['gaps']:.3f} | {t['idle']:.3f} | "
-                  f"{t['overlaps']} |", flush=True)
+                  f"{t['overlaps']} | {t['launch_us']:.2f} | {t['setup_us']:.2f} |", flush=True)
         del q, k, v, do, out, lse, delta
         torch.cuda.empty_cache()
 

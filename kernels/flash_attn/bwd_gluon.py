@@ -179,7 +179,8 @@ def _stamp(ptr, GLOBAL: gl.constexpr = False):
 
 #: a consumer's timeline record (``Times``, int64 each; :func:`timeline_record`'s fields in this order)
 TIMELINE_FIELDS = ("clock_start", "clock_kv", "clock_loop_end", "clock_end", "global_start", "global_end", "sm",
-                   "tiles")
+                   "tiles", "clock_entry")
+assert len(TIMELINE_FIELDS) == 9  # (the kernel's record stride)
 
 
 @gluon.constexpr_function
@@ -582,13 +583,13 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
     the adder's reduce read it).
 
     ``shape.TIMES`` (probes: the program's timeline, :func:`timeline_record`): this consumer's
-    :data:`TIMELINE_FIELDS` at ``Times + (rec * 2 + wg) * 8``.
+    :data:`TIMELINE_FIELDS` at ``Times + (rec * 2 + wg) * 9`` (``clock_entry``: the kernel's, before it).
 
     ``shape.PERSISTENT``: once both its wgmmas reading the tile's K and V retired, the consumer releases them
     (``kv_free``) before storing dK and dV, so the loader brings the next tile's meanwhile."""
     TIMES: gl.constexpr = shape.TIMES
     if TIMES:
-        stamp = Times + (rec * 2 + wg) * 8
+        stamp = Times + (rec * 2 + wg) * 9
         _stamp(stamp + 4, True)
         _stamp(stamp)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
@@ -817,10 +818,15 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     tiles, tile t to program t mod the grid (:func:`_persistent_tile`'s order); descriptors and barriers made once
     a program, not once a tile (session 44's timeline: 5-7 us between two programs on an SM, 10-28% of the SMs' time
     at 1k), the next tile's K / V and first Q / dO tiles loaded while this one's dK / dV are stored. Not with the
-    ordered adds (``Sem``) or ``LAST_FIRST``."""
+    ordered adds (``Sem``) or ``LAST_FIRST``. ``Times``: with each consumer's timeline the program's entry (the SM's
+    cycle counter before the descriptors are made), in its first tile's records."""
+    TIMES: gl.constexpr = Times is not None
+    if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
+        entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 18 + 8
+        _stamp(entry)
+        _stamp(entry + 9)
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
-    TIMES: gl.constexpr = Times is not None
     DQ_TURNS: gl.constexpr = Sem is not None
     ADDER: gl.constexpr = DQ_ADDER or DQ_TURNS
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
@@ -1275,10 +1281,11 @@ def timeline_record(times: torch.Tensor) -> dict:
     """:func:`timeline_buffer`'s tensor after a launch -> {field: int64 tensor [programs, 2 consumers]} on the CPU
     (:data:`TIMELINE_FIELDS`: the SM's cycle counter at the consumer's start, once its K / V tiles landed, after its
     last query tile (dQ's last reduce read), after its dK / dV stores; the GPU's nanosecond timer at its start and
-    end; the SM it ran on; the query tiles it consumed). ValueError if a record is missing (a program not run)."""
+    end; the SM it ran on; the query tiles it consumed; the program's entry, before its descriptors: -1 in a
+    persistent program's later tiles). ValueError if a record is missing (a program not run)."""
     n = len(TIMELINE_FIELDS)
     rec = times.detach().cpu().view(-1, 2, n)
-    if bool((rec == -1).any()):
+    if bool((rec[:, :, :-1] == -1).any()):
         raise ValueError("timeline_record: a program left its record unwritten")
     return {name: rec[:, :, i] for i, name in enumerate(TIMELINE_FIELDS)}
 
