@@ -311,6 +311,15 @@ def _persistent_tile(t, seqlen_k, IS_CAUSAL: gl.constexpr):
 
 
 @gluon.jit
+def _tile_coords(t, tiles, group, shape):
+    """A persistent program's tile ``t`` -> :func:`_dkdv_coords`' values (``tiles``: the kernel's persistent
+    arguments: the tiles, kv heads, group split, both sequence lengths, K / V's release, the split's strides)."""
+    seqlen_q, seqlen_k = tiles[3], tiles[4]
+    pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
+    return _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, tiles[1], group, tiles[2], shape.BLOCK_M, shape.IS_CAUSAL)
+
+
+@gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
               group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0):
     """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
@@ -321,13 +330,11 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
     tile's (``kv_free``), the ring's slots counted over the tiles: the next tile's first Q and dO tiles load while
     this one's last are consumed, its K and V while this one's dK and dV are stored."""
     if shape.PERSISTENT:
-        num_tiles, kv_heads, group_split, seqlen_q, seqlen_k, kv_free, _dkp, _dvp = tiles
+        kv_free = tiles[5]
         it = 0
         i = 0
-        for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-            pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
-            b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group,
-                                                           group_split, shape.BLOCK_M, shape.IS_CAUSAL)
+        for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
+            b, hk, gs, n0, g_lo, g_hi, j_lo = _tile_coords(t, tiles, group, shape)
             mbarrier.wait(kv_free, (i - 1) & 1, pred=i > 0)  # (both consumers' last reads of the last K / V)
             it = _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready,
                                 empty, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b,
@@ -438,12 +445,9 @@ def _dq_adder(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, 
     arguments; b to j_lo unused), the consumers' tiles counted over the program's tiles."""
     if shape.PERSISTENT:
         gl.static_assert(not shape.DQ_TURNS, "the persistent kernel: dQ's adds unordered")
-        num_tiles, kv_heads, group_split, _sq, _sk, _kv_free, _dkp, _dvp = tiles
         it = 0
-        for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-            pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
-            b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group,
-                                                           group_split, shape.BLOCK_M, shape.IS_CAUSAL)
+        for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
+            b, hk, gs, n0, g_lo, g_hi, j_lo = _tile_coords(t, tiles, group, shape)
             it, prev = _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g_lo, g_hi, j_lo,
                                       n_m, seqlen_q, seqlen_k, num_heads, shape, it)
     else:
@@ -528,14 +532,12 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     without a group part's offset), the query tiles, turns and K / V landings counted over the program's tiles, its
     timeline (``Times``) one record a tile."""
     if shape.PERSISTENT:
-        num_tiles, kv_heads, group_split, _sq, _sk, kv_free, stride_dkp, stride_dvp = tiles
+        kv_free, stride_dkp, stride_dvp = tiles[5], tiles[6], tiles[7]
         it = 0
         tc = 0
         i = 0
-        for t in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-            pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
-            b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group,
-                                                           group_split, shape.BLOCK_M, shape.IS_CAUSAL)
+        for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
+            b, hk, gs, n0, g_lo, g_hi, j_lo = _tile_coords(t, tiles, group, shape)
             gs64 = gs.to(gl.int64)
             it, tc = _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn,
                                        DK + gs64 * stride_dkp, DV + gs64 * stride_dvp, Lse, Delta, stride_dkb,
