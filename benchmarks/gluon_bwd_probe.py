@@ -37,8 +37,9 @@ backwards, H100.
 3. ``--timeline`` (after the timing; ``--repeat 0``: instead of it): each ``--dkdv`` / ``--fused`` config's kernel
    launched once more with its programs' timeline stamps (bwd_gluon.timeline_buffer: SM cycle counter at each
    consumer's start, K / V landed, loop end and end; its SM): ``| timeline |`` rows of where the SMs' time went
-   (:func:`timeline_summary`: the loop, each program's prologue and epilogue, gaps between programs on an SM, idle
-   head and tail).
+   (:func:`timeline_summary`: the loop, each program's prologue and epilogue, gaps between programs on an SM split
+   into the CTA's turnover and its set-up by each program's entry stamp, idle head and tail; a ``,p1`` config's
+   records are its tiles).
 4. ``--from-log LOG [LOG ...]`` (any machine): the speed-up table of earlier runs' logs (their per-repeat rows),
    a cell's repeats of every log pooled, each compared only with what its own run timed beside it.
 """
