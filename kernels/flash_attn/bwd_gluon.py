@@ -327,8 +327,10 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
     ``it % NUM_STAGES``). With ``shape.HEAD_DIM_B`` the second q / k head-dim part's K and Q tiles too (``*_b``:
     from column HEAD_DIM). ``shape.PERSISTENT``: the same per tile of the program's (``tiles``: the kernel's
     persistent arguments; the arguments b to j_lo unused), a tile's K and V once both consumers released the last
-    tile's (``kv_free``), the ring's slots counted over the tiles: the next tile's first Q and dO tiles load while
-    this one's last are consumed, its K and V while this one's dK and dV are stored."""
+    tile's (``kv_free``: after their last query tile, before their dK / dV stores), then its Q and dO tiles, the
+    ring's slots counted over the tiles: the next tile's K, V and first Q / dO tiles load while this one's dK and
+    dV are stored (not earlier: issuing the first Q / dO tiles before the ``kv_free`` wait would start them during
+    this tile's last query tiles; not built)."""
     if shape.PERSISTENT:
         kv_free = tiles[5]
         it = 0
