@@ -5,6 +5,11 @@ and ``python -m harness accept`` turn it into ``KeyboardInterrupt`` (what Ctrl-C
 still write their report. GNU timeout signals the process and then its whole group, and a CI cancel
 may signal twice: only the first SIGTERM interrupts, later ones are ignored while the report is
 written.
+
+``python -m harness accept`` waits on worker threads and uses :class:`PolledInterrupt` instead: there
+an exception raised by a signal handler at an arbitrary point of the main thread (inside
+``concurrent.futures.wait``, between a lock's release and the ``try`` that restores it) can leave a lock
+in a wrong state and the command waiting forever for a child that nobody kills.
 """
 
 from __future__ import annotations
@@ -40,3 +45,39 @@ class SigtermInterrupt:
         if self._installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
             self._installed = False
+
+
+class PolledInterrupt:
+    """SIGTERM and SIGINT (Ctrl-C) for a main thread that only waits (on worker threads): after
+    :meth:`install` (main thread only) the handlers record the first signal and raise nothing; the
+    main thread calls :meth:`check` where it waits, which raises KeyboardInterrupt("SIGTERM") or
+    KeyboardInterrupt("Ctrl-C") once, as long as :attr:`armed`. Later signals are ignored, also while
+    the report is written. :meth:`restore` puts both previous handlers back."""
+
+    _NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+
+    def __init__(self):
+        self.armed = True
+        self.received: str | None = None  # "SIGTERM" or "Ctrl-C", the first signal's
+        self._raised = False
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = self._NAMES.get(signum, f"signal {signum}")
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # signal.signal's requirement
+            for sig in self._NAMES:
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def check(self) -> None:
+        """Raise the recorded signal's KeyboardInterrupt (once; only while :attr:`armed`)."""
+        if self.received is not None and self.armed and not self._raised:
+            self._raised = True
+            raise KeyboardInterrupt(self.received)
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}

@@ -23,8 +23,9 @@ Interrupts. An outer time limit (GNU ``timeout``, a CI job's cancel: SIGTERM) or
 run as the main job's does (``harness/commands/run.py``): no case starts any more, the running ones'
 children are killed, and the report is still written, the finished cases as they are and every
 other case "not run"; its verdict is INCOMPLETE (never ACCEPTED) and the exit status 1. Only the
-first SIGTERM interrupts (``harness/interrupts.py``); the previous SIGTERM handler is back when
-:func:`main` returns.
+first signal interrupts, taken by the main thread between two short waits
+(``harness/interrupts.py``, :class:`PolledInterrupt`); the previous SIGTERM and SIGINT handlers are
+back when :func:`main` returns.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from harness.accept import report as R
 from harness.accept.exchange import ExchangeError
 from harness.accept.isolation import DEFAULT_TIMEOUT_S, ChildFailed, ChildOutcome, Isolator
 from harness.accept.profiles import resolve
-from harness.interrupts import SigtermInterrupt
+from harness.interrupts import PolledInterrupt
 from harness.provenance import source_digest
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
@@ -112,15 +113,15 @@ def _say(msg: str) -> None:
 
 
 def main(args) -> int:
-    sigterm = SigtermInterrupt()
+    stop = PolledInterrupt()
     try:
         with _judge_imports():
-            return _main(args, sigterm)
+            return _main(args, stop)
     except _Usage as e:
         print(f"python -m harness accept: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        sigterm.restore()
+        stop.restore()
 
 
 @contextlib.contextmanager
@@ -144,7 +145,7 @@ def _judge_imports():
         sys.path[:] = saved
 
 
-def _main(args, sigterm: SigtermInterrupt) -> int:
+def _main(args, stop: PolledInterrupt) -> int:
     t_start = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     # The judge's own sources, before any child runs: a candidate process runs as the same user and
@@ -242,14 +243,29 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
     speed = None
     interrupted = None
     pool = ThreadPoolExecutor(max_workers=args.jobs)
+
+    def finish(futures_to_wait):
+        """Wait for ``futures_to_wait``; a signal becomes KeyboardInterrupt here, between two short waits
+        (the main thread runs nothing else: the probe, the cases and the speed section run in the pool)."""
+        pending = set(futures_to_wait)
+        while pending:
+            _, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            stop.check()
+
     try:
         # A time limit (timeout, a CI job's cancel) sends SIGTERM: report what finished instead of nothing.
-        sigterm.install()
+        stop.install()
         # The callable is imported in a child only: a module that crashes or hangs on import cannot
         # take the command down, and nothing of it runs in this process, the judge.
-        try:
+
+        def probe_child():
             with iso.open(hello, timeout=args.timeout, name="probe") as probe:
-                info = probe.probe
+                return probe.probe
+
+        probing = pool.submit(probe_child)
+        finish([probing])
+        try:
+            info = probing.result()
         except ChildFailed as e:
             o = e.outcome
             if o.kind == "interrupted":
@@ -271,19 +287,22 @@ def _main(args, sigterm: SigtermInterrupt) -> int:
 
         for ic in enumerate(cases):
             futures.append(pool.submit(run_case, ic))
-        pending = set(futures)
-        while pending:
-            # A timed wait: the main thread gets to run a signal handler within a fraction of a second.
-            _, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-        speed = _speed_section(args, iso, profile, device, base_seed, out_dir, hello, declared)
-        sigterm.armed = False  # done: a SIGTERM from now on is ignored while the report is written
+        finish(futures)
+        measuring = pool.submit(_speed_section, args, iso, profile, device, base_seed, out_dir, hello, declared)
+        finish([measuring])
+        speed = measuring.result()
+        stop.armed = False  # done: a signal from now on is ignored while the report is written
     except KeyboardInterrupt as e:
-        sigterm.armed = False  # a later SIGTERM must not break the report
+        stop.armed = False  # a later signal must not break the report
         why = str(e.args[0]) if e.args else ""
         interrupted = why if why.startswith("interrupted") else \
             "interrupted (SIGTERM)" if why == "SIGTERM" else "interrupted (Ctrl-C)"
         iso.interrupt(interrupted)  # no case starts any more; the running children are killed
         _say(f"\n{interrupted}: stopping; the report marks every unfinished case as not run")
+    except BaseException:
+        # The judge itself failed (a bug, a usage error): no running child may keep the command alive.
+        iso.interrupt("the judge stopped on an error")
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

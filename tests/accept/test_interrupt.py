@@ -81,6 +81,14 @@ def _wait_for(q: queue.Queue, prefix: str, timeout: float, seen: list[str]) -> N
             return
 
 
+def _drain(q: queue.Queue) -> str:
+    """What is left in ``q`` once the command has ended."""
+    text = []
+    while (line := q.get(timeout=10)) is not None:
+        text.append(line)
+    return "".join(text)
+
+
 def _check_report(out: Path, reason: str) -> dict:
     rep = json.loads((out / "report.json").read_text())
     assert rep["verdict"] == "INCOMPLETE" and rep["interrupted"] == reason
@@ -106,7 +114,8 @@ def test_interrupted_command_writes_an_incomplete_report_and_leaves_no_child(how
     sigterm-group: GNU timeout (the process, then at once its whole group, children included);
     ctrl-c-group: a terminal's Ctrl-C (SIGINT to the whole group)."""
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # PYTHONFAULTHANDLER: a command that does not exit is sent SIGABRT below and prints every thread's stack.
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness", *ARGS, "--out", str(out)], cwd=IMPLS, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,  # its own process group
@@ -124,7 +133,13 @@ def test_interrupted_command_writes_an_incomplete_report_and_leaves_no_child(how
             os.kill(proc.pid, signal.SIGTERM)
             if how == "sigterm-group":
                 os.killpg(pgid, signal.SIGTERM)
-        code = proc.wait(timeout=EXIT_S)
+        try:
+            code = proc.wait(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler: where each thread waits
+            proc.wait(timeout=30)
+            raise AssertionError(f"no exit {EXIT_S} s after the signal; its output and stacks:\n"
+                                 + "".join(seen) + _drain(lines)) from None
         took = time.monotonic() - t0
         _wait_for(lines, "INCOMPLETE", 5, seen)
         assert code == 1, "".join(seen)
@@ -228,3 +243,55 @@ def test_child_killed_by_the_group_signal_before_the_interrupt_is_not_a_crash(tm
     after = one_case("after")  # nothing starts once interrupted
     assert after.kind == "interrupted" and after.seconds == 0.0 and not os.path.exists(tmp_path / "logs" / "after.log")
     iso.cleanup()
+
+
+def test_polled_interrupt_raises_only_where_the_main_thread_checks():
+    """The handler records the signal and raises nothing (a KeyboardInterrupt raised at an arbitrary
+    point of the main thread, inside concurrent.futures.wait, can leave a lock held); check() raises it
+    once, later signals are ignored, and restore() puts both previous handlers back."""
+    from harness.interrupts import PolledInterrupt
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    stop = PolledInterrupt()
+    stop.install()
+    try:
+        stop.check()  # nothing received: nothing raised
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while stop.received is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the handler runs here; it must not raise
+        assert stop.received == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGINT)  # a second signal: ignored
+        time.sleep(0.05)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            stop.check()
+        stop.check()  # once only
+    finally:
+        stop.restore()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_judge_error_while_a_child_hangs_kills_the_child_and_returns(tmp_path, monkeypatch):
+    """An error of the judge itself in the main thread while a case's child hangs: the error reaches the
+    caller within seconds and the child is killed (it used to wait for the worker thread, and so for
+    the hanging child, until the case's time limit)."""
+    import multiprocessing as mp
+
+    import harness.accept as A
+
+    monkeypatch.chdir(IMPLS)
+    out = tmp_path / "out"
+    hang_log = out / "logs" / f"001-{GQA.replace('/', '_')}.log"
+    real_wait = A.wait
+
+    def failing_wait(*a, **kw):
+        if hang_log.exists():
+            raise RuntimeError("injected: the judge failed")
+        return real_wait(*a, **kw)
+
+    monkeypatch.setattr(A, "wait", failing_wait)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="injected"):
+        cli.main([*ARGS, "--out", str(out), "--timeout", "120"])
+    assert time.monotonic() - t0 < 60
+    assert not [p.name for p in mp.active_children() if p.name.startswith("accept:")]
