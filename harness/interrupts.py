@@ -1,15 +1,17 @@
 """A time limit's SIGTERM as an interrupt, for the commands that write a report of what finished.
 
-An outer time limit (GNU ``timeout``, a CI job's cancel) sends SIGTERM; ``python -m harness run``
-and ``python -m harness accept`` turn it into ``KeyboardInterrupt`` (what Ctrl-C raises), stop, and
+An outer time limit (GNU ``timeout``, a CI job's cancel) sends SIGTERM; ``python -m harness run``,
+``bench``, ``fuzz`` and ``accept`` turn it into ``KeyboardInterrupt`` (what Ctrl-C raises), stop, and
 still write their report. GNU timeout signals the process and then its whole group, and a CI cancel
 may signal twice: only the first SIGTERM interrupts, later ones are ignored while the report is
 written.
 
-``python -m harness accept`` waits on worker threads and uses :class:`PolledInterrupt` instead: there
-an exception raised by a signal handler at an arbitrary point of the main thread (inside
-``concurrent.futures.wait``, between a lock's release and the ``try`` that restores it) can leave a lock
-in a wrong state and the command waiting forever for a child that nobody kills.
+The first three run in one thread and take :class:`SigtermInterrupt`, whose handler raises at once.
+``accept`` waits on worker threads and takes :class:`PolledInterrupt`: its handlers only record the
+signal and the main thread raises it between two waits. An exception raised by a handler at an
+arbitrary point of a waiting main thread (inside ``concurrent.futures.wait``, between a lock's release
+and the ``try`` that restores it) can leave a lock in a wrong state, and the command waiting forever
+for a child that nobody kills.
 """
 
 from __future__ import annotations
