@@ -536,24 +536,23 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
     if shape.PERSISTENT:
         kv_free, stride_dkp, stride_dvp = tiles[5], tiles[6], tiles[7]
         it = 0
-        tc = 0
         i = 0
         for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
             b, hk, gs, n0, g_lo, g_hi, j_lo = _tile_coords(t, tiles, group, shape)
             gs64 = gs.to(gl.int64)
-            it, tc = _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn,
+            it = _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn,
                                        DK + gs64 * stride_dkp, DV + gs64 * stride_dvp, Lse, Delta, stride_dkb,
                                        stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb,
                                        stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                                        seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
-                                       dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, tc, kv_free, Times)
+                                       dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, kv_free, Times)
             i += 1
     else:
         _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta,
                           stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                           stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                           sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty,
-                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, 0, kv_bar, Times)
+                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times)
 
 
 @gluon.jit
@@ -561,11 +560,13 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                       stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                       stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                       sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
-                      i, it, tc, kv_free, Times=None):
-    """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it`` / ``tc``: the query
-    tiles consumed and turns taken before it; returns both after it; ``rec``: its timeline record): keys
-    [n0 + 64 wg, + 64), dK and dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two
-    turns a tile (S^T and dP^T issued, then dV and dK), the other consumer's exponentials running meanwhile.
+                      i, it, kv_free, Times=None):
+    """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it``: the query tiles
+    consumed before it; returns the count after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and
+    dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two turns a query tile (S^T and
+    dP^T issued, then dV and dK), the other consumer's exponentials running meanwhile. Two turns a tile, each
+    consumer's, every tile: a turn's barrier phase is even for the first, odd for the second, in any program (no
+    count of turns carried: a persistent program's was a register live across its loops).
     ``DK`` / ``DV``: this program's part of the group split already added (the caller's base pointers: the
     gradients, or a split's fp32 partials). With ``shape.HEAD_DIM_B`` (MLA: q / k HEAD_DIM + HEAD_DIM_B, v HEAD_DIM)
     S^T is two chained wgmmas and dK two accumulators, one a head-dim part.
@@ -639,7 +640,6 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
     if TIMES:  # (this program's K and V tiles in shared memory)
         _stamp(stamp + 1)
     it = gl.to_tensor(it)  # (a loop-carried count: a plain 0 for a program's only tile)
-    tc = gl.to_tensor(tc)
     it0 = it  # (the query tiles consumed before this tile)
     a_lo, a_hi, c_lo, c_hi = _walk_bounds(g_lo, g_hi, j_lo, n_m, shape.WALK)
     lse_b = Lse + b.to(gl.int64) * stride_lb  # (the flat walks'; the default's own below)
@@ -668,11 +668,10 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
             q_t_b = q_smem_b.index(slot).reshape([BLOCK_M, KB_DIM])
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
             if TURNS:
-                mbarrier.wait(mine, tc & 1)
+                mbarrier.wait(mine, 0)  # (two turns a query tile: the first one's phase is even)
             if QUERY_HALVES:  # S^T and dP^T as two 64-query halves each, one half's P^T / dS^T made while the
                 # other's wgmmas run (at 128 columns lse, delta and the mask's indices take 32 registers each)
                 s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT, TURNS)
-                tc += 1
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
                                   3, 2, shape.MASK_EVERY_TILE)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
@@ -691,7 +690,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 if not (FUSED and DS_SMEM):
                     ds16_b = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
                 if TURNS:
-                    mbarrier.wait(mine, tc & 1)
+                    mbarrier.wait(mine, 1)
                 dv = warpgroup_mma(p16, do_t.slice(0, 64), dv, is_async=True)
                 dv = warpgroup_mma(p16_b, do_t.slice(64, 64), dv, is_async=True)
                 if FUSED and DS_SMEM:  # both halves' dS^T, fenced and passed on above: one wgmma over 128 queries
@@ -702,7 +701,6 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
             else:
                 s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0,
                                   TURNS)  # S^T, dP^T
-                tc += 1
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
                                   S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
@@ -714,7 +712,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 if not (FUSED and DS_SMEM):
                     ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
                 if TURNS:
-                    mbarrier.wait(mine, tc & 1)
+                    mbarrier.wait(mine, 1)
                 dv = warpgroup_mma(p16, do_t, dv, is_async=True)
                 if FUSED and DS_SMEM:  # (dS^T fenced and passed on above)
                     dk = warpgroup_mma(ds_t.slice(64 * wg, 64), q_t, dk, is_async=True)
@@ -737,11 +735,9 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                     dv, dk = _dq_turn(ds_t, k_smem, ds_bar.index(it % 2), (it // 2) & 1, other, dv, dk,
                                       dq_smem.index(wg), dq_desc, b, m0, hs, sm_scale, DQ_COLS * wg * DQ_COL_HALVES,
                                       shape, order, True, 64 * wg * DQ_ROW_HALVES)
-                tc += 1
             else:
                 if TURNS:
                     _pass(other)
-                tc += 1
                 if HEAD_DIM_B > 0:
                     dv, dk, dk_b = warpgroup_mma_wait(0, deps=(dv, dk, dk_b))
                 else:
@@ -777,7 +773,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
         gl.store(stamp + 6, gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True,
                                                       pack=1).to(gl.int64))
         gl.store(stamp + 7, it - it0)
-    return it, tc
+    return it
 
 
 @gluon.jit
