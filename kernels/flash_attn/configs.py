@@ -795,7 +795,8 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: or unordered fused kernel runs persistent (bwd_gluon.dkdv_launch's ``persistent``: one program an SM over the
 #: (key block, head) tiles, descriptors and barriers made once a program). Session 44's timeline (H200,
 #: docs/perf/gluon-s44): 5-7 us between two programs on an SM, 10-28% of the SMs' time at 1k, 6-18% at 2k, 1-3% at
-#: 16k. Built after that session's last GPU call (sm_90a compile: hd 64 0 B spilled; hd 128 64-184 -> 144-396 B):
+#: 16k. Built after that session's last GPU call (sm_90a compile, session 45: hd 64 64-row 0 B spilled, 128-row 96 ->
+#: 196 B; hd 128 64-184 -> 136-360 B):
 #: not measured, empty; ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV and fused launch of the
 #: default route persistent (probes, tests, ``route-ab``).
 BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {}

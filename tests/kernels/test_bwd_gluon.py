@@ -148,18 +148,23 @@ def test_the_timeline_stamps_leave_the_kernels_work_alone(compiled):
 #: (with the adder warp)
 PERSISTENT_TWINS = ["bwd16:64,64,2,1", "bwd16:128,64,2,1", "bwdf16:64,64,2,1@t0", "bwdf16:64,128,2,0",
                     "bwda16:128,64,3,0"]
+#: the persistent kernels' spill bytes (ptxas, session 45: an upper bound here, more is a regression): their tile
+#: coordinates and counts live across the tile loop; session 44's turn count, carried too, spilled 40-56 B more
+PERSISTENT_SPILL_AT_MOST = {"bwd16:128,64,2,1": 256, "bwdf16:64,128,2,0": 196, "bwda16:128,64,3,0": 292}
 
 
 def test_the_persistent_kernels_do_the_same_work(compiled):
     """A persistent kernel compiles to the same wgmmas and TMA reduces as its one-program-a-tile twin, its shared
     memory at most 32 B more (the K / V release barrier), hd 64's 64-row tiles without a spill (the cells where
-    session 44's timeline put 17-28% of the SMs' time between programs at 1k)."""
+    session 44's timeline put 17-28% of the SMs' time between programs at 1k), the others within their bounds."""
     for spec in PERSISTENT_TWINS:
         plain, persistent = compiled[spec], compiled[f"{spec}@p1"]
         assert (persistent["wgmma"], persistent["tma_reduce"]) == (plain["wgmma"], plain["tma_reduce"]), spec
         assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
         if spec.split(":")[1].startswith("64,64,"):
             assert persistent["spill"] == 0, (spec, persistent["spill"])
+        else:
+            assert persistent["spill"] <= PERSISTENT_SPILL_AT_MOST[spec], (spec, persistent["spill"])
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
