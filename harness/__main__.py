@@ -1,5 +1,5 @@
 import sys
 
-from harness.cli import main
+from harness.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

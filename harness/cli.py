@@ -60,5 +60,17 @@ def main(argv: list[str] | None = None) -> int:
     return int(args._module.main(args) or 0)
 
 
+def entry() -> int:
+    """``python -m harness`` and the ``attn-harness`` script: :func:`main`, and a Ctrl-C that reaches this level
+    (one during start-up, while torch imports; or in a command that writes no report) one line and exit status
+    130 instead of a traceback. The commands that write reports (run, bench, fuzz, accept) turn an interrupt into a
+    report of what finished themselves."""
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("python -m harness: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
