@@ -39,8 +39,9 @@ ORDERED_SPILL_AT_MOST = {"128": 200, "64": 0}
 #: (session 37: 100-180 B the dK / dV kernel, 152 B fused over 2 stages, 296 B over 3; nested: 352-684 B)
 FLAT_SPILL_AT_MOST = 300
 #: ... and of the persistent kernels (@p1; session 44, built without a GPU): hd 64's 64-row tiles none, as one
-#: program a tile; hd 128 144-328 B (64-184 B one program a tile: the tile loop's counters and coordinates stay live)
-PERSISTENT_SPILL_AT_MOST = {("128", 64): 400, ("64", 64): 0, ("64", 128): 300}
+#: program a tile; hd 128 256-292 B, hd 64's 128-row tiles 196 B (session 45, the turn count no longer carried:
+#: 312-328 and 236 before; 64-184 and 96 B one program a tile: the tile loop's index and coordinates stay live)
+PERSISTENT_SPILL_AT_MOST = {("128", 64): 300, ("64", 64): 0, ("64", 128): 200}
 #: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
 
@@ -148,23 +149,18 @@ def test_the_timeline_stamps_leave_the_kernels_work_alone(compiled):
 #: (with the adder warp)
 PERSISTENT_TWINS = ["bwd16:64,64,2,1", "bwd16:128,64,2,1", "bwdf16:64,64,2,1@t0", "bwdf16:64,128,2,0",
                     "bwda16:128,64,3,0"]
-#: the persistent kernels' spill bytes (ptxas, session 45: an upper bound here, more is a regression): their tile
-#: coordinates and counts live across the tile loop; session 44's turn count, carried too, spilled 40-56 B more
-PERSISTENT_SPILL_AT_MOST = {"bwd16:128,64,2,1": 256, "bwdf16:64,128,2,0": 196, "bwda16:128,64,3,0": 292}
 
 
 def test_the_persistent_kernels_do_the_same_work(compiled):
     """A persistent kernel compiles to the same wgmmas and TMA reduces as its one-program-a-tile twin, its shared
     memory at most 32 B more (the K / V release barrier), hd 64's 64-row tiles without a spill (the cells where
-    session 44's timeline put 17-28% of the SMs' time between programs at 1k), the others within their bounds."""
+    session 44's timeline put 17-28% of the SMs' time between programs at 1k)."""
     for spec in PERSISTENT_TWINS:
         plain, persistent = compiled[spec], compiled[f"{spec}@p1"]
         assert (persistent["wgmma"], persistent["tma_reduce"]) == (plain["wgmma"], plain["tma_reduce"]), spec
         assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
         if spec.split(":")[1].startswith("64,64,"):
             assert persistent["spill"] == 0, (spec, persistent["spill"])
-        else:
-            assert persistent["spill"] <= PERSISTENT_SPILL_AT_MOST[spec], (spec, persistent["spill"])
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
