@@ -69,9 +69,14 @@ class PolledInterrupt:
             self.received = self._NAMES.get(signum, f"signal {signum}")
 
     def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():  # signal.signal's requirement
-            for sig in self._NAMES:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        """Take SIGTERM and SIGINT (main thread only: signal.signal's requirement); a signal ignored when the
+        command started (SIG_IGN: e.g. SIGINT in a background job) stays ignored."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = {sig: signal.getsignal(sig) for sig in self._NAMES}  # (all recorded before any is replaced)
+        self._previous = {sig: h for sig, h in previous.items() if h is not signal.SIG_IGN}
+        for sig in self._previous:
+            signal.signal(sig, self._handle)
 
     def check(self) -> None:
         """Raise the recorded signal's KeyboardInterrupt (once; only while :attr:`armed`)."""

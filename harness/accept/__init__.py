@@ -268,8 +268,6 @@ def _main(args, stop: PolledInterrupt) -> int:
             info = probing.result()
         except ChildFailed as e:
             o = e.outcome
-            if o.kind == "interrupted":
-                raise KeyboardInterrupt(iso.interrupted) from None
             if o.kind == "usage_error":
                 raise _Usage(f"--impl {args.impl}: {o.reason}") from None
             raise _Usage(f"--impl {args.impl}: loading the callable failed: {o.reason}"
@@ -299,8 +297,10 @@ def _main(args, stop: PolledInterrupt) -> int:
             "interrupted (SIGTERM)" if why == "SIGTERM" else "interrupted (Ctrl-C)"
         iso.interrupt(interrupted)  # no case starts any more; the running children are killed
         _say(f"\n{interrupted}: stopping; the report marks every unfinished case as not run")
+    except _Usage:
+        raise  # (the probe's answer: no child runs)
     except BaseException:
-        # The judge itself failed (a bug, a usage error): no running child may keep the command alive.
+        # The judge itself failed: no running child may keep the command alive.
         iso.interrupt("the judge stopped on an error")
         raise
     finally:

@@ -109,6 +109,19 @@ def _signal_name(code: int) -> str:
         return f"signal {code}"
 
 
+def _kill_fork_server() -> None:
+    """SIGKILL this process's multiprocessing fork server, if it runs: a start waiting for it then fails at once
+    (multiprocessing keeps its pid privately; a later start makes a new server)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _kill(proc) -> None:
     try:
         proc.kill()
@@ -140,6 +153,7 @@ class Isolator:
         self._stop_reason = ""
         self._lock = threading.Lock()
         self._live: set = set()  # children started and not yet reaped
+        self._starting = 0  # children being started (a fork server's start-up may take seconds, or hang)
 
     @property
     def interrupted(self) -> str | None:
@@ -148,14 +162,19 @@ class Isolator:
 
     def interrupt(self, reason: str = "interrupted") -> None:
         """Stop the run, from any thread: no child starts any more, every running child is killed
-        (SIGKILL; the thread waiting for it gets an ``interrupted`` outcome)."""
+        (SIGKILL; the thread waiting for it gets an ``interrupted`` outcome). A child being started from a
+        fork server that has not answered yet (its start-up imports torch: seconds; a hung one: forever)
+        stops with the fork server, which is killed too (a later run starts a new one)."""
         with self._lock:
             if not self._stop.is_set():
                 self._stop_reason = reason
                 self._stop.set()
             live = list(self._live)
+            starting = self._starting
         for proc in live:
             _kill(proc)
+        if starting and self.start_method == "forkserver":
+            _kill_fork_server()
 
     def cleanup(self) -> None:
         """Remove the exchange folder (tensor files); logs stay."""
@@ -196,12 +215,30 @@ class ChildSession:
         parent_end, child_end = iso.ctx.Pipe(duplex=True)
         self.conn = parent_end
         self.proc = iso.ctx.Process(target=child_main, args=(json.dumps(full), child_end), name=f"accept:{self.name}")
-        with iso._lock:  # interrupt() either sees this child in _live or stops it from starting
+        with iso._lock:  # no child starts once interrupted
             if iso._stop.is_set():
                 self._remove_folder()
                 raise ChildFailed(ChildOutcome("interrupted", None, f"not run: {iso._stop_reason}", None, 0.0, ""))
+            iso._starting += 1
+        # Started outside the lock: interrupt() must not wait for a fork server's start-up (seconds), nor for a
+        # hung one; it kills the server instead, and this start fails.
+        try:
             self.proc.start()
+        except Exception:
+            self._remove_folder()
+            # (the signal of a time limit may have killed the fork server a moment before the parent's own interrupt)
+            if iso._stop.is_set() or iso._stop.wait(INTERRUPT_GRACE_S):
+                raise ChildFailed(ChildOutcome("interrupted", None, f"not run: {iso._stop_reason}", None, 0.0,
+                                               "")) from None
+            raise
+        finally:
+            with iso._lock:
+                iso._starting -= 1
+        with iso._lock:  # interrupt() either sees this child in _live or has stopped the run: then it is killed here
             iso._live.add(self.proc)
+            stopped = iso._stop.is_set()
+        if stopped:
+            _kill(self.proc)
         child_end.close()  # the child's end lives in the child only: its death is then EOF here
         reply = self._receive()
         if not reply.get("ok"):

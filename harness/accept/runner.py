@@ -33,6 +33,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import platform
+import signal
 import sys
 import time
 import traceback
@@ -386,6 +387,9 @@ def child_main(hello_json: str, conn) -> None:
     import json
 
     hello = json.loads(hello_json)
+    # Ctrl-C reaches the whole process group: the parent decides (it kills its children when interrupted). A child
+    # that died of it between two requests would otherwise look like a crash before the parent's interrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hello.get("log_path"):
         _redirect_output(hello["log_path"])
     _no_core_dumps()

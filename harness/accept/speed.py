@@ -169,9 +169,13 @@ def run_speed(isolator, *, hello: dict, declared, family: str, device: str, case
     log(f"  speed: the device's ceilings measured by the judge ({time.perf_counter() - t0:.1f} s)")
     try:
         for case in cases:
+            if isolator.interrupted:  # (the run was stopped: no more cases, no plot; the caller reports it)
+                return {"status": "not measured", "reason": isolator.interrupted}
             run.case(case)
     finally:
         run.close()
+    if isolator.interrupted:
+        return {"status": "not measured", "reason": isolator.interrupted}
     section = {"status": "measured", "clock": clock_of(dev), "cases": run.results,
                "failed_checks": run.failed}
     section["markdown"] = _markdown(run.results, run.failed, host=dev.type != "cuda")
