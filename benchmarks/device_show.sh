@@ -881,26 +881,28 @@ probe-whole)  # issue 16 (session 43, runbook item 0): gluon_bwd_probe.py --whol
     done
     tarred probe-whole
     ;;
-persistent)  # issue 16 (session 44, built without a GPU): the persistent dK / dV and fused kernels (one program an SM
-    # over the tiles, bwd_gluon's PERSISTENT) at the short lengths where the timeline put 10-28% of the SMs' time
-    # between programs: their GPU tests first (a wrong barrier phase hangs: the timeout), then per routed cell the
-    # kernels alone and the fused backward whole with and without ,p1 (PROBE_SECONDS each, default 90), then hd 64
-    # causal's timeline both ways (the gaps should be gone; the programs' entry stamps split a gap into the CTA's
-    # launch and its set-up)
+persistent)  # issue 16 (sessions 44-45, built without a GPU): the persistent dK / dV, fused and dQ kernels (one program
+    # an SM over the tiles, bwd_gluon's PERSISTENT) at the short lengths where the timeline put 10-28% of the SMs'
+    # time between programs: their GPU tests first (a wrong barrier phase hangs: the timeout), then per routed cell
+    # the kernels alone and the fused backward whole with and without ,p1 (PROBE_SECONDS each, default 90; hd 128's
+    # dQ kernel too), then hd 64 causal's timeline both ways (the gaps should be gone; the programs' entry stamps
+    # split a gap into the CTA's launch and its set-up)
     setup
     mkdir -p "$OUT/persistent"
-    FLASH_ATTN_AUTOTUNE=0 timeout 120 python3 -m pytest -q -n 8 -m gpu tests/kernels/test_bwd_gluon.py -k persistent \
+    FLASH_ATTN_AUTOTUNE=0 timeout 180 python3 -m pytest -q -n 8 -m gpu tests/kernels/test_bwd_gluon.py -k persistent \
         -p no:cacheprovider > "$OUT/persistent/tests.log" 2>&1
     echo "tests exit $?" >> "$OUT/persistent/tests.log"
     tail -n 3 "$OUT/persistent/tests.log"
-    for run in "64 yes 64,2,t0" "64 no 128,2" "128 no 64,3,a1" "128 yes 64,2,m1"; do
-        set -- $run
+    for run in "64 yes 64,2,t0 -" "64 no 128,2 -" "128 no 64,3,a1 128,2,p1" "128 yes 64,2,m1 128,2,p1"; do
+        set -- $run  # (the fourth: the persistent dQ config, "-" none: hd 64's dQ kernel is not routed)
+        dq_p=""; [ "$4" = - ] || dq_p="$4"
         log="$OUT/persistent/hd$1-causal-$2.md"
         timeout "${PROBE_SECONDS:-90}" python3 benchmarks/gluon_bwd_probe.py --head-dims "$1" --masks "$2" \
-            --seqlens 1024,2048 --dkdv 64,2 64,2,p1 --dq 128,2 --fused "$3" "$3,p1" --whole --repeat 3 > "$log" 2>&1
+            --seqlens 1024,2048 --dkdv 64,2 64,2,p1 --dq 128,2 $dq_p --fused "$3" "$3,p1" --whole --repeat 3 \
+            > "$log" 2>&1
         echo "probe exit $?" >> "$log"
         grep -hE "FAIL|probe exit" "$log" | head -n 3
-        python3 benchmarks/gluon_bwd_probe.py --from-log "$log" | grep -E "gluon dkdv|gluon fused|fused whole"
+        python3 benchmarks/gluon_bwd_probe.py --from-log "$log" | grep -E "gluon dkdv|gluon dq|gluon fused|fused whole"
     done
     log="$OUT/persistent/timeline-hd64-causal-yes.md"  # (both kernels both ways: the gaps, their launch / set-up)
     timeout 90 python3 benchmarks/gluon_bwd_probe.py --head-dims 64 --masks yes --seqlens 1024,2048 \

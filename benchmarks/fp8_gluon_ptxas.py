@@ -23,7 +23,7 @@ them): its consumers issue without taking turns, its ``turns=False``; @x1 (any o
 stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one program an SM over the tiles, its
 ``persistent``; e.g.
 bwdf16:128,64,2,1@m1, several as @m1@u1), and
-bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16] for its dQ kernel. Gluon has no interpreter, so this is
+bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1] for its dQ kernel (@p1: persistent). Gluon has no interpreter, so this is
 how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it in a subprocess: the
 suite's interpreter setting would otherwise turn the kernel's helpers into interpreted functions).
 """
@@ -129,9 +129,10 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
 
 
 def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
-                         dv: int | None = None) -> dict:
+                         dv: int | None = None, persistent: bool = False) -> dict:
     """The same report for the warp-specialised dQ kernel (kernels/flash_attn/bwd_gluon.py), 128 query rows a
-    program, ``block_n`` keys a block; ``dv`` as :func:`compile_bwd16_sm90a`'s."""
+    program, ``block_n`` keys a block; ``dv`` as :func:`compile_bwd16_sm90a`'s; ``persistent``: one program an SM
+    over the tiles (its ``persistent``)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -139,7 +140,8 @@ def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: 
     q, k, dq = (torch.empty(b, s, h, d, dtype=dtype) for _ in range(3))
     v, do, out = (torch.empty(b, s, h, dv or d, dtype=dtype) for _ in range(3))
     lse, delta = (torch.empty(b, h, s) for _ in range(2))
-    call = bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, dq, 0.125, causal, block_n, stages)
+    call = bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, dq, 0.125, causal, block_n, stages,
+                                  persistent=persistent)
     return _report(compile_call(bwd_gluon._bwd_dq_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -185,10 +187,14 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
         if spec.startswith("bwdq16:"):
-            d, dv, rest = _head_dims(spec)
+            plain, *options = spec.split("@")
+            if any(o != "p1" for o in options):
+                raise SystemExit(f"spec {spec}: the dQ kernel's only option after @ is p1")
+            d, dv, rest = _head_dims(plain)
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
-            r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv)
+            r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
+                                     persistent=bool(options))
         elif spec.startswith(("bwdw16:", "bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
             plain, *options = spec.split("@")
             variant = _dkdv_options(spec, options)

@@ -75,7 +75,8 @@ DKDV_OPTIONS = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(ma
 
 
 def _config(spec: str, first: str) -> dict:
-    """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords; a dK / dV config may
+    """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords (a dQ config may go on
+    with ,p1: one program an SM over the tiles, its ``persistent``); a dK / dV config may
     go on with ,h1 / ,h0 (128-row tiles' S^T and dP^T in two 64-query halves or not: dkdv_gluon's ``halves``) and
     ,m1 (the causal mask on every tile: its ``mask_every_tile``), ,w1 (a program's (head, tile) steps in one flat
     loop, as the route walks GQA / MQA at hd 128: its ``walk=1``; default the nested loops), ,u1 (fused: dQ's
@@ -87,9 +88,9 @@ def _config(spec: str, first: str) -> dict:
     ,p1 (either kernel, not with ,o1: one program an SM over the tiles, its ``persistent``; with --whole the fused
     route's launch persistent)."""
     parts, options = spec.split(",")[:2], spec.split(",")[2:]
-    allowed = DKDV_OPTIONS if first == "block_m" else {}
+    allowed = DKDV_OPTIONS if first == "block_m" else {"p1": DKDV_OPTIONS["p1"]}
     if len(parts) != 2 or not all(x.isdigit() for x in parts) or any(o not in allowed for o in options):
-        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1][,p1]" if first == "block_m" else ""
+        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1][,p1]" if first == "block_m" else "[,p1]"
         raise SystemExit(f"config {spec}: want BLOCK,STAGES{want}")
     out = dict(zip((first, "num_stages"), map(int, parts)))
     for o in options:
@@ -521,7 +522,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--masks", default="no,yes")
     ap.add_argument("--dkdv", nargs="+", default=list(DEFAULT_DKDV), metavar="BLOCK_M,STAGES")
-    ap.add_argument("--dq", nargs="+", default=list(DEFAULT_DQ), metavar="BLOCK_N,STAGES")
+    ap.add_argument("--dq", nargs="+", default=list(DEFAULT_DQ), metavar="BLOCK_N,STAGES[,p1]")
     ap.add_argument("--fused", nargs="*", default=list(DEFAULT_FUSED), metavar="BLOCK_M,STAGES",
                     help="the fused backward's kernel configs (none: not run)")
     ap.add_argument("--ordered", action="store_true",

@@ -916,11 +916,54 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
 
 @gluon.jit
+def _dq_tile_coords(t, tiles, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The persistent dQ kernel's tile ``t`` -> (batch, query head, kv head, first query row, key blocks, the first
+    masked one) (``tiles``: its persistent arguments: the tiles, query heads, group, both sequence lengths, Q / dO's
+    release): query blocks of 128 rows inner, as the one-program-a-tile grid's launch order (the tiles running
+    together share one kv head's K and V in L2); causal, odd (batch, head) units walk their query blocks the other
+    way, so the static round-robin hands each program heavy and light tiles alike (the dK / dV kernel's snake)."""
+    num_heads, group, seqlen_q, seqlen_k = tiles[1], tiles[2], tiles[3], tiles[4]
+    n_qb = gl.cdiv(seqlen_q, 128)
+    pid_bh = t // n_qb
+    pid_m = t - pid_bh * n_qb
+    if IS_CAUSAL:
+        pid_m = pid_m + (pid_bh % 2) * (n_qb - 1 - 2 * pid_m)
+    b = pid_bh // num_heads
+    h = pid_bh % num_heads
+    m0 = pid_m * 128
+    n_blocks, mask_from = _key_blocks(m0, seqlen_k - seqlen_q, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
+    return b, h, h // group, m0, n_blocks, mask_from
+
+
+@gluon.jit
 def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
-             n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b):
+             n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0):
     """The loader warp: both consumers' Q and dO tiles once, then K and V block by block into the slots both
     consumers released. With ``shape.HEAD_DIM_B`` the second q / k head-dim part's Q and K tiles too (``*_b``:
-    from column HEAD_DIM)."""
+    from column HEAD_DIM). ``shape.PERSISTENT``: the same per tile of the program's (``tiles``: the kernel's
+    persistent arguments; b to n_blocks unused), a tile's Q and dO once both consumers released the last tile's
+    (``q_free``: after their last key block's wgmmas, before their dQ stores), the ring's slots counted over the
+    tiles (the next tile's first K / V blocks load during this one's last ones)."""
+    if shape.PERSISTENT:
+        q_free = tiles[5]
+        j = 0
+        i = 0
+        for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
+            b, h, hk, m0, n_blocks, mask_from = _dq_tile_coords(t, tiles, shape.IS_CAUSAL, shape.BLOCK_M)
+            mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)  # (both consumers' last reads of the last Q / dO)
+            j = _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty,
+                              b, h, hk, m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, j)
+            i += 1
+    else:
+        _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk,
+                      m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, 0)
+
+
+@gluon.jit
+def _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk,
+                  m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, j0):
+    """:func:`_dq_load`'s work for one tile, the ring's slots counted from ``j0``; returns the count after it."""
+    j0 = gl.to_tensor(j0)  # (a loop-carried count: a plain 0 for a program's only tile)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     BLOCK_N: gl.constexpr = shape.BLOCK_M  # (the dQ kernel's key block rides in the shape's BLOCK_M)
@@ -931,25 +974,56 @@ def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q
         tma.async_copy_global_to_shared(do_desc, [b, m0 + 64 * w, h, 0], q_bar, do_smem.index(w))
         if HEAD_DIM_B > 0:
             tma.async_copy_global_to_shared(q_desc_b, [b, m0 + 64 * w, h, HEAD_DIM], q_bar, q_smem_b.index(w))
-    for j in range(0, n_blocks):
+    for jb in range(0, n_blocks):
+        j = j0 + jb
         slot = j % NUM_STAGES
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
         mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
-        tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, hk, 0], ready.index(slot), v_smem.index(slot))
+        tma.async_copy_global_to_shared(k_desc, [b, jb * BLOCK_N, hk, 0], ready.index(slot), k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [b, jb * BLOCK_N, hk, 0], ready.index(slot), v_smem.index(slot))
         if HEAD_DIM_B > 0:
-            tma.async_copy_global_to_shared(k_desc_b, [b, j * BLOCK_N, hk, HEAD_DIM], ready.index(slot),
+            tma.async_copy_global_to_shared(k_desc_b, [b, jb * BLOCK_N, hk, HEAD_DIM], ready.index(slot),
                                             k_smem_b.index(slot))
+    return j0 + n_blocks
 
 
 @gluon.jit
 def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                 stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0, n_blocks,
-                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b):
-    """One consumer warpgroup: query rows [m0 + 64 wg, + 64). First delta = rowsum(dO * O) of its rows (stored for
-    the dK / dV kernel), then per key block S = Q K^T and dP = dO V^T issued in one turn, P and dS computed, and
-    dQ += dS K issued in the next turn; dQ scaled and stored at the end. With ``shape.HEAD_DIM_B`` (MLA) S is two
-    chained wgmmas and dQ two accumulators, one a head-dim part."""
+                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, tiles=0):
+    """One consumer warpgroup (:func:`_dq_consume_tile`) over the program's tile, or with ``shape.PERSISTENT`` over
+    each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to mask_from unused), the key
+    blocks counted over the program's tiles."""
+    if shape.PERSISTENT:
+        j = 0
+        i = 0
+        for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
+            b, h, hk, m0, n_blocks, mask_from = _dq_tile_coords(t, tiles, shape.IS_CAUSAL, shape.BLOCK_M)
+            j = _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta,
+                                 DQ, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs,
+                                 stride_dqh, b, h, m0, n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                 shape, q_smem_b, k_smem_b, i, j, tiles[5])
+            i += 1
+    else:
+        _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ,
+                         stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b,
+                         h, m0, n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b,
+                         k_smem_b, 0, 0, q_bar)
+
+
+@gluon.jit
+def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
+                     stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
+                     n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, i, j0,
+                     q_free):
+    """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``j0``: the key blocks
+    consumed before it; returns the count after it): query rows [m0 + 64 wg, + 64). First delta = rowsum(dO * O) of
+    its rows (stored for the dK / dV kernel), then per key block S = Q K^T and dP = dO V^T issued in one turn, P and
+    dS computed, and dQ += dS K issued in the next turn; dQ scaled and stored at the end. Two turns a key block,
+    each consumer's, every block: a turn's barrier phase is even for the first, odd for the second. With
+    ``shape.HEAD_DIM_B`` (MLA) S is two chained wgmmas and dQ two accumulators, one a head-dim part.
+    ``shape.PERSISTENT``: once its last wgmmas reading the tile's Q and dO retired, the consumer releases them
+    (``q_free``) before storing dQ, so the loader brings the next tile's meanwhile."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -978,8 +1052,8 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
     lse2 = gl.load(Lse + b64 * stride_lb + h64 * stride_lh + rows, mask=row_ok, other=float("inf")) \
         * 1.4426950408889634
 
-    mbarrier.arrive(turn.index(0), count=1, pred=wg == 1)  # consumer 0 issues first
-    mbarrier.wait(q_bar, 0)
+    mbarrier.arrive(turn.index(0), count=1, pred=(wg == 1) & (i == 0))  # consumer 0 issues first (a program's)
+    mbarrier.wait(q_bar, i & 1)
     # delta = rowsum(dO * O) over this warpgroup's rows, kept for dS and published for the dK / dV kernel
     o_rows = row0 + gl.arange(0, 64, layout=gl.SliceLayout(1, G_LAYOUT))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, G_LAYOUT))
@@ -993,36 +1067,37 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
     dq = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
     if HEAD_DIM_B > 0:
         dq_b = gl.zeros([64, KB_DIM], gl.float32, layout=GB_LAYOUT)
-    tc = 0  # turns taken
-    for j in range(0, n_blocks):
+    j0 = gl.to_tensor(j0)  # (a loop-carried count: a plain 0 for a program's only tile)
+    for jb in range(0, n_blocks):
+        j = j0 + jb
         slot = j % NUM_STAGES
         k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
         v_t = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
         k_t_b = k_smem_b.index(slot).reshape([BLOCK_N, KB_DIM])
         mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
-        mbarrier.wait(mine, tc & 1)
+        mbarrier.wait(mine, 0)
         s, dp = _s_and_dp(q_w, k_t, do_w, v_t, other, BLOCK_N, S_LAYOUT, q_w_b, k_t_b, HEAD_DIM_B > 0)
-        tc += 1
         s = warpgroup_mma_wait(1, deps=(s, ))  # S done; dP may still run
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
         if IS_CAUSAL:
-            if j * BLOCK_N >= mask_from:  # the block holds keys some row must not see: key n iff n <= i + off
-                keys = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+            if jb * BLOCK_N >= mask_from:  # the block holds keys some row must not see: key n iff n <= i + off
+                keys = jb * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
                 keep = gl.expand_dims(keys, 0) <= gl.expand_dims(rows + off, 1)
                 p = gl.where(keep, p, 0.0)
         dp = warpgroup_mma_wait(0, deps=(dp, ))
         ds16 = gl.convert_layout((p * (dp - gl.expand_dims(delta, 1))).to(DTYPE), A_LAYOUT)
-        mbarrier.wait(mine, tc & 1)
+        mbarrier.wait(mine, 1)
         dq = warpgroup_mma(ds16, k_t, dq, is_async=True)  # keys past the sequence: zero-filled K rows add nothing
         if HEAD_DIM_B > 0:
             dq_b = warpgroup_mma(gl.convert_layout(ds16, AB_LAYOUT), k_t_b, dq_b, is_async=True)
         _pass(other)
-        tc += 1
         if HEAD_DIM_B > 0:
             dq, dq_b = warpgroup_mma_wait(0, deps=(dq, dq_b))
         else:
             dq = warpgroup_mma_wait(0, deps=(dq, ))
         _pass(empty.index(slot))  # this block's K and V read: the slot is free
+    if shape.PERSISTENT:
+        _pass(q_free)  # (every wgmma of this consumer retired: the next tile's Q and dO may land)
     dq = dq * sm_scale
     gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(o_rows.to(gl.int64) * stride_dqs, 1)
              + gl.expand_dims(dims, 0), dq.to(DQ.dtype.element_ty), mask=o_keep)
@@ -1032,6 +1107,7 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         dims_b = HEAD_DIM + gl.arange(0, KB_DIM, layout=gl.SliceLayout(0, GB_LAYOUT))
         gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(rows_b.to(gl.int64) * stride_dqs, 1)
                  + gl.expand_dims(dims_b, 0), dq_b.to(DQ.dtype.element_ty), mask=gl.expand_dims(rows_b < seqlen_q, 1))
+    return j0 + n_blocks
 
 
 @gluon.jit
@@ -1042,10 +1118,12 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
                       K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
-                      QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None):
+                      QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, PERSISTENT: gl.constexpr = False):
     """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
     delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next.
-    ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s."""
+    ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s. ``PERSISTENT``: one
+    program an SM (grid: min(tiles, SMs) x 1) over the (query block, batch, query head) tiles, tile t to program t
+    mod the grid (:func:`_dq_tile_coords`' order); descriptors and barriers made once a program."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
@@ -1073,13 +1151,18 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
         stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, 2, 64, NUM_STAGES, BLOCK_N, QB_SL, KB_SL)
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
 
-    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B)
+    tiles = 0  # (persistent: the tiles, the coordinates' inputs and Q / dO's release)
+    if PERSISTENT:
+        q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_free, count=2)  # both consumers
+        tiles = (gl.cdiv(seqlen_q, 128) * batch * num_heads, num_heads, group, seqlen_q, seqlen_k, q_free)
+    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, PERSISTENT=PERSISTENT)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
-                 n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
+                 n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     consume_args = (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                     stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
                     n_blocks, mask_from, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape,
-                    q_smem_b, k_smem_b)
+                    q_smem_b, k_smem_b, tiles)
     gl.warp_specialize([(_dq_consume, (0, ) + consume_args), (_dq_consume, (1, ) + consume_args),
                         (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -1352,14 +1435,17 @@ def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
 
 
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
-                 consumer_regs=240) -> dict:
+                 consumer_regs=240, persistent=False) -> dict:
     """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
-    strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`."""
+    strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`. ``persistent``:
+    the kernel's PERSISTENT (one program an SM over the tiles; :func:`dq_launch` sizes its grid)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
     second = {} if d_b == 0 else dict(HEAD_DIM_B=d_b, QB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d_b], g),
                                       KB_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d_b], g))
+    if persistent:
+        second.update(PERSISTENT=True)
     return dict(Q=q, K=k, V=v, DO=do, Out=out, Lse=lse, Delta=delta, DQ=dq, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1373,23 +1459,35 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                 K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4, **second)
 
 
-def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240):
+def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
+              persistent=False):
     """Launch the dQ kernel into ``dq`` (and delta into ``delta``, lse's shape and strides; inputs checked by the
     caller: :func:`unsupported` with out as dO's twin, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
-    (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names)."""
+    (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names). ``persistent``: min(tiles, the GPU's
+    multiprocessors) programs (:func:`dq_grid`)."""
     launcher.ensure_allocator()
-    kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs)
-    grid = (triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2])
+    kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs,
+                          persistent)
+    grid = dq_grid(q, configs.sm_count(q.get_device()) if persistent else None)
     return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs)
 
 
+def dq_grid(q, programs: int | None = None) -> tuple[int, int]:
+    """The dQ kernel's grid over ``q`` [B, Sq, Hq, D]: one program a tile (query blocks of 128 rows x (batch, query
+    head)), or with ``programs`` (the persistent kernel) at most that many in one dimension, each walking tiles t,
+    t + grid, ... (``_dq_tile_coords``)."""
+    blocks, units = triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2]
+    return (blocks, units) if programs is None else (max(1, min(blocks * units, programs)), 1)
+
+
 def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-             poison=False, launches=None):
+             poison=False, launches=None, persistent=False):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
-    from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s."""
+    from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s;
+    ``persistent`` (not routed by default): one program an SM over the tiles (the kernel's PERSISTENT)."""
     _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(
-        q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs))
+        q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent))
     return dq, delta

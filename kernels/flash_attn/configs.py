@@ -791,21 +791,23 @@ BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 #: ``FLASH_ATTN_BWD=ordered`` runs it wherever the fused kernel can, at any length, deterministic call or not
 #: (tests, probes).
 BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
-#: (kernel "dkdv" / "fused", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split route's)
-#: or unordered fused kernel runs persistent (bwd_gluon.dkdv_launch's ``persistent``: one program an SM over the
-#: (key block, head) tiles, descriptors and barriers made once a program). Session 44's timeline (H200,
+#: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
+#: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
+#: persistent (bwd_gluon.dkdv_launch's / dq_launch's ``persistent``: one program an SM over the (key block, head) or
+#: (query block, head) tiles, descriptors and barriers made once a program). Session 44's timeline (H200,
 #: docs/perf/gluon-s44): 5-7 us between two programs on an SM, 10-28% of the SMs' time at 1k, 6-18% at 2k, 1-3% at
 #: 16k. Built after that session's last GPU call (sm_90a compile, session 45: hd 64 64-row 0 B spilled, 128-row 96 ->
 #: 196 B; hd 128 64-184 -> 136-360 B):
-#: not measured, empty; ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV and fused launch of the
-#: default route persistent (probes, tests, ``route-ab``).
+#: not measured, empty; ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the
+#: default route persistent (probes, tests, ``route-ab``). The dQ kernel's (session 45, compiled only): 0 B spilled,
+#: as one program a tile.
 BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {}
 
 
 def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:
     """Whether the backward's Gluon ``kernel`` ("dkdv": the split route's dK / dV kernel; "fused": the unordered fused
-    one) runs persistent at this q / k head dim, mask and shorter sequence length: :data:`BWD_GLUON_PERSISTENT`, or
-    ``FLASH_ATTN_BWD=persistent`` (everywhere)."""
+    one; "dq": the split route's dQ kernel) runs persistent at this q / k head dim, mask and shorter sequence
+    length: :data:`BWD_GLUON_PERSISTENT`, or ``FLASH_ATTN_BWD=persistent`` (everywhere)."""
     if os.environ.get("FLASH_ATTN_BWD", "") == "persistent":
         return True
     return seqlen <= BWD_GLUON_PERSISTENT.get((kernel, d, bool(causal)), -1)
@@ -997,6 +999,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
             out["dkdv"]["turns"] = False
         if persistent_bwd("dkdv", q.shape[-1], causal, min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0):
             out["dkdv"]["persistent"] = True
+    if "dq" in out and persistent_bwd("dq", q.shape[-1], causal, min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0):
+        out["dq"]["persistent"] = True
     return out
 
 

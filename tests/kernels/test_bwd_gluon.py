@@ -104,6 +104,7 @@ def compiled(tmp_path_factory):
     specs += TIMELINE_TWINS + [f"{spec}@x1" for spec in TIMELINE_TWINS]
     # the persistent kernels (one program an SM over the tiles), beside their twins above
     specs += PERSISTENT_TWINS + [f"{spec}@p1" for spec in PERSISTENT_TWINS]
+    specs += [f"bwdq16:{d},{bn},{st},1@p1" for d, bn, st in DQ_CONFIGS]  # (the dQ kernel's: causal twins above)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -121,7 +122,7 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get((d, block)),
                  "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
                  "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4}.get(kernel, 0)
-        if "@p1" in spec:
+        if "@p1" in spec and kernel != "bwdq16":  # (the dQ kernel's: none, as one program a tile)
             bound = PERSISTENT_SPILL_AT_MOST[d, block]
         assert r["spill"] <= bound, (spec, r["spill"])
         adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.split("@")[0].endswith(",1"))
@@ -805,17 +806,17 @@ def test_the_preprocess_zeroes_the_ordered_adds_counters():
 
 
 def test_persistent_launches_only_where_asked(monkeypatch):
-    """configs.BWD_GLUON_PERSISTENT's cells (none by default: built in session 44, not measured) and
-    FLASH_ATTN_BWD=persistent (everywhere) hand the split route's Gluon dK / dV launch and the unordered fused launch
-    ``persistent=True``; the ordered launch (deterministic calls in configs.BWD_GLUON_FUSED_ORDERED's cells) never;
-    without either, no launch is persistent. (No sm90 GPU here: as the walk test above.)"""
+    """configs.BWD_GLUON_PERSISTENT's cells (none by default: built in sessions 44-45, not measured) and
+    FLASH_ATTN_BWD=persistent (everywhere) hand the split route's Gluon dK / dV and dQ launches and the unordered
+    fused launch ``persistent=True``; the ordered launch (deterministic calls in configs.BWD_GLUON_FUSED_ORDERED's
+    cells) never; without either, no launch is persistent. (No sm90 GPU here: as the walk test above.)"""
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen = []
+    seen, seen_dq = [], []
     monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
     monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
-    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: seen_dq.append(kw))
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
 
     def call(d, causal, s, deterministic):
@@ -838,7 +839,29 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert call(128, True, 2048, True)["persistent"] is True and call(128, False, 2048, False)["persistent"] is True
     ordered = call(128, False, 8192, True)  # (a deterministic call in an ordered cell: the ordered kernel)
     assert "dq_order" in ordered and "persistent" not in ordered
+    # the split route's Gluon dQ kernel (hd 128 from 4k: configs.BWD_GLUON_MIN_SEQLEN)
+    seen_dq.clear()
+    call(128, True, 4096, True)
+    assert seen_dq.pop()["persistent"] is True
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    call(128, True, 4096, True)
+    assert "persistent" not in seen_dq.pop()
+    monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dq", 128, True): 4096})
+    dkdv = call(128, True, 4096, True)
+    assert seen_dq.pop()["persistent"] is True and "persistent" not in dkdv  # (the dQ cell alone)
     assert configs.fused_bwd_cell(128, 128, False, False, 2048) == configs.BWD_GLUON_FUSED[128][False, False][1]
+
+
+def test_the_persistent_dq_kernel_does_the_same_work(compiled):
+    """The persistent dQ kernel (session 45, built without a GPU) compiles to the same wgmmas as its
+    one-program-a-tile twin, its shared memory 32 B more (the Q / dO release barrier), without a spill (as the
+    twin: 0 B at every config the route or the probes run)."""
+    for d, bn, st in DQ_CONFIGS:
+        spec = f"bwdq16:{d},{bn},{st},1"
+        plain, persistent = compiled[spec], compiled[f"{spec}@p1"]
+        assert persistent["wgmma"] == plain["wgmma"] and not persistent["serialized"], spec
+        assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
+        assert persistent["spill"] == 0 == plain["spill"], (spec, plain["spill"], persistent["spill"])
 
 
 def test_the_persistent_grid_and_its_refusals():
@@ -1330,14 +1353,45 @@ def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, ca
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("programs", [None, 7], ids=["an-SM-each", "7-programs"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, causal, block_n, stages", [
+    (2, 1000, 1000, 4, 4, 128, None, True, 128, 2), (1, 777, 1500, 8, 2, 128, None, False, 64, 3),
+    (2, 1100, 1000, 4, 1, 64, None, True, 64, 3), (1, 600, 700, 4, 4, 192, 128, True, 64, 3)],
+    ids=["hd128-causal", "hd128-GQA-Sq<Sk", "hd64-MQA-causal-Sq>Sk", "mla-causal"])
+def test_gpu_persistent_dq_kernel_gives_the_same_dq_and_delta(b, sq, sk, hq, hk, d, dv, causal, block_n, stages,
+                                                             programs, monkeypatch):
+    """The persistent dQ kernel (one program an SM over the (query block, head) tiles; ``programs`` 7: each program
+    walks many tiles, causal ones of every length, and the Q / dO release, the K / V ring's phases and the turns
+    cross tile boundaries many times): dQ and delta bitwise the one-program-a-tile kernel's (each tile sees the same
+    key blocks in the same order) and dQ within twice the Triton backward's error against the FP64 oracle; run
+    twice, so a barrier phase off by one would show as a hang (the call's timeout) or a wrong tile on either run."""
+    from kernels.flash_attn import configs
+
+    if programs is not None:
+        monkeypatch.setattr(configs, "sm_count", lambda device_index: programs)
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal, dv)
+    kw = dict(softmax_scale=scale, causal=causal, block_n=block_n, num_stages=stages, poison=True)
+    plain = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **kw)
+    for _ in range(2):
+        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, persistent=True, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    _assert_within_triton(got[0], dq_t, ref.dq, "dq")
+    assert torch.allclose(got[1], delta, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_sm90
 @pytest.mark.parametrize("sq, sk, d, causal, deterministic", [
     (1024, 1100, 128, False, False), (2100, 2060, 128, True, True), (4100, 4096, 64, True, False),
-    (4096, 4096, 64, False, True)],
-    ids=["fused-hd128-S1024x1100", "split-hd128-causal", "fused-hd64-causal", "split-hd64"])
+    (4096, 4096, 64, False, True), (4096, 4100, 128, True, True)],
+    ids=["fused-hd128-S1024x1100", "split-hd128-causal", "fused-hd64-causal", "split-hd64",
+         "split-hd128-causal-gluon-dq"])
 def test_gpu_persistent_route_matches_oracle(sq, sk, d, causal, deterministic, monkeypatch):
     """FLASH_ATTN_BWD=persistent through flash_attn_func: the default route's Gluon dK / dV launch (deterministic
-    calls: the split kernels) or unordered fused launch (nondeterministic calls) persistent; out and every gradient
-    within the tolerance rule of the FP64 oracle, a second call replaying the launches (dK / dV the same bits)."""
+    calls: the split kernels, with the Gluon dQ kernel where it runs: hd 128 from 4k) or unordered fused launch
+    (nondeterministic calls) persistent; out and every gradient within the tolerance rule of the FP64 oracle, a
+    second call replaying the launches (dK / dV the same bits)."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
