@@ -8,6 +8,7 @@ The implementation (impls/hangs_unless_mha.py) passes the first case (MHA) and h
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -99,6 +100,51 @@ HARNESS = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.S
            "os.execv(sys.executable, [sys.executable, '-m', 'harness', *sys.argv[1:]])"]
 
 
+def _env(*paths) -> dict:
+    """The command's environment: this checkout (and ``paths``) importable; PYTHONFAULTHANDLER, so a command that
+    does not exit and is sent SIGABRT prints every thread's stack."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, paths), os.environ.get("PYTHONPATH", "")]),
+                PYTHONFAULTHANDLER="1")
+
+
+@contextlib.contextmanager
+def _own_group(cmd: list[str], env: dict):
+    """``cmd`` started in its own process group (its working directory: the implementations), output piped; on
+    leaving, it and whatever its group left are killed."""
+    proc = subprocess.Popen(cmd, cwd=IMPLS, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever a failed run left
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def _exit_code(proc, lines: queue.Queue, seen: list[str], what: str) -> int:
+    """The command's exit status within EXIT_S; else its stacks (SIGABRT) and output in the failure."""
+    try:
+        return proc.wait(timeout=EXIT_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler: where each thread waits
+        proc.wait(timeout=30)
+        raise AssertionError(f"no exit {EXIT_S} s after {what}; its output and stacks:\n"
+                             + "".join(seen) + _drain(lines)) from None
+
+
+def _no_process_left(pgid: int) -> None:
+    """Nothing of the group outlives the command (the fork server leaves once its parent is gone)."""
+    deadline = time.monotonic() + 10
+    while (left := _live_in_group(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, left
+
+
 def _wait_until_hanging(log: Path, timeout: float = START_S) -> None:
     """Until the hanging case's child has printed that it hangs (into its log)."""
     deadline = time.monotonic() + timeout
@@ -138,15 +184,9 @@ def test_interrupted_command_writes_an_incomplete_report_and_leaves_no_child(how
     sigterm-group: GNU timeout (the process, then at once its whole group, children included);
     ctrl-c-group: a terminal's Ctrl-C (SIGINT to the whole group)."""
     out = tmp_path / "out"
-    # PYTHONFAULTHANDLER: a command that does not exit is sent SIGABRT below and prints every thread's stack.
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONFAULTHANDLER="1")
-    proc = subprocess.Popen(
-        [*HARNESS, *ARGS, "--out", str(out)], cwd=IMPLS, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,  # its own process group
-    )
-    pgid = proc.pid
     seen: list[str] = []
-    try:
+    with _own_group([*HARNESS, *ARGS, "--out", str(out)], _env()) as proc:
+        pgid = proc.pid
         lines = _lines(proc.stdout)
         _wait_for(lines, f"[1/3] {MHA}: PASS", START_S, seen)
         _wait_until_hanging(_hang_log(out))  # the GQA case's child is in the call, hanging
@@ -157,32 +197,13 @@ def test_interrupted_command_writes_an_incomplete_report_and_leaves_no_child(how
             os.kill(proc.pid, signal.SIGTERM)
             if how == "sigterm-group":
                 os.killpg(pgid, signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=EXIT_S)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)  # faulthandler: where each thread waits
-            proc.wait(timeout=30)
-            raise AssertionError(f"no exit {EXIT_S} s after the signal; its output and stacks:\n"
-                                 + "".join(seen) + _drain(lines)) from None
+        code = _exit_code(proc, lines, seen, "the signal")
         took = time.monotonic() - t0
         _wait_for(lines, "INCOMPLETE", 5, seen)
         assert code == 1, "".join(seen)
         assert took < 10, took
         _check_report(out, "interrupted (Ctrl-C)" if how == "ctrl-c-group" else "interrupted (SIGTERM)")
-        # No child outlives the command (the fork server leaves once its parent is gone).
-        deadline = time.monotonic() + 10
-        while (left := _live_in_group(pgid)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left, left
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            os.killpg(pgid, signal.SIGKILL)  # whatever a failed run left
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=30)
-        proc.stdout.close()
+        _no_process_left(pgid)
 
 
 def test_in_process_run_interrupted_by_sigterm_restores_the_previous_handler(tmp_path, monkeypatch, capsys):
@@ -336,40 +357,19 @@ def test_sigterm_while_the_fork_server_starts_stops_the_run(tmp_path):
               "isolation.FORKSERVER_PRELOAD = isolation.FORKSERVER_PRELOAD + ['hang_on_import']\n"
               "from harness import cli\n"
               f"sys.exit(cli.main({[*ARGS, '--out', str(out)]!r}))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-               PYTHONFAULTHANDLER="1")
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=IMPLS, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    pgid = proc.pid
-    try:
+    with _own_group([sys.executable, "-c", script], _env(tmp_path)) as proc:
         deadline = time.monotonic() + START_S
-        while not _fork_servers_of(pgid) and time.monotonic() < deadline:
+        while not _fork_servers_of(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _fork_servers_of(pgid), "no fork server started"
+        assert _fork_servers_of(proc.pid), "no fork server started"
         time.sleep(1.0)  # (it imports torch, then hangs in the preload)
         os.kill(proc.pid, signal.SIGTERM)
-        try:
-            printed, _ = proc.communicate(timeout=EXIT_S)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)
-            printed, _ = proc.communicate(timeout=30)
-            raise AssertionError(f"no exit {EXIT_S} s after SIGTERM:\n{printed[-6000:]}") from None
-        assert proc.returncode == 1, printed
+        lines: queue.Queue = _lines(proc.stdout)
+        assert _exit_code(proc, lines, [], "SIGTERM") == 1, _drain(lines)
         rep = json.loads((out / "report.json").read_text())
-        assert rep["verdict"] == "INCOMPLETE" and rep["interrupted"] == "interrupted (SIGTERM)", printed
+        assert rep["verdict"] == "INCOMPLETE" and rep["interrupted"] == "interrupted (SIGTERM)", _drain(lines)
         assert {c["status"] for c in rep["cases"]} == {"not run"}
-        deadline = time.monotonic() + 10
-        while (left := _live_in_group(pgid)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left, left
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=30)
+        _no_process_left(proc.pid)
 
 
 @needs_proc
@@ -378,36 +378,16 @@ def test_ctrl_c_while_a_child_waits_for_its_next_request_is_not_a_crash(tmp_path
     the judge's requests: the children ignore SIGINT and the parent stops them, so the report has finished cases
     and "not run" ones, never a crash (a child that died of the KeyboardInterrupt used to read as one)."""
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PYTHONFAULTHANDLER="1")
     argv = [a if a != "hangs_unless_mha:flash_attn_func" else "correct_softmax:flash_attn_func" for a in ARGS]
-    argv += ["--out", str(out)]
-    proc = subprocess.Popen([*HARNESS, *argv], cwd=IMPLS, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    pgid = proc.pid
     seen: list[str] = []
-    try:
+    with _own_group([*HARNESS, *argv, "--out", str(out)], _env()) as proc:
         lines = _lines(proc.stdout)
         _wait_for(lines, "[1/3]", START_S, seen)
         time.sleep(0.2)  # (the next case's child answers requests, and waits between them)
-        os.killpg(pgid, signal.SIGINT)
-        try:
-            code = proc.wait(timeout=EXIT_S)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)
-            proc.wait(timeout=30)
-            raise AssertionError("no exit after Ctrl-C:\n" + "".join(seen) + _drain(lines)) from None
+        os.killpg(proc.pid, signal.SIGINT)
+        code = _exit_code(proc, lines, seen, "Ctrl-C")
         printed = "".join(seen) + _drain(lines)
         rep = json.loads((out / "report.json").read_text())
         statuses = {c["case"]: c["status"] for c in rep["cases"]}
         assert code == 1 and rep["verdict"] == "INCOMPLETE", printed
         assert set(statuses.values()) <= {"pass", "not run"}, (statuses, printed)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait(timeout=30)
-        proc.stdout.close()
