@@ -296,18 +296,19 @@ def _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split
 
 
 @gluon.jit
-def _persistent_tile(t, seqlen_k, IS_CAUSAL: gl.constexpr):
-    """The persistent kernel's tile ``t`` -> (key block, (batch, kv head, group part)): key blocks inner, as the
-    one-program-a-tile grid's launch order (the tiles running together share one head's Q and dO in L2); causal,
-    odd (batch, head) units walk their key blocks the other way (last, lightest, first), so the static round-robin
-    (tile t to program t mod the grid) hands each program heavy and light tiles alike (a simulation of the FA
-    sweep's causal shapes: the busiest program 1.03-1.06x the mean, against 1.12-1.57x without the snake)."""
-    n_kb = gl.cdiv(seqlen_k, 128)
-    pid_bh = t // n_kb
-    pid_n = t - pid_bh * n_kb
+def _persistent_tile(t, seqlen, IS_CAUSAL: gl.constexpr):
+    """A persistent kernel's tile ``t`` -> (block of 128 rows of ``seqlen``, its unit): blocks inner, as the
+    one-program-a-tile grid's launch order (the tiles running together share one head's data in L2); causal, odd
+    units walk their blocks the other way, so the static round-robin (tile t to program t mod the grid) hands each
+    program heavy and light tiles alike (a simulation of the FA sweep's causal shapes for the dK / dV kernel: the
+    busiest program 1.03-1.06x the mean, against 1.12-1.57x without the snake). The dK / dV kernels' blocks are key
+    blocks and units (batch, kv head, group part); the dQ kernel's query blocks and (batch, query head)."""
+    n_blocks = gl.cdiv(seqlen, 128)
+    unit = t // n_blocks
+    block = t - unit * n_blocks
     if IS_CAUSAL:
-        pid_n = pid_n + (pid_bh % 2) * (n_kb - 1 - 2 * pid_n)
-    return pid_n, pid_bh
+        block = block + (unit % 2) * (n_blocks - 1 - 2 * block)
+    return block, unit
 
 
 @gluon.jit
@@ -919,15 +920,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 def _dq_tile_coords(t, tiles, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
     """The persistent dQ kernel's tile ``t`` -> (batch, query head, kv head, first query row, key blocks, the first
     masked one) (``tiles``: its persistent arguments: the tiles, query heads, group, both sequence lengths, Q / dO's
-    release): query blocks of 128 rows inner, as the one-program-a-tile grid's launch order (the tiles running
-    together share one kv head's K and V in L2); causal, odd (batch, head) units walk their query blocks the other
-    way, so the static round-robin hands each program heavy and light tiles alike (the dK / dV kernel's snake)."""
+    release), in :func:`_persistent_tile`'s order over query blocks."""
     num_heads, group, seqlen_q, seqlen_k = tiles[1], tiles[2], tiles[3], tiles[4]
-    n_qb = gl.cdiv(seqlen_q, 128)
-    pid_bh = t // n_qb
-    pid_m = t - pid_bh * n_qb
-    if IS_CAUSAL:
-        pid_m = pid_m + (pid_bh % 2) * (n_qb - 1 - 2 * pid_m)
+    pid_m, pid_bh = _persistent_tile(t, seqlen_q, IS_CAUSAL)
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     m0 = pid_m * 128
