@@ -997,10 +997,10 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
             out["dkdv"]["turns"] = False
-        if persistent_bwd("dkdv", q.shape[-1], causal, min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0):
-            out["dkdv"]["persistent"] = True
-    if "dq" in out and persistent_bwd("dq", q.shape[-1], causal, min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0):
-        out["dq"]["persistent"] = True
+    shorter = min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0
+    for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
+        if persistent_bwd(name, q.shape[-1], causal, shorter):
+            keywords["persistent"] = True
     return out
 
 
