@@ -487,28 +487,29 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
 route-ab)  # issue 16: the in-repo backward through the harness with this tree's kernels against .old's (carried:
     # `mkdir .old && git archive REV harness kernels | tar -x -C .old`; this tree's harness drives both), alternating
     # new, old, new, old: a route change's whole-backward effect on the same host in one call (AB_CASES: a case regex
-    # of the fa-sweep preset; AB_MODES, default bwd; AB_BACKENDS, default triton_fa (triton_fa_det: the deterministic
+    # of the preset AB_PRESET, default fa-sweep; AB_MODES, default bwd; AB_BACKENDS, default triton_fa (triton_fa_det: the deterministic
     # call, the kernel's default); AB_SECONDS a run, default 90; AB_PAIRS, default 2; the first
     # pair's runs compile each tree's kernels: AB_FIRST_EXTRA more seconds, default 60 — session 40's first run hit
     # its limit while compiling and lost a cell)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
-    mkdir -p "$OUT/route-ab"
+    ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"  # (AB_TAG: two A/Bs in one call keep apart)
+    mkdir -p "$ab"
     for i in $(seq 1 "${AB_PAIRS:-2}"); do
         for side in new old; do
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-old
             limit=${AB_SECONDS:-90}; [ "$i" = 1 ] && limit=$(( limit + ${AB_FIRST_EXTRA:-60} ))
             (cd "$root" && PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$root \
-                timeout $(( limit + 30 )) python3 -m harness bench --preset fa-sweep --dtypes bf16 \
+                timeout $(( limit + 30 )) python3 -m harness bench --preset "${AB_PRESET:-fa-sweep}" --dtypes bf16 \
                 --backends "${AB_BACKENDS:-triton_fa}" --modes "${AB_MODES:-bwd}" --cases="${AB_CASES:?AB_CASES}" \
-                --target-ms 25 --time-limit "$limit" --quiet --out "$OUT/route-ab/$side-$i") \
-                > "$OUT/route-ab/$side-$i.log" 2>&1
-            echo "$side-$i exit $?" >> "$OUT/route-ab/$side-$i.log"
-            grep -A8 "^### " "$OUT/route-ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
+                --target-ms 25 --time-limit "$limit" --quiet --out "$ab/$side-$i") \
+                > "$ab/$side-$i.log" 2>&1
+            echo "$side-$i exit $?" >> "$ab/$side-$i.log"
+            grep -A8 "^### " "$ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
         done
     done
-    python3 benchmarks/route_ab.py "$OUT/route-ab" | tee "$OUT/route-ab/ab.md"
-    tarred route-ab
+    python3 benchmarks/route_ab.py "$ab" | tee "$ab/ab.md"
+    tarred "route-ab${AB_TAG:+-$AB_TAG}"
     ;;
 host-floors)  # issue 16: the in-repo kernels' launch paths beside their launches alone and the host's floors
     # (one torch.empty, one replayed one-pointer launch), unpinned and pinned to one core (HOST_PIN, default 3),

@@ -727,10 +727,14 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: since session 44 (docs/perf/gluon-s44; on an H200, the only kind lent that session: the same sm90 chip, memory
 #: 1.4x faster): through the harness against session 43's route, four pairs, 1.088 / 1.068 / 1.079 / 1.077x (the
 #: probe on an H100 in session 43: 1.04-1.07x alone). hd 64 from 2k, same host, three pairs: non-causal 1.005-1.020x,
-#: causal 1.023-1.029x: under the 5% bar, stays from 4k.
+#: causal 1.023-1.029x: under the 5% bar, stays from 4k. Causal hd 64 and hd 128 from 1k since session 46
+#: (docs/perf/gluon-s46, H200), their kernels persistent there (:data:`BWD_GLUON_PERSISTENT`): through the harness
+#: against session 45's route (Triton split / Gluon dK / dV split at 1k-2k), same host, three pairs: hd 64 1.168-1.177x
+#: at 1k, 1.209-1.222x at 2k; hd 128 1.092-1.099x at 1k. hd 64 non-causal from 1k the same way (persistent): 0.964-
+#: 0.968x at 1k, 1.019-1.032x at 2k: stays from 4k.
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
-    128: {(False, False): (1024, (64, 3)), (False, True): (2048, (64, 2))},
-    64: {(False, False): (4096, (128, 2)), (False, True): (4096, (64, 2))}}
+    128: {(False, False): (1024, (64, 3)), (False, True): (1024, (64, 2))},
+    64: {(False, False): (4096, (128, 2)), (False, True): (1024, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
 #: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing
 #: length would run, so probes time it)
@@ -794,14 +798,24 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
 #: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
 #: persistent (bwd_gluon.dkdv_launch's / dq_launch's ``persistent``: one program an SM over the (key block, head) or
-#: (query block, head) tiles, descriptors and barriers made once a program). Session 44's timeline (H200,
-#: docs/perf/gluon-s44): 5-7 us between two programs on an SM, 10-28% of the SMs' time at 1k, 6-18% at 2k, 1-3% at
-#: 16k. Built after that session's last GPU call (sm_90a compile, session 45: hd 64 64-row 0 B spilled, 128-row 96 ->
-#: 196 B; hd 128 64-184 -> 136-360 B):
-#: not measured, empty; ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the
-#: default route persistent (probes, tests, ``route-ab``). The dQ kernel's (session 45, compiled only): 0 B spilled,
-#: as one program a tile.
-BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {}
+#: (query block, head) tiles, descriptors and barriers made once a program; session 44's timeline, H200: 5-7 us
+#: between two programs on an SM, 10-28% of the SMs' time at 1k, 6-18% at 2k, 1-3% at 16k). Measured on an H200
+#: (session 46, docs/perf/gluon-s46; whole backward through the harness against session 45's tree, persistent nowhere,
+#: same host, three pairs; kept where every pair gained >= 1.5%): fused hd 64 causal 1.17x / 1.22x / 1.08-1.10x at
+#: 1k / 2k / 4k (with :data:`BWD_GLUON_FUSED` from 1k), 1.002x at 8k, 0.957x at 16k (the default grid's order wins
+#: there); fused hd 128 causal 1.09-1.10x at 1k (with the fused route from 1k), 0.99x at 2k; fused hd 128 non-causal
+#: (adder warp, 3 stages, 292 B spilled) 0.98x / 0.93x at 1k / 2k; fused hd 64 non-causal (128-row tiles, 196 B) not
+#: routed (0.965x at 1k, 1.026x at 2k with the route from 1k). The split route's dK / dV, hd 128, deterministic call
+#: (``triton_fa_det``): non-causal 1.029-1.040x / 1.022-1.044x at 1k / 2k, causal 1.042-1.050x at 1k, 1.011-1.022x at
+#: 2k (stays off); GQA 40/8 non-causal 2k 1.019-1.024x, MQA 40/1 1.001-1.009x (even). The split route's dQ, hd 128 non-causal
+#: at 4k (its Gluon kernel's shortest length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x (causal not measured).
+#: The probe (kernels alone, same run): hd 64 non-causal dK / dV 1.20x / 1.12x at 1k / 2k, fused 1.09x / 1.01x; hd
+#: 128 causal fused 1.06x at 1k; hd 64 causal timeline: dK / dV 600 -> 432 us at 1k, fused 756 -> 556 us.
+#: ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the default route
+#: persistent (probes, tests).
+BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
+    ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
+    ("dq", 128, False): 4096}
 
 
 def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:

@@ -243,8 +243,8 @@ def test_triton_fa_det_calls_the_kernels_default_and_declares_it_deterministic(m
 
 def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
     """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
-    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 1k non-causal / 2k causal (sessions 43-44),
-    hd 64 from 4k (causal since session 42, before from 8k), bf16 / fp16, causal or no mask, dense) and under
+    kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 1k (sessions 44 / 46), hd 64 non-causal
+    from 4k, causal from 1k (session 46), bf16 / fp16, causal or no mask, dense) and under
     FLASH_ATTN_BWD=atomic; GQA, short, fp32, windowed, softcap and varlen cells stay declared deterministic (a
     difference between two runs fails there)."""
     from harness.adapters import inrepo
@@ -256,11 +256,11 @@ def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monke
     least = configs.BWD_GLUON_FUSED[128][False, False][0]
     mha = SoftmaxCase(1, 4, 4, least, least, 128, dtype="bf16")
     assert adapter.deterministic_backward_for(mha, gpu) is False
-    least_c = configs.BWD_GLUON_FUSED[128][False, True][0]  # (causal from its own length: 2k, non-causal 1k)
+    least_c = configs.BWD_GLUON_FUSED[128][False, True][0]  # (causal from its own length: 1k since session 46)
     causal = dataclasses.replace(mha, causal=True, dtype="fp16", seqlen_q=least_c, seqlen_k=least_c)
     assert adapter.deterministic_backward_for(causal, gpu) is False
     shorter_c = dataclasses.replace(causal, seqlen_q=least_c - 1, seqlen_k=least_c - 1)
-    assert adapter.deterministic_backward_for(shorter_c, gpu) is (least_c > least)
+    assert adapter.deterministic_backward_for(shorter_c, gpu) is True  # (below its own length: the split route)
     for other in (dataclasses.replace(mha, heads_k=2), dataclasses.replace(mha, seqlen_q=least - 1),
                   dataclasses.replace(mha, dtype="fp32"), dataclasses.replace(mha, window=(64, 64)),
                   dataclasses.replace(mha, softcap=30.0)):
@@ -269,7 +269,7 @@ def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monke
     hd64nc = dataclasses.replace(mha, d=64, d_v=64, seqlen_q=nc64, seqlen_k=nc64)
     assert adapter.deterministic_backward_for(hd64nc, gpu) is False
     assert adapter.deterministic_backward_for(dataclasses.replace(hd64nc, seqlen_q=nc64 - 1), gpu) is True
-    least64 = configs.BWD_GLUON_FUSED[64][False, True][0]  # hd 64 causal: from its own length (session 42: 4k)
+    least64 = configs.BWD_GLUON_FUSED[64][False, True][0]  # hd 64 causal: from its own length (session 46: 1k)
     hd64 = dataclasses.replace(mha, d=64, d_v=64, causal=True, seqlen_q=least64, seqlen_k=least64)
     assert adapter.deterministic_backward_for(hd64, gpu) is False
     shorter = dataclasses.replace(hd64, seqlen_q=least64 - 1, seqlen_k=least64 - 1)

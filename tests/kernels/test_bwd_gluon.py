@@ -570,8 +570,9 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
-    (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0)."""
+    (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent launches: off here, their own test below."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {})
     dq, dkdv = (dict(zip(configs._BWD_GLUON_KEYS[n], configs.BWD_GLUON[128][n])) for n in ("dq", "dkdv"))
     dkdv = dict(dkdv, walk=1)
     least = configs.BWD_GLUON_MIN_SEQLEN
@@ -645,6 +646,9 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         return configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]),
                                        **dict(kw, **over))
 
+    def persistent(d, causal, x):  # (configs.BWD_GLUON_PERSISTENT's fused cells, to their lengths)
+        return {"persistent": True} if configs.persistent_bwd("fused", d, causal, x[0].shape[1]) else {}
+
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
     q, k, v, *_ = _inputs()
     for d in bwd_gluon.FUSED_HEAD_DIMS:
@@ -654,11 +658,11 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
         assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
                              dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS)
+                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS, **persistent(d, False, x))
         assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
                               mask_every_tile=d == 128, dq_unscaled=unscaled,
                               ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS)
+                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS, **persistent(d, True, x))
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
@@ -685,10 +689,12 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
                 block_m=bm, num_stages=st, dq_adder=adder, walk=int(gqa and d == 128), mask_every_tile=every,
                 dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED,
                 ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                turns=(d, causal) not in configs.BWD_GLUON_FUSED_NO_TURNS)
+                turns=(d, causal) not in configs.BWD_GLUON_FUSED_NO_TURNS,
+                **persistent(d, causal, _inputs(sq=least, sk=least)))
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 1024  # measured (session 44, H200): 1.07-1.09x whole at 1k
-    assert configs.BWD_GLUON_FUSED[128][False, True][0] == 2048  # measured (session 43): 1.08-1.10x whole at 2k
+    assert configs.BWD_GLUON_FUSED[128][False, True][0] == 1024  # measured (session 46, H200, persistent at 1k):
+    # 1.09-1.10x whole at 1k
     assert configs.BWD_GLUON_FUSED_ADDER == {(128, False)}  # measured (session 37): 1.035-1.059x there only
     assert configs.BWD_GLUON_FUSED_MASK_EVERY_TILE == {128}  # measured (session 39): causal 1.034-1.080x at hd 128
     assert configs.BWD_GLUON_FUSED_DQ_UNSCALED == frozenset()  # measured (session 40): 0.97-1.02x, not routed
@@ -715,7 +721,8 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.ordered_bwd_cell(128, 128, False, True, least - 1) is None
     assert configs.ordered_bwd_cell(128, 128, True, True, least) is None  # (MHA only)
     monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", {})
-    assert configs.BWD_GLUON_FUSED[64][False, True][0] == 4096  # (session 42: without turns, 1.09x at 4k)
+    assert configs.BWD_GLUON_FUSED[64][False, True][0] == 1024  # (session 46: persistent, 1.17-1.22x at 1k-2k)
+    assert configs.BWD_GLUON_FUSED[64][False, False][0] == 4096  # (session 46: 0.965x at 1k, 1.026x at 2k)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
@@ -806,7 +813,7 @@ def test_the_preprocess_zeroes_the_ordered_adds_counters():
 
 
 def test_persistent_launches_only_where_asked(monkeypatch):
-    """configs.BWD_GLUON_PERSISTENT's cells (none by default: built in sessions 44-45, not measured) and
+    """configs.BWD_GLUON_PERSISTENT's cells (session 46's measured table by default, a test's own after) and
     FLASH_ATTN_BWD=persistent (everywhere) hand the split route's Gluon dK / dV and dQ launches and the unordered
     fused launch ``persistent=True``; the ordered launch (deterministic calls in configs.BWD_GLUON_FUSED_ORDERED's
     cells) never; without either, no launch is persistent. (No sm90 GPU here: as the walk test above.)"""
@@ -826,9 +833,22 @@ def test_persistent_launches_only_where_asked(monkeypatch):
                                window_left=-1, window_right=0 if causal else -1, deterministic=deterministic)
         return seen.pop()
 
-    assert configs.BWD_GLUON_PERSISTENT == {}
+    assert configs.BWD_GLUON_PERSISTENT == {  # measured (session 46, H200): whole backward 1.02-1.22x a cell
+        ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
+        ("dq", 128, False): 4096}
     split, fused = call(128, True, 2048, True), call(128, False, 2048, False)  # (the split route; the fused one)
     assert "persistent" not in split and "dq_acc" not in split and "persistent" not in fused and "dq_acc" in fused
+    assert call(128, True, 1024, True)["persistent"] is True  # (the split route's dK / dV, causal to 1k)
+    assert call(128, False, 2048, True)["persistent"] is True  # (... non-causal to 2k)
+    assert "persistent" not in call(128, False, 4096, True)
+    fused_c = call(128, True, 1024, False)  # (the fused route, hd 128 causal from 1k: persistent at 1k only)
+    assert fused_c["persistent"] is True and "dq_acc" in fused_c and "persistent" not in call(128, True, 2048, False)
+    assert call(64, True, 4096, False)["persistent"] is True and "persistent" not in call(64, True, 8192, False)
+    seen_dq.clear()
+    call(128, False, 4096, True)  # (the split route's Gluon dQ, non-causal, at its shortest routed length)
+    assert seen_dq.pop()["persistent"] is True
+    call(128, False, 8192, True)  # (the ordered kernel from 8k: no dQ launch of its own)
+    assert not seen_dq
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dkdv", 128, True): 2048, ("fused", 128, False): 1024})
     assert call(128, True, 2048, True)["persistent"] is True  # (the cell, at its longest)
     assert "persistent" not in call(128, True, 2056, True)  # (longer)
