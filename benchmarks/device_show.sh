@@ -487,13 +487,14 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
 route-ab)  # issue 16: the in-repo backward through the harness with this tree's kernels against .old's (carried:
     # `mkdir .old && git archive REV harness kernels | tar -x -C .old`; this tree's harness drives both), alternating
     # new, old, new, old: a route change's whole-backward effect on the same host in one call (AB_CASES: a case regex
-    # of the preset AB_PRESET, default fa-sweep; AB_MODES, default bwd; AB_BACKENDS, default triton_fa (triton_fa_det: the deterministic
-    # call, the kernel's default); AB_SECONDS a run, default 90; AB_PAIRS, default 2; the first
+    # of the preset AB_PRESET, default fa-sweep; AB_MODES, default bwd; AB_BACKENDS, default triton_fa
+    # (triton_fa_det: the deterministic call, the kernel's default); AB_SECONDS a run, default 90; AB_PAIRS, default
+    # 2; AB_TAG: the output folder's suffix, for two A/Bs in one call; the first
     # pair's runs compile each tree's kernels: AB_FIRST_EXTRA more seconds, default 60 — session 40's first run hit
     # its limit while compiling and lost a cell)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
-    ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"  # (AB_TAG: two A/Bs in one call keep apart)
+    ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"
     mkdir -p "$ab"
     for i in $(seq 1 "${AB_PAIRS:-2}"); do
         for side in new old; do

@@ -807,8 +807,9 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: (adder warp, 3 stages, 292 B spilled) 0.98x / 0.93x at 1k / 2k; fused hd 64 non-causal (128-row tiles, 196 B) not
 #: routed (0.965x at 1k, 1.026x at 2k with the route from 1k). The split route's dK / dV, hd 128, deterministic call
 #: (``triton_fa_det``): non-causal 1.029-1.040x / 1.022-1.044x at 1k / 2k, causal 1.042-1.050x at 1k, 1.011-1.022x at
-#: 2k (stays off); GQA 40/8 non-causal 2k 1.019-1.024x, MQA 40/1 1.001-1.009x (even). The split route's dQ, hd 128 non-causal
-#: at 4k (its Gluon kernel's shortest length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x (causal not measured).
+#: 2k (stays off); GQA 40/8 non-causal 2k 1.019-1.024x, MQA 40/1 1.001-1.009x (even). The split route's dQ, hd 128
+#: non-causal at 4k (its Gluon kernel's shortest length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x (causal not
+#: measured).
 #: The probe (kernels alone, same run): hd 64 non-causal dK / dV 1.20x / 1.12x at 1k / 2k, fused 1.09x / 1.01x; hd
 #: 128 causal fused 1.06x at 1k; hd 64 causal timeline: dK / dV 600 -> 432 us at 1k, fused 756 -> 556 us.
 #: ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the default route
