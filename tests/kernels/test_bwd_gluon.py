@@ -1591,13 +1591,15 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
 @pytest.mark.parametrize("sq, sk, d, causal", [(4096, 4096, 128, False), (4100, 4200, 128, True),
                                                (2048, 2048, 128, False), (2100, 2060, 128, True),
                                                (1024, 1100, 128, False), (8192, 8200, 128, False),
-                                               (8192, 8200, 64, False), (8300, 8200, 64, True)],
+                                               (8192, 8200, 64, False), (8300, 8200, 64, True),
+                                               (1024, 1100, 64, True), (1030, 1024, 128, True)],
                          ids=["hd128-S4096", "hd128-causal-S4100x4200", "hd128-S2048", "hd128-causal-S2100x2060",
-                              "hd128-S1024x1100", "hd128-S8192x8200", "hd64-S8192x8200", "hd64-causal-S8300x8200"])
+                              "hd128-S1024x1100", "hd128-S8192x8200", "hd64-S8192x8200", "hd64-causal-S8300x8200",
+                              "hd64-causal-S1024x1100-persistent", "hd128-causal-S1030x1024-persistent"])
 def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     """flash_attn_func(deterministic=False)'s backward as routed by default on MHA from configs.BWD_GLUON_FUSED's
-    lengths: delta's preprocess and the fused kernel, no dQ kernel; out and every gradient within the tolerance rule
-    of the FP64 oracle. The default deterministic=True: the split kernels, or the ordered fused kernel where
+    lengths: delta's preprocess and the fused kernel (persistent in configs.BWD_GLUON_PERSISTENT's cells: the causal
+    1k cases), no dQ kernel; out and every gradient within the tolerance rule of the FP64 oracle. The default deterministic=True: the split kernels, or the ordered fused kernel where
     configs.BWD_GLUON_FUSED_ORDERED routes it (hd 128 non-causal from 8k); two runs bitwise equal."""
     from test_flash_attn import check_against_oracle
 
