@@ -910,7 +910,7 @@ persistent)  # issue 16 (sessions 44-45, built without a GPU): the persistent dK
     timeout 90 python3 benchmarks/gluon_bwd_probe.py --head-dims 64 --masks yes --seqlens 1024,2048 \
         --dkdv 64,2 64,2,p1 --dq 128,2 --fused 64,2,t0 64,2,t0,p1 --timeline --repeat 0 > "$log" 2>&1
     echo "probe exit $?" >> "$log"
-    grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-23
+    grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-24
     tarred persistent
     ;;
 timeline)  # issue 16 (session 43, runbook item 1): where the SMs' time goes in the backward's kernels at 1k and 16k
@@ -926,7 +926,7 @@ timeline)  # issue 16 (session 43, runbook item 1): where the SMs' time goes in 
             --seqlens 1024,2048,16384 --dkdv 64,2 --dq 128,2 --fused "$3" --timeline --repeat 0 > "$log" 2>&1
         echo "probe exit $?" >> "$log"
         grep -hE "FAIL|probe exit" "$log" | head -n 3
-        grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-23
+        grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-24
     done
     tarred timeline
     ;;

@@ -355,8 +355,9 @@ def timeline_summary(rec: dict) -> dict:
     (``program_us``; ``prologue_us``: start to K / V landed, ``epilogue_us``: the last tile done to dK / dV stored,
     the later consumer's), ``gap_us`` (median time an SM sat between one program's end and the next one's start:
     the CTA's launch and set-up before its consumers run; split into ``launch_us``, the previous program's end to
-    this one's entry, and ``setup_us``, its entry to its consumers' start: its descriptors and barriers; a persistent
-    program has an entry in its first tile only), and shares of the seen SMs' time over the span
+    this one's entry, and ``setup_us``, its entry to its consumers' start: its descriptors and barriers, of which
+    ``desc_us`` is its entry to its Q / dO / K / V descriptors made (on the device: four tensormaps written and
+    fenced); a persistent program has an entry in its first tile only), and shares of the seen SMs' time over the span
     (``loop``, ``prologue``, ``epilogue``, ``gaps``, ``idle``: before an SM's first program and after its last;
     ``overlaps``: programs that started on an SM before the previous one there ended: a persistent kernel's tiles,
     one consumer on the next tile while the other stores the last one's dK / dV; such a record's start is taken as
@@ -365,6 +366,7 @@ def timeline_summary(rec: dict) -> dict:
     spans long)."""
     c0, ckv, cend_loop, cend = (rec[f].tolist() for f in ("clock_start", "clock_kv", "clock_loop_end", "clock_end"))
     entry = [row[0] for row in rec["clock_entry"].tolist()] if "clock_entry" in rec else [-1] * len(c0)
+    desc = [row[0] for row in rec["clock_desc"].tolist()] if "clock_desc" in rec else [-1] * len(c0)
     g0, g1, sm, tiles = (rec[f].tolist() for f in ("global_start", "global_end", "sm", "tiles"))
     n = len(c0)
     if any(a != b for a, b in sm):
@@ -384,6 +386,7 @@ def timeline_summary(rec: dict) -> dict:
         raise ValueError("timeline: no SM with a measurable span")
     ns = sorted(ratios)[len(ratios) // 2]
     setup = [start[p] - entry[p] for p in range(n) if entry[p] >= 0]
+    made = [desc[p] - entry[p] for p in range(n) if entry[p] >= 0 and desc[p] >= 0]
     gaps, launch, overlaps = [], [], 0
     for progs in per_sm.values():
         order = sorted(progs, key=lambda p: start[p])
@@ -411,6 +414,7 @@ def timeline_summary(rec: dict) -> dict:
     return dict(programs=n, sms=len(per_sm), span_us=span_ns / 1e3, program_us=median(program) * ns / 1e3,
                 prologue_us=median(prologue) * ns / 1e3, epilogue_us=median(epilogue) * ns / 1e3,
                 gap_us=median(gaps) * ns / 1e3, launch_us=median(launch) * ns / 1e3, setup_us=median(setup) * ns / 1e3,
+                desc_us=median(made) * ns / 1e3,
                 tiles=median([t for pair in tiles for t in pair]), overlaps=overlaps,
                 **share)
 
@@ -422,8 +426,9 @@ def timeline(dims, dkdv_specs, seqlens, masks, models, fused_specs=(), shapes=()
     from kernels.flash_attn.bwd_gluon import FUSED_HEAD_DIMS, dkdv_gluon, timeline_buffer, timeline_record
 
     print("\n| timeline | hd | causal | shape | kernel | config | programs | SMs | span us | program us | prologue us "
-          "| epilogue us | gap us | tiles | loop | prologue | epilogue | gaps | idle | overlaps | launch us | setup us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+          "| epilogue us | gap us | tiles | loop | prologue | epilogue | gaps | idle | overlaps | launch us | setup us "
+          "| desc us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
@@ -442,7 +447,7 @@ def timeline(dims, dkdv_specs, seqlens, masks, models, fused_specs=(), shapes=()
                   f"{t['programs']} | {t['sms']} | {t['span_us']:.1f} | {t['program_us']:.2f} | "
                   f"{t['prologue_us']:.2f} | {t['epilogue_us']:.2f} | {t['gap_us']:.2f} | {t['tiles']} | "
                   f"{t['loop']:.3f} | {t['prologue']:.3f} | {t['epilogue']:.3f} | {t['gaps']:.3f} | {t['idle']:.3f} | "
-                  f"{t['overlaps']} | {t['launch_us']:.2f} | {t['setup_us']:.2f} |", flush=True)
+                  f"{t['overlaps']} | {t['launch_us']:.2f} | {t['setup_us']:.2f} | {t['desc_us']:.2f} |", flush=True)
         del q, k, v, do, out, lse, delta
         torch.cuda.empty_cache()
 

@@ -179,8 +179,8 @@ def _stamp(ptr, GLOBAL: gl.constexpr = False):
 
 #: a consumer's timeline record (``Times``, int64 each; :func:`timeline_record`'s fields in this order)
 TIMELINE_FIELDS = ("clock_start", "clock_kv", "clock_loop_end", "clock_end", "global_start", "global_end", "sm",
-                   "tiles", "clock_entry")
-assert len(TIMELINE_FIELDS) == 9  # (the kernel's record stride)
+                   "tiles", "clock_entry", "clock_desc")
+assert len(TIMELINE_FIELDS) == 10  # (the kernel's record stride)
 
 
 @gluon.constexpr_function
@@ -589,13 +589,14 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
     the adder's reduce read it).
 
     ``shape.TIMES`` (probes: the program's timeline, :func:`timeline_record`): this consumer's
-    :data:`TIMELINE_FIELDS` at ``Times + (rec * 2 + wg) * 9`` (``clock_entry``: the kernel's, before it).
+    :data:`TIMELINE_FIELDS` at ``Times + (rec * 2 + wg) * 10`` (``clock_entry`` and ``clock_desc``: the kernel's,
+    before it).
 
     ``shape.PERSISTENT``: once both its wgmmas reading the tile's K and V retired, the consumer releases them
     (``kv_free``) before storing dK and dV, so the loader brings the next tile's meanwhile."""
     TIMES: gl.constexpr = shape.TIMES
     if TIMES:
-        stamp = Times + (rec * 2 + wg) * 9
+        stamp = Times + (rec * 2 + wg) * 10
         _stamp(stamp + 4, True)
         _stamp(stamp)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
@@ -820,12 +821,13 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     a program, not once a tile (session 44's timeline: 5-7 us between two programs on an SM, 10-28% of the SMs' time
     at 1k), the next tile's K / V and first Q / dO tiles loaded while this one's dK / dV are stored. Not with the
     ordered adds (``Sem``) or ``LAST_FIRST``. ``Times``: with each consumer's timeline the program's entry (the SM's
-    cycle counter before the descriptors are made), in its first tile's records."""
+    cycle counter before the descriptors are made) and the moment Q's, dO's, K's and V's descriptors are made (before
+    the shared memory's barriers; the fused kernel's dQ descriptor comes after), in its first tile's records."""
     TIMES: gl.constexpr = Times is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
-        entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 18 + 8
+        entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 20 + 8
         _stamp(entry)
-        _stamp(entry + 9)
+        _stamp(entry + 10)
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     kv_heads = num_heads // group
     DQ_TURNS: gl.constexpr = Sem is not None
@@ -856,6 +858,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     q_desc_b, k_desc_b, q_smem_b, k_smem_b = _second_part(
         Q, K, batch, seqlen_q, seqlen_k, num_heads, kv_heads, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
         stride_kh, q_desc, k_desc, q_smem, k_smem, HEAD_DIM, HEAD_DIM_B, NUM_STAGES, BLOCK_M, 2, 64, QB_SL, KB_SL)
+    if TIMES:  # (Q's, dO's, K's and V's descriptors made: the set-up's first part)
+        _stamp(entry + 1)
+        _stamp(entry + 11)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
     if DQ_COLS > 0:
         gl.static_assert((BLOCK_M == 64 or (BLOCK_M == 128 and DQ_COLS == HEAD_DIM)) and HEAD_DIM_B == 0,
@@ -1361,11 +1366,12 @@ def timeline_record(times: torch.Tensor) -> dict:
     """:func:`timeline_buffer`'s tensor after a launch -> {field: int64 tensor [programs, 2 consumers]} on the CPU
     (:data:`TIMELINE_FIELDS`: the SM's cycle counter at the consumer's start, once its K / V tiles landed, after its
     last query tile (dQ's last reduce read), after its dK / dV stores; the GPU's nanosecond timer at its start and
-    end; the SM it ran on; the query tiles it consumed; the program's entry, before its descriptors: -1 in a
-    persistent program's later tiles). ValueError if a record is missing (a program not run)."""
+    end; the SM it ran on; the query tiles it consumed; the program's entry, before its descriptors, and the moment
+    its Q / dO / K / V descriptors were made: both -1 in a persistent program's later tiles). ValueError if a record
+    is missing (a program not run)."""
     n = len(TIMELINE_FIELDS)
     rec = times.detach().cpu().view(-1, 2, n)
-    if bool((rec[:, :, :-1] == -1).any()):
+    if bool((rec[:, :, :-2] == -1).any()):
         raise ValueError("timeline_record: a program left its record unwritten")
     return {name: rec[:, :, i] for i, name in enumerate(TIMELINE_FIELDS)}
 

@@ -484,17 +484,18 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
 def test_the_probe_reads_where_the_sms_time_went_off_a_timeline():
     """gluon_bwd_probe.py --timeline's summary of bwd_gluon.timeline_record's fields, on a made-up launch: two SMs,
     SM 0 runs two programs back to back with a 100-cycle gap (60 to the second's entry, 40 from there to its
-    consumers' start), SM 1 one program; the ns timer runs at 0.5 ns a cycle. Records left unwritten (-1) are
-    refused, but for the entry stamp (a persistent program's later tiles have none)."""
+    consumers' start, 25 of them to its descriptors made), SM 1 one program; the ns timer runs at 0.5 ns a cycle.
+    Records left unwritten (-1) are refused, but for the entry and descriptor stamps (a persistent program's later
+    tiles have none)."""
     probe = _probe()
     fields = bwd_gluon.TIMELINE_FIELDS
     # per program, per consumer: start, K / V landed, loop end, end (cycles); ns timer start / end; SM; tiles
     programs = [[(0, 100, 900, 1000), (10, 100, 880, 990)], [(1100, 1150, 2000, 2100), (1100, 1160, 2050, 2080)],
                 [(50, 150, 950, 1050), (50, 140, 960, 1040)]]
-    sms, entries, rows = [0, 0, 1], [0, 1060, 20], []
+    sms, entries, descs, rows = [0, 0, 1], [0, 1060, 20], [5, 1085, 45], []
     for p, consumers in enumerate(programs):
         for c0, ckv, cloop, cend in consumers:
-            rows.append([c0, ckv, cloop, cend, 1000 + c0 // 2, 1000 + cend // 2, sms[p], 16, entries[p]])
+            rows.append([c0, ckv, cloop, cend, 1000 + c0 // 2, 1000 + cend // 2, sms[p], 16, entries[p], descs[p]])
     times = torch.tensor(rows, dtype=torch.int64).flatten()
     rec = bwd_gluon.timeline_record(times)
     assert set(rec) == set(fields) and rec["clock_start"].shape == (3, 2)
@@ -502,6 +503,7 @@ def test_the_probe_reads_where_the_sms_time_went_off_a_timeline():
     assert (t["programs"], t["sms"], t["overlaps"], t["tiles"]) == (3, 2, 0, 16)
     assert t["gap_us"] == pytest.approx(100 * 0.5 / 1e3)  # SM 0: 1100 - 1000 cycles
     assert t["launch_us"] == pytest.approx(60 * 0.5 / 1e3) and t["setup_us"] == pytest.approx(30 * 0.5 / 1e3)
+    assert t["desc_us"] == pytest.approx(25 * 0.5 / 1e3)  # (5, 25, 25 cycles: the median)
     assert t["span_us"] == pytest.approx((2100 - 0) * 0.5 / 1e3)
     assert t["prologue_us"] == pytest.approx(100 * 0.5 / 1e3)  # the later consumer's K / V: 100, 60, 100
     assert t["epilogue_us"] == pytest.approx(90 * 0.5 / 1e3)  # end - the later loop end: 100, 50, 90
@@ -510,12 +512,12 @@ def test_the_probe_reads_where_the_sms_time_went_off_a_timeline():
     assert t["loop"] + t["prologue"] + t["epilogue"] == pytest.approx((1000 + 1000 + 1000) / total)
     assert t["idle"] == pytest.approx(1 - (3000 + 100) / total)
     with pytest.raises(ValueError, match="unwritten"):
-        bwd_gluon.timeline_record(torch.full((18, ), -1, dtype=torch.int64))
+        bwd_gluon.timeline_record(torch.full((20, ), -1, dtype=torch.int64))
     # a persistent program's two tiles on one SM: the second's first consumer starts (at 950) before the first's other
     # consumer ends (1000); that record's start is taken as 1000, so no cycle counts twice and no gap is seen
     tiles = [[(0, 100, 900, 950), (0, 100, 920, 1000)], [(950, 1000, 1900, 2000), (1000, 1020, 1920, 1990)]]
-    rows = [[c0, ckv, cloop, cend, 1000 + c0 // 2, 1000 + cend // 2, 0, 8, -1 if c0 > 0 else 0] for pair in tiles
-            for c0, ckv, cloop, cend in pair]
+    rows = [[c0, ckv, cloop, cend, 1000 + c0 // 2, 1000 + cend // 2, 0, 8, -1 if c0 > 0 else 0, -1 if c0 > 0 else 0]
+            for pair in tiles for c0, ckv, cloop, cend in pair]
     t = probe.timeline_summary(bwd_gluon.timeline_record(torch.tensor(rows, dtype=torch.int64).flatten()))
     assert (t["programs"], t["sms"], t["overlaps"], t["gaps"], t["gap_us"], t["launch_us"]) == (2, 1, 1, 0, 0, 0)
     assert t["loop"] + t["prologue"] + t["epilogue"] == pytest.approx(1.0)  # (the span: 0 to 2000, all of it)
@@ -1457,6 +1459,10 @@ def test_gpu_timeline_stamps_change_no_gradient(b, sq, sk, hq, hk, d, causal, ex
     entry = rec["clock_entry"]  # (a program's, before its descriptors; a persistent program's first tile only)
     assert bool((entry >= 0).all()) or extra.get("persistent")
     assert bool((entry[entry >= 0] <= rec["clock_start"][entry >= 0]).all())
+    desc = rec["clock_desc"]  # (its Q / dO / K / V descriptors made: between the entry and the consumers' start)
+    assert torch.equal(desc >= 0, entry >= 0)
+    assert bool((entry[entry >= 0] <= desc[entry >= 0]).all())
+    assert bool((desc[entry >= 0] <= rec["clock_start"][entry >= 0]).all())
     assert bool((rec["global_start"] <= rec["global_end"]).all())
     assert torch.equal(rec["sm"][:, 0], rec["sm"][:, 1]) and torch.equal(rec["tiles"][:, 0], rec["tiles"][:, 1])
     steps = (hq // hk) * -(-sq // 64)  # a non-causal program's (head, tile) steps; causal ones: at most
