@@ -936,17 +936,18 @@ BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dk
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
-#: (head dim, kernel, causal) -> the config a routed kernel of :data:`BWD_GLUON` runs with that mask instead of its
-#: own. hd 64 non-causal dK / dV on 128-row tiles over 2 stages (12 B spilled; causal 440 B, and slower): measured on
-#: an H100 (session 38, docs/perf/gluon-hd64-s38, the kernels alone, against the autotuned Triton dK / dV in the same
-#: runs, two calls x best of two): 1.035x / 1.037x at 4k, 1.060x / 1.052x at 16k (0.97x at 2k); the 64-row tiles
-#: 0.92-0.98x (128 rows ahead of 64 by 1.05-1.14x in each cell); causal 128-row 0.82-0.94x (stays 64). The whole
-#: backward with the route (session 39, docs/perf/gluon-hd64-s39, against the autotuned Triton backward, two
-#: repeats): 0.991x / 1.028x at 4k, 1.144x / 0.970x at 16k, a host whose hd 64 16k cells moved 8% between repeats
-#: (the kernel alone 1.02-1.20x the 64-row tiles in the same run): not settled either way. Measured on MHA only:
-#: GQA / MQA calls of these cells are not routed (the Triton kernel; a group's loops make the 128-row kernel spill
-#: 212 B nested, 120 B flat, against MHA's 12 B).
-BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, int]] = {(64, "dkdv", False): (128, 2)}
+#: (head dim, kernel, causal) -> (shortest sequence, config): the config a routed kernel of :data:`BWD_GLUON` runs with
+#: that mask, from that length on, instead of its own (below it, where :data:`BWD_GLUON_MIN_SEQLEN` routes the kernel at
+#: all: its own config, GQA / MQA too). hd 64 non-causal dK / dV on 128-row tiles over 2 stages (12 B spilled; causal
+#: 440 B, and slower), from 4k (the kernel's own shortest routed length): measured on an H100 (session 38,
+#: docs/perf/gluon-hd64-s38, the kernels alone, against the autotuned Triton dK / dV in the same runs, two calls x best
+#: of two): 1.035x / 1.037x at 4k, 1.060x / 1.052x at 16k (0.97x at 2k); the 64-row tiles 0.92-0.98x (128 rows ahead of
+#: 64 by 1.05-1.14x in each cell); causal 128-row 0.82-0.94x (stays 64). The whole backward with the route (session 39,
+#: docs/perf/gluon-hd64-s39, against the autotuned Triton backward, two repeats): 0.991x / 1.028x at 4k, 1.144x / 0.970x
+#: at 16k, a host whose hd 64 16k cells moved 8% between repeats (the kernel alone 1.02-1.20x the 64-row tiles in the
+#: same run): not settled either way. Measured on MHA only: GQA / MQA calls of these cells are not routed (the Triton
+#: kernel; a group's loops make the 128-row kernel spill 212 B nested, 120 B flat, against MHA's 12 B).
+BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, tuple[int, int]]] = {(64, "dkdv", False): (4096, (128, 2))}
 #: (head dim, causal) cells whose routed Gluon dK / dV kernel (:data:`BWD_GLUON`) issues its consumers' wgmmas
 #: without turns (bwd_gluon.dkdv_launch's ``turns`` False). Measured on an H100 (session 42, docs/perf/gluon-s42,
 #: the kernel alone at 64-row tiles over 2 stages against the same with turns, same run, two repeats, 4k / 16k):
@@ -996,9 +997,12 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         least = BWD_GLUON_MIN_SEQLEN.get(q.shape[-1], {})
         seqlen = min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0
         gqa = q.dim() == 4 and q.shape[2] != k.shape[2]
-        cfg = {name: BWD_GLUON_BY_MASK.get((q.shape[-1], name, bool(causal)), c) for name, c in cfg.items()
+        mask_cfg = {name: BWD_GLUON_BY_MASK.get((q.shape[-1], name, bool(causal)), (float("inf"), None))
+                    for name in cfg}
+        mask_cfg = {name: c for name, (from_len, c) in mask_cfg.items() if seqlen >= from_len}
+        cfg = {name: mask_cfg.get(name, c) for name, c in cfg.items()
                if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))  # a mask not listed: not routed
-               and not (gqa and (q.shape[-1], name, bool(causal)) in BWD_GLUON_BY_MASK)}  # (MHA-only cells)
+               and not (gqa and name in mask_cfg)}  # (the by-mask configs: MHA only)
     if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
         return {}
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:

@@ -52,7 +52,7 @@ def compiled(tmp_path_factory):
     if sys.platform != "linux":
         pytest.skip("Triton's bundled ptxas is a Linux binary")
     specs = [f"bwd16:{d},{bm},2,{c}" for d, bm in SPILL_AT_MOST for c in (0, 1)] + ["bwd16:128,32,3,1,1"]
-    specs += [f"bwd16:{d},{bm},{st},{int(c)}" for (d, n, c), (bm, st) in configs.BWD_GLUON_BY_MASK.items()
+    specs += [f"bwd16:{d},{bm},{st},{int(c)}" for (d, n, c), (_, (bm, st)) in configs.BWD_GLUON_BY_MASK.items()
               if n == "dkdv"]
     specs += [f"bwdq16:{d},{bn},{st},{c}" for d, bn, st in DQ_CONFIGS for c in (0, 1)]
     for table in (configs.BWD_GLUON, configs.BWD_GLUON_TRY):  # every routed and tried config, as the route runs it
@@ -181,8 +181,8 @@ def test_hd64_takes_128_row_tiles_where_routed(compiled):
     configs.BWD_GLUON_FUSED routes it non-causal (each consumer its 64 rows of every tile's dQ, not alternate tiles:
     its two reduces a tile), in the shared memory it has over 2 stages, and by default makes S^T and dP^T in two
     64-query halves (four wgmmas where two were), spilling less than without them."""
-    for (d, name, causal), (bm, st) in configs.BWD_GLUON_BY_MASK.items():
-        assert (d, name, causal, bm) == (64, "dkdv", False, 128)
+    for (d, name, causal), (least, (bm, st)) in configs.BWD_GLUON_BY_MASK.items():
+        assert (d, name, causal, bm) == (64, "dkdv", False, 128) and least == 4096
         assert compiled[f"bwd16:{d},{bm},{st},0"]["spill"] <= SPILL_64_128_NONCAUSAL
         assert not bwd_gluon.query_halves(bm, 0, False, causal)  # (the routed kernel: whole)
     halves, whole = compiled["bwdf16:64,128,2,0"], compiled["bwdf16:64,128,2,0@h0"]
@@ -596,6 +596,12 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     mha64 = lambda n: _route(*_inputs(sq=n, sk=n, d=64, hk=4)[:3])  # noqa: E731
     assert mha64(n64) == {"dkdv": dict(block_m=128, num_stages=2, walk=0)} and mha64(n64 - 1) == {}
     assert hd64(n64) == {} == _route(*_inputs(sq=n64, sk=n64, d=64, hk=1)[:3])  # GQA 4/2, MQA
+    by_mask = configs.BWD_GLUON_BY_MASK[64, "dkdv", False][0]  # (its 128-row tiles from their own length on)
+    with monkeypatch.context() as m:  # (the dK / dV kernel routed from half that length)
+        m.setitem(configs.BWD_GLUON_MIN_SEQLEN, 64, {"dkdv": {False: by_mask // 2, True: by_mask}})
+        assert mha64(by_mask // 2) == {"dkdv": dict(block_m=64, num_stages=2, walk=0)}  # (below: the kernel's own)
+        assert hd64(by_mask // 2) == {"dkdv": dict(block_m=64, num_stages=2, walk=0)}  # (GQA too)
+        assert mha64(by_mask)["dkdv"]["block_m"] == 128 and hd64(by_mask) == {}
     long_q = _inputs(sq=8192, sk=least[128]["dkdv"][False] - 1)  # the shorter sequence decides
     assert _route(*long_q[:3]) == {}
     long = _inputs(sq=4096, sk=4096)[:3]
