@@ -801,15 +801,17 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: (query block, head) tiles, descriptors and barriers made once a program; session 44's timeline, H200: 5-7 us
 #: between two programs on an SM, 10-28% of the SMs' time at 1k, 6-18% at 2k, 1-3% at 16k). Measured on an H200
 #: (session 46, docs/perf/gluon-s46; whole backward through the harness against session 45's tree, persistent nowhere,
-#: same host, three pairs; kept where every pair gained >= 1.5%): fused hd 64 causal 1.17x / 1.22x / 1.08-1.10x at
+#: same host, three pairs; a cell kept where every pair gained >= 1.5%, a route from a shorter length (the fused
+#: route below) where every pair gained >= 5%, session 44's bar): fused hd 64 causal 1.17x / 1.22x / 1.08-1.10x at
 #: 1k / 2k / 4k (with :data:`BWD_GLUON_FUSED` from 1k), 1.002x at 8k, 0.957x at 16k (the default grid's order wins
 #: there); fused hd 128 causal 1.09-1.10x at 1k (with the fused route from 1k), 0.99x at 2k; fused hd 128 non-causal
-#: (adder warp, 3 stages, 292 B spilled) 0.98x / 0.93x at 1k / 2k; fused hd 64 non-causal (128-row tiles, 196 B) not
+#: (adder warp, 3 stages, 292 B spilled) 0.986x / 0.933x at 1k / 2k; fused hd 64 non-causal (128-row tiles, 196 B) not
 #: routed (0.965x at 1k, 1.026x at 2k with the route from 1k). The split route's dK / dV, hd 128, deterministic call
 #: (``triton_fa_det``): non-causal 1.029-1.040x / 1.022-1.044x at 1k / 2k, causal 1.042-1.050x at 1k, 1.011-1.022x at
-#: 2k (stays off); GQA 40/8 non-causal 2k 1.019-1.024x, MQA 40/1 1.001-1.009x (even). The split route's dQ, hd 128
-#: non-causal at 4k (its Gluon kernel's shortest length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x (causal not
-#: measured).
+#: 2k (stays off); GQA 40/8 non-causal 2k 1.019-1.024x, MQA 40/1 1.001-1.009x (even: kept with its cell, the table
+#: is per kernel, head dim and mask). The split route's dQ, hd 128 non-causal at 4k (its Gluon kernel's shortest
+#: length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x (causal not measured). Routed by these cells, not measured
+#: themselves: GQA / MQA at 1k and causal (dK / dV), MHA deterministic calls at 4k (dQ).
 #: The probe (kernels alone, same run): hd 64 non-causal dK / dV 1.20x / 1.12x at 1k / 2k, fused 1.09x / 1.01x; hd
 #: 128 causal fused 1.06x at 1k; hd 64 causal timeline: dK / dV 600 -> 432 us at 1k, fused 756 -> 556 us.
 #: ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the default route
@@ -821,10 +823,14 @@ BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
 
 def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:
     """Whether the backward's Gluon ``kernel`` ("dkdv": the split route's dK / dV kernel; "fused": the unordered fused
-    one; "dq": the split route's dQ kernel) runs persistent at this q / k head dim, mask and shorter sequence
-    length: :data:`BWD_GLUON_PERSISTENT`, or ``FLASH_ATTN_BWD=persistent`` (everywhere)."""
-    if os.environ.get("FLASH_ATTN_BWD", "") == "persistent":
-        return True
+    one; "dq": the split route's dQ kernel) runs persistent at this q / k head dim, mask and *longer* sequence length
+    (both sequences within a cell's length: the measured regime, Sq = Sk; a long key sequence under short queries
+    has the many tiles a program that lost at 16k): :data:`BWD_GLUON_PERSISTENT` on the default route
+    (``FLASH_ATTN_BWD`` unset; the forced modes' tests and probes run one program a tile), or
+    ``FLASH_ATTN_BWD=persistent`` (everywhere)."""
+    forced = os.environ.get("FLASH_ATTN_BWD", "")
+    if forced:
+        return forced == "persistent"
     return seqlen <= BWD_GLUON_PERSISTENT.get((kernel, d, bool(causal)), -1)
 
 
@@ -896,7 +902,7 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
                  turns=(q.shape[-1], bool(causal)) not in BWD_GLUON_FUSED_NO_TURNS)
     if ordered:  # (the adder warp adds in turn whatever dq_adder says)
         route["ordered"] = True
-    elif persistent_bwd("fused", q.shape[-1], causal, cell[-1]):  # (the unordered kernel only)
+    elif persistent_bwd("fused", q.shape[-1], causal, max(q.shape[1], k.shape[1])):  # (the unordered kernel only)
         route["persistent"] = True
     return route
 
@@ -1016,9 +1022,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
             out["dkdv"]["turns"] = False
-    shorter = min(q.shape[1], k.shape[1]) if q.dim() == 4 else 0
+    longer = max(q.shape[1], k.shape[1])  # (dense: varlen calls returned above)
     for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
-        if persistent_bwd(name, q.shape[-1], causal, shorter):
+        if persistent_bwd(name, q.shape[-1], causal, longer):
             keywords["persistent"] = True
     return out
 

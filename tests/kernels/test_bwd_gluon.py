@@ -654,8 +654,8 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         return configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]),
                                        **dict(kw, **over))
 
-    def persistent(d, causal, x):  # (configs.BWD_GLUON_PERSISTENT's fused cells, to their lengths)
-        return {"persistent": True} if configs.persistent_bwd("fused", d, causal, x[0].shape[1]) else {}
+    def persistent(d, causal, n):  # (configs.BWD_GLUON_PERSISTENT's fused cells, to their lengths: default route)
+        return {"persistent": True} if configs.persistent_bwd("fused", d, causal, n) else {}
 
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
     q, k, v, *_ = _inputs()
@@ -666,11 +666,11 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
         assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
                              dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS, **persistent(d, False, x))
+                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS)  # (forced: never persistent)
         assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
                               mask_every_tile=d == 128, dq_unscaled=unscaled,
                               ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS, **persistent(d, True, x))
+                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS)
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
@@ -698,7 +698,7 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
                 dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED,
                 ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM,
                 turns=(d, causal) not in configs.BWD_GLUON_FUSED_NO_TURNS,
-                **persistent(d, causal, _inputs(sq=least, sk=least)))
+                **persistent(d, causal, least))
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 1024  # measured (session 44, H200): 1.07-1.09x whole at 1k
     assert configs.BWD_GLUON_FUSED[128][False, True][0] == 1024  # measured (session 46, H200, persistent at 1k):
@@ -877,6 +877,17 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dq", 128, True): 4096})
     dkdv = call(128, True, 4096, True)
     assert seen_dq.pop()["persistent"] is True and "persistent" not in dkdv  # (the dQ cell alone)
+    monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dkdv", 128, True): 2048, ("fused", 64, True): 4096})
+    for mode in ("gluon", "fused"):  # (the forced modes' tests and probes: one program a tile, whatever the table)
+        monkeypatch.setenv("FLASH_ATTN_BWD", mode)
+        assert "persistent" not in call(128, True, 1024, mode == "gluon"), mode
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    q, k, v, *_ = _inputs(sq=1024, sk=8192, hq=4, hk=4, d=64)  # (the longer sequence decides: 8k keys)
+    mask = dict(causal=True, window_left=-1, window_right=0, softcap=0.0, varlen=False, fp8=False, sm_major=9)
+    route = configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(1, 4, 1024), **mask)
+    assert route is not None and "persistent" not in route
+    assert configs.gluon_fused_bwd(q, k[:, :4096], v[:, :4096], q, q, torch.empty(1, 4, 1024),
+                                   **mask)["persistent"] is True
     assert configs.fused_bwd_cell(128, 128, False, False, 2048) == configs.BWD_GLUON_FUSED[128][False, False][1]
 
 
@@ -1604,15 +1615,16 @@ def test_gpu_backward_through_the_fused_kernel_matches_oracle(b, sq, sk, hq, hk,
                                                (2048, 2048, 128, False), (2100, 2060, 128, True),
                                                (1024, 1100, 128, False), (8192, 8200, 128, False),
                                                (8192, 8200, 64, False), (8300, 8200, 64, True),
-                                               (1024, 1100, 64, True), (1030, 1024, 128, True)],
+                                               (1024, 1100, 64, True), (1024, 1024, 128, True)],
                          ids=["hd128-S4096", "hd128-causal-S4100x4200", "hd128-S2048", "hd128-causal-S2100x2060",
                               "hd128-S1024x1100", "hd128-S8192x8200", "hd64-S8192x8200", "hd64-causal-S8300x8200",
-                              "hd64-causal-S1024x1100-persistent", "hd128-causal-S1030x1024-persistent"])
+                              "hd64-causal-S1024x1100-persistent", "hd128-causal-S1024-persistent"])
 def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     """flash_attn_func(deterministic=False)'s backward as routed by default on MHA from configs.BWD_GLUON_FUSED's
     lengths: delta's preprocess and the fused kernel (persistent in configs.BWD_GLUON_PERSISTENT's cells: the causal
-    1k cases), no dQ kernel; out and every gradient within the tolerance rule of the FP64 oracle. The default deterministic=True: the split kernels, or the ordered fused kernel where
-    configs.BWD_GLUON_FUSED_ORDERED routes it (hd 128 non-causal from 8k); two runs bitwise equal."""
+    1k cases), no dQ kernel; out and every gradient within the tolerance rule of the FP64 oracle. The default
+    deterministic=True: the split kernels, or the ordered fused kernel where configs.BWD_GLUON_FUSED_ORDERED routes it
+    (hd 128 non-causal from 8k); two runs bitwise equal."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
