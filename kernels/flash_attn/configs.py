@@ -818,7 +818,7 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: persistent (probes, tests).
 BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
     ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
-    ("dq", 128, False): 4096}
+    ("dq", 128, False): 4096, ("dq", 128, True): 4096}
 
 
 def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:
