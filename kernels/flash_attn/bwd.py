@@ -583,6 +583,29 @@ def _s3(t, varlen):
     return (0, t.stride(0), t.stride(1)) if varlen else (t.stride(0), t.stride(1), t.stride(2))
 
 
+def _sms(q) -> int:
+    """The multiprocessors of q's GPU (1 on the CPU and under the interpreter)."""
+    if configs.interpreting() or q.device.type != "cuda":
+        return 1
+    return configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
+
+
+def _persistent_filled(gluon: dict, q, k, split: int) -> dict:
+    """``gluon`` (configs.gluon_bwd's launches) with ``persistent`` dropped from the causal launches whose tiles
+    (bwd_gluon.dq_grid's for dQ, dkdv_grid's under the group split for dK / dV and the fused kernel) are too few an SM
+    for configs.persistent_fills."""
+    from .bwd_gluon import dkdv_grid, dq_grid
+
+    out = {}
+    for name, keywords in gluon.items():
+        if keywords.get("persistent"):
+            blocks, units = dq_grid(q) if name == "dq" else dkdv_grid(k, split)
+            if not configs.persistent_fills(True, blocks * units, _sms(q)):
+                keywords = {n: value for n, value in keywords.items() if n != "persistent"}
+        out[name] = keywords
+    return out
+
+
 def group_split(batch: int, heads_k: int, group: int, seqlen_k: int, sms: int) -> int:
     """Programs sharing one GQA group's query heads in the dK/dV kernel: 1 while (batch x kv heads
     x key blocks of ``GROUP_SPLIT_BLOCK_N``) programs fill the multiprocessors; else enough to give
@@ -744,9 +767,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         # the ordered fused kernel's add counters (bwd_gluon.order_counters' layout; the preprocess zeroes them)
         counters = 1 + batch * hq * triton.cdiv(sq, PREPROCESS_BLOCK_M) if fused and fused.get("ordered") else 0
         if split is None:
-            sms = 1 if configs.interpreting() or q.device.type != "cuda" else \
-                configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
-            split = group_split(batch, hk, hq // hk, sk, sms)
+            split = group_split(batch, hk, hq // hk, sk, _sms(q))
         split = max(1, min(int(split), hq // hk))
         replays = None
         layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
@@ -882,6 +903,8 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     else:
         gluon = configs.gluon_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left, window_right=right,
                                   softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
+    if causal and gluon:  # (persistent launches with few causal tiles an SM: one program a tile instead)
+        gluon = _persistent_filled(gluon, q, k, split)
     if "dq" in gluon:  # dQ and delta on the Gluon kernel, before dK / dV as below
         from .bwd_gluon import dq_launch
 

@@ -810,15 +810,40 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: (``triton_fa_det``): non-causal 1.029-1.040x / 1.022-1.044x at 1k / 2k, causal 1.042-1.050x at 1k, 1.011-1.022x at
 #: 2k (stays off); GQA 40/8 non-causal 2k 1.019-1.024x, MQA 40/1 1.001-1.009x (even: kept with its cell, the table
 #: is per kernel, head dim and mask). The split route's dQ, hd 128 non-causal at 4k (its Gluon kernel's shortest
-#: length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x (causal not measured). Routed by these cells, not measured
+#: length): GQA 32/8 1.032-1.055x, MQA 32/1 1.031-1.054x. Routed by these cells, not measured
 #: themselves: GQA / MQA at 1k and causal (dK / dV), MHA deterministic calls at 4k (dQ).
+#: Session 47 (H200, docs/perf/gluon-s47, against session 46's tree, three pairs): the split route's dQ hd 128
+#: causal at 4k, Llama-3-70B 64/8 1.041-1.045x; hd 64 dK / dV 1k-4k with its route from 1k (see
+#: :data:`BWD_GLUON_MIN_SEQLEN`). Causal launches with few tiles an SM stay one program a tile
+#: (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
 #: The probe (kernels alone, same run): hd 64 non-causal dK / dV 1.20x / 1.12x at 1k / 2k, fused 1.09x / 1.01x; hd
 #: 128 causal fused 1.06x at 1k; hd 64 causal timeline: dK / dV 600 -> 432 us at 1k, fused 756 -> 556 us.
 #: ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the default route
 #: persistent (probes, tests).
 BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
     ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
-    ("dq", 128, False): 4096, ("dq", 128, True): 4096}
+    ("dq", 128, False): 4096, ("dq", 128, True): 4096,
+    ("dkdv", 64, False): 4096, ("dkdv", 64, True): 4096}
+
+
+#: A causal launch of :data:`BWD_GLUON_PERSISTENT`'s cells on the default route stays persistent only with at least this
+#: many tiles an SM (:func:`persistent_fills`; bwd.py drops the keyword below it): a program walks its tiles in a
+#: static round-robin, and a causal tile's work varies with its key block, so with few tiles a program the unlucky
+#: SMs set the span (the hardware's dynamic hand-out of one program a tile balances them). Measured on an H200
+#: (session 47, docs/perf/gluon-s47, whole backward through the harness against the Triton dK / dV, three pairs): MQA
+#: 71/1 hd 64 causal 2k (group split 9: 288 dK / dV tiles, 2.2 an SM) 0.952-0.957x persistent, 1.091-1.105x one
+#: program a tile; every cell that gained persistent had >= 15 tiles an SM (MHA causal 1k-4k: 31). 8 lies between,
+#: not measured there. Non-causal tiles are even: persistence gained at 2.2 tiles an SM (MQA 16/1 hd 64 2k, 1.079x).
+PERSISTENT_CAUSAL_TILES_PER_SM = 8
+
+
+def persistent_fills(causal: bool, tiles: int, sms: int) -> bool:
+    """Whether a persistent launch of the default route with ``tiles`` tiles on ``sms`` multiprocessors stays
+    persistent: always non-causal and under ``FLASH_ATTN_BWD`` (forced modes: tests, probes), causal with at least
+    :data:`PERSISTENT_CAUSAL_TILES_PER_SM` tiles an SM."""
+    if not causal or os.environ.get("FLASH_ATTN_BWD", ""):
+        return True
+    return tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms
 
 
 def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:
@@ -929,10 +954,17 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: (session 33; the Gluon dK / dV alone 1.07x / 1.16x); MLA both Gluon kernels 1.26-1.33x at 512, 1.48x at 1k,
 #: 1.52-1.81x at 2k-4k (session 33). hd 64 non-causal stays off: session 33's autotuned run read its Gluon dK / dV
 #: 0.93x / 0.94x at 4k / 16k (the 1.04x at 16k was against the pinned config); session 38 routed it from 4k on
-#: 128-row tiles (:data:`BWD_GLUON_BY_MASK`).
+#: 128-row tiles (:data:`BWD_GLUON_BY_MASK`). hd 64 dK / dV from 1k both masks since session 47 (H200,
+#: docs/perf/gluon-s47: the whole backward through the harness against session 46's tree, Triton dK / dV below 4k,
+#: three pairs), the kernel persistent to 4k (:data:`BWD_GLUON_PERSISTENT`): deterministic MHA calls non-causal
+#: 1.024-1.034x / 1.029-1.040x / 1.038-1.058x at 1k / 2k / 4k, causal 1.107-1.122x / 1.108-1.120x / 1.044-1.048x;
+#: GQA 32/8 non-causal 2k 1.072-1.075x, MQA 16/1 1.057-1.114x, MQA 71/1 causal 2k 1.091-1.105x one program a tile
+#: (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`; persistent 0.952-0.957x). The MHA non-causal 1k-2k pairs are under
+#: session 44's 5% bar for a route from a shorter length: taken because the same cell gains 5.7-11.4% a pair on
+#: the GQA / MQA calls it also routes (issue 16's shapes) and no measured call of it loses.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
-    64: {"dkdv": {False: 4096, True: 4096}},
+    64: {"dkdv": {False: 1024, True: 1024}},
     192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
 #: hd 128's); MLA's 192 / 128 dK / dV at 32-row tiles over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B

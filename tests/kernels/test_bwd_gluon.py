@@ -568,7 +568,7 @@ def _route(q, k, v, **over):
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    4k; hd 64: dK / dV from 4k, non-causal on 128-row tiles and MHA only: configs.BWD_GLUON_BY_MASK);
+    4k; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only: configs.BWD_GLUON_BY_MASK);
     FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
@@ -592,16 +592,14 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     assert hd64(n64 - 1, causal=True, window_right=0) == {}
     mha = _inputs(sq=4096, sk=4096, hk=4)[:3]
     assert _route(*mha)["dkdv"]["walk"] == 0 and _route(*_inputs(sq=4096, sk=4096, hk=1)[:3])["dkdv"]["walk"] == 1
-    n64 = least[64]["dkdv"][False]  # hd 64 non-causal: its own tile, MHA only (GQA / MQA not measured there)
+    n64 = least[64]["dkdv"][False]  # hd 64 non-causal: 64-row tiles from the kernel's own length, GQA / MQA too ...
     mha64 = lambda n: _route(*_inputs(sq=n, sk=n, d=64, hk=4)[:3])  # noqa: E731
-    assert mha64(n64) == {"dkdv": dict(block_m=128, num_stages=2, walk=0)} and mha64(n64 - 1) == {}
-    assert hd64(n64) == {} == _route(*_inputs(sq=n64, sk=n64, d=64, hk=1)[:3])  # GQA 4/2, MQA
-    by_mask = configs.BWD_GLUON_BY_MASK[64, "dkdv", False][0]  # (its 128-row tiles from their own length on)
-    with monkeypatch.context() as m:  # (the dK / dV kernel routed from half that length)
-        m.setitem(configs.BWD_GLUON_MIN_SEQLEN, 64, {"dkdv": {False: by_mask // 2, True: by_mask}})
-        assert mha64(by_mask // 2) == {"dkdv": dict(block_m=64, num_stages=2, walk=0)}  # (below: the kernel's own)
-        assert hd64(by_mask // 2) == {"dkdv": dict(block_m=64, num_stages=2, walk=0)}  # (GQA too)
-        assert mha64(by_mask)["dkdv"]["block_m"] == 128 and hd64(by_mask) == {}
+    row64 = {"dkdv": dict(block_m=64, num_stages=2, walk=0)}
+    assert mha64(n64) == row64 == hd64(n64) == _route(*_inputs(sq=n64, sk=n64, d=64, hk=1)[:3])  # MHA, GQA 4/2, MQA
+    assert mha64(n64 - 1) == {} == hd64(n64 - 1)
+    by_mask = configs.BWD_GLUON_BY_MASK[64, "dkdv", False][0]  # ... and 128-row tiles from their own length, MHA only
+    assert n64 < by_mask and mha64(by_mask - 1) == row64 and mha64(by_mask)["dkdv"]["block_m"] == 128
+    assert hd64(by_mask) == {}  # (GQA / MQA there: not measured, the Triton kernel)
     long_q = _inputs(sq=8192, sk=least[128]["dkdv"][False] - 1)  # the shorter sequence decides
     assert _route(*long_q[:3]) == {}
     long = _inputs(sq=4096, sk=4096)[:3]
@@ -841,9 +839,9 @@ def test_persistent_launches_only_where_asked(monkeypatch):
                                window_left=-1, window_right=0 if causal else -1, deterministic=deterministic)
         return seen.pop()
 
-    assert configs.BWD_GLUON_PERSISTENT == {  # measured (session 46, H200): whole backward 1.02-1.22x a cell
+    assert configs.BWD_GLUON_PERSISTENT == {  # measured (sessions 46-47, H200): whole backward 1.02-1.22x a cell
         ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
-        ("dq", 128, False): 4096}
+        ("dq", 128, False): 4096, ("dq", 128, True): 4096, ("dkdv", 64, False): 4096, ("dkdv", 64, True): 4096}
     split, fused = call(128, True, 2048, True), call(128, False, 2048, False)  # (the split route; the fused one)
     assert "persistent" not in split and "dq_acc" not in split and "persistent" not in fused and "dq_acc" in fused
     assert call(128, True, 1024, True)["persistent"] is True  # (the split route's dK / dV, causal to 1k)
@@ -872,7 +870,7 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     call(128, True, 4096, True)
     assert seen_dq.pop()["persistent"] is True
     monkeypatch.delenv("FLASH_ATTN_BWD")
-    call(128, True, 4096, True)
+    call(128, True, 4096, True)  # (the table emptied above)
     assert "persistent" not in seen_dq.pop()
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dq", 128, True): 4096})
     dkdv = call(128, True, 4096, True)
@@ -881,6 +879,26 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     for mode in ("gluon", "fused"):  # (the forced modes' tests and probes: one program a tile, whatever the table)
         monkeypatch.setenv("FLASH_ATTN_BWD", mode)
         assert "persistent" not in call(128, True, 1024, mode == "gluon"), mode
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    for causal in (True, False):
+        monkeypatch.setitem(configs.BWD_GLUON_PERSISTENT, ("dkdv", 64, causal), 4096)
+    monkeypatch.setattr(bwd, "_sms", lambda q: 132)  # (an H100 / H200's multiprocessors)
+
+    def thin(hq, hk, causal, s=2048):  # (hd 64 dK / dV: 128-key tiles, group split by bwd.group_split)
+        q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=hq, hk=hk, d=64)
+        with cpu_replays([]):
+            bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, hq, s), softmax_scale=0.125, causal=causal,
+                               window_left=-1, window_right=0 if causal else -1, deterministic=True)
+        return seen.pop()
+
+    # causal: persistent only with configs.PERSISTENT_CAUSAL_TILES_PER_SM tiles an SM (MQA 71/1 at 2k with B2 lost;
+    # these inputs are B1: 16 key tiles x a split of 15 = 240 tiles, about 2 an SM)
+    assert "persistent" not in thin(71, 1, True) and thin(71, 1, False)["persistent"] is True
+    tiles = 16 * 66  # (MHA: no split) 66 heads = 1056 tiles = 8 an SM; 65 heads one short
+    assert tiles == configs.PERSISTENT_CAUSAL_TILES_PER_SM * 132
+    assert thin(66, 66, True)["persistent"] is True and "persistent" not in thin(65, 65, True)
+    monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: every launch, tests and probes)
+    assert thin(71, 1, True)["persistent"] is True and thin(65, 65, True)["persistent"] is True
     monkeypatch.delenv("FLASH_ATTN_BWD")
     q, k, v, *_ = _inputs(sq=1024, sk=8192, hq=4, hk=4, d=64)  # (the longer sequence decides: 8k keys)
     mask = dict(causal=True, window_left=-1, window_right=0, softcap=0.0, varlen=False, fp8=False, sm_major=9)
