@@ -71,12 +71,13 @@ DEFAULT_FUSED = ("64,2", )
 DKDV_OPTIONS = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
                 "w1": dict(walk=1), "u1": dict(dq_unscaled=True), "a1": dict(adder=True),
                 "d1": dict(ds_smem=True), "t0": dict(turns=False), "o1": dict(ordered=True),
-                "p1": dict(persistent=True)}
+                "p1": dict(persistent=True), "p2": dict(persistent="heavy")}
 
 
 def _config(spec: str, first: str) -> dict:
     """BLOCK,STAGES -> dkdv_gluon's (``first`` "block_m") or dq_gluon's ("block_n") keywords (a dQ config may go on
-    with ,p1: one program an SM over the tiles, its ``persistent``); a dK / dV config may
+    with ,p1: one program an SM over the tiles, its ``persistent``, or ,p2: the same in the heavy-first tile order,
+    its ``persistent="heavy"``); a dK / dV config may
     go on with ,h1 / ,h0 (128-row tiles' S^T and dP^T in two 64-query halves or not: dkdv_gluon's ``halves``) and
     ,m1 (the causal mask on every tile: its ``mask_every_tile``), ,w1 (a program's (head, tile) steps in one flat
     loop, as the route walks GQA / MQA at hd 128: its ``walk=1``; default the nested loops), ,u1 (fused: dQ's
@@ -86,11 +87,11 @@ def _config(spec: str, first: str) -> dict:
     consumers issue without taking turns, its ``turns=False``) and ,o1 (fused: its adds in a fixed order, the
     deterministic kernel: its ``ordered``; with --whole the ordered route, configs.BWD_GLUON_FUSED_ORDERED's) and
     ,p1 (either kernel, not with ,o1: one program an SM over the tiles, its ``persistent``; with --whole the fused
-    route's launch persistent)."""
+    route's launch persistent) or ,p2 (the same, tiles heaviest first: ``persistent="heavy"``)."""
     parts, options = spec.split(",")[:2], spec.split(",")[2:]
-    allowed = DKDV_OPTIONS if first == "block_m" else {"p1": DKDV_OPTIONS["p1"]}
+    allowed = DKDV_OPTIONS if first == "block_m" else {p: DKDV_OPTIONS[p] for p in ("p1", "p2")}
     if len(parts) != 2 or not all(x.isdigit() for x in parts) or any(o not in allowed for o in options):
-        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1][,p1]" if first == "block_m" else "[,p1]"
+        want = "[,h0|h1][,m1][,w1][,u1][,a1][,d1][,t0][,o1][,p1|p2]" if first == "block_m" else "[,p1|p2]"
         raise SystemExit(f"config {spec}: want BLOCK,STAGES{want}")
     out = dict(zip((first, "num_stages"), map(int, parts)))
     for o in options:
@@ -569,8 +570,8 @@ def main(argv=None) -> int:
                          "shared memory) and ,o1 (ordered adds) are the fused kernel's: give them to --fused")
     for spec in a.dq:
         _config(spec, "block_n")
-    if any({"o1", "p1"} <= set(spec.split(",")) or (a.ordered and "p1" in spec.split(",")) for spec in a.fused):
-        raise SystemExit("--fused: ,p1 (persistent) runs the unordered adds only: not with ,o1 or --ordered")
+    if any({"p1", "p2"} & set(spec.split(",")) and ("o1" in spec.split(",") or a.ordered) for spec in a.fused):
+        raise SystemExit("--fused: ,p1 / ,p2 (persistent) run the unordered adds only: not with ,o1 or --ordered")
     shapes = [_shape(x) for x in a.shapes]
     if a.whole and not a.fused:
         raise SystemExit("--whole: the whole fused backward at each --fused config: give --fused configs")

@@ -296,18 +296,37 @@ def _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split
 
 
 @gluon.jit
-def _persistent_tile(t, seqlen, IS_CAUSAL: gl.constexpr):
-    """A persistent kernel's tile ``t`` -> (block of 128 rows of ``seqlen``, its unit): blocks inner, as the
-    one-program-a-tile grid's launch order (the tiles running together share one head's data in L2); causal, odd
-    units walk their blocks the other way, so the static round-robin (tile t to program t mod the grid) hands each
-    program heavy and light tiles alike (a simulation of the FA sweep's causal shapes for the dK / dV kernel: the
-    busiest program 1.03-1.06x the mean, against 1.12-1.57x without the snake). The dK / dV kernels' blocks are key
-    blocks and units (batch, kv head, group part); the dQ kernel's query blocks and (batch, query head)."""
+def _persistent_tile(t, total, seqlen, IS_CAUSAL: gl.constexpr, ORDER: gl.constexpr, HEAVY_LAST: gl.constexpr):
+    """A persistent kernel's tile ``t`` of ``total`` -> (block of 128 rows of ``seqlen``, its unit), by ``ORDER``
+    (:data:`PERSISTENT_ORDERS`). 1, "snake": blocks inner, as the one-program-a-tile grid's launch order (the tiles
+    running together share one head's data in L2); causal, odd units walk their blocks the other way, so the static
+    round-robin (tile t to program t mod the grid) hands each program heavy and light tiles alike (a simulation of
+    the FA sweep's causal shapes for the dK / dV kernel: the busiest program 1.03-1.06x the mean, against 1.12-1.57x
+    without the snake; but 1.88x with 2.2 tiles an SM, MQA 71/1 B2 2k, where session 47 measured persistence lose).
+    2, "heavy" (causal; non-causal tiles are even, and run the snake): the heaviest blocks first, units inner, the
+    grid's waves dealt to the programs forward and backward in turn (wave i's tile i * grid + p goes to program p,
+    or to grid - 1 - p in odd waves but a last partial one): the longest-processing-first rule, whose busiest
+    program the same simulation puts at 1.00-1.02x the mean on the FA sweep and 1.11x at MQA 71/1; the tiles
+    running together then belong to different heads (less L2 reuse of a head's rows: measure before routing).
+    ``HEAVY_LAST``: the last block is the heaviest (the dQ kernel's query blocks, causal), else the first (the dK /
+    dV kernels' key blocks). The dK / dV kernels' blocks are key blocks and units (batch, kv head, group part); the
+    dQ kernel's query blocks and (batch, query head)."""
     n_blocks = gl.cdiv(seqlen, 128)
-    unit = t // n_blocks
-    block = t - unit * n_blocks
-    if IS_CAUSAL:
-        block = block + (unit % 2) * (n_blocks - 1 - 2 * block)
+    if IS_CAUSAL and ORDER == 2:
+        grid = gl.num_programs(0)
+        wave = t // grid
+        pos = t - wave * grid
+        back = ((wave % 2) == 1) & ((wave + 1) * grid <= total)  # (odd full waves run backward)
+        r = t + back.to(gl.int32) * (grid - 1 - 2 * pos)
+        units = total // n_blocks
+        rank = r // units
+        unit = r - rank * units
+        block = (n_blocks - 1 - rank) if HEAVY_LAST else rank
+    else:
+        unit = t // n_blocks
+        block = t - unit * n_blocks
+        if IS_CAUSAL:
+            block = block + (unit % 2) * (n_blocks - 1 - 2 * block)
     return block, unit
 
 
@@ -316,7 +335,7 @@ def _tile_coords(t, tiles, group, shape):
     """A persistent program's tile ``t`` -> :func:`_dkdv_coords`' values (``tiles``: the kernel's persistent
     arguments: the tiles, kv heads, group split, both sequence lengths, K / V's release, the split's strides)."""
     seqlen_q, seqlen_k = tiles[3], tiles[4]
-    pid_n, pid_bh = _persistent_tile(t, seqlen_k, shape.IS_CAUSAL)
+    pid_n, pid_bh = _persistent_tile(t, tiles[0], seqlen_k, shape.IS_CAUSAL, shape.PERSISTENT, False)
     return _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, tiles[1], group, tiles[2], shape.BLOCK_M, shape.IS_CAUSAL)
 
 
@@ -922,12 +941,12 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
 
 @gluon.jit
-def _dq_tile_coords(t, tiles, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
+def _dq_tile_coords(t, tiles, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, ORDER: gl.constexpr):
     """The persistent dQ kernel's tile ``t`` -> (batch, query head, kv head, first query row, key blocks, the first
     masked one) (``tiles``: its persistent arguments: the tiles, query heads, group, both sequence lengths, Q / dO's
     release), in :func:`_persistent_tile`'s order over query blocks."""
     num_heads, group, seqlen_q, seqlen_k = tiles[1], tiles[2], tiles[3], tiles[4]
-    pid_m, pid_bh = _persistent_tile(t, seqlen_q, IS_CAUSAL)
+    pid_m, pid_bh = _persistent_tile(t, tiles[0], seqlen_q, IS_CAUSAL, ORDER, True)
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     m0 = pid_m * 128
@@ -951,7 +970,8 @@ def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q
         j = 0
         i = 0
         for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
-            b, h, hk, m0, n_blocks, mask_from = _dq_tile_coords(t, tiles, shape.IS_CAUSAL, shape.BLOCK_M)
+            b, h, hk, m0, n_blocks, mask_from = _dq_tile_coords(t, tiles, shape.IS_CAUSAL, shape.BLOCK_M,
+                                                                shape.PERSISTENT)
             mbarrier.wait(q_free, (i - 1) & 1, pred=i > 0)  # (both consumers' last reads of the last Q / dO)
             j = _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty,
                               b, h, hk, m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, j)
@@ -1000,7 +1020,8 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         j = 0
         i = 0
         for t in range(gl.program_id(0), tiles[0], gl.num_programs(0)):
-            b, h, hk, m0, n_blocks, mask_from = _dq_tile_coords(t, tiles, shape.IS_CAUSAL, shape.BLOCK_M)
+            b, h, hk, m0, n_blocks, mask_from = _dq_tile_coords(t, tiles, shape.IS_CAUSAL, shape.BLOCK_M,
+                                                                shape.PERSISTENT)
             j = _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta,
                                  DQ, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs,
                                  stride_dqh, b, h, m0, n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale,
@@ -1192,6 +1213,20 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
     return None
 
 
+#: A persistent launch's tile order (``persistent`` True: "snake") -> the kernels' PERSISTENT (:func:`_persistent_tile`).
+PERSISTENT_ORDERS = {"snake": 1, "heavy": 2}
+
+
+def persistent_order(persistent) -> int:
+    """A launch's ``persistent`` (False, True: the snake order, or a name of :data:`PERSISTENT_ORDERS`) as the
+    kernels' PERSISTENT (0: one program a tile)."""
+    if persistent is True or persistent is False:
+        return int(persistent)
+    if persistent not in PERSISTENT_ORDERS:
+        raise ValueError(f"persistent: True, False or one of {', '.join(PERSISTENT_ORDERS)}, got {persistent!r}")
+    return PERSISTENT_ORDERS[persistent]
+
+
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
@@ -1220,7 +1255,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS). ``times`` (probes):
     :func:`timeline_buffer`'s int64 tensor, each consumer's timeline written into it. ``persistent``: the kernel's
     PERSISTENT (one program an SM over the tiles; :func:`dkdv_launch` sizes its grid; not with ``dq_order`` or
-    ``last_first``)."""
+    ``last_first``): True (the snake order) or a name of :data:`PERSISTENT_ORDERS`."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1255,7 +1290,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     if persistent:
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
-        second.update(PERSISTENT=True)
+        second.update(PERSISTENT=persistent_order(persistent))
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1331,8 +1366,9 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     steps (:func:`_walk_bounds`; 2, lockstep, not with ``ordered``). ``halves``, ``mask_every_tile``,
     ``dq_unscaled`` (dQ returned without the softmax scale), ``ds_smem``, ``turns``: :func:`dkdv_arguments`'.
     ``times`` (probes; with ``launches`` None): :func:`timeline_buffer`'s tensor, the programs' timelines written into
-    it (:func:`timeline_record` reads them; persistent: one record a tile). ``persistent`` (not routed; not with
-    ``ordered``): one program an SM over the tiles (the kernel's PERSISTENT)."""
+    it (:func:`timeline_record` reads them; persistent: one record a tile). ``persistent`` (not with ``ordered``):
+    one program an SM over the tiles (the kernel's PERSISTENT), True in the snake order or a name of
+    :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`)."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
@@ -1448,7 +1484,7 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
     second = {} if d_b == 0 else dict(HEAD_DIM_B=d_b, QB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d_b], g),
                                       KB_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d_b], g))
     if persistent:
-        second.update(PERSISTENT=True)
+        second.update(PERSISTENT=persistent_order(persistent))
     return dict(Q=q, K=k, V=v, DO=do, Out=out, Lse=lse, Delta=delta, DQ=dq, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1487,7 +1523,8 @@ def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_st
              poison=False, launches=None, persistent=False):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s;
-    ``persistent`` (not routed by default): one program an SM over the tiles (the kernel's PERSISTENT)."""
+    ``persistent``: one program an SM over the tiles (the kernel's PERSISTENT; True or a name of
+    :data:`PERSISTENT_ORDERS`)."""
     _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}

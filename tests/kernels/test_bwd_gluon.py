@@ -105,6 +105,7 @@ def compiled(tmp_path_factory):
     # the persistent kernels (one program an SM over the tiles), beside their twins above
     specs += PERSISTENT_TWINS + [f"{spec}@p1" for spec in PERSISTENT_TWINS]
     specs += [f"bwdq16:{d},{bn},{st},1@p1" for d, bn, st in DQ_CONFIGS]  # (the dQ kernel's: causal twins above)
+    specs += [f"{spec}@p2" for spec in HEAVY_TWINS]  # (the heavy-first tile order, causal)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -122,7 +123,7 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get((d, block)),
                  "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
                  "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4}.get(kernel, 0)
-        if "@p1" in spec and kernel != "bwdq16":  # (the dQ kernel's: none, as one program a tile)
+        if ("@p1" in spec or "@p2" in spec) and kernel != "bwdq16":  # (the dQ kernel's: none, as one a tile)
             bound = PERSISTENT_SPILL_AT_MOST[d, block]
         assert r["spill"] <= bound, (spec, r["spill"])
         adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.split("@")[0].endswith(",1"))
@@ -162,6 +163,21 @@ def test_the_persistent_kernels_do_the_same_work(compiled):
         assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
         if spec.split(":")[1].startswith("64,64,"):
             assert persistent["spill"] == 0, (spec, persistent["spill"])
+
+
+#: persistent kernels compiled in both tile orders (@p1 the snake, @p2 heaviest first: bwd_gluon.PERSISTENT_ORDERS):
+#: the routed causal cells of the split dK / dV kernel (hd 64), the fused kernel (hd 64) and the dQ kernel (hd 128)
+HEAVY_TWINS = ["bwd16:64,64,2,1", "bwdf16:64,64,2,1@t0", "bwdq16:128,128,2,1"]
+
+
+def test_the_heavy_first_order_changes_only_the_tile_walk(compiled):
+    """The heavy-first order (session 47, not routed) compiles to the same wgmmas, TMA reduces and shared memory as
+    the snake order, spilling at most 32 B more (sm_90a on the CPU: 0 B at these configs, either order)."""
+    for spec in HEAVY_TWINS:
+        snake, heavy = compiled[f"{spec}@p1"], compiled[f"{spec}@p2"]
+        assert (heavy["wgmma"], heavy["tma_reduce"], heavy["smem"]) == (
+            snake["wgmma"], snake["tma_reduce"], snake["smem"]), spec
+        assert heavy["spill"] <= snake["spill"] + 32 and not heavy["serialized"], (spec, snake, heavy)
 
 
 def test_the_fused_kernel_adds_dq_with_its_own_wgmmas(compiled):
@@ -900,6 +916,14 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: every launch, tests and probes)
     assert thin(71, 1, True)["persistent"] is True and thin(65, 65, True)["persistent"] is True
     monkeypatch.delenv("FLASH_ATTN_BWD")
+    monkeypatch.setitem(configs.BWD_GLUON_PERSISTENT_ORDER, ("dkdv", 64, True), "heavy")  # (a cell's tile order)
+    assert thin(66, 66, True)["persistent"] == "heavy" and thin(66, 66, False)["persistent"] is True
+    monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: the snake order)
+    assert thin(66, 66, True)["persistent"] is True
+    monkeypatch.delenv("FLASH_ATTN_BWD")
+    assert [bwd_gluon.persistent_order(p) for p in (False, True, "snake", "heavy")] == [0, 1, 1, 2]
+    with pytest.raises(ValueError, match="heavy"):
+        bwd_gluon.persistent_order("longest")
     q, k, v, *_ = _inputs(sq=1024, sk=8192, hq=4, hk=4, d=64)  # (the longer sequence decides: 8k keys)
     mask = dict(causal=True, window_left=-1, window_right=0, softcap=0.0, varlen=False, fp8=False, sm_major=9)
     route = configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(1, 4, 1024), **mask)
@@ -1380,9 +1404,13 @@ def test_gpu_fused_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, 
     (2, 1000, 1000, 4, 4, 64, True, 64, 2, dict(fused=True, turns=False)),
     (1, 1000, 1100, 4, 4, 64, False, 128, 2, dict(fused=True)),
     (2, 1000, 1000, 4, 4, 128, False, 64, 3, dict(fused=True, adder=True)),
-    (1, 777, 1500, 4, 2, 128, True, 64, 2, dict(fused=True, mask_every_tile=True, walk=1))],
+    (1, 777, 1500, 4, 2, 128, True, 64, 2, dict(fused=True, mask_every_tile=True, walk=1)),
+    (2, 1000, 1000, 4, 4, 64, True, 64, 2, dict(persistent="heavy")),
+    (1, 1500, 777, 8, 2, 128, True, 64, 2, dict(walk=1, persistent="heavy")),
+    (2, 1000, 1000, 4, 4, 64, True, 64, 2, dict(fused=True, turns=False, persistent="heavy"))],
     ids=["dkdv-hd64-causal", "dkdv-hd128-GQA4-flat", "fused-hd64-causal-no-turns", "fused-hd64-128-row",
-         "fused-hd128-adder", "fused-hd128-causal-every-tile-GQA-flat"])
+         "fused-hd128-adder", "fused-hd128-causal-every-tile-GQA-flat", "dkdv-hd64-causal-heavy-first",
+         "dkdv-hd128-GQA4-causal-Sq>Sk-heavy-first", "fused-hd64-causal-heavy-first"])
 def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, causal, block_m, stages, extra,
                                                         programs, monkeypatch):
     """The persistent kernel (one program an SM over the tiles; ``programs`` 7: a grid of 7, so each program walks
@@ -1390,16 +1418,19 @@ def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, ca
     boundaries many times): dK and dV bitwise the one-program-a-tile kernel's (each tile's keys see the same query
     tiles in the same order), dQ (fused: added in arrival order) and all three within twice the Triton backward's
     error against the FP64 oracle; run twice, so a barrier phase off by one would show as a hang (the call's
-    timeout) or a wrong tile on either run."""
+    timeout) or a wrong tile on either run. ``persistent="heavy"`` in ``extra``: the heavy-first tile order (a tile
+    missed or walked twice would show in dK / dV's bits)."""
     from kernels.flash_attn import configs
 
     if programs is not None:
         monkeypatch.setattr(configs, "sm_count", lambda device_index: programs)
+    extra = dict(extra)
+    order = extra.pop("persistent", True)
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
     kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
     plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
     for _ in range(2):
-        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, persistent=True, **kw)
+        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, persistent=order, **kw)
         torch.cuda.synchronize()
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
         if len(got) == 3:
@@ -1411,17 +1442,20 @@ def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, ca
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("programs", [None, 7], ids=["an-SM-each", "7-programs"])
-@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, causal, block_n, stages", [
-    (2, 1000, 1000, 4, 4, 128, None, True, 128, 2), (1, 777, 1500, 8, 2, 128, None, False, 64, 3),
-    (2, 1100, 1000, 4, 1, 64, None, True, 64, 3), (1, 600, 700, 4, 4, 192, 128, True, 64, 3)],
-    ids=["hd128-causal", "hd128-GQA-Sq<Sk", "hd64-MQA-causal-Sq>Sk", "mla-causal"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, causal, block_n, stages, order", [
+    (2, 1000, 1000, 4, 4, 128, None, True, 128, 2, True), (1, 777, 1500, 8, 2, 128, None, False, 64, 3, True),
+    (2, 1100, 1000, 4, 1, 64, None, True, 64, 3, True), (1, 600, 700, 4, 4, 192, 128, True, 64, 3, True),
+    (2, 1000, 1000, 4, 4, 128, None, True, 128, 2, "heavy"), (2, 1100, 1000, 4, 1, 64, None, True, 64, 3, "heavy")],
+    ids=["hd128-causal", "hd128-GQA-Sq<Sk", "hd64-MQA-causal-Sq>Sk", "mla-causal", "hd128-causal-heavy-first",
+         "hd64-MQA-causal-Sq>Sk-heavy-first"])
 def test_gpu_persistent_dq_kernel_gives_the_same_dq_and_delta(b, sq, sk, hq, hk, d, dv, causal, block_n, stages,
-                                                             programs, monkeypatch):
+                                                             order, programs, monkeypatch):
     """The persistent dQ kernel (one program an SM over the (query block, head) tiles; ``programs`` 7: each program
     walks many tiles, causal ones of every length, and the Q / dO release, the K / V ring's phases and the turns
     cross tile boundaries many times): dQ and delta bitwise the one-program-a-tile kernel's (each tile sees the same
     key blocks in the same order) and dQ within twice the Triton backward's error against the FP64 oracle; run
-    twice, so a barrier phase off by one would show as a hang (the call's timeout) or a wrong tile on either run."""
+    twice, so a barrier phase off by one would show as a hang (the call's timeout) or a wrong tile on either run.
+    ``order`` "heavy": the heavy-first tile order (the causal query blocks heaviest last, walked first)."""
     from kernels.flash_attn import configs
 
     if programs is not None:
@@ -1430,7 +1464,7 @@ def test_gpu_persistent_dq_kernel_gives_the_same_dq_and_delta(b, sq, sk, hq, hk,
     kw = dict(softmax_scale=scale, causal=causal, block_n=block_n, num_stages=stages, poison=True)
     plain = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **kw)
     for _ in range(2):
-        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, persistent=True, **kw)
+        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, persistent=order, **kw)
         torch.cuda.synchronize()
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
     _assert_within_triton(got[0], dq_t, ref.dq, "dq")
