@@ -491,11 +491,15 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
     # (triton_fa_det: the deterministic call, the kernel's default); AB_SECONDS a run, default 90; AB_PAIRS, default
     # 2; AB_TAG: the output folder's suffix, for two A/Bs in one call; the first
     # pair's runs compile each tree's kernels: AB_FIRST_EXTRA more seconds, default 60 — session 40's first run hit
-    # its limit while compiling and lost a cell)
+    # its limit while compiling and lost a cell; AB_TESTS: a -k expression of test_bwd_gluon.py's GPU tests run
+    # first with this tree, 150 s at most, e.g. "heavy" after a kernel change)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
     ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"
     mkdir -p "$ab"
+    if [ -n "${AB_TESTS:-}" ]; then
+        bwd_gluon_tests "route-ab${AB_TAG:+-$AB_TAG}" "$AB_TESTS" 150; tail -n 3 "$ab/tests.log"
+    fi
     for i in $(seq 1 "${AB_PAIRS:-2}"); do
         for side in new old; do
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-old
