@@ -596,11 +596,11 @@ def _persistent_filled(gluon: dict, q, k, split: int) -> dict:
     for configs.persistent_fills."""
     from .bwd_gluon import dkdv_grid, dq_grid
 
-    out = {}
+    out, sms = {}, _sms(q)
     for name, keywords in gluon.items():
         if keywords.get("persistent"):
             blocks, units = dq_grid(q) if name == "dq" else dkdv_grid(k, split)
-            if not configs.persistent_fills(True, blocks * units, _sms(q)):
+            if not configs.persistent_fills(blocks * units, sms):
                 keywords = {n: value for n, value in keywords.items() if n != "persistent"}
         out[name] = keywords
     return out

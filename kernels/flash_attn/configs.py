@@ -845,13 +845,11 @@ BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
 PERSISTENT_CAUSAL_TILES_PER_SM = 8
 
 
-def persistent_fills(causal: bool, tiles: int, sms: int) -> bool:
-    """Whether a persistent launch of the default route with ``tiles`` tiles on ``sms`` multiprocessors stays
-    persistent: always non-causal and under ``FLASH_ATTN_BWD`` (forced modes: tests, probes), causal with at least
-    :data:`PERSISTENT_CAUSAL_TILES_PER_SM` tiles an SM."""
-    if not causal or os.environ.get("FLASH_ATTN_BWD", ""):
-        return True
-    return tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms
+def persistent_fills(tiles: int, sms: int) -> bool:
+    """Whether a causal persistent launch with ``tiles`` tiles on ``sms`` multiprocessors stays persistent: on the
+    default route with at least :data:`PERSISTENT_CAUSAL_TILES_PER_SM` tiles an SM, always under ``FLASH_ATTN_BWD``
+    (forced modes: tests, probes). (Non-causal launches always do: their tiles are even.)"""
+    return bool(os.environ.get("FLASH_ATTN_BWD", "")) or tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms
 
 
 def _persistent_kind(kernel: str, d: int, causal: bool) -> bool | str:
