@@ -1187,9 +1187,11 @@ def test_gpu_backward_through_the_gluon_kernels_matches_oracle(b, sq, sk, hq, hk
 @needs_sm90
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     (1, 1024, 1024, 8, 2, 128, False), (1, 4096, 4096, 4, 1, 128, True), (1, 4096, 4096, 4, 2, 64, True),
-    (1, 4100, 4096, 4, 4, 64, False), (1, 1100, 1300, 4, 2, 192, True), (1, 600, 600, 4, 4, 192, True)],
+    (1, 4100, 4096, 4, 4, 64, False), (1, 1100, 1300, 4, 2, 192, True), (1, 600, 600, 4, 4, 192, True),
+    (1, 1024, 1100, 4, 1, 64, False), (1, 2048, 2048, 4, 1, 64, True)],
     ids=["hd128-S1024", "hd128-causal-MQA-S4096", "hd64-causal-S4096", "hd64-S4100x4096-128-rows",
-         "mla-causal-GQA-S1100x1300", "mla-causal-S600"])
+         "mla-causal-GQA-S1100x1300", "mla-causal-S600", "hd64-MQA-S1024x1100-persistent-split",
+         "hd64-causal-MQA-S2048-few-tiles"])
 def test_gpu_default_backward_route_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
     """flash_attn_func's backward as routed by default (configs.BWD_GLUON from BWD_GLUON_MIN_SEQLEN's lengths; the
     Gluon dK / dV beside the Triton dQ, which then makes delta, where only dK / dV is routed): each kernel the
