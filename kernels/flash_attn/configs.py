@@ -852,25 +852,19 @@ def persistent_fills(tiles: int, sms: int) -> bool:
     return bool(os.environ.get("FLASH_ATTN_BWD", "")) or tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms
 
 
-def _persistent_kind(kernel: str, d: int, causal: bool) -> bool | str:
-    """A persistent launch's ``persistent`` keyword: its tile order where :data:`BWD_GLUON_PERSISTENT_ORDER` names
-    one for the cell (default route only), else True (the snake order)."""
-    if os.environ.get("FLASH_ATTN_BWD", ""):
-        return True
-    return BWD_GLUON_PERSISTENT_ORDER.get((kernel, d, bool(causal)), True)
-
-
-def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool:
+def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool | str:
     """Whether the backward's Gluon ``kernel`` ("dkdv": the split route's dK / dV kernel; "fused": the unordered fused
     one; "dq": the split route's dQ kernel) runs persistent at this q / k head dim, mask and *longer* sequence length
     (both sequences within a cell's length: the measured regime, Sq = Sk; a long key sequence under short queries
     has the many tiles a program that lost at 16k): :data:`BWD_GLUON_PERSISTENT` on the default route
     (``FLASH_ATTN_BWD`` unset; the forced modes' tests and probes run one program a tile), or
-    ``FLASH_ATTN_BWD=persistent`` (everywhere)."""
+    ``FLASH_ATTN_BWD=persistent`` (everywhere). Where it does, the launch's ``persistent`` keyword: the tile order
+    :data:`BWD_GLUON_PERSISTENT_ORDER` names for the cell (default route only), else True (the snake order)."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced:
         return forced == "persistent"
-    return seqlen <= BWD_GLUON_PERSISTENT.get((kernel, d, bool(causal)), -1)
+    key = (kernel, d, bool(causal))
+    return seqlen <= BWD_GLUON_PERSISTENT.get(key, -1) and BWD_GLUON_PERSISTENT_ORDER.get(key, True)
 
 
 def fused_bwd_cell(d: int, dv: int, gqa: bool, causal: bool, seqlen: int) -> tuple[int, int] | None:
@@ -941,8 +935,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
                  turns=(q.shape[-1], bool(causal)) not in BWD_GLUON_FUSED_NO_TURNS)
     if ordered:  # (the adder warp adds in turn whatever dq_adder says)
         route["ordered"] = True
-    elif persistent_bwd("fused", q.shape[-1], causal, max(q.shape[1], k.shape[1])):  # (the unordered kernel only)
-        route["persistent"] = _persistent_kind("fused", q.shape[-1], causal)
+    elif persistent := persistent_bwd("fused", q.shape[-1], causal, max(q.shape[1], k.shape[1])):  # (unordered only)
+        route["persistent"] = persistent
     return route
 
 
@@ -1070,8 +1064,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
             out["dkdv"]["turns"] = False
     longer = max(q.shape[1], k.shape[1])  # (dense: varlen calls returned above)
     for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
-        if persistent_bwd(name, q.shape[-1], causal, longer):
-            keywords["persistent"] = _persistent_kind(name, q.shape[-1], causal)
+        if persistent := persistent_bwd(name, q.shape[-1], causal, longer):
+            keywords["persistent"] = persistent
     return out
 
 

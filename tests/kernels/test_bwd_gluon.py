@@ -669,7 +669,7 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
                                        **dict(kw, **over))
 
     def persistent(d, causal, n):  # (configs.BWD_GLUON_PERSISTENT's fused cells, to their lengths: default route)
-        return {"persistent": True} if configs.persistent_bwd("fused", d, causal, n) else {}
+        return {"persistent": order} if (order := configs.persistent_bwd("fused", d, causal, n)) else {}
 
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
     q, k, v, *_ = _inputs()
