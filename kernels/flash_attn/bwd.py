@@ -591,17 +591,16 @@ def _sms(q) -> int:
 
 
 def _persistent_filled(gluon: dict, q, k, split: int) -> dict:
-    """``gluon`` (configs.gluon_bwd's launches) with ``persistent`` dropped from the causal launches whose tiles
-    (bwd_gluon.dq_grid's for dQ, dkdv_grid's under the group split for dK / dV and the fused kernel) are too few an SM
-    for configs.persistent_fills."""
+    """``gluon`` (configs.gluon_bwd's launches) with each causal persistent launch's tile order as
+    configs.persistent_causal says for its tiles (bwd_gluon.dq_grid's for dQ, dkdv_grid's under the group split for dK
+    / dV and the fused kernel) an SM: heaviest first where they are few."""
     from .bwd_gluon import dkdv_grid, dq_grid
 
     out, sms = {}, _sms(q)
     for name, keywords in gluon.items():
         if keywords.get("persistent"):
             blocks, units = dq_grid(q) if name == "dq" else dkdv_grid(k, split)
-            if not configs.persistent_fills(blocks * units, sms):
-                keywords = {n: value for n, value in keywords.items() if n != "persistent"}
+            keywords = dict(keywords, persistent=configs.persistent_causal(keywords["persistent"], blocks * units, sms))
         out[name] = keywords
     return out
 
@@ -903,7 +902,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     else:
         gluon = configs.gluon_bwd(q, k, v, do, out, lse, causal=causal, window_left=window_left, window_right=right,
                                   softcap=softcap, varlen=varlen, fp8=fp8, atomic=atomic)
-    if causal and gluon:  # (persistent launches with few causal tiles an SM: one program a tile instead)
+    if causal and gluon:  # (persistent launches with few causal tiles an SM: heaviest tiles first)
         gluon = _persistent_filled(gluon, q, k, split)
     if "dq" in gluon:  # dQ and delta on the Gluon kernel, before dK / dV as below
         from .bwd_gluon import dq_launch

@@ -814,8 +814,8 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: themselves: GQA / MQA at 1k and causal (dK / dV), MHA deterministic calls at 4k (dQ).
 #: Session 47 (H200, docs/perf/gluon-s47, against session 46's tree, three pairs): the split route's dQ hd 128
 #: causal at 4k, Llama-3-70B 64/8 1.041-1.045x; hd 64 dK / dV 1k-4k with its route from 1k (see
-#: :data:`BWD_GLUON_MIN_SEQLEN`). Causal launches with few tiles an SM stay one program a tile
-#: (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
+#: :data:`BWD_GLUON_MIN_SEQLEN`). Causal launches with few tiles an SM walk them heaviest first (session 48,
+#: :data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
 #: The probe (kernels alone, same run): hd 64 non-causal dK / dV 1.20x / 1.12x at 1k / 2k, fused 1.09x / 1.01x; hd
 #: 128 causal fused 1.06x at 1k; hd 64 causal timeline: dK / dV 600 -> 432 us at 1k, fused 756 -> 556 us.
 #: ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the default route
@@ -827,29 +827,35 @@ BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
 
 
 #: (kernel, head dim, causal) cells of :data:`BWD_GLUON_PERSISTENT` whose persistent launches walk their tiles
-#: heaviest first (bwd_gluon.PERSISTENT_ORDERS' "heavy"; the others the snake order): none routed. Built in session
-#: 47 on the CPU (sm_90a compile: the same registers, spills equal or lower) for the causal launches whose static
-#: round-robin leaves SMs idle: a simulation of the tiles' work puts the busiest program at 1.11x the mean against
-#: the snake's 1.88x at MQA 71/1 B2 2k (measured: persistent 0.955x the Triton dK / dV, one program a tile 1.097x)
-#: and 1.001x against 1.063x at hd 64 16k (fused persistent 0.957x in session 46); the tiles running together then
-#: belong to different heads (less L2 reuse). Not measured.
+#: heaviest first (bwd_gluon.PERSISTENT_ORDERS' "heavy"; the others the snake order) whatever their tiles an SM: none.
+#: Built in session 47 for the causal launches whose static round-robin leaves SMs idle (sm_90a compile: the same
+#: registers, spills equal or lower). Measured on an H200 (session 48, docs/perf/gluon-s48, whole backward through the
+#: harness, three pairs): with many tiles an SM it loses, the tiles running together then belonging to different heads
+#: (less L2 reuse): MHA hd 64 causal fused 0.799-0.817x the snake at 1k-4k (31 tiles an SM), 0.943x one program a
+#: tile at 16k, 0.92-0.99x at 15.5 tiles an SM; with few it wins (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
 BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
-#: A causal launch of :data:`BWD_GLUON_PERSISTENT`'s cells on the default route stays persistent only with at least this
-#: many tiles an SM (:func:`persistent_fills`; bwd.py drops the keyword below it): a program walks its tiles in a
-#: static round-robin, and a causal tile's work varies with its key block, so with few tiles a program the unlucky
-#: SMs set the span (the hardware's dynamic hand-out of one program a tile balances them). Measured on an H200
-#: (session 47, docs/perf/gluon-s47, whole backward through the harness against the Triton dK / dV, three pairs): MQA
-#: 71/1 hd 64 causal 2k (group split 9: 288 dK / dV tiles, 2.2 an SM) 0.952-0.957x persistent, 1.091-1.105x one
-#: program a tile; every cell that gained persistent had >= 15 tiles an SM (MHA causal 1k-4k: 31). 8 lies between,
-#: not measured there. Non-causal tiles are even: persistence gained at 2.2 tiles an SM (MQA 16/1 hd 64 2k, 1.079x).
+#: A causal launch of :data:`BWD_GLUON_PERSISTENT`'s cells on the default route with fewer than this many tiles an SM
+#: walks its tiles heaviest first (bwd_gluon.PERSISTENT_ORDERS' "heavy"; :func:`persistent_causal`, called by bwd.py
+#: once the group split is known): a program walks its tiles in a static round-robin, and a causal tile's work varies
+#: with its key block, so with few tiles a program the snake order's unlucky SMs set the span. Measured on an H200,
+#: whole backward through the harness, three pairs: session 47 (docs/perf/gluon-s47) MQA 71/1 hd 64 causal 2k (group
+#: split 9: 288 dK / dV tiles, 2.2 an SM) snake persistent 0.952-0.957x the Triton dK / dV, one program a tile
+#: 1.091-1.105x; session 48 (docs/perf/gluon-s48) heavy-first against one program a tile: MQA 71/1 there 1.232-1.300x
+#: (split route, both calls), B4 H16 hd 64 causal 2k (7.8 tiles an SM) 1.146-1.179x, 1k (3.9; CUDA graphs: the whole
+#: call is host-bound there) fused 1.32x, split 1.22x, hd 128 causal 1k 1.033-1.037x fused, 1.084-1.095x split; at
+#: 15.5 tiles an SM (B4 H16 4k, bound 16 against 8, CUDA graphs) heavy-first lost 0.92-0.99x to the snake, at 31
+#: 0.80-0.82x (:data:`BWD_GLUON_PERSISTENT_ORDER`). So the bound lies between 7.8 and 15.5 tiles an SM.
 PERSISTENT_CAUSAL_TILES_PER_SM = 8
 
 
-def persistent_fills(tiles: int, sms: int) -> bool:
-    """Whether a causal persistent launch with ``tiles`` tiles on ``sms`` multiprocessors stays persistent: on the
-    default route with at least :data:`PERSISTENT_CAUSAL_TILES_PER_SM` tiles an SM, always under ``FLASH_ATTN_BWD``
-    (forced modes: tests, probes). (Non-causal launches always do: their tiles are even.)"""
-    return bool(os.environ.get("FLASH_ATTN_BWD", "")) or tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms
+def persistent_causal(persistent: bool | str, tiles: int, sms: int) -> bool | str:
+    """A causal launch's ``persistent`` keyword (:func:`persistent_bwd`'s) for ``tiles`` tiles on ``sms``
+    multiprocessors: "heavy" (heaviest tiles first) on the default route with fewer than
+    :data:`PERSISTENT_CAUSAL_TILES_PER_SM` tiles an SM, else unchanged (so always under ``FLASH_ATTN_BWD``: forced
+    modes, tests, probes). (Non-causal tiles are even: their launches keep the snake order.)"""
+    if not persistent or os.environ.get("FLASH_ATTN_BWD", "") or tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms:
+        return persistent
+    return "heavy"
 
 
 def persistent_bwd(kernel: str, d: int, causal: bool, seqlen: int) -> bool | str:
@@ -967,7 +973,8 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: three pairs), the kernel persistent to 4k (:data:`BWD_GLUON_PERSISTENT`): deterministic MHA calls non-causal
 #: 1.024-1.034x / 1.029-1.040x / 1.038-1.058x at 1k / 2k / 4k, causal 1.107-1.122x / 1.108-1.120x / 1.044-1.048x;
 #: GQA 32/8 non-causal 2k 1.072-1.075x, MQA 16/1 1.057-1.114x, MQA 71/1 causal 2k 1.091-1.105x one program a tile
-#: (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`; persistent 0.952-0.957x). The MHA non-causal 1k-2k pairs are under
+#: (persistent 0.952-0.957x; session 48: heavy-first persistent 1.23-1.30x one program a tile,
+#: :data:`PERSISTENT_CAUSAL_TILES_PER_SM`). The MHA non-causal 1k-2k pairs are under
 #: session 44's 5% bar for a route from a shorter length: taken because the same cell gains 5.7-11.4% a pair on
 #: the GQA / MQA calls it also routes (issue 16's shapes) and no measured call of it loses.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {

@@ -907,13 +907,13 @@ def test_persistent_launches_only_where_asked(monkeypatch):
                                window_left=-1, window_right=0 if causal else -1, deterministic=True)
         return seen.pop()
 
-    # causal: persistent only with configs.PERSISTENT_CAUSAL_TILES_PER_SM tiles an SM (MQA 71/1 at 2k with B2 lost;
-    # these inputs are B1: 16 key tiles x a split of 15 = 240 tiles, about 2 an SM)
-    assert "persistent" not in thin(71, 1, True) and thin(71, 1, False)["persistent"] is True
+    # causal: the snake order with configs.PERSISTENT_CAUSAL_TILES_PER_SM tiles an SM, heaviest first below (MQA 71/1
+    # at 2k with B2; these inputs are B1: 16 key tiles x a split of 15 = 240 tiles, about 2 an SM)
+    assert thin(71, 1, True)["persistent"] == "heavy" and thin(71, 1, False)["persistent"] is True
     tiles = 16 * 66  # (MHA: no split) 66 heads = 1056 tiles = 8 an SM; 65 heads one short
     assert tiles == configs.PERSISTENT_CAUSAL_TILES_PER_SM * 132
-    assert thin(66, 66, True)["persistent"] is True and "persistent" not in thin(65, 65, True)
-    monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: every launch, tests and probes)
+    assert thin(66, 66, True)["persistent"] is True and thin(65, 65, True)["persistent"] == "heavy"
+    monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: every launch the snake order, tests and probes)
     assert thin(71, 1, True)["persistent"] is True and thin(65, 65, True)["persistent"] is True
     monkeypatch.delenv("FLASH_ATTN_BWD")
     monkeypatch.setitem(configs.BWD_GLUON_PERSISTENT_ORDER, ("dkdv", 64, True), "heavy")  # (a cell's tile order)
