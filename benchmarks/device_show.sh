@@ -492,7 +492,9 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
     # 2; AB_TAG: the output folder's suffix, for two A/Bs in one call; the first
     # pair's runs compile each tree's kernels: AB_FIRST_EXTRA more seconds, default 60 — session 40's first run hit
     # its limit while compiling and lost a cell; AB_TESTS: a -k expression of test_bwd_gluon.py's GPU tests run
-    # first with this tree, 150 s at most, e.g. "heavy" after a kernel change)
+    # first with this tree, 150 s at most, e.g. "heavy" after a kernel change; AB_GRAPHS=1: device time, CUDA graphs
+    # replayed, for calls whose host path is longer than their kernels: session 48's 1k pairs scattered 0.66-2.32x
+    # without)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
     ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"
@@ -507,7 +509,8 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
             (cd "$root" && PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$root \
                 timeout $(( limit + 30 )) python3 -m harness bench --preset "${AB_PRESET:-fa-sweep}" --dtypes bf16 \
                 --backends "${AB_BACKENDS:-triton_fa}" --modes "${AB_MODES:-bwd}" --cases="${AB_CASES:?AB_CASES}" \
-                --target-ms 25 --time-limit "$limit" --quiet --out "$ab/$side-$i") \
+                ${AB_GRAPHS:+--cuda-graphs --no-memory --no-plots} --target-ms 25 --time-limit "$limit" --quiet \
+                --out "$ab/$side-$i") \
                 > "$ab/$side-$i.log" 2>&1
             echo "$side-$i exit $?" >> "$ab/$side-$i.log"
             grep -A8 "^### " "$ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
