@@ -36,25 +36,38 @@ _EMPTY = inspect.Parameter.empty
 class Launch:
     """One launch of a compiled kernel, replayable with other tensors of the same signature."""
 
-    __slots__ = ("compiled", "grid", "template", "slots", "device", "_run", "_launch", "_function", "_packed",
-                 "_flags", "_scratch_bytes", "_scratch_align")
+    __slots__ = ("compiled", "grid", "template", "slots", "descriptors", "device", "_run", "_launch", "_function",
+                 "_packed", "_flags", "_scratch_bytes", "_scratch_align")
 
-    def __init__(self, jit_fn, compiled, grid, kwargs: dict, device: int):
+    def __init__(self, jit_fn, compiled, grid, kwargs: dict, device: int, descriptors: dict | None = None):
         """``jit_fn``: the @triton.jit function; ``compiled``: the CompiledKernel that ran with
         ``kwargs`` (every kernel argument by name, the config's meta-parameters included) on ``grid``
-        on CUDA device ``device``."""
+        on CUDA device ``device``. ``descriptors``: the host-made TMA descriptor arguments' names -> the name of
+        the tensor argument each describes (its ``base``): a replay describes that slot's tensor of the call
+        with the first launch's shape, strides and box (Triton's launcher encodes a descriptor on every launch).
+        A descriptor argument not named there cannot be replayed (it would point at the first call's tensor):
+        ValueError."""
         if hasattr(compiled, "result"):  # an asynchronous compile's future
             compiled = compiled.result()
         self.compiled = compiled
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.template = []
-        slots = []
+        slots, descs = [], []
         for i, (name, value) in enumerate(arguments(jit_fn, kwargs)):
             if isinstance(value, torch.Tensor):  # a slot: this call's tensor is not kept alive
                 slots.append((i, name))
                 value = None
+            elif _is_host_descriptor(value):
+                of = (descriptors or {}).get(name)
+                if of is None or kwargs.get(of) is not value.base:
+                    raise ValueError(f"argument {name} of {jit_fn.fn.__name__}: a host-made TMA descriptor whose "
+                                     f"tensor argument is not named (descriptors={descriptors!r}): a replay would "
+                                     "read the first call's tensor")
+                descs.append((i, of, tuple(value.shape), tuple(value.strides), value.padding))
+                value = None
             self.template.append(value)
         self.slots = tuple(slots)
+        self.descriptors = tuple(descs)
         self.device = device
         self._run = run = compiled.run  # the compiled kernel's launcher (loaded by the launch that ran)
         self._function = compiled.function
@@ -86,6 +99,9 @@ class Launch:
                 leave is not None and getattr(leave, "calls", True)):
             for i, name in self.slots:
                 args[i] = tensors[name]
+            for i, name, shape, strides, padding in self.descriptors:
+                t = tensors[name]
+                args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
             if self._scratch_bytes:
                 ensure_allocator()
             meta = self.compiled.launch_metadata(self.grid, stream, *args)
@@ -96,10 +112,36 @@ class Launch:
         for i, name in self.slots:
             t = tensors[name]
             args[i] = t if t.__class__ is int else t.data_ptr()
+        for i, name, shape, strides, padding in self.descriptors:
+            t = tensors[name]
+            args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
         scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
         self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
                      *args)
         return True
+
+
+def _is_host_descriptor(value) -> bool:
+    """Whether a launch argument is a host-made TMA descriptor (Triton's or Gluon's ``TensorDescriptor``)."""
+    return hasattr(value, "block_shape") and hasattr(value, "base") and hasattr(value, "strides")
+
+
+class Described:
+    """A replayed launch's host-made TMA descriptor argument: what Triton's launcher reads from a
+    ``TensorDescriptor`` to encode one (``base.data_ptr()``, ``shape``, ``strides``, ``padding``; the box and
+    swizzle are the compiled kernel's), here over a device pointer. Its own ``base``."""
+
+    __slots__ = ("ptr", "shape", "strides", "padding")
+
+    def __init__(self, ptr: int, shape: tuple, strides: tuple, padding: str):
+        self.ptr, self.shape, self.strides, self.padding = ptr, shape, strides, padding
+
+    @property
+    def base(self):
+        return self
+
+    def data_ptr(self) -> int:
+        return self.ptr
 
 
 #: (device, stream) -> a byte buffer for kernels' global scratch, reused by every replay on that
@@ -205,16 +247,16 @@ def by_name(jit_fn, args: tuple, kwargs: dict) -> dict:
     return dict(zip(inspect.signature(jit_fn.fn).parameters, args), **kwargs)
 
 
-def launched(jit_fn, compiled, grid, kwargs: dict, config=None) -> Launch | None:
+def launched(jit_fn, compiled, grid, kwargs: dict, config=None, descriptors: dict | None = None) -> Launch | None:
     """The :class:`Launch` of a launch that just ran (``compiled``: what ``kernel[grid](...)`` returned),
     or None where it cannot be replayed: the interpreter (nothing compiled), a config with a
-    pre-launch hook (it must run every time)."""
+    pre-launch hook (it must run every time). ``descriptors``: as :class:`Launch`'s."""
     if compiled is None or not hasattr(compiled, "function") and not hasattr(compiled, "result"):
         return None
     if config is not None and config.pre_hook is not None:
         return None
     full = dict(kwargs, **config.kwargs) if config is not None else kwargs
-    return Launch(jit_fn, compiled, grid, full, current_device())
+    return Launch(jit_fn, compiled, grid, full, current_device(), descriptors)
 
 
 #: CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (cuda.h's CUfunction_attribute)

@@ -813,7 +813,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         WALK: gl.constexpr = 0, QUERY_HALVES: gl.constexpr = False,
                         MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
                         DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None,
-                        PERSISTENT: gl.constexpr = False):
+                        PERSISTENT: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, DOD=None,
+                        KD=None, VD=None, DQD=None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -841,7 +842,10 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     at 1k), the next tile's K / V and first Q / dO tiles loaded while this one's dK / dV are stored. Not with the
     ordered adds (``Sem``) or ``LAST_FIRST``. ``Times``: with each consumer's timeline the program's entry (the SM's
     cycle counter before the descriptors are made) and the moment Q's, dO's, K's and V's descriptors are made (before
-    the shared memory's barriers; the fused kernel's dQ descriptor comes after), in its first tile's records."""
+    the shared memory's barriers; the fused kernel's dQ descriptor comes after), in its first tile's records.
+    ``HOST_DESC``: Q's, dO's, K's, V's (and the fused kernel's dQ accumulator's) TMA descriptors made on the host
+    (``QD``, ``DOD``, ``KD``, ``VD``, ``DQD``: :func:`host_descriptors`' kernel parameters) instead of by every program
+    on the device (session 47's timeline: 4.0-4.1 us of a program's 4.6-5.9 us set-up); one head-dim part only."""
     TIMES: gl.constexpr = Times is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
         entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 20 + 8
@@ -861,14 +865,18 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split,
                                                    BLOCK_M, IS_CAUSAL)
     n_m = gl.cdiv(seqlen_q, BLOCK_M)
-    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
-                                        [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
-    do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
-                                         [stride_dob, stride_dos, stride_doh, 1], [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
-                                        [1, 64, 1, HEAD_DIM], K_SL)
-    v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
-                                        [1, 64, 1, HEAD_DIM], K_SL)
+    if HOST_DESC:
+        gl.static_assert(HEAD_DIM_B == 0, "host-made descriptors: one head-dim part")
+        q_desc, do_desc, k_desc, v_desc = QD, DOD, KD, VD
+    else:
+        q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
+                                            [stride_qb, stride_qs, stride_qh, 1], [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
+        do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
+                                             [stride_dob, stride_dos, stride_doh, 1], [1, BLOCK_M, 1, HEAD_DIM], Q_SL)
+        k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
+                                            [1, 64, 1, HEAD_DIM], K_SL)
+        v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM],
+                                            [stride_vb, stride_vs, stride_vh, 1], [1, 64, 1, HEAD_DIM], K_SL)
     dtype: gl.constexpr = Q.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, 1, HEAD_DIM], Q_SL)
@@ -884,8 +892,11 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     if DQ_COLS > 0:
         gl.static_assert((BLOCK_M == 64 or (BLOCK_M == 128 and DQ_COLS == HEAD_DIM)) and HEAD_DIM_B == 0,
                          "the fused dQ: 64-row tiles (hd 64: or 128-row), one head-dim part")
-        dq_desc = tma.make_tensor_descriptor(DQacc, [batch, seqlen_q, num_heads, HEAD_DIM],
-                                             [stride_dqab, stride_dqas, stride_dqah, 1], [1, 64, 1, DQ_COLS], DQ_SL)
+        if HOST_DESC:
+            dq_desc = DQD
+        else:
+            dq_desc = tma.make_tensor_descriptor(DQacc, [batch, seqlen_q, num_heads, HEAD_DIM],
+                                                 [stride_dqab, stride_dqas, stride_dqah, 1], [1, 64, 1, DQ_COLS], DQ_SL)
         ds_smem = gl.allocate_shared_memory(dtype, [2, 128, BLOCK_M], DS_SL)
         dq_smem = gl.allocate_shared_memory(gl.float32, [2, 1, 64, 1, DQ_COLS], DQ_SL)
         ds_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -1141,12 +1152,14 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
                       K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
-                      QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, PERSISTENT: gl.constexpr = False):
+                      QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
+                      HOST_DESC: gl.constexpr = False, QD=None, DOD=None, KD=None, VD=None):
     """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
     delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next.
     ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s. ``PERSISTENT``: one
     program an SM (grid: min(tiles, SMs) x 1) over the (query block, batch, query head) tiles, tile t to program t
-    mod the grid (:func:`_dq_tile_coords`' order); descriptors and barriers made once a program."""
+    mod the grid (:func:`_dq_tile_coords`' order); descriptors and barriers made once a program. ``HOST_DESC``: Q's,
+    dO's, K's and V's descriptors made on the host (``QD`` .. ``VD``), as ``_bwd_dkdv_ws_kernel``'s."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
@@ -1155,15 +1168,19 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     hk = h // group
     m0 = pid_m * 128
     n_blocks, mask_from = _key_blocks(m0, seqlen_k - seqlen_q, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
-    q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
-                                        [1, 64, 1, HEAD_DIM], Q_SL)
-    do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
-                                         [stride_dob, stride_dos, stride_doh, 1], [1, 64, 1, HEAD_DIM], Q_SL)
     kv_heads = num_heads // group
-    k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
-                                        [1, BLOCK_N, 1, HEAD_DIM], K_SL)
-    v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM], [stride_vb, stride_vs, stride_vh, 1],
-                                        [1, BLOCK_N, 1, HEAD_DIM], K_SL)
+    if HOST_DESC:
+        gl.static_assert(HEAD_DIM_B == 0, "host-made descriptors: one head-dim part")
+        q_desc, do_desc, k_desc, v_desc = QD, DOD, KD, VD
+    else:
+        q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK],
+                                            [stride_qb, stride_qs, stride_qh, 1], [1, 64, 1, HEAD_DIM], Q_SL)
+        do_desc = tma.make_tensor_descriptor(DO, [batch, seqlen_q, num_heads, HEAD_DIM],
+                                             [stride_dob, stride_dos, stride_doh, 1], [1, 64, 1, HEAD_DIM], Q_SL)
+        k_desc = tma.make_tensor_descriptor(K, [batch, seqlen_k, kv_heads, D_QK], [stride_kb, stride_ks, stride_kh, 1],
+                                            [1, BLOCK_N, 1, HEAD_DIM], K_SL)
+        v_desc = tma.make_tensor_descriptor(V, [batch, seqlen_k, kv_heads, HEAD_DIM],
+                                            [stride_vb, stride_vs, stride_vh, 1], [1, BLOCK_N, 1, HEAD_DIM], K_SL)
     dtype: gl.constexpr = Q.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
     do_smem = gl.allocate_shared_memory(dtype, [2, 1, 64, 1, HEAD_DIM], Q_SL)
@@ -1227,10 +1244,31 @@ def persistent_order(persistent) -> int:
     return PERSISTENT_ORDERS[persistent]
 
 
+#: The kernels' host-made descriptor arguments -> the tensor argument each describes (kernels.launcher.Launch's
+#: ``descriptors``: a replay describes that call's tensor).
+HOST_DESCRIPTOR_OF = {"QD": "Q", "DOD": "DO", "KD": "K", "VD": "V", "DQD": "DQacc"}
+
+
+def host_descriptor(t, rows: int, cols: int, layout):
+    """A host-made rank-4 TMA descriptor over ``t`` [B, S, H, D] (its first three strides; the last dimension
+    contiguous) with [1, rows, 1, cols] boxes in ``layout``: what the kernels otherwise make on the device from
+    t's pointer, shape and strides (``HOST_DESC``)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return TensorDescriptor(t, list(t.shape), [t.stride(0), t.stride(1), t.stride(2), 1], [1, rows, 1, cols], layout)
+
+
+def _host_descriptors(d_b: int, **described) -> dict:
+    """The kernels' HOST_DESC and descriptor arguments (name -> (tensor, rows, cols, layout)); one head-dim part."""
+    if d_b:
+        raise ValueError(f"host-made descriptors: one q / k head-dim part (q / k = v head dims), got {d_b} more")
+    return dict(HOST_DESC=True, **{name: host_descriptor(*spec) for name, spec in described.items()})
+
+
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
-                   ds_smem=False, turns=True, times=None, persistent=False) -> dict:
+                   ds_smem=False, turns=True, times=None, persistent=False, host_desc=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -1255,7 +1293,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     0.93-0.99x causal; the fused kernel's from session 42: configs.BWD_GLUON_FUSED_NO_TURNS). ``times`` (probes):
     :func:`timeline_buffer`'s int64 tensor, each consumer's timeline written into it. ``persistent``: the kernel's
     PERSISTENT (one program an SM over the tiles; :func:`dkdv_launch` sizes its grid; not with ``dq_order`` or
-    ``last_first``): True (the snake order) or a name of :data:`PERSISTENT_ORDERS`."""
+    ``last_first``): True (the snake order) or a name of :data:`PERSISTENT_ORDERS`. ``host_desc``: the kernel's
+    HOST_DESC, its TMA descriptors made here (:func:`host_descriptor`) instead of by every program (q / k = v head
+    dims)."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1291,6 +1331,12 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
         second.update(PERSISTENT=persistent_order(persistent))
+    q_sl = gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g)
+    k_sl = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
+    if host_desc:
+        dq = {} if dq_acc is None else dict(DQD=(dq_acc, 64, second["DQ_COLS"], second["DQ_SL"]))
+        second.update(_host_descriptors(d_b, QD=(q, block_m, d, q_sl), DOD=(do, block_m, d, q_sl),
+                                        KD=(k, 64, d, k_sl), VD=(v, 64, d, k_sl), **dq))
     return dict(Q=q, K=k, V=v, DO=do, Lse=lse, Delta=delta, DK=dk, DV=dv, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1301,9 +1347,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 stride_dvp=dv.stride(0) if split > 1 else 0, group_split=split, batch=q.shape[0],
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal),
-                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
-                Q_SL=gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g),
-                K_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g), num_warps=4, LAST_FIRST=bool(last_first),
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4,
+                LAST_FIRST=bool(last_first),
                 WALK=int(walk), QUERY_HALVES=bool(halves), MASK_EVERY_TILE=bool(mask_every_tile and causal), **second)
 
 
@@ -1317,7 +1362,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
-                times=None, persistent=False):
+                times=None, persistent=False, host_desc=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -1326,9 +1371,10 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent)
+                            mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc)
     grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
-    return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs)
+    return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs,
+                             descriptors=HOST_DESCRIPTOR_OF)
 
 
 def dkdv_grid(k, split: int = 1, programs: int | None = None) -> tuple[int, int]:
@@ -1349,7 +1395,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None,
-               persistent=False):
+               persistent=False, host_desc=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1368,7 +1414,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     ``times`` (probes; with ``launches`` None): :func:`timeline_buffer`'s tensor, the programs' timelines written into
     it (:func:`timeline_record` reads them; persistent: one record a tile). ``persistent`` (not with ``ordered``):
     one program an SM over the tiles (the kernel's PERSISTENT), True in the snake order or a name of
-    :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`)."""
+    :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`). ``host_desc``: the TMA descriptors made on the host
+    (:func:`dkdv_arguments`'; a replay describes its own call's tensors)."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
@@ -1386,7 +1433,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
                "Sem": sem}
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
-        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent))
+        sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent,
+        host_desc))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
@@ -1474,10 +1522,11 @@ def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
 
 
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
-                 consumer_regs=240, persistent=False) -> dict:
+                 consumer_regs=240, persistent=False, host_desc=False) -> dict:
     """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
     strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`. ``persistent``:
-    the kernel's PERSISTENT (one program an SM over the tiles; :func:`dq_launch` sizes its grid)."""
+    the kernel's PERSISTENT (one program an SM over the tiles; :func:`dq_launch` sizes its grid). ``host_desc``: as
+    :func:`dkdv_arguments`'."""
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1485,6 +1534,11 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                                       KB_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d_b], g))
     if persistent:
         second.update(PERSISTENT=persistent_order(persistent))
+    q_sl = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
+    k_sl = gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g)
+    if host_desc:
+        second.update(_host_descriptors(d_b, QD=(q, 64, d, q_sl), DOD=(do, 64, d, q_sl), KD=(k, block_n, d, k_sl),
+                                        VD=(v, block_n, d, k_sl)))
     return dict(Q=q, K=k, V=v, DO=do, Out=out, Lse=lse, Delta=delta, DQ=dq, stride_qb=q.stride(0),
                 stride_qs=q.stride(1), stride_qh=q.stride(2), stride_kb=k.stride(0), stride_ks=k.stride(1),
                 stride_kh=k.stride(2), stride_vb=v.stride(0), stride_vs=v.stride(1), stride_vh=v.stride(2),
@@ -1493,22 +1547,21 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                 stride_dqh=dq.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), batch=q.shape[0],
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
-                Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
-                K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4, **second)
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4, **second)
 
 
 def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-              persistent=False):
+              persistent=False, host_desc=False):
     """Launch the dQ kernel into ``dq`` (and delta into ``delta``, lse's shape and strides; inputs checked by the
     caller: :func:`unsupported` with out as dO's twin, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
     (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names). ``persistent``: min(tiles, the GPU's
     multiprocessors) programs (:func:`dq_grid`)."""
     launcher.ensure_allocator()
     kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                          persistent)
+                          persistent, host_desc)
     grid = dq_grid(q, configs.sm_count(q.get_device()) if persistent else None)
-    return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs)
+    return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs,
+                             descriptors=HOST_DESCRIPTOR_OF)
 
 
 def dq_grid(q, programs: int | None = None) -> tuple[int, int]:
@@ -1520,14 +1573,15 @@ def dq_grid(q, programs: int | None = None) -> tuple[int, int]:
 
 
 def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-             poison=False, launches=None, persistent=False):
+             poison=False, launches=None, persistent=False, host_desc=False):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s;
     ``persistent``: one program an SM over the tiles (the kernel's PERSISTENT; True or a name of
-    :data:`PERSISTENT_ORDERS`)."""
+    :data:`PERSISTENT_ORDERS`); ``host_desc``: :func:`dkdv_gluon`'s."""
     _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(
-        q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent))
+        q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
+        host_desc))
     return dq, delta

@@ -848,6 +848,22 @@ BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
 PERSISTENT_CAUSAL_TILES_PER_SM = 8
 
 
+#: Backward Gluon kernels ("dkdv": the split route's dK / dV, "fused": the fused route's, "dq": the split route's dQ)
+#: whose launches take their Q / dO / K / V (and dQ accumulator) TMA descriptors made on the host, encoded by Triton's
+#: launcher on every launch (bwd_gluon.dkdv_launch's / dq_launch's ``host_desc``), instead of by every program on the
+#: device: session 47's timeline (H200, hd 128 non-causal 1k / 2k) put 4.0-4.1 us of a program's 4.6-5.9 us set-up
+#: in its four device-made descriptors, ~10% of the SMs' time for the dK / dV kernel at 1k, 7% for the fused kernel.
+#: Built in session 48 on the CPU (sm_90a compile: the same registers, shared memory and wgmmas, spills -44 to +12 B);
+#: not measured (the host's encoding, four or five descriptors a launch, against the device's set-up): none routed.
+BWD_GLUON_HOST_DESC: frozenset[str] = frozenset()
+
+
+def host_desc_bwd(kernel: str, d: int, dv: int) -> bool:
+    """Whether the backward's Gluon ``kernel`` launch takes host-made descriptors (:data:`BWD_GLUON_HOST_DESC`;
+    one q / k head-dim part: q / k = v head dims)."""
+    return kernel in BWD_GLUON_HOST_DESC and d == dv
+
+
 def persistent_causal(persistent: bool | str, tiles: int, sms: int) -> bool | str:
     """A causal launch's ``persistent`` keyword (:func:`persistent_bwd`'s) for ``tiles`` tiles on ``sms``
     multiprocessors: "heavy" (heaviest tiles first) on the default route with fewer than
@@ -943,6 +959,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
         route["ordered"] = True
     elif persistent := persistent_bwd("fused", q.shape[-1], causal, max(q.shape[1], k.shape[1])):  # (unordered only)
         route["persistent"] = persistent
+    if host_desc_bwd("fused", q.shape[-1], v.shape[-1]):
+        route["host_desc"] = True
     return route
 
 
@@ -1073,6 +1091,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
         if persistent := persistent_bwd(name, q.shape[-1], causal, longer):
             keywords["persistent"] = persistent
+        if host_desc_bwd(name, q.shape[-1], v.shape[-1]):
+            keywords["host_desc"] = True
     return out
 
 

@@ -106,6 +106,7 @@ def compiled(tmp_path_factory):
     specs += PERSISTENT_TWINS + [f"{spec}@p1" for spec in PERSISTENT_TWINS]
     specs += [f"bwdq16:{d},{bn},{st},1@p1" for d, bn, st in DQ_CONFIGS]  # (the dQ kernel's: causal twins above)
     specs += [f"{spec}@p2" for spec in HEAVY_TWINS]  # (the heavy-first tile order, causal)
+    specs += [f"{spec}@hd" for spec in HOST_DESC_TWINS]  # (host-made TMA descriptors)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -163,6 +164,23 @@ def test_the_persistent_kernels_do_the_same_work(compiled):
         assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
         if spec.split(":")[1].startswith("64,64,"):
             assert persistent["spill"] == 0, (spec, persistent["spill"])
+
+
+#: kernels compiled with their TMA descriptors made on the device and on the host (@hd, ``host_desc``): the split
+#: route's dK / dV and dQ and the fused kernel (adder warp) at hd 128 non-causal, where session 47's timeline priced
+#: the device-made ones
+HOST_DESC_TWINS = ["bwd16:128,64,2,0", "bwda16:128,64,3,0", "bwdq16:128,128,2,0"]
+
+
+def test_host_made_descriptors_change_only_the_set_up(compiled):
+    """A kernel taking host-made descriptors (session 48, not routed) compiles to its twin's wgmmas, TMA reduces,
+    shared memory and partitions' registers, spills within 32 B of the twin's (sm_90a: 64 -> 76 B, 128 -> 112 B,
+    0 -> 0 B)."""
+    for spec in HOST_DESC_TWINS:
+        plain, host = compiled[spec], compiled[f"{spec}@hd"]
+        assert (host["wgmma"], host["tma_reduce"], host["smem"], host["setmaxnreg"]) == (
+            plain["wgmma"], plain["tma_reduce"], plain["smem"], plain["setmaxnreg"]), spec
+        assert host["spill"] <= plain["spill"] + 32 and not host["serialized"], (spec, plain["spill"], host["spill"])
 
 
 #: persistent kernels compiled in both tile orders (@p1 the snake, @p2 heaviest first: bwd_gluon.PERSISTENT_ORDERS):
@@ -933,6 +951,50 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert configs.fused_bwd_cell(128, 128, False, False, 2048) == configs.BWD_GLUON_FUSED[128][False, False][1]
 
 
+def test_host_made_descriptors_describe_what_the_kernels_make_on_the_device(monkeypatch):
+    """``host_desc`` (session 48, not routed): the dK / dV, fused and dQ kernels' arguments carry HOST_DESC and a
+    TensorDescriptor per TMA-read tensor over that very tensor, with the box and shared layout the kernel's device-made
+    descriptor has (its Q_SL / K_SL / DQ_SL), named for the replays (bwd_gluon.HOST_DESCRIPTOR_OF); MLA's second
+    head-dim part is not taken (ValueError). configs.BWD_GLUON_HOST_DESC routes it by kernel: none by default."""
+    q, k, v, do, lse, delta = _inputs(sq=256, sk=256, hq=4, hk=2, d=128)
+    dk, dv, dq_acc = torch.empty_like(k), torch.empty_like(v), torch.zeros(q.shape)
+    call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.1, False, 64, 2, dq_acc=dq_acc,
+                                    host_desc=True)
+    assert call["HOST_DESC"] is True and "HOST_DESC" not in bwd_gluon.dkdv_arguments(
+        q, k, v, do, lse, delta, dk, dv, 0.1, False, 64, 2)
+    for name, rows, cols, layout in (("QD", 64, 128, "Q_SL"), ("DOD", 64, 128, "Q_SL"), ("KD", 64, 128, "K_SL"),
+                                     ("VD", 64, 128, "K_SL"), ("DQD", 64, 64, "DQ_SL")):
+        desc = call[name]
+        base = call[bwd_gluon.HOST_DESCRIPTOR_OF[name]]
+        assert desc.base is base and list(desc.shape) == list(base.shape), name
+        assert list(desc.strides) == list(base.stride()) and desc.block_shape == [1, rows, 1, cols], name
+        assert desc.layout == call[layout], name
+    call = bwd_gluon.dq_arguments(q, k, v, do, q, lse, delta, torch.empty_like(q), 0.1, True, 128, 2, host_desc=True)
+    assert call["KD"].block_shape == [1, 128, 1, 128] and call["KD"].layout == call["K_SL"] and call["VD"].base is v
+    assert call["QD"].block_shape == [1, 64, 1, 128] and call["DOD"].base is do and "DQD" not in call
+    mq, mk, mv, mdo, mlse, mdelta = _mla_inputs()
+    with pytest.raises(ValueError, match="head-dim part"):
+        bwd_gluon.dkdv_arguments(mq, mk, mv, mdo, mlse, mdelta, torch.empty_like(mk), torch.empty_like(mv), 0.1,
+                                 True, 32, 2, host_desc=True)
+    # the route: by kernel, in configs.BWD_GLUON_HOST_DESC (empty by default)
+    q, k, v, *_ = _inputs(sq=4096, sk=4096, hq=4, hk=4, d=128)
+    lse = torch.empty(1, 4, 4096)
+    mask = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
+
+    def asked():
+        split = configs.gluon_bwd(q, k, v, q, q, lse, atomic=False, **mask)
+        fused = configs.gluon_fused_bwd(q, k, v, q, q, lse, deterministic=False, **mask)
+        assert set(split) == {"dq", "dkdv"} and fused is not None
+        return {name for name, kw in dict(split, fused=fused).items() if kw.get("host_desc")}
+
+    assert configs.BWD_GLUON_HOST_DESC == frozenset() and asked() == set()
+    monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset({"dq", "fused"}))
+    assert asked() == {"dq", "fused"}
+    monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset({"dkdv"}))
+    assert asked() == {"dkdv"}
+    assert not configs.host_desc_bwd("dkdv", 192, 128)  # (MLA: two head-dim parts)
+
+
 def test_the_persistent_dq_kernel_does_the_same_work(compiled):
     """The persistent dQ kernel (session 45, built without a GPU) compiles to the same wgmmas as its
     one-program-a-tile twin, its shared memory 32 B more (the Q / dO release barrier), without a spill (as the
@@ -1396,6 +1458,57 @@ def test_gpu_fused_without_turns_gives_the_same_gradients(b, sq, sk, hq, hk, d, 
         _assert_within_triton(dq, dq_t, ref.dq, "dq")
     _assert_within_triton(dk, dk_t, ref.dk, "dk")
     _assert_within_triton(dv, dv_t, ref.dv, "dv")
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("kind, b, sq, sk, hq, hk, d, causal, extra", [
+    ("dkdv", 2, 1000, 1000, 4, 4, 128, False, dict(block_m=64, num_stages=2)),
+    ("dkdv", 1, 1100, 1000, 8, 2, 64, True, dict(block_m=64, num_stages=2, persistent=True)),
+    ("fused", 2, 1000, 1000, 4, 4, 128, False, dict(block_m=64, num_stages=3, fused=True, adder=True)),
+    ("fused", 1, 1000, 1100, 4, 4, 64, True, dict(block_m=64, num_stages=2, fused=True, turns=False,
+                                                   persistent="heavy")),
+    ("dq", 2, 1000, 1000, 4, 4, 128, True, dict(block_n=128, num_stages=2)),
+    ("dq", 1, 777, 1500, 8, 2, 128, False, dict(block_n=64, num_stages=3, persistent=True))],
+    ids=["dkdv-hd128", "dkdv-hd64-causal-GQA4-Sq>Sk-persistent", "fused-hd128-adder",
+         "fused-hd64-causal-Sq<Sk-heavy-first", "dq-hd128-causal", "dq-hd128-GQA4-Sq<Sk-persistent"])
+def test_gpu_host_made_descriptors_give_the_same_gradients_and_replay(kind, b, sq, sk, hq, hk, d, causal, extra):
+    """``host_desc`` (session 48): the kernel reading through descriptors made on the host gives dK / dV (dQ and
+    delta for the dQ kernel) bitwise the device-made descriptors' (the same tiles, the same order; the fused
+    kernel's dQ, added in arrival order, within twice the Triton backward's error against the FP64 oracle), and a
+    replay (``launches``: kernels/launcher.py) with another call's tensors of the same shapes reads *those* tensors
+    (each replay encodes its descriptors again): bitwise the device-made kernel's on them."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    other = (q * 0.5, k.flip(1), v.flip(1), do * 2, out, lse, delta)  # (new tensors, the same shapes and strides)
+
+    def run(case, **kw):
+        q_, k_, v_, do_, out_, lse_, delta_ = case
+        common = dict(softmax_scale=scale, causal=causal, poison=True, **extra, **kw)
+        if kind == "dq":
+            return bwd_gluon.dq_gluon(q_, k_, v_, do_, out_, lse_, **common)
+        return bwd_gluon.dkdv_gluon(q_, k_, v_, do_, lse_, delta_, **common)
+
+    def same(got, want):  # (the fused kernel's dQ: in arrival order)
+        for i, (a, w) in enumerate(zip(got, want)):
+            assert torch.equal(a, w) or (kind == "fused" and i == 2), (kind, i)
+
+    first = (q, k, v, do, out, lse, delta)
+    plain, plain_other = run(first), run(other)
+    launches = {}
+    host = run(first, host_desc=True, launches=launches)
+    (made,) = launches.values()
+    assert {name for _, name, *_ in made.descriptors} >= {"Q", "DO", "K", "V"}
+    replayed = run(other, host_desc=True, launches=launches)
+    torch.cuda.synchronize()
+    same(host, plain)
+    same(replayed, plain_other)
+    if kind == "dq":
+        _assert_within_triton(host[0], dq_t, ref.dq, "dq")
+    else:
+        _assert_within_triton(host[0], dk_t, ref.dk, "dk")
+        _assert_within_triton(host[1], dv_t, ref.dv, "dv")
+        if kind == "fused":
+            _assert_within_triton(host[2], dq_t, ref.dq, "dq")
 
 
 @pytest.mark.gpu

@@ -556,3 +556,44 @@ def test_decode_replays_compute_what_fresh_launches_do_on_the_gpu(paged):
     assert torch.equal(replayed, again), "a replayed decode launch differs from a fresh one on the same inputs"
     assert torch.equal(kc, cache_after[0]) and torch.equal(vc, cache_after[1])
     dec._SIGNATURES.clear()
+
+
+def test_a_replay_describes_its_own_calls_tensors_with_host_made_descriptors():
+    """A launch whose kernel takes a host-made TMA descriptor (Gluon's TensorDescriptor, as the backward's Gluon
+    kernels with ``host_desc``): a replay hands Triton's launcher a descriptor of *its* call's tensor (a device
+    pointer: workspace slots pass ints) with the first launch's shape and strides, and keeps no descriptor of the
+    first call (it would read that call's tensor). A descriptor whose tensor is not named in ``descriptors`` cannot
+    be replayed: ValueError at the first launch."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    @triton.jit
+    def kernel(Q, QD, n, BLOCK: triton.language.constexpr):
+        pass
+
+    layout = gl.NVMMASharedLayout.get_default_for([1, 64, 1, 16], gl.bfloat16)
+
+    def describe(t):
+        return TensorDescriptor(t, list(t.shape), [t.stride(0), t.stride(1), t.stride(2), 1], [1, 64, 1, 16], layout)
+
+    first, second = (torch.randn(2, 128, 3, 16).to(torch.bfloat16) for _ in range(2))
+    log = []
+    with cpu_replays(log):
+        made = launcher.launched(kernel, StandInKernel("kernel", log), (4, 6),
+                                 dict(Q=first, QD=describe(first), n=7, BLOCK=64), descriptors={"QD": "Q"})
+        assert made.template[1] is None  # (nothing of the first call's descriptor kept)
+        for t in (second, second.data_ptr()):  # a tensor, or a pointer into a workspace
+            made({"Q": t})
+            (how, name, args, grid) = log.pop()
+            assert (how, name, grid) == ("replay", "kernel", (4, 6, 1))
+            assert args[0] == second.data_ptr() and args[2] == 7 and args[3] == 64
+            desc = args[1]
+            assert desc.base.data_ptr() == second.data_ptr() and desc.padding == "zero"
+            assert list(desc.shape) == [2, 128, 3, 16] and list(desc.strides) == [6144, 48, 16, 1]
+        with pytest.raises(ValueError, match="QD.*not named"):
+            launcher.launched(kernel, StandInKernel("kernel", log), (4, 6),
+                              dict(Q=first, QD=describe(first), n=7, BLOCK=64))
+        with pytest.raises(ValueError, match="QD"):  # (named, but over another tensor than the one it names)
+            launcher.launched(kernel, StandInKernel("kernel", log), (4, 6),
+                              dict(Q=first, QD=describe(second), n=7, BLOCK=64), descriptors={"QD": "Q"})
