@@ -494,11 +494,15 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
     # its limit while compiling and lost a cell; AB_TESTS: a -k expression of test_bwd_gluon.py's GPU tests run
     # first with this tree, 150 s at most, e.g. "heavy" after a kernel change; AB_GRAPHS=1: device time, CUDA graphs
     # replayed, for calls whose host path is longer than their kernels: session 48's 1k pairs scattered 0.66-2.32x
-    # without)
+    # without; AB_IDS: case ids of no preset (harness bench --case), run alone unless AB_PRESET is set too)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
     ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"
     mkdir -p "$ab"
+    sel=(--preset "${AB_PRESET:-fa-sweep}")
+    if [ -n "${AB_IDS:-}" ]; then sel=(--case "$AB_IDS"); [ -n "${AB_PRESET:-}" ] && sel+=(--preset "$AB_PRESET"); fi
+    cases=${AB_CASES:-}; [ -z "$cases" ] && [ -n "${AB_IDS:-}" ] && cases=.
+    : "${cases:?AB_CASES (a case regex; optional with AB_IDS)}"
     if [ -n "${AB_TESTS:-}" ]; then
         bwd_gluon_tests "route-ab${AB_TAG:+-$AB_TAG}" "$AB_TESTS" 150; tail -n 3 "$ab/tests.log"
     fi
@@ -507,8 +511,8 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-old
             limit=${AB_SECONDS:-90}; [ "$i" = 1 ] && limit=$(( limit + ${AB_FIRST_EXTRA:-60} ))
             (cd "$root" && PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$root \
-                timeout $(( limit + 30 )) python3 -m harness bench --preset "${AB_PRESET:-fa-sweep}" --dtypes bf16 \
-                --backends "${AB_BACKENDS:-triton_fa}" --modes "${AB_MODES:-bwd}" --cases="${AB_CASES:?AB_CASES}" \
+                timeout $(( limit + 30 )) python3 -m harness bench "${sel[@]}" --dtypes bf16 \
+                --backends "${AB_BACKENDS:-triton_fa}" --modes "${AB_MODES:-bwd}" --cases="$cases" \
                 ${AB_GRAPHS:+--cuda-graphs --no-memory --no-plots} --target-ms 25 --time-limit "$limit" --quiet \
                 --out "$ab/$side-$i") \
                 > "$ab/$side-$i.log" 2>&1

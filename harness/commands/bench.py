@@ -45,8 +45,11 @@ def _split(v: str | None) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from harness.presets import PRESETS
 
-    p.add_argument("--preset", default="small", metavar="NAMES",
-                   help=f"comma-separated presets (default: small); known: {', '.join(PRESETS)}")
+    p.add_argument("--preset", default=None, metavar="NAMES",
+                   help=f"comma-separated presets (default: small, or none with --case); known: {', '.join(PRESETS)}")
+    p.add_argument("--case", default=None, metavar="IDS",
+                   help="comma-separated case ids as the harness prints them (e.g. B6-H16-S2048x2048-D64-causal-bf16): "
+                        "shapes of your own, run beside --preset's cases (alone when --preset is not given)")
     p.add_argument("--backends", default=None, metavar="NAMES",
                    help="comma-separated registered backends (default on CUDA: "
                         f"{','.join(DEFAULT_BACKENDS['cuda'])}; on CPU: {','.join(DEFAULT_BACKENDS['cpu'])})")
@@ -88,9 +91,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "report in --out (markdown, JSON, plots)")
 
 
+def _presets(args) -> list[str]:
+    """The presets a run takes: --preset's, else "small" unless --case names the cases."""
+    if args.preset is not None:
+        return _split(args.preset)
+    return [] if _split(args.case) else ["small"]
+
+
+def _selected_cases(args) -> list:
+    """The run's cases: its presets' (:func:`_presets`), then --case's ids (harness.cases.case_from_id; --dtypes
+    replaces their dtype too), each once, filtered by --cases. ValueError names an id that does not parse."""
+    from harness.cases import case_from_id
+    from harness.presets import preset
+
+    dtypes = _split(args.dtypes) or None
+    cases: list[Case] = []
+    for name in _presets(args):
+        cases += preset(name, dtypes)
+    for case_id in _split(args.case):
+        try:
+            case = case_from_id(case_id)
+        except ValueError as e:
+            raise ValueError(f"--case: {e}") from None
+        cases += [case.with_dtype(dt) for dt in dtypes if not getattr(case, "fp8", "") or dt in ("fp16", "bf16")
+                  ] if dtypes else [case]
+    seen, unique = set(), []
+    for c in cases:
+        if c.id not in seen:
+            seen.add(c.id)
+            unique.append(c)
+    if args.cases:
+        rx = re.compile(args.cases)
+        unique = [c for c in unique if rx.search(c.id)]
+    return unique
+
+
 def _settings(args, device: torch.device) -> dict:
     return {
-        "presets": _split(args.preset), "modes": _split(args.modes), "seed": args.seed,
+        "presets": _presets(args), "case_ids": _split(args.case), "modes": _split(args.modes), "seed": args.seed,
         "dtypes": _split(args.dtypes) or None, "cases": args.cases,
         "target_ms": args.target_ms, "warmup_ms": args.warmup_ms, "min_reps": args.min_reps,
         "max_reps": args.max_reps, "reps": args.reps, "flush_l2": args.flush_l2, "cuda_graphs": args.cuda_graphs,
@@ -102,7 +140,6 @@ def _settings(args, device: torch.device) -> dict:
 
 def main(args) -> int:
     from harness.adapters import registry
-    from harness.presets import preset
 
     if args.merge:
         try:
@@ -131,12 +168,7 @@ def main(args) -> int:
         print(f"bench: --modes: expected some of {','.join(MODES)}, got {args.modes!r}", file=sys.stderr)
         return 2
     try:
-        cases: list[Case] = []
-        for name in _split(args.preset):
-            cases += [c for c in preset(name, _split(args.dtypes) or None) if c.id not in {x.id for x in cases}]
-        if args.cases:
-            rx = re.compile(args.cases)
-            cases = [c for c in cases if rx.search(c.id)]
+        cases = _selected_cases(args)
         names = _split(args.backends) or list(DEFAULT_BACKENDS["cuda" if device.type == "cuda" else "cpu"])
         adapters = []
         for n in names:
@@ -149,7 +181,7 @@ def main(args) -> int:
         print(f"bench: {e}", file=sys.stderr)
         return 2
     if not cases:
-        print("bench: no case selected (check --preset / --cases)", file=sys.stderr)
+        print("bench: no case selected (check --preset / --case / --cases)", file=sys.stderr)
         return 2
     baselines = _split(args.baseline or DEFAULT_BASELINE["cuda" if device.type == "cuda" else "cpu"])
     pairs = [(c, a) for c in cases for a in adapters if a.family == c.family]

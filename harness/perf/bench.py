@@ -494,6 +494,7 @@ def merge(paths: list[str]) -> dict:
             results[(r["case"], r["backend"])] = r
     settings = dict(parts[0].get("settings", {}))
     settings["presets"] = sorted({x for p in parts for x in (p.get("settings", {}).get("presets") or [])})
+    settings["case_ids"] = list(dict.fromkeys(x for p in parts for x in (p.get("settings", {}).get("case_ids") or [])))
     settings["backends"] = list(dict.fromkeys(b for p in parts for b in p.get("settings", {}).get("backends", [])))
     settings["parts"] = [{"command": p.get("command"), "created": p.get("created"), "settings": p.get("settings")}
                          for p in parts]

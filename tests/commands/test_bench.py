@@ -378,3 +378,26 @@ def test_nvidia_smi_clocks_reads_the_throttle_reasons_under_either_name(monkeypa
 
     monkeypatch.setattr(bench_mod.subprocess, "run", missing)
     assert bench_mod.nvidia_smi_clocks(0) == {}
+
+
+def test_cli_runs_case_ids_of_your_own(tmp_path, capsys):
+    """``--case``: shapes given by the ids the harness prints, alone without --preset (beside its cases with it),
+    --dtypes and --cases applied to them as to a preset's, each case once; an id that does not parse is a usage
+    error naming it."""
+    out = tmp_path / "own"
+    rc = cli.main(["bench", "--device", "cpu", "--backends", "eager", "--case",
+                   "B1-H2/1-S40x24-D16-causal-fp32,B1-H2-S8x8-D8-fp32,B1-H2-S8x8-D8-fp32", "--dtypes", "fp32",
+                   "--reps", "2", "--warmup-ms", "0", "--no-plots", "--no-memory", "--quiet", "--out", str(out)])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert sorted(r["case"] for r in data["results"]) == ["B1-H2-S8x8-D8-fp32", "B1-H2/1-S40x24-D16-causal-fp32"]
+    assert data["settings"]["presets"] == [] and len(data["settings"]["case_ids"]) == 3
+    assert all(r["status"] == "ok" for r in data["results"])
+    rc = cli.main(["bench", "--device", "cpu", "--backends", "eager", "--preset", "small", "--cases", "S8x8-D8",
+                   "--case", "B1-H2-S8x8-D8-fp32", "--reps", "2", "--warmup-ms", "0", "--no-plots", "--no-memory",
+                   "--quiet", "--out", str(tmp_path / "both")])
+    data = json.loads((tmp_path / "both" / "results.json").read_text())
+    assert rc == 0 and [r["case"] for r in data["results"]] == ["B1-H2-S8x8-D8-fp32"]
+    capsys.readouterr()
+    assert cli.main(["bench", "--device", "cpu", "--case", "B1-H2-S8x8-D8-sideways", "--out", str(tmp_path)]) == 2
+    assert "--case" in capsys.readouterr().err
