@@ -7,7 +7,10 @@ Options (one group, ``attn-harness``):
     --attn-backends NAMES   comma-separated registered adapters (default: all)
     --attn-dtypes DTYPES    comma-separated, e.g. fp16,bf16 (default: fp32,fp16 on CPU;
                             fp16,bf16,fp32 with CUDA)
-    --attn-preset NAMES     comma-separated presets (default: small,small-linear)
+    --attn-preset NAMES     comma-separated presets (default: small,small-linear; none with --attn-case)
+    --attn-case IDS         comma-separated case ids as the harness prints them (your own shapes, e.g.
+                            B6-H16-S2048x2048-D64-causal-bf16), beside the presets' cases; their dtype is the
+                            id's unless --attn-dtypes is given
     --attn-seed SEEDS       comma-separated input seeds (default: 0); printed in the header
     --attn-impl SPEC        a vendor callable joins the run: ``module:function``, or
                             ``linear=module:function`` / ``decode=module:function`` for a
@@ -72,7 +75,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--attn-preset",
         default=None,
         metavar="NAMES",
-        help="comma-separated case presets (default: small,small-linear)",
+        help="comma-separated case presets (default: small,small-linear; none with --attn-case)",
+    )
+    group.addoption(
+        "--attn-case",
+        default=None,
+        metavar="IDS",
+        help="comma-separated case ids as the harness prints them (e.g. B6-H16-S2048x2048-D64-causal-bf16): "
+        "your own shapes beside the presets' cases, in the id's dtype unless --attn-dtypes is given",
     )
     group.addoption(
         "--attn-seed",
@@ -111,6 +121,7 @@ class Settings:
     presets: list[str]
     seeds: list[int]
     impls: list[str] = field(default_factory=list)  # adapter names added by --attn-impl
+    given: list = field(default_factory=list)  # cases named by --attn-case (dtypes applied)
 
 
 def _split(value: str | None) -> list[str]:
@@ -132,7 +143,21 @@ def _parse_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(
                 f"--attn-dtypes: unknown dtype {dt!r}; expected some of {', '.join(DTYPES)}"
             )
-    presets = _split(config.getoption("attn_preset")) or list(DEFAULT_PRESETS)
+    given = []
+    for case_id in _split(config.getoption("attn_case")):
+        from harness.cases import case_from_id
+
+        try:
+            case = case_from_id(case_id)
+        except ValueError as e:
+            raise pytest.UsageError(f"--attn-case: {e}") from None
+        if config.getoption("attn_dtypes"):  # (as a preset's: FP8 cases only in fp16 / bf16 outputs)
+            given += [case.with_dtype(dt) for dt in dtypes if not getattr(case, "fp8", "") or dt in ("fp16", "bf16")]
+        else:
+            given.append(case)
+    presets = _split(config.getoption("attn_preset")) or ([] if given else list(DEFAULT_PRESETS))
+    if given and not presets and not config.getoption("attn_dtypes"):  # (the header's dtypes: the ids')
+        dtypes = list(dict.fromkeys(c.dtype for c in given))
     for p in presets:
         if p not in PRESETS:
             raise pytest.UsageError(f"--attn-preset: unknown preset {p!r}; known: {', '.join(PRESETS)}")
@@ -149,6 +174,7 @@ def _parse_settings(config: pytest.Config) -> Settings:
         dtypes=dtypes,
         presets=presets,
         seeds=seeds,
+        given=given,
     )
     from harness.adapters import registry
 
@@ -230,7 +256,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from harness.result_log import ResultLog
 
         config.pluginmanager.register(ResultLog(log), "attn-result-log")
-    given = [config.getoption(o) for o in ("attn_backends", "attn_dtypes", "attn_preset", "attn_seed")]
+    given = [config.getoption(o) for o in ("attn_backends", "attn_dtypes", "attn_preset", "attn_case", "attn_seed")]
     if any(v is not None for v in given) or config.getoption("attn_impl"):
         _ = _state(config).settings  # validate now: a bad option is a usage error before collection
 
@@ -256,7 +282,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"attn-harness {harness.__version__}: torch {torch.__version__}, {tri}{interp}, "
         f"python {sys.version.split()[0]}, device {dev}",
-        f"attn-harness: seeds {seeds} (replay: --attn-seed {seeds}), presets {','.join(s.presets)}, "
+        f"attn-harness: seeds {seeds} (replay: --attn-seed {seeds}), presets {','.join(s.presets) or 'none'}, "
+        + (f"cases {','.join(c.id for c in s.given)}, " if s.given else "") +
         f"dtypes {','.join(s.dtypes)}, backends {','.join(s.backends) if s.backends else 'all'}",
     ]
 
@@ -270,11 +297,10 @@ def _cases(settings: Settings):
     from harness.presets import preset
 
     seen, cases = set(), []
-    for name in settings.presets:
-        for case in preset(name, settings.dtypes):
-            if case.id not in seen:
-                seen.add(case.id)
-                cases.append(case)
+    for case in [c for name in settings.presets for c in preset(name, settings.dtypes)] + settings.given:
+        if case.id not in seen:
+            seen.add(case.id)
+            cases.append(case)
     return cases
 
 

@@ -242,3 +242,21 @@ def test_result_log_compare_says_whether_two_runs_agree(tmp_path):
     assert main(["--compare", one, other]) == 1
     with pytest.raises(SystemExit):
         main(["--compare", one])
+
+
+def test_case_ids_of_your_own_join_or_replace_the_presets(pytester, run):
+    """``--attn-case``: shapes given by their ids, alone (no preset) in the id's dtype, beside --attn-preset's cases
+    with it, in --attn-dtypes' dtypes when given; each once; a bad id is a usage error naming the option."""
+    pytester.makepyfile(test_one="def test_one(attn_case):\n    pass\n")
+    own = "B1-H2/1-S40x24-D16-causal-bf16,B1-H2-S8x8-D8-fp32"
+    out = run("--attn-case", own + ",B1-H2-S8x8-D8-fp32", "--collect-only", "-q").stdout.str()
+    assert "test_one[B1-H2/1-S40x24-D16-causal-bf16]" in out and "test_one[B1-H2-S8x8-D8-fp32]" in out
+    assert "2 tests collected" in out
+    res = run("--attn-case", own, "--attn-preset", "small", "--attn-dtypes", "fp16", "--collect-only", "-q")
+    out = res.stdout.str()
+    assert "test_one[B1-H2/1-S40x24-D16-causal-fp16]" in out and "test_one[B2-H4-S37x37-D32-fp16]" in out
+    assert "17 tests collected" in out  # (the small preset's 15, then the two ids in fp16)
+    out = run("--attn-case", own, "--collect-only").stdout.str()  # (the header: not under -q)
+    assert "presets none, cases B1-H2/1-S40x24-D16-causal-bf16,B1-H2-S8x8-D8-fp32, dtypes bf16,fp32" in out
+    res = run("--attn-case", "B1-H2-S8x8-D8-sideways")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--attn-case: case id" in res.stderr.str()

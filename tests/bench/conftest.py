@@ -7,7 +7,7 @@ minutes, not a test)::
         --attn-backends sdpa_flash,sdpa_cudnn,flex --benchmark-autosave
     python -m pytest tests/bench ... --benchmark-compare --benchmark-compare-fail=median:5%
 
-Cases and backends come from the harness plugin's options (``--attn-preset``, ``--attn-dtypes``,
+Cases and backends come from the harness plugin's options (``--attn-preset``, ``--attn-case``, ``--attn-dtypes``,
 ``--attn-backends``). At the end of the session the harness's own reports (markdown, JSON, PNG)
 are written to ``$ATTN_BENCH_OUT`` (default ``reports/pytest-bench-<timestamp>``).
 """
