@@ -146,15 +146,13 @@ def _parse_settings(config: pytest.Config) -> Settings:
     given = []
     for case_id in _split(config.getoption("attn_case")):
         from harness.cases import case_from_id
+        from harness.presets import in_dtypes
 
         try:
             case = case_from_id(case_id)
         except ValueError as e:
             raise pytest.UsageError(f"--attn-case: {e}") from None
-        if config.getoption("attn_dtypes"):  # (as a preset's: FP8 cases only in fp16 / bf16 outputs)
-            given += [case.with_dtype(dt) for dt in dtypes if not getattr(case, "fp8", "") or dt in ("fp16", "bf16")]
-        else:
-            given.append(case)
+        given += in_dtypes([case], dtypes if config.getoption("attn_dtypes") else None)
     presets = _split(config.getoption("attn_preset")) or ([] if given else list(DEFAULT_PRESETS))
     if given and not presets and not config.getoption("attn_dtypes"):  # (the header's dtypes: the ids')
         dtypes = list(dict.fromkeys(c.dtype for c in given))

@@ -285,8 +285,12 @@ def preset(name: str, dtypes: Iterable[str] | None = None) -> list[Case]:
         build = _BUILDERS[name][0]
     except KeyError:
         raise ValueError(f"preset: unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
-    cases = build()
-    if dtypes:  # an FP8 case's dtype is its output's: fp16 / bf16 only
-        cases = [c.with_dtype(dt) for c in cases for dt in dtypes
-                 if not getattr(c, "fp8", "") or dt in ("fp16", "bf16")]
-    return cases
+    return in_dtypes(build(), dtypes)
+
+
+def in_dtypes(cases: Iterable[Case], dtypes: Iterable[str] | None) -> list[Case]:
+    """One copy of each case per dtype (``dtypes`` None or empty: the cases as they are); an FP8 case's dtype is
+    its output's, so it gets fp16 / bf16 only. Presets' and case ids' (harness bench --case, --attn-case) alike."""
+    if not dtypes:
+        return list(cases)
+    return [c.with_dtype(dt) for c in cases for dt in dtypes if not getattr(c, "fp8", "") or dt in ("fp16", "bf16")]

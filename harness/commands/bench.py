@@ -102,7 +102,7 @@ def _selected_cases(args) -> list:
     """The run's cases: its presets' (:func:`_presets`), then --case's ids (harness.cases.case_from_id; --dtypes
     replaces their dtype too), each once, filtered by --cases. ValueError names an id that does not parse."""
     from harness.cases import case_from_id
-    from harness.presets import preset
+    from harness.presets import in_dtypes, preset
 
     dtypes = _split(args.dtypes) or None
     cases: list[Case] = []
@@ -113,8 +113,7 @@ def _selected_cases(args) -> list:
             case = case_from_id(case_id)
         except ValueError as e:
             raise ValueError(f"--case: {e}") from None
-        cases += [case.with_dtype(dt) for dt in dtypes if not getattr(case, "fp8", "") or dt in ("fp16", "bf16")
-                  ] if dtypes else [case]
+        cases += in_dtypes([case], dtypes)
     seen, unique = set(), []
     for c in cases:
         if c.id not in seen:
