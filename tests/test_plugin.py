@@ -9,8 +9,12 @@ import torch
 from harness.adapters import registry
 
 # Import the built-in adapters now, before pytester snapshots sys.modules: a module it drops and
-# an inner run re-imports would register its adapters a second time.
+# an inner run re-imports would register its adapters a second time. The same for torch._inductor,
+# which the checks' poisoned memory imports (torch.use_deterministic_algorithms): it pulls in
+# torch._dynamo and torch._inductor.test_operators, whose TORCH_LIBRARY cannot register twice (every
+# later check in the process errored: tests/commands/test_bench.py run after this file).
 registry.all_adapters()
+import torch._inductor  # noqa: E402,F401
 
 
 def _plugin_args() -> list[str]:
