@@ -826,13 +826,14 @@ BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
     ("dkdv", 64, False): 4096, ("dkdv", 64, True): 4096}
 
 
-#: (kernel, head dim, causal) cells of :data:`BWD_GLUON_PERSISTENT` whose persistent launches walk their tiles
-#: heaviest first (bwd_gluon.PERSISTENT_ORDERS' "heavy"; the others the snake order) whatever their tiles an SM: none.
-#: Built in session 47 for the causal launches whose static round-robin leaves SMs idle (sm_90a compile: the same
-#: registers, spills equal or lower). Measured on an H200 (session 48, docs/perf/gluon-s48, whole backward through the
-#: harness, three pairs): with many tiles an SM it loses, the tiles running together then belonging to different heads
-#: (less L2 reuse): MHA hd 64 causal fused 0.799-0.817x the snake at 1k-4k (31 tiles an SM), 0.943x one program a
-#: tile at 16k, 0.92-0.99x at 15.5 tiles an SM; with few it wins (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
+#: (kernel, head dim, causal) cells of :data:`BWD_GLUON_PERSISTENT` whose persistent launches walk their tiles heaviest
+#: first (bwd_gluon.PERSISTENT_ORDERS' "heavy"; the others the snake order) whatever their tiles an SM: none. Built in
+#: session 47 for the causal launches whose static round-robin leaves SMs idle (sm_90a compile: the same registers,
+#: spills equal or lower). Measured on an H200 (session 48, docs/perf/gluon-s48, whole backward through the harness,
+#: three pairs): with many tiles an SM it loses, the tiles running together then belonging to different heads (less L2
+#: reuse): MHA hd 64 causal fused 0.799-0.817x the snake at 1k-4k (31 tiles an SM), 0.943x one program a tile at 16k,
+#: geomeans 0.93-0.99x at 15.5 tiles an SM (hd 128 fused pairs 0.97-1.03x); with few it wins
+#: (:data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
 BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
 #: A causal launch of :data:`BWD_GLUON_PERSISTENT`'s cells on the default route with fewer than this many tiles an SM
 #: walks its tiles heaviest first (bwd_gluon.PERSISTENT_ORDERS' "heavy"; :func:`persistent_causal`, called by bwd.py
@@ -842,9 +843,10 @@ BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
 #: split 9: 288 dK / dV tiles, 2.2 an SM) snake persistent 0.952-0.957x the Triton dK / dV, one program a tile
 #: 1.091-1.105x; session 48 (docs/perf/gluon-s48) heavy-first against one program a tile: MQA 71/1 there 1.232-1.300x
 #: (split route, both calls), B4 H16 hd 64 causal 2k (7.8 tiles an SM) 1.146-1.179x, 1k (3.9; CUDA graphs: the whole
-#: call is host-bound there) fused 1.32x, split 1.22x, hd 128 causal 1k 1.033-1.037x fused, 1.084-1.095x split; at
-#: 15.5 tiles an SM (B4 H16 4k, bound 16 against 8, CUDA graphs) heavy-first lost 0.92-0.99x to the snake, at 31
-#: 0.80-0.82x (:data:`BWD_GLUON_PERSISTENT_ORDER`). So the bound lies between 7.8 and 15.5 tiles an SM.
+#: call is host-bound there) fused 1.32x, split 1.22x, hd 128 causal 1k 1.033-1.037x fused, 1.084-1.095x split; at 15.5
+#: tiles an SM (B4 H16 4k, bound 16 against 8, CUDA graphs) heavy-first lost or tied (geomeans 0.93-0.99x the snake; hd
+#: 128 fused pairs 0.97-1.03x), at 31 0.80-0.82x (:data:`BWD_GLUON_PERSISTENT_ORDER`). So the bound lies between 7.8 and
+#: 15.5 tiles an SM.
 PERSISTENT_CAUSAL_TILES_PER_SM = 8
 
 
