@@ -143,11 +143,11 @@ def _parse_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(
                 f"--attn-dtypes: unknown dtype {dt!r}; expected some of {', '.join(DTYPES)}"
             )
+    from harness.cases import case_from_id
+    from harness.presets import in_dtypes
+
     given = []
     for case_id in _split(config.getoption("attn_case")):
-        from harness.cases import case_from_id
-        from harness.presets import in_dtypes
-
         try:
             case = case_from_id(case_id)
         except ValueError as e:

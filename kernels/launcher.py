@@ -91,6 +91,9 @@ class Launch:
         if dev != self.device:
             return False
         args = self.template.copy()
+        for i, name, shape, strides, padding in self.descriptors:  # (either path below: this call's tensors)
+            t = tensors[name]
+            args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
         stream = current_stream(dev)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # Triton's own path where a profiler's hooks are set (they see tensors and launch metadata);
@@ -99,9 +102,6 @@ class Launch:
                 leave is not None and getattr(leave, "calls", True)):
             for i, name in self.slots:
                 args[i] = tensors[name]
-            for i, name, shape, strides, padding in self.descriptors:
-                t = tensors[name]
-                args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
             if self._scratch_bytes:
                 ensure_allocator()
             meta = self.compiled.launch_metadata(self.grid, stream, *args)
@@ -112,9 +112,6 @@ class Launch:
         for i, name in self.slots:
             t = tensors[name]
             args[i] = t if t.__class__ is int else t.data_ptr()
-        for i, name, shape, strides, padding in self.descriptors:
-            t = tensors[name]
-            args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
         scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
         self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
                      *args)
