@@ -10,7 +10,8 @@ launch made by stand-ins (``kernels/standins.py``), so every later call replays 
 (``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), the
 public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a decode step
 (``decode_attention``, ``validate=False`` as in a serving loop: the split kernel appending, and the combine), a
-replay alone (``Launch.__call__`` of the forward kernel, ``host_overhead.launches_alone``), and this machine's floor for one
+replay alone (``Launch.__call__`` of the forward kernel, ``host_overhead.launches_alone``), a replay with four host-made TMA
+descriptors against the same kernel's pointers alone (:func:`descriptor_replays`), and this machine's floor for one
 allocation (``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
 Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
 code costs, not what the machine was doing meanwhile. Prints the table last.
@@ -81,6 +82,58 @@ def launch_paths(b, s, hq, hk, d, split, dtype=torch.float32):
             lambda: flash_attn_bwd(do, q, k, v, out, lse, **kw, launches=bwd_cache), fwd_cache, bwd_cache, (q, k, v))
 
 
+def descriptor_replays():
+    """(name, replay) pairs: one launch of a kernel taking Q, K, V, dO and a host-made TMA descriptor of each (the
+    backward's Gluon kernels with ``host_desc``) replayed with the encodings kept per pointer
+    (``launcher._Encoded``), the same through Triton's own descriptor wrapper (which encodes every descriptor on every
+    launch: its encoder a no-op here, the driver's encoding not counted), and the kernel with the four pointers alone
+    (what device-made descriptors pass)."""
+    import triton
+    from triton.backends.nvidia import driver as nvidia
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from kernels import launcher
+    from kernels.standins import StandInKernel
+
+    @triton.jit
+    def described(Q, K, V, DO, QD, KD, VD, DOD, n, BLOCK: triton.language.constexpr):
+        pass
+
+    @triton.jit
+    def pointers(Q, K, V, DO, n, BLOCK: triton.language.constexpr):
+        pass
+
+    layout = gl.NVMMASharedLayout.get_default_for([1, 64, 1, 64], gl.bfloat16)
+    names = ("Q", "K", "V", "DO")
+    tensors = {name: torch.randn(1, 128, 2, 64).to(torch.bfloat16) for name in names}
+    descs = {name + "D": TensorDescriptor(t, list(t.shape), [*t.stride()[:3], 1], [1, 64, 1, 64], layout)
+             for name, t in tensors.items()}
+    signature = {**{n: "*bf16" for n in names}, **{n: "tensordesc<bf16[1, 64, 1, 64]>" for n in descs},
+                 "n": "i32", "BLOCK": "constexpr"}
+    stand_in = StandInKernel("described", None)
+    with mock.patch.object(nvidia, "make_tensordesc_arg", lambda arg, meta: [object(), *arg.shape, *arg.strides]):
+        stand_in.run.launch = nvidia.wrap_handle_tensordesc(lambda *a: None, signature, [{}] * len(descs))
+        cached = launcher.launched(described, stand_in, (4, 2), dict(tensors, **descs, n=7, BLOCK=64),
+                                   descriptors={name + "D": name for name in names})
+        wrapped = launcher.launched(described, stand_in, (4, 2), dict(tensors, **descs, n=7, BLOCK=64),
+                                    descriptors={name + "D": name for name in names})
+        cached(tensors)  # (its encodings made: the replays below find them)
+    if cached._encoded is None:
+        raise RuntimeError("the replay did not recognise Triton's descriptor wrapper")
+    wrapped._encoded = None
+    plain = launcher.launched(pointers, StandInKernel("pointers", None), (4, 2), dict(tensors, n=7, BLOCK=64))
+
+    def through_wrapper():  # (Triton's wrapper looks its encoder up at each call)
+        with mock.patch.object(nvidia, "make_tensordesc_arg", lambda arg, meta: [object(), *arg.shape, *arg.strides]):
+            for _ in range(100):
+                wrapped(tensors)
+
+    return [("a replay, 4 host-made descriptors kept encoded per pointer", lambda: cached(tensors), 1),
+            ("a replay, 4 host-made descriptors, Triton's wrapper (encoder a no-op), per launch", through_wrapper, 100),
+            ("a replay, the same kernel's 4 pointers alone (device-made descriptors)", lambda: plain(tensors), 1)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
@@ -137,6 +190,8 @@ def main(argv=None) -> int:
         alone = launches_alone((fwd_call, fwd_cache))
         rows.append(("a replay alone (Launch.__call__, forward kernel)", fastest_us(alone, args.calls, args.repeats),
                      alone.launches))
+        for name, replay, per in descriptor_replays():
+            rows.append((name, fastest_us(replay, max(args.calls // per, 1), args.repeats) / per, 1))
     x = torch.empty(1 << 20, dtype=torch.uint8)
     rows.append(("floor: torch.empty_like (CPU, 1 MiB)", fastest_us(lambda: torch.empty_like(x), args.calls,
                                                                     args.repeats), 0))

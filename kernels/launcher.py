@@ -26,6 +26,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 import triton
 from triton import knobs
+from triton.backends.nvidia import driver as _nvidia_driver
 from triton.runtime import _allocation
 from triton.runtime.driver import driver
 
@@ -37,7 +38,7 @@ class Launch:
     """One launch of a compiled kernel, replayable with other tensors of the same signature."""
 
     __slots__ = ("compiled", "grid", "template", "slots", "descriptors", "device", "_run", "_launch", "_function",
-                 "_packed", "_flags", "_scratch_bytes", "_scratch_align")
+                 "_packed", "_flags", "_scratch_bytes", "_scratch_align", "_encoded")
 
     def __init__(self, jit_fn, compiled, grid, kwargs: dict, device: int, descriptors: dict | None = None):
         """``jit_fn``: the @triton.jit function; ``compiled``: the CompiledKernel that ran with
@@ -82,6 +83,9 @@ class Launch:
         per_program = getattr(run, "global_scratch_size", 0) if direct else 0
         self._scratch_bytes = self.grid[0] * self.grid[1] * self.grid[2] * getattr(run, "num_ctas", 1) * per_program
         self._scratch_align = getattr(run, "global_scratch_align", 1) if direct else 1
+        # Host-made descriptors: Triton's launcher encodes each one on every launch (session 49, H200: +30-35 us
+        # a backward call for four); a replay encodes a descriptor once per device pointer (_Encoded)
+        self._encoded = _Encoded.of(self._launch, self.descriptors) if direct and descs else None
 
     def __call__(self, tensors: dict) -> bool:
         """Launch on the current stream with ``tensors`` (name -> tensor, or a device pointer as an int: it must
@@ -91,15 +95,17 @@ class Launch:
         if dev != self.device:
             return False
         args = self.template.copy()
-        for i, name, shape, strides, padding in self.descriptors:  # (either path below: this call's tensors)
-            t = tensors[name]
-            args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
         stream = current_stream(dev)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # Triton's own path where a profiler's hooks are set (they see tensors and launch metadata);
         # Triton 3.6's knobs hold an empty HookChain by default.
-        if self._launch is None or (enter is not None and getattr(enter, "calls", True)) or (
-                leave is not None and getattr(leave, "calls", True)):
+        hooked = self._launch is None or (enter is not None and getattr(enter, "calls", True)) or (
+            leave is not None and getattr(leave, "calls", True))
+        if hooked or self._encoded is None:  # (else _Encoded.launch reads the descriptors' pointers itself)
+            for i, name, shape, strides, padding in self.descriptors:  # (this call's tensors)
+                t = tensors[name]
+                args[i] = Described(t if t.__class__ is int else t.data_ptr(), shape, strides, padding)
+        if hooked:
             for i, name in self.slots:
                 args[i] = tensors[name]
             if self._scratch_bytes:
@@ -113,6 +119,10 @@ class Launch:
             t = tensors[name]
             args[i] = t if t.__class__ is int else t.data_ptr()
         scratch = _scratch(dev, stream, self._scratch_bytes, self._scratch_align) if self._scratch_bytes else None
+        if self._encoded is not None:
+            self._encoded.launch(tensors, args, (*self.grid, stream, self._function, *self._flags, scratch, None,
+                                                 self._packed, None, None, None))
+            return True
         self._launch(*self.grid, stream, self._function, *self._flags, scratch, None, self._packed, None, None, None,
                      *args)
         return True
@@ -139,6 +149,62 @@ class Described:
 
     def data_ptr(self) -> int:
         return self.ptr
+
+
+class _Encoded:
+    """A replayed launch's host-made descriptors encoded once per device pointer, and the launch made with them.
+
+    Triton's launcher for a kernel with descriptor arguments is a Python wrapper (``wrap_handle_tensordesc``) that
+    encodes every descriptor (``make_tensordesc_arg``: a CUtensorMap from the driver) on every launch, then calls
+    the C launch with each descriptor expanded into its map, shape and strides. A Launch's descriptors differ from
+    call to call in their pointer alone (the first launch's shape, strides and box), so the expansion is kept per
+    pointer and the C launch called directly. Triton's own function encodes: the same bytes as its wrapper's."""
+
+    __slots__ = ("raw", "slots", "maps")
+
+    #: encoded pointers kept a descriptor slot (a training loop's tensors come back to a few addresses); more:
+    #: the slot's cache is emptied, then fills again
+    KEEP = 64
+
+    def __init__(self, raw, slots: list):
+        self.raw = raw  # Triton's C launch under the wrapper
+        self.slots = slots  # (argument index, tensor slot, Described's fields but the pointer, descriptor metadata)
+        self.maps = [{} for _ in slots]  # per slot: device pointer -> the expanded arguments
+
+    @classmethod
+    def of(cls, launch, descriptors: tuple):
+        """The cache for a Launch whose C entry point is ``launch`` (Triton's wrapper) and whose host-made
+        descriptors are ``descriptors`` (Launch.descriptors); None where ``launch`` is not the wrapper this knows
+        (another Triton, or a stand-in: the Launch then hands the wrapper Described arguments, as before), or
+        where a descriptor has no metadata (Triton's decomposed form)."""
+        code, cells = getattr(launch, "__code__", None), getattr(launch, "__closure__", None)
+        if code is None or not cells or code.co_name != "inner":
+            return None
+        free = dict(zip(code.co_freevars, (cell.cell_contents for cell in cells)))
+        raw, metas = free.get("launcher"), free.get("tensordesc_meta")
+        if raw is None or metas is None or len(metas) != len(descriptors) or any(m is None for m in metas):
+            return None
+        return cls(raw, [(i, name, shape, strides, padding, meta)
+                         for (i, name, shape, strides, padding), meta in zip(descriptors, metas)])
+
+    def launch(self, tensors: dict, args: list, base: tuple) -> None:
+        """The C launch with ``base`` (grid, stream, function, flags, scratch, metadata) and ``args`` (the kernel's
+        arguments in order, the descriptors' places aside), the descriptors over ``tensors``' (Launch.__call__'s)."""
+        final, start = list(base), 0
+        for (i, name, shape, strides, padding, meta), maps in zip(self.slots, self.maps):
+            t = tensors[name]
+            ptr = t if t.__class__ is int else t.data_ptr()
+            expanded = maps.get(ptr)
+            if expanded is None:
+                if len(maps) >= self.KEEP:
+                    maps.clear()
+                expanded = maps[ptr] = _nvidia_driver.make_tensordesc_arg(Described(ptr, shape, strides, padding),
+                                                                          meta)
+            final += args[start:i]
+            final += expanded
+            start = i + 1
+        final += args[start:]
+        self.raw(*final)
 
 
 #: (device, stream) -> a byte buffer for kernels' global scratch, reused by every replay on that

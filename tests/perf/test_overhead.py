@@ -278,3 +278,5 @@ def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp
     assert "| a replay alone" in capsys.readouterr().out
     assert (configs.launch, launcher.launch, configs.interpreting, launcher.current_device) == real
     assert any(p.startswith("floor: torch.empty_like") for p in by_path)
+    # the host-made descriptors' rows: the replay keeping its encodings, Triton's wrapper, the pointers alone
+    assert sum(p.startswith("a replay, ") and "4 " in p for p in by_path) == 3
