@@ -600,7 +600,8 @@ def _persistent_filled(gluon: dict, q, k, split: int) -> dict:
     for name, keywords in gluon.items():
         if keywords.get("persistent"):
             blocks, units = dq_grid(q) if name == "dq" else dkdv_grid(k, split)
-            keywords = dict(keywords, persistent=configs.persistent_causal(keywords["persistent"], blocks * units, sms))
+            order = configs.persistent_causal(name, keywords["persistent"], blocks * units, sms)
+            keywords = dict(keywords, persistent=order)
         out[name] = keywords
     return out
 

@@ -845,9 +845,12 @@ BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
 #: (split route, both calls), B4 H16 hd 64 causal 2k (7.8 tiles an SM) 1.146-1.179x, 1k (3.9; CUDA graphs: the whole
 #: call is host-bound there) fused 1.32x, split 1.22x, hd 128 causal 1k 1.033-1.037x fused, 1.084-1.095x split; at 15.5
 #: tiles an SM (B4 H16 4k, bound 16 against 8, CUDA graphs) heavy-first lost or tied (geomeans 0.93-0.99x the snake; hd
-#: 128 fused pairs 0.97-1.03x), at 31 0.80-0.82x (:data:`BWD_GLUON_PERSISTENT_ORDER`). So the bound lies between 7.8 and
-#: 15.5 tiles an SM.
-PERSISTENT_CAUSAL_TILES_PER_SM = 8
+#: 128 fused pairs 0.97-1.03x), at 31 0.80-0.82x (:data:`BWD_GLUON_PERSISTENT_ORDER`). So the bound lay between 7.8 and
+#: 15.5 tiles an SM. Session 49 (docs/perf/gluon-s49, the bound 16 against 8, CUDA graphs, three pairs): the split
+#: route's dK / dV (``triton_fa_det``) gains heavy-first at 9.7 tiles an SM (B10 H16 hd 64 causal 1k) 1.019-1.026x and at
+#: 11.6 (B6 H16 2k) 1.060-1.065x; the fused kernel (``triton_fa``) loses at 9.7 (0.937-0.939x) and ties at 11.6
+#: (1.004-1.017x): per kernel, dK / dV's bound 12, the fused kernel's (and dQ's, not measured there) 8.
+PERSISTENT_CAUSAL_TILES_PER_SM: dict[str, int] = {"dkdv": 12, "fused": 8, "dq": 8}
 
 
 #: Backward Gluon kernels ("dkdv": the split route's dK / dV, "fused": the fused route's, "dq": the split route's dQ)
@@ -855,9 +858,18 @@ PERSISTENT_CAUSAL_TILES_PER_SM = 8
 #: launcher on every launch (bwd_gluon.dkdv_launch's / dq_launch's ``host_desc``), instead of by every program on the
 #: device: session 47's timeline (H200, hd 128 non-causal 1k / 2k) put 4.0-4.1 us of a program's 4.6-5.9 us set-up
 #: in its four device-made descriptors, ~10% of the SMs' time for the dK / dV kernel at 1k, 7% for the fused kernel.
-#: Built in session 48 on the CPU (sm_90a compile: the same registers, shared memory and wgmmas, spills -44 to +12 B);
-#: not measured (the host's encoding, four or five descriptors a launch, against the device's set-up): none routed.
-BWD_GLUON_HOST_DESC: frozenset[str] = frozenset()
+#: Built in session 48 on the CPU (sm_90a compile: the same registers, shared memory and wgmmas, spills -44 to +12 B).
+#: Measured on an H200 (session 49, docs/perf/gluon-s49; whole backward through the harness against session 48's tree,
+#: three pairs, CUDA graphs (device time) and the whole call): the fused kernel (``triton_fa``) hd 128 non-causal
+#: 1.063-1.078x at 1k, 1.013-1.061x at 2k, 1.008-1.046x at 4k; hd 64 non-causal 1.069-1.072x at 4k, 1.029-1.045x at 16k;
+#: causal hd 64 1.021-1.023x at 2k, 1.040-1.067x at 8k, hd 128 1.057-1.067x at 2k, 0.994-0.999x at 8k. The split
+#: route (``triton_fa_det``: dK / dV, and dQ at hd 128 from 4k) gains where its launches are not persistent (hd 128
+#: non-causal 4k 1.015-1.036x, hd 64 16k 1.008-1.014x) and ties where they are (0.984-1.025x: a persistent program
+#: makes its descriptors once anyway). The host's cost: Triton's launcher encodes every descriptor on every launch, +30-
+#: 35 us a backward call (host-ab, two pairs, 64-73 against 32-37 us); a replay encodes them once per device pointer
+#: (kernels/launcher.py, ``_Encoded``), after which the pairs read 0.95-1.26x on a noisier host, and the launch path's
+#: own Python +2.1 us for four descriptors (this CPU, benchmarks/host_python.py: 3.60 against 1.46 us a replay).
+BWD_GLUON_HOST_DESC: frozenset[str] = frozenset({"dkdv", "fused", "dq"})
 
 
 def host_desc_bwd(kernel: str, d: int, dv: int) -> bool:
@@ -866,12 +878,13 @@ def host_desc_bwd(kernel: str, d: int, dv: int) -> bool:
     return kernel in BWD_GLUON_HOST_DESC and d == dv
 
 
-def persistent_causal(persistent: bool | str, tiles: int, sms: int) -> bool | str:
-    """A causal launch's ``persistent`` keyword (:func:`persistent_bwd`'s) for ``tiles`` tiles on ``sms``
-    multiprocessors: "heavy" (heaviest tiles first) on the default route with fewer than
-    :data:`PERSISTENT_CAUSAL_TILES_PER_SM` tiles an SM, else unchanged (so always under ``FLASH_ATTN_BWD``: forced
-    modes, tests, probes). (Non-causal tiles are even: their launches keep the snake order.)"""
-    if not persistent or os.environ.get("FLASH_ATTN_BWD", "") or tiles >= PERSISTENT_CAUSAL_TILES_PER_SM * sms:
+def persistent_causal(kernel: str, persistent: bool | str, tiles: int, sms: int) -> bool | str:
+    """A causal launch's ``persistent`` keyword (:func:`persistent_bwd`'s) for the Gluon ``kernel``'s ``tiles`` tiles on
+    ``sms`` multiprocessors: "heavy" (heaviest tiles first) on the default route with fewer than
+    :data:`PERSISTENT_CAUSAL_TILES_PER_SM`'s bound of tiles an SM, else unchanged (so always under ``FLASH_ATTN_BWD``:
+    forced modes, tests, probes). (Non-causal tiles are even: their launches keep the snake order.)"""
+    bound = PERSISTENT_CAUSAL_TILES_PER_SM[kernel]
+    if not persistent or os.environ.get("FLASH_ATTN_BWD", "") or tiles >= bound * sms:
         return persistent
     return "heavy"
 

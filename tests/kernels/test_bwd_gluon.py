@@ -606,9 +606,11 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
-    (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent launches: off here, their own test below."""
+    (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent launches and host-made descriptors: off here, their
+    own tests below."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {})
+    monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())  # (host-made descriptors: their own test)
     dq, dkdv = (dict(zip(configs._BWD_GLUON_KEYS[n], configs.BWD_GLUON[128][n])) for n in ("dq", "dkdv"))
     dkdv = dict(dkdv, walk=1)
     least = configs.BWD_GLUON_MIN_SEQLEN
@@ -679,7 +681,9 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     lower routing length would run), others at BWD_GLUON_FUSED_TRY's; by default BWD_GLUON_FUSED's cells
     from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused". The adds
     go through an adder warp in BWD_GLUON_FUSED_ADDER's cells (hd 128 non-causal), and causal ones put the mask on
-    every tile at BWD_GLUON_FUSED_MASK_EVERY_TILE's head dims (hd 128), either way."""
+    every tile at BWD_GLUON_FUSED_MASK_EVERY_TILE's head dims (hd 128), either way. (Host-made descriptors: off here,
+    their own test.)"""
+    monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
 
     def fused(q, k, v, **over):
@@ -925,19 +929,23 @@ def test_persistent_launches_only_where_asked(monkeypatch):
                                window_left=-1, window_right=0 if causal else -1, deterministic=True)
         return seen.pop()
 
-    # causal: the snake order with configs.PERSISTENT_CAUSAL_TILES_PER_SM tiles an SM, heaviest first below (MQA 71/1
-    # at 2k with B2; these inputs are B1: 16 key tiles x a split of 15 = 240 tiles, about 2 an SM)
+    # causal: the snake order with the dK / dV kernel's configs.PERSISTENT_CAUSAL_TILES_PER_SM tiles an SM, heaviest
+    # first below (MQA 71/1 at 2k with B2; these inputs are B1: 16 key tiles x a split of 15 = 240 tiles, about 2 an SM)
     assert thin(71, 1, True)["persistent"] == "heavy" and thin(71, 1, False)["persistent"] is True
-    tiles = 16 * 66  # (MHA: no split) 66 heads = 1056 tiles = 8 an SM; 65 heads one short
-    assert tiles == configs.PERSISTENT_CAUSAL_TILES_PER_SM * 132
-    assert thin(66, 66, True)["persistent"] is True and thin(65, 65, True)["persistent"] == "heavy"
+    tiles = 16 * 99  # (MHA: no split) 99 heads = 1584 tiles = 12 an SM; 98 heads one short
+    assert tiles == configs.PERSISTENT_CAUSAL_TILES_PER_SM["dkdv"] * 132
+    assert thin(99, 99, True)["persistent"] is True and thin(98, 98, True)["persistent"] == "heavy"
+    # the fused kernel's bound, 8 an SM: the same walk over the same tiles (configs.persistent_causal by kernel)
+    assert configs.persistent_causal("fused", True, 8 * 132 - 1, 132) == "heavy"
+    assert configs.persistent_causal("fused", True, 8 * 132, 132) is True
+    assert configs.persistent_causal("dkdv", True, 8 * 132, 132) == "heavy"
     monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: every launch the snake order, tests and probes)
-    assert thin(71, 1, True)["persistent"] is True and thin(65, 65, True)["persistent"] is True
+    assert thin(71, 1, True)["persistent"] is True and thin(98, 98, True)["persistent"] is True
     monkeypatch.delenv("FLASH_ATTN_BWD")
     monkeypatch.setitem(configs.BWD_GLUON_PERSISTENT_ORDER, ("dkdv", 64, True), "heavy")  # (a cell's tile order)
-    assert thin(66, 66, True)["persistent"] == "heavy" and thin(66, 66, False)["persistent"] is True
+    assert thin(99, 99, True)["persistent"] == "heavy" and thin(99, 99, False)["persistent"] is True
     monkeypatch.setenv("FLASH_ATTN_BWD", "persistent")  # (forced: the snake order)
-    assert thin(66, 66, True)["persistent"] is True
+    assert thin(99, 99, True)["persistent"] is True
     monkeypatch.delenv("FLASH_ATTN_BWD")
     assert [bwd_gluon.persistent_order(p) for p in (False, True, "snake", "heavy")] == [0, 1, 1, 2]
     with pytest.raises(ValueError, match="heavy"):
@@ -952,10 +960,10 @@ def test_persistent_launches_only_where_asked(monkeypatch):
 
 
 def test_host_made_descriptors_describe_what_the_kernels_make_on_the_device(monkeypatch):
-    """``host_desc`` (session 48, not routed): the dK / dV, fused and dQ kernels' arguments carry HOST_DESC and a
+    """``host_desc`` (built in session 48, routed in session 49): the dK / dV, fused and dQ kernels' arguments carry HOST_DESC and a
     TensorDescriptor per TMA-read tensor over that very tensor, with the box and shared layout the kernel's device-made
     descriptor has (its Q_SL / K_SL / DQ_SL), named for the replays (bwd_gluon.HOST_DESCRIPTOR_OF); MLA's second
-    head-dim part is not taken (ValueError). configs.BWD_GLUON_HOST_DESC routes it by kernel: none by default."""
+    head-dim part is not taken (ValueError). configs.BWD_GLUON_HOST_DESC routes it by kernel: all three by default."""
     q, k, v, do, lse, delta = _inputs(sq=256, sk=256, hq=4, hk=2, d=128)
     dk, dv, dq_acc = torch.empty_like(k), torch.empty_like(v), torch.zeros(q.shape)
     call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.1, False, 64, 2, dq_acc=dq_acc,
@@ -976,7 +984,7 @@ def test_host_made_descriptors_describe_what_the_kernels_make_on_the_device(monk
     with pytest.raises(ValueError, match="head-dim part"):
         bwd_gluon.dkdv_arguments(mq, mk, mv, mdo, mlse, mdelta, torch.empty_like(mk), torch.empty_like(mv), 0.1,
                                  True, 32, 2, host_desc=True)
-    # the route: by kernel, in configs.BWD_GLUON_HOST_DESC (empty by default)
+    # the route: by kernel, in configs.BWD_GLUON_HOST_DESC (all three by default)
     q, k, v, *_ = _inputs(sq=4096, sk=4096, hq=4, hk=4, d=128)
     lse = torch.empty(1, 4, 4096)
     mask = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
@@ -987,7 +995,9 @@ def test_host_made_descriptors_describe_what_the_kernels_make_on_the_device(monk
         assert set(split) == {"dq", "dkdv"} and fused is not None
         return {name for name, kw in dict(split, fused=fused).items() if kw.get("host_desc")}
 
-    assert configs.BWD_GLUON_HOST_DESC == frozenset() and asked() == set()
+    assert configs.BWD_GLUON_HOST_DESC == frozenset({"dkdv", "fused", "dq"}) and asked() == {"dkdv", "fused", "dq"}
+    monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())
+    assert asked() == set()
     monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset({"dq", "fused"}))
     assert asked() == {"dq", "fused"}
     monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset({"dkdv"}))
@@ -1499,9 +1509,11 @@ def test_gpu_host_made_descriptors_give_the_same_gradients_and_replay(kind, b, s
     (made,) = launches.values()
     assert {name for _, name, *_ in made.descriptors} >= {"Q", "DO", "K", "V"}
     replayed = run(other, host_desc=True, launches=launches)
+    again = run(other, host_desc=True, launches=launches)  # (its descriptors' maps as encoded for the replay)
     torch.cuda.synchronize()
     same(host, plain)
     same(replayed, plain_other)
+    same(again, plain_other)
     if kind == "dq":
         _assert_within_triton(host[0], dq_t, ref.dq, "dq")
     else:
