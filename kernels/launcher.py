@@ -83,7 +83,7 @@ class Launch:
         per_program = getattr(run, "global_scratch_size", 0) if direct else 0
         self._scratch_bytes = self.grid[0] * self.grid[1] * self.grid[2] * getattr(run, "num_ctas", 1) * per_program
         self._scratch_align = getattr(run, "global_scratch_align", 1) if direct else 1
-        # Host-made descriptors: Triton's launcher encodes each one on every launch (session 49, H200: +30-35 us
+        # Host-made descriptors: Triton's launcher encodes each one on every launch (session 49, H200: ~+26 us
         # a backward call for four); a replay encodes a descriptor once per device pointer (_Encoded)
         self._encoded = _Encoded.of(self._launch, self.descriptors) if direct and descs else None
 

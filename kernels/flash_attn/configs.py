@@ -865,10 +865,11 @@ PERSISTENT_CAUSAL_TILES_PER_SM: dict[str, int] = {"dkdv": 12, "fused": 8, "dq": 
 #: causal hd 64 1.021-1.023x at 2k, 1.040-1.067x at 8k, hd 128 1.057-1.067x at 2k, 0.994-0.999x at 8k. The split
 #: route (``triton_fa_det``: dK / dV, and dQ at hd 128 from 4k) gains where its launches are not persistent (hd 128
 #: non-causal 4k 1.015-1.036x, hd 64 16k 1.008-1.014x) and ties where they are (0.984-1.025x: a persistent program
-#: makes its descriptors once anyway). The host's cost: Triton's launcher encodes every descriptor on every launch, +30-
-#: 35 us a backward call (host-ab, two pairs, 64-73 against 32-37 us); a replay encodes them once per device pointer
-#: (kernels/launcher.py, ``_Encoded``), after which the pairs read 0.95-1.26x on a noisier host, and the launch path's
-#: own Python +2.1 us for four descriptors (this CPU, benchmarks/host_python.py: 3.60 against 1.46 us a replay).
+#: makes its descriptors once anyway). The host's cost: Triton's launcher encodes every descriptor on every launch,
+#: ~+26 us a backward call (host-ab, two pairs, four cases: the launch path 42-84 against 33-55 us); a replay encodes
+#: them once per device pointer (kernels/launcher.py, ``_Encoded``), after which the pairs read 0.95-1.26x on a noisier
+#: host, and the launch path's own Python +2.1 us for four descriptors (this CPU, benchmarks/host_python.py: 3.60
+#: against 1.46 us a replay).
 BWD_GLUON_HOST_DESC: frozenset[str] = frozenset({"dkdv", "fused", "dq"})
 
 

@@ -601,7 +601,7 @@ def test_a_replay_describes_its_own_calls_tensors_with_host_made_descriptors():
 
 def test_a_replay_encodes_a_host_made_descriptor_once_per_pointer(monkeypatch):
     """Under Triton's own descriptor wrapper (``wrap_handle_tensordesc``, which encodes every descriptor on every
-    launch: +30-35 us a backward call on the H200 in session 49), a replay encodes a descriptor once per device
+    launch: ~+26 us a backward call on the H200 in session 49), a replay encodes a descriptor once per device
     pointer and calls the C launch under the wrapper with what the wrapper itself would pass: the encoded map, then
     the shape and strides, in the descriptor's place. A new pointer is encoded again; the cache of a slot is
     bounded."""
