@@ -372,6 +372,28 @@ class Baseline:
         }
 
 
+#: intra-op thread counts whose CPU worker threads have run (:func:`warm_cpu_workers`)
+_WARM_THREADS: set[int] = set()
+
+
+def warm_cpu_workers() -> None:
+    """Run the eager ops once on one thread, then one op over every CPU worker, before the first op the harness
+    judges; once per intra-op thread count.
+
+    Measured (torch 2.13.0+cpu, 2 threads, session 49; cause inside torch, not found): in about one process in 25 the
+    first ``torch.logsumexp`` over a (2, 4, 37, 37) fp32 tensor returned the worker thread's half of the rows (147 of
+    296) off by 2-5e-5 (~1e-5 relative, ~100x the eager yardstick's own error); the next call was exact (8 of 200 fresh
+    processes; 0 of 200 after a softmax and an exp and sum of that size first). In tests/test_plugin.py an eager candidate
+    whose run met it failed its lse and determinism checks (5 of 60 runs of the file; 1-2 of 20 since session 48).
+    A parallel add first was not enough there (still 5 of 60); these ops on one thread first: 0 of 120."""
+    threads = torch.get_num_threads()
+    if threads > 1 and threads not in _WARM_THREADS:
+        x = torch.linspace(-4.0, 4.0, 64).reshape(8, 8)
+        torch.logsumexp(x, -1), torch.softmax(x, -1), x.exp().log1p()  # (one thread: small)
+        torch.zeros(1 << 17).add_(1)  # (over at::internal::GRAIN_SIZE: split over the workers)
+        _WARM_THREADS.add(threads)
+
+
 def prepare(case: Case, *, seed: int = 0, device=None, inputs=None, oracle=None) -> Baseline:
     """Validate and build the :class:`Baseline` of (case, seed, device).
 
@@ -382,6 +404,7 @@ def prepare(case: Case, *, seed: int = 0, device=None, inputs=None, oracle=None)
     if not isinstance(case, (SoftmaxCase, LinearCase, DecodeCase)):
         raise ValueError(f"case: expected a SoftmaxCase, LinearCase or DecodeCase, got {type(case).__name__}")
     dev = _check_options(seed, default_device() if device is None else device)
+    warm_cpu_workers()  # (the oracle's and the yardstick's CPU ops too)
     if inputs is None:
         inputs = make_inputs(case, seed, dev)
     check_inputs(case, inputs)
@@ -458,6 +481,7 @@ def poisoned_memory(device: torch.device):
 
 def _run_once(adapter, case: Case, inputs, *, want_grad: bool, poison: bool) -> _Run:
     """Forward (and gradients) of ``adapter`` on fresh copies of ``inputs``."""
+    warm_cpu_workers()  # (a thread count changed since prepare: its new workers)
     originals = _run_inputs(case, inputs)
     constant = set(getattr(adapter, "nondifferentiable_inputs", ()))
     # FP8 gradients come from the backend's explicit FP8 backward, not autograd (FP8 leaves hold no grads)

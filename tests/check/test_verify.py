@@ -524,3 +524,24 @@ def test_fp8_inputs_are_quantised_per_tensor_and_the_oracle_sees_their_values():
         SoftmaxCase(1, 1, 1, 4, 4, 16, dtype="bf16", fp8="e5m7")
     with pytest.raises(ValueError, match="output dtype of an FP8 case is fp16 or bf16"):
         SoftmaxCase(1, 1, 1, 4, 4, 16, dtype="fp32", fp8="e4m3")
+
+
+def test_prepare_warms_the_cpu_workers_once_per_thread_count(monkeypatch):
+    """verify.warm_cpu_workers runs before a baseline is built and before each candidate run (session 49: torch's first
+    logsumexp of a process sometimes returned the worker thread's rows off by ~1e-5 relative, failing an exact eager
+    candidate); its ops run once per intra-op thread count, none with one thread."""
+    from harness import presets
+    from harness.check import verify as verify_mod
+
+    real, calls = verify_mod.warm_cpu_workers, []
+    monkeypatch.setattr(verify_mod, "warm_cpu_workers", lambda: calls.append(1) or real())
+    monkeypatch.setattr(verify_mod, "_WARM_THREADS", set())
+    monkeypatch.setattr(verify_mod.torch, "get_num_threads", lambda: 3)
+    case = presets.preset("small", ["fp32"])[0]
+    base = verify_mod.prepare(case)
+    assert calls == [1] and verify_mod._WARM_THREADS == {3}
+    assert verify_mod.verify("eager", case, baseline=base).status == "pass"
+    assert len(calls) >= 3  # (prepare, then each candidate run: two at least, the determinism check)
+    monkeypatch.setattr(verify_mod.torch, "get_num_threads", lambda: 1)
+    real()
+    assert verify_mod._WARM_THREADS == {3}
