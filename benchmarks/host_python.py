@@ -112,7 +112,11 @@ def descriptor_replays():
     signature = {**{n: "*bf16" for n in names}, **{n: "tensordesc<bf16[1, 64, 1, 64]>" for n in descs},
                  "n": "i32", "BLOCK": "constexpr"}
     stand_in = StandInKernel("described", None)
-    with mock.patch.object(nvidia, "make_tensordesc_arg", lambda arg, meta: [object(), *arg.shape, *arg.strides]):
+
+    def encode(arg, meta):  # (the driver's encoding left out: what the wrapper does around it)
+        return [object(), *arg.shape, *arg.strides]
+
+    with mock.patch.object(nvidia, "make_tensordesc_arg", encode):
         stand_in.run.launch = nvidia.wrap_handle_tensordesc(lambda *a: None, signature, [{}] * len(descs))
         cached = launcher.launched(described, stand_in, (4, 2), dict(tensors, **descs, n=7, BLOCK=64),
                                    descriptors={name + "D": name for name in names})
@@ -125,7 +129,7 @@ def descriptor_replays():
     plain = launcher.launched(pointers, StandInKernel("pointers", None), (4, 2), dict(tensors, n=7, BLOCK=64))
 
     def through_wrapper():  # (Triton's wrapper looks its encoder up at each call)
-        with mock.patch.object(nvidia, "make_tensordesc_arg", lambda arg, meta: [object(), *arg.shape, *arg.strides]):
+        with mock.patch.object(nvidia, "make_tensordesc_arg", encode):
             for _ in range(100):
                 wrapped(tensors)
 
