@@ -10,8 +10,9 @@ launch made by stand-ins (``kernels/standins.py``), so every later call replays 
 (``flash_attn_fwd`` / ``flash_attn_bwd`` with their replay caches, without and with a group split), the
 public ``flash_attn_func`` with and without autograd's node (grad inputs; ``torch.no_grad``), a decode step
 (``decode_attention``, ``validate=False`` as in a serving loop: the split kernel appending, and the combine), a
-replay alone (``Launch.__call__`` of the forward kernel, ``host_overhead.launches_alone``), a replay with four host-made TMA
-descriptors against the same kernel's pointers alone (:func:`descriptor_replays`), and this machine's floor for one
+replay alone (``Launch.__call__`` of the forward kernel, ``host_overhead.launches_alone``), a replay with four
+host-made TMA descriptors against the same kernel's pointers alone (:func:`descriptor_replays`), and this machine's
+floor for one
 allocation (``torch.empty_like`` of a CPU tensor: on the GPU host a CUDA allocation with its free cost 2-5 us).
 Each row is the fastest of ``--repeats`` loops of ``--calls`` calls (microseconds a call): what the
 code costs, not what the machine was doing meanwhile. Prints the table last.

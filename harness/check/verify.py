@@ -383,8 +383,9 @@ def warm_cpu_workers() -> None:
     Measured (torch 2.13.0+cpu, 2 threads, session 49; cause inside torch, not found): in about one process in 25 the
     first ``torch.logsumexp`` over a (2, 4, 37, 37) fp32 tensor returned the worker thread's half of the rows (147 of
     296) off by 2-5e-5 (~1e-5 relative, ~100x the eager yardstick's own error); the next call was exact (8 of 200 fresh
-    processes; 0 of 200 after a softmax and an exp and sum of that size first). In tests/test_plugin.py an eager candidate
-    whose run met it failed its lse and determinism checks (5 of 60 runs of the file; 1-2 of 20 since session 48).
+    processes; 0 of 200 after a softmax and an exp and sum of that size first). In tests/test_plugin.py an eager
+    candidate whose run met it failed its lse and determinism checks (5 of 60 runs of the file; 1-2 of 20 since
+    session 48).
     A parallel add first was not enough there (still 5 of 60); these ops on one thread first: 0 of 120."""
     threads = torch.get_num_threads()
     if threads > 1 and threads not in _WARM_THREADS:

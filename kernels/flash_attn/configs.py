@@ -847,9 +847,10 @@ BWD_GLUON_PERSISTENT_ORDER: dict[tuple[str, int, bool], str] = {}
 #: tiles an SM (B4 H16 4k, bound 16 against 8, CUDA graphs) heavy-first lost or tied (geomeans 0.93-0.99x the snake; hd
 #: 128 fused pairs 0.97-1.03x), at 31 0.80-0.82x (:data:`BWD_GLUON_PERSISTENT_ORDER`). So the bound lay between 7.8 and
 #: 15.5 tiles an SM. Session 49 (docs/perf/gluon-s49, the bound 16 against 8, CUDA graphs, three pairs): the split
-#: route's dK / dV (``triton_fa_det``) gains heavy-first at 9.7 tiles an SM (B10 H16 hd 64 causal 1k) 1.019-1.026x and at
-#: 11.6 (B6 H16 2k) 1.060-1.065x; the fused kernel (``triton_fa``) loses at 9.7 (0.937-0.939x) and ties at 11.6
-#: (1.004-1.017x): per kernel, dK / dV's bound 12, the fused kernel's (and dQ's, not measured there) 8.
+#: route's dK / dV (``triton_fa_det``) gains heavy-first at 9.7 tiles an SM (B10 H16 hd 64 causal 1k)
+#: 1.019-1.026x and at 11.6 (B6 H16 2k) 1.060-1.065x; the fused kernel (``triton_fa``) loses at 9.7
+#: (0.937-0.939x) and ties at 11.6 (1.004-1.017x): per kernel, dK / dV's bound 12, the fused kernel's (and dQ's, not
+#: measured there) 8.
 PERSISTENT_CAUSAL_TILES_PER_SM: dict[str, int] = {"dkdv": 12, "fused": 8, "dq": 8}
 
 

@@ -960,10 +960,11 @@ def test_persistent_launches_only_where_asked(monkeypatch):
 
 
 def test_host_made_descriptors_describe_what_the_kernels_make_on_the_device(monkeypatch):
-    """``host_desc`` (built in session 48, routed in session 49): the dK / dV, fused and dQ kernels' arguments carry HOST_DESC and a
-    TensorDescriptor per TMA-read tensor over that very tensor, with the box and shared layout the kernel's device-made
-    descriptor has (its Q_SL / K_SL / DQ_SL), named for the replays (bwd_gluon.HOST_DESCRIPTOR_OF); MLA's second
-    head-dim part is not taken (ValueError). configs.BWD_GLUON_HOST_DESC routes it by kernel: all three by default."""
+    """``host_desc`` (built in session 48, routed in session 49): the dK / dV, fused and dQ kernels' arguments carry
+    HOST_DESC and a TensorDescriptor per TMA-read tensor over that very tensor, with the box and shared layout the
+    kernel's device-made descriptor has (its Q_SL / K_SL / DQ_SL), named for the replays
+    (bwd_gluon.HOST_DESCRIPTOR_OF); MLA's second head-dim part is not taken (ValueError). configs.BWD_GLUON_HOST_DESC
+    routes it by kernel: all three by default."""
     q, k, v, do, lse, delta = _inputs(sq=256, sk=256, hq=4, hk=2, d=128)
     dk, dv, dq_acc = torch.empty_like(k), torch.empty_like(v), torch.zeros(q.shape)
     call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.1, False, 64, 2, dq_acc=dq_acc,
