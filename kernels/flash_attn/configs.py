@@ -815,14 +815,16 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: Session 47 (H200, docs/perf/gluon-s47, against session 46's tree, three pairs): the split route's dQ hd 128
 #: causal at 4k, Llama-3-70B 64/8 1.041-1.045x; hd 64 dK / dV 1k-4k with its route from 1k (see
 #: :data:`BWD_GLUON_MIN_SEQLEN`). Causal launches with few tiles an SM walk them heaviest first (session 48,
-#: :data:`PERSISTENT_CAUSAL_TILES_PER_SM`).
+#: :data:`PERSISTENT_CAUSAL_TILES_PER_SM`). Session 50: the split route's dQ, hd 128 non-causal, from 1k, persistent
+#: to 2k (measured with its route from 1k: :data:`BWD_GLUON_MIN_SEQLEN`; one program a tile against persistent at 1k-2k:
+#: not measured apart).
 #: The probe (kernels alone, same run): hd 64 non-causal dK / dV 1.20x / 1.12x at 1k / 2k, fused 1.09x / 1.01x; hd
 #: 128 causal fused 1.06x at 1k; hd 64 causal timeline: dK / dV 600 -> 432 us at 1k, fused 756 -> 556 us.
 #: ``FLASH_ATTN_BWD=persistent`` runs every unordered Gluon dK / dV, fused and dQ launch of the default route
 #: persistent (probes, tests).
 BWD_GLUON_PERSISTENT: dict[tuple[str, int, bool], int] = {
     ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
-    ("dq", 128, False): 4096, ("dq", 128, True): 4096,
+    ("dq", 128, False): 2048, ("dq", 128, True): 4096,
     ("dkdv", 64, False): 4096, ("dkdv", 64, True): 4096}
 
 
@@ -864,7 +866,7 @@ PERSISTENT_CAUSAL_TILES_PER_SM: dict[str, int] = {"dkdv": 12, "fused": 8, "dq": 
 #: three pairs, CUDA graphs (device time) and the whole call): the fused kernel (``triton_fa``) hd 128 non-causal
 #: 1.063-1.078x at 1k, 1.013-1.061x at 2k, 1.008-1.046x at 4k; hd 64 non-causal 1.069-1.072x at 4k, 1.029-1.045x at 16k;
 #: causal hd 64 1.021-1.023x at 2k, 1.040-1.067x at 8k, hd 128 1.057-1.067x at 2k, 0.994-0.999x at 8k. The split
-#: route (``triton_fa_det``: dK / dV, and dQ at hd 128 from 4k) gains where its launches are not persistent (hd 128
+#: route (``triton_fa_det``: dK / dV, and dQ at hd 128 from 4k then) gains where its launches are not persistent (hd 128
 #: non-causal 4k 1.015-1.036x, hd 64 16k 1.008-1.014x) and ties where they are (0.984-1.025x: a persistent program
 #: makes its descriptors once anyway). The host's cost: Triton's launcher encodes every descriptor on every launch,
 #: ~+26 us a backward call (host-ab, two pairs, four cases: the launch path 42-84 against 33-55 us); a replay encodes
@@ -1011,9 +1013,14 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: (persistent 0.952-0.957x; session 48: heavy-first persistent 1.23-1.30x one program a tile,
 #: :data:`PERSISTENT_CAUSAL_TILES_PER_SM`). The MHA non-causal 1k-2k pairs are under
 #: session 44's 5% bar for a route from a shorter length: taken because the same cell gains 5.7-11.4% a pair on
-#: the GQA / MQA calls it also routes (issue 16's shapes) and no measured call of it loses.
+#: the GQA / MQA calls it also routes (issue 16's shapes) and no measured call of it loses. hd 128 non-causal dQ
+#: from 1k since session 50 (H200, docs/perf/gluon-s50: the whole backward through the harness, device time, against
+#: session 49's tree (Triton dQ below 4k), three pairs each; the Gluon kernel persistent to 2k, with host-made
+#: descriptors since session 49): GQA 40/8 2k 1.089-1.094x, MQA 40/1 2k 1.055-1.061x, MHA 40 deterministic 2k
+#: 1.095-1.104x, GQA 32/8 1k 1.065-1.075x, MHA 16 deterministic 1k 1.077-1.094x (the fused route's MHA calls, which
+#: have no dQ kernel: 0.997-1.011x). Causal dQ below 4k: not measured.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
-    128: {"dq": {False: 4096, True: 4096}, "dkdv": {False: 1024, True: 1024}},
+    128: {"dq": {False: 1024, True: 4096}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
     192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at

@@ -602,7 +602,7 @@ def _route(q, k, v, **over):
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    4k; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only: configs.BWD_GLUON_BY_MASK);
+    1k non-causal, 4k causal; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only: configs.BWD_GLUON_BY_MASK);
     FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
@@ -619,9 +619,11 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     for causal in (False, True):
         mask = dict(causal=causal, window_right=0 if causal else -1)
         at = lambda n, mask=mask, **kw: _route(*_inputs(sq=n, sk=n, **kw)[:3], **mask)  # noqa: E731
-        assert at(least[128]["dkdv"][causal]) == {"dkdv": dkdv} and at(least[128]["dkdv"][causal] - 1) == {}
-        assert at(least[128]["dq"][causal]) == {"dq": dq, "dkdv": dkdv} and at(least[128]["dq"][causal] - 1) == {
-            "dkdv": dkdv}
+        n_k, n_q = least[128]["dkdv"][causal], least[128]["dq"][causal]
+        for n in sorted({n_k - 1, n_k, n_q - 1, n_q}):  # each kernel from its own length (the two may be equal)
+            want = {**({"dq": dq} if n >= n_q else {}), **({"dkdv": dkdv} if n >= n_k else {})}
+            assert at(n) == want, (causal, n)
+    assert least[128]["dq"][False] == 1024 < least[128]["dq"][True]  # (session 50: non-causal dQ from 1k)
     hd64 = lambda n, **mask: _route(*_inputs(sq=n, sk=n, d=64)[:3], **mask)  # noqa: E731
     n64 = least[64]["dkdv"][True]
     assert hd64(n64, causal=True, window_right=0) == {"dkdv": dict(dkdv, walk=0)}
@@ -879,7 +881,7 @@ def test_persistent_launches_only_where_asked(monkeypatch):
 
     assert configs.BWD_GLUON_PERSISTENT == {  # measured (sessions 46-47, H200): whole backward 1.02-1.22x a cell
         ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
-        ("dq", 128, False): 4096, ("dq", 128, True): 4096, ("dkdv", 64, False): 4096, ("dkdv", 64, True): 4096}
+        ("dq", 128, False): 2048, ("dq", 128, True): 4096, ("dkdv", 64, False): 4096, ("dkdv", 64, True): 4096}
     split, fused = call(128, True, 2048, True), call(128, False, 2048, False)  # (the split route; the fused one)
     assert "persistent" not in split and "dq_acc" not in split and "persistent" not in fused and "dq_acc" in fused
     assert call(128, True, 1024, True)["persistent"] is True  # (the split route's dK / dV, causal to 1k)
@@ -889,8 +891,10 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert fused_c["persistent"] is True and "dq_acc" in fused_c and "persistent" not in call(128, True, 2048, False)
     assert call(64, True, 4096, False)["persistent"] is True and "persistent" not in call(64, True, 8192, False)
     seen_dq.clear()
-    call(128, False, 4096, True)  # (the split route's Gluon dQ, non-causal, at its shortest routed length)
+    call(128, False, 1024, True)  # (the split route's Gluon dQ, non-causal, at its shortest routed length ...)
     assert seen_dq.pop()["persistent"] is True
+    call(128, False, 4096, True)  # (... and one program a tile past 2k)
+    assert "persistent" not in seen_dq.pop()
     call(128, False, 8192, True)  # (the ordered kernel from 8k: no dQ launch of its own)
     assert not seen_dq
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dkdv", 128, True): 2048, ("fused", 128, False): 1024})
@@ -903,7 +907,7 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert call(128, True, 2048, True)["persistent"] is True and call(128, False, 2048, False)["persistent"] is True
     ordered = call(128, False, 8192, True)  # (a deterministic call in an ordered cell: the ordered kernel)
     assert "dq_order" in ordered and "persistent" not in ordered
-    # the split route's Gluon dQ kernel (hd 128 from 4k: configs.BWD_GLUON_MIN_SEQLEN)
+    # the split route's Gluon dQ kernel (hd 128 causal from 4k: configs.BWD_GLUON_MIN_SEQLEN)
     seen_dq.clear()
     call(128, True, 4096, True)
     assert seen_dq.pop()["persistent"] is True
@@ -1603,14 +1607,14 @@ def test_gpu_persistent_dq_kernel_gives_the_same_dq_and_delta(b, sq, sk, hq, hk,
 @needs_sm90
 @pytest.mark.parametrize("sq, sk, d, causal, deterministic", [
     (1024, 1100, 128, False, False), (2100, 2060, 128, True, True), (4100, 4096, 64, True, False),
-    (4096, 4096, 64, False, True), (4096, 4100, 128, True, True)],
+    (4096, 4096, 64, False, True), (4096, 4100, 128, True, True), (2048, 2100, 128, False, True)],
     ids=["fused-hd128-S1024x1100", "split-hd128-causal", "fused-hd64-causal", "split-hd64",
-         "split-hd128-causal-gluon-dq"])
+         "split-hd128-causal-gluon-dq", "split-hd128-gluon-dq-2k"])
 def test_gpu_persistent_route_matches_oracle(sq, sk, d, causal, deterministic, monkeypatch):
     """FLASH_ATTN_BWD=persistent through flash_attn_func: the default route's Gluon dK / dV launch (deterministic
-    calls: the split kernels, with the Gluon dQ kernel where it runs: hd 128 from 4k) or unordered fused launch
-    (nondeterministic calls) persistent; out and every gradient within the tolerance rule of the FP64 oracle, a
-    second call replaying the launches (dK / dV the same bits)."""
+    calls: the split kernels, with the Gluon dQ kernel where it runs: hd 128 from 1k non-causal, 4k causal) or
+    unordered fused launch (nondeterministic calls) persistent; out and every gradient within the tolerance rule of
+    the FP64 oracle, a second call replaying the launches (dK / dV the same bits)."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -1621,7 +1625,8 @@ def test_gpu_persistent_route_matches_oracle(sq, sk, d, causal, deterministic, m
                                  deterministic=deterministic)
     names = _backward_kernels(interface)
     assert "_bwd_dkdv_ws_kernel" in names and "_bwd_dkdv_kernel" not in names, names
-    if deterministic and d == 128 and min(sq, sk) >= 4096:  # (the split route's Gluon dQ kernel, persistent too)
+    if deterministic and d == 128 and min(sq, sk) >= configs.BWD_GLUON_MIN_SEQLEN[128]["dq"][causal]:
+        # (the split route's Gluon dQ kernel, persistent too)
         assert "_bwd_dq_ws_kernel" in names and "_bwd_dq_kernel" not in names, names
     again = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda",
                                  deterministic=deterministic)
