@@ -602,8 +602,8 @@ def _route(q, k, v, **over):
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    1k non-causal, 4k causal; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only: configs.BWD_GLUON_BY_MASK);
-    FLASH_ATTN_BWD=split / atomic: the Triton kernels;
+    1k non-causal, 4k causal; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only:
+    configs.BWD_GLUON_BY_MASK); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
     (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent launches and host-made descriptors: off here, their
