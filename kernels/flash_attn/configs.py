@@ -457,6 +457,15 @@ FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int
                (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False))}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
+#: Causal calls with a sliding window on the left (Mistral's 4096, Gemma-2's local layers: query i sees keys i + Sk -
+#: Sq - left .. i + Sk - Sq) on the 16-bit Gluon forward, not persistent (``fp8_gluon._fwd_ws_kernel``'s ``WINDOW``:
+#: its tiles' key blocks from the first the tile's first row sees, the blocks left of the last row's window edge
+#: masked too), wherever that head dim's causal calls take it; off: the Triton forward. Built in session 50 on the
+#: CPU (sm_90a compile: registers and shared memory as the windowless kernel's, hd 128 4 B spilled outside the key
+#: loop), not run on a GPU: off. Prediction (the models table's Mistral row, B1 H32/8 8k causal, window 4095): the
+#: forward 0.900 -> ~0.72-0.75 ms (the windowless Gluon causal forward 0.953 ms on ~1.33x the keys), ~0.92-0.96x
+#: flash-attn-4 (0.689 ms).
+FWD_GLUON_WS_WINDOW = False
 
 
 def _on_sm90(q, sm_major: int | None) -> bool:
@@ -487,12 +496,14 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     :data:`FWD_GLUON_WS_CELLS`), or None where the Triton forward does: those tables' head dims, both sequences at
     least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds), an sm90 GPU (not the
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
-    TMA-readable rows), causal or no mask, no softcap, and the environment knob not 0. ``sm_major``: the GPU's
-    compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
+    TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
+    then not persistent, ``window_left`` among the keywords), no softcap, and the environment knob not 0.
+    ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
     cfg = FWD_GLUON_WS.get(dims)
     cells = FWD_GLUON_WS_CELLS.get(dims)
-    if (cfg is None and cells is None) or varlen or fp8 or softcap or window_left >= 0 or (
+    window = window_left >= 0 and causal and FWD_GLUON_WS_WINDOW
+    if (cfg is None and cells is None) or varlen or fp8 or softcap or (window_left >= 0 and not window) or (
             window_right >= 0 and not causal) or q.dim() != 4:
         return None
     seqlen = min(q.shape[1], k.shape[1])
@@ -511,9 +522,13 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     if ws16_unsupported(q, k, v):
         return None
     if cells is not None:
-        return {"persistent": False, "tile_order": "query"} | cell[2]
-    order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1])
-    return {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
+        kw = {"persistent": False, "tile_order": "query"} | cell[2]
+    else:
+        order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1])
+        kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
+    if window:  # (the persistent kernel has no window: one program a tile)
+        kw.update(persistent=False, tile_order="query", window_left=window_left)
+    return kw
 
 
 #: The FP8 backward's sequence-contiguous copies of Q, K and dO in the MMA order of each 16 positions (v_layout),

@@ -43,7 +43,8 @@ causal at 16k (docs/bench/h100-fp8-sweep-s17), ACCEPTED by ``accept --profile fp
 Dense inputs only: q [B, Sq, Hq, D], k [B, Sk, Hk, D] in float8_e4m3fn, V already keys-contiguous
 ([B, Hk, D, Sk], ``v_layout.v_keys_contiguous``), descales (B, Hk) float32 as flash-attn 3 takes
 them; out [B, Sq, Hq, D] bf16, lse [B, Hq, Sq] float32. Causal is bottom-right aligned, as in fwd.py.
-Head dims 64, 128, 256 (d_v = d); no windows, softcap or varlen. Gluon has no interpreter: it runs on
+Head dims 64, 128, 256 (d_v = d); no windows, softcap or varlen (the 16-bit kernel: a causal window on the left,
+session 50). Gluon has no interpreter: it runs on
 an sm90 GPU (tests/kernels/test_fp8_gluon.py compiles it for sm_90a on the CPU).
 """
 
@@ -116,15 +117,29 @@ def _key_blocks(m0, off, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
 
 
 @gluon.jit
+def _window_blocks(m0, off, window_left, n_blocks, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """A causal tile's key blocks under a sliding window on the left (row r sees keys r + off - window_left ..
+    r + off): (the first block the tile's first row sees, how many blocks from there (``n_blocks``: from block 0, as
+    :func:`_key_blocks` counts them; at least one), the key below which a block holds keys some row must not see:
+    the last row's window edge)."""
+    lo = gl.maximum(m0 + off - window_left, 0) // BLOCK_N
+    return lo, gl.maximum(n_blocks - lo, 1), m0 + BLOCK_M - 1 + off - window_left
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
-                  IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr):
+                  IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, window_left=0,
+                  WINDOW: gl.constexpr = False):
     """One key block's online softmax in base 2 (scores ``s`` unscaled): (p, alpha, m_new, l_new).
-    ``masked``: the block holds keys some row may not see (the causal diagonal, the sequence's end)."""
+    ``masked``: the block holds keys some row may not see (the causal diagonal, the sequence's end; with
+    ``WINDOW``, keys left of a row's window: before ``offs_m + off - window_left``)."""
     if masked:
         keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
         keep = gl.expand_dims(keys < seqlen_k, 0)
         if IS_CAUSAL:
             keep = keep & (gl.expand_dims(keys, 0) <= gl.expand_dims(offs_m + off, 1))
+        if WINDOW:
+            keep = keep & (gl.expand_dims(keys, 0) >= gl.expand_dims(offs_m + off - window_left, 1))
         s = gl.where(keep, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
         # a row that sees nothing yet keeps m = -inf: subtract 0 there so exp2 gives 0, not NaN
@@ -272,14 +287,18 @@ class _WsShape:
     NUM_WG: consumer warpgroups of 64 query rows taking turns in a ring (2: flash-attn 3's ping-pong; 3: its
     192-row tiles at small head dims, where the softmax outweighs the matmuls). OVERLAP: each consumer's in-block
     overlap (block j+1's softmax while P_j V_j runs; off: both retire first, so P_j is dead during the softmax and
-    two score tiles are never live at once: fewer registers, the overlap left to the other consumers)."""
+    two score tiles are never live at once: fewer registers, the overlap left to the other consumers). WINDOW (16-bit,
+    causal, not persistent): a sliding window on the left, the key blocks from the first one the tile's first row sees
+    (``_window_blocks``), the blocks below the last row's window edge masked too."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
-                       "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr}
+                       "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr,
+                       "WINDOW": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2,
-                 OVERLAP=True):
+                 OVERLAP=True, WINDOW=False):
+        self.WINDOW = gl.constexpr(WINDOW)
         self.NUM_WG = gl.constexpr(NUM_WG)
         self.OVERLAP = gl.constexpr(OVERLAP)
         self.TILE_ORDER = gl.constexpr(TILE_ORDER)
@@ -338,8 +357,19 @@ def _ws_scores(q, q_b, k_slot, k_slot_b, s_zero, HEAD_DIM_B: gl.constexpr):
 
 
 @gluon.jit
+def _block_masked(start, mask_from, clear_from, WINDOW: gl.constexpr):
+    """Whether the key block from key ``start`` holds keys some row must not see: from ``mask_from`` on (the causal
+    diagonal, the sequence's end), and with ``WINDOW`` before ``clear_from`` (a window's left edge)."""
+    if WINDOW:
+        return (start >= mask_from) | (start < clear_from)
+    else:
+        return start >= mask_from
+
+
+@gluon.jit
 def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-              mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem_b, k_smem_b):
+                mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem_b, k_smem_b, lo=0, clear_from=0,
+                window_left=0):
     """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j it
     issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then runs the softmax of S_{j+1} while
     P_j V_j is still on the tensor cores; and the two consumers take turns to issue (``turn``: one
@@ -348,8 +378,11 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     n_blocks + 1 turns (the same tile), so each barrier is at most one phase ahead of its waiter. With
     ``shape.NUM_WG`` 3 the turns go round a ring (0, 1, 2, 0, ...: each hands to the next, the last hands the
     first turn to 0); a turn barrier is then still armed once a round, after its waiter took the last one.
-    ``q_smem_b`` / ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``)."""
+    ``q_smem_b`` / ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``). With
+    ``shape.WINDOW`` the n_blocks blocks start at block ``lo``, those before key ``clear_from`` masked too
+    (``_window_blocks``); read only then."""
     BLOCK_N: gl.constexpr = shape.BLOCK_N
+    WINDOW: gl.constexpr = shape.WINDOW
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
@@ -387,10 +420,15 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     s = _ws_scores(q, q_b, k_smem.index(0), k_smem_b.index(0), s_zero, HEAD_DIM_B)
     _pass(other)  # every warp of this warpgroup has issued before the turn passes
     s = warpgroup_mma_wait(0, deps=(s, ))
-    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
-                                       IS_CAUSAL, BLOCK_N, S_LAYOUT)
+    base = 0  # the first block's first key
+    if WINDOW:
+        base = lo * BLOCK_N
+    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, base, seqlen_k, off,
+                                       _block_masked(base, mask_from, clear_from, WINDOW), IS_CAUSAL, BLOCK_N,
+                                       S_LAYOUT, window_left, WINDOW)
     for j in range(0, n_blocks - 1):
         nxt = j + 1
+        start = base + nxt * BLOCK_N
         mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
         mbarrier.wait(mine, nxt & 1)
         s_next = _ws_scores(q, q_b, k_smem.index(nxt % NUM_STAGES), k_smem_b.index(nxt % NUM_STAGES), s_zero,
@@ -401,15 +439,17 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         _pass(other)
         if shape.OVERLAP:
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
-                                               nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
+                                               _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW)
             acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
             _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
         else:  # both retire before the softmax: P_j dead, one score tile live
             s, acc = warpgroup_mma_wait(0, deps=(s_next, acc))
             _pass(empty.index(j % NUM_STAGES))
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, nxt * BLOCK_N, seqlen_k, off,
-                                               nxt * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
+                                               _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW)
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
@@ -444,10 +484,10 @@ def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale
 
 @gluon.jit
 def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
-             k_desc_b, q_smem_b, k_smem_b):
+             k_desc_b, q_smem_b, k_smem_b, lo=0):
     """The loader warp: every consumer's Q (``shape.NUM_WG`` tiles of 64 rows), then K and V (FP8: V^T) block by
     block into the slots they release; with ``shape.HEAD_DIM_B`` the second head-dim part's Q and K tiles too
-    (``*_b``: from column HEAD_DIM)."""
+    (``*_b``: from column HEAD_DIM); with ``shape.WINDOW`` the blocks from block ``lo`` on."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -460,18 +500,22 @@ def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty
     if HEAD_DIM_B > 0:
         for wg in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(q_desc_b, [m0 + 64 * wg, HEAD_DIM], q_bar, q_smem_b.index(wg))
+    base = 0  # the first block's first key
+    if shape.WINDOW:
+        base = lo * BLOCK_N
     for j in range(0, n_blocks):
         slot = j % NUM_STAGES
+        key = base + j * BLOCK_N
         # the slot's previous block released by both consumers (not needed the first time round)
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
         mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * BYTES)
-        tma.async_copy_global_to_shared(k_desc, [j * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
+        tma.async_copy_global_to_shared(k_desc, [key, 0], ready.index(slot), k_smem.index(slot))
         if HEAD_DIM_B > 0:
-            tma.async_copy_global_to_shared(k_desc_b, [j * BLOCK_N, HEAD_DIM], ready.index(slot), k_smem_b.index(slot))
+            tma.async_copy_global_to_shared(k_desc_b, [key, HEAD_DIM], ready.index(slot), k_smem_b.index(slot))
         if shape.FP8:
-            tma.async_copy_global_to_shared(v_desc, [0, j * BLOCK_N], ready.index(slot), v_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [0, key], ready.index(slot), v_smem.index(slot))
         else:
-            tma.async_copy_global_to_shared(v_desc, [j * BLOCK_N, 0], ready.index(slot), v_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [key, 0], ready.index(slot), v_smem.index(slot))
 
 
 @gluon.jit
@@ -515,22 +559,25 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
                         (_ws_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["window_left"])  # (a window of 1 would otherwise compile as a constant)
 def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
-                   seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                   seqlen_q, seqlen_k, num_heads, group, sm_scale, window_left,
                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
-                   KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True):
+                   KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True,
+                   WINDOW: gl.constexpr = False):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
     part of the q / k head dim (DeepSeek's MLA: q / k 192 = 128 + 64 with v 128; TMA boxes are powers of two), its
     Q and K tiles (layouts QB_SL, KB_SL) loaded from column HEAD_DIM; v's head dim is then HEAD_DIM (the first
     part's) too. NUM_WG: consumer warpgroups (2, or 3 in a ring: 192-row tiles, session 33, for hd 64); OVERLAP:
-    the consumers' in-block overlap (``_WsShape``)."""
+    the consumers' in-block overlap (``_WsShape``). WINDOW (causal only): query i sees keys i + Sk - Sq -
+    ``window_left`` .. i + Sk - Sq, the tile's key blocks from the first its first row sees (``_window_blocks``);
+    ``window_left`` is read only with it."""
     BLOCK_M: gl.constexpr = 64 * NUM_WG  # NUM_WG consumer warpgroups of 64 rows
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
@@ -547,6 +594,13 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                                         [stride_os, 1], [64, HEAD_DIM], O_SL)
     lse_ptr = Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh
     n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    if WINDOW:  # (the partitions' extra arguments: a window's first block, its masked left edge, the window)
+        lo, n_blocks, clear_from = _window_blocks(m0, off, window_left, n_blocks, BLOCK_M, BLOCK_N)
+        load_win = (lo, )
+        consume_win = (lo, clear_from, window_left)
+    else:
+        load_win = ()
+        consume_win = ()
 
     dtype: gl.constexpr = Q.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_DIM], Q_SL)
@@ -567,11 +621,11 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     o_smem = q_smem
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP, WINDOW)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
-                 k_desc_b, q_smem_b, k_smem_b)
+                 k_desc_b, q_smem_b, k_smem_b) + load_win
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b)
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b) + consume_win
     if NUM_WG == 3:
         gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
                             (_ws_consume, (2, ) + consume_args), (_ws_load, load_args)], [4, 4, 1],
@@ -934,13 +988,18 @@ def _ws16_layouts(block_n: int, d: int, dtype, dv: int | None = None) -> dict:
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                   consumers=2, overlap=True) -> dict:
+                   consumers=2, overlap=True, window_left=-1) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
     its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
-    :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``)."""
+    :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``); ``window_left`` >= 0
+    (causal calls only): a sliding window on the left (the kernel's ``WINDOW``)."""
+    if window_left >= 0 and not causal:
+        raise ValueError("ws16_arguments: a window on the left only with causal=True (the right bound)")
     if consumer_regs is None:
         consumer_regs = WS16_CONSUMER_REGS[consumers]
-    return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
+    return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),
+                **({"WINDOW": True} if window_left >= 0 else {}), window_left=max(window_left, 0),
+                Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=q.shape[1],
@@ -996,7 +1055,7 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
-                 launches=None, persistent=False, tile_order="query", consumers=2, overlap=True):
+                 launches=None, persistent=False, tile_order="query", consumers=2, overlap=True, window_left=-1):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -1005,7 +1064,9 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     ``persistent``: ``_fwd_ws_persistent_kernel`` (one program an SM over the tiles), its tiles in
     ``tile_order`` (:data:`TILE_ORDERS`; ``benchmarks/gluon_ws_probe.py --ws p:BLOCK_N,STAGES`` / ``pk:...``).
     ``consumers``: 3 for three consumer warpgroups in a ring, 192-row tiles (not persistent; ``w3:...``);
-    ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``)."""
+    ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``).
+    ``window_left`` >= 0: a causal call's sliding window on the left (query i sees keys i + Sk - Sq - window_left
+    .. i + Sk - Sq; not persistent)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
@@ -1013,6 +1074,8 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
         raise ValueError(f"fwd_gluon_ws: consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}")
     if persistent and not overlap:
         raise ValueError("fwd_gluon_ws: the persistent kernel keeps its in-block overlap (overlap=True)")
+    if window_left >= 0 and (persistent or not causal):
+        raise ValueError("fwd_gluon_ws: a window on the left needs causal=True and persistent=False")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
@@ -1027,19 +1090,21 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order, consumers, overlap)
+                       tile_order, consumers, overlap, window_left)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
-                tile_order="query", consumers=2, overlap=True):
+                tile_order="query", consumers=2, overlap=True, window_left=-1):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
     (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
-    in-block overlap."""
+    in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent)."""
+    if persistent and window_left >= 0:
+        raise ValueError("ws16_launch: the persistent kernel has no window (window_left -1)")
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
@@ -1052,6 +1117,6 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                                consumers, overlap)
+                                consumers, overlap, window_left)
         grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs)

@@ -37,6 +37,10 @@ def _cell_spec(dims, causal, kw) -> str:
     return f"{kind}:{dims[0]},{kw['block_n']},{kw['num_stages']},{int(causal)}"
 
 
+#: the windowed kernel (configs.FWD_GLUON_WS_WINDOW) at each causal config the route would give it: hd 128's, MLA's,
+#: hd 64's cell (never persistent)
+WINDOWED = [f"ws16:{d if d == dv else f'{d}/{dv}'},{bn},{st},1@w1"
+            for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items()] + ["ws16w3n:64,128,3,1@w1"]
 #: every routed cell's config, causal or not
 CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
                 for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
@@ -50,7 +54,7 @@ def compiled():
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
-    return sm90_reports([*specs, *persistent, *three, *CELLS])
+    return sm90_reports([*specs, *persistent, *three, *CELLS, *WINDOWED])
 
 
 def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
@@ -58,7 +62,7 @@ def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compi
     and the consumers at 240 or more (setmaxnreg), no spill, no serialised wgmma, 16-bit wgmmas, each consumer's
     ping-pong wait retiring S_{j+1} while P_j V_j runs, and the shared memory (three stages of 128-key K and V
     tiles at hd 128, out through Q's tiles) within the H100's 227 KiB."""
-    routed = {spec: r for spec, r in compiled.items() if spec.startswith("ws16:")}
+    routed = {spec: r for spec, r in compiled.items() if spec.startswith("ws16:") and "@" not in spec}
     assert len(routed) == 2 * len(configs.FWD_GLUON_WS) + 1
     for spec, r in routed.items():
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
@@ -123,6 +127,60 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
     assert _route(q, k, v, sm_major=None) is None  # CPU tensors: no sm90 device
     monkeypatch.setenv(configs.FWD_GLUON_WS_ENV, "0")
     assert _route(q, k, v) is None
+
+
+def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(monkeypatch):
+    """configs.FWD_GLUON_WS_WINDOW (built in session 50, off until measured): off, a window keeps the Triton forward;
+    on, a causal call with a window on the left takes the causal route's config, never persistent, the window among
+    the keywords; a window without causal (a right bound other than the diagonal) stays on the Triton forward."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    q, k, v = _qkv(hk=4, sq=4096, sk=4096)
+    causal = dict(causal=True, window_right=0)
+    assert configs.FWD_GLUON_WS_WINDOW is False
+    assert _route(q, k, v, window_left=4095, **causal) is None
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_WINDOW", True)
+    plain = _route(q, k, v, **causal)
+    assert plain["persistent"]  # (MHA causal at 4k: the persistent kernel without a window)
+    assert _route(q, k, v, window_left=4095, **causal) == dict(plain, persistent=False, tile_order="query",
+                                                               window_left=4095)
+    assert _route(*_qkv(hk=1, sq=4096, sk=4096), window_left=0, **causal)["window_left"] == 0
+    assert _route(q, k, v, window_left=100) is None and _route(q, k, v, window_left=100, window_right=0) is None
+    assert _route(q, k, v, window_left=100, softcap=30.0, **causal) is None
+    least = configs.FWD_GLUON_WS_MIN_SEQLEN[128, 128][True]
+    assert _route(*_qkv(sq=least - 1, sk=least - 1), window_left=100, **causal) is None
+    hd64 = _qkv(d=64, hk=4, sq=8192, sk=8192)  # hd 64: its causal cell's config, one program a tile anyway
+    assert _route(*hd64, window_left=4095, **causal) == dict(_route(*hd64, **causal), window_left=4095)
+    assert _route(*_qkv(d=64, hk=2, sq=8192, sk=8192), window_left=4095, **causal) is None  # (no GQA cell)
+
+
+def test_the_windowed_kernel_compiles_with_the_same_partitions(compiled):
+    """The window (WINDOW: the tile's key blocks from its first row's window edge, the blocks left of the last row's
+    edge masked) at every config the route would give it: the same register split, ping-pong waits where the
+    windowless config has them, 16-bit wgmmas not serialised, shared memory within 227 KiB; at most one spilled
+    register (hd 128: 4 B, stored before consumer 1's key loop and loaded after it, session 50's SASS)."""
+    assert len(WINDOWED) == len(configs.FWD_GLUON_WS) + 1
+    for spec in WINDOWED:
+        r, plain = compiled[spec], compiled[spec.split("@")[0]] if spec.split("@")[0] in compiled else None
+        assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 160, spec
+        assert r["spill"] <= 4 and not r["serialized"] and r["wgmma"] > 0, spec
+        assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+        if plain is not None:
+            assert r["setmaxnreg"] == plain["setmaxnreg"] and r["wait_one_pending"] == plain["wait_one_pending"], spec
+
+
+def test_a_window_is_refused_where_the_kernel_has_none():
+    """A window on the left needs causal (the diagonal is its right bound) and one program a tile: anything else is
+    named before a launch."""
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="window"):
+        fp8_gluon.fwd_gluon_ws(q, k, v, softmax_scale=0.1, causal=False, window_left=100)
+    with pytest.raises(ValueError, match="window"):
+        fp8_gluon.fwd_gluon_ws(q, k, v, softmax_scale=0.1, causal=True, window_left=100, persistent=True)
+    with pytest.raises(ValueError, match="window"):
+        fp8_gluon.ws16_arguments(q, k, v, q, torch.empty(1, 4, 1024), 0.1, False, 128, 3, None, window_left=8)
+    with pytest.raises(ValueError, match="window"):
+        fp8_gluon.ws16_launch(q, k, v, q, torch.empty(1, 4, 1024), 0.1, True, 128, 3, persistent=True,
+                              window_left=8)
 
 
 def test_unsupported_inputs_are_named():
@@ -221,6 +279,40 @@ def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal,
     check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, device="cuda", dv=dv)
     names = _launched(interface)
     assert names and set(names) == {_routed_kernel(hq, hk, causal, sq, d, dv)}, names
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, window, d, dv", [
+    (1, 2000, 2000, 8, 2, 300, 128, 128), (1, 777, 1500, 4, 4, 130, 128, 128), (2, 1500, 777, 4, 1, 64, 128, 128),
+    (1, 1000, 1000, 4, 4, 0, 128, 128), (1, 1100, 1300, 4, 4, 257, 192, 128), (1, 1000, 1000, 2, 2, 5000, 128, 128),
+    (1, 2100, 2100, 2, 2, 500, 64, 64)],
+    ids=["GQA-W300", "Sq<Sk-W130", "MQA-Sq>Sk-W64", "diagonal-only", "mla-W257", "window-past-start", "hd64-W500"])
+def test_gpu_windowed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, window, d, dv, monkeypatch):
+    """configs.FWD_GLUON_WS_WINDOW on (session 50's build; the route's minimum lengths set to 1): a causal call
+    with a window on the left runs the Gluon kernel one program a tile (its launch the only forward), out, lse and
+    every gradient within the tolerance rule of the FP64 oracle (the Triton backward reads its out and lse):
+    windows narrower and wider than a tile, 0 (the diagonal only), wider than the sequence, rows that see no key
+    (Sq > Sk), MLA's two head-dim parts, hd 64's three consumers; a second call replays the launch to the same
+    bits."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_WINDOW", True)
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_MIN_SEQLEN",
+                        {dims: {False: 1, True: 1} for dims in configs.FWD_GLUON_WS})
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_CELLS", {dims: {key: (1, None, kw) for key, (_, _, kw) in cells.items()}
+                                                        for dims, cells in configs.FWD_GLUON_WS_CELLS.items()})
+    interface._SIGNATURES.clear()
+    first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, True, window=(window, 0), device="cuda",
+                                 dv=dv)
+    names = _launched(interface)
+    assert names and set(names) == {"_fwd_ws_kernel"}, names
+    again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, True, window=(window, 0), device="cuda",
+                                 dv=dv)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     interface._SIGNATURES.clear()
 
 
