@@ -466,6 +466,14 @@ FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 #: forward 0.900 -> ~0.72-0.75 ms (the windowless Gluon causal forward 0.953 ms on ~1.33x the keys), ~0.92-0.96x
 #: flash-attn-4 (0.689 ms).
 FWD_GLUON_WS_WINDOW = False
+#: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
+#: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
+#: ``HOST_DESC``: rank 4, encoded once per pointer by a replay) instead of by every program; q / k = v head dims only.
+#: The backward's three kernels gained 1.02-1.08x from the same (session 49). Built in session 50 on the CPU (sm_90a:
+#: registers and split as the device-made kernel's; hd 64 no spill, hd 128 causal 4 B), not run on a GPU: off.
+#: Prediction: hd 64's three-consumer cells (one program a 192-row tile, ~20-40 us each at 2k-8k, one program an SM:
+#: the set-up is not hidden) 1.03-1.08x, more at 2k than 8k.
+FWD_GLUON_HOST_DESC = False
 
 
 def _on_sm90(q, sm_major: int | None) -> bool:
@@ -497,7 +505,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds), an sm90 GPU (not the
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
-    then not persistent, ``window_left`` among the keywords), no softcap, and the environment knob not 0.
+    then not persistent, ``window_left`` among the keywords), no softcap, and the environment knob not 0. With
+    :data:`FWD_GLUON_HOST_DESC` a launch that is not persistent gets ``host_desc`` (q / k = v head dims).
     ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
     cfg = FWD_GLUON_WS.get(dims)
@@ -528,6 +537,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
     if window:  # (the persistent kernel has no window: one program a tile)
         kw.update(persistent=False, tile_order="query", window_left=window_left)
+    if FWD_GLUON_HOST_DESC and not kw["persistent"] and dims[0] == dims[1]:
+        kw["host_desc"] = True
     return kw
 
 

@@ -68,6 +68,9 @@ from .. import launcher
 
 #: Head dims this kernel compiles for (d_v = d).
 HEAD_DIMS = (64, 128, 256)
+#: The 16-bit forward's host-made descriptor arguments (``HOST_DESC``) -> the tensor slot each describes (a replay
+#: encodes them again for its own tensors: kernels/launcher.py)
+HOST_DESCRIPTOR_OF = {"QD": "Q", "KD": "K", "VD": "V", "OD": "Out"}
 
 
 @gluon.jit
@@ -289,16 +292,19 @@ class _WsShape:
     overlap (block j+1's softmax while P_j V_j runs; off: both retire first, so P_j is dead during the softmax and
     two score tiles are never live at once: fewer registers, the overlap left to the other consumers). WINDOW (16-bit,
     causal, not persistent): a sliding window on the left, the key blocks from the first one the tile's first row sees
-    (``_window_blocks``), the blocks below the last row's window edge masked too."""
+    (``_window_blocks``), the blocks below the last row's window edge masked too. RANK4 (16-bit, not persistent,
+    one head-dim part): the descriptors made on the host, rank 4 over [B, S, H, D] (boxes [1, rows, 1, D]), the tiles
+    rank 4 in shared memory: the partitions address them with (batch, head) coordinates (``coords``)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
                        "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr,
-                       "WINDOW": gl.constexpr}
+                       "WINDOW": gl.constexpr, "RANK4": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2,
-                 OVERLAP=True, WINDOW=False):
+                 OVERLAP=True, WINDOW=False, RANK4=False):
         self.WINDOW = gl.constexpr(WINDOW)
+        self.RANK4 = gl.constexpr(RANK4)
         self.NUM_WG = gl.constexpr(NUM_WG)
         self.OVERLAP = gl.constexpr(OVERLAP)
         self.TILE_ORDER = gl.constexpr(TILE_ORDER)
@@ -367,9 +373,19 @@ def _block_masked(start, mask_from, clear_from, WINDOW: gl.constexpr):
 
 
 @gluon.jit
+def _slot(buf, i, ROWS: gl.constexpr, COLS: gl.constexpr, RANK4: gl.constexpr):
+    """Tile ``i`` of a shared buffer as the [ROWS, COLS] operand a wgmma reads (RANK4: its [1, ROWS, 1, COLS] TMA box
+    seen as two dimensions)."""
+    if RANK4:
+        return buf.index(i).reshape([ROWS, COLS])
+    else:
+        return buf.index(i)
+
+
+@gluon.jit
 def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                 mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem_b, k_smem_b, lo=0, clear_from=0,
-                window_left=0):
+                window_left=0, coords=0):
     """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j it
     issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then runs the softmax of S_{j+1} while
     P_j V_j is still on the tensor cores; and the two consumers take turns to issue (``turn``: one
@@ -380,9 +396,11 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     first turn to 0); a turn barrier is then still armed once a round, after its waiter took the last one.
     ``q_smem_b`` / ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``). With
     ``shape.WINDOW`` the n_blocks blocks start at block ``lo``, those before key ``clear_from`` masked too
-    (``_window_blocks``); read only then."""
+    (``_window_blocks``); read only then. With ``shape.RANK4`` the tiles are rank 4 and out goes to (batch, query
+    head) ``coords[0]``, ``coords[1]``."""
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     WINDOW: gl.constexpr = shape.WINDOW
+    RANK4: gl.constexpr = shape.RANK4
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
     IS_CAUSAL: gl.constexpr = shape.IS_CAUSAL
@@ -400,7 +418,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     P_DTYPE: gl.constexpr = k_smem.dtype
     NUM_WG: gl.constexpr = shape.NUM_WG
     row0 = m0 + wg * 64
-    q = q_smem.index(wg)
+    q = _slot(q_smem, wg, 64, HEAD_DIM, RANK4)
     q_b = q_smem_b.index(wg)
     mine = turn.index(wg)
     if NUM_WG == 2:
@@ -417,7 +435,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(ready.index(0), 0)
     mbarrier.wait(mine, 0)
-    s = _ws_scores(q, q_b, k_smem.index(0), k_smem_b.index(0), s_zero, HEAD_DIM_B)
+    s = _ws_scores(q, q_b, _slot(k_smem, 0, BLOCK_N, HEAD_DIM, RANK4), k_smem_b.index(0), s_zero, HEAD_DIM_B)
     _pass(other)  # every warp of this warpgroup has issued before the turn passes
     s = warpgroup_mma_wait(0, deps=(s, ))
     base = 0  # the first block's first key
@@ -431,11 +449,12 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         start = base + nxt * BLOCK_N
         mbarrier.wait(ready.index(nxt % NUM_STAGES), (nxt // NUM_STAGES) & 1)
         mbarrier.wait(mine, nxt & 1)
-        s_next = _ws_scores(q, q_b, k_smem.index(nxt % NUM_STAGES), k_smem_b.index(nxt % NUM_STAGES), s_zero,
-                            HEAD_DIM_B)
+        s_next = _ws_scores(q, q_b, _slot(k_smem, nxt % NUM_STAGES, BLOCK_N, HEAD_DIM, RANK4),
+                            k_smem_b.index(nxt % NUM_STAGES), s_zero, HEAD_DIM_B)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
         p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
-        acc = warpgroup_mma(p8, _ws_v(v_smem.index(j % NUM_STAGES), FP8), acc, is_async=True)
+        acc = warpgroup_mma(p8, _ws_v(_slot(v_smem, j % NUM_STAGES, BLOCK_N, HEAD_DIM, RANK4), FP8), acc,
+                            is_async=True)
         _pass(other)
         if shape.OVERLAP:
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
@@ -454,10 +473,12 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
     p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
-    acc = warpgroup_mma(p8, _ws_v(v_smem.index(last % NUM_STAGES), FP8), acc, is_async=True)
+    acc = warpgroup_mma(p8, _ws_v(_slot(v_smem, last % NUM_STAGES, BLOCK_N, HEAD_DIM, RANK4), FP8), acc,
+                        is_async=True)
     _pass(other)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
-    _ws_store(acc, m_i, l_i, offs_m, o_smem.index(wg), o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS)
+    _ws_store(acc, m_i, l_i, offs_m, o_smem.index(wg), o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS, coords,
+              RANK4)
 
 
 @gluon.jit
@@ -472,22 +493,30 @@ def _ws_finish(acc, m_i, l_i, v_scale, O_ROWS: gl.constexpr):
 
 
 @gluon.jit
-def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS: gl.constexpr):
-    """A consumer's epilogue: normalise its 64 rows, store lse and (through shared memory, TMA) out."""
+def _ws_store(acc, m_i, l_i, offs_m, o, o_desc, row0, lse_ptr, seqlen_q, v_scale, O_ROWS: gl.constexpr, coords=0,
+              RANK4: gl.constexpr = False):
+    """A consumer's epilogue: normalise its 64 rows, store lse and (through shared memory, TMA) out (RANK4: ``o``
+    a [1, 64, 1, D] box, out's descriptor rank 4, at (batch, head) ``coords[0]``, ``coords[1]``)."""
     acc, lse = _ws_finish(acc, m_i, l_i, v_scale, O_ROWS)
     gl.store(lse_ptr + offs_m, lse, mask=offs_m < seqlen_q)
-    o.store(acc.to(o.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [row0, 0], o)
+    if RANK4:
+        o.reshape([o.shape[1], o.shape[3]]).store(acc.to(o.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [coords[0], row0, coords[1], 0], o)
+    else:
+        o.store(acc.to(o.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [row0, 0], o)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
-             k_desc_b, q_smem_b, k_smem_b, lo=0):
+             k_desc_b, q_smem_b, k_smem_b, lo=0, coords=0):
     """The loader warp: every consumer's Q (``shape.NUM_WG`` tiles of 64 rows), then K and V (FP8: V^T) block by
     block into the slots they release; with ``shape.HEAD_DIM_B`` the second head-dim part's Q and K tiles too
-    (``*_b``: from column HEAD_DIM); with ``shape.WINDOW`` the blocks from block ``lo`` on."""
+    (``*_b``: from column HEAD_DIM); with ``shape.WINDOW`` the blocks from block ``lo`` on; with ``shape.RANK4``
+    rank-4 boxes at (batch, query head, kv head) ``coords``."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -496,7 +525,10 @@ def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty
     NUM_WG: gl.constexpr = shape.NUM_WG
     mbarrier.expect(q_bar, NUM_WG * 64 * (HEAD_DIM + HEAD_DIM_B) * BYTES)
     for wg in gl.static_range(NUM_WG):
-        tma.async_copy_global_to_shared(q_desc, [m0 + 64 * wg, 0], q_bar, q_smem.index(wg))
+        if shape.RANK4:
+            tma.async_copy_global_to_shared(q_desc, [coords[0], m0 + 64 * wg, coords[1], 0], q_bar, q_smem.index(wg))
+        else:
+            tma.async_copy_global_to_shared(q_desc, [m0 + 64 * wg, 0], q_bar, q_smem.index(wg))
     if HEAD_DIM_B > 0:
         for wg in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(q_desc_b, [m0 + 64 * wg, HEAD_DIM], q_bar, q_smem_b.index(wg))
@@ -509,13 +541,19 @@ def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty
         # the slot's previous block released by both consumers (not needed the first time round)
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
         mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * BYTES)
-        tma.async_copy_global_to_shared(k_desc, [key, 0], ready.index(slot), k_smem.index(slot))
-        if HEAD_DIM_B > 0:
-            tma.async_copy_global_to_shared(k_desc_b, [key, HEAD_DIM], ready.index(slot), k_smem_b.index(slot))
-        if shape.FP8:
-            tma.async_copy_global_to_shared(v_desc, [0, key], ready.index(slot), v_smem.index(slot))
+        if shape.RANK4:
+            tma.async_copy_global_to_shared(k_desc, [coords[0], key, coords[2], 0], ready.index(slot),
+                                            k_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [coords[0], key, coords[2], 0], ready.index(slot),
+                                            v_smem.index(slot))
         else:
-            tma.async_copy_global_to_shared(v_desc, [key, 0], ready.index(slot), v_smem.index(slot))
+            tma.async_copy_global_to_shared(k_desc, [key, 0], ready.index(slot), k_smem.index(slot))
+            if HEAD_DIM_B > 0:
+                tma.async_copy_global_to_shared(k_desc_b, [key, HEAD_DIM], ready.index(slot), k_smem_b.index(slot))
+            if shape.FP8:
+                tma.async_copy_global_to_shared(v_desc, [0, key], ready.index(slot), v_smem.index(slot))
+            else:
+                tma.async_copy_global_to_shared(v_desc, [key, 0], ready.index(slot), v_smem.index(slot))
 
 
 @gluon.jit
@@ -568,7 +606,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
                    KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True,
-                   WINDOW: gl.constexpr = False):
+                   WINDOW: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, KD=None, VD=None, OD=None):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
@@ -577,35 +615,44 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     part's) too. NUM_WG: consumer warpgroups (2, or 3 in a ring: 192-row tiles, session 33, for hd 64); OVERLAP:
     the consumers' in-block overlap (``_WsShape``). WINDOW (causal only): query i sees keys i + Sk - Sq -
     ``window_left`` .. i + Sk - Sq, the tile's key blocks from the first its first row sees (``_window_blocks``);
-    ``window_left`` is read only with it."""
+    ``window_left`` is read only with it. HOST_DESC (one head-dim part): q's, k's, v's and out's TMA descriptors made
+    on the host (``QD`` .. ``OD``, rank 4 over [B, S, H, D]; the layouts Q_SL .. V_SL rank 4 then) instead of four
+    rank-2 ones made by every program (session 47's timeline: ~4 us of a program's set-up)."""
     BLOCK_M: gl.constexpr = 64 * NUM_WG  # NUM_WG consumer warpgroups of 64 rows
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
     qk_scale = sm_scale * 1.4426950408889634
     b64 = b.to(gl.int64)
-    q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, D_QK],
-                                        [stride_qs, 1], [64, HEAD_DIM], Q_SL)
-    k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, D_QK],
-                                        [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
-    v_desc = tma.make_tensor_descriptor(V + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [seqlen_k, HEAD_DIM],
-                                        [stride_vs, 1], [BLOCK_N, HEAD_DIM], V_SL)
-    o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
-                                        [stride_os, 1], [64, HEAD_DIM], O_SL)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    if HOST_DESC:
+        gl.static_assert(HEAD_DIM_B == 0, "host-made descriptors: one head-dim part")
+        q_desc, k_desc, v_desc, o_desc = QD, KD, VD, OD
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, 64, 1, HEAD_DIM], Q_SL)
+        k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], K_SL)
+        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, 1, HEAD_DIM], V_SL)
+        coords = (b, h, hk)  # (the partitions' rank-4 coordinates)
+    else:
+        q_desc = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, D_QK],
+                                            [stride_qs, 1], [64, HEAD_DIM], Q_SL)
+        k_desc = tma.make_tensor_descriptor(K + b64 * stride_kb + hk.to(gl.int64) * stride_kh, [seqlen_k, D_QK],
+                                            [stride_ks, 1], [BLOCK_N, HEAD_DIM], K_SL)
+        v_desc = tma.make_tensor_descriptor(V + b64 * stride_vb + hk.to(gl.int64) * stride_vh, [seqlen_k, HEAD_DIM],
+                                            [stride_vs, 1], [BLOCK_N, HEAD_DIM], V_SL)
+        o_desc = tma.make_tensor_descriptor(Out + b64 * stride_ob + h.to(gl.int64) * stride_oh, [seqlen_q, HEAD_DIM],
+                                            [stride_os, 1], [64, HEAD_DIM], O_SL)
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_DIM], Q_SL)
+        k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
+        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], V_SL)
+        coords = 0
     lse_ptr = Lse + b64 * stride_lb + h.to(gl.int64) * stride_lh
     n_blocks, mask_from = _key_blocks(m0, off, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     if WINDOW:  # (the partitions' extra arguments: a window's first block, its masked left edge, the window)
         lo, n_blocks, clear_from = _window_blocks(m0, off, window_left, n_blocks, BLOCK_M, BLOCK_N)
-        load_win = (lo, )
-        consume_win = (lo, clear_from, window_left)
+        win = (lo, clear_from, window_left)
     else:
-        load_win = ()
-        consume_win = ()
+        win = (0, 0, 0)
 
-    dtype: gl.constexpr = Q.dtype.element_ty
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_DIM], Q_SL)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], K_SL)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_DIM], V_SL)
     if HEAD_DIM_B > 0:
         q_desc_b = tma.make_tensor_descriptor(Q + b64 * stride_qb + h.to(gl.int64) * stride_qh, [seqlen_q, D_QK],
                                               [stride_qs, 1], [64, HEAD_DIM_B], QB_SL)
@@ -621,11 +668,12 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     o_smem = q_smem
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP, WINDOW)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP, WINDOW,
+                     HOST_DESC)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
-                 k_desc_b, q_smem_b, k_smem_b) + load_win
+                 k_desc_b, q_smem_b, k_smem_b, win[0], coords)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b) + consume_win
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b) + win + (coords, )
     if NUM_WG == 3:
         gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
                             (_ws_consume, (2, ) + consume_args), (_ws_load, load_args)], [4, 4, 1],
@@ -988,15 +1036,27 @@ def _ws16_layouts(block_n: int, d: int, dtype, dv: int | None = None) -> dict:
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                   consumers=2, overlap=True, window_left=-1) -> dict:
+                   consumers=2, overlap=True, window_left=-1, host_desc=False) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
     its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
     :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``); ``window_left`` >= 0
-    (causal calls only): a sliding window on the left (the kernel's ``WINDOW``)."""
+    (causal calls only): a sliding window on the left (the kernel's ``WINDOW``); ``host_desc``: its TMA descriptors
+    made here (its ``HOST_DESC``: rank 4, :data:`HOST_DESCRIPTOR_OF`; q / k = v head dims) instead of by every
+    program."""
     if window_left >= 0 and not causal:
         raise ValueError("ws16_arguments: a window on the left only with causal=True (the right bound)")
     if consumer_regs is None:
         consumer_regs = WS16_CONSUMER_REGS[consumers]
+    layouts = _ws16_layouts(block_n, q.shape[-1], q.dtype, v.shape[-1])
+    if host_desc:
+        from .bwd_gluon import _host_descriptors
+
+        g, d = _WS16_DTYPES[q.dtype], q.shape[-1]
+        rows = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
+        keys = gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g)
+        layouts = dict(Q_SL=rows, K_SL=keys, V_SL=keys, O_SL=rows, **_host_descriptors(
+            layouts.get("HEAD_DIM_B", 0), QD=(q, 64, d, rows), KD=(k, block_n, d, keys), VD=(v, block_n, d, keys),
+            OD=(out, 64, d, rows)))
     return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),
                 **({"WINDOW": True} if window_left >= 0 else {}), window_left=max(window_left, 0),
                 Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
@@ -1005,8 +1065,7 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
                 stride_oh=out.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), seqlen_q=q.shape[1],
                 seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=_ws16_parts(q.shape[-1], v.shape[-1])[0], BLOCK_N=block_n,
-                IS_CAUSAL=bool(causal), NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs,
-                **_ws16_layouts(block_n, q.shape[-1], q.dtype, v.shape[-1]), num_warps=4)
+                IS_CAUSAL=bool(causal), NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, **layouts, num_warps=4)
 
 
 def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
@@ -1055,7 +1114,8 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
-                 launches=None, persistent=False, tile_order="query", consumers=2, overlap=True, window_left=-1):
+                 launches=None, persistent=False, tile_order="query", consumers=2, overlap=True, window_left=-1,
+                 host_desc=False):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -1066,7 +1126,8 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     ``consumers``: 3 for three consumer warpgroups in a ring, 192-row tiles (not persistent; ``w3:...``);
     ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``).
     ``window_left`` >= 0: a causal call's sliding window on the left (query i sees keys i + Sk - Sq - window_left
-    .. i + Sk - Sq; not persistent)."""
+    .. i + Sk - Sq; not persistent). ``host_desc``: its TMA descriptors made on the host (not persistent; q / k = v
+    head dims)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
@@ -1076,6 +1137,9 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
         raise ValueError("fwd_gluon_ws: the persistent kernel keeps its in-block overlap (overlap=True)")
     if window_left >= 0 and (persistent or not causal):
         raise ValueError("fwd_gluon_ws: a window on the left needs causal=True and persistent=False")
+    if host_desc and (persistent or q.shape[-1] != v.shape[-1]):
+        raise ValueError("fwd_gluon_ws: host-made descriptors (host_desc) need persistent=False and q / k = v "
+                         "head dims")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
@@ -1090,21 +1154,24 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order, consumers, overlap, window_left)
+                       tile_order, consumers, overlap, window_left, host_desc)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
-                tile_order="query", consumers=2, overlap=True, window_left=-1):
+                tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
     (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
-    in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent)."""
-    if persistent and window_left >= 0:
-        raise ValueError("ws16_launch: the persistent kernel has no window (window_left -1)")
+    in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent);
+    ``host_desc``: the TMA descriptors made on the host (not persistent: that kernel makes its own once a
+    program)."""
+    if persistent and (window_left >= 0 or host_desc):
+        raise ValueError("ws16_launch: the persistent kernel has no window (window_left -1) and makes its own "
+                         "descriptors (host_desc False)")
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
@@ -1117,6 +1184,7 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                                consumers, overlap, window_left)
+                                consumers, overlap, window_left, host_desc)
         grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
-    return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs)
+    return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs,
+                             descriptors=HOST_DESCRIPTOR_OF if host_desc else None)

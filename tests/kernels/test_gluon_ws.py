@@ -41,6 +41,10 @@ def _cell_spec(dims, causal, kw) -> str:
 #: hd 64's cell (never persistent)
 WINDOWED = [f"ws16:{d if d == dv else f'{d}/{dv}'},{bn},{st},1@w1"
             for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items()] + ["ws16w3n:64,128,3,1@w1"]
+#: host-made descriptors (configs.FWD_GLUON_HOST_DESC) at the one-program-a-tile configs the route would give them
+#: (hd 64's cells, hd 128 causal past the persistent kernel's longest, hd 128 with a window), and their spill bound
+HOST_MADE = {"ws16w3n:64,128,4,0@hd": 0, "ws16w3n:64,128,3,1@hd": 0, "ws16:128,128,3,1@hd": 4,
+             "ws16:128,128,3,1@w1@hd": 12}
 #: every routed cell's config, causal or not
 CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
                 for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
@@ -54,7 +58,7 @@ def compiled():
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
-    return sm90_reports([*specs, *persistent, *three, *CELLS, *WINDOWED])
+    return sm90_reports([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE])
 
 
 def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
@@ -168,6 +172,51 @@ def test_the_windowed_kernel_compiles_with_the_same_partitions(compiled):
             assert r["setmaxnreg"] == plain["setmaxnreg"] and r["wait_one_pending"] == plain["wait_one_pending"], spec
 
 
+def test_host_made_descriptors_compile_with_the_same_partitions(compiled):
+    """HOST_DESC (the four descriptors made on the host, rank-4 tiles in shared memory) at each one-program-a-tile
+    config the route would give it: the register split and ping-pong waits of the device-made kernel, 16-bit wgmmas
+    not serialised, shared memory within 227 KiB, spills within the session-50 compile's (hd 64 none; hd 128 causal
+    4 B, with a window 12 B)."""
+    for spec, spill in HOST_MADE.items():
+        r, plain = compiled[spec], compiled[spec.replace("@hd", "")]
+        assert r["setmaxnreg"] == plain["setmaxnreg"] and r["wait_one_pending"] == plain["wait_one_pending"], spec
+        assert r["spill"] <= spill and not r["serialized"] and r["wgmma"] == plain["wgmma"], spec
+        assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+def test_host_made_descriptors_route_and_describe_the_tensors(monkeypatch):
+    """configs.FWD_GLUON_HOST_DESC (built in session 50, off until measured) puts ``host_desc`` on the launches that
+    are not persistent (hd 64's cells, hd 128 MHA causal past the persistent kernel's longest, windows), never on
+    persistent ones or MLA's two head-dim parts; ws16_arguments then passes rank-4 descriptors over q, k, v and out
+    with the kernel's boxes and layouts."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    causal = dict(causal=True, window_right=0)
+    hd64 = _qkv(d=64, hk=4, sq=4096, sk=4096)
+    assert configs.FWD_GLUON_HOST_DESC is False and "host_desc" not in _route(*hd64)
+    monkeypatch.setattr(configs, "FWD_GLUON_HOST_DESC", True)
+    assert _route(*hd64)["host_desc"] is True
+    longest = configs.FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN[128, 128][False, True]
+    assert _route(*_qkv(hk=4, sq=2 * longest, sk=2 * longest), **causal)["host_desc"] is True
+    assert "host_desc" not in _route(*_qkv(hk=4, sq=longest, sk=longest), **causal)  # (persistent)
+    assert "host_desc" not in _route(*_qkv())  # (GQA: persistent)
+    mla = _qkv(d=192)[:2] + (torch.empty(1, 1024, 2, 128, dtype=torch.bfloat16),)
+    assert _route(*mla)["persistent"] is False and "host_desc" not in _route(*mla)
+    q, k, v = _qkv(d=64, hq=4, hk=2, sq=300, sk=500)
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 300)
+    kw = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, False, 128, 4, None, 3, False, host_desc=True)
+    assert kw["HOST_DESC"] is True
+    for name, t, rows in (("QD", q, 64), ("KD", k, 128), ("VD", v, 128), ("OD", out, 64)):
+        desc = kw[name]
+        assert isinstance(desc, TensorDescriptor) and desc.base is t and list(desc.shape) == list(t.shape), name
+        assert list(desc.block_shape) == [1, rows, 1, 64] and list(desc.strides) == [*t.stride()[:3], 1], name
+    nvmma = fp8_gluon.gl.NVMMASharedLayout.get_default_for  # (rank-4 tiles: the boxes' layouts)
+    assert kw["Q_SL"] == kw["O_SL"] == nvmma([1, 64, 1, 64], fp8_gluon.gl.bfloat16)
+    assert kw["K_SL"] == kw["V_SL"] == nvmma([1, 128, 1, 64], fp8_gluon.gl.bfloat16)
+    assert set(fp8_gluon.HOST_DESCRIPTOR_OF) == {"QD", "KD", "VD", "OD"}
+
+
 def test_a_window_is_refused_where_the_kernel_has_none():
     """A window on the left needs causal (the diagonal is its right bound) and one program a tile: anything else is
     named before a launch."""
@@ -181,6 +230,14 @@ def test_a_window_is_refused_where_the_kernel_has_none():
     with pytest.raises(ValueError, match="window"):
         fp8_gluon.ws16_launch(q, k, v, q, torch.empty(1, 4, 1024), 0.1, True, 128, 3, persistent=True,
                               window_left=8)
+    with pytest.raises(ValueError, match="host_desc"):  # (host-made descriptors: one program a tile, one part)
+        fp8_gluon.fwd_gluon_ws(q, k, v, softmax_scale=0.1, causal=False, host_desc=True, persistent=True)
+    with pytest.raises(ValueError, match="host_desc"):
+        fp8_gluon.fwd_gluon_ws(*_qkv(d=192)[:2], torch.empty(1, 1024, 2, 128, dtype=q.dtype), softmax_scale=0.1,
+                               causal=False, host_desc=True)
+    with pytest.raises(ValueError, match="host_desc"):
+        fp8_gluon.ws16_launch(q, k, v, q, torch.empty(1, 4, 1024), 0.1, False, 128, 3, persistent=True,
+                              host_desc=True)
 
 
 def test_unsupported_inputs_are_named():
@@ -314,6 +371,39 @@ def test_gpu_windowed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, windo
                                  dv=dv)
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("d, causal, consumers, bn, stages, overlap, window", [
+    (64, False, 3, 128, 4, False, -1), (64, True, 3, 128, 3, False, -1), (128, True, 2, 128, 3, True, -1),
+    (128, True, 2, 128, 3, True, 300)], ids=["hd64-cell", "hd64-causal-cell", "hd128-causal", "hd128-window"])
+def test_gpu_host_made_descriptors_give_the_same_bits(d, causal, consumers, bn, stages, overlap, window):
+    """fwd_gluon_ws with its descriptors made on the host (``host_desc``): out and lse bitwise the device-made
+    kernel's (the same tiles, the same order) over partial tiles, GQA and Sq != Sk, and within the oracle's bound;
+    a replay (``launches``) with another call's tensors encodes their descriptors (kernels/launcher.py) and gives
+    that call's device-made bits too."""
+    from harness.oracle.softmax import softmax_attention
+
+    def inputs(seed):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        q = torch.randn(2, 1000, 8, d, generator=g).to("cuda", torch.bfloat16)
+        k, v = (torch.randn(2, 1300, 2, d, generator=g).to("cuda", torch.bfloat16) for _ in range(2))
+        return q, k, v
+
+    kw = dict(softmax_scale=d ** -0.5, causal=causal, block_n=bn, num_stages=stages, consumers=consumers,
+              overlap=overlap, window_left=window, poison=True)
+    launches = {}
+    for seed in (3, 4):  # (the second call replays the first's launch)
+        q, k, v = inputs(seed)
+        o_d, l_d = fp8_gluon.fwd_gluon_ws(q, k, v, **kw)
+        o_h, l_h = fp8_gluon.fwd_gluon_ws(q, k, v, host_desc=True, launches=launches, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(o_h, o_d) and torch.equal(l_h, l_d), seed
+    ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=d ** -0.5,
+                            window_size=(window, 0) if window >= 0 else (-1, -1))
+    _assert_like_oracle(o_h, l_h, ref, o_d)
+    assert launches["ws16"].descriptors
 
 
 @pytest.mark.gpu
