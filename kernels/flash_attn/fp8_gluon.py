@@ -1043,8 +1043,9 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
     (causal calls only): a sliding window on the left (the kernel's ``WINDOW``); ``host_desc``: its TMA descriptors
     made here (its ``HOST_DESC``: rank 4, :data:`HOST_DESCRIPTOR_OF`; q / k = v head dims) instead of by every
     program."""
-    if window_left >= 0 and not causal:
-        raise ValueError("ws16_arguments: a window on the left only with causal=True (the right bound)")
+    why = ws16_refused(causal, False, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1])
+    if why:
+        raise ValueError(f"ws16_arguments: {why}")
     if consumer_regs is None:
         consumer_regs = WS16_CONSUMER_REGS[consumers]
     layouts = _ws16_layouts(block_n, q.shape[-1], q.dtype, v.shape[-1])
@@ -1094,6 +1095,22 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4, **parts)
 
 
+def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, window_left: int, host_desc: bool,
+                 d: int, dv: int) -> str | None:
+    """Why the 16-bit forward cannot run these options together (q / k head dim ``d``, v's ``dv``), or None: the
+    persistent kernel has two consumers with their in-block overlap, no window and its own descriptors; a window
+    on the left needs causal (its right bound); host-made descriptors one head-dim part."""
+    if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
+        return f"consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}"
+    if persistent and not overlap:
+        return "the persistent kernel keeps its in-block overlap (overlap=True)"
+    if window_left >= 0 and (persistent or not causal):
+        return "a window on the left needs causal=True and persistent=False"
+    if host_desc and (persistent or d != dv):
+        return "host-made descriptors (host_desc) need persistent=False and q / k = v head dims"
+    return None
+
+
 def ws16_unsupported(q, k, v) -> str | None:
     """Why the 16-bit warp-specialised forward cannot run q, k, v ([B, S, H, D] dense), or None: dtypes, head dims
     (:data:`WS16_HEAD_DIMS`), GQA grouping, and TMA's rule (16-byte aligned base and row strides, unit
@@ -1131,15 +1148,9 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
-    if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
-        raise ValueError(f"fwd_gluon_ws: consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}")
-    if persistent and not overlap:
-        raise ValueError("fwd_gluon_ws: the persistent kernel keeps its in-block overlap (overlap=True)")
-    if window_left >= 0 and (persistent or not causal):
-        raise ValueError("fwd_gluon_ws: a window on the left needs causal=True and persistent=False")
-    if host_desc and (persistent or q.shape[-1] != v.shape[-1]):
-        raise ValueError("fwd_gluon_ws: host-made descriptors (host_desc) need persistent=False and q / k = v "
-                         "head dims")
+    why = ws16_refused(causal, persistent, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1])
+    if why:
+        raise ValueError(f"fwd_gluon_ws: {why}")
     if num_stages < 2:
         raise ValueError("fwd_gluon_ws: num_stages must be at least 2")
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
@@ -1169,9 +1180,9 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent);
     ``host_desc``: the TMA descriptors made on the host (not persistent: that kernel makes its own once a
     program)."""
-    if persistent and (window_left >= 0 or host_desc):
-        raise ValueError("ws16_launch: the persistent kernel has no window (window_left -1) and makes its own "
-                         "descriptors (host_desc False)")
+    why = persistent and ws16_refused(causal, True, 2, overlap, window_left, host_desc, q.shape[-1], v.shape[-1])
+    if why:  # (not persistent: ws16_arguments checks)
+        raise ValueError(f"ws16_launch: {why}")
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
