@@ -1035,6 +1035,13 @@ def _ws16_layouts(block_n: int, d: int, dtype, dv: int | None = None) -> dict:
     return out
 
 
+def _ws16_rank4_layouts(block_n: int, d: int, g) -> tuple:
+    """(rows, keys): the shared layouts of rank-4 [1, 64, 1, d] and [1, block_n, 1, d] TMA boxes in gluon dtype ``g``
+    (Q / out's and K / V's tiles in the persistent kernel and with host-made descriptors)."""
+    return (gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
+            gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g))
+
+
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
                    consumers=2, overlap=True, window_left=-1, host_desc=False) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
@@ -1052,9 +1059,8 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
     if host_desc:
         from .bwd_gluon import _host_descriptors
 
-        g, d = _WS16_DTYPES[q.dtype], q.shape[-1]
-        rows = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
-        keys = gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g)
+        d = q.shape[-1]
+        rows, keys = _ws16_rank4_layouts(block_n, d, _WS16_DTYPES[q.dtype])
         layouts = dict(Q_SL=rows, K_SL=keys, V_SL=keys, O_SL=rows, **_host_descriptors(
             layouts.get("HEAD_DIM_B", 0), QD=(q, 64, d, rows), KD=(k, block_n, d, keys), VD=(v, block_n, d, keys),
             OD=(out, 64, d, rows)))
@@ -1079,6 +1085,7 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
         consumer_regs = WS16_CONSUMER_REGS[2]
     g = _WS16_DTYPES[q.dtype]
     d, second = _ws16_parts(q.shape[-1], v.shape[-1])
+    rows, keys = _ws16_rank4_layouts(block_n, d, g)
     parts = {}
     if second:  # MLA's 192 / 128: the second q / k part's boxes (rank 4)
         parts = dict(HEAD_DIM_B=second, QB_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, second], g),
@@ -1090,9 +1097,7 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, TILE_ORDER=TILE_ORDERS.index(tile_order),
-                Q_SL=gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g),
-                K_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g),
-                V_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g), num_warps=4, **parts)
+                Q_SL=rows, K_SL=keys, V_SL=keys, num_warps=4, **parts)
 
 
 def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, window_left: int, host_desc: bool,
