@@ -452,8 +452,11 @@ FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool]
 #: 8k / 16k cells' ratio to flash-attn-4 rose (non-causal 0.82 -> 0.89 / 0.91, causal 0.82 / 0.80 -> 0.85 / 0.91).
 #: GQA / MQA not routed: the persistent kernel's 1.13-1.20x at 2k causal was against the pinned config; against
 #: the autotuned one 1.03x on Llama-style 32/8, 0.97x Falcon-7B's 71/1, 0.87x the MQA layer (session 34).
+#: MHA non-causal from 2k since session 51 (H200, docs/perf/gluon-s51: the forward through the harness, device time,
+#: against session 50's tree, three pairs, with :data:`FWD_GLUON_HOST_DESC`): B2 H12 2k 1.114-1.131x (0.072 ->
+#: 0.064 ms); GQA 32/8 and MQA 16/1 non-causal at 2k on the same config 0.961-0.967x / 0.970-0.976x: still no GQA cell.
 FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int | None, dict]]] = {
-    (64, 64): {(False, False): (4096, None, dict(block_n=128, num_stages=4, consumers=3, overlap=False)),
+    (64, 64): {(False, False): (2048, None, dict(block_n=128, num_stages=4, consumers=3, overlap=False)),
                (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False))}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
@@ -462,18 +465,19 @@ FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 #: its tiles' key blocks from the first the tile's first row sees, the blocks left of the last row's window edge
 #: masked too), wherever that head dim's causal calls take it; off: the Triton forward. Built in session 50 on the
 #: CPU (sm_90a compile: registers and shared memory as the windowless kernel's, hd 128 4 B spilled outside the key
-#: loop), not run on a GPU: off. Prediction (the models table's Mistral row, B1 H32/8 8k causal, window 4095): the
-#: forward 0.900 -> ~0.72-0.75 ms (the windowless Gluon causal forward 0.953 ms on ~1.33x the keys), ~0.92-0.96x
-#: flash-attn-4 (0.689 ms).
-FWD_GLUON_WS_WINDOW = False
+#: loop). Predicted (the models table's Mistral row, B1 H32/8 8k causal, window 4095): the forward 0.900 -> ~0.72-0.75
+#: ms, ~0.92-0.96x flash-attn-4 (0.689 ms). Measured in session 51 (H200, docs/perf/gluon-s51, with
+#: :data:`FWD_GLUON_HOST_DESC`; its GPU tests pass): 0.916-0.923 -> 0.747-0.769 ms, 1.190-1.235x a pair; the models
+#: table 0.769 ms, 0.90x flash-attn-4. On.
+FWD_GLUON_WS_WINDOW = True
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
 #: ``HOST_DESC``: rank 4, encoded once per pointer by a replay) instead of by every program; q / k = v head dims only.
 #: The backward's three kernels gained 1.02-1.08x from the same (session 49). Built in session 50 on the CPU (sm_90a:
-#: registers and split as the device-made kernel's; hd 64 no spill, hd 128 causal 4 B), not run on a GPU: off.
-#: Prediction: hd 64's three-consumer cells (one program a 192-row tile, ~20-40 us each at 2k-8k, one program an SM:
-#: the set-up is not hidden) 1.03-1.08x, more at 2k than 8k.
-FWD_GLUON_HOST_DESC = False
+#: registers and split as the device-made kernel's; hd 64 no spill, hd 128 causal 4 B). Predicted: hd 64's
+#: three-consumer cells 1.03-1.08x. Measured in session 51 (H200, docs/perf/gluon-s51; its GPU tests bitwise the
+#: device-made kernel's): hd 64 MHA non-causal B4 H32 4k 1.031-1.044x a pair (the cell's route unchanged there). On.
+FWD_GLUON_HOST_DESC = True
 
 
 def _on_sm90(q, sm_major: int | None) -> bool:
@@ -1044,9 +1048,12 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: session 49's tree (Triton dQ below 4k), three pairs each; the Gluon kernel persistent to 2k, with host-made
 #: descriptors since session 49): GQA 40/8 2k 1.089-1.094x, MQA 40/1 2k 1.055-1.061x, MHA 40 deterministic 2k
 #: 1.095-1.104x, GQA 32/8 1k 1.065-1.075x, MHA 16 deterministic 1k 1.077-1.094x (the fused route's MHA calls, which
-#: have no dQ kernel: 0.997-1.011x). Causal dQ below 4k: not measured.
+#: have no dQ kernel: 0.997-1.011x). Causal dQ from 2k since session 51 (H200, docs/perf/gluon-s51, the same A/B
+#: against session 50's tree, persistent as below 4k): GQA 32/8 B4 2k 1.054-1.074x (deterministic 1.050-1.069x), MHA
+#: 32 B2 2k deterministic (split route) 1.031-1.064x, its fused route 0.999-1.012x. Causal 1k: not measured (the A/B
+#: tree routed it from 1k, no 1k case in the run).
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
-    128: {"dq": {False: 1024, True: 4096}, "dkdv": {False: 1024, True: 1024}},
+    128: {"dq": {False: 1024, True: 2048}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
     192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at

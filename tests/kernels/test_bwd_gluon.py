@@ -897,6 +897,10 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert "persistent" not in seen_dq.pop()
     call(128, False, 8192, True)  # (the ordered kernel from 8k: no dQ launch of its own)
     assert not seen_dq
+    call(128, True, 2048, True)  # (causal: from 2k since session 51, persistent to 4k ...)
+    assert seen_dq.pop()["persistent"] is True
+    call(128, True, 1024, True)  # (... and Triton's dQ below)
+    assert not seen_dq
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dkdv", 128, True): 2048, ("fused", 128, False): 1024})
     assert call(128, True, 2048, True)["persistent"] is True  # (the cell, at its longest)
     assert "persistent" not in call(128, True, 2056, True)  # (longer)
@@ -907,7 +911,7 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert call(128, True, 2048, True)["persistent"] is True and call(128, False, 2048, False)["persistent"] is True
     ordered = call(128, False, 8192, True)  # (a deterministic call in an ordered cell: the ordered kernel)
     assert "dq_order" in ordered and "persistent" not in ordered
-    # the split route's Gluon dQ kernel (hd 128 causal from 4k: configs.BWD_GLUON_MIN_SEQLEN)
+    # the split route's Gluon dQ kernel (hd 128 causal from 2k: configs.BWD_GLUON_MIN_SEQLEN)
     seen_dq.clear()
     call(128, True, 4096, True)
     assert seen_dq.pop()["persistent"] is True

@@ -100,7 +100,8 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
     assert _route(*_qkv(hk=4), **causal) == dict(gqa, tile_order="kv-snake")
     longest = configs.FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN[128, 128][False, True]  # MHA causal past it: a tile a program
     assert _route(*_qkv(hk=4, sq=longest, sk=longest), **causal)["persistent"]
-    assert _route(*_qkv(hk=4, sq=longest + 1, sk=longest + 1), **causal) == dict(gqa, persistent=False)
+    assert _route(*_qkv(hk=4, sq=longest + 1, sk=longest + 1), **causal) == dict(gqa, persistent=False,
+                                                                                   host_desc=True)
     assert _route(*_qkv(sq=4 * longest, sk=4 * longest), **causal) == dict(gqa, tile_order="kv-snake")  # GQA: no bound
     bn, st = configs.FWD_GLUON_WS[192, 128]
     mla = _qkv(d=192)[:2] + (torch.empty(1, 1024, 2, 128, dtype=q.dtype),)  # MLA is MHA: GQA's form not measured
@@ -134,19 +135,20 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
 
 
 def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(monkeypatch):
-    """configs.FWD_GLUON_WS_WINDOW (built in session 50, off until measured): off, a window keeps the Triton forward;
+    """configs.FWD_GLUON_WS_WINDOW (built in session 50, on since session 51): off, a window keeps the Triton forward;
     on, a causal call with a window on the left takes the causal route's config, never persistent, the window among
     the keywords; a window without causal (a right bound other than the diagonal) stays on the Triton forward."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     q, k, v = _qkv(hk=4, sq=4096, sk=4096)
     causal = dict(causal=True, window_right=0)
-    assert configs.FWD_GLUON_WS_WINDOW is False
+    assert configs.FWD_GLUON_WS_WINDOW is True
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_WINDOW", False)
     assert _route(q, k, v, window_left=4095, **causal) is None
     monkeypatch.setattr(configs, "FWD_GLUON_WS_WINDOW", True)
     plain = _route(q, k, v, **causal)
-    assert plain["persistent"]  # (MHA causal at 4k: the persistent kernel without a window)
+    assert plain["persistent"] and "host_desc" not in plain  # (MHA causal at 4k: the persistent kernel, no window)
     assert _route(q, k, v, window_left=4095, **causal) == dict(plain, persistent=False, tile_order="query",
-                                                               window_left=4095)
+                                                               window_left=4095, host_desc=True)
     assert _route(*_qkv(hk=1, sq=4096, sk=4096), window_left=0, **causal)["window_left"] == 0
     assert _route(q, k, v, window_left=100) is None and _route(q, k, v, window_left=100, window_right=0) is None
     assert _route(q, k, v, window_left=100, softcap=30.0, **causal) is None
@@ -185,7 +187,7 @@ def test_host_made_descriptors_compile_with_the_same_partitions(compiled):
 
 
 def test_host_made_descriptors_route_and_describe_the_tensors(monkeypatch):
-    """configs.FWD_GLUON_HOST_DESC (built in session 50, off until measured) puts ``host_desc`` on the launches that
+    """configs.FWD_GLUON_HOST_DESC (built in session 50, on since session 51) puts ``host_desc`` on the launches that
     are not persistent (hd 64's cells, hd 128 MHA causal past the persistent kernel's longest, windows), never on
     persistent ones or MLA's two head-dim parts; ws16_arguments then passes rank-4 descriptors over q, k, v and out
     with the kernel's boxes and layouts."""
@@ -194,7 +196,9 @@ def test_host_made_descriptors_route_and_describe_the_tensors(monkeypatch):
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     causal = dict(causal=True, window_right=0)
     hd64 = _qkv(d=64, hk=4, sq=4096, sk=4096)
-    assert configs.FWD_GLUON_HOST_DESC is False and "host_desc" not in _route(*hd64)
+    assert configs.FWD_GLUON_HOST_DESC is True
+    monkeypatch.setattr(configs, "FWD_GLUON_HOST_DESC", False)
+    assert "host_desc" not in _route(*hd64)
     monkeypatch.setattr(configs, "FWD_GLUON_HOST_DESC", True)
     assert _route(*hd64)["host_desc"] is True
     longest = configs.FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN[128, 128][False, True]
@@ -481,21 +485,23 @@ def test_the_routed_cells_compile(compiled):
 
 
 def test_hd64_is_routed_cell_by_cell(monkeypatch):
-    """hd 64: MHA non-causal from 4k over 4 stages, causal from 8k over 3, on three consumers without the in-block
-    overlap; shorter, GQA / MQA, windows, softcap, varlen and the knob stay on the Triton forward."""
+    """hd 64: MHA non-causal from 2k over 4 stages (4k until session 51), causal from 8k over 3, on three consumers
+    without the in-block overlap, their descriptors made on the host (configs.FWD_GLUON_HOST_DESC); shorter, GQA / MQA
+    (0.96-0.97x at 2k in session 51), windows, softcap, varlen and the knob stay on the Triton forward."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     cells = configs.FWD_GLUON_WS_CELLS[64, 64]
-    ring = dict(block_n=128, persistent=False, tile_order="query", consumers=3, overlap=False)
+    ring = dict(block_n=128, persistent=False, tile_order="query", consumers=3, overlap=False, host_desc=True)
     causal = dict(causal=True, window_right=0)
     mha = lambda n, **kw: _route(*_qkv(d=64, hk=4, sq=n, sk=n), **kw)  # noqa: E731
     gqa = lambda n, hk=2, **kw: _route(*_qkv(d=64, hk=hk, sq=n, sk=n), **kw)  # noqa: E731
     least = cells[False, False][0]
-    assert least == 4096 and mha(least) == dict(ring, num_stages=4) == mha(4 * least)
-    assert mha(least - 1) is None and mha(2048) is None
+    assert least == 2048 and mha(least) == dict(ring, num_stages=4) == mha(4 * least)
+    assert mha(least - 1) is None and mha(1024) is None
     least = cells[False, True][0]
     assert least == 8192 and mha(least, **causal) == dict(ring, num_stages=3) and mha(least - 1, **causal) is None
     for hk in (1, 2):  # GQA / MQA: not listed
         assert gqa(8192, hk=hk) is None and gqa(8192, hk=hk, **causal) is None and gqa(2048, hk=hk, **causal) is None
+        assert gqa(2048, hk=hk) is None
     assert mha(4096, window_left=100) is None and mha(4096, softcap=30.0) is None and mha(4096, varlen=True) is None
     monkeypatch.setenv(configs.FWD_GLUON_WS_ENV, "0")
     assert mha(4096) is None
