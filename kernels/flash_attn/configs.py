@@ -452,11 +452,13 @@ FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool]
 #: 8k / 16k cells' ratio to flash-attn-4 rose (non-causal 0.82 -> 0.89 / 0.91, causal 0.82 / 0.80 -> 0.85 / 0.91).
 #: GQA / MQA not routed: the persistent kernel's 1.13-1.20x at 2k causal was against the pinned config; against
 #: the autotuned one 1.03x on Llama-style 32/8, 0.97x Falcon-7B's 71/1, 0.87x the MQA layer (session 34).
-#: MHA non-causal from 2k since session 51 (H200, docs/perf/gluon-s51: the forward through the harness, device time,
-#: against session 50's tree, three pairs, with :data:`FWD_GLUON_HOST_DESC`): B2 H12 2k 1.114-1.131x (0.072 ->
-#: 0.064 ms); GQA 32/8 and MQA 16/1 non-causal at 2k on the same config 0.961-0.967x / 0.970-0.976x: still no GQA cell.
+#: Session 51 (H200, docs/perf/gluon-s51, with :data:`FWD_GLUON_HOST_DESC`), the non-causal cell from 2k: the A/B
+#: (device time, against session 50's tree, three pairs) read MHA B2 H12 1.114-1.131x (0.072 -> 0.064 ms) but GQA 32/8
+#: and MQA 16/1 on the same config 0.961-0.967x / 0.970-0.976x, and the attention-layers table run with it read MHA B2
+#: H32 0.168 -> 0.175 ms, H16 0.088 -> 0.092 (0.96x, peers unchanged): H12's 264 tiles of 192 rows fill two waves of
+#: 132 SMs exactly, H16's 352 and H32's 704 do not. Kept from 4k; a rule by waves would need its own A/B.
 FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int | None, dict]]] = {
-    (64, 64): {(False, False): (2048, None, dict(block_n=128, num_stages=4, consumers=3, overlap=False)),
+    (64, 64): {(False, False): (4096, None, dict(block_n=128, num_stages=4, consumers=3, overlap=False)),
                (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False))}}
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"

@@ -485,9 +485,9 @@ def test_the_routed_cells_compile(compiled):
 
 
 def test_hd64_is_routed_cell_by_cell(monkeypatch):
-    """hd 64: MHA non-causal from 2k over 4 stages (4k until session 51), causal from 8k over 3, on three consumers
-    without the in-block overlap, their descriptors made on the host (configs.FWD_GLUON_HOST_DESC); shorter, GQA / MQA
-    (0.96-0.97x at 2k in session 51), windows, softcap, varlen and the knob stay on the Triton forward."""
+    """hd 64: MHA non-causal from 4k over 4 stages, causal from 8k over 3, on three consumers without the in-block
+    overlap, their descriptors made on the host (configs.FWD_GLUON_HOST_DESC); shorter (2k: 0.96x at H16 / H32 in
+    session 51), GQA / MQA, windows, softcap, varlen and the knob stay on the Triton forward."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     cells = configs.FWD_GLUON_WS_CELLS[64, 64]
     ring = dict(block_n=128, persistent=False, tile_order="query", consumers=3, overlap=False, host_desc=True)
@@ -495,8 +495,8 @@ def test_hd64_is_routed_cell_by_cell(monkeypatch):
     mha = lambda n, **kw: _route(*_qkv(d=64, hk=4, sq=n, sk=n), **kw)  # noqa: E731
     gqa = lambda n, hk=2, **kw: _route(*_qkv(d=64, hk=hk, sq=n, sk=n), **kw)  # noqa: E731
     least = cells[False, False][0]
-    assert least == 2048 and mha(least) == dict(ring, num_stages=4) == mha(4 * least)
-    assert mha(least - 1) is None and mha(1024) is None
+    assert least == 4096 and mha(least) == dict(ring, num_stages=4) == mha(4 * least)
+    assert mha(least - 1) is None and mha(2048) is None
     least = cells[False, True][0]
     assert least == 8192 and mha(least, **causal) == dict(ring, num_stages=3) and mha(least - 1, **causal) is None
     for hk in (1, 2):  # GQA / MQA: not listed
