@@ -24,9 +24,10 @@ scale, its ``dq_unscaled``; @d1 (the fused ones): dK's dS^T from shared memory, 
 them): its consumers issue without taking turns, its ``turns=False``; @x1 (any of them): each consumer's timeline
 stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one program an SM over the tiles, its
 ``persistent``; @p2: the same in the heavy-first tile order, its ``persistent="heavy"``; @hd: its TMA descriptors
-made on the host, its ``host_desc``; e.g. bwdf16:128,64,2,1@m1, several as @m1@u1), and
-bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd] for its dQ kernel (@p1 / @p2: persistent;
-@hd: host-made descriptors).
+made on the host, its ``host_desc``; @w1 (causal, not fused or persistent): a sliding window on the left, its
+``window_left``; e.g. bwdf16:128,64,2,1@m1, several as @m1@u1), and
+bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1] for its dQ kernel (@p1 / @p2:
+persistent; @hd: host-made descriptors; @w1: a window).
 Gluon has no interpreter, so this is how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it
 in a subprocess: the suite's interpreter setting would otherwise turn the kernel's helpers into interpreted
 functions).
@@ -109,13 +110,14 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                         adder: bool = False, walk: int = 0, halves: bool | None = None,
                         mask_every_tile: bool = False, dq_unscaled: bool = False, ds_smem: bool = False,
                         turns: bool = True, timeline: bool = False, persistent: bool | str = False,
-                        host_desc: bool = False) -> dict:
+                        host_desc: bool = False, window: bool = False) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
     warp; ``ordered``: its deterministic variant; ``halves``, ``mask_every_tile``, ``dq_unscaled``, ``ds_smem``,
     ``turns``: bwd_gluon.dkdv_arguments'; ``timeline``: its ``times`` (the probes' timeline stamps); ``persistent``: one
-    program an SM over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host."""
+    program an SM over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host; ``window``: a
+    causal call's sliding window on the left (its ``window_left``)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -132,16 +134,18 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                                     dq_order=sem, dq_adder=adder, walk=walk, halves=halves,
                                     mask_every_tile=mask_every_tile, dq_unscaled=dq_unscaled, ds_smem=ds_smem,
                                     turns=turns, times=bwd_gluon.timeline_buffer(k) if timeline else None,
-                                    persistent=persistent, host_desc=host_desc)
+                                    persistent=persistent, host_desc=host_desc, window_left=100 if window else -1)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
 def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
-                         dv: int | None = None, persistent: bool | str = False, host_desc: bool = False) -> dict:
+                         dv: int | None = None, persistent: bool | str = False, host_desc: bool = False,
+                         window: bool = False) -> dict:
     """The same report for the warp-specialised dQ kernel (kernels/flash_attn/bwd_gluon.py), 128 query rows a
     program, ``block_n`` keys a block; ``dv`` as :func:`compile_bwd16_sm90a`'s; ``persistent``: one program an SM
-    over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host."""
+    over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host; ``window``: as
+    :func:`compile_bwd16_sm90a`'s."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -150,7 +154,7 @@ def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: 
     v, do, out = (torch.empty(b, s, h, dv or d, dtype=dtype) for _ in range(3))
     lse, delta = (torch.empty(b, h, s) for _ in range(2))
     call = bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, dq, 0.125, causal, block_n, stages,
-                                  persistent=persistent, host_desc=host_desc)
+                                  persistent=persistent, host_desc=host_desc, window_left=100 if window else -1)
     return _report(compile_call(bwd_gluon._bwd_dq_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -176,11 +180,11 @@ def _head_dims(spec: str) -> tuple[int, int | None, list[int]]:
 
 
 def _dkdv_options(spec: str, options: list[str]) -> dict:
-    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1 / p2, hd) as compile_bwd16_sm90a's keywords."""
+    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1 / p2, hd, w1) as compile_bwd16_sm90a's keywords."""
     known = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
              "u1": dict(dq_unscaled=True), "d1": dict(ds_smem=True), "t0": dict(turns=False),
              "x1": dict(timeline=True), "p1": dict(persistent=True), "p2": dict(persistent="heavy"),
-             "hd": dict(host_desc=True)}
+             "hd": dict(host_desc=True), "w1": dict(window=True)}
     if any(o not in known for o in options):
         raise SystemExit(f"spec {spec}: options after @ are {', '.join(known)}")
     return {key: value for o in options for key, value in known[o].items()}
@@ -211,14 +215,14 @@ def main(argv=None) -> int:
         if spec.startswith("bwdq16:"):
             plain, *options = spec.split("@")
             orders = [o for o in options if o in ("p1", "p2")]
-            if len(orders) > 1 or any(o not in ("p1", "p2", "hd") for o in options):
-                raise SystemExit(f"spec {spec}: the dQ kernel's options after @ are one of p1 / p2, and hd")
+            if len(orders) > 1 or any(o not in ("p1", "p2", "hd", "w1") for o in options):
+                raise SystemExit(f"spec {spec}: the dQ kernel's options after @ are one of p1 / p2, hd and w1")
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
                                      persistent={"p1": True, "p2": "heavy"}.get(orders[0]) if orders else False,
-                                     host_desc="hd" in options)
+                                     host_desc="hd" in options, window="w1" in options)
         elif spec.startswith(("bwdw16:", "bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
             plain, *options = spec.split("@")
             variant = _dkdv_options(spec, options)

@@ -22,7 +22,8 @@ past it are computed and not stored.
 
 Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
-mask; no window, softcap or varlen.
+mask, or causal with a sliding window on the left (the split kernels one program a tile, ``window_left``: session
+51); no softcap or varlen.
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
 ordered variant (``Sem``: ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
 counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in the consumers (0.6x
@@ -59,7 +60,7 @@ from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
 from . import configs
-from .fp8_gluon import _key_blocks, _pass, _second_part, _ws_barriers
+from .fp8_gluon import _key_blocks, _pass, _second_part, _window_blocks, _ws_barriers
 
 #: (q / k head dim, v head dim) pairs both kernels compile for: DeepSeek's MLA training form too, q / k 192 in two
 #: tile parts (128 + 64), v 128
@@ -82,12 +83,12 @@ class _BwdShape:
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
                        "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr,
-                       "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr}
+                       "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr, "WINDOW": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
                  DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
-                 WG_TURNS=True, TIMES=False, PERSISTENT=False):
+                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -108,6 +109,7 @@ class _BwdShape:
         self.WG_TURNS = gl.constexpr(WG_TURNS)
         self.TIMES = gl.constexpr(TIMES)
         self.PERSISTENT = gl.constexpr(PERSISTENT)
+        self.WINDOW = gl.constexpr(WINDOW)
 
 
 @builtin
@@ -223,23 +225,34 @@ def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr, TURNS:
 
 @gluon.jit
 def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL: gl.constexpr, N: gl.constexpr,
-              S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr, MASK_EVERY_TILE: gl.constexpr = False):
+              S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr,
+              MASK_EVERY_TILE: gl.constexpr = False, window_left=0, WINDOW: gl.constexpr = False):
     """P^T and dS^T of one consumer's 64 keys from ``key0`` and ``N`` queries from ``q0``, their S^T and dP^T still in
     flight (``WAIT_S`` / ``WAIT_DP``: the wgmmas left pending once each is done): lse and delta read while the
     wgmmas run (loaded late: fewer registers live across the waits); rows past the sequence: lse +inf makes P 0
     (their Q and dO tiles are zero-filled). Causal: the mask applied where the tile crosses the diagonal (a run-time
     branch), or with ``MASK_EVERY_TILE`` on every tile (a compare and a select an element more, no branch: the
-    sm_90a compile spills half as much at hd 128)."""
+    sm_90a compile spills half as much at hd 128). ``WINDOW`` (causal): query i sees keys i + off - ``window_left``
+    .. i + off; the branch's tiles those that cross the diagonal or the last query's window edge."""
     cols = q0 + gl.arange(0, N, layout=gl.SliceLayout(0, S_LAYOUT))
     lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
     s = warpgroup_mma_wait(WAIT_S, deps=(s, ))  # S^T done; dP^T may still run
     if IS_CAUSAL and MASK_EVERY_TILE:  # key n seen by query i iff n <= i + off
         keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
         keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
+        if WINDOW:  # ... and n >= i + off - window_left
+            keep = keep & (gl.expand_dims(keys, 1) >= gl.expand_dims(cols + off - window_left, 0))
         p = gl.where(keep, gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0)), 0.0)
     else:
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
-    if IS_CAUSAL and not MASK_EVERY_TILE:  # (the mask written again inside the branch, not shared with the one
+    if IS_CAUSAL and not MASK_EVERY_TILE and WINDOW:
+        # the tile crosses the diagonal, or its first key is left of its last query's window edge
+        if (q0 + off < key0 + 63) | (key0 < q0 + N - 1 + off - window_left):
+            keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
+            keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
+            keep = keep & (gl.expand_dims(keys, 1) >= gl.expand_dims(cols + off - window_left, 0))
+            p = gl.where(keep, p, 0.0)
+    elif IS_CAUSAL and not MASK_EVERY_TILE:  # (the mask written again inside the branch, not shared with the one
         # above: computed before the branch, the keys change the routed causal kernels' code and spills, session 38)
         if q0 + off < key0 + 63:  # the tile crosses the diagonal
             keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
@@ -548,11 +561,12 @@ def _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, Times=None):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, window_left=0,
+                 Times=None):
     """One consumer warpgroup (:func:`_bwd_consume_tile`) over the program's tile, or with ``shape.PERSISTENT``
     over each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to j_lo unused, ``DK`` / ``DV``
     without a group part's offset), the query tiles, turns and K / V landings counted over the program's tiles, its
-    timeline (``Times``) one record a tile."""
+    timeline (``Times``) one record a tile. ``window_left``: read with ``shape.WINDOW`` only (one program a tile)."""
     if shape.PERSISTENT:
         kv_free, stride_dkp, stride_dvp = tiles[5], tiles[6], tiles[7]
         it = 0
@@ -572,7 +586,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                           stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                           stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                           sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty,
-                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times)
+                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times, window_left)
 
 
 @gluon.jit
@@ -580,7 +594,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                       stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                       stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                       sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
-                      i, it, kv_free, Times=None):
+                      i, it, kv_free, Times=None, window_left=0):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it``: the query tiles
     consumed before it; returns the count after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and
     dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two turns a query tile (S^T and
@@ -694,7 +708,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 # other's wgmmas run (at 128 columns lse, delta and the mask's indices take 32 registers each)
                 s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT, TURNS)
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
-                                  3, 2, shape.MASK_EVERY_TILE)
+                                  3, 2, shape.MASK_EVERY_TILE, window_left, shape.WINDOW)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).slice(0, 64, dim=1).store(ds.to(DTYPE))
@@ -702,7 +716,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 if not (FUSED and DS_SMEM):
                     ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
                 p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64,
-                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
+                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW)
                 if FUSED:
                     ds_t.slice(64 * wg, 64).slice(64, 64, dim=1).store(ds.to(DTYPE))
                     fence_async_shared()
@@ -723,7 +737,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0,
                                   TURNS)  # S^T, dP^T
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
-                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE)
+                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
@@ -797,7 +811,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
     return it
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["window_left"])  # (a window of 1 would otherwise compile as a constant)
 def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
                         stride_kh, stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh, stride_dkb,
                         stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
@@ -814,7 +828,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
                         DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None,
                         PERSISTENT: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, DOD=None,
-                        KD=None, VD=None, DQD=None):
+                        KD=None, VD=None, DQD=None, window_left=0, WINDOW: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -845,7 +859,10 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     the shared memory's barriers; the fused kernel's dQ descriptor comes after), in its first tile's records.
     ``HOST_DESC``: Q's, dO's, K's, V's (and the fused kernel's dQ accumulator's) TMA descriptors made on the host
     (``QD``, ``DOD``, ``KD``, ``VD``, ``DQD``: :func:`host_descriptors`' kernel parameters) instead of by every program
-    on the device (session 47's timeline: 4.0-4.1 us of a program's 4.6-5.9 us set-up); one head-dim part only."""
+    on the device (session 47's timeline: 4.0-4.1 us of a program's 4.6-5.9 us set-up); one head-dim part only.
+    ``WINDOW`` (causal, one program a tile, not fused): query i sees keys i + Sk - Sq - ``window_left`` .. i + Sk -
+    Sq; a program's query tiles end at the last that sees one of its keys, the tiles crossing a window edge masked
+    (:func:`_p_and_ds`); ``window_left`` is read only with it."""
     TIMES: gl.constexpr = Times is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
         entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 20 + 8
@@ -865,6 +882,10 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split,
                                                    BLOCK_M, IS_CAUSAL)
     n_m = gl.cdiv(seqlen_q, BLOCK_M)
+    if WINDOW:  # the last query tile that sees one of these keys (query i sees key n iff n >= i + off - window_left)
+        gl.static_assert(IS_CAUSAL and not PERSISTENT and DQ_COLS == 0, "a window: causal, one program a tile, dK / dV")
+        n_m = gl.maximum(gl.minimum(n_m, gl.cdiv(gl.maximum(n0 + 128 + window_left - (seqlen_k - seqlen_q), 0),
+                                                 BLOCK_M)), j_lo)
     if HOST_DESC:
         gl.static_assert(HEAD_DIM_B == 0, "host-made descriptors: one head-dim part")
         q_desc, do_desc, k_desc, v_desc = QD, DOD, KD, VD
@@ -921,7 +942,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
-                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES, PERSISTENT)
+                      WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES, PERSISTENT,
+                      WINDOW)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     gs64 = gs.to(gl.int64)
@@ -930,7 +952,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
                     dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles)
-    if TIMES:  # (only then: a partition's run-time arguments pass through shared memory)
+    if WINDOW or TIMES:  # (only then: a partition's run-time arguments pass through shared memory)
+        consume_args = consume_args + (window_left if WINDOW else 0, )
+    if TIMES:
         consume_args = consume_args + (Times, )
     if ADDER:  # a fourth partition: the adder warp (unordered: dQ's buffer a stand-in for the counters, never read)
         if DQ_TURNS:
@@ -967,11 +991,12 @@ def _dq_tile_coords(t, tiles, IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, OR
 
 @gluon.jit
 def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
-             n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0):
-    """The loader warp: both consumers' Q and dO tiles once, then K and V block by block into the slots both
-    consumers released. With ``shape.HEAD_DIM_B`` the second q / k head-dim part's Q and K tiles too (``*_b``:
-    from column HEAD_DIM). ``shape.PERSISTENT``: the same per tile of the program's (``tiles``: the kernel's
-    persistent arguments; b to n_blocks unused), a tile's Q and dO once both consumers released the last tile's
+             n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0, lo=0):
+    """The loader warp: both consumers' Q and dO tiles once, then K and V block by block (from block ``lo``: a
+    window's first, ``shape.WINDOW`` only) into the slots both consumers released. With ``shape.HEAD_DIM_B`` the
+    second q / k head-dim part's Q and K tiles too (``*_b``: from column HEAD_DIM). ``shape.PERSISTENT``: the same
+    per tile of the program's (``tiles``: the kernel's persistent arguments; b to n_blocks unused), a tile's Q and
+    dO once both consumers released the last tile's
     (``q_free``: after their last key block's wgmmas, before their dQ stores), then its K / V blocks, the ring's
     slots counted over the tiles: the next tile's Q, dO and first K / V blocks load while this one's dQ is stored
     (not earlier: the K / V blocks could go before the ``q_free`` wait, into the slots already released; not
@@ -989,13 +1014,14 @@ def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q
             i += 1
     else:
         _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk,
-                      m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, 0)
+                      m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, 0, lo)
 
 
 @gluon.jit
 def _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk,
-                  m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, j0):
-    """:func:`_dq_load`'s work for one tile, the ring's slots counted from ``j0``; returns the count after it."""
+                  m0, n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, j0, lo=0):
+    """:func:`_dq_load`'s work for one tile (key blocks [lo, n_blocks)), the ring's slots counted from ``j0``;
+    returns the count after it."""
     j0 = gl.to_tensor(j0)  # (a loop-carried count: a plain 0 for a program's only tile)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
@@ -1007,8 +1033,8 @@ def _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sm
         tma.async_copy_global_to_shared(do_desc, [b, m0 + 64 * w, h, 0], q_bar, do_smem.index(w))
         if HEAD_DIM_B > 0:
             tma.async_copy_global_to_shared(q_desc_b, [b, m0 + 64 * w, h, HEAD_DIM], q_bar, q_smem_b.index(w))
-    for jb in range(0, n_blocks):
-        j = j0 + jb
+    for jb in range(lo, n_blocks):
+        j = j0 + (jb - lo)
         slot = j % NUM_STAGES
         mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) - 1) & 1, pred=j >= NUM_STAGES)
         mbarrier.expect(ready.index(slot), BLOCK_N * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
@@ -1017,16 +1043,18 @@ def _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sm
         if HEAD_DIM_B > 0:
             tma.async_copy_global_to_shared(k_desc_b, [b, jb * BLOCK_N, hk, HEAD_DIM], ready.index(slot),
                                             k_smem_b.index(slot))
-    return j0 + n_blocks
+    return j0 + (n_blocks - lo)
 
 
 @gluon.jit
 def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                 stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0, n_blocks,
-                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, tiles=0):
+                mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, tiles=0, lo=0, left_to=0,
+                window_left=0):
     """One consumer warpgroup (:func:`_dq_consume_tile`) over the program's tile, or with ``shape.PERSISTENT`` over
     each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to mask_from unused), the key
-    blocks counted over the program's tiles."""
+    blocks counted over the program's tiles. ``lo``, ``left_to``, ``window_left``: a window's (``shape.WINDOW``, one
+    program a tile): :func:`_dq_consume_tile`'s."""
     if shape.PERSISTENT:
         j = 0
         i = 0
@@ -1042,14 +1070,14 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
         _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ,
                          stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b,
                          h, m0, n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b,
-                         k_smem_b, 0, 0, q_bar)
+                         k_smem_b, 0, 0, q_bar, lo, left_to, window_left)
 
 
 @gluon.jit
 def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                      stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
                      n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, i, j0,
-                     q_free):
+                     q_free, lo=0, left_to=0, window_left=0):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``j0``: the key blocks
     consumed before it; returns the count after it): query rows [m0 + 64 wg, + 64). First delta = rowsum(dO * O) of
     its rows (stored for the dK / dV kernel), then per key block S = Q K^T and dP = dO V^T issued in one turn, P and
@@ -1057,7 +1085,9 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
     each consumer's, every block: a turn's barrier phase is even for the first, odd for the second. With
     ``shape.HEAD_DIM_B`` (MLA) S is two chained wgmmas and dQ two accumulators, one a head-dim part.
     ``shape.PERSISTENT``: once its last wgmmas reading the tile's Q and dO retired, the consumer releases them
-    (``q_free``) before storing dQ, so the loader brings the next tile's meanwhile."""
+    (``q_free``) before storing dQ, so the loader brings the next tile's meanwhile. ``shape.WINDOW`` (causal): row
+    i sees keys i + off - ``window_left`` .. i + off; the key blocks from ``lo`` (the first the tile's first row
+    sees), those starting left of ``left_to`` (the tile's last row's window edge) masked as well as the diagonal's."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -1102,8 +1132,8 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
     if HEAD_DIM_B > 0:
         dq_b = gl.zeros([64, KB_DIM], gl.float32, layout=GB_LAYOUT)
     j0 = gl.to_tensor(j0)  # (a loop-carried count: a plain 0 for a program's only tile)
-    for jb in range(0, n_blocks):
-        j = j0 + jb
+    for jb in range(lo, n_blocks):
+        j = j0 + (jb - lo)
         slot = j % NUM_STAGES
         k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
         v_t = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
@@ -1113,7 +1143,13 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
         s, dp = _s_and_dp(q_w, k_t, do_w, v_t, other, BLOCK_N, S_LAYOUT, q_w_b, k_t_b, HEAD_DIM_B > 0)
         s = warpgroup_mma_wait(1, deps=(s, ))  # S done; dP may still run
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
-        if IS_CAUSAL:
+        if IS_CAUSAL and shape.WINDOW:  # (the diagonal's blocks, and those left of the last row's window edge)
+            if (jb * BLOCK_N >= mask_from) | (jb * BLOCK_N < left_to):
+                keys = jb * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+                keep = gl.expand_dims(keys, 0) <= gl.expand_dims(rows + off, 1)
+                keep = keep & (gl.expand_dims(keys, 0) >= gl.expand_dims(rows + off - window_left, 1))
+                p = gl.where(keep, p, 0.0)
+        elif IS_CAUSAL:
             if jb * BLOCK_N >= mask_from:  # the block holds keys some row must not see: key n iff n <= i + off
                 keys = jb * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
                 keep = gl.expand_dims(keys, 0) <= gl.expand_dims(rows + off, 1)
@@ -1141,10 +1177,10 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
         dims_b = HEAD_DIM + gl.arange(0, KB_DIM, layout=gl.SliceLayout(0, GB_LAYOUT))
         gl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + gl.expand_dims(rows_b.to(gl.int64) * stride_dqs, 1)
                  + gl.expand_dims(dims_b, 0), dq_b.to(DQ.dtype.element_ty), mask=gl.expand_dims(rows_b < seqlen_q, 1))
-    return j0 + n_blocks
+    return j0 + (n_blocks - lo)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["window_left"])  # (a window of 1 would otherwise compile as a constant)
 def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks,
                       stride_kh, stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh, stride_ob,
                       stride_os, stride_oh, stride_dqb, stride_dqs, stride_dqh, stride_lb, stride_lh, batch,
@@ -1153,13 +1189,17 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                       NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr,
                       K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                       QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
-                      HOST_DESC: gl.constexpr = False, QD=None, DOD=None, KD=None, VD=None):
+                      HOST_DESC: gl.constexpr = False, QD=None, DOD=None, KD=None, VD=None, window_left=0,
+                      WINDOW: gl.constexpr = False):
     """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
     delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next.
     ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s. ``PERSISTENT``: one
     program an SM (grid: min(tiles, SMs) x 1) over the (query block, batch, query head) tiles, tile t to program t
     mod the grid (:func:`_dq_tile_coords`' order); descriptors and barriers made once a program. ``HOST_DESC``: Q's,
-    dO's, K's and V's descriptors made on the host (``QD`` .. ``VD``), as ``_bwd_dkdv_ws_kernel``'s."""
+    dO's, K's and V's descriptors made on the host (``QD`` .. ``VD``), as ``_bwd_dkdv_ws_kernel``'s. ``WINDOW``
+    (causal, one program a tile): row i sees keys i + Sk - Sq - ``window_left`` .. i + Sk - Sq, a tile's key blocks
+    from the first its first row sees (fp8_gluon._window_blocks, as the forward's); ``window_left`` read only with
+    it."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
@@ -1168,6 +1208,9 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     hk = h // group
     m0 = pid_m * 128
     n_blocks, mask_from = _key_blocks(m0, seqlen_k - seqlen_q, seqlen_k, 128, BLOCK_N, IS_CAUSAL)
+    if WINDOW:  # (the first block the tile's first row sees; blocks starting left of left_to masked)
+        gl.static_assert(IS_CAUSAL and not PERSISTENT, "a window: causal, one program a tile")
+        lo, _, left_to = _window_blocks(m0, seqlen_k - seqlen_q, window_left, n_blocks, 128, BLOCK_N)
     kv_heads = num_heads // group
     if HOST_DESC:
         gl.static_assert(HEAD_DIM_B == 0, "host-made descriptors: one head-dim part")
@@ -1196,13 +1239,16 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
         q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_free, count=2)  # both consumers
         tiles = (gl.cdiv(seqlen_q, 128) * batch * num_heads, num_heads, group, seqlen_q, seqlen_k, q_free)
-    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, PERSISTENT=PERSISTENT)
+    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, PERSISTENT=PERSISTENT, WINDOW=WINDOW)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
                  n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     consume_args = (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                     stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
                     n_blocks, mask_from, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape,
                     q_smem_b, k_smem_b, tiles)
+    if WINDOW:
+        load_args = load_args + (lo, )
+        consume_args = consume_args + (lo, left_to, window_left)
     gl.warp_specialize([(_dq_consume, (0, ) + consume_args), (_dq_consume, (1, ) + consume_args),
                         (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -1268,7 +1314,8 @@ def _host_descriptors(d_b: int, **described) -> dict:
 def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m=64, num_stages=2,
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
-                   ds_smem=False, turns=True, times=None, persistent=False, host_desc=False) -> dict:
+                   ds_smem=False, turns=True, times=None, persistent=False, host_desc=False,
+                   window_left=-1) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -1295,7 +1342,11 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     PERSISTENT (one program an SM over the tiles; :func:`dkdv_launch` sizes its grid; not with ``dq_order`` or
     ``last_first``): True (the snake order) or a name of :data:`PERSISTENT_ORDERS`. ``host_desc``: the kernel's
     HOST_DESC, its TMA descriptors made here (:func:`host_descriptor`) instead of by every program (q / k = v head
-    dims)."""
+    dims). ``window_left`` >= 0 (causal, one program a tile, not the fused kernel): a sliding window on the left,
+    the kernel's WINDOW."""
+    if window_left >= 0 and (not causal or persistent or dq_acc is not None):
+        raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
+                         "kernel (no dq_acc)")
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1327,6 +1378,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         second.update(NO_TURNS=True)
     if times is not None:
         second.update(Times=times)
+    if window_left >= 0:
+        second.update(WINDOW=True)
     if persistent:
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
@@ -1348,8 +1401,14 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4,
-                LAST_FIRST=bool(last_first),
-                WALK=int(walk), QUERY_HALVES=bool(halves), MASK_EVERY_TILE=bool(mask_every_tile and causal), **second)
+                LAST_FIRST=bool(last_first), WALK=int(walk), QUERY_HALVES=bool(halves),
+                MASK_EVERY_TILE=bool(mask_every_tile and causal), window_left=_window(window_left, q, k), **second)
+
+
+def _window(window_left: int, q, k) -> int:
+    """The kernels' ``window_left`` argument: 0 without a window (not read), else the window, at most Sq + Sk (a
+    wider one sees the same keys; an int32 sum of it and a key index then cannot overflow)."""
+    return min(max(int(window_left), 0), q.shape[1] + k.shape[1])
 
 
 def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
@@ -1362,7 +1421,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
-                times=None, persistent=False, host_desc=False):
+                times=None, persistent=False, host_desc=False, window_left=-1):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -1371,7 +1430,8 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
-                            mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc)
+                            mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc,
+                            window_left)
     grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
@@ -1395,7 +1455,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None,
-               persistent=False, host_desc=False):
+               persistent=False, host_desc=False, window_left=-1):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1415,7 +1475,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     it (:func:`timeline_record` reads them; persistent: one record a tile). ``persistent`` (not with ``ordered``):
     one program an SM over the tiles (the kernel's PERSISTENT), True in the snake order or a name of
     :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`). ``host_desc``: the TMA descriptors made on the host
-    (:func:`dkdv_arguments`'; a replay describes its own call's tensors)."""
+    (:func:`dkdv_arguments`'; a replay describes its own call's tensors). ``window_left`` >= 0 (causal, not fused,
+    not persistent): query i sees keys i + Sk - Sq - window_left .. i + Sk - Sq."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
@@ -1434,7 +1495,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
         sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent,
-        host_desc))
+        host_desc, window_left))
     return (dk, dv, dq) if fused else (dk, dv)
 
 
@@ -1522,11 +1583,14 @@ def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
 
 
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
-                 consumer_regs=240, persistent=False, host_desc=False) -> dict:
+                 consumer_regs=240, persistent=False, host_desc=False, window_left=-1) -> dict:
     """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
     strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`. ``persistent``:
     the kernel's PERSISTENT (one program an SM over the tiles; :func:`dq_launch` sizes its grid). ``host_desc``: as
-    :func:`dkdv_arguments`'."""
+    :func:`dkdv_arguments`'. ``window_left`` >= 0 (causal, not persistent): a sliding window on the left, the
+    kernel's WINDOW."""
+    if window_left >= 0 and (not causal or persistent):
+        raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False)")
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1534,6 +1598,8 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                                       KB_SL=gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d_b], g))
     if persistent:
         second.update(PERSISTENT=persistent_order(persistent))
+    if window_left >= 0:
+        second.update(WINDOW=True)
     q_sl = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
     k_sl = gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g)
     if host_desc:
@@ -1547,18 +1613,19 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                 stride_dqh=dq.stride(2), stride_lb=lse.stride(0), stride_lh=lse.stride(1), batch=q.shape[0],
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
-                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4, **second)
+                NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4,
+                window_left=_window(window_left, q, k), **second)
 
 
 def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-              persistent=False, host_desc=False):
+              persistent=False, host_desc=False, window_left=-1):
     """Launch the dQ kernel into ``dq`` (and delta into ``delta``, lse's shape and strides; inputs checked by the
     caller: :func:`unsupported` with out as dO's twin, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
     (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names). ``persistent``: min(tiles, the GPU's
     multiprocessors) programs (:func:`dq_grid`)."""
     launcher.ensure_allocator()
     kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                          persistent, host_desc)
+                          persistent, host_desc, window_left)
     grid = dq_grid(q, configs.sm_count(q.get_device()) if persistent else None)
     return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
@@ -1573,15 +1640,15 @@ def dq_grid(q, programs: int | None = None) -> tuple[int, int]:
 
 
 def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-             poison=False, launches=None, persistent=False, host_desc=False):
+             poison=False, launches=None, persistent=False, host_desc=False, window_left=-1):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s;
     ``persistent``: one program an SM over the tiles (the kernel's PERSISTENT; True or a name of
-    :data:`PERSISTENT_ORDERS`); ``host_desc``: :func:`dkdv_gluon`'s."""
+    :data:`PERSISTENT_ORDERS`); ``host_desc``, ``window_left``: :func:`dkdv_gluon`'s."""
     _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(
         q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-        host_desc))
+        host_desc, window_left))
     return dq, delta

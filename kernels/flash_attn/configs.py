@@ -1099,6 +1099,17 @@ BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 BWD_GLUON_FLAT_WALK = frozenset({128})
 
 
+#: Causal calls with a sliding window on the left on the split route's Gluon kernels (dK / dV and dQ, wherever
+#: :data:`BWD_GLUON` routes the window's head dim and length), one program a tile (bwd_gluon's ``window_left``: a dK /
+#: dV program's query tiles end at the last that sees its keys, a dQ program's key blocks start at the first its
+#: first row sees, the tiles crossing a window edge masked); off: the Triton backward (which skips the same blocks).
+#: Built in session 51 on the CPU (sm_90a: the windowless configs' wgmmas and partitions' registers, shared memory +16
+#: B; spills hd 128 GQA flat walk 180 -> 196 B, MHA 184 -> 224 B, hd 64 and dQ none, MLA dK / dV 68 -> 76 B), not run
+#: on a GPU: off. Prediction (the models table's Mistral row, B1 H32/8 8k causal, window 4095, backward 3.09 ms on
+#: the Triton kernels): ~0.75 of the windowless Gluon causal backward's 3.41 ms, ~2.55-2.7 ms (1.15-1.2x).
+BWD_GLUON_WINDOW = False
+
+
 def bwd_walk(q, k) -> int:
     """bwd_gluon.dkdv_launch's ``walk`` for these inputs ([B, S, H, D]): 1 (one flat loop) for a GQA / MQA group at a
     head dim of :data:`BWD_GLUON_FLAT_WALK`, else 0."""
@@ -1113,7 +1124,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     with both sequences at least :data:`BWD_GLUON_MIN_SEQLEN` long (or any of :data:`BWD_GLUON_TRY` with
     ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16
     inputs the kernels take (bwd_gluon.unsupported: their head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]),
-    causal or no mask, no softcap, an sm90 GPU (not the interpreter). ``sm_major``: as :func:`gluon_ws_fwd`'s."""
+    causal or no mask (with :data:`BWD_GLUON_WINDOW`, causal with a window on the left too: then one program a tile,
+    ``window_left`` among the keywords), no softcap, an sm90 GPU (not the interpreter). ``sm_major``: as
+    :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
         return {}
@@ -1133,7 +1146,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         cfg = {name: mask_cfg.get(name, c) for name, c in cfg.items()
                if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))  # a mask not listed: not routed
                and not (gqa and name in mask_cfg)}  # (the by-mask configs: MHA only)
-    if not cfg or atomic or varlen or fp8 or softcap or window_left >= 0 or (window_right >= 0 and not causal):
+    window = window_left >= 0 and causal and BWD_GLUON_WINDOW
+    if not cfg or atomic or varlen or fp8 or softcap or (window_left >= 0 and not window) or (
+            window_right >= 0 and not causal):
         return {}
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
         return {}
@@ -1148,7 +1163,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
             out["dkdv"]["turns"] = False
     longer = max(q.shape[1], k.shape[1])  # (dense: varlen calls returned above)
     for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
-        if persistent := persistent_bwd(name, q.shape[-1], causal, longer):
+        if window:  # (the persistent kernels have no window: one program a tile)
+            keywords["window_left"] = window_left
+        elif persistent := persistent_bwd(name, q.shape[-1], causal, longer):
             keywords["persistent"] = persistent
         if host_desc_bwd(name, q.shape[-1], v.shape[-1]):
             keywords["host_desc"] = True

@@ -107,6 +107,7 @@ def compiled(tmp_path_factory):
     specs += [f"bwdq16:{d},{bn},{st},1@p1" for d, bn, st in DQ_CONFIGS]  # (the dQ kernel's: causal twins above)
     specs += [f"{spec}@p2" for spec in HEAVY_TWINS]  # (the heavy-first tile order, causal)
     specs += [f"{spec}@hd" for spec in HOST_DESC_TWINS]  # (host-made TMA descriptors)
+    specs += [f"{spec}@w1" for spec in WINDOW_TWINS]  # (a sliding window on the left)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -181,6 +182,24 @@ def test_host_made_descriptors_change_only_the_set_up(compiled):
         assert (host["wgmma"], host["tma_reduce"], host["smem"], host["setmaxnreg"]) == (
             plain["wgmma"], plain["tma_reduce"], plain["smem"], plain["setmaxnreg"]), spec
         assert host["spill"] <= plain["spill"] + 32 and not host["serialized"], (spec, plain["spill"], host["spill"])
+
+
+#: the split route's kernels compiled with a sliding window on the left (@w1, ``window_left``;
+#: configs.BWD_GLUON_WINDOW) beside their twins: Mistral's route (GQA hd 128: the dK / dV kernel's flat walk, and
+#: the dQ kernel); the MHA, hd 64 and MLA windows compile as these do (session 51: spills +40, -104 and +8 B) and
+#: are left to the GPU test (each spec here costs the CPU suite a few seconds a worker)
+WINDOW_TWINS = ["bwdw16:128,64,2,1,1,4,0", "bwdq16:128,128,2,1"]
+
+
+def test_a_window_changes_only_the_masks_and_the_loop_bounds(compiled):
+    """The windowed kernels (session 51, not routed) compile to their twins' wgmmas and partitions' registers,
+    shared memory within 64 B (the window's argument) and spills within 32 B of the twin's (sm_90a: 180 -> 196 B,
+    0 -> 0 B)."""
+    for spec in WINDOW_TWINS:
+        plain, windowed = compiled[spec], compiled[f"{spec}@w1"]
+        assert (windowed["wgmma"], windowed["setmaxnreg"]) == (plain["wgmma"], plain["setmaxnreg"]), spec
+        assert plain["smem"] <= windowed["smem"] <= plain["smem"] + 64, spec
+        assert windowed["spill"] <= plain["spill"] + 32 and not windowed["serialized"], (spec, windowed["spill"])
 
 
 #: persistent kernels compiled in both tile orders (@p1 the snake, @p2 heaviest first: bwd_gluon.PERSISTENT_ORDERS):
@@ -600,9 +619,49 @@ def _route(q, k, v, **over):
     return configs.gluon_bwd(q, k, v, q, q, torch.empty(q.shape[0], q.shape[2], q.shape[1]), **kw)
 
 
+def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched_on(monkeypatch):
+    """configs.BWD_GLUON_WINDOW (built in session 51, off until measured): off, a causal call with a window on the
+    left keeps the Triton backward; on, it takes the split route's Gluon kernels wherever the windowless causal call
+    does, one program a tile (a persistent cell's launch not persistent), ``window_left`` among the keywords; never
+    the fused route (atomic), a window without causal, softcap or a length the route does not take. The kernels'
+    arguments refuse what they cannot run with a window and cap a wide one at Sq + Sk."""
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    causal = dict(causal=True, window_right=0)
+    q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128)
+    plain = _route(q, k, v, **causal)
+    assert set(plain) == {"dq", "dkdv"} and plain["dq"].get("persistent")  # (the causal dQ: persistent to 4k)
+    assert configs.BWD_GLUON_WINDOW is False
+    assert _route(q, k, v, window_left=100, **causal) == {}
+    monkeypatch.setattr(configs, "BWD_GLUON_WINDOW", True)
+    assert _route(q, k, v, window_left=100, **causal) == {
+        name: dict({key: x for key, x in kw.items() if key != "persistent"}, window_left=100)
+        for name, kw in plain.items()}
+    assert _route(q, k, v, window_left=0, **causal)["dkdv"]["window_left"] == 0  # (the diagonal only)
+    for over in (dict(causal=False), dict(causal=False, window_right=-1), dict(atomic=True), dict(softcap=30.0)):
+        assert _route(q, k, v, **dict(causal, window_left=100, **over)) == {}, over
+    assert _route(*_inputs(sq=512, sk=512)[:3], window_left=100, **causal) == {}  # (too short for either kernel)
+    hd64 = _route(*_inputs(sq=4096, sk=4096, d=64)[:3], window_left=100, **causal)  # (hd 64: dK / dV only)
+    assert set(hd64) == {"dkdv"} and hd64["dkdv"]["window_left"] == 100 and "persistent" not in hd64["dkdv"]
+    small = _inputs(sq=300, sk=500)
+    dk, dv = torch.empty_like(small[1]), torch.empty_like(small[2])
+    args = bwd_gluon.dkdv_arguments(*small, dk, dv, 0.125, True, window_left=10**9)
+    assert args["WINDOW"] is True and args["window_left"] == 800  # (Sq + Sk: no int32 overflow in the kernel)
+    assert "WINDOW" not in bwd_gluon.dkdv_arguments(*small, dk, dv, 0.125, True)
+    for causal_, bad in ((False, {}), (True, dict(persistent=True)), (True, dict(dq_acc=torch.zeros(small[0].shape)))):
+        with pytest.raises(ValueError, match="window"):
+            bwd_gluon.dkdv_arguments(*small, dk, dv, 0.125, causal_, window_left=10, **bad)
+    q2, k2, v2, do2, lse2, _ = small
+    dq_args = bwd_gluon.dq_arguments(q2, k2, v2, do2, do2, lse2, lse2, q2, 0.125, True, window_left=7)
+    assert dq_args["WINDOW"] is True and dq_args["window_left"] == 7
+    for causal_, persistent in ((False, False), (True, True)):
+        with pytest.raises(ValueError, match="window"):
+            bwd_gluon.dq_arguments(q2, k2, v2, do2, do2, lse2, lse2, q2, 0.125, causal_, window_left=7,
+                                   persistent=persistent)
+
+
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    1k non-causal, 4k causal; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only:
+    1k non-causal, 2k causal; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only:
     configs.BWD_GLUON_BY_MASK); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
@@ -1605,6 +1664,41 @@ def test_gpu_persistent_dq_kernel_gives_the_same_dq_and_delta(b, sq, sk, hq, hk,
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
     _assert_within_triton(got[0], dq_t, ref.dq, "dq")
     assert torch.allclose(got[1], delta, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, window, d, dv", [
+    (1, 2000, 2000, 8, 2, 300, 128, 128), (1, 777, 1500, 4, 4, 130, 128, 128), (2, 1500, 777, 4, 1, 64, 128, 128),
+    (1, 1000, 1000, 4, 4, 0, 128, 128), (1, 1100, 1300, 4, 4, 257, 192, 128), (1, 1000, 1000, 2, 2, 5000, 128, 128),
+    (1, 2100, 2100, 2, 2, 500, 64, 64), (1, 4096, 4096, 8, 1, 1000, 128, 128)],
+    ids=["GQA-W300", "Sq<Sk-W130", "MQA-Sq>Sk-W64", "diagonal-only", "mla-W257", "window-past-start", "hd64-W500",
+         "MQA-split-4k-W1000"])
+def test_gpu_windowed_gluon_backward_matches_oracle(b, sq, sk, hq, hk, window, d, dv, monkeypatch):
+    """configs.BWD_GLUON_WINDOW on (session 51's build; the route's minimum lengths set to 1): a causal call with a
+    window on the left runs the split route's Gluon dK / dV kernel (and its dQ kernel where the head dim has one)
+    one program a tile; out and every gradient within the tolerance rule of the FP64 oracle: windows narrower and
+    wider than a tile, 0 (the diagonal only), wider than the sequence, keys no query sees (Sq < Sk), rows that see
+    no key (Sq > Sk), MLA's two head-dim parts, hd 64, GQA's flat walk, MQA's group split; a second call replays the
+    launches to the same gradients."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setattr(configs, "BWD_GLUON_WINDOW", True)
+    monkeypatch.setattr(configs, "BWD_GLUON_MIN_SEQLEN", {hd: {name: {False: 1, True: 1} for name in kernels}
+                                                          for hd, kernels in configs.BWD_GLUON.items()})
+    interface._SIGNATURES.clear()
+    first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, True, window=(window, 0), device="cuda",
+                                 dv=dv)
+    names = _backward_kernels(interface)
+    assert "_bwd_dkdv_ws_kernel" in names and "_bwd_dkdv_kernel" not in names, names
+    if "dq" in configs.BWD_GLUON[d]:
+        assert "_bwd_dq_ws_kernel" in names and "_bwd_dq_kernel" not in names, names
+    again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, True, window=(window, 0), device="cuda",
+                                 dv=dv)
+    assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
 
 
 @pytest.mark.gpu
