@@ -60,7 +60,7 @@ from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
 from . import configs
-from .fp8_gluon import _key_blocks, _pass, _second_part, _window_blocks, _ws_barriers
+from .fp8_gluon import _key_blocks, _pass, _second_part, _window_blocks, _ws_barriers, window_argument
 
 #: (q / k head dim, v head dim) pairs both kernels compile for: DeepSeek's MLA training form too, q / k 192 in two
 #: tile parts (128 + 64), v 128
@@ -1402,13 +1402,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_M=block_m, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4,
                 LAST_FIRST=bool(last_first), WALK=int(walk), QUERY_HALVES=bool(halves),
-                MASK_EVERY_TILE=bool(mask_every_tile and causal), window_left=_window(window_left, q, k), **second)
-
-
-def _window(window_left: int, q, k) -> int:
-    """The kernels' ``window_left`` argument: 0 without a window (not read), else the window, at most Sq + Sk (a
-    wider one sees the same keys; an int32 sum of it and a key index then cannot overflow)."""
-    return min(max(int(window_left), 0), q.shape[1] + k.shape[1])
+                MASK_EVERY_TILE=bool(mask_every_tile and causal), window_left=window_argument(window_left, q, k),
+                **second)
 
 
 def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
@@ -1614,7 +1609,7 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl, num_warps=4,
-                window_left=_window(window_left, q, k), **second)
+                window_left=window_argument(window_left, q, k), **second)
 
 
 def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,

@@ -1042,6 +1042,13 @@ def _ws16_rank4_layouts(block_n: int, d: int, g) -> tuple:
             gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g))
 
 
+def window_argument(window_left: int, q, k) -> int:
+    """The Gluon kernels' ``window_left`` argument for q [B, Sq, ...] and k [B, Sk, ...]: 0 without a window (not
+    read), else the window, at most Sq + Sk (a wider one sees the same keys, and the kernels' int32 sums of it and a
+    row or key index cannot overflow)."""
+    return min(max(int(window_left), 0), q.shape[1] + k.shape[1])
+
+
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
                    consumers=2, overlap=True, window_left=-1, host_desc=False) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
@@ -1065,7 +1072,7 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
             layouts.get("HEAD_DIM_B", 0), QD=(q, 64, d, rows), KD=(k, block_n, d, keys), VD=(v, block_n, d, keys),
             OD=(out, 64, d, rows)))
     return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),
-                **({"WINDOW": True} if window_left >= 0 else {}), window_left=max(window_left, 0),
+                **({"WINDOW": True} if window_left >= 0 else {}), window_left=window_argument(window_left, q, k),
                 Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),

@@ -157,6 +157,11 @@ def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(mon
     hd64 = _qkv(d=64, hk=4, sq=8192, sk=8192)  # hd 64: its causal cell's config, one program a tile anyway
     assert _route(*hd64, window_left=4095, **causal) == dict(_route(*hd64, **causal), window_left=4095)
     assert _route(*_qkv(d=64, hk=2, sq=8192, sk=8192), window_left=4095, **causal) is None  # (no GQA cell)
+    q, k, v = _qkv(sq=300, sk=500)  # the kernel's argument: a window wider than Sq + Sk sees the same keys
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 300)
+    kw = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, window_left=10**9)
+    assert kw["WINDOW"] is True and kw["window_left"] == 800  # (no int32 overflow in the kernel's sums)
+    assert fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, window_left=7)["window_left"] == 7
 
 
 def test_the_windowed_kernel_compiles_with_the_same_partitions(compiled):
