@@ -996,11 +996,10 @@ def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q
     window's first, ``shape.WINDOW`` only) into the slots both consumers released. With ``shape.HEAD_DIM_B`` the
     second q / k head-dim part's Q and K tiles too (``*_b``: from column HEAD_DIM). ``shape.PERSISTENT``: the same
     per tile of the program's (``tiles``: the kernel's persistent arguments; b to n_blocks unused), a tile's Q and
-    dO once both consumers released the last tile's
-    (``q_free``: after their last key block's wgmmas, before their dQ stores), then its K / V blocks, the ring's
-    slots counted over the tiles: the next tile's Q, dO and first K / V blocks load while this one's dQ is stored
-    (not earlier: the K / V blocks could go before the ``q_free`` wait, into the slots already released; not
-    built, since the consumers need the Q / dO tiles issued after it first)."""
+    dO once both consumers released the last tile's (``q_free``: after their last key block's wgmmas, before their
+    dQ stores), then its K / V blocks, the ring's slots counted over the tiles: the next tile's Q, dO and first K /
+    V blocks load while this one's dQ is stored (not earlier: the K / V blocks could go before the ``q_free`` wait,
+    into the slots already released; not built, since the consumers need the Q / dO tiles issued after it first)."""
     if shape.PERSISTENT:
         q_free = tiles[5]
         j = 0
