@@ -478,7 +478,9 @@ FWD_GLUON_WS_WINDOW = True
 #: The backward's three kernels gained 1.02-1.08x from the same (session 49). Built in session 50 on the CPU (sm_90a:
 #: registers and split as the device-made kernel's; hd 64 no spill, hd 128 causal 4 B). Predicted: hd 64's
 #: three-consumer cells 1.03-1.08x. Measured in session 51 (H200, docs/perf/gluon-s51; its GPU tests bitwise the
-#: device-made kernel's): hd 64 MHA non-causal B4 H32 4k 1.031-1.044x a pair (the cell's route unchanged there). On.
+#: device-made kernel's): hd 64 MHA non-causal B4 H32 4k 1.031-1.044x a pair (the cell's route unchanged there); session
+#: 52 (H200, docs/perf/gluon-s52, against the device-made descriptors, three pairs): hd 128 MHA causal B2 8k
+#: 1.044-1.065x, B1 16k 1.006-1.026x, GQA 32/8 B1 8k causal 1.008-1.023x (prediction 1.00-1.01x). On.
 FWD_GLUON_HOST_DESC = True
 
 
@@ -1052,10 +1054,13 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: 1.095-1.104x, GQA 32/8 1k 1.065-1.075x, MHA 16 deterministic 1k 1.077-1.094x (the fused route's MHA calls, which
 #: have no dQ kernel: 0.997-1.011x). Causal dQ from 2k since session 51 (H200, docs/perf/gluon-s51, the same A/B
 #: against session 50's tree, persistent as below 4k): GQA 32/8 B4 2k 1.054-1.074x (deterministic 1.050-1.069x), MHA
-#: 32 B2 2k deterministic (split route) 1.031-1.064x, its fused route 0.999-1.012x. Causal 1k: not measured (the A/B
-#: tree routed it from 1k, no 1k case in the run).
+#: 32 B2 2k deterministic (split route) 1.031-1.064x, its fused route 0.999-1.012x. Causal dQ from 1k since session 52
+#: (H200, docs/perf/gluon-s52, against session 51's tree, three pairs): GQA 32/8 B4 1k 1.037-1.047x (deterministic
+#: 1.039-1.041x); the fused MHA route (B8 H16 1k, no dQ kernel) 0.994-0.997x. hd 64's Gluon dQ (BWD_GLUON_TRY's
+#: config) from 2k, session 52, same A/B: GQA 32/8 2k 0.935-0.948x, MQA 16/1 0.935-0.942x, MQA 71/1 causal
+#: 0.931-0.949x (the MHA 4k control, fused route, 0.994-1.009x): not routed.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
-    128: {"dq": {False: 1024, True: 2048}, "dkdv": {False: 1024, True: 1024}},
+    128: {"dq": {False: 1024, True: 1024}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
     192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
@@ -1104,10 +1109,13 @@ BWD_GLUON_FLAT_WALK = frozenset({128})
 #: dV program's query tiles end at the last that sees its keys, a dQ program's key blocks start at the first its
 #: first row sees, the tiles crossing a window edge masked); off: the Triton backward (which skips the same blocks).
 #: Built in session 51 on the CPU (sm_90a: the windowless configs' wgmmas and partitions' registers, shared memory +16
-#: B; spills hd 128 GQA flat walk 180 -> 196 B, MHA 184 -> 224 B, hd 64 and dQ none, MLA dK / dV 68 -> 76 B), not run
-#: on a GPU: off. Prediction (the models table's Mistral row, B1 H32/8 8k causal, window 4095, backward 3.09 ms on
-#: the Triton kernels): ~0.75 of the windowless Gluon causal backward's 3.41 ms, ~2.55-2.7 ms (1.15-1.2x).
-BWD_GLUON_WINDOW = False
+#: B; spills hd 128 GQA flat walk 180 -> 196 B, MHA 184 -> 224 B, hd 64 and dQ none, MLA dK / dV 68 -> 76 B).
+#: Prediction (the models table's Mistral row, B1 H32/8 8k causal, window 4095, backward 3.09 ms on the Triton
+#: kernels): ~0.75 of the windowless Gluon causal backward's 3.41 ms, ~2.55-2.7 ms (1.15-1.2x). Measured in session 52
+#: (H200, docs/perf/gluon-s52; its 8 GPU tests against the oracle pass): Mistral 3.11-3.16 -> 2.63-2.67 ms,
+#: 1.175-1.202x a pair (deterministic 1.175-1.180x); B2 H32/8 4k window 1023 1.177-1.193x; the models table 2.635 ms,
+#: 0.74x flash-attn-4. On.
+BWD_GLUON_WINDOW = True
 
 
 def bwd_walk(q, k) -> int:

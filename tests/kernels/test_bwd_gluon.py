@@ -620,8 +620,8 @@ def _route(q, k, v, **over):
 
 
 def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched_on(monkeypatch):
-    """configs.BWD_GLUON_WINDOW (built in session 51, off until measured): off, a causal call with a window on the
-    left keeps the Triton backward; on, it takes the split route's Gluon kernels wherever the windowless causal call
+    """configs.BWD_GLUON_WINDOW (built in session 51, on since session 52 measured it): off, a causal call with a window
+    on the left keeps the Triton backward; on, it takes the split route's Gluon kernels wherever the windowless causal call
     does, one program a tile (a persistent cell's launch not persistent), ``window_left`` among the keywords; never
     the fused route (atomic), a window without causal, softcap or a length the route does not take. The kernels'
     arguments refuse what they cannot run with a window and cap a wide one at Sq + Sk."""
@@ -630,7 +630,8 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128)
     plain = _route(q, k, v, **causal)
     assert set(plain) == {"dq", "dkdv"} and plain["dq"].get("persistent")  # (the causal dQ: persistent to 4k)
-    assert configs.BWD_GLUON_WINDOW is False
+    assert configs.BWD_GLUON_WINDOW is True  # (the routed default)
+    monkeypatch.setattr(configs, "BWD_GLUON_WINDOW", False)
     assert _route(q, k, v, window_left=100, **causal) == {}
     monkeypatch.setattr(configs, "BWD_GLUON_WINDOW", True)
     assert _route(q, k, v, window_left=100, **causal) == {
@@ -661,7 +662,7 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     """By default each kernel of configs.BWD_GLUON from its measured length on (hd 128: dK / dV from 1k, dQ from
-    1k non-causal, 2k causal; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only:
+    1k, both masks; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only:
     configs.BWD_GLUON_BY_MASK); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
@@ -682,7 +683,7 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
         for n in sorted({n_k - 1, n_k, n_q - 1, n_q}):  # each kernel from its own length (the two may be equal)
             want = {**({"dq": dq} if n >= n_q else {}), **({"dkdv": dkdv} if n >= n_k else {})}
             assert at(n) == want, (causal, n)
-    assert least[128]["dq"][False] == 1024 < least[128]["dq"][True]  # (session 50: non-causal dQ from 1k)
+    assert least[128]["dq"] == {False: 1024, True: 1024}  # (sessions 50 / 52: non-causal / causal dQ from 1k)
     hd64 = lambda n, **mask: _route(*_inputs(sq=n, sk=n, d=64)[:3], **mask)  # noqa: E731
     n64 = least[64]["dkdv"][True]
     assert hd64(n64, causal=True, window_right=0) == {"dkdv": dict(dkdv, walk=0)}
@@ -956,10 +957,8 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     assert "persistent" not in seen_dq.pop()
     call(128, False, 8192, True)  # (the ordered kernel from 8k: no dQ launch of its own)
     assert not seen_dq
-    call(128, True, 2048, True)  # (causal: from 2k since session 51, persistent to 4k ...)
+    call(128, True, 1024, True)  # (causal: from 1k since session 52, dK / dV's length too, persistent to 4k)
     assert seen_dq.pop()["persistent"] is True
-    call(128, True, 1024, True)  # (... and Triton's dQ below)
-    assert not seen_dq
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {("dkdv", 128, True): 2048, ("fused", 128, False): 1024})
     assert call(128, True, 2048, True)["persistent"] is True  # (the cell, at its longest)
     assert "persistent" not in call(128, True, 2056, True)  # (longer)
@@ -1710,7 +1709,7 @@ def test_gpu_windowed_gluon_backward_matches_oracle(b, sq, sk, hq, hk, window, d
          "split-hd128-causal-gluon-dq", "split-hd128-gluon-dq-2k"])
 def test_gpu_persistent_route_matches_oracle(sq, sk, d, causal, deterministic, monkeypatch):
     """FLASH_ATTN_BWD=persistent through flash_attn_func: the default route's Gluon dK / dV launch (deterministic
-    calls: the split kernels, with the Gluon dQ kernel where it runs: hd 128 from 1k non-causal, 4k causal) or
+    calls: the split kernels, with the Gluon dQ kernel where it runs: hd 128 from 1k, both masks) or
     unordered fused launch (nondeterministic calls) persistent; out and every gradient within the tolerance rule of
     the FP64 oracle, a second call replaying the launches (dK / dV the same bits)."""
     from test_flash_attn import check_against_oracle
