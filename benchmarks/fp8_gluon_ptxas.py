@@ -11,7 +11,8 @@ persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, w
 ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's three consumer warpgroups (192-row tiles),
 ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it (these four
 not persistent ones may end in @w1: a causal call's sliding window on the left, ``fwd_gluon_ws``'s ``window_left``;
-and in @hd: its TMA descriptors made on the host, its ``host_desc``; e.g. ws16:128,128,3,1@w1@hd),
+and in @hd: its TMA descriptors made on the host, its ``host_desc``; and in @sc: its scores softcapped at 50, its
+``softcap``; e.g. ws16:128,128,3,1@w1@hd),
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py),
 bwdf16:... for its fused variant (dQ too, added by TMA reduce), bwda16:... for that one with its adds in an adder
 warp, bwdw16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL,WALK[,GROUP[,FUSED]] for the fused one (FUSED 0: the dK / dV one) walking
@@ -80,13 +81,14 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
 def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
                        persistent: bool | str = False, dv: int | None = None, consumers: int = 2,
                        regs: int | None = None, overlap: bool = True, window: bool = False,
-                       host_desc: bool = False) -> dict:
+                       host_desc: bool = False, softcap: bool = False) -> dict:
     """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles;
     ``persistent``: its persistent kernel (True, or a tile order of fp8_gluon.TILE_ORDERS); ``dv``: v's head dim
     where it is not q's (MLA's 192 / 128); ``consumers``: 3 for the 192-row tiles (three consumer warpgroups),
     ``regs`` their registers (None: fp8_gluon.WS16_CONSUMER_REGS), ``overlap`` False: no in-block overlap;
     ``window``: a sliding window on the left (causal, not persistent; the kernel's ``WINDOW``); ``host_desc``: its
-    descriptors made on the host (not persistent; the kernel's ``HOST_DESC``)."""
+    descriptors made on the host (not persistent; the kernel's ``HOST_DESC``); ``softcap``: the scores capped at 50
+    (not persistent; the kernel's ``SOFTCAP``)."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -101,7 +103,7 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
         fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(*args, order)
     else:
         fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args, consumers, overlap, 100 if window else -1,
-                                                                      host_desc)
+                                                                      host_desc, 50.0 if softcap else 0.0)
     return _report(compile_call(fn, call), r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
@@ -169,6 +171,8 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "wait_one_pending": len(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)),
             # TMA reduce-adds (the fused backward's dQ partials)
             "tma_reduce": len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\S*\.add", ptx)),
+            # the MUFU work a softmax adds: exponentials and fast divisions (a softcap's tanh takes one of each)
+            "ex2": len(re.findall(r"ex2\.approx", ptx)), "fdiv": len(re.findall(r"div\.full\.f32", ptx)),
             "ptx": ptx}
 
 
@@ -190,16 +194,16 @@ def _dkdv_options(spec: str, options: list[str]) -> dict:
     return {key: value for o in options for key, value in known[o].items()}
 
 
-def _forward_options(spec: str, persistent: bool | str = False) -> tuple[str, bool, bool]:
-    """A forward spec without its @-options, whether it asked for a window (@w1: causal) and for host-made
-    descriptors (@hd); either only for the not persistent kernel."""
+def _forward_options(spec: str, persistent: bool | str = False) -> tuple[str, bool, bool, bool]:
+    """A forward spec without its @-options, whether it asked for a window (@w1: causal), for host-made
+    descriptors (@hd) and for softcapped scores (@sc); each only for the not persistent kernel."""
     plain, *options = spec.split("@")
-    if any(o not in ("w1", "hd") for o in options) or (options and persistent):
-        raise SystemExit(f"spec {spec}: the not persistent forwards' options after @ are w1 (a window) and hd "
-                         "(host-made descriptors)")
+    if any(o not in ("w1", "hd", "sc") for o in options) or (options and persistent):
+        raise SystemExit(f"spec {spec}: the not persistent forwards' options after @ are w1 (a window), hd "
+                         "(host-made descriptors) and sc (a softcap)")
     if "w1" in options and not int(plain.split(",")[3]):
         raise SystemExit(f"spec {spec}: a window (@w1) needs CAUSAL 1")
-    return plain, "w1" in options, "hd" in options
+    return plain, "w1" in options, "hd" in options, "sc" in options
 
 
 def main(argv=None) -> int:
@@ -239,22 +243,22 @@ def main(argv=None) -> int:
                                         fused=spec.startswith("bwdf16:"), ordered=spec.startswith("bwdo16:"),
                                         adder=spec.startswith("bwda16:"), **variant)
         elif spec.startswith(("ws16w3:", "ws16w3n:", "ws16n:")):
-            plain, window, host = _forward_options(spec)
+            plain, window, host, cap = _forward_options(spec)
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *more = rest
             kind = spec.split(":")[0]
             consumers, overlap = (2 if kind == "ws16n" else 3), int(not kind.endswith("n"))
             bm = 64 * consumers
             r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(more and more[0]), False, dv, consumers,
-                                   more[1] if len(more) > 1 else None, bool(overlap), window, host)
+                                   more[1] if len(more) > 1 else None, bool(overlap), window, host, cap)
         elif spec.startswith(("ws16:", "ws16p:", "ws16pk:", "ws16ps:")):
             persistent = {"ws16p": "query", "ws16pk": "kv", "ws16ps": "kv-snake"}.get(spec.split(":")[0], False)
-            plain, window, host = _forward_options(spec, persistent)
+            plain, window, host, cap = _forward_options(spec, persistent)
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), persistent, dv,
-                                   window=window, host_desc=host)
+                                   window=window, host_desc=host, softcap=cap)
         elif spec.startswith("ws:"):
             d, bn, stages, causal, *out8 = (int(x) for x in spec[3:].split(","))
             bm, overlap = 128, 1

@@ -415,13 +415,17 @@ FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 #: DeepSeek's MLA training form (q / k 192 = 128 + 64 in two tile parts, v 128; session 31, docs/perf/gluon-ws-s31):
 #: 64-key tiles over 4 stages 1.27-1.32x the Triton forward non-causal, 1.21-1.23x causal on the attention-layer
 #: report's three MLA rows (3 stages 1.21-1.29x).
-FWD_GLUON_WS: dict[tuple[int, int], tuple[int, int]] = {(128, 128): (128, 3), (192, 128): (64, 4)}
+#: hd 256 (Gemma-2's 256 / 256): 64-key tiles over 2 stages (192 KiB of shared memory, no spill, with and without
+#: softcap: sm_90a compile, session 52); not run on a GPU: listed with no routed length below.
+FWD_GLUON_WS: dict[tuple[int, int], tuple[int, int]] = {(128, 128): (128, 3), (192, 128): (64, 4), (256, 256): (64, 2)}
 #: ... and only where both sequences hold at least this many tokens, by head dims and mask (False: none, True:
 #: causal). Session 31, same runs (FA sweep's shapes, 16k tokens): hd 128 at 512 tokens 1.05x the Triton forward
 #: non-causal, 0.98-0.99x causal, at 1k causal 1.00-1.02x (session 30: 1.006x); MLA 192 / 128 at 512 1.25x non-causal,
-#: 1.10-1.14x causal (shorter not measured). A short query (decode-like) fills few of its 128-row tiles.
-FWD_GLUON_WS_MIN_SEQLEN: dict[tuple[int, int], dict[bool, int]] = {(128, 128): {False: 512, True: 1024},
-                                                                    (192, 128): {False: 512, True: 512}}
+#: 1.10-1.14x causal (shorter not measured). A short query (decode-like) fills few of its 128-row tiles. hd 256:
+#: not measured, no length routed (inf; tests set their own).
+FWD_GLUON_WS_MIN_SEQLEN: dict[tuple[int, int], dict[bool, float]] = {
+    (128, 128): {False: 512, True: 1024}, (192, 128): {False: 512, True: 512},
+    (256, 256): {False: float("inf"), True: float("inf")}}
 #: ... as the persistent kernel (one program an SM looping over the tiles) in a tile order of fp8_gluon.TILE_ORDERS,
 #: keyed (GQA / MQA: query heads share kv heads, causal); None: the one-program-a-tile grid. Measured on an H100
 #: against the one-program-a-tile kernel (kernel alone, CUDA events; docs/perf/gluon-ws-s31, docs/perf/gluon-ws-s32):
@@ -472,6 +476,14 @@ FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 #: :data:`FWD_GLUON_HOST_DESC`; its GPU tests pass): 0.916-0.923 -> 0.747-0.769 ms, 1.190-1.235x a pair; the models
 #: table 0.769 ms, 0.90x flash-attn-4. On.
 FWD_GLUON_WS_WINDOW = True
+#: Softcapped calls (Gemma-2's 50: scores softcap * tanh(s * scale / softcap)) on the 16-bit Gluon forward wherever
+#: that head dim and mask take it uncapped, not persistent (``fp8_gluon._fwd_ws_kernel``'s ``SOFTCAP``: tanh by one
+#: exp2 and a fast division in the consumers' softmax, as the Triton kernel's ``_capped``); off: the Triton forward.
+#: Built in session 52 on the CPU (sm_90a: the uncapped kernels' PTX unchanged but the new argument; capped hd 256
+#: 168 registers, no spill; hd 128 causal 4 -> 8 B spilled). Not run on a GPU: off. Prediction (the models table's
+#: Gemma-2 row, B2 H16/8 hd 256 4k causal, softcap 50, with hd 256 routed: forward 0.819 ms on the Triton kernel,
+#: flash-attn-4 0.626): 1.10-1.25x, ~0.66-0.74 ms.
+FWD_GLUON_WS_SOFTCAP = False
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
 #: ``HOST_DESC``: rank 4, encoded once per pointer by a replay) instead of by every program; q / k = v head dims only.
@@ -513,15 +525,16 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds), an sm90 GPU (not the
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
-    then not persistent, ``window_left`` among the keywords), no softcap, and the environment knob not 0. With
+    then not persistent, ``window_left`` among the keywords), no softcap (with :data:`FWD_GLUON_WS_SOFTCAP`, a
+    softcap too: then not persistent, ``softcap`` among the keywords), and the environment knob not 0. With
     :data:`FWD_GLUON_HOST_DESC` a launch that is not persistent gets ``host_desc`` (q / k = v head dims).
     ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
     cfg = FWD_GLUON_WS.get(dims)
     cells = FWD_GLUON_WS_CELLS.get(dims)
     window = window_left >= 0 and causal and FWD_GLUON_WS_WINDOW
-    if (cfg is None and cells is None) or varlen or fp8 or softcap or (window_left >= 0 and not window) or (
-            window_right >= 0 and not causal) or q.dim() != 4:
+    if (cfg is None and cells is None) or varlen or fp8 or (softcap and not FWD_GLUON_WS_SOFTCAP) or (
+            window_left >= 0 and not window) or (window_right >= 0 and not causal) or q.dim() != 4:
         return None
     seqlen = min(q.shape[1], k.shape[1])
     if cells is not None:
@@ -545,6 +558,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
     if window:  # (the persistent kernel has no window: one program a tile)
         kw.update(persistent=False, tile_order="query", window_left=window_left)
+    if softcap:  # (nor a softcap)
+        kw.update(persistent=False, tile_order="query", softcap=float(softcap))
     if FWD_GLUON_HOST_DESC and not kw["persistent"] and dims[0] == dims[1]:
         kw["host_desc"] = True
     return kw

@@ -132,10 +132,14 @@ def _window_blocks(m0, off, window_left, n_blocks, BLOCK_M: gl.constexpr, BLOCK_
 @gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, window_left=0,
-                  WINDOW: gl.constexpr = False):
+                  WINDOW: gl.constexpr = False, cap_in=0.0, SOFTCAP: gl.constexpr = False):
     """One key block's online softmax in base 2 (scores ``s`` unscaled): (p, alpha, m_new, l_new).
     ``masked``: the block holds keys some row may not see (the causal diagonal, the sequence's end; with
-    ``WINDOW``, keys left of a row's window: before ``offs_m + off - window_left``)."""
+    ``WINDOW``, keys left of a row's window: before ``offs_m + off - window_left``). ``SOFTCAP``: the scores
+    capped first, tanh(s * sm_scale / softcap) = 2 / (1 + 2^(s * ``cap_in``)) - 1 (``cap_in`` = -2 log2(e) sm_scale /
+    softcap; fwd.py's ``_capped``), ``qk_scale`` then softcap * log2(e)."""
+    if SOFTCAP:  # (exp2 of a large argument is inf: 2 / inf - 1 = -1, as tanh's limit)
+        s = gl.fdiv(gl.full_like(s, 2.0), 1.0 + gl.exp2(s * cap_in)) - 1.0
     if masked:
         keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
         keep = gl.expand_dims(keys < seqlen_k, 0)
@@ -294,15 +298,18 @@ class _WsShape:
     causal, not persistent): a sliding window on the left, the key blocks from the first one the tile's first row sees
     (``_window_blocks``), the blocks below the last row's window edge masked too. RANK4 (16-bit, not persistent,
     one head-dim part): the descriptors made on the host, rank 4 over [B, S, H, D] (boxes [1, rows, 1, D]), the tiles
-    rank 4 in shared memory: the partitions address them with (batch, head) coordinates (``coords``)."""
+    rank 4 in shared memory: the partitions address them with (batch, head) coordinates (``coords``). SOFTCAP (16-bit,
+    not persistent): the scores capped, softcap * tanh(s * sm_scale / softcap), before the softmax
+    (``_softmax_step``)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
                        "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr,
-                       "WINDOW": gl.constexpr, "RANK4": gl.constexpr}
+                       "WINDOW": gl.constexpr, "RANK4": gl.constexpr, "SOFTCAP": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2,
-                 OVERLAP=True, WINDOW=False, RANK4=False):
+                 OVERLAP=True, WINDOW=False, RANK4=False, SOFTCAP=False):
+        self.SOFTCAP = gl.constexpr(SOFTCAP)
         self.WINDOW = gl.constexpr(WINDOW)
         self.RANK4 = gl.constexpr(RANK4)
         self.NUM_WG = gl.constexpr(NUM_WG)
@@ -385,7 +392,7 @@ def _slot(buf, i, ROWS: gl.constexpr, COLS: gl.constexpr, RANK4: gl.constexpr):
 @gluon.jit
 def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
                 mask_from, seqlen_q, seqlen_k, off, qk_scale, v_scale, shape, q_smem_b, k_smem_b, lo=0, clear_from=0,
-                window_left=0, coords=0):
+                window_left=0, coords=0, cap_in=0.0):
     """One consumer warpgroup, query rows [m0 + 64 wg, + 64), with flash-attn 3's schedule: in block j it
     issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then runs the softmax of S_{j+1} while
     P_j V_j is still on the tensor cores; and the two consumers take turns to issue (``turn``: one
@@ -397,9 +404,11 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     ``q_smem_b`` / ``k_smem_b``: the second head-dim part's tiles (read only with ``shape.HEAD_DIM_B``). With
     ``shape.WINDOW`` the n_blocks blocks start at block ``lo``, those before key ``clear_from`` masked too
     (``_window_blocks``); read only then. With ``shape.RANK4`` the tiles are rank 4 and out goes to (batch, query
-    head) ``coords[0]``, ``coords[1]``."""
+    head) ``coords[0]``, ``coords[1]``. With ``shape.SOFTCAP`` the scores are capped (``cap_in``: ``_softmax_step``'s;
+    ``qk_scale`` softcap * log2(e) then)."""
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     WINDOW: gl.constexpr = shape.WINDOW
+    SOFTCAP: gl.constexpr = shape.SOFTCAP
     RANK4: gl.constexpr = shape.RANK4
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -443,7 +452,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         base = lo * BLOCK_N
     p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, base, seqlen_k, off,
                                        _block_masked(base, mask_from, clear_from, WINDOW), IS_CAUSAL, BLOCK_N,
-                                       S_LAYOUT, window_left, WINDOW)
+                                       S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP)
     for j in range(0, n_blocks - 1):
         nxt = j + 1
         start = base + nxt * BLOCK_N
@@ -460,7 +469,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
                                                _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
-                                               BLOCK_N, S_LAYOUT, window_left, WINDOW)
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP)
             acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
             _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
         else:  # both retire before the softmax: P_j dead, one score tile live
@@ -468,7 +477,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
             _pass(empty.index(j % NUM_STAGES))
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
                                                _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
-                                               BLOCK_N, S_LAYOUT, window_left, WINDOW)
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP)
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
@@ -600,13 +609,14 @@ def _fp8_fwd_ws_kernel(Q, K, VT, Out, Lse, QDescale, KDescale, VDescale, stride_
 @gluon.jit(do_not_specialize=["window_left"])  # (a window of 1 would otherwise compile as a constant)
 def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
-                   seqlen_q, seqlen_k, num_heads, group, sm_scale, window_left,
+                   seqlen_q, seqlen_k, num_heads, group, sm_scale, window_left, softcap,
                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, O_SL: gl.constexpr,
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
                    KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True,
-                   WINDOW: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, KD=None, VD=None, OD=None):
+                   WINDOW: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, KD=None, VD=None, OD=None,
+                   SOFTCAP: gl.constexpr = False):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
@@ -617,12 +627,18 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     ``window_left`` .. i + Sk - Sq, the tile's key blocks from the first its first row sees (``_window_blocks``);
     ``window_left`` is read only with it. HOST_DESC (one head-dim part): q's, k's, v's and out's TMA descriptors made
     on the host (``QD`` .. ``OD``, rank 4 over [B, S, H, D]; the layouts Q_SL .. V_SL rank 4 then) instead of four
-    rank-2 ones made by every program (session 47's timeline: ~4 us of a program's set-up)."""
+    rank-2 ones made by every program (session 47's timeline: ~4 us of a program's set-up). SOFTCAP: the scores
+    capped, ``softcap`` * tanh(s * sm_scale / ``softcap``) (Gemma-2's logit softcapping; ``softcap`` read only then),
+    the softmax over the capped scores (``_softmax_step``)."""
     BLOCK_M: gl.constexpr = 64 * NUM_WG  # NUM_WG consumer warpgroups of 64 rows
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
     qk_scale = sm_scale * 1.4426950408889634
+    cap_in = 0.0
+    if SOFTCAP:  # (tanh's argument in base 2, and the capped scores' scale: softcap * log2(e))
+        cap_in = sm_scale * (-2.0 * 1.4426950408889634) / softcap
+        qk_scale = softcap * 1.4426950408889634
     b64 = b.to(gl.int64)
     dtype: gl.constexpr = Q.dtype.element_ty
     if HOST_DESC:
@@ -669,11 +685,12 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP, WINDOW,
-                     HOST_DESC)
+                     HOST_DESC, SOFTCAP)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b, win[0], coords)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
-                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b) + win + (coords, )
+                    mask_from, seqlen_q, seqlen_k, off, qk_scale, 1.0, shape, q_smem_b, k_smem_b) + win + (
+                        coords, cap_in)
     if NUM_WG == 3:
         gl.warp_specialize([(_ws_consume, (0, ) + consume_args), (_ws_consume, (1, ) + consume_args),
                             (_ws_consume, (2, ) + consume_args), (_ws_load, load_args)], [4, 4, 1],
@@ -1050,14 +1067,14 @@ def window_argument(window_left: int, q, k) -> int:
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                   consumers=2, overlap=True, window_left=-1, host_desc=False) -> dict:
+                   consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
     its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
     :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``); ``window_left`` >= 0
     (causal calls only): a sliding window on the left (the kernel's ``WINDOW``); ``host_desc``: its TMA descriptors
     made here (its ``HOST_DESC``: rank 4, :data:`HOST_DESCRIPTOR_OF`; q / k = v head dims) instead of by every
-    program."""
-    why = ws16_refused(causal, False, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1])
+    program; ``softcap`` > 0: the scores capped, softcap * tanh(s / softcap) (its ``SOFTCAP``)."""
+    why = ws16_refused(causal, False, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1], softcap)
     if why:
         raise ValueError(f"ws16_arguments: {why}")
     if consumer_regs is None:
@@ -1073,6 +1090,7 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
             OD=(out, 64, d, rows)))
     return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),
                 **({"WINDOW": True} if window_left >= 0 else {}), window_left=window_argument(window_left, q, k),
+                **({"SOFTCAP": True} if softcap else {}), softcap=float(softcap or 0.0),
                 Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
@@ -1108,10 +1126,10 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
 
 
 def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, window_left: int, host_desc: bool,
-                 d: int, dv: int) -> str | None:
+                 d: int, dv: int, softcap: float = 0.0) -> str | None:
     """Why the 16-bit forward cannot run these options together (q / k head dim ``d``, v's ``dv``), or None: the
-    persistent kernel has two consumers with their in-block overlap, no window and its own descriptors; a window
-    on the left needs causal (its right bound); host-made descriptors one head-dim part."""
+    persistent kernel has two consumers with their in-block overlap, no window, no softcap and its own descriptors;
+    a window on the left needs causal (its right bound); host-made descriptors one head-dim part; a softcap > 0."""
     if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
         return f"consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}"
     if persistent and not overlap:
@@ -1120,6 +1138,8 @@ def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, 
         return "a window on the left needs causal=True and persistent=False"
     if host_desc and (persistent or d != dv):
         return "host-made descriptors (host_desc) need persistent=False and q / k = v head dims"
+    if softcap and (persistent or not softcap > 0):
+        return f"a softcap needs persistent=False and a positive cap, got {softcap}"
     return None
 
 
@@ -1144,7 +1164,7 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
                  launches=None, persistent=False, tile_order="query", consumers=2, overlap=True, window_left=-1,
-                 host_desc=False):
+                 host_desc=False, softcap=0.0):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -1156,11 +1176,12 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``).
     ``window_left`` >= 0: a causal call's sliding window on the left (query i sees keys i + Sk - Sq - window_left
     .. i + Sk - Sq; not persistent). ``host_desc``: its TMA descriptors made on the host (not persistent; q / k = v
-    head dims)."""
+    head dims). ``softcap`` > 0: the scores capped, softcap * tanh(s * softmax_scale / softcap) (not persistent)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
-    why = ws16_refused(causal, persistent, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1])
+    why = ws16_refused(causal, persistent, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
+                       softcap)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     if num_stages < 2:
@@ -1177,22 +1198,23 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order, consumers, overlap, window_left, host_desc)
+                       tile_order, consumers, overlap, window_left, host_desc, softcap)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
-                tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False):
+                tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
     (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
     in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent);
     ``host_desc``: the TMA descriptors made on the host (not persistent: that kernel makes its own once a
-    program)."""
-    why = persistent and ws16_refused(causal, True, 2, overlap, window_left, host_desc, q.shape[-1], v.shape[-1])
+    program); ``softcap`` > 0: the scores capped (not persistent)."""
+    why = persistent and ws16_refused(causal, True, 2, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
+                                      softcap)
     if why:  # (not persistent: ws16_arguments checks)
         raise ValueError(f"ws16_launch: {why}")
     launcher.ensure_allocator()
@@ -1207,7 +1229,7 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                                consumers, overlap, window_left, host_desc)
+                                consumers, overlap, window_left, host_desc, softcap)
         grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF if host_desc else None)

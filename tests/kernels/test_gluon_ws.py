@@ -25,9 +25,11 @@ SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 #: 128-key tiles with the overlap spill 464-600 B at 160 registers a consumer, and at 168 serialise their wgmmas;
 #: without it they fit)
 THREE_CONSUMERS = ((64, 4, True), (64, 3, True), (128, 2, False), (128, 3, False))
-#: fp8_gluon_ptxas.py's specs of every routed config, causal or not (bf16)
+#: fp8_gluon_ptxas.py's specs of every routed config, causal or not (bf16; a head-dim pair listed with no routed
+#: length, hd 256, is left to SOFTCAPPED)
 ROUTED = [f"ws16:{d if d == dv else f'{d}/{dv}'},{bn},{st},{c}"
-          for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)]
+          for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)
+          if configs.FWD_GLUON_WS_MIN_SEQLEN[d, dv][bool(c)] < float("inf")]
 
 
 def _cell_spec(dims, causal, kw) -> str:
@@ -45,6 +47,10 @@ WINDOWED = [f"ws16:128,{configs.FWD_GLUON_WS[128, 128][0]},{configs.FWD_GLUON_WS
 #: persistent kernel's longest (one program a tile), and their spill bound (the session-50 compile's: the causal
 #: cell and a window with them compile as their device-made twins did, 0 B and 12 B, not rechecked here)
 HOST_MADE = {"ws16w3n:64,128,4,0@hd": 0, "ws16:128,128,3,1@hd": 4}
+#: the softcapped kernel (configs.FWD_GLUON_WS_SOFTCAP) at hd 256's config, causal with host-made descriptors (the
+#: Gemma-2 row's launch were both routed), beside its uncapped twin
+SOFTCAPPED = [f"ws16:256,{configs.FWD_GLUON_WS[256, 256][0]},{configs.FWD_GLUON_WS[256, 256][1]},1@hd" + cap
+              for cap in ("", "@sc")]
 #: every routed cell's config, causal or not
 CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
                 for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
@@ -58,7 +64,7 @@ def compiled():
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
-    return sm90_reports([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE])
+    return sm90_reports([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE, *SOFTCAPPED])
 
 
 def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
@@ -67,12 +73,28 @@ def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compi
     ping-pong wait retiring S_{j+1} while P_j V_j runs, and the shared memory (three stages of 128-key K and V
     tiles at hd 128, out through Q's tiles) within the H100's 227 KiB."""
     routed = {spec: r for spec, r in compiled.items() if spec.startswith("ws16:") and "@" not in spec}
-    assert len(routed) == 2 * len(configs.FWD_GLUON_WS) + 1
+    assert len(routed) == len(ROUTED) + 1 >= 5  # (hd 128 and MLA, both masks, and hd 128 in fp16)
     for spec, r in routed.items():
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["spill"] == 0 and not r["serialized"] and r["wgmma"] > 0, spec
         assert r["wait_one_pending"] >= 2, spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
+
+
+def test_a_softcap_adds_one_exp2_and_one_division_a_score_and_nothing_else(compiled):
+    """The softcapped forward (``SOFTCAP``; built in session 52, off until measured) at hd 256's config beside its
+    uncapped twin: the same consumer and loader registers, wgmmas and ping-pong waits, shared memory within 64 B, no
+    spill in either; the capped kernel's consumers take tanh by one more exp2 and one fast division a score element
+    of each softmax they inline (64 query rows x BLOCK_N keys over a warpgroup's 128 threads)."""
+    plain, capped = (compiled[spec] for spec in SOFTCAPPED)
+    for key in ("setmaxnreg", "wgmma", "wait_one_pending", "spill", "serialized"):
+        assert plain[key] == capped[key], key
+    assert plain["spill"] == 0 and not plain["serialized"] and max(plain["setmaxnreg"]) >= 240
+    assert abs(plain["smem"] - capped["smem"]) <= 64 and capped["smem"] <= configs.H100_SMEM_BYTES
+    per_softmax = 64 * configs.FWD_GLUON_WS[256, 256][0] // 128
+    added = capped["ex2"] - plain["ex2"]
+    assert added > 0 and added % per_softmax == 0, (plain["ex2"], capped["ex2"])
+    assert capped["fdiv"] - plain["fdiv"] >= added, (plain["fdiv"], capped["fdiv"])
 
 
 def _qkv(d=128, dtype=torch.bfloat16, hq=4, hk=2, sq=1024, sk=1024):
@@ -88,8 +110,8 @@ def _route(q, k, v, **over):
 
 def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
     """hd 128 and q / k 192 with v 128, bf16 / fp16 dense calls of 512 tokens and more (causal: 1k), GQA, on sm90 go
-    to the Gluon kernel; shorter sequences, windows, softcap, varlen, FP8, other head dims, dtypes or GPUs, misaligned rows and the
-    environment knob set to 0 stay on the Triton forward."""
+    to the Gluon kernel; shorter sequences, windows, softcap (each behind its switch), varlen, FP8, other head dims,
+    dtypes or GPUs, misaligned rows and the environment knob set to 0 stay on the Triton forward."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     q, k, v = _qkv()
     bn, st = configs.FWD_GLUON_WS[128, 128]
@@ -162,6 +184,43 @@ def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(mon
     kw = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, window_left=10**9)
     assert kw["WINDOW"] is True and kw["window_left"] == 800  # (no int32 overflow in the kernel's sums)
     assert fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, window_left=7)["window_left"] == 7
+
+
+def test_a_softcap_routes_only_when_switched_on_and_one_program_a_tile(monkeypatch):
+    """configs.FWD_GLUON_WS_SOFTCAP (built in session 52, off until measured): off, a softcapped call keeps the Triton
+    forward; on, it takes its uncapped twin's config wherever that one is routed, never persistent, the cap among the
+    keywords (with a window too). hd 256 is listed with no routed length: its calls stay on the Triton forward until
+    one is set, then run its 64-key tiles with host-made descriptors. The kernel's arguments carry the cap and refuse
+    it persistent or not positive."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    q, k, v = _qkv(hk=4, sq=4096, sk=4096)
+    causal = dict(causal=True, window_right=0)
+    assert configs.FWD_GLUON_WS_SOFTCAP is False
+    assert _route(q, k, v, softcap=50.0, **causal) is None
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", True)
+    plain = _route(q, k, v, **causal)
+    assert plain["persistent"]  # (MHA causal at 4k: the persistent kernel uncapped)
+    assert _route(q, k, v, softcap=50.0, **causal) == dict(plain, persistent=False, tile_order="query", softcap=50.0,
+                                                           host_desc=True)
+    assert _route(q, k, v, softcap=50.0, window_left=1023, **causal) == dict(
+        plain, persistent=False, tile_order="query", softcap=50.0, window_left=1023, host_desc=True)
+    assert _route(*_qkv(sq=256, sk=256), softcap=50.0) is None  # (shorter than the uncapped route)
+    gemma = _qkv(d=256, hq=16, hk=8, sq=4096, sk=4096)
+    assert _route(*gemma, softcap=50.0, **causal) is None and _route(*gemma, **causal) is None  # (hd 256: no length)
+    monkeypatch.setitem(configs.FWD_GLUON_WS_MIN_SEQLEN, (256, 256), {False: 1024, True: 1024})
+    bn, st = configs.FWD_GLUON_WS[256, 256]
+    assert _route(*gemma, softcap=50.0, **causal) == dict(block_n=bn, num_stages=st, persistent=False,
+                                                          tile_order="query", softcap=50.0, host_desc=True)
+    q, k, v = _qkv(sq=300, sk=500)
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 300)
+    kw = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, softcap=50.0)
+    assert kw["SOFTCAP"] is True and kw["softcap"] == 50.0
+    plain_kw = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None)
+    assert "SOFTCAP" not in plain_kw and plain_kw["softcap"] == 0.0
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="softcap"):
+            fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, softcap=bad)
+    assert "softcap" in fp8_gluon.ws16_refused(True, True, 2, True, -1, False, 128, 128, 50.0)
 
 
 def test_the_windowed_kernel_compiles_with_the_same_partitions(compiled):
@@ -345,6 +404,48 @@ def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal,
     check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, device="cuda", dv=dv)
     names = _launched(interface)
     assert names and set(names) == {_routed_kernel(hq, hk, causal, sq, d, dv)}, names
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, d, dtype", [
+    (1, 1100, 1100, 4, 2, True, -1, 50.0, 256, torch.bfloat16),
+    (1, 777, 1500, 4, 4, False, -1, 30.0, 256, torch.bfloat16),
+    (2, 1500, 777, 4, 1, True, 300, 50.0, 256, torch.float16),
+    (1, 1000, 1000, 4, 4, False, -1, 0.0, 256, torch.bfloat16),
+    (1, 2000, 2000, 8, 2, True, -1, 20.0, 128, torch.bfloat16),
+    (1, 1100, 1300, 4, 4, True, -1, 50.0, 192, torch.bfloat16),
+    (1, 4200, 4300, 2, 2, False, -1, 50.0, 64, torch.bfloat16),
+    (1, 1000, 1000, 2, 2, True, -1, 1.0, 128, torch.bfloat16)],
+    ids=["hd256-causal-GQA-cap50", "hd256-Sq<Sk-cap30", "hd256-MQA-Sq>Sk-W300-cap50-fp16", "hd256-uncapped",
+         "hd128-causal-GQA-cap20", "mla-causal-cap50", "hd64-cap50", "hd128-causal-cap1"])
+def test_gpu_softcapped_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, window, softcap, d, dtype,
+                                                          monkeypatch):
+    """configs.FWD_GLUON_WS_SOFTCAP on (session 52's build; the route's minimum lengths set to 1, hd 256's too): a
+    softcapped call runs the Gluon kernel one program a tile (its launch the only forward), out, lse and every
+    gradient within the tolerance rule of the FP64 oracle (the Triton backward reads its out and lse): Gemma-2's hd
+    256 with and without a cap, with a window, rows that see no key (Sq > Sk), fp16; hd 128, MLA's two head-dim parts,
+    hd 64's three consumers; a cap of 1 (every score near the cap); a second call replays the launch to the same
+    bits."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", True)
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_MIN_SEQLEN",
+                        {dims: {False: 1, True: 1} for dims in configs.FWD_GLUON_WS})
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_CELLS", {dims: {key: (1, None, kw) for key, (_, _, kw) in cells.items()}
+                                                        for dims, cells in configs.FWD_GLUON_WS_CELLS.items()})
+    dv = 128 if d == 192 else d
+    interface._SIGNATURES.clear()
+    kw = dict(window=(window, 0 if causal else -1), device="cuda", dv=dv, softcap=softcap)
+    first = check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, **kw)
+    names = _launched(interface)
+    want = "_fwd_ws_kernel" if softcap or d == 256 else _routed_kernel(hq, hk, causal, sq, d, dv)
+    assert names and set(names) == {want}, names
+    again = check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, **kw)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     interface._SIGNATURES.clear()
 
 
