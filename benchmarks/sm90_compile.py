@@ -6,6 +6,9 @@ gives each loop's instruction mix (``sass_loops``)."""
 from __future__ import annotations
 
 import collections
+import contextlib
+import hashlib
+import io
 import os
 import re
 import subprocess
@@ -15,6 +18,40 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 TARGET = GPUTarget("cuda", 90, 32)
+#: PTX (its sha256) -> the ``ptxas -v`` report of Triton's own assembly of it in this process (``_keep_ptxas_logs``)
+_PTXAS_LOGS: dict[str, str] = {}
+
+
+def _ptx_key(ptx: str) -> str:
+    return hashlib.sha256(ptx.encode()).hexdigest()
+
+
+def _keep_ptxas_logs() -> None:
+    """Keep the report of the ``ptxas -v`` run Triton's compile makes (its cubin stage passes ``-v`` and prints the
+    report when ``knobs.nvidia.dump_ptxas_log`` is set) by its PTX, so that :func:`ptxas_usage` reads it instead of
+    assembling the same PTX a second time: half of the subprocess time of a cold compile (session 52: the CPU suite's
+    sm_90a fixtures). A compile that Triton's cache answers runs no ptxas: :func:`ptxas_usage` runs its own then."""
+    from triton import knobs
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    made = CUDABackend.make_cubin
+    if getattr(made, "keeps_ptxas_logs", False):
+        return
+
+    def make_cubin(self, src, metadata, opt, capability):
+        out, before = io.StringIO(), knobs.nvidia.dump_ptxas_log
+        knobs.nvidia.dump_ptxas_log = True
+        try:
+            with contextlib.redirect_stdout(out):
+                cubin = made(self, src, metadata, opt, capability)
+        finally:
+            knobs.nvidia.dump_ptxas_log = before
+        _PTXAS_LOGS[_ptx_key(src)] = out.getvalue()
+        return cubin
+
+    make_cubin.keeps_ptxas_logs = True
+    CUDABackend.make_cubin = make_cubin
+
 
 
 def compile_call(fn, call: dict):
@@ -31,19 +68,23 @@ def compile_call(fn, call: dict):
         from triton.experimental.gluon._runtime import GluonASTSource as source
     else:
         source = ASTSource
+    _keep_ptxas_logs()
     return triton.compile(source(fn, signature, constexprs, attrs), target=TARGET, options=options.__dict__)
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
 
 def ptxas_usage(ptx: str) -> dict:
     """{"regs", "spill_stores", "spill_loads"} (bytes) of ``ptx`` assembled for sm_90a; -1 where
-    ptxas reported nothing. "log": ptxas's whole report (its warnings, e.g. serialised wgmmas)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        err = subprocess.run([PTXAS, "-v", "-arch=sm_90a", path, "-o", os.path.join(tmp, "k.o")],
-                             capture_output=True, text=True).stderr
+    ptxas reported nothing. "log": ptxas's whole report (its warnings, e.g. serialised wgmmas): the report of
+    Triton's own assembly where :func:`compile_call` made this PTX in this process, else this function's run."""
+    err = _PTXAS_LOGS.get(_ptx_key(ptx))
+    if err is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "k.ptx")
+            with open(path, "w") as f:
+                f.write(ptx)
+            err = subprocess.run([PTXAS, "-v", "-arch=sm_90a", path, "-o", os.path.join(tmp, "k.o")],
+                                 capture_output=True, text=True).stderr
     regs = re.search(r"Used (\d+) registers", err)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", err)
     return {"regs": int(regs.group(1)) if regs else -1,

@@ -103,6 +103,12 @@ def _param_dtypes(item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config, items):
+    # The tests that read a module's sm_90a compile reports (the ``compiled`` fixtures: 1-3 minutes of compiling
+    # with a cold Triton cache) go first, in collection order otherwise. pytest-xdist's worksteal hands each worker
+    # half of the list and steals from the tail of a worker's queue: so the fixtures start at once on one worker,
+    # while the other runs the rest, and no module's tests are split over two workers that would each compile its
+    # reports (session 52's durations: test_gluon_ws.py's fixture set up on both workers, 79 s and 23 s).
+    items[:] = sorted(items, key=lambda item: "compiled" not in getattr(item, "fixturenames", ()))
     # `nox -s "gpu-tests(dtype=..., arch=...)"` is one session per dtype: tests parametrised over
     # dtypes outside the attn plugin's --attn-dtypes (the kernel tests) run in their own dtype's
     # session only, not three times
