@@ -2,7 +2,7 @@
 in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 
     python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384]
-        [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16] [--autotune]
+        [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16] [--autotune] [--softcap 50]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal, rows that see
    no key): out and lse against the FP64 oracle, beside the Triton forward's error on the same inputs; out and
@@ -19,6 +19,9 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
    ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``; last, each cell's fastest
    repeat per Gluon config against the others and the first ``--ws`` config (``| summary | ... |``).
+3. ``--softcap CAP``: every call's scores capped, CAP * tanh(s / CAP) (Gemma-2's 50; the oracle's and the Triton
+   forward's too; not the persistent kernel's, which has no cap); torch's cuDNN and FA2 kernels take no cap and are
+   left out (their columns read nan).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ DEFAULT_WS = {"64": ["128,3"], "128": ["128,3"], "256": ["64,2", "32,4"], "192/1
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: (name, batch, seqlen, query heads, kv heads, head dim), causal: real models' training / prefill calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128), ("MQA 32/1", 2, 4096, 32, 1, 128),
-          ("GQA 32/8 d64", 2, 2048, 32, 8, 64), ("Falcon-7B MQA 71/1", 2, 2048, 71, 1, 64))
+          ("GQA 32/8 d64", 2, 2048, 32, 8, 64), ("Falcon-7B MQA 71/1", 2, 2048, 71, 1, 64),
+          ("Gemma-2-9B", 2, 4096, 16, 8, 256))
 #: (batch, seqlen, heads) of the attention-layer report's MLA configurations, run in the training form (q / k 192,
 #: v 128: ``--head-dims 192/128``), causal and not
 MLA_LAYERS = ((2, 2048, 32), (1, 4096, 64), (1, 2048, 128))
@@ -86,16 +90,16 @@ def _inputs(b, sq, sk, hq, hk, d, dtype, seed, dv=None):
     return q, k, v
 
 
-def _triton(q, k, v, causal, launches=None):
+def _triton(q, k, v, causal, launches=None, softcap=0.0):
     """The in-repo Triton forward: main() sets FLASH_ATTN_GLUON_WS=0, else flash_attn_fwd would route hd 128 (and
     MLA) calls to the Gluon kernel and the baseline would time the kernel it is compared against."""
     from kernels.flash_attn.fwd import flash_attn_fwd
 
     return flash_attn_fwd(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal, window_left=-1,
-                          window_right=0 if causal else -1, launches=launches)
+                          window_right=0 if causal else -1, softcap=softcap, launches=launches)
 
 
-def check(dims, specs, dtype) -> bool:
+def check(dims, specs, dtype, softcap=0.0) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.fp8_gluon import fwd_gluon_ws
 
@@ -108,15 +112,16 @@ def check(dims, specs, dtype) -> bool:
         for causal in (False, True):
             for n, (b, sq, sk, hq, hk) in enumerate(cases):
                 q, k, v = _inputs(b, sq, sk, hq, hk, d, dtype, seed=200 + n, dv=dv)
-                ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=d ** -0.5)
-                o_t, l_t = _triton(q, k, v, causal)
+                ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=d ** -0.5,
+                                        softcap=softcap)
+                o_t, l_t = _triton(q, k, v, causal, softcap=softcap)
                 seen = ref.lse > float("-inf")
                 e_t = (o_t.double() - ref.out).abs().max().item()
                 le_t = (l_t.double() - ref.lse)[seen].abs().max().item() if seen.any() else 0.0
                 for spec in specs[key]:
                     try:
                         o_g, l_g = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, poison=True,
-                                                **_spec(spec))
+                                                softcap=softcap, **_spec(spec))
                         torch.cuda.synchronize()
                     except Exception as e:  # a config that does not compile or fit: say so and go on
                         print(f"| check | {key} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {type(e).__name__}: "
@@ -125,9 +130,9 @@ def check(dims, specs, dtype) -> bool:
                         continue
                     cache = {}  # the first call leaves its launch, the second replays it: the same bits
                     first = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, launches=cache,
-                                         **_spec(spec))
+                                         softcap=softcap, **_spec(spec))
                     again = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, launches=cache,
-                                         poison=True, **_spec(spec))
+                                         poison=True, softcap=softcap, **_spec(spec))
                     replay_ok = "ws16" in cache and all(torch.equal(x, y) for x, y in zip(first, again)) and \
                         torch.equal(first[0], o_g)
                     e_g = (o_g.double() - ref.out).abs().max().item()
@@ -170,7 +175,7 @@ def _cells(dims, seqlens, masks, models, layers=False):
                     yield f"{name} B{b} S{s}", b, s, hq, hk, str(d), causal
 
 
-def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False):
+def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, softcap=0.0):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from harness.perf.timing import time_callable
@@ -200,12 +205,14 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False):
         flops = 2 * b * hq * s * s * (d + dv) // (2 if causal else 1)
         tri_cache, ws_caches = {}, {spec: {} for spec in specs[key]}
         tuned = "autotuned" if os.environ.get("FLASH_ATTN_AUTOTUNE") == "1" else "pinned"
-        calls = [("triton", tuned, functools.partial(_triton, q, k, v, causal, tri_cache)),
-                 ("cuDNN", "sdpa", sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
-                 ("FA2", "sdpa", sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal))]
+        calls = [("triton", tuned, functools.partial(_triton, q, k, v, causal, tri_cache, softcap))]
+        if not softcap:  # (torch's kernels take no cap)
+            calls += [("cuDNN", "sdpa", sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
+                      ("FA2", "sdpa", sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal))]
         for spec in specs[key]:
             calls.append(("gluon-ws", spec, functools.partial(fwd_gluon_ws, q, k, v, softmax_scale=d ** -0.5, causal=causal,
-                                                              launches=ws_caches[spec], **_spec(spec))))
+                                                              launches=ws_caches[spec], softcap=softcap,
+                                                              **_spec(spec))))
         for _ in range(repeat):
             ms_of = {}
             for name, cfg, fn in calls:
@@ -259,7 +266,13 @@ def main(argv=None) -> int:
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton forward at its autotuned config (default: the pinned first pick)")
+    ap.add_argument("--softcap", type=float, default=0.0,
+                    help="cap every call's scores at CAP * tanh(s / CAP) (Gemma-2: 50); not with persistent --ws")
     a = ap.parse_args(argv)
+    if a.softcap < 0 or a.softcap != a.softcap:
+        ap.error(f"--softcap: a cap > 0 (0: none), got {a.softcap}")
+    if a.softcap and any(_spec(spec).get("persistent") for spec in a.ws or ()):
+        ap.error("--softcap: the persistent kernel (p: / pk: / ps:) has no cap")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
@@ -268,12 +281,15 @@ def main(argv=None) -> int:
     dims = a.head_dims.split(",")
     specs = {key: a.ws or DEFAULT_WS[key] for key in dims}
     dtype = DTYPES[a.dtype]
-    if not check(dims, specs, dtype):
+    if a.softcap and any(_spec(spec).get("persistent") for key in dims for spec in specs[key]):
+        ap.error("--softcap: these head dims' default configs include the persistent kernel: give --ws")
+    if not check(dims, specs, dtype, a.softcap):
         print("gluon_ws_probe: the Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
         timing(dims, specs, [int(x) for x in a.seqlens.split(",")],
-               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype, a.layers)
+               [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype, a.layers,
+               a.softcap)
     return 0
 
 
