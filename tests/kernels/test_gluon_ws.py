@@ -339,6 +339,15 @@ def _routed_kernel(hq, hk, causal, sq, d=128, dv=128):
     return WS_KERNELS[configs.persistent_order((d, dv), hq > hk, causal, sq) is not None]
 
 
+def _route_from_one_token(monkeypatch):
+    """Every head dim of configs.FWD_GLUON_WS and every cell of FWD_GLUON_WS_CELLS routed from one token on (hd 256's
+    too): the GPU tests' short sequences take the route they test."""
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_MIN_SEQLEN",
+                        {dims: {False: 1, True: 1} for dims in configs.FWD_GLUON_WS})
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_CELLS", {dims: {key: (1, None, kw) for key, (_, _, kw) in cells.items()}
+                                                        for dims, cells in configs.FWD_GLUON_WS_CELLS.items()})
+
+
 def _launched(interface):
     return [s.fwd["fwd"].compiled.name for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
 
@@ -433,10 +442,7 @@ def test_gpu_softcapped_forward_and_backward_match_oracle(b, sq, sk, hq, hk, cau
     from kernels.flash_attn import interface
 
     monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", True)
-    monkeypatch.setattr(configs, "FWD_GLUON_WS_MIN_SEQLEN",
-                        {dims: {False: 1, True: 1} for dims in configs.FWD_GLUON_WS})
-    monkeypatch.setattr(configs, "FWD_GLUON_WS_CELLS", {dims: {key: (1, None, kw) for key, (_, _, kw) in cells.items()}
-                                                        for dims, cells in configs.FWD_GLUON_WS_CELLS.items()})
+    _route_from_one_token(monkeypatch)
     dv = 128 if d == 192 else d
     interface._SIGNATURES.clear()
     kw = dict(window=(window, 0 if causal else -1), device="cuda", dv=dv, softcap=softcap)
@@ -468,10 +474,7 @@ def test_gpu_windowed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, windo
     from kernels.flash_attn import interface
 
     monkeypatch.setattr(configs, "FWD_GLUON_WS_WINDOW", True)
-    monkeypatch.setattr(configs, "FWD_GLUON_WS_MIN_SEQLEN",
-                        {dims: {False: 1, True: 1} for dims in configs.FWD_GLUON_WS})
-    monkeypatch.setattr(configs, "FWD_GLUON_WS_CELLS", {dims: {key: (1, None, kw) for key, (_, _, kw) in cells.items()}
-                                                        for dims, cells in configs.FWD_GLUON_WS_CELLS.items()})
+    _route_from_one_token(monkeypatch)
     interface._SIGNATURES.clear()
     first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, True, window=(window, 0), device="cuda",
                                  dv=dv)
