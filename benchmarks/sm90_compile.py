@@ -53,7 +53,6 @@ def _keep_ptxas_logs() -> None:
     CUDABackend.make_cubin = make_cubin
 
 
-
 def compile_call(fn, call: dict):
     """``fn`` (a @triton.jit or @gluon.jit function) compiled for sm_90a with the keyword arguments
     ``call`` (tensors may live on the CPU), bound by the launcher's own binder: 16-byte divisible
