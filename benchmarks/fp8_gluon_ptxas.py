@@ -11,8 +11,8 @@ persistent kernel (query blocks outer), ws16pk:... for it with kv heads outer, w
 ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's three consumer warpgroups (192-row tiles),
 ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it (these four
 not persistent ones may end in @w1: a causal call's sliding window on the left, ``fwd_gluon_ws``'s ``window_left``;
-and in @hd: its TMA descriptors made on the host, its ``host_desc``; and in @sc: its scores softcapped at 50, its
-``softcap``; e.g. ws16:128,128,3,1@w1@hd),
+and in @hd: its TMA descriptors made on the host, its ``host_desc``; and any ws16 spec, persistent too, in @sc: its
+scores softcapped at 50, its ``softcap``; e.g. ws16:128,128,3,1@w1@hd),
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py),
 bwdf16:... for its fused variant (dQ too, added by TMA reduce), bwda16:... for that one with its adds in an adder
 warp, bwdw16:HEAD_DIM,BLOCK_M,STAGES,CAUSAL,WALK[,GROUP[,FUSED]] for the fused one (FUSED 0: the dK / dV one) walking
@@ -88,7 +88,7 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
     ``regs`` their registers (None: fp8_gluon.WS16_CONSUMER_REGS), ``overlap`` False: no in-block overlap;
     ``window``: a sliding window on the left (causal, not persistent; the kernel's ``WINDOW``); ``host_desc``: its
     descriptors made on the host (not persistent; the kernel's ``HOST_DESC``); ``softcap``: the scores capped at 50
-    (not persistent; the kernel's ``SOFTCAP``)."""
+    (the kernel's ``SOFTCAP``)."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -100,7 +100,8 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
     args = (q, k, v, out, lse, 0.125, causal, block_n, stages, regs)
     if persistent:
         order = persistent if isinstance(persistent, str) else "query"
-        fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(*args, order)
+        fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(
+            *args, order, 50.0 if softcap else 0.0)
     else:
         fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args, consumers, overlap, 100 if window else -1,
                                                                       host_desc, 50.0 if softcap else 0.0)
@@ -196,11 +197,11 @@ def _dkdv_options(spec: str, options: list[str]) -> dict:
 
 def _forward_options(spec: str, persistent: bool | str = False) -> tuple[str, bool, bool, bool]:
     """A forward spec without its @-options, whether it asked for a window (@w1: causal), for host-made
-    descriptors (@hd) and for softcapped scores (@sc); each only for the not persistent kernel."""
+    descriptors (@hd) and for softcapped scores (@sc); the first two only for the not persistent kernel."""
     plain, *options = spec.split("@")
-    if any(o not in ("w1", "hd", "sc") for o in options) or (options and persistent):
-        raise SystemExit(f"spec {spec}: the not persistent forwards' options after @ are w1 (a window), hd "
-                         "(host-made descriptors) and sc (a softcap)")
+    if any(o not in ("w1", "hd", "sc") for o in options) or (persistent and set(options) - {"sc"}):
+        raise SystemExit(f"spec {spec}: the forwards' options after @ are w1 (a window), hd (host-made descriptors) "
+                         "and sc (a softcap); the persistent kernel's sc alone")
     if "w1" in options and not int(plain.split(",")[3]):
         raise SystemExit(f"spec {spec}: a window (@w1) needs CAUSAL 1")
     return plain, "w1" in options, "hd" in options, "sc" in options

@@ -477,10 +477,11 @@ FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 #: table 0.769 ms, 0.90x flash-attn-4. On.
 FWD_GLUON_WS_WINDOW = True
 #: Softcapped calls (Gemma-2's 50: scores softcap * tanh(s * scale / softcap)) on the 16-bit Gluon forward wherever
-#: that head dim and mask take it uncapped, not persistent (``fp8_gluon._fwd_ws_kernel``'s ``SOFTCAP``: tanh by one
-#: exp2 and a fast division in the consumers' softmax, as the Triton kernel's ``_capped``); off: the Triton forward.
-#: Built in session 52 on the CPU (sm_90a: the uncapped kernels' PTX unchanged but the new argument; capped hd 256
-#: 168 registers, no spill; hd 128 causal 4 -> 8 B spilled). Not run on a GPU: off. Prediction (the models table's
+#: that head dim and mask take it uncapped, in the same launch (persistent or one program a tile; both kernels'
+#: ``SOFTCAP``: tanh by one exp2 and a fast division in the consumers' softmax, as the Triton kernel's ``_capped``);
+#: off: the Triton forward. Built in session 52 on the CPU (sm_90a: the uncapped kernels' PTX unchanged but the new
+#: argument; capped hd 256 168 registers, no spill; hd 128 causal 4 -> 8 B spilled, persistent 8 -> 12 B; MLA and
+#: hd 64's three consumers none). Not run on a GPU: off. Prediction (the models table's
 #: Gemma-2 row, B2 H16/8 hd 256 4k causal, softcap 50, with hd 256 routed: forward 0.819 ms on the Triton kernel,
 #: flash-attn-4 0.626): 1.10-1.25x, ~0.66-0.74 ms.
 FWD_GLUON_WS_SOFTCAP = False
@@ -526,7 +527,7 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
     then not persistent, ``window_left`` among the keywords), no softcap (with :data:`FWD_GLUON_WS_SOFTCAP`, a
-    softcap too: then not persistent, ``softcap`` among the keywords), and the environment knob not 0. With
+    softcap too: ``softcap`` among the keywords), and the environment knob not 0. With
     :data:`FWD_GLUON_HOST_DESC` a launch that is not persistent gets ``host_desc`` (q / k = v head dims).
     ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
@@ -558,8 +559,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
     if window:  # (the persistent kernel has no window: one program a tile)
         kw.update(persistent=False, tile_order="query", window_left=window_left)
-    if softcap:  # (nor a softcap)
-        kw.update(persistent=False, tile_order="query", softcap=float(softcap))
+    if softcap:
+        kw["softcap"] = float(softcap)
     if FWD_GLUON_HOST_DESC and not kw["persistent"] and dims[0] == dims[1]:
         kw["host_desc"] = True
     return kw

@@ -298,8 +298,8 @@ class _WsShape:
     causal, not persistent): a sliding window on the left, the key blocks from the first one the tile's first row sees
     (``_window_blocks``), the blocks below the last row's window edge masked too. RANK4 (16-bit, not persistent,
     one head-dim part): the descriptors made on the host, rank 4 over [B, S, H, D] (boxes [1, rows, 1, D]), the tiles
-    rank 4 in shared memory: the partitions address them with (batch, head) coordinates (``coords``). SOFTCAP (16-bit,
-    not persistent): the scores capped, softcap * tanh(s * sm_scale / softcap), before the softmax
+    rank 4 in shared memory: the partitions address them with (batch, head) coordinates (``coords``). SOFTCAP (16-bit):
+    the scores capped, softcap * tanh(s * sm_scale / softcap), before the softmax
     (``_softmax_step``)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
@@ -800,12 +800,13 @@ def _p_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready
 @gluon.jit
 def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
                stride_oh, stride_lb, stride_lh, num_tiles, n_m, batch_heads, heads, group, seqlen_q, seqlen_k,
-               qk_scale, shape, q_smem_b, k_smem_b):
+               qk_scale, shape, q_smem_b, k_smem_b, cap_in=0.0):
     """One persistent consumer warpgroup: ``_ws_consume``'s ping-pong schedule per tile, the turns, blocks and tiles
     counted over the program's tiles; after a tile's last Q K^T it frees Q's tile for the loader (the next tile's
     Q lands while this one's last P V and epilogue run), releases every block's slot (the last one too), and
     stores out from registers (no shared tile of its own: Q's is the next tile's by then). With
-    ``shape.HEAD_DIM_B`` the scores are two chained wgmmas over both head-dim parts (``_ws_scores``)."""
+    ``shape.HEAD_DIM_B`` the scores are two chained wgmmas over both head-dim parts (``_ws_scores``); with
+    ``shape.SOFTCAP`` they are capped (``cap_in``: ``_softmax_step``'s)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -848,7 +849,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
         tc += 1
         s = warpgroup_mma_wait(0, deps=(s, ))
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
-                                           IS_CAUSAL, BLOCK_N, S_LAYOUT)
+                                           IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False, cap_in, shape.SOFTCAP)
         for j in range(0, n_blocks - 1):
             cur = it + j
             nxt = cur + 1
@@ -863,7 +864,8 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
             tc += 1
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, (j + 1) * BLOCK_N, seqlen_k, off,
-                                               (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT)
+                                               (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False,
+                                               cap_in, shape.SOFTCAP)
             acc = warpgroup_mma_wait(0, deps=(acc, ))
             _pass(empty.index(cur % NUM_STAGES))  # block cur's K and V read: the slot is free
         # every Q K^T of this tile retired (waited above by every warp): Q's tile is the loader's again
@@ -892,16 +894,22 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
 @gluon.jit
 def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                               stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
-                              batch, seqlen_q, seqlen_k, num_heads, group, sm_scale,
+                              batch, seqlen_q, seqlen_k, num_heads, group, sm_scale, softcap,
                               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr,
                               NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, TILE_ORDER: gl.constexpr,
                               Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr,
-                              HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None):
+                              HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None,
+                              SOFTCAP: gl.constexpr = False):
     """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
     descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
     while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``). ``HEAD_DIM_B``: a
-    second part of the q / k head dim as in ``_fwd_ws_kernel`` (MLA's 192 = 128 + 64, v 128)."""
+    second part of the q / k head dim as in ``_fwd_ws_kernel`` (MLA's 192 = 128 + 64, v 128). ``SOFTCAP``: the
+    scores capped as in ``_fwd_ws_kernel``."""
     qk_scale = sm_scale * 1.4426950408889634
+    cap_in = 0.0
+    if SOFTCAP:  # (as _fwd_ws_kernel's)
+        cap_in = sm_scale * (-2.0 * 1.4426950408889634) / softcap
+        qk_scale = softcap * 1.4426950408889634
     kv_heads = num_heads // group
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
@@ -925,12 +933,12 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_free, count=2)  # both consumers retire their Q K^T
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER, SOFTCAP=SOFTCAP)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (
         shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
     consume_args = (q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Out, Lse, stride_ob, stride_os,
-                    stride_oh, stride_lb, stride_lh) + tiles + (qk_scale, shape, q_smem_b, k_smem_b)
+                    stride_oh, stride_lb, stride_lh) + tiles + (qk_scale, shape, q_smem_b, k_smem_b, cap_in)
     gl.warp_specialize([(_p_consume, (0, ) + consume_args), (_p_consume, (1, ) + consume_args),
                         (_p_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
@@ -1101,11 +1109,14 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
 
 
 def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                              tile_order="query") -> dict:
+                              tile_order="query", softcap=0.0) -> dict:
     """Every argument of ``_fwd_ws_persistent_kernel`` by name (its layouts rank 4: boxes [1, rows, 1, D]);
-    ``tile_order``: one of :data:`TILE_ORDERS`."""
+    ``tile_order``: one of :data:`TILE_ORDERS`; ``softcap`` > 0: the scores capped (its ``SOFTCAP``)."""
     if tile_order not in TILE_ORDERS:
         raise ValueError(f"tile_order: one of {TILE_ORDERS}, got {tile_order!r}")
+    why = ws16_refused(causal, True, 2, True, -1, False, q.shape[-1], v.shape[-1], softcap)
+    if why:
+        raise ValueError(f"ws16_persistent_arguments: {why}")
     if consumer_regs is None:
         consumer_regs = WS16_CONSUMER_REGS[2]
     g = _WS16_DTYPES[q.dtype]
@@ -1122,14 +1133,15 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, TILE_ORDER=TILE_ORDERS.index(tile_order),
-                Q_SL=rows, K_SL=keys, V_SL=keys, num_warps=4, **parts)
+                Q_SL=rows, K_SL=keys, V_SL=keys, num_warps=4, **parts, softcap=float(softcap or 0.0),
+                **({"SOFTCAP": True} if softcap else {}))
 
 
 def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, window_left: int, host_desc: bool,
                  d: int, dv: int, softcap: float = 0.0) -> str | None:
     """Why the 16-bit forward cannot run these options together (q / k head dim ``d``, v's ``dv``), or None: the
-    persistent kernel has two consumers with their in-block overlap, no window, no softcap and its own descriptors;
-    a window on the left needs causal (its right bound); host-made descriptors one head-dim part; a softcap > 0."""
+    persistent kernel has two consumers with their in-block overlap, no window and its own descriptors; a window
+    on the left needs causal (its right bound); host-made descriptors one head-dim part; a softcap is > 0."""
     if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
         return f"consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}"
     if persistent and not overlap:
@@ -1138,8 +1150,8 @@ def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, 
         return "a window on the left needs causal=True and persistent=False"
     if host_desc and (persistent or d != dv):
         return "host-made descriptors (host_desc) need persistent=False and q / k = v head dims"
-    if softcap and (persistent or not softcap > 0):
-        return f"a softcap needs persistent=False and a positive cap, got {softcap}"
+    if softcap and not softcap > 0:
+        return f"a softcap is a positive cap (0: none), got {softcap}"
     return None
 
 
@@ -1176,7 +1188,7 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``).
     ``window_left`` >= 0: a causal call's sliding window on the left (query i sees keys i + Sk - Sq - window_left
     .. i + Sk - Sq; not persistent). ``host_desc``: its TMA descriptors made on the host (not persistent; q / k = v
-    head dims). ``softcap`` > 0: the scores capped, softcap * tanh(s * softmax_scale / softcap) (not persistent)."""
+    head dims). ``softcap`` > 0: the scores capped, softcap * tanh(s * softmax_scale / softcap)."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
@@ -1212,7 +1224,7 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
     in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent);
     ``host_desc``: the TMA descriptors made on the host (not persistent: that kernel makes its own once a
-    program); ``softcap`` > 0: the scores capped (not persistent)."""
+    program); ``softcap`` > 0: the scores capped."""
     why = persistent and ws16_refused(causal, True, 2, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
                                       softcap)
     if why:  # (not persistent: ws16_arguments checks)
@@ -1224,7 +1236,7 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
 
         kernel = _fwd_ws_persistent_kernel
         kwargs = ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages,
-                                           consumer_regs, tile_order)
+                                           consumer_regs, tile_order, softcap)
         grid = (min(tiles, sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())),)
     else:
         kernel = _fwd_ws_kernel
