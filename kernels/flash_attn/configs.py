@@ -481,9 +481,9 @@ FWD_GLUON_WS_WINDOW = True
 #: ``SOFTCAP``: tanh by one exp2 and a fast division in the consumers' softmax, as the Triton kernel's ``_capped``);
 #: off: the Triton forward. Built in session 52 on the CPU (sm_90a: the uncapped kernels' PTX unchanged but the new
 #: argument; capped hd 256 168 registers, no spill; hd 128 causal 4 -> 8 B spilled, persistent 8 -> 12 B; MLA and
-#: hd 64's three consumers none). Not run on a GPU: off. Prediction (the models table's
-#: Gemma-2 row, B2 H16/8 hd 256 4k causal, softcap 50, with hd 256 routed: forward 0.819 ms on the Triton kernel,
-#: flash-attn-4 0.626): 1.10-1.25x, ~0.66-0.74 ms.
+#: hd 64's three consumers none). Not run on a GPU: off. Prediction (the models table's Gemma-2 row, B2 H16/8 hd
+#: 256 4k causal, softcap 50, with hd 256 routed: forward 0.819 ms on the Triton kernel, flash-attn-4 0.626):
+#: 1.10-1.25x, ~0.66-0.74 ms.
 FWD_GLUON_WS_SOFTCAP = False
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
