@@ -621,10 +621,10 @@ def _route(q, k, v, **over):
 
 def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched_on(monkeypatch):
     """configs.BWD_GLUON_WINDOW (built in session 51, on since session 52 measured it): off, a causal call with a window
-    on the left keeps the Triton backward; on, it takes the split route's Gluon kernels wherever the windowless causal call
-    does, one program a tile (a persistent cell's launch not persistent), ``window_left`` among the keywords; never
-    the fused route (atomic), a window without causal, softcap or a length the route does not take. The kernels'
-    arguments refuse what they cannot run with a window and cap a wide one at Sq + Sk."""
+    on the left keeps the Triton backward; on, it takes the split route's Gluon kernels wherever the windowless causal
+    call does, one program a tile (a persistent cell's launch not persistent), ``window_left`` among the keywords;
+    never the fused route (atomic), a window without causal, softcap or a length the route does not take. The
+    kernels' arguments refuse what they cannot run with a window and cap a wide one at Sq + Sk."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     causal = dict(causal=True, window_right=0)
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128)
