@@ -415,17 +415,21 @@ FP8_GLUON_WS: dict[int, tuple[int, int]] = {256: (64, 3)}
 #: DeepSeek's MLA training form (q / k 192 = 128 + 64 in two tile parts, v 128; session 31, docs/perf/gluon-ws-s31):
 #: 64-key tiles over 4 stages 1.27-1.32x the Triton forward non-causal, 1.21-1.23x causal on the attention-layer
 #: report's three MLA rows (3 stages 1.21-1.29x).
-#: hd 256 (Gemma-2's 256 / 256): 64-key tiles over 2 stages (192 KiB of shared memory, no spill, with and without
-#: softcap: sm_90a compile, session 52); not run on a GPU: listed with no routed length below.
-FWD_GLUON_WS: dict[tuple[int, int], tuple[int, int]] = {(128, 128): (128, 3), (192, 128): (64, 4), (256, 256): (64, 2)}
+#: hd 256 (Gemma-2's 256 / 256): 32-key tiles over 4 stages (192 KiB of shared memory, 168 registers, no spill, with
+#: and without softcap: sm_90a compile). Session 53 (H200, docs/perf/gluon-s53): kernels alone, softcap 50, 32-key
+#: tiles over 4 stages 1.07-1.14x the 64-key tiles over 2 (session 52's build) and 1.26-1.50x the Triton forward
+#: (1k / 4k, both masks, Gemma-2-9B's GQA 16/8); whole forward (route-ab, three pairs) 1.21x causal GQA 16/8 4k,
+#: 1.22x non-causal MHA 4k, 1.14x Gemma-2's capped row (64-key tiles: 1.15x / 1.10x / 1.05x).
+FWD_GLUON_WS: dict[tuple[int, int], tuple[int, int]] = {(128, 128): (128, 3), (192, 128): (64, 4), (256, 256): (32, 4)}
 #: ... and only where both sequences hold at least this many tokens, by head dims and mask (False: none, True:
 #: causal). Session 31, same runs (FA sweep's shapes, 16k tokens): hd 128 at 512 tokens 1.05x the Triton forward
 #: non-causal, 0.98-0.99x causal, at 1k causal 1.00-1.02x (session 30: 1.006x); MLA 192 / 128 at 512 1.25x non-causal,
-#: 1.10-1.14x causal (shorter not measured). A short query (decode-like) fills few of its 128-row tiles. hd 256:
-#: not measured, no length routed (inf; tests set their own).
+#: 1.10-1.14x causal (shorter not measured). A short query (decode-like) fills few of its 128-row tiles. hd 256
+#: (session 53, H200): 1k causal capped 1.21x (route-ab, one pair timed), kernels alone 1.45-1.50x at 1k both masks
+#: (capped); shorter not measured.
 FWD_GLUON_WS_MIN_SEQLEN: dict[tuple[int, int], dict[bool, float]] = {
     (128, 128): {False: 512, True: 1024}, (192, 128): {False: 512, True: 512},
-    (256, 256): {False: float("inf"), True: float("inf")}}
+    (256, 256): {False: 1024, True: 1024}}
 #: ... as the persistent kernel (one program an SM looping over the tiles) in a tile order of fp8_gluon.TILE_ORDERS,
 #: keyed (GQA / MQA: query heads share kv heads, causal); None: the one-program-a-tile grid. Measured on an H100
 #: against the one-program-a-tile kernel (kernel alone, CUDA events; docs/perf/gluon-ws-s31, docs/perf/gluon-ws-s32):
@@ -476,15 +480,17 @@ FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 #: :data:`FWD_GLUON_HOST_DESC`; its GPU tests pass): 0.916-0.923 -> 0.747-0.769 ms, 1.190-1.235x a pair; the models
 #: table 0.769 ms, 0.90x flash-attn-4. On.
 FWD_GLUON_WS_WINDOW = True
-#: Softcapped calls (Gemma-2's 50: scores softcap * tanh(s * scale / softcap)) on the 16-bit Gluon forward wherever
-#: that head dim and mask take it uncapped, in the same launch (persistent or one program a tile; both kernels'
-#: ``SOFTCAP``: tanh by one exp2 and a fast division in the consumers' softmax, as the Triton kernel's ``_capped``);
-#: off: the Triton forward. Built in session 52 on the CPU (sm_90a: the uncapped kernels' PTX unchanged but the new
-#: argument; capped hd 256 168 registers, no spill; hd 128 causal 4 -> 8 B spilled, persistent 8 -> 12 B; MLA and
-#: hd 64's three consumers none). Not run on a GPU: off. Prediction (the models table's Gemma-2 row, B2 H16/8 hd
-#: 256 4k causal, softcap 50, with hd 256 routed: forward 0.819 ms on the Triton kernel, flash-attn-4 0.626):
-#: 1.10-1.25x, ~0.66-0.74 ms.
-FWD_GLUON_WS_SOFTCAP = False
+#: The (q / k, v) head dims whose softcapped calls (Gemma-2's 50: scores softcap * tanh(s * scale / softcap)) run
+#: the 16-bit Gluon forward wherever that head dim and mask take it uncapped, in the same launch (persistent or one
+#: program a tile; both kernels' ``SOFTCAP``: tanh by one exp2 and a fast division in the consumers' softmax, as
+#: the Triton kernel's ``_capped``); other head dims: the Triton forward. Built in session 52 (sm_90a: the uncapped
+#: kernels' PTX unchanged but the new argument; capped hd 256 no spill; hd 128 causal 4 -> 8 B spilled, persistent
+#: 8 -> 12 B). Measured in session 53 (H200, docs/perf/gluon-s53, whole forward, route-ab, three pairs; its 9 GPU
+#: tests pass): Gemma-2's row (B2 H16/8 hd 256 4k causal, cap 50) 1.14x at hd 256's 32-key tiles (0.811 -> 0.714
+#: ms; prediction 1.10-1.25x), 1.05x at the 64-key tiles; hd 128 MHA causal 4k capped 0.78x (0.436 -> 0.556 ms):
+#: the cap's three MUFU operations an element (two exp2, one reciprocal) outrun hd 128's wgmmas, not routed. MLA's
+#: and hd 64's capped kernels not timed.
+FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
 #: ``HOST_DESC``: rank 4, encoded once per pointer by a replay) instead of by every program; q / k = v head dims only.
@@ -526,15 +532,15 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds), an sm90 GPU (not the
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
-    then not persistent, ``window_left`` among the keywords), no softcap (with :data:`FWD_GLUON_WS_SOFTCAP`, a
-    softcap too: ``softcap`` among the keywords), and the environment knob not 0. With
+    then not persistent, ``window_left`` among the keywords), no softcap (head dims in :data:`FWD_GLUON_WS_SOFTCAP`:
+    a softcap too: ``softcap`` among the keywords), and the environment knob not 0. With
     :data:`FWD_GLUON_HOST_DESC` a launch that is not persistent gets ``host_desc`` (q / k = v head dims).
     ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
     cfg = FWD_GLUON_WS.get(dims)
     cells = FWD_GLUON_WS_CELLS.get(dims)
     window = window_left >= 0 and causal and FWD_GLUON_WS_WINDOW
-    if (cfg is None and cells is None) or varlen or fp8 or (softcap and not FWD_GLUON_WS_SOFTCAP) or (
+    if (cfg is None and cells is None) or varlen or fp8 or (softcap and dims not in FWD_GLUON_WS_SOFTCAP) or (
             window_left >= 0 and not window) or (window_right >= 0 and not causal) or q.dim() != 4:
         return None
     seqlen = min(q.shape[1], k.shape[1])

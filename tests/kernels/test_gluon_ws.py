@@ -25,11 +25,12 @@ SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 #: 128-key tiles with the overlap spill 464-600 B at 160 registers a consumer, and at 168 serialise their wgmmas;
 #: without it they fit)
 THREE_CONSUMERS = ((64, 4, True), (64, 3, True), (128, 2, False), (128, 3, False))
-#: fp8_gluon_ptxas.py's specs of every routed config, causal or not (bf16; a head-dim pair listed with no routed
-#: length, hd 256, is left to SOFTCAPPED)
+#: fp8_gluon_ptxas.py's specs of every routed config, causal or not (bf16; hd 256, which runs one program a tile
+#: with host-made descriptors, is left to SOFTCAPPED: its causal launch capped and not; each spec here costs the CPU
+#: suite seconds)
 ROUTED = [f"ws16:{d if d == dv else f'{d}/{dv}'},{bn},{st},{c}"
           for (d, dv), (bn, st) in configs.FWD_GLUON_WS.items() for c in (0, 1)
-          if configs.FWD_GLUON_WS_MIN_SEQLEN[d, dv][bool(c)] < float("inf")]
+          if configs.FWD_GLUON_WS_MIN_SEQLEN[d, dv][bool(c)] < float("inf") and d != 256]
 
 
 def _cell_spec(dims, causal, kw) -> str:
@@ -47,8 +48,8 @@ WINDOWED = [f"ws16:128,{configs.FWD_GLUON_WS[128, 128][0]},{configs.FWD_GLUON_WS
 #: persistent kernel's longest (one program a tile), and their spill bound (the session-50 compile's: the causal
 #: cell and a window with them compile as their device-made twins did, 0 B and 12 B, not rechecked here)
 HOST_MADE = {"ws16w3n:64,128,4,0@hd": 0, "ws16:128,128,3,1@hd": 4}
-#: the softcapped kernels (configs.FWD_GLUON_WS_SOFTCAP) beside their uncapped twins: hd 256's config, causal with
-#: host-made descriptors (the Gemma-2 row's launch were both routed), and hd 128's persistent kernel, causal
+#: the softcapped kernels beside their uncapped twins: hd 256's routed config, causal with host-made descriptors (the
+#: Gemma-2 row's launch, configs.FWD_GLUON_WS_SOFTCAP), and hd 128's persistent kernel, causal (built, not routed)
 CAPPED_TWINS = [f"ws16:256,{configs.FWD_GLUON_WS[256, 256][0]},{configs.FWD_GLUON_WS[256, 256][1]},1@hd",
                 "ws16ps:128,128,3,1"]
 SOFTCAPPED = CAPPED_TWINS + [f"{spec}@sc" for spec in CAPPED_TWINS]
@@ -83,7 +84,7 @@ def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compi
 
 
 def test_a_softcap_adds_one_exp2_and_one_division_a_score_and_nothing_else(compiled):
-    """The softcapped forward (``SOFTCAP``; built in session 52, off until measured) beside its uncapped twin
+    """The softcapped forward (``SOFTCAP``; routed at hd 256 in session 53) beside its uncapped twin
     (:data:`CAPPED_TWINS`: hd 256, and hd 128's persistent kernel): the same consumer and loader registers, wgmmas
     and ping-pong waits, shared memory within 64 B, spills within 4 B of the twin's (hd 256: none; hd 128 persistent
     8 -> 12 B, session 52); the capped kernel's consumers take tanh by one more exp2 and one fast division a score
@@ -191,30 +192,31 @@ def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(mon
     assert fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, window_left=7)["window_left"] == 7
 
 
-def test_a_softcap_routes_only_when_switched_on_as_its_uncapped_twin(monkeypatch):
-    """configs.FWD_GLUON_WS_SOFTCAP (built in session 52, off until measured): off, a softcapped call keeps the Triton
-    forward; on, it takes its uncapped twin's launch wherever that one is routed (persistent or not), the cap among
-    the keywords (with a window too). hd 256 is listed with no routed length: its calls stay on the Triton forward
-    until one is set, then run its 64-key tiles with host-made descriptors. Both kernels' arguments carry the cap and
-    refuse one that is not positive."""
+def test_a_softcap_routes_only_at_the_listed_head_dims_as_its_uncapped_twin(monkeypatch):
+    """configs.FWD_GLUON_WS_SOFTCAP (session 53: hd 256 alone; hd 128's capped kernel lost 0.78x): a softcapped call
+    at a listed head dim takes its uncapped twin's launch wherever that one is routed (persistent or not), the cap
+    among the keywords (with a window too); elsewhere it keeps the Triton forward. Gemma-2's hd 256 runs from 1k, one
+    program a tile with host-made descriptors, capped or not. Both kernels' arguments carry the cap and refuse one
+    that is not positive."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     q, k, v = _qkv(hk=4, sq=4096, sk=4096)
     causal = dict(causal=True, window_right=0)
-    assert configs.FWD_GLUON_WS_SOFTCAP is False
-    assert _route(q, k, v, softcap=50.0, **causal) is None
-    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", True)
+    assert configs.FWD_GLUON_WS_SOFTCAP == {(256, 256)}
     plain = _route(q, k, v, **causal)
     assert plain["persistent"]  # (MHA causal at 4k: the persistent kernel uncapped)
+    assert _route(q, k, v, softcap=50.0, **causal) is None  # (hd 128 not listed)
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", frozenset({(128, 128), (256, 256)}))
     assert _route(q, k, v, softcap=50.0, **causal) == dict(plain, softcap=50.0)
     assert _route(q, k, v, softcap=50.0, window_left=1023, **causal) == dict(
         plain, persistent=False, tile_order="query", softcap=50.0, window_left=1023, host_desc=True)
     assert _route(*_qkv(sq=256, sk=256), softcap=50.0) is None  # (shorter than the uncapped route)
-    gemma = _qkv(d=256, hq=16, hk=8, sq=4096, sk=4096)
-    assert _route(*gemma, softcap=50.0, **causal) is None and _route(*gemma, **causal) is None  # (hd 256: no length)
-    monkeypatch.setitem(configs.FWD_GLUON_WS_MIN_SEQLEN, (256, 256), {False: 1024, True: 1024})
     bn, st = configs.FWD_GLUON_WS[256, 256]
-    assert _route(*gemma, softcap=50.0, **causal) == dict(block_n=bn, num_stages=st, persistent=False,
-                                                          tile_order="query", softcap=50.0, host_desc=True)
+    gemma_route = dict(block_n=bn, num_stages=st, persistent=False, tile_order="query", host_desc=True)
+    for sq in (1024, 4096):
+        gemma = _qkv(d=256, hq=16, hk=8, sq=sq, sk=sq)
+        assert _route(*gemma, softcap=50.0, **causal) == dict(gemma_route, softcap=50.0)
+        assert _route(*gemma, **causal) == _route(*gemma) == gemma_route
+    assert _route(*_qkv(d=256, hq=16, hk=8, sq=1000, sk=4096), softcap=50.0) is None  # (under 1k)
     q, k, v = _qkv(sq=300, sk=500)
     out, lse = torch.empty_like(q), torch.empty(1, 4, 300)
     kw = fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, softcap=50.0)
@@ -441,7 +443,7 @@ def test_gpu_routed_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal,
          "hd128-causal-GQA-cap20", "mla-causal-cap50", "hd64-cap50", "hd128-causal-cap1", "hd128-GQA-W200-cap50"])
 def test_gpu_softcapped_forward_and_backward_match_oracle(b, sq, sk, hq, hk, causal, window, softcap, d, dtype,
                                                           monkeypatch):
-    """configs.FWD_GLUON_WS_SOFTCAP on (session 52's build; the route's minimum lengths set to 1, hd 256's too): a
+    """Every head dim in configs.FWD_GLUON_WS_SOFTCAP (routed: hd 256; the route's minimum lengths set to 1): a
     softcapped call runs its uncapped twin's Gluon launch (persistent or one program a tile; its launch the only
     forward), out, lse and every gradient within the tolerance rule of the FP64 oracle (the Triton backward reads its
     out and lse): Gemma-2's hd 256 with and without a cap, with a window, rows that see no key (Sq > Sk), fp16; hd
@@ -451,7 +453,8 @@ def test_gpu_softcapped_forward_and_backward_match_oracle(b, sq, sk, hq, hk, cau
 
     from kernels.flash_attn import interface
 
-    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", True)
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", frozenset([*configs.FWD_GLUON_WS,
+                                                                   *configs.FWD_GLUON_WS_CELLS]))
     _route_from_one_token(monkeypatch)
     dv = 128 if d == 192 else d
     interface._SIGNATURES.clear()
