@@ -172,8 +172,9 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "wait_one_pending": len(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)),
             # TMA reduce-adds (the fused backward's dQ partials)
             "tma_reduce": len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\S*\.add", ptx)),
-            # the MUFU work a softmax adds: exponentials and fast divisions (a softcap's tanh takes one of each)
+            # the MUFU work a softmax adds: exponentials, fast divisions and tanh (the 16-bit Gluon forward's softcap)
             "ex2": len(re.findall(r"ex2\.approx", ptx)), "fdiv": len(re.findall(r"div\.full\.f32", ptx)),
+            "tanh": len(re.findall(r"tanh\.approx\.f32", ptx)),
             "ptx": ptx}
 
 

@@ -482,14 +482,18 @@ FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 FWD_GLUON_WS_WINDOW = True
 #: The (q / k, v) head dims whose softcapped calls (Gemma-2's 50: scores softcap * tanh(s * scale / softcap)) run
 #: the 16-bit Gluon forward wherever that head dim and mask take it uncapped, in the same launch (persistent or one
-#: program a tile; both kernels' ``SOFTCAP``: tanh by one exp2 and a fast division in the consumers' softmax, as
-#: the Triton kernel's ``_capped``); other head dims: the Triton forward. Built in session 52 (sm_90a: the uncapped
+#: program a tile; both kernels' ``SOFTCAP``: the hardware's tanh, one MUFU operation an element, in the consumers'
+#: softmax); other head dims: the Triton forward. Built in session 52 with tanh as the Triton kernel's ``_capped``
+#: (one exp2 and a fast division: three MUFU operations an element with the softmax's exp2; sm_90a: the uncapped
 #: kernels' PTX unchanged but the new argument; capped hd 256 no spill; hd 128 causal 4 -> 8 B spilled, persistent
-#: 8 -> 12 B). Measured in session 53 (H200, docs/perf/gluon-s53, whole forward, route-ab, three pairs; its 9 GPU
-#: tests pass): Gemma-2's row (B2 H16/8 hd 256 4k causal, cap 50) 1.14x at hd 256's 32-key tiles (0.811 -> 0.714
-#: ms; prediction 1.10-1.25x), 1.05x at the 64-key tiles; hd 128 MHA causal 4k capped 0.78x (0.436 -> 0.556 ms):
-#: the cap's three MUFU operations an element (two exp2, one reciprocal) outrun hd 128's wgmmas, not routed. MLA's
-#: and hd 64's capped kernels not timed.
+#: 8 -> 12 B). Measured in session 53 (H200, docs/perf/gluon-s53, whole forward, route-ab, three pairs; 9 / 9 GPU
+#: tests pass): Gemma-2's row (B2 H16/8 hd 256 4k causal, cap 50) 1.14x at hd 256's 32-key tiles (0.811 -> 0.714 ms;
+#: prediction 1.10-1.25x), 1.05x at the 64-key tiles; hd 128 MHA causal 4k capped 0.78x the Triton forward (0.436 ->
+#: 0.556 ms: the three MUFU operations outrun hd 128's wgmmas). The same session then moved the cap to
+#: ``tanh.approx.f32`` (9 / 9 GPU tests pass again) and timed it once, in a later call than the numbers it is set
+#: against (no same-call A/B: the budget ran out): Gemma-2's row 0.669 ms (0.712-0.719 with the exp2 form in two
+#: calls: ~1.07x more), hd 128's 0.446 ms (Triton's 0.436: ~0.98x, still not routed). MLA's and hd 64's capped
+#: kernels not timed.
 FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s

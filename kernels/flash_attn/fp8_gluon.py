@@ -44,7 +44,7 @@ Dense inputs only: q [B, Sq, Hq, D], k [B, Sk, Hk, D] in float8_e4m3fn, V alread
 ([B, Hk, D, Sk], ``v_layout.v_keys_contiguous``), descales (B, Hk) float32 as flash-attn 3 takes
 them; out [B, Sq, Hq, D] bf16, lse [B, Hq, Sq] float32. Causal is bottom-right aligned, as in fwd.py.
 Head dims 64, 128, 256 (d_v = d); no windows, softcap or varlen (the 16-bit kernel: a causal window on the left,
-session 50). Gluon has no interpreter: it runs on
+session 50; a softcap, session 52, by the hardware's tanh since session 53). Gluon has no interpreter: it runs on
 an sm90 GPU (tests/kernels/test_fp8_gluon.py compiles it for sm_90a on the CPU).
 """
 
@@ -130,16 +130,24 @@ def _window_blocks(m0, off, window_left, n_blocks, BLOCK_M: gl.constexpr, BLOCK_
 
 
 @gluon.jit
+def _tanh_approx(x):
+    """tanh of every element of the fp32 tensor ``x`` by PTX's ``tanh.approx.f32`` (sm_75 and later)."""
+    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1)
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, window_left=0,
                   WINDOW: gl.constexpr = False, cap_in=0.0, SOFTCAP: gl.constexpr = False):
     """One key block's online softmax in base 2 (scores ``s`` unscaled): (p, alpha, m_new, l_new).
     ``masked``: the block holds keys some row may not see (the causal diagonal, the sequence's end; with
     ``WINDOW``, keys left of a row's window: before ``offs_m + off - window_left``). ``SOFTCAP``: the scores
-    capped first, tanh(s * sm_scale / softcap) = 2 / (1 + 2^(s * ``cap_in``)) - 1 (``cap_in`` = -2 log2(e) sm_scale /
-    softcap; fwd.py's ``_capped``), ``qk_scale`` then softcap * log2(e)."""
-    if SOFTCAP:  # (exp2 of a large argument is inf: 2 / inf - 1 = -1, as tanh's limit)
-        s = gl.fdiv(gl.full_like(s, 2.0), 1.0 + gl.exp2(s * cap_in)) - 1.0
+    capped first, tanh(s * ``cap_in``) (``cap_in`` = sm_scale / softcap) by the hardware's one-instruction tanh
+    (``tanh.approx.f32``, relative error under 2^-10.9: below the bf16 inputs' own rounding of s; one MUFU operation
+    an element where fwd.py's ``_capped`` form, 2 / (1 + 2^x) - 1, takes an exp2 and a reciprocal beside the
+    softmax's exp2), ``qk_scale`` then softcap * log2(e)."""
+    if SOFTCAP:
+        s = _tanh_approx(s * cap_in)
     if masked:
         keys = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
         keep = gl.expand_dims(keys < seqlen_k, 0)
@@ -636,8 +644,8 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     off = seqlen_k - seqlen_q
     qk_scale = sm_scale * 1.4426950408889634
     cap_in = 0.0
-    if SOFTCAP:  # (tanh's argument in base 2, and the capped scores' scale: softcap * log2(e))
-        cap_in = sm_scale * (-2.0 * 1.4426950408889634) / softcap
+    if SOFTCAP:  # (tanh's argument, and the capped scores' scale: softcap * log2(e))
+        cap_in = sm_scale / softcap
         qk_scale = softcap * 1.4426950408889634
     b64 = b.to(gl.int64)
     dtype: gl.constexpr = Q.dtype.element_ty
@@ -908,7 +916,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     qk_scale = sm_scale * 1.4426950408889634
     cap_in = 0.0
     if SOFTCAP:  # (as _fwd_ws_kernel's)
-        cap_in = sm_scale * (-2.0 * 1.4426950408889634) / softcap
+        cap_in = sm_scale / softcap
         qk_scale = softcap * 1.4426950408889634
     kv_heads = num_heads // group
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
