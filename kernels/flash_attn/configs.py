@@ -1084,7 +1084,8 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: (H200, docs/perf/gluon-s52, against session 51's tree, three pairs): GQA 32/8 B4 1k 1.037-1.047x (deterministic
 #: 1.039-1.041x); the fused MHA route (B8 H16 1k, no dQ kernel) 0.994-0.997x. hd 64's Gluon dQ (BWD_GLUON_TRY's
 #: config) from 2k, session 52, same A/B: GQA 32/8 2k 0.935-0.948x, MQA 16/1 0.935-0.942x, MQA 71/1 causal
-#: 0.931-0.949x (the MHA 4k control, fused route, 0.994-1.009x): not routed.
+#: 0.931-0.949x (the MHA 4k control, fused route, 0.994-1.009x): not routed. At 64-key tiles over 3 stages (session
+#: 53, H200, docs/perf/gluon-s53, three pairs): 0.922-0.928x, 0.913-0.921x, 0.894-0.912x on the same cells: not routed.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 1024, True: 1024}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
