@@ -518,6 +518,9 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
                 > "$ab/$side-$i.log" 2>&1
             echo "$side-$i exit $?" >> "$ab/$side-$i.log"
             grep -A8 "^### " "$ab/$side-$i.log" | grep -E "^###|triton_fa" | sed "s/^/$side-$i /"
+            # the table so far after every run: a call cut short (its timeout, the budget) still returns the pairs
+            # it finished (session 53 lost a whole A/B's table to a `timeout` around route-ab)
+            python3 benchmarks/route_ab.py "$ab" > "$ab/ab.md" 2> /dev/null || true
         done
     done
     python3 benchmarks/route_ab.py "$ab" | tee "$ab/ab.md"
