@@ -27,8 +27,8 @@ stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one pro
 ``persistent``; @p2: the same in the heavy-first tile order, its ``persistent="heavy"``; @hd: its TMA descriptors
 made on the host, its ``host_desc``; @w1 (causal, not fused or persistent): a sliding window on the left, its
 ``window_left``; e.g. bwdf16:128,64,2,1@m1, several as @m1@u1), and
-bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1] for its dQ kernel (@p1 / @p2:
-persistent; @hd: host-made descriptors; @w1: a window).
+bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1][@sc] for its dQ kernel (@p1 / @p2:
+persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores).
 Gluon has no interpreter, so this is how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it
 in a subprocess: the suite's interpreter setting would otherwise turn the kernel's helpers into interpreted
 functions).
@@ -144,11 +144,11 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
 
 def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
                          dv: int | None = None, persistent: bool | str = False, host_desc: bool = False,
-                         window: bool = False) -> dict:
+                         window: bool = False, softcap: bool = False) -> dict:
     """The same report for the warp-specialised dQ kernel (kernels/flash_attn/bwd_gluon.py), 128 query rows a
     program, ``block_n`` keys a block; ``dv`` as :func:`compile_bwd16_sm90a`'s; ``persistent``: one program an SM
     over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host; ``window``: as
-    :func:`compile_bwd16_sm90a`'s."""
+    :func:`compile_bwd16_sm90a`'s; ``softcap``: scores capped at 50 (its ``softcap``)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -157,7 +157,8 @@ def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: 
     v, do, out = (torch.empty(b, s, h, dv or d, dtype=dtype) for _ in range(3))
     lse, delta = (torch.empty(b, h, s) for _ in range(2))
     call = bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, dq, 0.125, causal, block_n, stages,
-                                  persistent=persistent, host_desc=host_desc, window_left=100 if window else -1)
+                                  persistent=persistent, host_desc=host_desc, window_left=100 if window else -1,
+                                  softcap=50.0 if softcap else 0.0)
     return _report(compile_call(bwd_gluon._bwd_dq_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -221,14 +222,14 @@ def main(argv=None) -> int:
         if spec.startswith("bwdq16:"):
             plain, *options = spec.split("@")
             orders = [o for o in options if o in ("p1", "p2")]
-            if len(orders) > 1 or any(o not in ("p1", "p2", "hd", "w1") for o in options):
-                raise SystemExit(f"spec {spec}: the dQ kernel's options after @ are one of p1 / p2, hd and w1")
+            if len(orders) > 1 or any(o not in ("p1", "p2", "hd", "w1", "sc") for o in options):
+                raise SystemExit(f"spec {spec}: the dQ kernel's options after @ are one of p1 / p2, hd, w1 and sc")
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
                                      persistent={"p1": True, "p2": "heavy"}.get(orders[0]) if orders else False,
-                                     host_desc="hd" in options, window="w1" in options)
+                                     host_desc="hd" in options, window="w1" in options, softcap="sc" in options)
         elif spec.startswith(("bwdw16:", "bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
             plain, *options = spec.split("@")
             variant = _dkdv_options(spec, options)

@@ -23,7 +23,8 @@ past it are computed and not stored.
 Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
 mask, or causal with a sliding window on the left (the split kernels one program a tile, ``window_left``: session
-51); no softcap or varlen.
+51); no varlen. The dQ kernel alone also takes hd 256 (Gemma-2's; 32-key tiles) and a softcap (the forward's capped
+scores recomputed by the hardware's tanh, dS through the cap's slope: session 53, built on the CPU).
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
 ordered variant (``Sem``: ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
 counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in the consumers (0.6x
@@ -60,11 +61,22 @@ from triton.language.core import _aggregate as aggregate
 
 from .. import launcher
 from . import configs
-from .fp8_gluon import _key_blocks, _pass, _second_part, _window_blocks, _ws_barriers, window_argument
+from .fp8_gluon import (
+    _key_blocks,
+    _pass,
+    _second_part,
+    _tanh_approx,
+    _window_blocks,
+    _ws_barriers,
+    window_argument,
+)
 
 #: (q / k head dim, v head dim) pairs both kernels compile for: DeepSeek's MLA training form too, q / k 192 in two
 #: tile parts (128 + 64), v 128
 HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+#: ... and the dQ kernel's alone: Gemma-2's hd 256 (dQ's 64 x 256 fp32 accumulator a consumer fits beside 32-key S
+#: and dP tiles; dK / dV's two would not), its dK / dV on the Triton kernel
+DQ_HEAD_DIMS = HEAD_DIMS + ((256, 256), )
 _DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 #: keys a program owns (two consumer warpgroups of 64)
 BLOCK_N = 128
@@ -83,12 +95,13 @@ class _BwdShape:
                        "WALK": gl.constexpr, "QUERY_HALVES": gl.constexpr, "MASK_EVERY_TILE": gl.constexpr,
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
                        "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr,
-                       "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr, "WINDOW": gl.constexpr}
+                       "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr, "WINDOW": gl.constexpr,
+                       "SOFTCAP": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
                  DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
-                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False):
+                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False, SOFTCAP=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -110,6 +123,7 @@ class _BwdShape:
         self.TIMES = gl.constexpr(TIMES)
         self.PERSISTENT = gl.constexpr(PERSISTENT)
         self.WINDOW = gl.constexpr(WINDOW)
+        self.SOFTCAP = gl.constexpr(SOFTCAP)
 
 
 @builtin
@@ -1049,11 +1063,11 @@ def _dq_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_sm
 def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                 stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0, n_blocks,
                 mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, tiles=0, lo=0, left_to=0,
-                window_left=0):
+                window_left=0, cap_in=0.0):
     """One consumer warpgroup (:func:`_dq_consume_tile`) over the program's tile, or with ``shape.PERSISTENT`` over
     each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to mask_from unused), the key
     blocks counted over the program's tiles. ``lo``, ``left_to``, ``window_left``: a window's (``shape.WINDOW``, one
-    program a tile): :func:`_dq_consume_tile`'s."""
+    program a tile), ``cap_in`` a softcap's (``shape.SOFTCAP``): :func:`_dq_consume_tile`'s."""
     if shape.PERSISTENT:
         j = 0
         i = 0
@@ -1063,20 +1077,20 @@ def _dq_consume(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, 
             j = _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta,
                                  DQ, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs,
                                  stride_dqh, b, h, m0, n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                 shape, q_smem_b, k_smem_b, i, j, tiles[5])
+                                 shape, q_smem_b, k_smem_b, i, j, tiles[5], 0, 0, 0, cap_in)
             i += 1
     else:
         _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ,
                          stride_ob, stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b,
                          h, m0, n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b,
-                         k_smem_b, 0, 0, q_bar, lo, left_to, window_left)
+                         k_smem_b, 0, 0, q_bar, lo, left_to, window_left, cap_in)
 
 
 @gluon.jit
 def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                      stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
                      n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, i, j0,
-                     q_free, lo=0, left_to=0, window_left=0):
+                     q_free, lo=0, left_to=0, window_left=0, cap_in=0.0):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``j0``: the key blocks
     consumed before it; returns the count after it): query rows [m0 + 64 wg, + 64). First delta = rowsum(dO * O) of
     its rows (stored for the dK / dV kernel), then per key block S = Q K^T and dP = dO V^T issued in one turn, P and
@@ -1086,7 +1100,10 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
     ``shape.PERSISTENT``: once its last wgmmas reading the tile's Q and dO retired, the consumer releases them
     (``q_free``) before storing dQ, so the loader brings the next tile's meanwhile. ``shape.WINDOW`` (causal): row
     i sees keys i + off - ``window_left`` .. i + off; the key blocks from ``lo`` (the first the tile's first row
-    sees), those starting left of ``left_to`` (the tile's last row's window edge) masked as well as the diagonal's."""
+    sees), those starting left of ``left_to`` (the tile's last row's window edge) masked as well as the diagonal's.
+    ``shape.SOFTCAP``: the scores capped as the forward capped them, t = tanh(s * ``cap_in``) (``cap_in`` = sm_scale
+    / softcap; ``qk_scale`` = softcap * log2(e)), P = 2^(t * qk_scale - lse * log2(e)), and dS = P (dP - delta)
+    (1 - t^2): the cap's slope, its tile kept from S's wait until dP's."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     KB_DIM: gl.constexpr = HEAD_DIM_B if HEAD_DIM_B > 0 else HEAD_DIM  # the second part's tiles (read only with it)
@@ -1141,6 +1158,9 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
         mbarrier.wait(mine, 0)
         s, dp = _s_and_dp(q_w, k_t, do_w, v_t, other, BLOCK_N, S_LAYOUT, q_w_b, k_t_b, HEAD_DIM_B > 0)
         s = warpgroup_mma_wait(1, deps=(s, ))  # S done; dP may still run
+        if shape.SOFTCAP:
+            s = _tanh_approx(s * cap_in)
+            slope = 1.0 - s * s
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
         if IS_CAUSAL and shape.WINDOW:  # (the diagonal's blocks, and those left of the last row's window edge)
             if (jb * BLOCK_N >= mask_from) | (jb * BLOCK_N < left_to):
@@ -1154,7 +1174,10 @@ def _dq_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, t
                 keep = gl.expand_dims(keys, 0) <= gl.expand_dims(rows + off, 1)
                 p = gl.where(keep, p, 0.0)
         dp = warpgroup_mma_wait(0, deps=(dp, ))
-        ds16 = gl.convert_layout((p * (dp - gl.expand_dims(delta, 1))).to(DTYPE), A_LAYOUT)
+        ds = p * (dp - gl.expand_dims(delta, 1))
+        if shape.SOFTCAP:
+            ds = ds * slope
+        ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
         mbarrier.wait(mine, 1)
         dq = warpgroup_mma(ds16, k_t, dq, is_async=True)  # keys past the sequence: zero-filled K rows add nothing
         if HEAD_DIM_B > 0:
@@ -1189,7 +1212,7 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                       K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                       QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
                       HOST_DESC: gl.constexpr = False, QD=None, DOD=None, KD=None, VD=None, window_left=0,
-                      WINDOW: gl.constexpr = False):
+                      WINDOW: gl.constexpr = False, softcap=0.0, SOFTCAP: gl.constexpr = False):
     """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
     delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next.
     ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s. ``PERSISTENT``: one
@@ -1198,7 +1221,8 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     dO's, K's and V's descriptors made on the host (``QD`` .. ``VD``), as ``_bwd_dkdv_ws_kernel``'s. ``WINDOW``
     (causal, one program a tile): row i sees keys i + Sk - Sq - ``window_left`` .. i + Sk - Sq, a tile's key blocks
     from the first its first row sees (fp8_gluon._window_blocks, as the forward's); ``window_left`` read only with
-    it."""
+    it. ``SOFTCAP``: the forward's scores were capped, ``softcap`` * tanh(s * sm_scale / ``softcap``) (read only
+    then): P recomputed through the cap and dS through its slope (:func:`_dq_consume_tile`)."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
@@ -1238,30 +1262,40 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
         q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_free, count=2)  # both consumers
         tiles = (gl.cdiv(seqlen_q, 128) * batch * num_heads, num_heads, group, seqlen_q, seqlen_k, q_free)
-    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, PERSISTENT=PERSISTENT, WINDOW=WINDOW)
+    qk_scale = sm_scale * 1.4426950408889634
+    cap_in = 0.0
+    if SOFTCAP:  # (tanh's argument, and the capped scores' scale: softcap * log2(e); fp8_gluon's forward's)
+        cap_in = sm_scale / softcap
+        qk_scale = softcap * 1.4426950408889634
+    shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, PERSISTENT=PERSISTENT, WINDOW=WINDOW,
+                      SOFTCAP=SOFTCAP)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,
                  n_blocks, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     consume_args = (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, turn, Out, Lse, Delta, DQ, stride_ob,
                     stride_os, stride_oh, stride_lb, stride_lh, stride_dqb, stride_dqs, stride_dqh, b, h, m0,
-                    n_blocks, mask_from, seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape,
-                    q_smem_b, k_smem_b, tiles)
+                    n_blocks, mask_from, seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, tiles)
     if WINDOW:
         load_args = load_args + (lo, )
         consume_args = consume_args + (lo, left_to, window_left)
+    elif SOFTCAP:
+        consume_args = consume_args + (0, 0, 0)
+    if SOFTCAP:
+        consume_args = consume_args + (cap_in, )
     gl.warp_specialize([(_dq_consume, (0, ) + consume_args), (_dq_consume, (1, ) + consume_args),
                         (_dq_load, load_args)], [4, 1], [CONSUMER_REGS, 24])
 
 
-def unsupported(q, k, v, do, lse, delta) -> str | None:
-    """Why the kernels cannot run these inputs ([B, S, H, D] dense, :data:`HEAD_DIMS`; lse and delta [B, Hq, Sq]
-    fp32), or None."""
+def unsupported(q, k, v, do, lse, delta, kernel: str = "dkdv") -> str | None:
+    """Why the ``kernel`` ("dkdv", or "dq": the dQ kernel alone) cannot run these inputs ([B, S, H, D] dense, its
+    head dims: :data:`HEAD_DIMS`, the dQ kernel's :data:`DQ_HEAD_DIMS`; lse and delta [B, Hq, Sq] fp32), or None."""
     if q.dtype not in _DTYPES or any(t.dtype != q.dtype for t in (k, v, do)):
         return f"q, k, v, dO in bf16 or fp16 alike, got {q.dtype}, {k.dtype}, {v.dtype}, {do.dtype}"
     if any(t.dim() != 4 for t in (q, k, v, do)):
         return "dense [B, S, H, D] inputs"
     d, dv = q.shape[-1], v.shape[-1]
-    if (d, dv) not in HEAD_DIMS or k.shape[-1] != d:
-        return f"head dims (q / k, v) in {HEAD_DIMS}, got q {d}, k {k.shape[-1]}, v {dv}"
+    dims = DQ_HEAD_DIMS if kernel == "dq" else HEAD_DIMS
+    if (d, dv) not in dims or k.shape[-1] != d:
+        return f"head dims (q / k, v) in {dims}, got q {d}, k {k.shape[-1]}, v {dv}"
     if q.shape[2] % k.shape[2] or v.shape[2] != k.shape[2]:
         return f"{q.shape[2]} query heads over {k.shape[2]} kv heads"
     if do.shape != q.shape[:3] + (dv, ):
@@ -1577,14 +1611,17 @@ def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
 
 
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
-                 consumer_regs=240, persistent=False, host_desc=False, window_left=-1) -> dict:
+                 consumer_regs=240, persistent=False, host_desc=False, window_left=-1, softcap=0.0) -> dict:
     """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
     strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`. ``persistent``:
     the kernel's PERSISTENT (one program an SM over the tiles; :func:`dq_launch` sizes its grid). ``host_desc``: as
     :func:`dkdv_arguments`'. ``window_left`` >= 0 (causal, not persistent): a sliding window on the left, the
-    kernel's WINDOW."""
+    kernel's WINDOW. ``softcap`` > 0: the forward's scores were capped, softcap * tanh(s * softmax_scale / softcap)
+    (the kernel's SOFTCAP)."""
     if window_left >= 0 and (not causal or persistent):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False)")
+    if softcap and not softcap > 0:
+        raise ValueError(f"a softcap is a positive cap (0: none), got {softcap}")
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1594,6 +1631,8 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
         second.update(PERSISTENT=persistent_order(persistent))
     if window_left >= 0:
         second.update(WINDOW=True)
+    if softcap:
+        second.update(SOFTCAP=True, softcap=float(softcap))
     q_sl = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
     k_sl = gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g)
     if host_desc:
@@ -1612,14 +1651,14 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
 
 
 def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-              persistent=False, host_desc=False, window_left=-1):
+              persistent=False, host_desc=False, window_left=-1, softcap=0.0):
     """Launch the dQ kernel into ``dq`` (and delta into ``delta``, lse's shape and strides; inputs checked by the
     caller: :func:`unsupported` with out as dO's twin, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
     (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names). ``persistent``: min(tiles, the GPU's
-    multiprocessors) programs (:func:`dq_grid`)."""
+    multiprocessors) programs (:func:`dq_grid`); ``softcap``: :func:`dq_arguments`'."""
     launcher.ensure_allocator()
     kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                          persistent, host_desc, window_left)
+                          persistent, host_desc, window_left, softcap)
     grid = dq_grid(q, configs.sm_count(q.get_device()) if persistent else None)
     return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
@@ -1634,15 +1673,17 @@ def dq_grid(q, programs: int | None = None) -> tuple[int, int]:
 
 
 def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-             poison=False, launches=None, persistent=False, host_desc=False, window_left=-1):
+             poison=False, launches=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s;
     ``persistent``: one program an SM over the tiles (the kernel's PERSISTENT; True or a name of
-    :data:`PERSISTENT_ORDERS`); ``host_desc``, ``window_left``: :func:`dkdv_gluon`'s."""
-    _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse) or unsupported(q, k, v, out, lse, lse), num_stages, q)
+    :data:`PERSISTENT_ORDERS`); ``host_desc``, ``window_left``: :func:`dkdv_gluon`'s; ``softcap``: the forward's
+    cap (:func:`dq_arguments`)."""
+    _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse, "dq") or unsupported(q, k, v, out, lse, lse, "dq"),
+                num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(
         q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-        host_desc, window_left))
+        host_desc, window_left, softcap))
     return dq, delta

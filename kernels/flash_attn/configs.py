@@ -1093,10 +1093,15 @@ BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
 #: hd 128's); MLA's 192 / 128 dK / dV at 32-row tiles over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B
 #: and serialise their wgmmas), dQ at 64-key tiles over 3 stages (no spill, 205 KiB; 128-key tiles would hold S and
-#: dP at 64 + 64 registers beside dQ's 96): the routed MLA configs' neighbours, so tests cover both.
+#: dP at 64 + 64 registers beside dQ's 96): the routed MLA configs' neighbours, so tests cover both. hd 256 (Gemma-2;
+#: built in session 53, not run on a GPU, not routed: :data:`BWD_GLUON` does not list it): the dQ kernel alone
+#: (bwd_gluon.DQ_HEAD_DIMS; dK / dV stay on the Triton kernel) at 32-key tiles over 3 stages (224 KiB: Q and dO 64
+#: KiB each, 32 KiB a stage; sm_90a with host-made descriptors: no spill uncapped, 20 B causal softcapped, 0 B
+#: non-causal; 64-key tiles over 2 stages would need 256 KiB).
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
-                                                        192: {"dq": (64, 3), "dkdv": (32, 2)}}
+                                                        192: {"dq": (64, 3), "dkdv": (32, 2)},
+                                                        256: {"dq": (32, 3)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 #: (head dim, kernel, causal) -> (shortest sequence, config): the config a routed kernel of :data:`BWD_GLUON` runs with
 #: that mask, from that length on, instead of its own (below it, where :data:`BWD_GLUON_MIN_SEQLEN` routes the kernel at
@@ -1143,6 +1148,15 @@ BWD_GLUON_FLAT_WALK = frozenset({128})
 #: 1.175-1.202x a pair (deterministic 1.175-1.180x); B2 H32/8 4k window 1023 1.177-1.193x; the models table 2.635 ms,
 #: 0.74x flash-attn-4. On.
 BWD_GLUON_WINDOW = True
+#: Head dims whose softcapped calls (Gemma-2's 50) run the split route's Gluon dQ kernel where :data:`BWD_GLUON` (or
+#: ``FLASH_ATTN_BWD=gluon``) routes it (its ``SOFTCAP``: P recomputed through the hardware's tanh as the Gluon
+#: forward capped the scores, dS through the cap's slope); the dK / dV kernel of such a call stays the Triton one
+#: (the Gluon one takes no softcap). Built in session 53 on the CPU (sm_90a, hd 256 at 32-key tiles: uncapped PTX
+#: unchanged but the new argument; capped 20 B spilled causal, 0 B non-causal, 12 B persistent; hd 128's 128-key
+#: tiles spill 552 B capped: not listed). Not run on a GPU: empty. Prediction for Gemma-2-9B's backward (B2 H16/8
+#: 4k causal, cap 50; 3.66 ms on the Triton kernels, flash-attn-4 2.18): with ``BWD_GLUON[256] = {"dq": (32, 3)}``
+#: from 1k, the dQ kernel ~1.3x its Triton twin, the whole backward 1.05-1.12x.
+BWD_GLUON_SOFTCAP: frozenset[int] = frozenset()
 
 
 def bwd_walk(q, k) -> int:
@@ -1160,7 +1174,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     ``FLASH_ATTN_BWD=gluon``; ``FLASH_ATTN_BWD=split`` keeps the Triton ones), the split mode, dense bf16 / fp16
     inputs the kernels take (bwd_gluon.unsupported: their head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]),
     causal or no mask (with :data:`BWD_GLUON_WINDOW`, causal with a window on the left too: then one program a tile,
-    ``window_left`` among the keywords), no softcap, an sm90 GPU (not the interpreter). ``sm_major``: as
+    ``window_left`` among the keywords), no softcap (at a head dim of :data:`BWD_GLUON_SOFTCAP`, a softcap too:
+    the dQ kernel alone, ``softcap`` among its keywords), an sm90 GPU (not the interpreter). ``sm_major``: as
     :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
@@ -1182,16 +1197,20 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
                if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))  # a mask not listed: not routed
                and not (gqa and name in mask_cfg)}  # (the by-mask configs: MHA only)
     window = window_left >= 0 and causal and BWD_GLUON_WINDOW
-    if not cfg or atomic or varlen or fp8 or softcap or (window_left >= 0 and not window) or (
+    if cfg and softcap:  # (the dQ kernel alone takes a softcap)
+        cfg = {"dq": cfg["dq"]} if "dq" in cfg and q.shape[-1] in BWD_GLUON_SOFTCAP else {}
+    if not cfg or atomic or varlen or fp8 or (window_left >= 0 and not window) or (
             window_right >= 0 and not causal):
         return {}
     if not _on_sm90(q, sm_major) or out.shape != q.shape[:-1] + v.shape[-1:]:
         return {}
     from .bwd_gluon import unsupported
 
-    if unsupported(q, k, v, do, lse, lse):  # (delta is made in lse's shape and layout)
+    if unsupported(q, k, v, do, lse, lse, "dkdv" if "dkdv" in cfg else "dq"):  # (delta made in lse's layout)
         return {}
     out = {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
+    if softcap:
+        out["dq"]["softcap"] = float(softcap)
     if "dkdv" in out:
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:

@@ -44,6 +44,13 @@ FLAT_SPILL_AT_MOST = 300
 PERSISTENT_SPILL_AT_MOST = {("128", 64): 300, ("64", 64): 0, ("64", 128): 200}
 #: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
+#: ... but hd 256's (the dQ kernel alone, session 53: 32-key tiles over 3 stages, 224 KiB; causal 4 B with device-made
+#: descriptors, none with host-made; softcapped 24 B causal, none non-causal)
+DQ_SPILL_AT_MOST = {"256": 24}
+#: the dQ kernel compiled with and without a softcap (@sc, bwd_gluon.dq_arguments' ``softcap``): hd 256's tried
+#: config (configs.BWD_GLUON_TRY, configs.BWD_GLUON_SOFTCAP's head dim), both masks
+DQ_SOFTCAP_TWINS = [f"bwdq16:256,{configs.BWD_GLUON_TRY[256]['dq'][0]},{configs.BWD_GLUON_TRY[256]['dq'][1]},{c}"
+                    for c in (0, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +115,15 @@ def compiled(tmp_path_factory):
     specs += [f"{spec}@p2" for spec in HEAVY_TWINS]  # (the heavy-first tile order, causal)
     specs += [f"{spec}@hd" for spec in HOST_DESC_TWINS]  # (host-made TMA descriptors)
     specs += [f"{spec}@w1" for spec in WINDOW_TWINS]  # (a sliding window on the left)
+    specs += [f"{spec}@sc" for spec in DQ_SOFTCAP_TWINS]  # (a softcap: the twins are BWD_GLUON_TRY's, above)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):
     """Every config of both kernels, causal or not (and fp16, three stages): a loader warp at 24 registers,
     consumers at 240 (setmaxnreg), 16-bit wgmmas not serialised, shared memory within the H100's 227 KiB, spills
-    within the session-31 bound of the dK / dV kernel's tile, none in the dQ kernel."""
+    within the session-31 bound of the dK / dV kernel's tile, none in the dQ kernel (hd 256's:
+    :data:`DQ_SPILL_AT_MOST`)."""
     for spec, r in compiled.items():
         kernel, _, cfg = spec.partition(":")
         d, block = cfg.split(",")[0], int(cfg.split(",")[1])
@@ -124,7 +133,7 @@ def test_the_kernels_compile_with_their_partitions(compiled):
         walk = kernel == "bwdw16" and cfg.split(",")[4] == "1"  # (bwdw16 walk 0: GQA's nested loops, spilling)
         bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get((d, block)),
                  "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
-                 "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4}.get(kernel, 0)
+                 "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4, "bwdq16": DQ_SPILL_AT_MOST.get(d, 0)}.get(kernel, 0)
         if ("@p1" in spec or "@p2" in spec) and kernel != "bwdq16":  # (the dQ kernel's: none, as one a tile)
             bound = PERSISTENT_SPILL_AT_MOST[d, block]
         assert r["spill"] <= bound, (spec, r["spill"])
@@ -440,6 +449,9 @@ def test_unsupported_inputs_are_named():
     assert "dO's shape" in bwd_gluon.unsupported(*mla[:3], mla[3][..., :64], *mla[4:])
     assert "bf16 or fp16" in bwd_gluon.unsupported(q.float(), k.float(), v.float(), do.float(), lse, delta)
     assert "head dims" in bwd_gluon.unsupported(*_inputs(d=96))
+    gemma = _inputs(d=256)  # (hd 256: the dQ kernel alone)
+    assert "head dims" in bwd_gluon.unsupported(*gemma) and bwd_gluon.unsupported(*gemma, kernel="dq") is None
+    assert "head dims" in bwd_gluon.unsupported(*_inputs(d=96), kernel="dq")
     assert "head dims" in bwd_gluon.unsupported(q, k, v[..., :64].contiguous(), do, lse, delta)
     assert "kv heads" in bwd_gluon.unsupported(*_inputs(hq=3, hk=2))
     assert "dO's shape" in bwd_gluon.unsupported(q, k, v, do[:, :100], lse, delta)
@@ -658,6 +670,41 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
         with pytest.raises(ValueError, match="window"):
             bwd_gluon.dq_arguments(q2, k2, v2, do2, do2, lse2, lse2, q2, 0.125, causal_, window_left=7,
                                    persistent=persistent)
+
+
+def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monkeypatch):
+    """configs.BWD_GLUON_SOFTCAP (session 53, built on the CPU, empty until measured): a softcapped call keeps the
+    Triton backward unless its head dim is listed; then the split route's Gluon dQ kernel alone runs it (its dK / dV
+    the Triton kernel: the Gluon one takes no softcap), the cap among its keywords, where the uncapped call would run
+    that dQ kernel; never the fused route. hd 256 has the dQ kernel alone (bwd_gluon.DQ_HEAD_DIMS), tried under
+    ``FLASH_ATTN_BWD=gluon``, routed by no length. The dQ kernel's arguments carry the cap and refuse one that is
+    not positive."""
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    causal = dict(causal=True, window_right=0)
+    q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128: dQ and dK / dV on Gluon uncapped)
+    plain = _route(q, k, v, **causal)
+    assert set(plain) == {"dq", "dkdv"}
+    assert configs.BWD_GLUON_SOFTCAP == frozenset()
+    assert _route(q, k, v, softcap=50.0, **causal) == {}
+    monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128, 256}))
+    assert _route(q, k, v, softcap=50.0, **causal) == {"dq": dict(plain["dq"], softcap=50.0)}
+    assert _route(q, k, v, softcap=50.0, atomic=True, **causal) == {}
+    assert _route(*_inputs(sq=4096, sk=4096, d=64)[:3], softcap=50.0, **causal) == {}  # (hd 64: dK / dV alone)
+    gemma = _inputs(sq=4096, sk=4096, hq=16, hk=8, d=256)[:3]
+    assert _route(*gemma, softcap=50.0, **causal) == {} == _route(*gemma, **causal)  # (BWD_GLUON: no hd 256)
+    monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
+    bn, st = configs.BWD_GLUON_TRY[256]["dq"]
+    assert _route(*gemma, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True)}
+    assert _route(*gemma, softcap=50.0, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True,
+                                                                  softcap=50.0)}
+    monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128}))
+    assert _route(*gemma, softcap=50.0, **causal) == {}
+    args = bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True, softcap=50.0)
+    assert args["SOFTCAP"] is True and args["softcap"] == 50.0
+    assert "SOFTCAP" not in bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="softcap"):
+            bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True, softcap=bad)
 
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
@@ -1082,6 +1129,23 @@ def test_the_persistent_dq_kernel_does_the_same_work(compiled):
         assert persistent["wgmma"] == plain["wgmma"] and not persistent["serialized"], spec
         assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
         assert persistent["spill"] == 0 == plain["spill"], (spec, plain["spill"], persistent["spill"])
+
+
+def test_a_softcap_adds_one_tanh_a_score_to_the_dq_kernel_and_nothing_else(compiled):
+    """The softcapped dQ kernel (``SOFTCAP``; session 53, built on the CPU, not routed) beside its uncapped twin
+    (:data:`DQ_SOFTCAP_TWINS`: hd 256, both masks): the same partitions' registers, wgmmas and exp2s, shared memory
+    within 64 B, spills within :data:`DQ_SPILL_AT_MOST`; the capped kernel recomputes the cap by one hardware tanh a
+    score element of each softmax it inlines (64 query rows x BLOCK_N keys over a warpgroup's 128 threads), one
+    division a program (tanh's scale), the twin none."""
+    for spec in DQ_SOFTCAP_TWINS:
+        plain, capped = compiled[spec], compiled[f"{spec}@sc"]
+        for key in ("setmaxnreg", "wgmma", "serialized", "ex2"):
+            assert plain[key] == capped[key], (spec, key)
+        assert abs(plain["smem"] - capped["smem"]) <= 64 and capped["smem"] <= configs.H100_SMEM_BYTES, spec
+        assert capped["spill"] <= DQ_SPILL_AT_MOST["256"], (spec, capped["spill"])
+        per_softmax = 64 * int(spec.split(",")[1]) // 128
+        assert plain["tanh"] == 0 and capped["tanh"] > 0 and capped["tanh"] % per_softmax == 0, (spec, capped["tanh"])
+        assert capped["fdiv"] - plain["fdiv"] in (0, 1), spec
 
 
 def test_the_persistent_grid_and_its_refusals():
@@ -1696,6 +1760,37 @@ def test_gpu_windowed_gluon_backward_matches_oracle(b, sq, sk, hq, hk, window, d
         assert "_bwd_dq_ws_kernel" in names and "_bwd_dq_kernel" not in names, names
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, True, window=(window, 0), device="cuda",
                                  dv=dv)
+    assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype", [
+    (1, 1100, 1100, 4, 2, True, -1, 50.0, torch.bfloat16), (1, 777, 1500, 4, 4, False, -1, 30.0, torch.bfloat16),
+    (2, 1500, 777, 4, 1, True, -1, 50.0, torch.float16), (1, 1000, 1000, 4, 4, False, -1, 0.0, torch.bfloat16),
+    (1, 1300, 1300, 4, 2, True, 300, 50.0, torch.bfloat16), (1, 1000, 1000, 2, 2, True, -1, 1.0, torch.bfloat16)],
+    ids=["causal-GQA-cap50", "Sq<Sk-cap30", "MQA-Sq>Sk-cap50-fp16", "uncapped", "GQA-W300-cap50", "causal-cap1"])
+def test_gpu_gluon_dq_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window, softcap, dtype, monkeypatch):
+    """Gemma-2's hd 256 backward with its dQ on the Gluon kernel (session 53's build: configs.BWD_GLUON_TRY's config
+    routed from one token, configs.BWD_GLUON_SOFTCAP listing hd 256) and its dK / dV on the Triton kernel: out and
+    every gradient within the tolerance rule of the FP64 oracle, capped (50, 30, and 1: every score near the cap) and
+    not, GQA, MQA with rows that see no key (Sq > Sk), keys no query sees (Sq < Sk), fp16, a window; a second call
+    replays the launches to the same gradients."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({256}))
+    monkeypatch.setitem(configs.BWD_GLUON, 256, dict(configs.BWD_GLUON_TRY[256]))
+    monkeypatch.setitem(configs.BWD_GLUON_MIN_SEQLEN, 256, {"dq": {False: 1, True: 1}})
+    interface._SIGNATURES.clear()
+    kw = dict(window=(window, 0 if causal else -1), device="cuda", softcap=softcap)
+    first = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
+    names = _backward_kernels(interface)
+    assert "_bwd_dq_ws_kernel" in names and "_bwd_dq_kernel" not in names, names
+    assert "_bwd_dkdv_kernel" in names, names
+    again = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
     interface._SIGNATURES.clear()
 
