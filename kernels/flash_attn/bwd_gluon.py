@@ -62,6 +62,7 @@ from triton.language.core import _aggregate as aggregate
 from .. import launcher
 from . import configs
 from .fp8_gluon import (
+    _cap_scales,
     _key_blocks,
     _pass,
     _second_part,
@@ -1262,11 +1263,7 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
         q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_free, count=2)  # both consumers
         tiles = (gl.cdiv(seqlen_q, 128) * batch * num_heads, num_heads, group, seqlen_q, seqlen_k, q_free)
-    qk_scale = sm_scale * 1.4426950408889634
-    cap_in = 0.0
-    if SOFTCAP:  # (tanh's argument, and the capped scores' scale: softcap * log2(e); fp8_gluon's forward's)
-        cap_in = sm_scale / softcap
-        qk_scale = softcap * 1.4426950408889634
+    qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     shape = _BwdShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, PERSISTENT=PERSISTENT, WINDOW=WINDOW,
                       SOFTCAP=SOFTCAP)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty, b, h, hk, m0,

@@ -130,6 +130,18 @@ def _window_blocks(m0, off, window_left, n_blocks, BLOCK_M: gl.constexpr, BLOCK_
 
 
 @gluon.jit
+def _cap_scales(sm_scale, softcap, SOFTCAP: gl.constexpr):
+    """(qk_scale, cap_in): the scores' scale into base 2, and with ``SOFTCAP`` tanh's argument's (the scores capped,
+    softcap * tanh(s * sm_scale / softcap): qk_scale softcap * log2(e), cap_in sm_scale / softcap; without it
+    sm_scale * log2(e) and 0, unread). The 16-bit forwards' and the backward's dQ kernel's."""
+    if SOFTCAP:
+        cap_in = sm_scale / softcap  # (first: the kernels' PTX as when each computed these itself)
+        return softcap * 1.4426950408889634, cap_in
+    else:
+        return sm_scale * 1.4426950408889634, 0.0
+
+
+@gluon.jit
 def _tanh_approx(x):
     """tanh of every element of the fp32 tensor ``x`` by PTX's ``tanh.approx.f32`` (sm_75 and later)."""
     return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1)
@@ -642,11 +654,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     b, h, hk, m0 = _tile(num_heads, group, seqlen_q, BLOCK_M, IS_CAUSAL)
     off = seqlen_k - seqlen_q
-    qk_scale = sm_scale * 1.4426950408889634
-    cap_in = 0.0
-    if SOFTCAP:  # (tanh's argument, and the capped scores' scale: softcap * log2(e))
-        cap_in = sm_scale / softcap
-        qk_scale = softcap * 1.4426950408889634
+    qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     b64 = b.to(gl.int64)
     dtype: gl.constexpr = Q.dtype.element_ty
     if HOST_DESC:
@@ -913,11 +921,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``). ``HEAD_DIM_B``: a
     second part of the q / k head dim as in ``_fwd_ws_kernel`` (MLA's 192 = 128 + 64, v 128). ``SOFTCAP``: the
     scores capped as in ``_fwd_ws_kernel``."""
-    qk_scale = sm_scale * 1.4426950408889634
-    cap_in = 0.0
-    if SOFTCAP:  # (as _fwd_ws_kernel's)
-        cap_in = sm_scale / softcap
-        qk_scale = softcap * 1.4426950408889634
+    qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     kv_heads = num_heads // group
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
     q_desc = tma.make_tensor_descriptor(Q, [batch, seqlen_q, num_heads, D_QK], [stride_qb, stride_qs, stride_qh, 1],
