@@ -20,7 +20,7 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
    ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``; last, each cell's fastest
    repeat per Gluon config against the others and the first ``--ws`` config (``| summary | ... |``).
 3. ``--softcap CAP``: every call's scores capped, CAP * tanh(s / CAP) (Gemma-2's 50; the oracle's and the Triton
-   forward's too; not the persistent kernel's, which has no cap); torch's cuDNN and FA2 kernels take no cap and are
+   forward's too; the persistent kernel's since session 52); torch's cuDNN and FA2 kernels take no cap and are
    left out (their columns read nan).
 """
 
@@ -267,12 +267,10 @@ def main(argv=None) -> int:
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton forward at its autotuned config (default: the pinned first pick)")
     ap.add_argument("--softcap", type=float, default=0.0,
-                    help="cap every call's scores at CAP * tanh(s / CAP) (Gemma-2: 50); not with persistent --ws")
+                    help="cap every call's scores at CAP * tanh(s / CAP) (Gemma-2: 50)")
     a = ap.parse_args(argv)
     if a.softcap < 0 or a.softcap != a.softcap:
         ap.error(f"--softcap: a cap > 0 (0: none), got {a.softcap}")
-    if a.softcap and any(_spec(spec).get("persistent") for spec in a.ws or ()):
-        ap.error("--softcap: the persistent kernel (p: / pk: / ps:) has no cap")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
@@ -281,8 +279,6 @@ def main(argv=None) -> int:
     dims = a.head_dims.split(",")
     specs = {key: a.ws or DEFAULT_WS[key] for key in dims}
     dtype = DTYPES[a.dtype]
-    if a.softcap and any(_spec(spec).get("persistent") for key in dims for spec in specs[key]):
-        ap.error("--softcap: these head dims' default configs include the persistent kernel: give --ws")
     if not check(dims, specs, dtype, a.softcap):
         print("gluon_ws_probe: the Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -749,11 +750,12 @@ def test_the_probe_times_the_cells_asked_for_and_sums_up_each_one(capsys):
     assert all(c[6] for c in cells if c[0].startswith(("Llama", "MQA 32/1")))  # models: causal calls
     gemma = [c for c in probe._cells(["256"], [4096], [False], models=True) if c[0].startswith("Gemma")]
     assert gemma == [("Gemma-2-9B B2 S4096", 2, 4096, 16, 8, "256", True)]  # (with --softcap 50: its real call)
-    for bad in (["--softcap", "-1"], ["--softcap", "50", "--ws", "64,2", "pk:64,2"]):
-        with pytest.raises(SystemExit) as stop:  # (refused before it looks for a GPU)
-            probe.main(["--head-dims", "256", *bad])
-        assert stop.value.code == 2
-    assert "softcap" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # (refused before it looks for a GPU)
+        probe.main(["--head-dims", "256", "--softcap", "-1"])
+    assert stop.value.code == 2 and "softcap" in capsys.readouterr().err
+    with mock.patch.object(torch.cuda, "is_available", return_value=False):  # (the persistent kernel takes a cap)
+        assert probe.main(["--head-dims", "256", "--softcap", "50", "--ws", "64,2", "pk:64,2"]) == 2
+    assert "needs an sm90 GPU" in capsys.readouterr().err
     best = {("128", "no", "sweep S512 H16/16"): {("triton", "pinned"): 0.3, ("cuDNN", "sdpa"): 0.15,
                                                   ("gluon-ws", "128,3"): 0.25, ("gluon-ws", "pk:128,3"): 0.2}}
     probe.summary(best, {"128": ["128,3", "pk:128,3"]})
