@@ -69,6 +69,7 @@ from .fp8_gluon import (
     _tanh_approx,
     _window_blocks,
     _ws_barriers,
+    softcap_refused,
     window_argument,
 )
 
@@ -1617,8 +1618,8 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
     (the kernel's SOFTCAP)."""
     if window_left >= 0 and (not causal or persistent):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False)")
-    if softcap and not softcap > 0:
-        raise ValueError(f"a softcap is a positive cap (0: none), got {softcap}")
+    if why := softcap_refused(softcap):
+        raise ValueError(f"dq_arguments: {why}")
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d

@@ -1162,6 +1162,12 @@ def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, 
         return "a window on the left needs causal=True and persistent=False"
     if host_desc and (persistent or d != dv):
         return "host-made descriptors (host_desc) need persistent=False and q / k = v head dims"
+    return softcap_refused(softcap)
+
+
+def softcap_refused(softcap: float) -> str | None:
+    """Why ``softcap`` is no cap a kernel takes (it is > 0, or 0 for none), or None: the 16-bit forwards' and the
+    backward's dQ kernel's rule."""
     if softcap and not softcap > 0:
         return f"a softcap is a positive cap (0: none), got {softcap}"
     return None
