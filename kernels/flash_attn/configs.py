@@ -492,8 +492,10 @@ FWD_GLUON_WS_WINDOW = True
 #: 0.556 ms: the three MUFU operations outrun hd 128's wgmmas). The same session then moved the cap to
 #: ``tanh.approx.f32`` (9 / 9 GPU tests pass again) and timed it once, in a later call than the numbers it is set
 #: against (no same-call A/B: the budget ran out): Gemma-2's row 0.669 ms (0.712-0.719 with the exp2 form in two
-#: calls: ~1.07x more), hd 128's 0.446 ms (Triton's 0.436: ~0.98x, still not routed). MLA's and hd 64's capped
-#: kernels not timed.
+#: calls: ~1.07x more), hd 128's 0.446 ms (Triton's 0.436: ~0.98x, still not routed). Session 54's same-call A/B
+#: (H200, docs/perf/gluon-s54, three pairs against session 53's exp2 form, 4fab229): Gemma-2's row 0.718-0.720 ->
+#: 0.666-0.669 ms, 1.074-1.080x (prediction 1.05-1.10x); the models table 0.656 ms, 0.94x flash-attn-4; hd 128's
+#: capped Gluon forward 0.974-0.984x the Triton one (not routed). MLA's and hd 64's capped kernels not timed.
 FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
@@ -1056,7 +1058,7 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
 #: 512; 3 stages within 3%). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs wherever they
 #: can, at any length (tests, probes).
 BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv": (64, 2)}, 64: {"dkdv": (64, 2)},
-                                                    192: {"dq": (64, 2), "dkdv": (32, 3)}}
+                                                    192: {"dq": (64, 2), "dkdv": (32, 3)}, 256: {"dq": (32, 3)}}
 #: ... and only where both sequences hold at least this many tokens, by head dim, kernel and mask (False: none,
 #: True: causal; a mask not listed: not routed); the shortest measured win (shorter not measured: 1k was the
 #: sweep's shortest, 512 MLA's). Against the Triton kernels at their autotuned configs (the probe's --autotune):
@@ -1086,15 +1088,19 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: config) from 2k, session 52, same A/B: GQA 32/8 2k 0.935-0.948x, MQA 16/1 0.935-0.942x, MQA 71/1 causal
 #: 0.931-0.949x (the MHA 4k control, fused route, 0.994-1.009x): not routed. At 64-key tiles over 3 stages (session
 #: 53, H200, docs/perf/gluon-s53, three pairs): 0.922-0.928x, 0.913-0.921x, 0.894-0.912x on the same cells: not routed.
+#: hd 256's dQ (its dK / dV stays Triton) from 1k both masks since session 54 (H200, docs/perf/gluon-s54, the whole
+#: backward against the Triton dQ, three pairs): non-causal MHA B2 H16 1k 1.091-1.094x; causal GQA 16/8 B8 1k
+#: 1.072-1.074x, MHA B4 H16 2k 1.069-1.075x, B2 H16/8 4k 1.023-1.037x; capped (:data:`BWD_GLUON_SOFTCAP`) above.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 1024, True: 1024}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
-    192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}}}
+    192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}},
+    256: {"dq": {False: 1024, True: 1024}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
 #: hd 128's); MLA's 192 / 128 dK / dV at 32-row tiles over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B
 #: and serialise their wgmmas), dQ at 64-key tiles over 3 stages (no spill, 205 KiB; 128-key tiles would hold S and
 #: dP at 64 + 64 registers beside dQ's 96): the routed MLA configs' neighbours, so tests cover both. hd 256 (Gemma-2;
-#: built in session 53, not run on a GPU, not routed: :data:`BWD_GLUON` does not list it): the dQ kernel alone
+#: built in session 53, routed by :data:`BWD_GLUON` since session 54): the dQ kernel alone
 #: (bwd_gluon.DQ_HEAD_DIMS; dK / dV stay on the Triton kernel) at 32-key tiles over 3 stages (224 KiB: Q and dO 64
 #: KiB each, 32 KiB a stage; sm_90a with host-made descriptors: no spill uncapped, 20 B causal softcapped, 0 B
 #: non-causal; 64-key tiles over 2 stages would need 256 KiB).
@@ -1153,10 +1159,13 @@ BWD_GLUON_WINDOW = True
 #: forward capped the scores, dS through the cap's slope); the dK / dV kernel of such a call stays the Triton one
 #: (the Gluon one takes no softcap). Built in session 53 on the CPU (sm_90a, hd 256 at 32-key tiles: uncapped PTX
 #: unchanged but the new argument; capped 20 B spilled causal, 0 B non-causal, 12 B persistent; hd 128's 128-key
-#: tiles spill 552 B capped: not listed). Not run on a GPU: empty. Prediction for Gemma-2-9B's backward (B2 H16/8
-#: 4k causal, cap 50; 3.66 ms on the Triton kernels, flash-attn-4 2.18): with ``BWD_GLUON[256] = {"dq": (32, 3)}``
-#: from 1k, the dQ kernel ~1.3x its Triton twin, the whole backward 1.05-1.12x.
-BWD_GLUON_SOFTCAP: frozenset[int] = frozenset()
+#: tiles spill 552 B capped: not listed). Prediction for Gemma-2-9B's backward (B2 H16/8 4k causal, cap 50; 3.66 ms
+#: on the Triton kernels, flash-attn-4 2.18): with ``BWD_GLUON[256] = {"dq": (32, 3)}`` from 1k, the dQ kernel ~1.3x
+#: its Triton twin, the whole backward 1.05-1.12x. Measured in session 54 (H200, docs/perf/gluon-s54, whole backward
+#: through the harness against the Triton dQ, three pairs; its 6 GPU tests against the oracle pass): Gemma-2's row
+#: 3.669-3.690 -> 3.441-3.442 ms, 1.066-1.072x; B4 H16/8 2k causal capped 1.079-1.088x; the models table 3.436 ms,
+#: 0.65x flash-attn-4 (was 0.59x). On at hd 256.
+BWD_GLUON_SOFTCAP: frozenset[int] = frozenset({256})
 
 
 def bwd_walk(q, k) -> int:

@@ -673,25 +673,32 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
 
 
 def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monkeypatch):
-    """configs.BWD_GLUON_SOFTCAP (session 53, built on the CPU, empty until measured): a softcapped call keeps the
-    Triton backward unless its head dim is listed; then the split route's Gluon dQ kernel alone runs it (its dK / dV
-    the Triton kernel: the Gluon one takes no softcap), the cap among its keywords, where the uncapped call would run
-    that dQ kernel; never the fused route. hd 256 has the dQ kernel alone (bwd_gluon.DQ_HEAD_DIMS), tried under
-    ``FLASH_ATTN_BWD=gluon``, routed by no length. The dQ kernel's arguments carry the cap and refuse one that is
-    not positive."""
+    """configs.BWD_GLUON_SOFTCAP (hd 256 since session 54, measured): a softcapped call keeps the Triton backward
+    unless its head dim is listed; then the split route's Gluon dQ kernel alone runs it (its dK / dV the Triton
+    kernel: the Gluon one takes no softcap), the cap among its keywords, where the uncapped call would run that dQ
+    kernel; never the fused route. hd 256 has the dQ kernel alone (bwd_gluon.DQ_HEAD_DIMS), routed from 1k both
+    masks (configs.BWD_GLUON), capped or not, and tried at any length under ``FLASH_ATTN_BWD=gluon``. The dQ
+    kernel's arguments carry the cap and refuse one that is not positive."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     causal = dict(causal=True, window_right=0)
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128: dQ and dK / dV on Gluon uncapped)
     plain = _route(q, k, v, **causal)
     assert set(plain) == {"dq", "dkdv"}
-    assert configs.BWD_GLUON_SOFTCAP == frozenset()
+    assert configs.BWD_GLUON_SOFTCAP == frozenset({256})
     assert _route(q, k, v, softcap=50.0, **causal) == {}
+    gemma = _inputs(sq=4096, sk=4096, hq=16, hk=8, d=256)[:3]
+    bn, st = configs.BWD_GLUON[256]["dq"]
+    routed = {"dq": dict(block_n=bn, num_stages=st, host_desc=True)}
+    assert _route(*gemma, **causal) == routed
+    assert _route(*gemma, softcap=50.0, **causal) == {"dq": dict(routed["dq"], softcap=50.0)}
+    for causal_ in (False, True):  # (from 1k: shorter sequences stay on the Triton kernels)
+        for n, gluon in ((512, False), (1024, True)):
+            short = _inputs(sq=n, sk=n, hq=4, hk=4, d=256)[:3]
+            assert bool(_route(*short, causal=causal_, window_right=0 if causal_ else -1)) is gluon, (n, causal_)
     monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128, 256}))
     assert _route(q, k, v, softcap=50.0, **causal) == {"dq": dict(plain["dq"], softcap=50.0)}
     assert _route(q, k, v, softcap=50.0, atomic=True, **causal) == {}
     assert _route(*_inputs(sq=4096, sk=4096, d=64)[:3], softcap=50.0, **causal) == {}  # (hd 64: dK / dV alone)
-    gemma = _inputs(sq=4096, sk=4096, hq=16, hk=8, d=256)[:3]
-    assert _route(*gemma, softcap=50.0, **causal) == {} == _route(*gemma, **causal)  # (BWD_GLUON: no hd 256)
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
     bn, st = configs.BWD_GLUON_TRY[256]["dq"]
     assert _route(*gemma, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True)}
