@@ -3,6 +3,7 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 
     python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384]
         [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16] [--autotune] [--softcap 50]
+        [--device-desc]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal, rows that see
    no key): out and lse against the FP64 oracle, beside the Triton forward's error on the same inputs; out and
@@ -19,7 +20,13 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
    sdpa's cuDNN and FA2 backends (torch's own kernels; [B, H, S, D] views of the same tensors). Rows:
    ``| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |``; last, each cell's fastest
    repeat per Gluon config against the others and the first ``--ws`` config (``| summary | ... |``).
-3. ``--softcap CAP``: every call's scores capped, CAP * tanh(s / CAP) (Gemma-2's 50; the oracle's and the Triton
+3. Descriptors: a config that is not persistent takes host-made TMA descriptors where the route gives them
+   (kernels/flash_attn/configs.py ``FWD_GLUON_HOST_DESC``, q / k = v head dims), so it is timed as a user's call
+   runs it; ``--device-desc``: every program makes its own, as the probe did before session 54. Session 54's
+   probe read hd 256's capped 1k causal launch at 0.243 ms where the harness times the routed one at 0.213, and
+   the persistent kernel (which makes its descriptors once a program) 1.13x ahead of it: through the harness the
+   persistent kernel lost, 0.96-0.99x.
+4. ``--softcap CAP``: every call's scores capped, CAP * tanh(s / CAP) (Gemma-2's 50; the oracle's and the Triton
    forward's too; the persistent kernel's since session 52); torch's cuDNN and FA2 kernels take no cap and are
    left out (their columns read nan).
 """
@@ -82,6 +89,19 @@ def _spec(spec: str) -> dict:
     return kw | {"persistent": bool(prefix)} | ({"tile_order": PERSISTENT[prefix + ":"]} if prefix else {})
 
 
+def _keywords(spec: str, key: str, device_desc: bool = False) -> dict:
+    """fwd_gluon_ws's keywords for ``spec`` at head dims ``key``: :func:`_spec`'s, with host-made descriptors where
+    the route gives them to a launch that is not persistent (configs.FWD_GLUON_HOST_DESC, q / k = v head dims),
+    unless ``device_desc``."""
+    from kernels.flash_attn import configs
+
+    kw = _spec(spec)
+    d, dv = _dims(key)
+    if configs.FWD_GLUON_HOST_DESC and not device_desc and not kw.get("persistent") and d == dv:
+        kw["host_desc"] = True
+    return kw
+
+
 def _inputs(b, sq, sk, hq, hk, d, dtype, seed, dv=None):
     g = torch.Generator(device="cpu").manual_seed(seed)
     q = torch.randn(b, sq, hq, d, generator=g).to("cuda", dtype)
@@ -99,7 +119,7 @@ def _triton(q, k, v, causal, launches=None, softcap=0.0):
                           window_right=0 if causal else -1, softcap=softcap, launches=launches)
 
 
-def check(dims, specs, dtype, softcap=0.0) -> bool:
+def check(dims, specs, dtype, softcap=0.0, device_desc=False) -> bool:
     from harness.oracle.softmax import softmax_attention
     from kernels.flash_attn.fp8_gluon import fwd_gluon_ws
 
@@ -121,7 +141,7 @@ def check(dims, specs, dtype, softcap=0.0) -> bool:
                 for spec in specs[key]:
                     try:
                         o_g, l_g = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, poison=True,
-                                                softcap=softcap, **_spec(spec))
+                                                softcap=softcap, **_keywords(spec, key, device_desc))
                         torch.cuda.synchronize()
                     except Exception as e:  # a config that does not compile or fit: say so and go on
                         print(f"| check | {key} | {causal} | {b} {sq} {sk} {hq}/{hk} | {spec} | {type(e).__name__}: "
@@ -130,9 +150,9 @@ def check(dims, specs, dtype, softcap=0.0) -> bool:
                         continue
                     cache = {}  # the first call leaves its launch, the second replays it: the same bits
                     first = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, launches=cache,
-                                         softcap=softcap, **_spec(spec))
+                                         softcap=softcap, **_keywords(spec, key, device_desc))
                     again = fwd_gluon_ws(q, k, v, softmax_scale=d ** -0.5, causal=causal, launches=cache,
-                                         poison=True, softcap=softcap, **_spec(spec))
+                                         poison=True, softcap=softcap, **_keywords(spec, key, device_desc))
                     replay_ok = "ws16" in cache and all(torch.equal(x, y) for x, y in zip(first, again)) and \
                         torch.equal(first[0], o_g)
                     e_g = (o_g.double() - ref.out).abs().max().item()
@@ -175,7 +195,7 @@ def _cells(dims, seqlens, masks, models, layers=False):
                     yield f"{name} B{b} S{s}", b, s, hq, hk, str(d), causal
 
 
-def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, softcap=0.0):
+def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, softcap=0.0, device_desc=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from harness.perf.timing import time_callable
@@ -212,7 +232,7 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, sof
         for spec in specs[key]:
             calls.append(("gluon-ws", spec, functools.partial(fwd_gluon_ws, q, k, v, softmax_scale=d ** -0.5, causal=causal,
                                                               launches=ws_caches[spec], softcap=softcap,
-                                                              **_spec(spec))))
+                                                              **_keywords(spec, key, device_desc))))
         for _ in range(repeat):
             ms_of = {}
             for name, cfg, fn in calls:
@@ -266,6 +286,9 @@ def main(argv=None) -> int:
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--autotune", action="store_true",
                     help="the Triton forward at its autotuned config (default: the pinned first pick)")
+    ap.add_argument("--device-desc", action="store_true",
+                    help="configs that are not persistent make their TMA descriptors in every program (default: "
+                    "host-made where the route makes them)")
     ap.add_argument("--softcap", type=float, default=0.0,
                     help="cap every call's scores at CAP * tanh(s / CAP) (Gemma-2: 50)")
     a = ap.parse_args(argv)
@@ -279,13 +302,13 @@ def main(argv=None) -> int:
     dims = a.head_dims.split(",")
     specs = {key: a.ws or DEFAULT_WS[key] for key in dims}
     dtype = DTYPES[a.dtype]
-    if not check(dims, specs, dtype, a.softcap):
+    if not check(dims, specs, dtype, a.softcap, a.device_desc):
         print("gluon_ws_probe: the Gluon kernel failed the check; no timing", file=sys.stderr)
         return 1
     if not a.check_only:
         timing(dims, specs, [int(x) for x in a.seqlens.split(",")],
                [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype, a.layers,
-               a.softcap)
+               a.softcap, a.device_desc)
     return 0
 
 

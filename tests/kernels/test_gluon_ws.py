@@ -736,6 +736,21 @@ def test_the_probe_reads_each_persistent_prefix_as_a_tile_order():
             probe._spec(bad)
 
 
+def test_the_probe_times_a_launch_with_the_descriptors_its_route_gives_it(monkeypatch):
+    """A config that is not persistent takes host-made descriptors where the route gives them (configs.
+    FWD_GLUON_HOST_DESC, q / k = v head dims), so the probe times the launch a user's call runs; the persistent
+    kernel and MLA's 192 / 128 make their own; --device-desc (or the switch off) times the device-made form."""
+    probe = _benchmark("gluon_ws_probe")
+    monkeypatch.setattr(configs, "FWD_GLUON_HOST_DESC", True)
+    assert probe._keywords("32,4", "256") == dict(block_n=32, num_stages=4, persistent=False, host_desc=True)
+    assert probe._keywords("w3n:128,3", "64")["host_desc"] is True
+    assert "host_desc" not in probe._keywords("ps:32,4", "256")
+    assert "host_desc" not in probe._keywords("64,4", "192/128")
+    assert "host_desc" not in probe._keywords("32,4", "256", device_desc=True)
+    monkeypatch.setattr(configs, "FWD_GLUON_HOST_DESC", False)
+    assert "host_desc" not in probe._keywords("32,4", "256")
+
+
 def test_the_probe_times_the_cells_asked_for_and_sums_up_each_one(capsys):
     probe = _benchmark("gluon_ws_probe")
     cells = list(probe._cells(["128", "192/128"], [512, 4096], [False, True], models=True, layers=True))
