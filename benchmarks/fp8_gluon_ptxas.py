@@ -28,7 +28,9 @@ stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one pro
 made on the host, its ``host_desc``; @w1 (causal, not fused or persistent): a sliding window on the left, its
 ``window_left``; e.g. bwdf16:128,64,2,1@m1, several as @m1@u1), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1][@sc] for its dQ kernel (@p1 / @p2:
-persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores).
+persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores), and
+bwd256:STAGES,CAUSAL[,FP16[,GROUP]][@sc] for hd 256's dK / dV kernel (bwd_gluon_hd256.py: 64 keys a program, the
+head dim split between its consumers; GROUP query heads a kv head, default 2; @sc: softcapped scores).
 Gluon has no interpreter, so this is how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it
 in a subprocess: the suite's interpreter setting would otherwise turn the kernel's helpers into interpreted
 functions).
@@ -163,6 +165,23 @@ def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: 
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
+def compile_bwd256_sm90a(stages: int, causal: bool, fp16: bool = False, group: int = 2,
+                         softcap: bool = False) -> dict:
+    """The same report for hd 256's dK / dV kernel (kernels/flash_attn/bwd_gluon_hd256.py) over a GQA group of
+    ``group`` query heads; ``softcap``: scores capped at 50."""
+    from kernels.flash_attn import bwd_gluon_hd256
+
+    dtype = torch.float16 if fp16 else torch.bfloat16
+    b, s, hk = 1, 256, 2
+    q, do = (torch.empty(b, s, hk * group, 256, dtype=dtype) for _ in range(2))
+    k, v, dk, dv = (torch.empty(b, s, hk, 256, dtype=dtype) for _ in range(4))
+    lse, delta = (torch.empty(b, hk * group, s) for _ in range(2))
+    call = bwd_gluon_hd256.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, causal, num_stages=stages,
+                                             softcap=50.0 if softcap else 0.0)
+    return _report(compile_call(bwd_gluon_hd256._bwd_dkdv256_kernel, call),
+                   r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
+
+
 def _report(kernel, wgmma_pattern: str) -> dict:
     ptx = kernel.asm["ptx"]
     use = ptxas_usage(ptx)
@@ -219,7 +238,15 @@ def main(argv=None) -> int:
         print("| hd | BLOCK_M x BLOCK_N | causal | overlap | regs | spill B | smem B | e4m3 wgmma | serialised |")
         print("|---|---|---|---|---|---|---|---|---|")
     for spec in a.specs:
-        if spec.startswith("bwdq16:"):
+        if spec.startswith("bwd256:"):
+            plain, *options = spec.split("@")
+            if any(o != "sc" for o in options):
+                raise SystemExit(f"spec {spec}: hd 256's dK / dV kernel's option after @ is sc")
+            stages, causal, *more = (int(x) for x in plain.split(":", 1)[1].split(","))
+            d, bm, bn, overlap = 256, 64, 64, 1
+            r = compile_bwd256_sm90a(stages, bool(causal), bool(more and more[0]), more[1] if len(more) > 1 else 2,
+                                     "sc" in options)
+        elif spec.startswith("bwdq16:"):
             plain, *options = spec.split("@")
             orders = [o for o in options if o in ("p1", "p2")]
             if len(orders) > 1 or any(o not in ("p1", "p2", "hd", "w1", "sc") for o in options):

@@ -936,6 +936,11 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
             kw.update(dq_order=t["Sem"], last_first=True)
         done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
                                    dq_acc=dq_acc, **kw)
+    elif "dkdv" in gluon and d == 256:  # hd 256's Gluon dK / dV kernel (the head dim split between its consumers)
+        from .bwd_gluon_hd256 import dkdv256_launch
+
+        done["dkdv"] = dkdv256_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
+                                      **gluon["dkdv"])
     elif "dkdv" in gluon:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON), the same outputs
         from .bwd_gluon import dkdv_launch
 

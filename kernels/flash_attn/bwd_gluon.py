@@ -77,7 +77,7 @@ from .fp8_gluon import (
 #: tile parts (128 + 64), v 128
 HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 #: ... and the dQ kernel's alone: Gemma-2's hd 256 (dQ's 64 x 256 fp32 accumulator a consumer fits beside 32-key S
-#: and dP tiles; dK / dV's two would not), its dK / dV on the Triton kernel
+#: and dP tiles; dK / dV's two would not), its dK / dV on the Triton kernel or bwd_gluon_hd256's (the head dim split)
 DQ_HEAD_DIMS = HEAD_DIMS + ((256, 256), )
 _DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 #: keys a program owns (two consumer warpgroups of 64)

@@ -1088,9 +1088,10 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: config) from 2k, session 52, same A/B: GQA 32/8 2k 0.935-0.948x, MQA 16/1 0.935-0.942x, MQA 71/1 causal
 #: 0.931-0.949x (the MHA 4k control, fused route, 0.994-1.009x): not routed. At 64-key tiles over 3 stages (session
 #: 53, H200, docs/perf/gluon-s53, three pairs): 0.922-0.928x, 0.913-0.921x, 0.894-0.912x on the same cells: not routed.
-#: hd 256's dQ (its dK / dV stays Triton) from 1k both masks since session 54 (H200, docs/perf/gluon-s54, the whole
-#: backward against the Triton dQ, three pairs): non-causal MHA B2 H16 1k 1.091-1.094x; causal GQA 16/8 B8 1k
-#: 1.072-1.074x, MHA B4 H16 2k 1.069-1.075x, B2 H16/8 4k 1.023-1.037x; capped (:data:`BWD_GLUON_SOFTCAP`) above.
+#: hd 256's dQ (its dK / dV on Triton; bwd_gluon_hd256's built, not routed) from 1k both masks since session 54
+#: (H200, docs/perf/gluon-s54, the whole backward against the Triton dQ, three pairs): non-causal MHA B2 H16 1k
+#: 1.091-1.094x; causal GQA 16/8 B8 1k 1.072-1.074x, MHA B4 H16 2k 1.069-1.075x, B2 H16/8 4k 1.023-1.037x; capped
+#: (:data:`BWD_GLUON_SOFTCAP`) above.
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 1024, True: 1024}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
@@ -1103,11 +1104,14 @@ BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
 #: built in session 53, routed by :data:`BWD_GLUON` since session 54): the dQ kernel alone
 #: (bwd_gluon.DQ_HEAD_DIMS; dK / dV stay on the Triton kernel) at 32-key tiles over 3 stages (224 KiB: Q and dO 64
 #: KiB each, 32 KiB a stage; sm_90a with host-made descriptors: no spill uncapped, 20 B causal softcapped, 0 B
-#: non-causal; 64-key tiles over 2 stages would need 256 KiB).
+#: non-causal; 64-key tiles over 2 stages would need 256 KiB). hd 256's dK / dV (bwd_gluon_hd256: a program's 64
+#: keys shared by both consumers, the head dim split between them, 64-row query tiles over 2 stages, 208 KiB; built in
+#: session 54 on the CPU, not run on a GPU, not routed: sm_90a with its host-made descriptors 144 B spilled
+#: non-causal, 364 B causal, capped 212 / 448 B).
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)},
-                                                        256: {"dq": (32, 3)}}
+                                                        256: {"dq": (32, 3), "dkdv": (64, 2)}}
 _BWD_GLUON_KEYS = {"dq": ("block_n", "num_stages"), "dkdv": ("block_m", "num_stages")}
 #: (head dim, kernel, causal) -> (shortest sequence, config): the config a routed kernel of :data:`BWD_GLUON` runs with
 #: that mask, from that length on, instead of its own (below it, where :data:`BWD_GLUON_MIN_SEQLEN` routes the kernel at
@@ -1157,9 +1161,10 @@ BWD_GLUON_WINDOW = True
 #: Head dims whose softcapped calls (Gemma-2's 50) run the split route's Gluon dQ kernel where :data:`BWD_GLUON` (or
 #: ``FLASH_ATTN_BWD=gluon``) routes it (its ``SOFTCAP``: P recomputed through the hardware's tanh as the Gluon
 #: forward capped the scores, dS through the cap's slope); the dK / dV kernel of such a call stays the Triton one
-#: (the Gluon one takes no softcap). Built in session 53 on the CPU (sm_90a, hd 256 at 32-key tiles: uncapped PTX
-#: unchanged but the new argument; capped 20 B spilled causal, 0 B non-causal, 12 B persistent; hd 128's 128-key
-#: tiles spill 552 B capped: not listed). Prediction for Gemma-2-9B's backward (B2 H16/8 4k causal, cap 50; 3.66 ms
+#: (bwd_gluon's takes no softcap), except at hd 256 where :data:`BWD_GLUON` routes bwd_gluon_hd256's, which does.
+#: Built in session 53 on the CPU (sm_90a, hd 256 at 32-key tiles: uncapped PTX unchanged but the new argument;
+#: capped 20 B spilled causal, 0 B non-causal, 12 B persistent; hd 128's 128-key tiles spill 552 B capped: not
+#: listed). Prediction for Gemma-2-9B's backward (B2 H16/8 4k causal, cap 50; 3.66 ms
 #: on the Triton kernels, flash-attn-4 2.18): with ``BWD_GLUON[256] = {"dq": (32, 3)}`` from 1k, the dQ kernel ~1.3x
 #: its Triton twin, the whole backward 1.05-1.12x. Measured in session 54 (H200, docs/perf/gluon-s54, whole backward
 #: through the harness against the Triton dQ, three pairs; its 6 GPU tests against the oracle pass): Gemma-2's row
@@ -1184,7 +1189,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     inputs the kernels take (bwd_gluon.unsupported: their head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]),
     causal or no mask (with :data:`BWD_GLUON_WINDOW`, causal with a window on the left too: then one program a tile,
     ``window_left`` among the keywords), no softcap (at a head dim of :data:`BWD_GLUON_SOFTCAP`, a softcap too:
-    the dQ kernel alone, ``softcap`` among its keywords), an sm90 GPU (not the interpreter). ``sm_major``: as
+    the dQ kernel alone, ``softcap`` among its keywords), an sm90 GPU (not the interpreter). hd 256's dK / dV runs
+    bwd_gluon_hd256's kernel: its keywords ``num_stages`` alone (and ``softcap``), no window. ``sm_major``: as
     :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
@@ -1206,8 +1212,11 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
                if seqlen >= least.get(name, {}).get(bool(causal), float("inf"))  # a mask not listed: not routed
                and not (gqa and name in mask_cfg)}  # (the by-mask configs: MHA only)
     window = window_left >= 0 and causal and BWD_GLUON_WINDOW
-    if cfg and softcap:  # (the dQ kernel alone takes a softcap)
-        cfg = {"dq": cfg["dq"]} if "dq" in cfg and q.shape[-1] in BWD_GLUON_SOFTCAP else {}
+    wide = q.shape[-1] == 256  # (hd 256's dK / dV: bwd_gluon_hd256's kernel, with a softcap, without a window)
+    if cfg and softcap:  # (the dQ kernel and hd 256's dK / dV kernel take a softcap)
+        cfg = {n: c for n, c in cfg.items() if n == "dq" or wide} if q.shape[-1] in BWD_GLUON_SOFTCAP else {}
+    if cfg and wide and window_left >= 0:
+        cfg = {n: c for n, c in cfg.items() if n != "dkdv"}
     if not cfg or atomic or varlen or fp8 or (window_left >= 0 and not window) or (
             window_right >= 0 and not causal):
         return {}
@@ -1215,10 +1224,11 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         return {}
     from .bwd_gluon import unsupported
 
-    if unsupported(q, k, v, do, lse, lse, "dkdv" if "dkdv" in cfg else "dq"):  # (delta made in lse's layout)
+    if unsupported(q, k, v, do, lse, lse, "dkdv" if "dkdv" in cfg and not wide else "dq"):  # (delta in lse's layout;
+        # hd 256's dK / dV kernel: the dQ kernel's rules)
         return {}
     out = {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
-    if softcap:
+    if softcap and "dq" in out:
         out["dq"]["softcap"] = float(softcap)
     if "dkdv" in out:
         out["dkdv"]["walk"] = bwd_walk(q, k)
@@ -1232,6 +1242,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
             keywords["persistent"] = persistent
         if host_desc_bwd(name, q.shape[-1], v.shape[-1]):
             keywords["host_desc"] = True
+    if wide and "dkdv" in out:  # (bwd_gluon_hd256.dkdv256_launch: 64-row tiles, its descriptors made on the host)
+        out["dkdv"] = {"num_stages": cfg["dkdv"][1]} | ({"softcap": float(softcap)} if softcap else {})
     return out
 
 

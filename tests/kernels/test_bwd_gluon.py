@@ -51,6 +51,11 @@ DQ_SPILL_AT_MOST = {"256": 24}
 #: config (configs.BWD_GLUON_TRY, configs.BWD_GLUON_SOFTCAP's head dim), both masks
 DQ_SOFTCAP_TWINS = [f"bwdq16:256,{configs.BWD_GLUON_TRY[256]['dq'][0]},{configs.BWD_GLUON_TRY[256]['dq'][1]},{c}"
                     for c in (0, 1)]
+#: hd 256's dK / dV kernel (bwd_gluon_hd256, session 54, built on the CPU): 144 B spilled non-causal, 364 B causal,
+#: capped 212 / 448 B (the routed hd 128 causal dK / dV kernel's 188 B for scale)
+HD256_SPILL_AT_MOST = 460
+#: ... compiled at its tried config, both masks, with and without a softcap (@sc), and over a GQA group of 4
+HD256_TWINS = [f"bwd256:{configs.BWD_GLUON_TRY[256]['dkdv'][1]},{c}" for c in (0, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +70,8 @@ def compiled(tmp_path_factory):
     for table in (configs.BWD_GLUON, configs.BWD_GLUON_TRY):  # every routed and tried config, as the route runs it
         for d, cfg in table.items():
             dims = "192/128" if d == 192 else str(d)
-            specs += [f"bwd{'' if n == 'dkdv' else 'q'}16:{dims},{blk},{st},{c}" for n, (blk, st) in cfg.items()
+            specs += [f"bwd256:{st},{c}" if (n, d) == ("dkdv", 256) else
+                      f"bwd{'' if n == 'dkdv' else 'q'}16:{dims},{blk},{st},{c}" for n, (blk, st) in cfg.items()
                       for c in (0, 1)]
     # the fused backward (dQ by TMA reduce) at every tried and routed config
     fused = set(configs.BWD_GLUON_FUSED_TRY.items()) | {(d, c) for d, m in configs.BWD_GLUON_FUSED.items()
@@ -115,7 +121,8 @@ def compiled(tmp_path_factory):
     specs += [f"{spec}@p2" for spec in HEAVY_TWINS]  # (the heavy-first tile order, causal)
     specs += [f"{spec}@hd" for spec in HOST_DESC_TWINS]  # (host-made TMA descriptors)
     specs += [f"{spec}@w1" for spec in WINDOW_TWINS]  # (a sliding window on the left)
-    specs += [f"{spec}@sc" for spec in DQ_SOFTCAP_TWINS]  # (a softcap: the twins are BWD_GLUON_TRY's, above)
+    specs += [f"{spec}@sc" for spec in DQ_SOFTCAP_TWINS + HD256_TWINS]  # (a softcap: the twins are BWD_GLUON_TRY's)
+    specs += [f"{spec},0,4" for spec in HD256_TWINS]  # (hd 256's dK / dV over a group of 4)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -126,14 +133,15 @@ def test_the_kernels_compile_with_their_partitions(compiled):
     :data:`DQ_SPILL_AT_MOST`)."""
     for spec, r in compiled.items():
         kernel, _, cfg = spec.partition(":")
-        d, block = cfg.split(",")[0], int(cfg.split(",")[1])
+        d, block = cfg.split(",")[0], int(cfg.split("@")[0].split(",")[1])
         assert 24 in r["setmaxnreg"] and max(r["setmaxnreg"]) >= 240, spec
         assert r["wgmma"] > 0 and not r["serialized"], spec
         assert r["smem"] <= configs.H100_SMEM_BYTES, spec
         walk = kernel == "bwdw16" and cfg.split(",")[4] == "1"  # (bwdw16 walk 0: GQA's nested loops, spilling)
         bound = {"bwd16": SPILL_AT_MOST.get((d, block)), "bwdf16": FUSED_SPILL_AT_MOST.get((d, block)),
                  "bwda16": FUSED_SPILL_AT_MOST.get((d, block)), "bwdo16": ORDERED_SPILL_AT_MOST.get(d),
-                 "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4, "bwdq16": DQ_SPILL_AT_MOST.get(d, 0)}.get(kernel, 0)
+                 "bwdw16": FLAT_SPILL_AT_MOST if walk else 10 ** 4, "bwdq16": DQ_SPILL_AT_MOST.get(d, 0),
+                 "bwd256": HD256_SPILL_AT_MOST}.get(kernel, 0)
         if ("@p1" in spec or "@p2" in spec) and kernel != "bwdq16":  # (the dQ kernel's: none, as one a tile)
             bound = PERSISTENT_SPILL_AT_MOST[d, block]
         assert r["spill"] <= bound, (spec, r["spill"])
@@ -699,11 +707,13 @@ def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monke
     assert _route(q, k, v, softcap=50.0, **causal) == {"dq": dict(plain["dq"], softcap=50.0)}
     assert _route(q, k, v, softcap=50.0, atomic=True, **causal) == {}
     assert _route(*_inputs(sq=4096, sk=4096, d=64)[:3], softcap=50.0, **causal) == {}  # (hd 64: dK / dV alone)
-    monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")
+    monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")  # (hd 256's dK / dV kernel too: bwd_gluon_hd256, its stages alone)
     bn, st = configs.BWD_GLUON_TRY[256]["dq"]
-    assert _route(*gemma, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True)}
+    wide = dict(num_stages=configs.BWD_GLUON_TRY[256]["dkdv"][1])
+    assert _route(*gemma, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True), "dkdv": wide}
     assert _route(*gemma, softcap=50.0, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True,
-                                                                  softcap=50.0)}
+                                                                  softcap=50.0), "dkdv": dict(wide, softcap=50.0)}
+    assert set(_route(*gemma, window_left=100, **causal)) == {"dq"}  # (no window in hd 256's dK / dV kernel)
     monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128}))
     assert _route(*gemma, softcap=50.0, **causal) == {}
     args = bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True, softcap=50.0)
@@ -1153,6 +1163,51 @@ def test_a_softcap_adds_one_tanh_a_score_to_the_dq_kernel_and_nothing_else(compi
         per_softmax = 64 * int(spec.split(",")[1]) // 128
         assert plain["tanh"] == 0 and capped["tanh"] > 0 and capped["tanh"] % per_softmax == 0, (spec, capped["tanh"])
         assert capped["fdiv"] - plain["fdiv"] in (0, 1), spec
+
+
+def test_hd256_dkdv_kernel_splits_the_head_dim_and_takes_the_cap(compiled):
+    """hd 256's dK / dV kernel (bwd_gluon_hd256; session 54, built on the CPU, not routed): per consumer and 64-row
+    tile, S^T and dP^T of its 32 queries over the head dim's 16 k-steps each, then dV and dK of its 128 columns over
+    the tile's two 32-query parts (2 k-steps each): 40 wgmmas a consumer, none serialised; one exp2 (and capped one
+    hardware tanh) a score element of its 64 keys x 32 queries over a warpgroup's 128 threads; within the H100's
+    shared memory; spills within :data:`HD256_SPILL_AT_MOST`, a GQA group of 4 as the routed group of 2."""
+    for spec in HD256_TWINS:
+        plain, capped, group4 = compiled[spec], compiled[f"{spec}@sc"], compiled[f"{spec},0,4"]
+        for r in (plain, capped, group4):
+            assert r["wgmma"] == 2 * (16 + 16 + 2 * 2 + 2 * 2) and not r["serialized"], spec
+            assert r["ex2"] == 2 * 64 * 32 // 128 and r["smem"] <= configs.H100_SMEM_BYTES, spec
+            assert r["spill"] <= HD256_SPILL_AT_MOST and r["tma_reduce"] == 0, (spec, r["spill"])
+        assert plain["tanh"] == 0 == group4["tanh"] and capped["tanh"] == plain["ex2"], spec
+        assert group4["spill"] == plain["spill"], spec
+
+
+def test_hd256_dkdv_kernel_takes_only_what_it_can_run():
+    """bwd_gluon_hd256's refusals: hd 256 only (bwd_gluon's rules besides), two stages, a positive cap; its
+    arguments: host-made descriptors, the group split's partial strides, the cap's switch; its grid 64 keys a
+    program x (batch, kv head, group part)."""
+    from kernels.flash_attn import bwd_gluon_hd256 as wide
+
+    q, k, v, do, lse, delta = _inputs(sq=300, sk=200, hq=4, hk=2, d=256)
+    assert wide.unsupported(q, k, v, do, lse, delta) is None
+    assert "head dims" in wide.unsupported(*_inputs(d=128))
+    assert "head dims" in wide.unsupported(q, k[..., :128], v, do, lse, delta)  # (k narrower than q)
+    assert "lse" in wide.unsupported(q, k, v, do, lse[:, :, :10], delta)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    args = wide.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, True, softcap=30.0)
+    assert args["SOFTCAP"] is True and args["softcap"] == 30.0 and args["IS_CAUSAL"] is True
+    assert {"QD", "DOD", "KD", "VD"} <= set(args) and args["group"] == 2 and args["stride_dkp"] == 0
+    assert wide.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, False)["SOFTCAP"] is False
+    parts = torch.empty(2, *k.shape), torch.empty(2, *v.shape)
+    split = wide.dkdv256_arguments(q, k, v, do, lse, delta, *parts, 0.0625, False, split=2)
+    assert split["stride_dkp"] == k.numel() and split["group_split"] == 2 and split["stride_dkb"] == k.stride(0)
+    with pytest.raises(ValueError, match="stages"):
+        wide.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, False, num_stages=3)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="softcap"):
+            wide.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, False, softcap=bad)
+    assert wide.dkdv256_grid(k) == (4, 2) and wide.dkdv256_grid(k, 2) == (4, 4)
+    with pytest.raises(ValueError, match="head dims"):
+        wide.dkdv256_gluon(*_inputs(d=128), softmax_scale=0.1, causal=False)
 
 
 def test_the_persistent_grid_and_its_refusals():
@@ -1797,6 +1852,40 @@ def test_gpu_gluon_dq_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window,
     names = _backward_kernels(interface)
     assert "_bwd_dq_ws_kernel" in names and "_bwd_dq_kernel" not in names, names
     assert "_bwd_dkdv_kernel" in names, names
+    again = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
+    assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype", [
+    (1, 1100, 1100, 4, 2, True, -1, 50.0, torch.bfloat16), (1, 777, 1500, 4, 4, False, -1, 30.0, torch.bfloat16),
+    (2, 1500, 777, 4, 1, True, -1, 50.0, torch.float16), (1, 1000, 1000, 4, 4, False, -1, 0.0, torch.bfloat16),
+    (1, 1300, 1300, 4, 2, True, 300, 50.0, torch.bfloat16), (1, 1000, 1000, 2, 2, True, -1, 1.0, torch.bfloat16),
+    (1, 200, 90, 8, 1, True, -1, 0.0, torch.bfloat16)],
+    ids=["causal-GQA-cap50", "Sq<Sk-cap30", "MQA-Sq>Sk-cap50-fp16", "uncapped", "GQA-W300-cap50", "causal-cap1",
+         "MQA-short-split"])
+def test_gpu_gluon_dkdv_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window, softcap, dtype, monkeypatch):
+    """Gemma-2's hd 256 backward with both kernels on Gluon (session 54's build: bwd_gluon_hd256's dK / dV, the head
+    dim split between its consumers; configs.BWD_GLUON_TRY's configs routed from one token): out and every gradient
+    within the tolerance rule of the FP64 oracle, capped (50, 30, 1) and not, GQA, MQA with rows that see no key (Sq
+    > Sk) and under the backward's group split (fp32 partials), keys no query sees (Sq < Sk), fp16; a window keeps
+    the Triton dK / dV kernel (this one has none); a second call replays the launches to the same gradients."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setitem(configs.BWD_GLUON, 256, dict(configs.BWD_GLUON_TRY[256]))
+    monkeypatch.setitem(configs.BWD_GLUON_MIN_SEQLEN, 256, {"dq": {False: 1, True: 1}, "dkdv": {False: 1, True: 1}})
+    interface._SIGNATURES.clear()
+    kw = dict(window=(window, 0 if causal else -1), device="cuda", softcap=softcap)
+    first = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
+    names = _backward_kernels(interface)
+    if window >= 0:
+        assert "_bwd_dkdv_kernel" in names and "_bwd_dkdv256_kernel" not in names, names
+    else:
+        assert "_bwd_dkdv256_kernel" in names and "_bwd_dkdv_kernel" not in names, names
     again = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
     interface._SIGNATURES.clear()
