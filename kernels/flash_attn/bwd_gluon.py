@@ -307,17 +307,17 @@ def _walk_tile(a, c, g_lo, g_hi, j_lo, n_m, WALK: gl.constexpr):
 
 @gluon.jit
 def _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split, BLOCK_M: gl.constexpr,
-                 IS_CAUSAL: gl.constexpr):
-    """A dK / dV program's (or persistent tile's) key block ``pid_n`` and (batch, kv head, group part) ``pid_bh``
-    -> (batch, kv head, group part, first key, the group's query heads [g_lo, g_hi) it walks, its first query tile:
-    causal, the first that sees one of its keys)."""
+                 IS_CAUSAL: gl.constexpr, KEYS: gl.constexpr = 128):
+    """A dK / dV program's (or persistent tile's) key block ``pid_n`` of ``KEYS`` keys and (batch, kv head, group
+    part) ``pid_bh`` -> (batch, kv head, group part, first key, the group's query heads [g_lo, g_hi) it walks, its
+    first query tile: causal, the first that sees one of its keys)."""
     gs = pid_bh % group_split
     b = (pid_bh // group_split) // kv_heads
     hk = (pid_bh // group_split) % kv_heads
     per = gl.cdiv(group, group_split)
     g_lo = gs * per
     g_hi = gl.minimum(g_lo + per, group)
-    n0 = pid_n * 128
+    n0 = pid_n * KEYS
     j_lo = 0
     if IS_CAUSAL:  # the first query tile that sees one of these keys (query i sees key n iff n <= i + off)
         j_lo = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // BLOCK_M

@@ -49,6 +49,7 @@ from .bwd_gluon import (
     _acc_layout,
     _BwdShape,
     _check_call,
+    _dkdv_coords,
     _host_descriptors,
     _outputs,
     _replay_or_launch,
@@ -180,19 +181,8 @@ def _bwd_dkdv256_kernel(Q, K, V, DO, Lse, Delta, DK, DV, QD, DOD, KD, VD, stride
     group parts); Q's, dO's, K's and V's TMA descriptors made on the host (``QD`` .. ``VD``; Q .. DO themselves
     unread, the launch's replay slots). ``SOFTCAP``: the forward's scores were capped at ``softcap`` (read only
     then). ``stride_dkp`` / ``stride_dvp``: the group split's partials (0 without a split)."""
-    pid_n = gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    kv_heads = num_heads // group
-    gs = pid_bh % group_split
-    b = (pid_bh // group_split) // kv_heads
-    hk = (pid_bh // group_split) % kv_heads
-    per = gl.cdiv(group, group_split)
-    g_lo = gs * per
-    g_hi = gl.minimum(g_lo + per, group)
-    n0 = pid_n * 64
-    j_lo = 0
-    if IS_CAUSAL:  # the first query tile that sees one of these keys (query i sees key n iff n <= i + off)
-        j_lo = gl.maximum(n0 - (seqlen_k - seqlen_q), 0) // 64
+    b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(gl.program_id(0), gl.program_id(1), seqlen_q, seqlen_k,
+                                                   num_heads // group, group, group_split, 64, IS_CAUSAL, 64)
     n_m = gl.cdiv(seqlen_q, 64)
     dtype: gl.constexpr = Q.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 64, 1, HEAD_DIM], Q_SL)
