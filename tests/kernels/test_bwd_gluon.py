@@ -1826,13 +1826,17 @@ def test_gpu_windowed_gluon_backward_matches_oracle(b, sq, sk, hq, hk, window, d
     interface._SIGNATURES.clear()
 
 
-@pytest.mark.gpu
-@needs_sm90
-@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype", [
+#: Gemma-2's hd 256 GPU cases (b, sq, sk, hq, hk, causal, window, softcap, dtype) and their ids, both kernels' tests
+HD256_CASES = [
     (1, 1100, 1100, 4, 2, True, -1, 50.0, torch.bfloat16), (1, 777, 1500, 4, 4, False, -1, 30.0, torch.bfloat16),
     (2, 1500, 777, 4, 1, True, -1, 50.0, torch.float16), (1, 1000, 1000, 4, 4, False, -1, 0.0, torch.bfloat16),
-    (1, 1300, 1300, 4, 2, True, 300, 50.0, torch.bfloat16), (1, 1000, 1000, 2, 2, True, -1, 1.0, torch.bfloat16)],
-    ids=["causal-GQA-cap50", "Sq<Sk-cap30", "MQA-Sq>Sk-cap50-fp16", "uncapped", "GQA-W300-cap50", "causal-cap1"])
+    (1, 1300, 1300, 4, 2, True, 300, 50.0, torch.bfloat16), (1, 1000, 1000, 2, 2, True, -1, 1.0, torch.bfloat16)]
+HD256_IDS = ["causal-GQA-cap50", "Sq<Sk-cap30", "MQA-Sq>Sk-cap50-fp16", "uncapped", "GQA-W300-cap50", "causal-cap1"]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype", HD256_CASES, ids=HD256_IDS)
 def test_gpu_gluon_dq_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window, softcap, dtype, monkeypatch):
     """Gemma-2's hd 256 backward with its dQ on the Gluon kernel (session 53's build: configs.BWD_GLUON_TRY's config
     routed from one token, configs.BWD_GLUON_SOFTCAP listing hd 256) and its dK / dV on the Triton kernel: out and
@@ -1859,13 +1863,9 @@ def test_gpu_gluon_dq_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window,
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype", [
-    (1, 1100, 1100, 4, 2, True, -1, 50.0, torch.bfloat16), (1, 777, 1500, 4, 4, False, -1, 30.0, torch.bfloat16),
-    (2, 1500, 777, 4, 1, True, -1, 50.0, torch.float16), (1, 1000, 1000, 4, 4, False, -1, 0.0, torch.bfloat16),
-    (1, 1300, 1300, 4, 2, True, 300, 50.0, torch.bfloat16), (1, 1000, 1000, 2, 2, True, -1, 1.0, torch.bfloat16),
-    (1, 200, 90, 8, 1, True, -1, 0.0, torch.bfloat16)],
-    ids=["causal-GQA-cap50", "Sq<Sk-cap30", "MQA-Sq>Sk-cap50-fp16", "uncapped", "GQA-W300-cap50", "causal-cap1",
-         "MQA-short-split"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype",
+                         HD256_CASES + [(1, 200, 90, 8, 1, True, -1, 0.0, torch.bfloat16)],
+                         ids=HD256_IDS + ["MQA-short-split"])
 def test_gpu_gluon_dkdv_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window, softcap, dtype, monkeypatch):
     """Gemma-2's hd 256 backward with both kernels on Gluon (session 54's build: bwd_gluon_hd256's dK / dV, the head
     dim split between its consumers; configs.BWD_GLUON_TRY's configs routed from one token): out and every gradient
