@@ -40,7 +40,10 @@ backwards, H100.
    (:func:`timeline_summary`: the loop, each program's prologue and epilogue, gaps between programs on an SM split
    into the CTA's turnover and its set-up by each program's entry stamp, idle head and tail; a ``,p1`` config's
    records are its tiles).
-4. ``--from-log LOG [LOG ...]`` (any machine): the speed-up table of earlier runs' logs (their per-repeat rows),
+4. hd 256 (``--head-dims 256``: Gemma-2's, uncapped here; with ``--models`` Gemma-2-9B's B2 H16/8 4k causal): the
+   dK / dV kernel is bwd_gluon_hd256's (the head dim split between its consumers: ``--dkdv 64,2``, its one config
+   shape) and the dQ kernel's 32-key tiles (``--dq 32,3``; 64-key tiles over 3 stages do not fit); no timeline.
+5. ``--from-log LOG [LOG ...]`` (any machine): the speed-up table of earlier runs' logs (their per-repeat rows),
    a cell's repeats of every log pooled, each compared only with what its own run timed beside it.
 """
 
@@ -61,7 +64,7 @@ import torch  # noqa: E402
 
 #: (name, batch, seqlen, query heads, kv heads, q / k head dim, v head dim): real models' causal training calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128, 128),
-          ("DeepSeek-V3 MLA", 1, 4096, 128, 128, 192, 128))
+          ("DeepSeek-V3 MLA", 1, 4096, 128, 128, 192, 128), ("Gemma-2-9B uncapped", 2, 4096, 16, 8, 256, 256))
 DEFAULT_DKDV = ("64,2", "32,3")
 DEFAULT_DQ = ("64,3", "128,2")
 DEFAULT_FUSED = ("64,2", )
@@ -97,6 +100,23 @@ def _config(spec: str, first: str) -> dict:
     for o in options:
         out.update(DKDV_OPTIONS[o])
     return out
+
+
+def _dkdv(d: int, spec: str):
+    """The dK / dV kernel a ``--dkdv`` config runs at q / k head dim ``d``, its config's keywords bound:
+    bwd_gluon.dkdv_gluon, or at hd 256 bwd_gluon_hd256.dkdv256_gluon (64 keys a program over 64-row tiles, the head
+    dim split between its consumers: BLOCK_M 64, no options, its STAGES)."""
+    kw = _config(spec, "block_m")
+    if d != 256:
+        from kernels.flash_attn.bwd_gluon import dkdv_gluon
+
+        return functools.partial(dkdv_gluon, **kw)
+    from kernels.flash_attn.bwd_gluon_hd256 import BLOCK_M, dkdv256_gluon
+
+    if kw.pop("block_m") != BLOCK_M or set(kw) != {"num_stages"}:
+        raise SystemExit(f"--dkdv {spec}: hd 256's dK / dV kernel runs {BLOCK_M}-row tiles without options "
+                         f"({BLOCK_M},STAGES)")
+    return functools.partial(dkdv256_gluon, **kw)
 
 
 def _inputs(b, sq, sk, hq, hk, d, seed, dtype=torch.bfloat16, dv=None):
@@ -218,8 +238,8 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False
                 ref = softmax_attention(q.double(), k.double(), v.double(), do.double(), causal=causal,
                                         softmax_scale=d ** -0.5)
                 triton_ = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=d ** -0.5, **_mask(causal))
-                runs = [("dkdv", spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
-                                                  poison=True, **_config(spec, "block_m"))) for spec in dkdv_specs]
+                runs = [("dkdv", spec, _dkdv(d, spec)(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
+                                                      poison=True)) for spec in dkdv_specs]
                 runs += [("dq", spec, dq_gluon(q, k, v, do, out, lse, softmax_scale=d ** -0.5, causal=causal,
                                                poison=True, **_config(spec, "block_n"))[:1]) for spec in dq_specs]
                 runs += [(name, spec, dkdv_gluon(q, k, v, do, lse, delta, softmax_scale=d ** -0.5, causal=causal,
@@ -327,9 +347,9 @@ def timing(dims, dkdv_specs, dq_specs, seqlens, masks, repeat, models, fused_spe
         calls += [("gluon dq", spec, functools.partial(dq_gluon, q, k, v, do, out, lse, softmax_scale=scale,
                                                        causal=causal, launches={}, **_config(spec, "block_n")),
                    "triton dq") for spec in dq_specs]
-        calls += [("gluon dkdv", spec, functools.partial(dkdv_gluon, q, k, v, do, lse, delta, softmax_scale=scale,
-                                                         causal=causal, launches={}, **_config(spec, "block_m")),
-                   "triton dkdv") for spec in dkdv_specs]
+        calls += [("gluon dkdv", spec, functools.partial(_dkdv(d, spec), q, k, v, do, lse, delta, softmax_scale=scale,
+                                                         causal=causal, launches={}), "triton dkdv")
+                  for spec in dkdv_specs]
         key = (_hd(d, dv), "yes" if causal else "no", f"{label} H{hq}/{hk}")
         cell, cell_runs = best.setdefault(key, {}), runs.setdefault(key, {})
         for _ in range(repeat):
@@ -433,7 +453,7 @@ def timeline(dims, dkdv_specs, seqlens, masks, models, fused_specs=(), shapes=()
     for label, b, s, hq, hk, d, dv, causal in _cells(dims, seqlens, masks, models, shapes):
         q, k, v, do = _inputs(b, s, s, hq, hk, d, seed=0, dv=dv)
         out, lse, delta = _forward(q, k, v, do, causal)
-        kernels = [("gluon dkdv", spec, {}) for spec in dkdv_specs]
+        kernels = [("gluon dkdv", spec, {}) for spec in (dkdv_specs if d != 256 else ())]  # (hd 256's: no stamps)
         kernels += [("gluon fused", spec, dict(fused=True))
                     for spec in (fused_specs if d == dv and d in FUSED_HEAD_DIMS else ())]
         for name, spec, extra in kernels:
@@ -570,6 +590,8 @@ def main(argv=None) -> int:
                          "shared memory) and ,o1 (ordered adds) are the fused kernel's: give them to --fused")
     for spec in a.dq:
         _config(spec, "block_n")
+    for spec in a.dkdv if "256" in a.head_dims.split(",") else ():
+        _dkdv(256, spec)
     if any({"p1", "p2"} & set(spec.split(",")) and ("o1" in spec.split(",") or a.ordered) for spec in a.fused):
         raise SystemExit("--fused: ,p1 / ,p2 (persistent) run the unordered adds only: not with ,o1 or --ordered")
     shapes = [_shape(x) for x in a.shapes]

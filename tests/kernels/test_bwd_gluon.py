@@ -545,7 +545,19 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     dims = [probe._dims(x) for x in "64,128,192/128".split(",")]
     assert dims == [(64, 64), (128, 128), (192, 128)]
     cells = list(probe._cells(dims, [1024, 4096], [False, True], models=True))
-    assert len(cells) == 3 * 2 * 2 + len(probe.MODELS)
+    assert len(cells) == 3 * 2 * 2 + len([m for m in probe.MODELS if m[-2:] in dims])  # (not Gemma-2's hd 256)
+    gemma = list(probe._cells([(256, 256)], [], [False], models=True))
+    assert gemma == [("Gemma-2-9B uncapped B2 S4096", 2, 4096, 16, 8, 256, 256, True)]
+    assert probe._dkdv(256, "64,2").keywords == dict(num_stages=2)  # (hd 256: bwd_gluon_hd256's kernel)
+    assert probe._dkdv(256, "64,2").func.__module__.endswith("bwd_gluon_hd256")
+    assert probe._dkdv(128, "64,2,m1").keywords == dict(block_m=64, num_stages=2, mask_every_tile=True)
+    for bad in ("32,2", "64,2,m1"):
+        with pytest.raises(SystemExit, match="hd 256"):
+            probe._dkdv(256, bad)
+    if not SM90:  # (read before the GPU is asked for)
+        with pytest.raises(SystemExit, match="hd 256"):
+            probe.main(["--head-dims", "256", "--dkdv", "32,3", "--dq", "32,3"])
+        assert probe.main(["--head-dims", "256", "--dkdv", "64,2", "--dq", "32,3"]) == 2
     assert ("sweep S1024", 16, 1024, 32, 32, 64, 64, False) in cells and cells[-1][-1] is True
     assert ("sweep S1024", 16, 1024, 16, 16, 192, 128, True) in cells  # MLA: hidden 2048 over v's head dim
     assert ("DeepSeek-V3 MLA B1 S4096", 1, 4096, 128, 128, 192, 128, True) in cells
