@@ -242,17 +242,23 @@ def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr, TURNS:
 @gluon.jit
 def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL: gl.constexpr, N: gl.constexpr,
               S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr,
-              MASK_EVERY_TILE: gl.constexpr = False, window_left=0, WINDOW: gl.constexpr = False):
+              MASK_EVERY_TILE: gl.constexpr = False, window_left=0, WINDOW: gl.constexpr = False, cap_in=0.0,
+              SOFTCAP: gl.constexpr = False):
     """P^T and dS^T of one consumer's 64 keys from ``key0`` and ``N`` queries from ``q0``, their S^T and dP^T still in
     flight (``WAIT_S`` / ``WAIT_DP``: the wgmmas left pending once each is done): lse and delta read while the
     wgmmas run (loaded late: fewer registers live across the waits); rows past the sequence: lse +inf makes P 0
     (their Q and dO tiles are zero-filled). Causal: the mask applied where the tile crosses the diagonal (a run-time
     branch), or with ``MASK_EVERY_TILE`` on every tile (a compare and a select an element more, no branch: the
     sm_90a compile spills half as much at hd 128). ``WINDOW`` (causal): query i sees keys i + off - ``window_left``
-    .. i + off; the branch's tiles those that cross the diagonal or the last query's window edge."""
+    .. i + off; the branch's tiles those that cross the diagonal or the last query's window edge. ``SOFTCAP``: the
+    forward capped the scores, t = tanh(S^T * ``cap_in``) (``qk_scale`` then softcap * log2(e)) and dS^T through the
+    cap's slope (1 - t^2), as the dQ kernel's (bwd_gluon_hd256's kernel; not the masks every tile or window)."""
     cols = q0 + gl.arange(0, N, layout=gl.SliceLayout(0, S_LAYOUT))
     lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
     s = warpgroup_mma_wait(WAIT_S, deps=(s, ))  # S^T done; dP^T may still run
+    if SOFTCAP:
+        s = _tanh_approx(s * cap_in)
+        slope = 1.0 - s * s
     if IS_CAUSAL and MASK_EVERY_TILE:  # key n seen by query i iff n <= i + off
         keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
         keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
@@ -276,6 +282,8 @@ def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSA
             p = gl.where(keep, p, 0.0)
     delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
     dp = warpgroup_mma_wait(WAIT_DP, deps=(dp, ))
+    if SOFTCAP:
+        return p, p * (dp - gl.expand_dims(delta, 0)) * slope
     return p, p * (dp - gl.expand_dims(delta, 0))
 
 

@@ -52,10 +52,11 @@ from .bwd_gluon import (
     _dkdv_coords,
     _host_descriptors,
     _outputs,
+    _p_and_ds,
     _replay_or_launch,
 )
 from .bwd_gluon import unsupported as _unsupported
-from .fp8_gluon import _cap_scales, _pass, _tanh_approx, _ws_barriers, softcap_refused
+from .fp8_gluon import _cap_scales, _pass, _ws_barriers, softcap_refused
 
 #: the (q / k, v) head dims this kernel takes
 HEAD_DIMS = ((256, 256), )
@@ -106,7 +107,6 @@ def _consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, p_smem, 
     off = seqlen_k - seqlen_q
     k_t = k_smem.reshape([64, HEAD_DIM])
     v_t = v_smem.reshape([64, HEAD_DIM])
-    keys = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
     b64 = b.to(gl.int64)
     dv = gl.zeros([64, HALF], gl.float32, layout=G_LAYOUT)
     dk = gl.zeros([64, HALF], gl.float32, layout=G_LAYOUT)
@@ -124,24 +124,8 @@ def _consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, p_smem, 
             zero = gl.zeros([64, QW], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(k_t, q_t.slice(QW * wg, QW).permute((1, 0)), zero, use_acc=False, is_async=True)
             dp = warpgroup_mma(v_t, do_t.slice(QW * wg, QW).permute((1, 0)), zero, use_acc=False, is_async=True)
-            q0 = j * ROWS + QW * wg
-            cols = q0 + gl.arange(0, QW, layout=gl.SliceLayout(0, S_LAYOUT))
-            # rows past the sequence: lse +inf makes P 0
-            lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
-            s = warpgroup_mma_wait(1, deps=(s, ))  # S^T done; dP^T may still run
-            if shape.SOFTCAP:
-                s = _tanh_approx(s * cap_in)
-                slope = 1.0 - s * s
-            p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 0))
-            if IS_CAUSAL:
-                if q0 + off < n0 + 63:  # the tile crosses the diagonal: key n seen by query i iff n <= i + off
-                    keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
-                    p = gl.where(keep, p, 0.0)
-            delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
-            dp = warpgroup_mma_wait(0, deps=(dp, ))
-            ds = p * (dp - gl.expand_dims(delta, 0))
-            if shape.SOFTCAP:
-                ds = ds * slope
+            p, ds = _p_and_ds(s, dp, j * ROWS + QW * wg, lse_s, delta_s, n0, off, qk_scale, seqlen_q, IS_CAUSAL, QW,
+                              S_LAYOUT, 1, 0, cap_in=cap_in, SOFTCAP=shape.SOFTCAP)
             # both consumers' wgmmas of the last tile read the halves there: then this one's are stored
             mbarrier.wait(pds_free, (it - 1) & 1, pred=it > 0)
             p_smem.index(wg).store(p.to(DTYPE))

@@ -1107,7 +1107,7 @@ BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
 #: non-causal; 64-key tiles over 2 stages would need 256 KiB). hd 256's dK / dV (bwd_gluon_hd256: a program's 64
 #: keys shared by both consumers, the head dim split between them, 64-row query tiles over 2 stages, 208 KiB; built in
 #: session 54 on the CPU, not run on a GPU, not routed: sm_90a with its host-made descriptors 144 B spilled
-#: non-causal, 364 B causal, capped 212 / 448 B).
+#: non-causal, 376 B causal, capped 212 / 448 B).
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)},

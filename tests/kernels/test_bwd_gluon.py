@@ -51,7 +51,7 @@ DQ_SPILL_AT_MOST = {"256": 24}
 #: config (configs.BWD_GLUON_TRY, configs.BWD_GLUON_SOFTCAP's head dim), both masks
 DQ_SOFTCAP_TWINS = [f"bwdq16:256,{configs.BWD_GLUON_TRY[256]['dq'][0]},{configs.BWD_GLUON_TRY[256]['dq'][1]},{c}"
                     for c in (0, 1)]
-#: hd 256's dK / dV kernel (bwd_gluon_hd256, session 54, built on the CPU): 144 B spilled non-causal, 364 B causal,
+#: hd 256's dK / dV kernel (bwd_gluon_hd256, session 54, built on the CPU): 144 B spilled non-causal, 376 B causal,
 #: capped 212 / 448 B (the routed hd 128 causal dK / dV kernel's 188 B for scale)
 HD256_SPILL_AT_MOST = 460
 #: ... compiled at its tried config, both masks, with and without a softcap (@sc), and over a GQA group of 4
