@@ -1,5 +1,6 @@
 """The backward's dK / dV kernel at hd 256 (Gemma-2's 256 / 256) for Hopper in Gluon, warp-specialised, with the
-softcap (session 54, built on the CPU; off until measured: configs.BWD_GLUON_TRY / BWD_GLUON).
+softcap (built in session 54; routed from 512 tokens since session 55: configs.BWD_GLUON; Gemma-2-9B's whole
+backward 1.51-1.56x the Triton dK / dV's on an H200, docs/perf/gluon-s55).
 
 bwd_gluon.py's dK / dV kernel gives each consumer warpgroup its own 64 keys and both of their accumulators, dK and
 dV, 64 x D fp32 each: at D = 256 that is 256 registers a thread for the accumulators alone. Here the two consumers

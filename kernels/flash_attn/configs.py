@@ -1058,7 +1058,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
 #: 512; 3 stages within 3%). ``FLASH_ATTN_BWD=gluon`` runs both at :data:`BWD_GLUON_TRY`'s configs wherever they
 #: can, at any length (tests, probes).
 BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv": (64, 2)}, 64: {"dkdv": (64, 2)},
-                                                    192: {"dq": (64, 2), "dkdv": (32, 3)}, 256: {"dq": (32, 3)}}
+                                                    192: {"dq": (64, 2), "dkdv": (32, 3)},
+                                                    256: {"dq": (32, 3), "dkdv": (64, 2)}}
 #: ... and only where both sequences hold at least this many tokens, by head dim, kernel and mask (False: none,
 #: True: causal; a mask not listed: not routed); the shortest measured win (shorter not measured: 1k was the
 #: sweep's shortest, 512 MLA's). Against the Triton kernels at their autotuned configs (the probe's --autotune):
@@ -1088,15 +1089,18 @@ BWD_GLUON: dict[int, dict[str, tuple[int, int]]] = {128: {"dq": (128, 2), "dkdv"
 #: config) from 2k, session 52, same A/B: GQA 32/8 2k 0.935-0.948x, MQA 16/1 0.935-0.942x, MQA 71/1 causal
 #: 0.931-0.949x (the MHA 4k control, fused route, 0.994-1.009x): not routed. At 64-key tiles over 3 stages (session
 #: 53, H200, docs/perf/gluon-s53, three pairs): 0.922-0.928x, 0.913-0.921x, 0.894-0.912x on the same cells: not routed.
-#: hd 256's dQ (its dK / dV on Triton; bwd_gluon_hd256's built, not routed) from 1k both masks since session 54
-#: (H200, docs/perf/gluon-s54, the whole backward against the Triton dQ, three pairs): non-causal MHA B2 H16 1k
-#: 1.091-1.094x; causal GQA 16/8 B8 1k 1.072-1.074x, MHA B4 H16 2k 1.069-1.075x, B2 H16/8 4k 1.023-1.037x; capped
-#: (:data:`BWD_GLUON_SOFTCAP`) above.
+#: hd 256's dQ from 1k both masks since session 54 (H200, docs/perf/gluon-s54, the whole backward against the
+#: Triton dQ, three pairs): non-causal MHA B2 H16 1k 1.091-1.094x; causal GQA 16/8 B8 1k 1.072-1.074x, MHA B4 H16 2k
+#: 1.069-1.075x, B2 H16/8 4k 1.023-1.037x; capped (:data:`BWD_GLUON_SOFTCAP`) above. hd 256's dK / dV
+#: (bwd_gluon_hd256) from 512 both masks since session 55 (H200, docs/perf/gluon-s55, the whole backward against the
+#: Triton dK / dV, the Gluon dQ in both trees from 1k; its 7 GPU tests pass): Gemma-2-9B B2 H16/8 4k causal cap 50
+#: 1.511-1.556x (3.440-3.447 -> 2.211-2.277 ms, three pairs), MHA B2 H16 1k non-causal 1.304-1.313x, B4 H16 2k
+#: causal 1.496-1.516x (three pairs); B8 H16 512 non-causal 1.228-1.230x, causal 1.318-1.330x (two pairs each).
 BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
     128: {"dq": {False: 1024, True: 1024}, "dkdv": {False: 1024, True: 1024}},
     64: {"dkdv": {False: 1024, True: 1024}},
     192: {"dq": {False: 512, True: 1024}, "dkdv": {False: 512, True: 512}},
-    256: {"dq": {False: 1024, True: 1024}}}
+    256: {"dq": {False: 1024, True: 1024}, "dkdv": {False: 512, True: 512}}}
 #: the configs ``FLASH_ATTN_BWD=gluon`` runs (tests, probes): hd 64 / 128 as routed (hd 64's dQ, never routed, at
 #: hd 128's); MLA's 192 / 128 dK / dV at 32-row tiles over 2 stages (32 / 36 B spilled; 64-row tiles spill 1176 B
 #: and serialise their wgmmas), dQ at 64-key tiles over 3 stages (no spill, 205 KiB; 128-key tiles would hold S and
@@ -1106,8 +1110,8 @@ BWD_GLUON_MIN_SEQLEN: dict[int, dict[str, dict[bool, int]]] = {
 #: KiB each, 32 KiB a stage; sm_90a with host-made descriptors: no spill uncapped, 20 B causal softcapped, 0 B
 #: non-causal; 64-key tiles over 2 stages would need 256 KiB). hd 256's dK / dV (bwd_gluon_hd256: a program's 64
 #: keys shared by both consumers, the head dim split between them, 64-row query tiles over 2 stages, 208 KiB; built in
-#: session 54 on the CPU, not run on a GPU, not routed: sm_90a with its host-made descriptors 144 B spilled
-#: non-causal, 376 B causal, capped 212 / 448 B).
+#: session 54, routed as tried since session 55: sm_90a with its host-made descriptors 144 B spilled non-causal, 376 B
+#: causal, capped 212 / 448 B).
 BWD_GLUON_TRY: dict[int, dict[str, tuple[int, int]]] = {64: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         128: {"dq": (128, 2), "dkdv": (64, 2)},
                                                         192: {"dq": (64, 3), "dkdv": (32, 2)},

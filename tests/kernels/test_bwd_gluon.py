@@ -90,9 +90,10 @@ def compiled(tmp_path_factory):
     specs += [f"bwdf16:{d},{bm},{st},{int(c)}{'@m1' if c and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE else ''}@d1"
               for d, m in configs.BWD_GLUON_FUSED.items() for (_, c), (_, (bm, st)) in m.items()]
     specs += ["bwda16:128,64,3,0@d1", "bwdf16:64,128,2,1@d1"]
-    # the dK / dV kernel without its consumers' turns (not routed): its routed configs, both masks
+    # the dK / dV kernel without its consumers' turns (not routed): its routed configs, both masks (hd 256's dK / dV
+    # is bwd_gluon_hd256's kernel, whose consumers run in lockstep: no turns to take away)
     specs += [f"bwd16:{'192/128' if d == 192 else d},{blk},{st},{c}@t0" for d, cfg in configs.BWD_GLUON.items()
-              for n, (blk, st) in cfg.items() if n == "dkdv" for c in (0, 1)]
+              for n, (blk, st) in cfg.items() if n == "dkdv" and d != 256 for c in (0, 1)]
     # ... and the fused kernel without them: its routed configs with their options, both masks, the adder's (hd 64's
     # 128-row tiles with dS^T from shared memory: without, 364 B spilled)
     specs += [f"bwdf16:{d},{bm},{st},{int(c)}{'@m1' if c and d in configs.BWD_GLUON_FUSED_MASK_EVERY_TILE else ''}"
@@ -696,9 +697,10 @@ def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monke
     """configs.BWD_GLUON_SOFTCAP (hd 256 since session 54, measured): a softcapped call keeps the Triton backward
     unless its head dim is listed; then the split route's Gluon dQ kernel alone runs it (its dK / dV the Triton
     kernel: the Gluon one takes no softcap), the cap among its keywords, where the uncapped call would run that dQ
-    kernel; never the fused route. hd 256 has the dQ kernel alone (bwd_gluon.DQ_HEAD_DIMS), routed from 1k both
-    masks (configs.BWD_GLUON), capped or not, and tried at any length under ``FLASH_ATTN_BWD=gluon``. The dQ
-    kernel's arguments carry the cap and refuse one that is not positive."""
+    kernel; never the fused route. hd 256 runs the dQ kernel (bwd_gluon.DQ_HEAD_DIMS) from 1k and its own dK / dV
+    kernel (bwd_gluon_hd256, session 55) from 512, both masks (configs.BWD_GLUON), capped or not, both tried at any
+    length under ``FLASH_ATTN_BWD=gluon``. The dQ kernel's arguments carry the cap and refuse one that is not
+    positive."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     causal = dict(causal=True, window_right=0)
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128: dQ and dK / dV on Gluon uncapped)
@@ -708,13 +710,14 @@ def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monke
     assert _route(q, k, v, softcap=50.0, **causal) == {}
     gemma = _inputs(sq=4096, sk=4096, hq=16, hk=8, d=256)[:3]
     bn, st = configs.BWD_GLUON[256]["dq"]
-    routed = {"dq": dict(block_n=bn, num_stages=st, host_desc=True)}
+    routed = {"dq": dict(block_n=bn, num_stages=st, host_desc=True),
+              "dkdv": dict(num_stages=configs.BWD_GLUON[256]["dkdv"][1])}
     assert _route(*gemma, **causal) == routed
-    assert _route(*gemma, softcap=50.0, **causal) == {"dq": dict(routed["dq"], softcap=50.0)}
-    for causal_ in (False, True):  # (from 1k: shorter sequences stay on the Triton kernels)
-        for n, gluon in ((512, False), (1024, True)):
+    assert _route(*gemma, softcap=50.0, **causal) == {n: dict(kw, softcap=50.0) for n, kw in routed.items()}
+    for causal_ in (False, True):  # (dK / dV from 512, dQ from 1k: shorter sequences stay on the Triton kernels)
+        for n, kernels in ((511, set()), (512, {"dkdv"}), (1023, {"dkdv"}), (1024, {"dq", "dkdv"})):
             short = _inputs(sq=n, sk=n, hq=4, hk=4, d=256)[:3]
-            assert bool(_route(*short, causal=causal_, window_right=0 if causal_ else -1)) is gluon, (n, causal_)
+            assert set(_route(*short, causal=causal_, window_right=0 if causal_ else -1)) == kernels, (n, causal_)
     monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128, 256}))
     assert _route(q, k, v, softcap=50.0, **causal) == {"dq": dict(plain["dq"], softcap=50.0)}
     assert _route(q, k, v, softcap=50.0, atomic=True, **causal) == {}
@@ -1178,7 +1181,7 @@ def test_a_softcap_adds_one_tanh_a_score_to_the_dq_kernel_and_nothing_else(compi
 
 
 def test_hd256_dkdv_kernel_splits_the_head_dim_and_takes_the_cap(compiled):
-    """hd 256's dK / dV kernel (bwd_gluon_hd256; session 54, built on the CPU, not routed): per consumer and 64-row
+    """hd 256's dK / dV kernel (bwd_gluon_hd256; built in session 54, routed since session 55): per consumer and 64-row
     tile, S^T and dP^T of its 32 queries over the head dim's 16 k-steps each, then dV and dK of its 128 columns over
     the tile's two 32-query parts (2 k-steps each): 40 wgmmas a consumer, none serialised; one exp2 (and capped one
     hardware tanh) a score element of its 64 keys x 32 queries over a warpgroup's 128 threads; within the H100's
