@@ -1,7 +1,7 @@
-"""The `--try BM,BN,WARPS,STAGES,T|P` argument the kernel-config scripts share (fp8_configs.py,
-fp8_causal_probe.py, flash_attn_ptxas.py, fp8_bwd_configs.py, bf16_bwd_tiles.py), and the backward's tiles
-pinned from two of them. No imports of the project: a script that runs an older tree's kernels
-(PYTHONPATH=that tree) can use it without putting this tree on the path."""
+"""The `--try BM,BN,WARPS,STAGES,T|P` argument the kernel-config scripts share (fp8_configs.py, fp8_causal_probe.py,
+flash_attn_ptxas.py, fp8_bwd_configs.py, bf16_bwd_tiles.py), and the backward's tiles pinned from two of them; the
+Gluon probes' `--shapes B,S,HQ,HK` (gluon_bwd_probe.py, gluon_ws_probe.py). No imports of the project: a script that
+runs an older tree's kernels (PYTHONPATH=that tree) can use it without putting this tree on the path."""
 
 from __future__ import annotations
 
@@ -12,6 +12,14 @@ def parse_config(text: str) -> tuple:
     if len(parts) != 5 or parts[4] not in ("T", "P") or not all(x.isdigit() for x in parts[:4]):
         raise ValueError(f"expected BM,BN,WARPS,STAGES,T|P, got {text!r}")
     return (*map(int, parts[:4]), parts[4] == "T")
+
+
+def parse_shape(spec: str) -> tuple[int, int, int, int]:
+    """B,S,HQ,HK -> (batch, seqlen, query heads, kv heads); query heads a multiple of kv heads (SystemExit else)."""
+    parts = spec.split(",")
+    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts) or int(parts[2]) % int(parts[3]):
+        raise SystemExit(f"shape {spec}: want B,S,HQ,HK (positive; HQ a multiple of HK)")
+    return tuple(int(x) for x in parts)
 
 
 def pinned_backward(configs, dq: str, dkdv: str):

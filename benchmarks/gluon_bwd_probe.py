@@ -61,6 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from config_arg import parse_shape  # noqa: E402
 
 #: (name, batch, seqlen, query heads, kv heads, q / k head dim, v head dim): real models' causal training calls
 MODELS = (("Llama-3-8B", 1, 8192, 32, 8, 128, 128), ("Llama-3-70B", 1, 4096, 64, 8, 128, 128),
@@ -280,14 +281,6 @@ def check(dims, dkdv_specs, dq_specs, fused_specs=(), ordered=False, adder=False
                         print(f"| check | {_hd(d, dv)} | {causal} | {b} {sq} {sk} {hq}/{hk} | {kernel} | {spec} | {e:.4g} | "
                               f"{e_t:.4g} | {'ok' if good else 'FAIL'} |", flush=True)
     return ok
-
-
-def _shape(spec: str) -> tuple[int, int, int, int]:
-    """B,S,HQ,HK -> (batch, seqlen, query heads, kv heads); query heads a multiple of kv heads."""
-    parts = spec.split(",")
-    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts) or int(parts[2]) % int(parts[3]):
-        raise SystemExit(f"shape {spec}: want B,S,HQ,HK (positive; HQ a multiple of HK)")
-    return tuple(int(x) for x in parts)
 
 
 def _cells(dims, seqlens, masks, models, shapes=()):
@@ -594,7 +587,7 @@ def main(argv=None) -> int:
         _dkdv(256, spec)
     if any({"p1", "p2"} & set(spec.split(",")) and ("o1" in spec.split(",") or a.ordered) for spec in a.fused):
         raise SystemExit("--fused: ,p1 / ,p2 (persistent) run the unordered adds only: not with ,o1 or --ordered")
-    shapes = [_shape(x) for x in a.shapes]
+    shapes = [parse_shape(x) for x in a.shapes]
     if a.whole and not a.fused:
         raise SystemExit("--whole: the whole fused backward at each --fused config: give --fused configs")
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):

@@ -23,8 +23,9 @@ past it are computed and not stored.
 Dense bf16 / fp16, d = d_v in (64, 128), or q / k 192 with v 128 (DeepSeek's MLA training form: the scores two
 chained wgmmas over 128 + 64 tile parts, dK and dQ two accumulators each), causal (bottom-right aligned) or no
 mask, or causal with a sliding window on the left (the split kernels one program a tile, ``window_left``: session
-51); no varlen. The dQ kernel alone also takes hd 256 (Gemma-2's; 32-key tiles) and a softcap (the forward's capped
-scores recomputed by the hardware's tanh, dS through the cap's slope: session 53, built on the CPU).
+51); no varlen. The dQ kernel alone also takes hd 256 (Gemma-2's; 32-key tiles). Both take a softcap (the forward's
+capped scores recomputed by the hardware's tanh, dS through the cap's slope: the dQ kernel's from session 53, the dK /
+dV kernel's from session 55; the fused kernel takes none).
 The fused backward (``DQ_COLS``: dQ's partials added into an fp32 buffer by TMA reduce, in arrival order) has an
 ordered variant (``Sem``: ``dkdv_gluon(ordered=True)``; not routed): each dQ tile's adds wait their turn on a
 counter, largest key block first, so dQ is bitwise the same on every run. Session 35 waited in the consumers (0.6x
@@ -586,11 +587,12 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
                  q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, window_left=0,
-                 Times=None):
+                 cap_in=0.0, Times=None):
     """One consumer warpgroup (:func:`_bwd_consume_tile`) over the program's tile, or with ``shape.PERSISTENT``
     over each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to j_lo unused, ``DK`` / ``DV``
     without a group part's offset), the query tiles, turns and K / V landings counted over the program's tiles, its
-    timeline (``Times``) one record a tile. ``window_left``: read with ``shape.WINDOW`` only (one program a tile)."""
+    timeline (``Times``) one record a tile. ``window_left``: read with ``shape.WINDOW`` only (one program a tile);
+    ``cap_in``: with ``shape.SOFTCAP`` only (:func:`_p_and_ds`)."""
     if shape.PERSISTENT:
         kv_free, stride_dkp, stride_dvp = tiles[5], tiles[6], tiles[7]
         it = 0
@@ -603,14 +605,16 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                                        stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb,
                                        stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                                        seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
-                                       dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, kv_free, Times)
+                                       dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, kv_free, Times,
+                                       cap_in=cap_in)
             i += 1
     else:
         _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta,
                           stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                           stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                           sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty,
-                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times, window_left)
+                          gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times, window_left,
+                          cap_in)
 
 
 @gluon.jit
@@ -618,7 +622,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                       stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                       stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                       sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
-                      i, it, kv_free, Times=None, window_left=0):
+                      i, it, kv_free, Times=None, window_left=0, cap_in=0.0):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it``: the query tiles
     consumed before it; returns the count after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and
     dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two turns a query tile (S^T and
@@ -732,7 +736,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 # other's wgmmas run (at 128 columns lse, delta and the mask's indices take 32 registers each)
                 s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT, TURNS)
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
-                                  3, 2, shape.MASK_EVERY_TILE, window_left, shape.WINDOW)
+                                  3, 2, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in, shape.SOFTCAP)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).slice(0, 64, dim=1).store(ds.to(DTYPE))
@@ -740,7 +744,8 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 if not (FUSED and DS_SMEM):
                     ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
                 p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64,
-                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW)
+                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in,
+                                  shape.SOFTCAP)
                 if FUSED:
                     ds_t.slice(64 * wg, 64).slice(64, 64, dim=1).store(ds.to(DTYPE))
                     fence_async_shared()
@@ -761,7 +766,8 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                 s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0,
                                   TURNS)  # S^T, dP^T
                 p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
-                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW)
+                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in,
+                                  shape.SOFTCAP)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
@@ -852,7 +858,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         MASK_EVERY_TILE: gl.constexpr = False, DQ_UNSCALED: gl.constexpr = False,
                         DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None,
                         PERSISTENT: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, DOD=None,
-                        KD=None, VD=None, DQD=None, window_left=0, WINDOW: gl.constexpr = False):
+                        KD=None, VD=None, DQD=None, window_left=0, WINDOW: gl.constexpr = False, softcap=0.0,
+                        SOFTCAP: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -886,7 +893,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     on the device (session 47's timeline: 4.0-4.1 us of a program's 4.6-5.9 us set-up); one head-dim part only.
     ``WINDOW`` (causal, one program a tile, not fused): query i sees keys i + Sk - Sq - ``window_left`` .. i + Sk -
     Sq; a program's query tiles end at the last that sees one of its keys, the tiles crossing a window edge masked
-    (:func:`_p_and_ds`); ``window_left`` is read only with it."""
+    (:func:`_p_and_ds`); ``window_left`` is read only with it. ``SOFTCAP`` (not fused): the forward capped the scores
+    at ``softcap`` (softcap * tanh(s * sm_scale / softcap)): P^T recomputed through the hardware's tanh, dS^T through
+    the cap's slope (:func:`_p_and_ds`, as the dQ kernel's); ``softcap`` is read only with it."""
     TIMES: gl.constexpr = Times is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
         entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 20 + 8
@@ -965,19 +974,23 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                  kv_free, stride_dkp, stride_dvp)
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
+    gl.static_assert(not SOFTCAP or DQ_COLS == 0, "a softcap: the dK / dV kernel (not fused)")
+    qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
                       WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES, PERSISTENT,
-                      WINDOW)
+                      WINDOW, SOFTCAP)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     gs64 = gs.to(gl.int64)
     consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK + gs64 * stride_dkp,
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
-                    seqlen_q, seqlen_k, sm_scale * 1.4426950408889634, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
-                    dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles)
-    if WINDOW or TIMES:  # (only then: a partition's run-time arguments pass through shared memory)
+                    seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar,
+                    dq_desc, dq_full, dq_empty, tiles)
+    if WINDOW or TIMES or SOFTCAP:  # (only then: a partition's run-time arguments pass through shared memory)
         consume_args = consume_args + (window_left if WINDOW else 0, )
+    if SOFTCAP or TIMES:
+        consume_args = consume_args + (cap_in, )
     if TIMES:
         consume_args = consume_args + (Times, )
     if ADDER:  # a fourth partition: the adder warp (unordered: dQ's buffer a stand-in for the counters, never read)
@@ -1354,7 +1367,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
                    ds_smem=False, turns=True, times=None, persistent=False, host_desc=False,
-                   window_left=-1) -> dict:
+                   window_left=-1, softcap=0.0) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -1382,10 +1395,15 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     ``last_first``): True (the snake order) or a name of :data:`PERSISTENT_ORDERS`. ``host_desc``: the kernel's
     HOST_DESC, its TMA descriptors made here (:func:`host_descriptor`) instead of by every program (q / k = v head
     dims). ``window_left`` >= 0 (causal, one program a tile, not the fused kernel): a sliding window on the left,
-    the kernel's WINDOW."""
+    the kernel's WINDOW. ``softcap`` > 0 (not the fused kernel): the forward's scores were capped, softcap *
+    tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP)."""
     if window_left >= 0 and (not causal or persistent or dq_acc is not None):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
                          "kernel (no dq_acc)")
+    if why := softcap_refused(softcap):
+        raise ValueError(f"dkdv_arguments: {why}")
+    if softcap and dq_acc is not None:
+        raise ValueError("a softcap: the dK / dV kernel (no dq_acc: the fused kernel takes none)")
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1419,6 +1437,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         second.update(Times=times)
     if window_left >= 0:
         second.update(WINDOW=True)
+    if softcap:
+        second.update(SOFTCAP=True, softcap=float(softcap))
     if persistent:
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
@@ -1455,7 +1475,7 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
-                times=None, persistent=False, host_desc=False, window_left=-1):
+                times=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -1465,7 +1485,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
                             mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc,
-                            window_left)
+                            window_left, softcap)
     grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
@@ -1489,7 +1509,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None,
-               persistent=False, host_desc=False, window_left=-1):
+               persistent=False, host_desc=False, window_left=-1, softcap=0.0):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1510,7 +1530,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     one program an SM over the tiles (the kernel's PERSISTENT), True in the snake order or a name of
     :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`). ``host_desc``: the TMA descriptors made on the host
     (:func:`dkdv_arguments`'; a replay describes its own call's tensors). ``window_left`` >= 0 (causal, not fused,
-    not persistent): query i sees keys i + Sk - Sq - window_left .. i + Sk - Sq."""
+    not persistent): query i sees keys i + Sk - Sq - window_left .. i + Sk - Sq. ``softcap`` > 0 (not fused): the
+    forward's scores were capped (:func:`dkdv_arguments`')."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
@@ -1529,7 +1550,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
         sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent,
-        host_desc, window_left))
+        host_desc, window_left, softcap))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

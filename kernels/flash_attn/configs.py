@@ -1162,10 +1162,10 @@ BWD_GLUON_FLAT_WALK = frozenset({128})
 #: 1.175-1.202x a pair (deterministic 1.175-1.180x); B2 H32/8 4k window 1023 1.177-1.193x; the models table 2.635 ms,
 #: 0.74x flash-attn-4. On.
 BWD_GLUON_WINDOW = True
-#: Head dims whose softcapped calls (Gemma-2's 50) run the split route's Gluon dQ kernel where :data:`BWD_GLUON` (or
-#: ``FLASH_ATTN_BWD=gluon``) routes it (its ``SOFTCAP``: P recomputed through the hardware's tanh as the Gluon
-#: forward capped the scores, dS through the cap's slope); the dK / dV kernel of such a call stays the Triton one
-#: (bwd_gluon's takes no softcap), except at hd 256 where :data:`BWD_GLUON` routes bwd_gluon_hd256's, which does.
+#: Head dims whose softcapped calls (Gemma-2's 50) run the split route's Gluon kernels where :data:`BWD_GLUON` (or
+#: ``FLASH_ATTN_BWD=gluon``) routes them (their ``SOFTCAP``: P recomputed through the hardware's tanh as the Gluon
+#: forward capped the scores, dS through the cap's slope), at :data:`BWD_GLUON_SOFTCAP_CONFIGS`' configs where it
+#: lists one (hd 256's dK / dV: bwd_gluon_hd256's kernel; bwd_gluon's dK / dV kernel takes the cap since session 55).
 #: Built in session 53 on the CPU (sm_90a, hd 256 at 32-key tiles: uncapped PTX unchanged but the new argument;
 #: capped 20 B spilled causal, 0 B non-causal, 12 B persistent; hd 128's 128-key tiles spill 552 B capped: not
 #: listed). Prediction for Gemma-2-9B's backward (B2 H16/8 4k causal, cap 50; 3.66 ms
@@ -1175,6 +1175,19 @@ BWD_GLUON_WINDOW = True
 #: 3.669-3.690 -> 3.441-3.442 ms, 1.066-1.072x; B4 H16/8 2k causal capped 1.079-1.088x; the models table 3.436 ms,
 #: 0.65x flash-attn-4 (was 0.59x). On at hd 256.
 BWD_GLUON_SOFTCAP: frozenset[int] = frozenset({256})
+#: (head dim, kernel, causal) -> the config a softcapped call's split kernel takes where it is not :data:`BWD_GLUON`'s
+#: (or :data:`BWD_GLUON_TRY`'s). hd 128 (Gemma-2-27B's 32 / 16, Grok-1's cap 30; built in session 55 on the CPU, not
+#: listed in :data:`BWD_GLUON_SOFTCAP`): sm_90a with host-made descriptors, the dQ kernel at 64-key tiles over 3
+#: stages 0 B spilled capped, both masks, persistent too (the routed 128-key tiles over 2 stages: 552 B); the dK / dV
+#: kernel at its routed 64-row tiles 120 B non-causal (uncapped 76), 440 B causal (188; 272 with the mask on every
+#: tile, a GQA flat walk 412, persistent 572, windowed 552), so causal at 32-row tiles: 0 B (persistent 32, windowed
+#: and a GQA flat walk 0; session 32 measured the uncapped 32-row tiles 0.96-1.13x the Triton kernel against the
+#: 64-row tiles' 1.08-1.27x). Prediction for the whole capped backward against the Triton one (B2 H32/16 4k causal,
+#: cap 50: Gemma-2-27B's global layers; the Triton backward's B2 H16 4k causal capped ran at ~245 TFLOP/s in session
+#: 54, the uncapped Gluon split route ~350 on Llama-3-70B's 4k causal row): 1.10-1.30x, the cap's tanh one MUFU
+#: operation a score element beside exp2's (~0.125 cycles an element against ~0.31 for the five matmuls at hd 128).
+BWD_GLUON_SOFTCAP_CONFIGS: dict[tuple[int, str, bool], tuple[int, int]] = {
+    (128, "dq", False): (64, 3), (128, "dq", True): (64, 3), (128, "dkdv", True): (32, 2)}
 
 
 def bwd_walk(q, k) -> int:
@@ -1193,7 +1206,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     inputs the kernels take (bwd_gluon.unsupported: their head-dim pairs, TMA-readable rows, lse [B, Hq, Sq]),
     causal or no mask (with :data:`BWD_GLUON_WINDOW`, causal with a window on the left too: then one program a tile,
     ``window_left`` among the keywords), no softcap (at a head dim of :data:`BWD_GLUON_SOFTCAP`, a softcap too:
-    the dQ kernel alone, ``softcap`` among its keywords), an sm90 GPU (not the interpreter). hd 256's dK / dV runs
+    ``softcap`` among both kernels' keywords, their configs :data:`BWD_GLUON_SOFTCAP_CONFIGS`' where it lists one),
+    an sm90 GPU (not the interpreter). hd 256's dK / dV runs
     bwd_gluon_hd256's kernel: its keywords ``num_stages`` alone (and ``softcap``), no window. ``sm_major``: as
     :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
@@ -1217,8 +1231,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
                and not (gqa and name in mask_cfg)}  # (the by-mask configs: MHA only)
     window = window_left >= 0 and causal and BWD_GLUON_WINDOW
     wide = q.shape[-1] == 256  # (hd 256's dK / dV: bwd_gluon_hd256's kernel, with a softcap, without a window)
-    if cfg and softcap:  # (the dQ kernel and hd 256's dK / dV kernel take a softcap)
-        cfg = {n: c for n, c in cfg.items() if n == "dq" or wide} if q.shape[-1] in BWD_GLUON_SOFTCAP else {}
+    if cfg and softcap:  # (both split kernels take a softcap, some at their own configs)
+        cfg = ({n: BWD_GLUON_SOFTCAP_CONFIGS.get((q.shape[-1], n, bool(causal)), c) for n, c in cfg.items()}
+               if q.shape[-1] in BWD_GLUON_SOFTCAP else {})
     if cfg and wide and window_left >= 0:
         cfg = {n: c for n, c in cfg.items() if n != "dkdv"}
     if not cfg or atomic or varlen or fp8 or (window_left >= 0 and not window) or (
@@ -1232,8 +1247,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         # hd 256's dK / dV kernel: the dQ kernel's rules)
         return {}
     out = {name: dict(zip(_BWD_GLUON_KEYS[name], c)) for name, c in cfg.items()}
-    if softcap and "dq" in out:
-        out["dq"]["softcap"] = float(softcap)
+    for keywords in out.values() if softcap else ():
+        keywords["softcap"] = float(softcap)
     if "dkdv" in out:
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:

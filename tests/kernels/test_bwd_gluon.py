@@ -40,17 +40,31 @@ ORDERED_SPILL_AT_MOST = {"128": 200, "64": 0}
 FLAT_SPILL_AT_MOST = 300
 #: ... and of the persistent kernels (@p1; session 44, built without a GPU): hd 64's 64-row tiles none, as one
 #: program a tile; hd 128 256-292 B, hd 64's 128-row tiles 196 B (session 45, the turn count no longer carried:
-#: 312-328 and 236 before; 64-184 and 96 B one program a tile: the tile loop's index and coordinates stay live)
-PERSISTENT_SPILL_AT_MOST = {("128", 64): 300, ("64", 64): 0, ("64", 128): 200}
+#: 312-328 and 236 before; 64-184 and 96 B one program a tile: the tile loop's index and coordinates stay live); hd
+#: 128's 32-row tiles (capped causal, session 55) 32 B
+PERSISTENT_SPILL_AT_MOST = {("128", 64): 300, ("64", 64): 0, ("64", 128): 200, ("128", 32): 40}
 #: the dQ kernel's (head dims, keys a block, stages) compiled here: no spill at any
 DQ_CONFIGS = (("128", 64, 3), ("128", 128, 2), ("64", 64, 3), ("192/128", 64, 3))
 #: ... but hd 256's (the dQ kernel alone, session 53: 32-key tiles over 3 stages, 224 KiB; causal 4 B with device-made
 #: descriptors, none with host-made; softcapped 24 B causal, none non-causal)
 DQ_SPILL_AT_MOST = {"256": 24}
 #: the dQ kernel compiled with and without a softcap (@sc, bwd_gluon.dq_arguments' ``softcap``): hd 256's tried
-#: config (configs.BWD_GLUON_TRY, configs.BWD_GLUON_SOFTCAP's head dim), both masks
+#: config (configs.BWD_GLUON_TRY, configs.BWD_GLUON_SOFTCAP's head dim) and hd 128's capped one
+#: (configs.BWD_GLUON_SOFTCAP_CONFIGS), both masks
 DQ_SOFTCAP_TWINS = [f"bwdq16:256,{configs.BWD_GLUON_TRY[256]['dq'][0]},{configs.BWD_GLUON_TRY[256]['dq'][1]},{c}"
-                    for c in (0, 1)]
+                    for c in (0, 1)] + [f"bwdq16:128,{bn},{st},{int(c)}" for (d, n, c), (bn, st)
+                                        in configs.BWD_GLUON_SOFTCAP_CONFIGS.items() if (d, n) == (128, "dq")]
+#: the dK / dV kernel compiled with and without a softcap (@sc, bwd_gluon.dkdv_arguments' ``softcap``; session 55,
+#: built on the CPU) at hd 128's capped configs (configs.BWD_GLUON_SOFTCAP_CONFIGS, else configs.BWD_GLUON's) with
+#: host-made descriptors, MHA and over a GQA group of 2 in one flat walk (Gemma-2-27B's 32 / 16), both masks, and
+#: causal persistent; its capped spills by mask (non-causal 64-row tiles 120 B, GQA 116 B; causal 32-row tiles 0 B,
+#: persistent 32 B)
+_CAPPED_DKDV = {c: configs.BWD_GLUON_SOFTCAP_CONFIGS.get((128, "dkdv", bool(c)), configs.BWD_GLUON[128]["dkdv"])
+                for c in (0, 1)}
+DKDV_SOFTCAP_TWINS = ([f"bwd16:128,{bm},{st},{c}@hd" for c, (bm, st) in _CAPPED_DKDV.items()]
+                      + [f"bwdw16:128,{bm},{st},{c},1,2,0@hd" for c, (bm, st) in _CAPPED_DKDV.items()]
+                      + [f"bwd16:128,{_CAPPED_DKDV[1][0]},{_CAPPED_DKDV[1][1]},1@p1@hd"])
+DKDV_SOFTCAP_SPILL_AT_MOST = {False: 130, True: 40}
 #: hd 256's dK / dV kernel (bwd_gluon_hd256, session 54, built on the CPU): 144 B spilled non-causal, 376 B causal,
 #: capped 212 / 448 B (the routed hd 128 causal dK / dV kernel's 188 B for scale)
 HD256_SPILL_AT_MOST = 460
@@ -123,6 +137,7 @@ def compiled(tmp_path_factory):
     specs += [f"{spec}@hd" for spec in HOST_DESC_TWINS]  # (host-made TMA descriptors)
     specs += [f"{spec}@w1" for spec in WINDOW_TWINS]  # (a sliding window on the left)
     specs += [f"{spec}@sc" for spec in DQ_SOFTCAP_TWINS + HD256_TWINS]  # (a softcap: the twins are BWD_GLUON_TRY's)
+    specs += DKDV_SOFTCAP_TWINS + [f"{spec}@sc" for spec in DKDV_SOFTCAP_TWINS]
     specs += [f"{spec},0,4" for spec in HD256_TWINS]  # (hd 256's dK / dV over a group of 4)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
@@ -359,7 +374,7 @@ def test_gqa_programs_walk_their_steps_in_one_loop(compiled):
     every routed config and both masks (the compile test), and less than half the nested loops' where both were
     compiled (causal, 2 stages: both kernels)."""
     pairs = [(r, compiled[spec.replace(",1,4,", ",0,4,")]) for spec, r in compiled.items()
-             if spec.startswith("bwdw16:") and spec.split(",")[4] == "1" and spec.replace(",1,4,", ",0,4,") in compiled]
+             if spec.startswith("bwdw16:") and ",1,4," in spec and spec.replace(",1,4,", ",0,4,") in compiled]
     assert len(pairs) >= 2
     for flat, nested in pairs:
         assert flat["spill"] <= FLAT_SPILL_AT_MOST and 2 * flat["spill"] < nested["spill"], (flat, nested)
@@ -537,10 +552,10 @@ def test_the_probe_reads_its_configs_and_cells(capsys):
     best = {(128, "no", "sweep S1024 H16/16"): {("triton dq", "pinned"): (0.2, None),
                                                  ("gluon dq", "64,3"): (0.16, "triton dq")}}
     probe.summary(best)
-    assert probe._shape("2,2048,32,8") == (2, 2048, 32, 8)
+    assert probe.parse_shape("2,2048,32,8") == (2, 2048, 32, 8)
     for bad in ("2,2048,32", "2,2048,12,8", "0,2048,8,8", "2,x,8,8"):
         with pytest.raises(SystemExit):
-            probe._shape(bad)
+            probe.parse_shape(bad)
     cells = list(probe._cells([(64, 64)], [], [False, True], False, [(2, 2048, 12, 12)]))
     assert cells == [("B2 S2048", 2, 2048, 12, 12, 64, 64, False), ("B2 S2048", 2, 2048, 12, 12, 64, 64, True)]
     dims = [probe._dims(x) for x in "64,128,192/128".split(",")]
@@ -693,14 +708,15 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
                                    persistent=persistent)
 
 
-def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monkeypatch):
-    """configs.BWD_GLUON_SOFTCAP (hd 256 since session 54, measured): a softcapped call keeps the Triton backward
-    unless its head dim is listed; then the split route's Gluon dQ kernel alone runs it (its dK / dV the Triton
-    kernel: the Gluon one takes no softcap), the cap among its keywords, where the uncapped call would run that dQ
-    kernel; never the fused route. hd 256 runs the dQ kernel (bwd_gluon.DQ_HEAD_DIMS) from 1k and its own dK / dV
-    kernel (bwd_gluon_hd256, session 55) from 512, both masks (configs.BWD_GLUON), capped or not, both tried at any
-    length under ``FLASH_ATTN_BWD=gluon``. The dQ kernel's arguments carry the cap and refuse one that is not
-    positive."""
+def test_a_softcap_takes_the_gluon_split_kernels_at_the_listed_head_dims(monkeypatch):
+    """configs.BWD_GLUON_SOFTCAP (hd 256 since session 54, measured; hd 128 built in session 55, not listed): a
+    softcapped call keeps the Triton backward unless its head dim is listed; then the split route's Gluon kernels
+    run it where the uncapped call would run them, the cap among their keywords, each at
+    configs.BWD_GLUON_SOFTCAP_CONFIGS' config where it lists one (hd 128's dQ at 64-key tiles); never the fused
+    route. hd 256 runs the dQ kernel (bwd_gluon.DQ_HEAD_DIMS) from 1k and its own dK / dV kernel (bwd_gluon_hd256,
+    session 55) from 512, both masks (configs.BWD_GLUON), capped or not, both tried at any length under
+    ``FLASH_ATTN_BWD=gluon``. Both kernels' arguments carry the cap and refuse one that is not positive; the fused
+    kernel's refuse any."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     causal = dict(causal=True, window_right=0)
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128: dQ and dK / dV on Gluon uncapped)
@@ -719,9 +735,20 @@ def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monke
             short = _inputs(sq=n, sk=n, hq=4, hk=4, d=256)[:3]
             assert set(_route(*short, causal=causal_, window_right=0 if causal_ else -1)) == kernels, (n, causal_)
     monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128, 256}))
-    assert _route(q, k, v, softcap=50.0, **causal) == {"dq": dict(plain["dq"], softcap=50.0)}
+    bn, st = configs.BWD_GLUON_SOFTCAP_CONFIGS[128, "dq", True]  # (hd 128's capped configs)
+    bm, st_k = configs.BWD_GLUON_SOFTCAP_CONFIGS[128, "dkdv", True]
+    assert _route(q, k, v, softcap=50.0, **causal) == {
+        "dq": dict(plain["dq"], block_n=bn, num_stages=st, softcap=50.0),
+        "dkdv": dict(plain["dkdv"], block_m=bm, num_stages=st_k, softcap=50.0)}
+    bn, st = configs.BWD_GLUON_SOFTCAP_CONFIGS[128, "dq", False]  # (non-causal: the dK / dV kernel as routed)
+    plain = _route(q, k, v)
+    assert _route(q, k, v, softcap=50.0) == {"dq": dict(plain["dq"], block_n=bn, num_stages=st, softcap=50.0),
+                                             "dkdv": dict(plain["dkdv"], softcap=50.0)}
+    windowed = _route(q, k, v, softcap=50.0, window_left=100, **causal)  # (Gemma-2's local layers: both)
+    assert set(windowed) == {"dq", "dkdv"}
+    assert all(kw["softcap"] == 50.0 and kw["window_left"] == 100 for kw in windowed.values()), windowed
     assert _route(q, k, v, softcap=50.0, atomic=True, **causal) == {}
-    assert _route(*_inputs(sq=4096, sk=4096, d=64)[:3], softcap=50.0, **causal) == {}  # (hd 64: dK / dV alone)
+    assert _route(*_inputs(sq=4096, sk=4096, d=64)[:3], softcap=50.0, **causal) == {}  # (hd 64: not listed)
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")  # (hd 256's dK / dV kernel too: bwd_gluon_hd256, its stages alone)
     bn, st = configs.BWD_GLUON_TRY[256]["dq"]
     wide = dict(num_stages=configs.BWD_GLUON_TRY[256]["dkdv"][1])
@@ -734,9 +761,18 @@ def test_a_softcap_takes_the_gluon_dq_kernel_alone_at_the_listed_head_dims(monke
     args = bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True, softcap=50.0)
     assert args["SOFTCAP"] is True and args["softcap"] == 50.0
     assert "SOFTCAP" not in bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    args = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, True, softcap=50.0)
+    assert args["SOFTCAP"] is True and args["softcap"] == 50.0
+    assert "SOFTCAP" not in bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, True)
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="softcap"):
             bwd_gluon.dq_arguments(q, k, v, do, do, lse, lse, q, 0.125, True, softcap=bad)
+        with pytest.raises(ValueError, match="softcap"):
+            bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, True, softcap=bad)
+    with pytest.raises(ValueError, match="softcap"):  # (the fused kernel: no cap)
+        bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, True, dq_acc=torch.empty(q.shape),
+                                 softcap=50.0)
 
 
 def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
@@ -1164,20 +1200,37 @@ def test_the_persistent_dq_kernel_does_the_same_work(compiled):
 
 
 def test_a_softcap_adds_one_tanh_a_score_to_the_dq_kernel_and_nothing_else(compiled):
-    """The softcapped dQ kernel (``SOFTCAP``; session 53, built on the CPU, not routed) beside its uncapped twin
-    (:data:`DQ_SOFTCAP_TWINS`: hd 256, both masks): the same partitions' registers, wgmmas and exp2s, shared memory
-    within 64 B, spills within :data:`DQ_SPILL_AT_MOST`; the capped kernel recomputes the cap by one hardware tanh a
-    score element of each softmax it inlines (64 query rows x BLOCK_N keys over a warpgroup's 128 threads), one
+    """The softcapped dQ kernel (``SOFTCAP``; session 53, routed at hd 256 since session 54) beside its uncapped twin
+    (:data:`DQ_SOFTCAP_TWINS`: hd 256 and 128, both masks): the same partitions' registers, wgmmas and exp2s, shared
+    memory within 64 B, spills within :data:`DQ_SPILL_AT_MOST`; the capped kernel recomputes the cap by one hardware
+    tanh a score element of each softmax it inlines (64 query rows x BLOCK_N keys over a warpgroup's 128 threads), one
     division a program (tanh's scale), the twin none."""
     for spec in DQ_SOFTCAP_TWINS:
         plain, capped = compiled[spec], compiled[f"{spec}@sc"]
         for key in ("setmaxnreg", "wgmma", "serialized", "ex2"):
             assert plain[key] == capped[key], (spec, key)
         assert abs(plain["smem"] - capped["smem"]) <= 64 and capped["smem"] <= configs.H100_SMEM_BYTES, spec
-        assert capped["spill"] <= DQ_SPILL_AT_MOST["256"], (spec, capped["spill"])
+        assert capped["spill"] <= DQ_SPILL_AT_MOST.get(spec.split(":")[1].split(",")[0], 0), (spec, capped["spill"])
         per_softmax = 64 * int(spec.split(",")[1]) // 128
         assert plain["tanh"] == 0 and capped["tanh"] > 0 and capped["tanh"] % per_softmax == 0, (spec, capped["tanh"])
         assert capped["fdiv"] - plain["fdiv"] in (0, 1), spec
+
+
+def test_a_softcap_adds_one_tanh_a_score_to_the_dkdv_kernel_and_nothing_else(compiled):
+    """The softcapped dK / dV kernel (``SOFTCAP``; session 55, built on the CPU, not routed) beside its uncapped twin
+    (:data:`DKDV_SOFTCAP_TWINS`: hd 128's routed config, MHA and a GQA group's flat walk, both masks): the same
+    partitions' registers, wgmmas and exp2s, shared memory within 64 B; one hardware tanh a score element where the
+    twin has its exp2 (P^T recomputed through the cap), one division a program (tanh's scale); spills within
+    :data:`DKDV_SOFTCAP_SPILL_AT_MOST` by mask. The fused kernel takes no cap."""
+    for spec in DKDV_SOFTCAP_TWINS:
+        plain, capped = compiled[spec], compiled[f"{spec}@sc"]
+        for key in ("setmaxnreg", "wgmma", "serialized", "ex2", "tma_reduce"):
+            assert plain[key] == capped[key], (spec, key)
+        assert abs(plain["smem"] - capped["smem"]) <= 64 and capped["smem"] <= configs.H100_SMEM_BYTES, spec
+        assert plain["tanh"] == 0 and capped["tanh"] == plain["ex2"] > 0, (spec, capped["tanh"])
+        assert capped["fdiv"] - plain["fdiv"] == 1, spec
+        causal = spec.split("@")[0].split(",")[3] == "1"
+        assert capped["spill"] <= DKDV_SOFTCAP_SPILL_AT_MOST[causal], (spec, capped["spill"])
 
 
 def test_hd256_dkdv_kernel_splits_the_head_dim_and_takes_the_cap(compiled):
@@ -1842,11 +1895,42 @@ def test_gpu_windowed_gluon_backward_matches_oracle(b, sq, sk, hq, hk, window, d
 
 
 #: Gemma-2's hd 256 GPU cases (b, sq, sk, hq, hk, causal, window, softcap, dtype) and their ids, both kernels' tests
+#: (and hd 128's capped ones at the same shapes)
 HD256_CASES = [
     (1, 1100, 1100, 4, 2, True, -1, 50.0, torch.bfloat16), (1, 777, 1500, 4, 4, False, -1, 30.0, torch.bfloat16),
     (2, 1500, 777, 4, 1, True, -1, 50.0, torch.float16), (1, 1000, 1000, 4, 4, False, -1, 0.0, torch.bfloat16),
     (1, 1300, 1300, 4, 2, True, 300, 50.0, torch.bfloat16), (1, 1000, 1000, 2, 2, True, -1, 1.0, torch.bfloat16)]
 HD256_IDS = ["causal-GQA-cap50", "Sq<Sk-cap30", "MQA-Sq>Sk-cap50-fp16", "uncapped", "GQA-W300-cap50", "causal-cap1"]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype",
+                         HD256_CASES + [(1, 200, 90, 8, 1, True, -1, 50.0, torch.bfloat16)],
+                         ids=HD256_IDS + ["MQA-short-split-cap50"])
+def test_gpu_gluon_split_kernels_capped_at_hd128_match_oracle(b, sq, sk, hq, hk, causal, window, softcap, dtype,
+                                                              monkeypatch):
+    """hd 128's softcapped backward on both split Gluon kernels (session 55's build: the dK / dV kernel's SOFTCAP, the
+    dQ kernel at configs.BWD_GLUON_SOFTCAP_CONFIGS' 64-key tiles; configs.BWD_GLUON_SOFTCAP listing hd 128, both
+    kernels routed from one token, persistent where the route makes them): out and every gradient within the
+    tolerance rule of the FP64 oracle, capped (50, 30, and 1: every score near the cap) and not, GQA (Gemma-2-27B's
+    group of 2), MQA with rows that see no key (Sq > Sk) and under the group split (fp32 partials), keys no query sees
+    (Sq < Sk), fp16, a window (Gemma-2's local layers); a second call replays the launches to the same gradients."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({128, 256}))
+    monkeypatch.setitem(configs.BWD_GLUON_MIN_SEQLEN, 128, {"dq": {False: 1, True: 1}, "dkdv": {False: 1, True: 1}})
+    interface._SIGNATURES.clear()
+    kw = dict(window=(window, 0 if causal else -1), device="cuda", softcap=softcap)
+    first = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, **kw)
+    names = _backward_kernels(interface)
+    assert {"_bwd_dq_ws_kernel", "_bwd_dkdv_ws_kernel"} <= names, names
+    assert not names & {"_bwd_dq_kernel", "_bwd_dkdv_kernel"}, names
+    again = check_against_oracle(b, sq, sk, hq, hk, 128, dtype, causal, **kw)
+    assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
 
 
 @pytest.mark.gpu
