@@ -3,7 +3,7 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 
     python benchmarks/gluon_ws_probe.py [--check-only] [--head-dims 64,128,192/128] [--seqlens 1024,4096,16384]
         [--masks no,yes] [--ws 128,2 64,3 ...] [--repeat 3] [--models] [--dtype bf16] [--autotune] [--softcap 50]
-        [--device-desc]
+        [--device-desc] [--shapes B,S,HQ,HK ...]
 
 1. Correctness first, on fresh random inputs (odd lengths, GQA, seqlen_q != seqlen_k causal, rows that see
    no key): out and lse against the FP64 oracle, beside the Triton forward's error on the same inputs; out and
@@ -12,7 +12,8 @@ in-repo Triton forward (fwd.py) and torch's cuDNN and FA2 kernels, H100.
 2. Kernel time, CUDA events through the harness's timer (warm-up, L2 flushed, median), every kernel of a cell
    in one process and interleaved ``--repeat`` times: the FA sweep's shapes (16k tokens, hidden 2048) and with
    ``--models`` real models' (Llama-3-8B GQA 32/8, Llama-3-70B 64/8, an MQA 32/1, causal), with ``--layers`` the
-   attention-layer report's GQA / MQA rows. The Triton forward at its pinned first pick (FLASH_ATTN_AUTOTUNE=0;
+   attention-layer report's GQA / MQA rows, with ``--shapes`` a user's calls at each mask (e.g. the models
+   preset's Llama-3-8B 2k: 4,2048,32,8). The Triton forward at its pinned first pick (FLASH_ATTN_AUTOTUNE=0;
    ``--autotune``: at the config its autotuner picks, as a user's call gets it, tuned before the timing;
    FLASH_ATTN_GLUON_WS=0: not the route to the Gluon kernel), the Gluon one at each ``--ws``
    [p:|pk:|ps:]BLOCK_N,STAGES[,REGS] (p: the persistent kernel, query blocks outer; pk: kv heads outer; ps: kv heads
@@ -42,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from config_arg import parse_shape  # noqa: E402
 
 DEFAULT_WS = {"64": ["128,3"], "128": ["128,3"], "256": ["64,2", "32,4"], "192/128": ["64,4", "64,3"]}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -166,10 +168,11 @@ def check(dims, specs, dtype, softcap=0.0, device_desc=False) -> bool:
     return ok
 
 
-def _cells(dims, seqlens, masks, models, layers=False):
+def _cells(dims, seqlens, masks, models, layers=False, shapes=()):
     """(label, batch, seqlen, query heads, kv heads, head dims key, causal) of every timed cell: the FA sweep's
-    (16k tokens, hidden 2048) for equal head dims, the attention layers' MLA configurations for 192/128 (and its
-    sweep cells below 2k, 16 heads, where the route's length minimum is decided)."""
+    (16k tokens, hidden 2048) for equal head dims and each of ``shapes`` ((batch, seqlen, query heads, kv heads): a
+    user's call, e.g. the models preset's Llama-3-8B 2k) at each mask, the attention layers' MLA configurations for
+    192/128 (and its sweep cells below 2k, 16 heads, where the route's length minimum is decided)."""
     for key in dims:
         d, dv = _dims(key)
         if d != dv:
@@ -184,6 +187,9 @@ def _cells(dims, seqlens, masks, models, layers=False):
             for causal in masks:
                 heads = 8 if d == 256 else 2048 // d  # the FA sweep's hd 256 keeps 8 heads (as fp8_gluon_probe.py)
                 yield f"sweep S{s}", max(1, 16384 // s), s, heads, heads, key, causal
+        for b, s, hq, hk in shapes:
+            for causal in masks:
+                yield f"B{b} S{s}", b, s, hq, hk, key, causal
     if models:
         for name, b, s, hq, hk, d in MODELS:
             if str(d) in dims:
@@ -195,7 +201,8 @@ def _cells(dims, seqlens, masks, models, layers=False):
                     yield f"{name} B{b} S{s}", b, s, hq, hk, str(d), causal
 
 
-def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, softcap=0.0, device_desc=False):
+def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, softcap=0.0, device_desc=False,
+           shapes=()):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from harness.perf.timing import time_callable
@@ -219,7 +226,7 @@ def timing(dims, specs, seqlens, masks, repeat, models, dtype, layers=False, sof
     print("| hd | causal | shape | kernel | config | ms | TFLOP/s | / triton | / cuDNN |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     best = {}  # (hd, causal, shape) -> {(kernel, config): the fastest repeat's ms}
-    for label, b, s, hq, hk, key, causal in _cells(dims, seqlens, masks, models, layers):
+    for label, b, s, hq, hk, key, causal in _cells(dims, seqlens, masks, models, layers, shapes):
         d, dv = _dims(key)
         q, k, v = _inputs(b, s, s, hq, hk, d, dtype, seed=0, dv=dv)
         flops = 2 * b * hq * s * s * (d + dv) // (2 if causal else 1)
@@ -282,6 +289,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", action="store_true", help="also real models' causal calls (GQA, MQA)")
     ap.add_argument("--layers", action="store_true",
                     help="also the attention-layer report's hd 128 GQA / MQA rows, each mask of --masks")
+    ap.add_argument("--shapes", nargs="*", default=[], metavar="B,S,HQ,HK",
+                    help="also these calls (batch, sequence, query heads, kv heads) at each equal head dim and mask")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--autotune", action="store_true",
@@ -294,6 +303,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.softcap < 0 or a.softcap != a.softcap:
         ap.error(f"--softcap: a cap > 0 (0: none), got {a.softcap}")
+    shapes = [parse_shape(x) for x in a.shapes]
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
         print("gluon_ws_probe: needs an sm90 GPU", file=sys.stderr)
         return 2
@@ -308,7 +318,7 @@ def main(argv=None) -> int:
     if not a.check_only:
         timing(dims, specs, [int(x) for x in a.seqlens.split(",")],
                [{"no": False, "yes": True}[m] for m in a.masks.split(",")], a.repeat, a.models, dtype, a.layers,
-               a.softcap, a.device_desc)
+               a.softcap, a.device_desc, shapes)
     return 0
 
 

@@ -763,6 +763,8 @@ def test_the_probe_times_the_cells_asked_for_and_sums_up_each_one(capsys):
     hd64 = list(probe._cells(["64"], [4096], [False], models=True, layers=True))
     assert {c[0] for c in hd64} >= {"GQA layer B2 S2048", "MQA layer B2 S2048", "Falcon-7B MQA 71/1 B2 S2048"}
     assert all(c[6] for c in cells if c[0].startswith(("Llama", "MQA 32/1")))  # models: causal calls
+    shaped = list(probe._cells(["128"], [], [False, True], models=False, shapes=[(4, 2048, 32, 8)]))
+    assert shaped == [("B4 S2048", 4, 2048, 32, 8, "128", False), ("B4 S2048", 4, 2048, 32, 8, "128", True)]
     gemma = [c for c in probe._cells(["256"], [4096], [False], models=True) if c[0].startswith("Gemma")]
     assert gemma == [("Gemma-2-9B B2 S4096", 2, 4096, 16, 8, "256", True)]  # (with --softcap 50: its real call)
     with pytest.raises(SystemExit) as stop:  # (refused before it looks for a GPU)
