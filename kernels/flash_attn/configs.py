@@ -116,10 +116,12 @@ def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
     return 0 if s <= 1024 else (1 if s <= 4096 else 2)
 
 
+#: An H100's (and H200's) multiprocessors: where a route reasons about waves of programs without a GPU at hand
+H100_SMS = 132
 # Query rows (batch x heads x seqlen) that one 128-row program per SM covers on an H100: the
 # fill bucket's unit. Below it the grid leaves SMs idle and small tiles win; far above it the
 # largest tile that fits wins.
-FILL_UNIT_ROWS = 132 * 128
+FILL_UNIT_ROWS = H100_SMS * 128
 
 
 def fill_bucket(rows: int) -> int:
@@ -448,6 +450,16 @@ FWD_GLUON_WS_PERSISTENT: dict[tuple[int, int], dict[tuple[bool, bool], str | Non
 #: snake's last measured win is 4k (8k not measured; 16k 0.955x).
 FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool], int]] = {
     (128, 128): {(False, True): 4096}}
+#: A causal persistent launch whose routed tile order (:data:`FWD_GLUON_WS_PERSISTENT`) the balance model
+#: (fp8_gluon.persistent_balance: the static round-robin's mean program load over the largest) reads more than this
+#: below another order's takes that order instead (the best, the routed one first among equals); None: off, the
+#: routed order always. The snake order was measured at 4k-16k (session 32), where the model reads it 0.94-0.97; at
+#: Llama-3-8B's 2k (B4 H32/8, the models table's lowest cuDNN cell: 0.354 ms, 0.78x cuDNN, 0.77x flash-attn-4; the
+#: same kernel reaches 0.93x flash-attn-4 at 8k) it reads 0.73 (the snake's period of two units, 128 tiles, against
+#: 132 programs hands some programs only heavy tiles), the query order 0.97; B2 2k 0.68 against 0.92; B4 1k 0.73
+#: against 0.97. Built in session 55 on the CPU, not measured. Prediction at 0.05 (Llama-3-8B B4 2k causal): the
+#: forward 1.10-1.25x (0.354 -> ~0.29-0.32 ms), the 8k / 4k rows unchanged (their orders kept).
+FWD_PERSISTENT_BALANCE_MARGIN: float | None = None
 #: Head dims whose Gluon forward is routed cell by cell instead (:data:`FWD_GLUON_WS` and its neighbours do not apply):
 #: (GQA / MQA, causal) -> (shortest, longest (None: no bound) query and key length, fp8_gluon.ws16_launch's
 #: keywords); a cell not listed, or a length outside its bounds, stays on the Triton forward. hd 64 (sessions 33-34,
@@ -519,15 +531,31 @@ def _on_sm90(q, sm_major: int | None) -> bool:
     return sm_major == 9
 
 
-def persistent_order(dims: tuple[int, int], gqa: bool, causal: bool, seqlen_q: int) -> str | None:
+def persistent_order(dims: tuple[int, int], gqa: bool, causal: bool, seqlen_q: int, shape=None) -> str | None:
     """The persistent Gluon forward's tile order for these (q / k, v) head dims, heads (``gqa``: query heads share
     kv heads), mask and query length, or None for the one-program-a-tile kernel (:data:`FWD_GLUON_WS_PERSISTENT`,
-    :data:`FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN`)."""
+    :data:`FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN`). ``shape`` (batch, query heads, kv heads, key length, programs):
+    with :data:`FWD_PERSISTENT_BALANCE_MARGIN` set, a causal call's order is the balance model's pick."""
     key = (gqa, causal)
     order = FWD_GLUON_WS_PERSISTENT.get(dims, {}).get(key)
     if order is not None and seqlen_q > FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN.get(dims, {}).get(key, seqlen_q):
         return None
+    if order is not None and causal and shape is not None and FWD_PERSISTENT_BALANCE_MARGIN is not None:
+        order = balanced_order(order, seqlen_q, *shape)
     return order
+
+
+def balanced_order(order: str, seqlen_q: int, batch: int, heads: int, kv_heads: int, seqlen_k: int,
+                   programs: int) -> str:
+    """``order``, or the tile order of fp8_gluon.TILE_ORDERS the balance model reads more than
+    :data:`FWD_PERSISTENT_BALANCE_MARGIN` better balanced for this causal call (the best; ``order`` first among
+    equals). Asked once per call signature (a replay keeps its launch)."""
+    from .fp8_gluon import TILE_ORDERS, persistent_balance
+
+    read = {o: persistent_balance(o, batch, heads, kv_heads, seqlen_q, seqlen_k, programs)
+            for o in (order, *(o for o in TILE_ORDERS if o != order))}
+    best = max(read, key=read.get)
+    return best if read[best] > read[order] + FWD_PERSISTENT_BALANCE_MARGIN else order
 
 
 def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, softcap, varlen: bool,
@@ -567,7 +595,10 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     if cells is not None:
         kw = {"persistent": False, "tile_order": "query"} | cell[2]
     else:
-        order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1])
+        programs = (sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
+                    if q.is_cuda else H100_SMS)  # (tests: CPU tensors)
+        order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1],
+                                 (q.shape[0], q.shape[2], k.shape[2], k.shape[1], programs))
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
     if window:  # (the persistent kernel has no window: one program a tile)
         kw.update(persistent=False, tile_order="query", window_left=window_left)

@@ -781,10 +781,45 @@ def test_the_probe_times_the_cells_asked_for_and_sums_up_each_one(capsys):
                     "| summary | 128 | no | sweep S512 H16/16 | pk:128,3 | 0.2000 | 1.500 | 0.750 | - | 1.250 |"]
 
 
-def test_the_balance_model_sees_every_tile_once_and_the_snake_evens_the_causal_load():
-    model = _benchmark("persistent_balance")
+def test_the_balance_model_sees_every_tile_once_and_the_snake_evens_the_causal_load(capsys):
+    """fp8_gluon.persistent_balance (and benchmarks/persistent_balance.py, which prints it): every (batch, head)'s
+    query blocks once in each order; session 31's measured loss of the kv order at MHA causal 16k; the snake's own
+    loss at Llama-3-8B's B4 2k (its period of 128 tiles against 132 programs); keys past the queries (Sk > Sq) add
+    the same blocks to every tile."""
     for order in fp8_gluon.TILE_ORDERS:
-        blocks = model.tile_blocks(order, 2, 8, 2, 5)
+        blocks = fp8_gluon.tile_query_blocks(order, 2, 8, 2, 5)
         assert sorted(blocks) == sorted(list(range(5)) * 16), order  # each (batch, head)'s 5 query blocks once
-    kv, snake, query = (model.balance(o, 1, 16, 16, 16384, 132, 1.5) for o in ("kv", "kv-snake", "query"))
-    assert kv < 0.7 < 0.9 < min(snake, query)  # session 31's measured loss of the kv order at MHA causal 16k
+        assert fp8_gluon.tile_query_blocks(order, 2, 8, 2, 5, causal=False)[0] == 0  # (non-causal: in order)
+    kv, snake, query = (fp8_gluon.persistent_balance(o, 1, 16, 16, 16384, 16384, 132) for o in ("kv", "kv-snake",
+                                                                                                 "query"))
+    assert kv < 0.7 < 0.9 < min(snake, query)
+    snake, query = (fp8_gluon.persistent_balance(o, 4, 32, 8, 2048, 2048, 132) for o in ("kv-snake", "query"))
+    assert snake < 0.75 < 0.95 < query
+    assert fp8_gluon.persistent_balance("query", 1, 8, 8, 128, 128, 132) == 1.0  # (8 tiles, 8 programs)
+    longer = fp8_gluon.persistent_balance("kv-snake", 4, 32, 8, 2048, 4096, 132)  # (16 more blocks a tile)
+    assert snake < longer < 1.0
+    model = _benchmark("persistent_balance")
+    assert model.main([]) == 0
+    out = capsys.readouterr().out
+    assert "| Llama-3-8B B4 S2k causal | 0.97 | 0.97 | 0.73 |" in out, out
+
+
+def test_a_causal_persistent_launch_takes_the_best_balanced_order_when_switched_on(monkeypatch):
+    """configs.FWD_PERSISTENT_BALANCE_MARGIN (session 55, off): off, a causal persistent launch keeps its routed order
+    (GQA: kv heads outer, snaking); set, the balance model's pick where it reads more than the margin better
+    (Llama-3-8B B4 2k: the query order), the routed one elsewhere (8k; non-causal calls are not asked)."""
+    def order(b, s, causal=True):
+        q = torch.empty(b, s, 32, 128, dtype=torch.bfloat16)
+        k = torch.empty(b, s, 8, 128, dtype=torch.bfloat16)
+        route = _route(q, k, k, causal=causal, window_right=0 if causal else -1)
+        return route["tile_order"] if route["persistent"] else None
+
+    routed = configs.FWD_GLUON_WS_PERSISTENT[128, 128]
+    monkeypatch.setattr(configs, "FWD_PERSISTENT_BALANCE_MARGIN", None)
+    assert order(4, 2048) == routed[True, True] == "kv-snake" and order(1, 8192) == "kv-snake"
+    monkeypatch.setattr(configs, "FWD_PERSISTENT_BALANCE_MARGIN", 0.05)
+    assert order(4, 2048) == "query" and order(2, 2048) == "query"
+    assert order(1, 8192) == "kv-snake" and order(4, 2048, causal=False) == routed[True, False]
+    assert configs.balanced_order("kv-snake", 8192, 1, 32, 8, 8192, 132) == "kv-snake"
+    monkeypatch.setattr(configs, "FWD_PERSISTENT_BALANCE_MARGIN", 0.5)  # (a margin no order clears)
+    assert order(4, 2048) == "kv-snake"
