@@ -253,7 +253,8 @@ def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSA
     sm_90a compile spills half as much at hd 128). ``WINDOW`` (causal): query i sees keys i + off - ``window_left``
     .. i + off; the branch's tiles those that cross the diagonal or the last query's window edge. ``SOFTCAP``: the
     forward capped the scores, t = tanh(S^T * ``cap_in``) (``qk_scale`` then softcap * log2(e)) and dS^T through the
-    cap's slope (1 - t^2), as the dQ kernel's (bwd_gluon_hd256's kernel; not the masks every tile or window)."""
+    cap's slope (1 - t^2), as the dQ kernel's (the split dK / dV kernels', a window's too; not with the mask every
+    tile, which only the fused kernel takes)."""
     cols = q0 + gl.arange(0, N, layout=gl.SliceLayout(0, S_LAYOUT))
     lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
     s = warpgroup_mma_wait(WAIT_S, deps=(s, ))  # S^T done; dP^T may still run

@@ -595,10 +595,12 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     if cells is not None:
         kw = {"persistent": False, "tile_order": "query"} | cell[2]
     else:
-        programs = (sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
-                    if q.is_cuda else H100_SMS)  # (tests: CPU tensors)
-        order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1],
-                                 (q.shape[0], q.shape[2], k.shape[2], k.shape[1], programs))
+        shape = None  # (the balance model's inputs: asked only when it may change the order)
+        if causal and FWD_PERSISTENT_BALANCE_MARGIN is not None:
+            programs = (sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
+                        if q.is_cuda else H100_SMS)  # (tests: CPU tensors)
+            shape = (q.shape[0], q.shape[2], k.shape[2], k.shape[1], programs)
+        order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1], shape)
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
     if window:  # (the persistent kernel has no window: one program a tile)
         kw.update(persistent=False, tile_order="query", window_left=window_left)

@@ -1052,9 +1052,9 @@ WS16_CONSUMER_REGS = {2: 240, 3: 160}
 TILE_ORDERS = ("query", "kv", "kv-snake")
 
 
-def tile_query_blocks(order: str, batch: int, heads: int, kv_heads: int, n_m: int, causal: bool = True) -> list[int]:
-    """Each persistent tile's query block (0: the sequence's first) in tile order ``order`` of :data:`TILE_ORDERS`:
-    ``_p_coords``' arithmetic on the host (tile t goes to program t mod the grid)."""
+def tile_query_blocks(order: str, batch: int, heads: int, kv_heads: int, n_m: int) -> list[int]:
+    """Each persistent tile's query block (0: the sequence's first) in tile order ``order`` of :data:`TILE_ORDERS`,
+    causal (the heaviest first): ``_p_coords``' arithmetic on the host (tile t goes to program t mod the grid)."""
     group = heads // kv_heads
     blocks = []
     for t in range(batch * heads * n_m):
@@ -1065,7 +1065,7 @@ def tile_query_blocks(order: str, batch: int, heads: int, kv_heads: int, n_m: in
             pid_m = r // group
             if order == "kv-snake" and unit % 2:
                 pid_m = n_m - 1 - pid_m
-        blocks.append(n_m - 1 - pid_m if causal else pid_m)
+        blocks.append(n_m - 1 - pid_m)
     return blocks
 
 
