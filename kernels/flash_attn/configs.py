@@ -509,6 +509,18 @@ FWD_GLUON_WS_WINDOW = True
 #: 0.666-0.669 ms, 1.074-1.080x (prediction 1.05-1.10x); the models table 0.656 ms, 0.94x flash-attn-4; hd 128's
 #: capped Gluon forward 0.974-0.984x the Triton one (not routed). MLA's and hd 64's capped kernels not timed.
 FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
+#: (q / k head dim, v head dim, capped) -> the 16-bit Gluon forward's ``exp2_every`` (fp8_gluon.EXP2_EVERY_CHOICES):
+#: one of that many of the softmax's exponentials (in blocks no row masks) by a cubic on the FMA pipe instead of the
+#: MUFU unit's ex2 (flash-attn 4's answer to that unit's 16 a cycle an SM), wherever the route runs that kernel;
+#: not listed: all by ex2. Built in session 55 on the CPU, not listed: the cubic's relative error at most 1.14e-4 (under
+#: the 2^-9 of the bf16 P it feeds); sm_90a: registers and spills as without (hd 128 one program a tile: 0 B), one in
+#: 4 / 2 of the unmasked blocks' ex2 replaced (9 FMA-pipe instructions each). Where it may pay, by MUFU operations an
+#: element against the wgmmas' cycles (16 a cycle an SM; 4096 bf16 flops): hd 64, 1 exp2 (0.0625 cycles) against
+#: two 64-deep matmuls (0.0625): a tie, the hd 64 forward softmax-bound since session 16; hd 128 capped, tanh + exp2
+#: (0.125) against 0.125 (session 54: the capped Gluon forward 0.97-0.98x the Triton one). Prediction: hd 64's routed
+#: cells (4k+) 1.03-1.10x at 4, the capped hd 128 Gluon forward 1.05-1.12x its uncapped-exp2 form at 2 (then
+#: ahead of the Triton one: Gemma-2-27B's forward).
+FWD_GLUON_EXP2_EVERY: dict[tuple[int, int, bool], int] = {}
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
 #: ``HOST_DESC``: rank 4, encoded once per pointer by a replay) instead of by every program; q / k = v head dims only.
@@ -567,7 +579,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
     then not persistent, ``window_left`` among the keywords), no softcap (head dims in :data:`FWD_GLUON_WS_SOFTCAP`:
-    a softcap too: ``softcap`` among the keywords), and the environment knob not 0. With
+    a softcap too: ``softcap`` among the keywords; :data:`FWD_GLUON_EXP2_EVERY`'s cells ``exp2_every`` too), and the
+    environment knob not 0. With
     :data:`FWD_GLUON_HOST_DESC` a launch that is not persistent gets ``host_desc`` (q / k = v head dims).
     ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
     dims = (q.shape[-1], v.shape[-1])
@@ -606,6 +619,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         kw.update(persistent=False, tile_order="query", window_left=window_left)
     if softcap:
         kw["softcap"] = float(softcap)
+    if every := FWD_GLUON_EXP2_EVERY.get((*dims, bool(softcap))):
+        kw["exp2_every"] = every
     if FWD_GLUON_HOST_DESC and not kw["persistent"] and dims[0] == dims[1]:
         kw["host_desc"] = True
     return kw

@@ -147,17 +147,59 @@ def _tanh_approx(x):
     return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1)
 
 
+#: 2^f on [0, 1) as the cubic 1 + f (c1 + f (c2 + f c3)) with p(0) = 1 and p(1) = 2 (a minimax fit of the relative
+#: error: at most 1.14e-4 over x in [-126, 0], ~2^-13, under the 2^-9 of the bf16 / fp16 P it feeds; PTX's
+#: ex2.approx: ~2^-22): (c3, c2, c1) as PTX fp32 literals. flash-attn 4 evaluates a cubic for part of its
+#: exponentials on the FMA pipe, beside the 16-a-cycle MUFU unit.
+EXP2_CUBIC = ("0f3DA057CC", "0f3E67C34B", "0f3F320434")
+#: the forward's ``EXP2_EVERY`` choices: one exponential in this many by the cubic, the rest by ex2.approx
+EXP2_EVERY_CHOICES = (2, 4)
+
+
+@gluon.constexpr_function
+def _exp2_mixed_asm(every: int) -> str:
+    """The PTX of :func:`_exp2_mixed`: elements 0 .. every - 2 of each pack by ex2.approx.ftz (as gl.exp2), the last
+    by :data:`EXP2_CUBIC` (x clamped at -126: its 2^-126, not 0, below; inputs x <= 0), 2^n added in the exponent."""
+    c3, c2, c1 = EXP2_CUBIC
+    lines = [f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(every - 1)]
+    last, arg = every - 1, 2 * every - 1
+    lines += ["{", ".reg .f32 x, fl, f, p;", ".reg .s32 n;", ".reg .b32 pb;",
+              f"max.ftz.f32 x, ${arg}, 0fC2FC0000;", "cvt.rmi.ftz.f32.f32 fl, x;", "sub.ftz.f32 f, x, fl;",
+              f"fma.rn.ftz.f32 p, f, {c3}, {c2};", f"fma.rn.ftz.f32 p, p, f, {c1};",
+              "fma.rn.ftz.f32 p, p, f, 0f3F800000;",
+              "cvt.rzi.s32.f32 n, fl;", "shl.b32 n, n, 23;", "mov.b32 pb, p;", f"add.s32 ${last}, pb, n;", "}"]
+    return "\n".join(lines)
+
+
+@gluon.constexpr_function
+def _exp2_mixed_constraints(every: int) -> str:
+    """:func:`_exp2_mixed`'s operands: ``every`` 32-bit outputs, then as many inputs."""
+    return ",".join(["=r"] * every + ["r"] * every)
+
+
+@gluon.jit
+def _exp2_mixed(x, EVERY: gl.constexpr):
+    """2^x of every element of the fp32 tensor ``x`` (x <= 0: scores less their row's max), one element of each
+    ``EVERY`` consecutive ones of a thread's registers by a cubic on the FMA pipe (:func:`_exp2_mixed_asm`), the rest
+    by the MUFU unit's ex2.approx as gl.exp2: the softmax's MUFU work cut by 1 / EVERY."""
+    return gl.inline_asm_elementwise(_exp2_mixed_asm(EVERY), _exp2_mixed_constraints(EVERY), [x],
+                                     dtype=gl.float32, is_pure=True, pack=EVERY)
+
+
 @gluon.jit
 def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
                   IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, window_left=0,
-                  WINDOW: gl.constexpr = False, cap_in=0.0, SOFTCAP: gl.constexpr = False):
+                  WINDOW: gl.constexpr = False, cap_in=0.0, SOFTCAP: gl.constexpr = False,
+                  EXP2_EVERY: gl.constexpr = 0):
     """One key block's online softmax in base 2 (scores ``s`` unscaled): (p, alpha, m_new, l_new).
     ``masked``: the block holds keys some row may not see (the causal diagonal, the sequence's end; with
     ``WINDOW``, keys left of a row's window: before ``offs_m + off - window_left``). ``SOFTCAP``: the scores
     capped first, tanh(s * ``cap_in``) (``cap_in`` = sm_scale / softcap) by the hardware's one-instruction tanh
     (``tanh.approx.f32``, relative error under 2^-10.9: below the bf16 inputs' own rounding of s; one MUFU operation
     an element where fwd.py's ``_capped`` form, 2 / (1 + 2^x) - 1, takes an exp2 and a reciprocal beside the
-    softmax's exp2), ``qk_scale`` then softcap * log2(e)."""
+    softmax's exp2), ``qk_scale`` then softcap * log2(e). ``EXP2_EVERY`` (2 or 4; 0: off): in a block no row masks,
+    one of each EXP2_EVERY exponentials by a cubic on the FMA pipe (:func:`_exp2_mixed`), for kernels whose softmax
+    waits on the MUFU unit (hd 64; capped scores)."""
     if SOFTCAP:
         s = _tanh_approx(s * cap_in)
     if masked:
@@ -175,7 +217,10 @@ def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
         alpha = gl.exp2(m_i - m_sub)
     else:
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        if EXP2_EVERY:
+            p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_EVERY)
+        else:
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
         alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_new
@@ -320,15 +365,18 @@ class _WsShape:
     one head-dim part): the descriptors made on the host, rank 4 over [B, S, H, D] (boxes [1, rows, 1, D]), the tiles
     rank 4 in shared memory: the partitions address them with (batch, head) coordinates (``coords``). SOFTCAP (16-bit):
     the scores capped, softcap * tanh(s * sm_scale / softcap), before the softmax
-    (``_softmax_step``)."""
+    (``_softmax_step``). EXP2_EVERY (16-bit; 0: off): one of each EXP2_EVERY of the softmax's exponentials by a cubic on
+    the FMA pipe (``_exp2_mixed``)."""
     __annotations__ = {"HEAD_DIM": gl.constexpr, "BLOCK_N": gl.constexpr, "NUM_STAGES": gl.constexpr,
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
                        "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr,
-                       "WINDOW": gl.constexpr, "RANK4": gl.constexpr, "SOFTCAP": gl.constexpr}
+                       "WINDOW": gl.constexpr, "RANK4": gl.constexpr, "SOFTCAP": gl.constexpr,
+                       "EXP2_EVERY": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2,
-                 OVERLAP=True, WINDOW=False, RANK4=False, SOFTCAP=False):
+                 OVERLAP=True, WINDOW=False, RANK4=False, SOFTCAP=False, EXP2_EVERY=0):
+        self.EXP2_EVERY = gl.constexpr(EXP2_EVERY)
         self.SOFTCAP = gl.constexpr(SOFTCAP)
         self.WINDOW = gl.constexpr(WINDOW)
         self.RANK4 = gl.constexpr(RANK4)
@@ -472,7 +520,8 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         base = lo * BLOCK_N
     p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, base, seqlen_k, off,
                                        _block_masked(base, mask_from, clear_from, WINDOW), IS_CAUSAL, BLOCK_N,
-                                       S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP)
+                                       S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
+                                       EXP2_EVERY=shape.EXP2_EVERY)
     for j in range(0, n_blocks - 1):
         nxt = j + 1
         start = base + nxt * BLOCK_N
@@ -489,7 +538,8 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
                                                _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
-                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP)
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
+                                       EXP2_EVERY=shape.EXP2_EVERY)
             acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
             _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
         else:  # both retire before the softmax: P_j dead, one score tile live
@@ -497,7 +547,8 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
             _pass(empty.index(j % NUM_STAGES))
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
                                                _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
-                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP)
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
+                                       EXP2_EVERY=shape.EXP2_EVERY)
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
@@ -636,7 +687,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
                    KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True,
                    WINDOW: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, KD=None, VD=None, OD=None,
-                   SOFTCAP: gl.constexpr = False):
+                   SOFTCAP: gl.constexpr = False, EXP2_EVERY: gl.constexpr = 0):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
@@ -701,7 +752,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP, WINDOW,
-                     HOST_DESC, SOFTCAP)
+                     HOST_DESC, SOFTCAP, EXP2_EVERY)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b, win[0], coords)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
@@ -865,7 +916,8 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
         tc += 1
         s = warpgroup_mma_wait(0, deps=(s, ))
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
-                                           IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False, cap_in, shape.SOFTCAP)
+                                           IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False, cap_in, shape.SOFTCAP,
+                                           EXP2_EVERY=shape.EXP2_EVERY)
         for j in range(0, n_blocks - 1):
             cur = it + j
             nxt = cur + 1
@@ -881,7 +933,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, (j + 1) * BLOCK_N, seqlen_k, off,
                                                (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False,
-                                               cap_in, shape.SOFTCAP)
+                                               cap_in, shape.SOFTCAP, EXP2_EVERY=shape.EXP2_EVERY)
             acc = warpgroup_mma_wait(0, deps=(acc, ))
             _pass(empty.index(cur % NUM_STAGES))  # block cur's K and V read: the slot is free
         # every Q K^T of this tile retired (waited above by every warp): Q's tile is the loader's again
@@ -915,7 +967,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
                               NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, TILE_ORDER: gl.constexpr,
                               Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr,
                               HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None,
-                              SOFTCAP: gl.constexpr = False):
+                              SOFTCAP: gl.constexpr = False, EXP2_EVERY: gl.constexpr = 0):
     """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
     descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
     while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``). ``HEAD_DIM_B``: a
@@ -945,7 +997,8 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_free, count=2)  # both consumers retire their Q K^T
 
-    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER, SOFTCAP=SOFTCAP)
+    shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER, SOFTCAP=SOFTCAP,
+                     EXP2_EVERY=EXP2_EVERY)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (
         shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
@@ -1123,14 +1176,16 @@ def window_argument(window_left: int, q, k) -> int:
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                   consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0) -> dict:
+                   consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0, exp2_every=0) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
     its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
     :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``); ``window_left`` >= 0
     (causal calls only): a sliding window on the left (the kernel's ``WINDOW``); ``host_desc``: its TMA descriptors
     made here (its ``HOST_DESC``: rank 4, :data:`HOST_DESCRIPTOR_OF`; q / k = v head dims) instead of by every
-    program; ``softcap`` > 0: the scores capped, softcap * tanh(s / softcap) (its ``SOFTCAP``)."""
-    why = ws16_refused(causal, False, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1], softcap)
+    program; ``softcap`` > 0: the scores capped, softcap * tanh(s / softcap) (its ``SOFTCAP``); ``exp2_every`` (one
+    of :data:`EXP2_EVERY_CHOICES`; 0: off): one of each that many exponentials by a cubic (its ``EXP2_EVERY``)."""
+    why = ws16_refused(causal, False, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1], softcap,
+                       exp2_every)
     if why:
         raise ValueError(f"ws16_arguments: {why}")
     if consumer_regs is None:
@@ -1147,6 +1202,7 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
     return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),
                 **({"WINDOW": True} if window_left >= 0 else {}), window_left=window_argument(window_left, q, k),
                 **({"SOFTCAP": True} if softcap else {}), softcap=float(softcap or 0.0),
+                **({"EXP2_EVERY": int(exp2_every)} if exp2_every else {}),
                 Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
@@ -1157,12 +1213,13 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
 
 
 def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                              tile_order="query", softcap=0.0) -> dict:
+                              tile_order="query", softcap=0.0, exp2_every=0) -> dict:
     """Every argument of ``_fwd_ws_persistent_kernel`` by name (its layouts rank 4: boxes [1, rows, 1, D]);
-    ``tile_order``: one of :data:`TILE_ORDERS`; ``softcap`` > 0: the scores capped (its ``SOFTCAP``)."""
+    ``tile_order``: one of :data:`TILE_ORDERS`; ``softcap`` > 0: the scores capped (its ``SOFTCAP``);
+    ``exp2_every``: :func:`ws16_arguments`'."""
     if tile_order not in TILE_ORDERS:
         raise ValueError(f"tile_order: one of {TILE_ORDERS}, got {tile_order!r}")
-    why = ws16_refused(causal, True, 2, True, -1, False, q.shape[-1], v.shape[-1], softcap)
+    why = ws16_refused(causal, True, 2, True, -1, False, q.shape[-1], v.shape[-1], softcap, exp2_every)
     if why:
         raise ValueError(f"ws16_persistent_arguments: {why}")
     if consumer_regs is None:
@@ -1182,14 +1239,17 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, TILE_ORDER=TILE_ORDERS.index(tile_order),
                 Q_SL=rows, K_SL=keys, V_SL=keys, num_warps=4, **parts, softcap=float(softcap or 0.0),
-                **({"SOFTCAP": True} if softcap else {}))
+                **({"SOFTCAP": True} if softcap else {}), **({"EXP2_EVERY": int(exp2_every)} if exp2_every else {}))
 
 
 def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, window_left: int, host_desc: bool,
-                 d: int, dv: int, softcap: float = 0.0) -> str | None:
+                 d: int, dv: int, softcap: float = 0.0, exp2_every: int = 0) -> str | None:
     """Why the 16-bit forward cannot run these options together (q / k head dim ``d``, v's ``dv``), or None: the
     persistent kernel has two consumers with their in-block overlap, no window and its own descriptors; a window
-    on the left needs causal (its right bound); host-made descriptors one head-dim part; a softcap is > 0."""
+    on the left needs causal (its right bound); host-made descriptors one head-dim part; a softcap is > 0; the
+    cubic's share of the exponentials one of :data:`EXP2_EVERY_CHOICES` (0: none)."""
+    if exp2_every and exp2_every not in EXP2_EVERY_CHOICES:
+        return f"exp2_every: one of {EXP2_EVERY_CHOICES} (0: off), got {exp2_every}"
     if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
         return f"consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}"
     if persistent and not overlap:
@@ -1230,7 +1290,7 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
                  launches=None, persistent=False, tile_order="query", consumers=2, overlap=True, window_left=-1,
-                 host_desc=False, softcap=0.0):
+                 host_desc=False, softcap=0.0, exp2_every=0):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -1242,12 +1302,13 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     ``overlap`` False: no in-block overlap in the consumers (not persistent; ``n:...``, ``w3n:...``).
     ``window_left`` >= 0: a causal call's sliding window on the left (query i sees keys i + Sk - Sq - window_left
     .. i + Sk - Sq; not persistent). ``host_desc``: its TMA descriptors made on the host (not persistent; q / k = v
-    head dims). ``softcap`` > 0: the scores capped, softcap * tanh(s * softmax_scale / softcap)."""
+    head dims). ``softcap`` > 0: the scores capped, softcap * tanh(s * softmax_scale / softcap). ``exp2_every`` (2
+    or 4; 0: off): one of each that many of the softmax's exponentials by a cubic on the FMA pipe."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     why = ws16_refused(causal, persistent, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
-                       softcap)
+                       softcap, exp2_every)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     if num_stages < 2:
@@ -1264,23 +1325,24 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order, consumers, overlap, window_left, host_desc, softcap)
+                       tile_order, consumers, overlap, window_left, host_desc, softcap, exp2_every)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
 
 
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
-                tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0):
+                tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0,
+                exp2_every=0):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
     (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
     in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent);
     ``host_desc``: the TMA descriptors made on the host (not persistent: that kernel makes its own once a
-    program); ``softcap`` > 0: the scores capped."""
+    program); ``softcap`` > 0: the scores capped; ``exp2_every``: :func:`ws16_arguments`'."""
     why = persistent and ws16_refused(causal, True, 2, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
-                                      softcap)
+                                      softcap, exp2_every)
     if why:  # (not persistent: ws16_arguments checks)
         raise ValueError(f"ws16_launch: {why}")
     launcher.ensure_allocator()
@@ -1290,12 +1352,12 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
 
         kernel = _fwd_ws_persistent_kernel
         kwargs = ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages,
-                                           consumer_regs, tile_order, softcap)
+                                           consumer_regs, tile_order, softcap, exp2_every)
         grid = (min(tiles, sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())),)
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                                consumers, overlap, window_left, host_desc, softcap)
+                                consumers, overlap, window_left, host_desc, softcap, exp2_every)
         grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF if host_desc else None)

@@ -54,6 +54,10 @@ HOST_MADE = {"ws16w3n:64,128,4,0@hd": 0, "ws16:128,128,3,1@hd": 4}
 CAPPED_TWINS = [f"ws16:256,{configs.FWD_GLUON_WS[256, 256][0]},{configs.FWD_GLUON_WS[256, 256][1]},1@hd",
                 "ws16ps:128,128,3,1"]
 SOFTCAPPED = CAPPED_TWINS + [f"{spec}@sc" for spec in CAPPED_TWINS]
+#: kernels compiled with one of 4 and one of 2 of the softmax's exponentials by the cubic (@e4 / @e2, the kernel's
+#: EXP2_EVERY; session 55, not routed) beside their twins: hd 64's routed cell (three consumers, host-made descriptors),
+#: hd 128 capped one program a tile and persistent (Gemma-2-27B's launches were the capped hd 128 forward routed)
+EXP2_TWINS = ["ws16w3n:64,128,4,0@hd", "ws16:128,128,3,1@hd@sc", "ws16ps:128,128,3,1@sc"]
 #: every routed cell's config, causal or not
 CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
                 for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
@@ -67,7 +71,9 @@ def compiled():
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
-    return sm90_reports([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE, *SOFTCAPPED])
+    cubic = [*EXP2_TWINS, *(f"{spec}@e{n}" for spec in EXP2_TWINS for n in fp8_gluon.EXP2_EVERY_CHOICES)]
+    return sm90_reports(list(dict.fromkeys([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE, *SOFTCAPPED,
+                                            *cubic])))
 
 
 def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
@@ -103,6 +109,45 @@ def test_a_softcap_adds_one_tanh_a_score_and_nothing_else(compiled):
         per_softmax = 64 * int(spec.split(",")[1]) // 128
         assert plain["tanh"] == 0 and capped["tanh"] > 0 and capped["tanh"] % per_softmax == 0, (spec, capped["tanh"])
     assert compiled[CAPPED_TWINS[0] + "@sc"]["spill"] == 0  # (Gemma-2's launch)
+
+
+def test_the_cubic_takes_a_share_of_the_exponentials_and_nothing_else(compiled):
+    """``EXP2_EVERY`` (fp8_gluon._exp2_mixed; session 55, not routed) beside its twins (:data:`EXP2_TWINS`): the same
+    partitions' registers, wgmmas, waits, spills and shared memory; each cubic replaces one ex2 of the unmasked
+    blocks' softmax, one in 4 or one in 2 of them (twice as many at 2 as at 4), tanh untouched."""
+    for spec in EXP2_TWINS:
+        plain = compiled[spec]
+        moved = {}
+        for n in fp8_gluon.EXP2_EVERY_CHOICES:
+            cubic = compiled[f"{spec}@e{n}"]
+            for key in ("setmaxnreg", "wgmma", "wait_one_pending", "serialized", "spill", "smem", "tanh", "fdiv"):
+                assert plain[key] == cubic[key], (spec, n, key)
+            assert plain["exp2_cubic"] == 0 < cubic["exp2_cubic"] == plain["ex2"] - cubic["ex2"], (spec, n)
+            moved[n] = cubic["exp2_cubic"]
+        assert moved[2] == 2 * moved[4], (spec, moved)
+
+
+def test_the_cubic_is_2_to_the_x_within_its_stated_error():
+    """fp8_gluon.EXP2_CUBIC evaluated as the kernel's PTX does (x clamped at -126, floor, Horner in fp32 fmas, 2^n
+    added in the exponent): relative error at most 1.2e-4 against exact 2^x over x in [-126, 0] (bf16's P rounds at
+    2^-9), 1 at x = 0 and exact powers of two at the integers; and the refusals of other shares."""
+    import numpy as np
+
+    c3, c2, c1 = (np.array([int(c[2:], 16)], dtype=np.uint32).view(np.float32)[0] for c in fp8_gluon.EXP2_CUBIC)
+    x = np.concatenate([-np.random.default_rng(0).uniform(0, 126, 200_000), -np.arange(0, 127)]).astype(np.float32)
+    fl = np.floor(np.maximum(x, np.float32(-126))).astype(np.float32)
+    f = (x - fl).astype(np.float32)
+
+    def fma(a, b, c):
+        return (a.astype(np.float64) * np.float64(b) + np.float64(c)).astype(np.float32)
+
+    p = fma(fma(fma(f, c3, c2), f, c1), f, 1.0)
+    got = (p.view(np.int32) + (fl.astype(np.int32) << 23)).view(np.float32).astype(np.float64)
+    assert np.abs(got / np.exp2(x.astype(np.float64)) - 1).max() < 1.2e-4
+    assert np.array_equal(got[-127:], np.exp2(x[-127:].astype(np.float64)))  # (the integers: p(0) = 1 exactly)
+    for bad in (1, 3, 8):
+        assert "exp2_every" in fp8_gluon.ws16_refused(False, False, 2, True, -1, False, 128, 128, 0.0, bad)
+    assert fp8_gluon.ws16_refused(False, True, 2, True, -1, False, 128, 128, 50.0, 2) is None
 
 
 def _qkv(d=128, dtype=torch.bfloat16, hq=4, hk=2, sq=1024, sk=1024):
@@ -162,6 +207,30 @@ def test_the_route_takes_what_the_kernel_does_and_nothing_else(monkeypatch):
     assert _route(q, k, v, sm_major=None) is None  # CPU tensors: no sm90 device
     monkeypatch.setenv(configs.FWD_GLUON_WS_ENV, "0")
     assert _route(q, k, v) is None
+
+
+def test_the_cubic_share_routes_by_head_dims_and_cap_when_listed(monkeypatch):
+    """configs.FWD_GLUON_EXP2_EVERY (session 55, empty): a listed (head dims, capped) cell's launch takes
+    ``exp2_every`` (persistent or one program a tile, hd 64's cells too); other cells, and every cell while the table
+    is empty, take none; the kernel's arguments carry it as EXP2_EVERY (absent at 0)."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    assert configs.FWD_GLUON_EXP2_EVERY == {}
+    q, k, v = _qkv(hk=4, sq=4096, sk=4096)
+    causal = dict(causal=True, window_right=0)
+    plain, hd64 = _route(q, k, v, **causal), _route(*_qkv(d=64, hk=4, sq=4096, sk=4096))
+    assert "exp2_every" not in plain and "exp2_every" not in hd64
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", frozenset({(128, 128), (256, 256)}))
+    monkeypatch.setattr(configs, "FWD_GLUON_EXP2_EVERY", {(128, 128, True): 2, (64, 64, False): 4})
+    assert _route(q, k, v, **causal) == plain  # (hd 128 uncapped: not listed)
+    assert _route(q, k, v, softcap=50.0, **causal) == dict(plain, softcap=50.0, exp2_every=2)
+    assert _route(*_qkv(d=64, hk=4, sq=4096, sk=4096)) == dict(hd64, exp2_every=4)
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 4096)
+    assert fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, exp2_every=4)["EXP2_EVERY"] == 4
+    assert "EXP2_EVERY" not in fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None)
+    assert fp8_gluon.ws16_persistent_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None,
+                                               exp2_every=2)["EXP2_EVERY"] == 2
+    with pytest.raises(ValueError, match="exp2_every"):
+        fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, exp2_every=3)
 
 
 def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(monkeypatch):
@@ -466,6 +535,37 @@ def test_gpu_softcapped_forward_and_backward_match_oracle(b, sq, sk, hq, hk, cau
     want = "_fwd_ws_kernel" if window >= 0 else _routed_kernel(hq, hk, causal, sq, d, dv)
     assert names and set(names) == {want}, names
     again = check_against_oracle(b, sq, sk, hq, hk, d, dtype, causal, **kw)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("every", fp8_gluon.EXP2_EVERY_CHOICES)
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, softcap, d", [
+    (1, 4200, 4300, 4, 4, False, 0.0, 64), (1, 2000, 2000, 8, 2, True, 50.0, 128), (2, 1500, 777, 4, 1, True, 0.0, 128),
+    (1, 1100, 1100, 4, 2, True, 50.0, 256), (1, 1100, 1300, 4, 4, False, 0.0, 192)],
+    ids=["hd64-cells", "hd128-causal-GQA-cap50", "hd128-MQA-Sq>Sk", "hd256-causal-cap50", "mla"])
+def test_gpu_the_cubic_share_matches_oracle(b, sq, sk, hq, hk, causal, softcap, d, every, monkeypatch):
+    """The forward with one of ``every`` exponentials by the cubic (configs.FWD_GLUON_EXP2_EVERY listing the head dims,
+    the route's minimum lengths set to 1; persistent or one program a tile as routed, hd 64's three consumers): out,
+    lse and every gradient within the tolerance rule of the FP64 oracle, capped and not, rows that see no key (Sq >
+    Sk), MLA's two head-dim parts; the launched kernel has the cubic; a second call replays it to the same bits."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    dv = 128 if d == 192 else d
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_SOFTCAP", frozenset([*configs.FWD_GLUON_WS,
+                                                                   *configs.FWD_GLUON_WS_CELLS]))
+    monkeypatch.setattr(configs, "FWD_GLUON_EXP2_EVERY", {(d, dv, bool(softcap)): every})
+    _route_from_one_token(monkeypatch)
+    interface._SIGNATURES.clear()
+    kw = dict(device="cuda", dv=dv, softcap=softcap)
+    first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, **kw)
+    launches = [s.fwd["fwd"].compiled for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
+    assert launches and all(fp8_gluon.EXP2_CUBIC[0] in x.asm["ptx"] for x in launches)  # (the cubic compiled in)
+    again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, **kw)
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     interface._SIGNATURES.clear()
 
