@@ -43,9 +43,10 @@ summary() {  # summary FILE N: the last N lines of a log, to read in the call's 
 
 bwd_gluon_tests() {  # bwd_gluon_tests DIR K SECONDS: tests/kernels/test_bwd_gluon.py's GPU tests matching K (pinned
     # configs, 8 workers) under one timeout (a wrong add order hangs), logged to $OUT/DIR/tests.log; returns pytest's
-    # status
+    # status. TEST_FILES (space-separated): other test files instead (e.g. test_gluon_ws.py's forward tests beside)
+    # shellcheck disable=SC2086
     FLASH_ATTN_AUTOTUNE=0 timeout "$3" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -n 8 -m gpu \
-        --durations=8 tests/kernels/test_bwd_gluon.py -k "$2" > "$OUT/$1/tests.log" 2>&1
+        --durations=8 ${TEST_FILES:-tests/kernels/test_bwd_gluon.py} -k "$2" > "$OUT/$1/tests.log" 2>&1
     local rc=$?
     echo "tests exit $rc" >> "$OUT/$1/tests.log"
     return $rc
@@ -492,9 +493,10 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
     # 2; AB_TAG: the output folder's suffix, for two A/Bs in one call; the first
     # pair's runs compile each tree's kernels: AB_FIRST_EXTRA more seconds, default 60 — session 40's first run hit
     # its limit while compiling and lost a cell; AB_TESTS: a -k expression of test_bwd_gluon.py's GPU tests run
-    # first with this tree, 150 s at most, e.g. "heavy" after a kernel change; AB_GRAPHS=1: device time, CUDA graphs
-    # replayed, for calls whose host path is longer than their kernels: session 48's 1k pairs scattered 0.66-2.32x
-    # without; AB_IDS: case ids of no preset (harness bench --case), run alone unless AB_PRESET is set too)
+    # first with this tree, 150 s at most, e.g. "heavy" after a kernel change (AB_TEST_FILES: other test files,
+    # space-separated, e.g. "tests/kernels/test_bwd_gluon.py tests/kernels/test_gluon_ws.py"); AB_GRAPHS=1: device
+    # time, CUDA graphs replayed, for calls whose host path is longer than their kernels: session 48's 1k pairs
+    # scattered 0.66-2.32x without; AB_IDS: case ids of no preset (harness bench --case), run alone unless AB_PRESET is set too)
     setup
     rm -rf /tmp/ab-old && mkdir -p /tmp/ab-old && cp -r harness /tmp/ab-old/ && cp -r .old/kernels /tmp/ab-old/
     ab="$OUT/route-ab${AB_TAG:+-$AB_TAG}"
@@ -504,7 +506,8 @@ route-ab)  # issue 16: the in-repo backward through the harness with this tree's
     cases=${AB_CASES:-}; [ -z "$cases" ] && [ -n "${AB_IDS:-}" ] && cases=.
     : "${cases:?AB_CASES (a case regex; optional with AB_IDS)}"
     if [ -n "${AB_TESTS:-}" ]; then
-        bwd_gluon_tests "route-ab${AB_TAG:+-$AB_TAG}" "$AB_TESTS" 150; tail -n 3 "$ab/tests.log"
+        TEST_FILES=${AB_TEST_FILES:-} bwd_gluon_tests "route-ab${AB_TAG:+-$AB_TAG}" "$AB_TESTS" 150
+        tail -n 3 "$ab/tests.log"
     fi
     for i in $(seq 1 "${AB_PAIRS:-2}"); do
         for side in new old; do

@@ -542,15 +542,18 @@ def test_gpu_softcapped_forward_and_backward_match_oracle(b, sq, sk, hq, hk, cau
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("every", fp8_gluon.EXP2_EVERY_CHOICES)
-@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, softcap, d", [
-    (1, 4200, 4300, 4, 4, False, 0.0, 64), (1, 2000, 2000, 8, 2, True, 50.0, 128), (2, 1500, 777, 4, 1, True, 0.0, 128),
-    (1, 1100, 1100, 4, 2, True, 50.0, 256), (1, 1100, 1300, 4, 4, False, 0.0, 192)],
-    ids=["hd64-cells", "hd128-causal-GQA-cap50", "hd128-MQA-Sq>Sk", "hd256-causal-cap50", "mla"])
-def test_gpu_the_cubic_share_matches_oracle(b, sq, sk, hq, hk, causal, softcap, d, every, monkeypatch):
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, d", [
+    (1, 4200, 4300, 4, 4, False, -1, 0.0, 64), (1, 2000, 2000, 8, 2, True, -1, 50.0, 128),
+    (2, 1500, 777, 4, 1, True, -1, 0.0, 128), (1, 1500, 1500, 4, 2, True, 200, 50.0, 128),
+    (1, 1100, 1100, 4, 2, True, -1, 50.0, 256), (1, 1100, 1300, 4, 4, False, -1, 0.0, 192)],
+    ids=["hd64-cells", "hd128-causal-GQA-cap50", "hd128-MQA-Sq>Sk", "hd128-GQA-W200-cap50", "hd256-causal-cap50",
+         "mla"])
+def test_gpu_the_cubic_share_matches_oracle(b, sq, sk, hq, hk, causal, window, softcap, d, every, monkeypatch):
     """The forward with one of ``every`` exponentials by the cubic (configs.FWD_GLUON_EXP2_EVERY listing the head dims,
     the route's minimum lengths set to 1; persistent or one program a tile as routed, hd 64's three consumers): out,
     lse and every gradient within the tolerance rule of the FP64 oracle, capped and not, rows that see no key (Sq >
-    Sk), MLA's two head-dim parts; the launched kernel has the cubic; a second call replays it to the same bits."""
+    Sk), a window (Gemma-2's local layers), MLA's two head-dim parts; the launched kernel has the cubic; a second call
+    replays it to the same bits."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -561,7 +564,7 @@ def test_gpu_the_cubic_share_matches_oracle(b, sq, sk, hq, hk, causal, softcap, 
     monkeypatch.setattr(configs, "FWD_GLUON_EXP2_EVERY", {(d, dv, bool(softcap)): every})
     _route_from_one_token(monkeypatch)
     interface._SIGNATURES.clear()
-    kw = dict(device="cuda", dv=dv, softcap=softcap)
+    kw = dict(window=(window, 0 if causal else -1), device="cuda", dv=dv, softcap=softcap)
     first = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, **kw)
     launches = [s.fwd["fwd"].compiled for s in interface._SIGNATURES._d.values() if getattr(s, "fwd", None)]
     assert launches and all(fp8_gluon.EXP2_CUBIC[0] in x.asm["ptx"] for x in launches)  # (the cubic compiled in)
