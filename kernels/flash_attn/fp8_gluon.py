@@ -539,7 +539,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
                                                _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
                                                BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
-                                       EXP2_EVERY=shape.EXP2_EVERY)
+                                               EXP2_EVERY=shape.EXP2_EVERY)
             acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
             _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
         else:  # both retire before the softmax: P_j dead, one score tile live
@@ -548,7 +548,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
             p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
                                                _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
                                                BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
-                                       EXP2_EVERY=shape.EXP2_EVERY)
+                                               EXP2_EVERY=shape.EXP2_EVERY)
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
