@@ -56,13 +56,13 @@ DQ_SOFTCAP_TWINS = [f"bwdq16:256,{configs.BWD_GLUON_TRY[256]['dq'][0]},{configs.
                                         in configs.BWD_GLUON_SOFTCAP_CONFIGS.items() if (d, n) == (128, "dq")]
 #: the dK / dV kernel compiled with and without a softcap (@sc, bwd_gluon.dkdv_arguments' ``softcap``; session 55,
 #: built on the CPU) at hd 128's capped configs (configs.BWD_GLUON_SOFTCAP_CONFIGS, else configs.BWD_GLUON's) with
-#: host-made descriptors, MHA and over a GQA group of 2 in one flat walk (Gemma-2-27B's 32 / 16), both masks, and
+#: host-made descriptors, MHA both masks, over a GQA group of 2 in one flat walk (Gemma-2-27B's 32 / 16) causal, and
 #: causal persistent; its capped spills by mask (non-causal 64-row tiles 120 B, GQA 116 B; causal 32-row tiles 0 B,
 #: persistent 32 B)
 _CAPPED_DKDV = {c: configs.BWD_GLUON_SOFTCAP_CONFIGS.get((128, "dkdv", bool(c)), configs.BWD_GLUON[128]["dkdv"])
                 for c in (0, 1)}
 DKDV_SOFTCAP_TWINS = ([f"bwd16:128,{bm},{st},{c}@hd" for c, (bm, st) in _CAPPED_DKDV.items()]
-                      + [f"bwdw16:128,{bm},{st},{c},1,2,0@hd" for c, (bm, st) in _CAPPED_DKDV.items()]
+                      + [f"bwdw16:128,{_CAPPED_DKDV[1][0]},{_CAPPED_DKDV[1][1]},1,1,2,0@hd"]
                       + [f"bwd16:128,{_CAPPED_DKDV[1][0]},{_CAPPED_DKDV[1][1]},1@p1@hd"])
 DKDV_SOFTCAP_SPILL_AT_MOST = {False: 130, True: 40}
 #: hd 256's dK / dV kernel (bwd_gluon_hd256, session 54, built on the CPU): 144 B spilled non-causal, 376 B causal,

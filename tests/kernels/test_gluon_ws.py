@@ -54,10 +54,11 @@ HOST_MADE = {"ws16w3n:64,128,4,0@hd": 0, "ws16:128,128,3,1@hd": 4}
 CAPPED_TWINS = [f"ws16:256,{configs.FWD_GLUON_WS[256, 256][0]},{configs.FWD_GLUON_WS[256, 256][1]},1@hd",
                 "ws16ps:128,128,3,1"]
 SOFTCAPPED = CAPPED_TWINS + [f"{spec}@sc" for spec in CAPPED_TWINS]
-#: kernels compiled with one of 4 and one of 2 of the softmax's exponentials by the cubic (@e4 / @e2, the kernel's
-#: EXP2_EVERY; session 55, not routed) beside their twins: hd 64's routed cell (three consumers, host-made descriptors),
-#: hd 128 capped one program a tile and persistent (Gemma-2-27B's launches were the capped hd 128 forward routed)
-EXP2_TWINS = ["ws16w3n:64,128,4,0@hd", "ws16:128,128,3,1@hd@sc", "ws16ps:128,128,3,1@sc"]
+#: kernels compiled with one of 4 or one of 2 of the softmax's exponentials by the cubic (@e4 / @e2, the kernel's
+#: EXP2_EVERY; session 55, not routed) beside their twins, at the shares their prediction names: hd 64's routed cell
+#: (three consumers, host-made descriptors) at both, hd 128 capped one program a tile and persistent at 2 (Gemma-2-27B's
+#: launches were the capped hd 128 forward routed)
+EXP2_TWINS = {"ws16w3n:64,128,4,0@hd": (4, 2), "ws16:128,128,3,1@hd@sc": (2, ), "ws16ps:128,128,3,1@sc": (2, )}
 #: every routed cell's config, causal or not
 CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
                 for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
@@ -71,7 +72,7 @@ def compiled():
     persistent = [f"ws16{p}:128,128,3,{c}" for p in ("p", "pk", "ps") for c in (0, 1)]
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
-    cubic = [*EXP2_TWINS, *(f"{spec}@e{n}" for spec in EXP2_TWINS for n in fp8_gluon.EXP2_EVERY_CHOICES)]
+    cubic = [*EXP2_TWINS, *(f"{spec}@e{n}" for spec, shares in EXP2_TWINS.items() for n in shares)]
     return sm90_reports(list(dict.fromkeys([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE, *SOFTCAPPED,
                                             *cubic])))
 
@@ -115,16 +116,17 @@ def test_the_cubic_takes_a_share_of_the_exponentials_and_nothing_else(compiled):
     """``EXP2_EVERY`` (fp8_gluon._exp2_mixed; session 55, not routed) beside its twins (:data:`EXP2_TWINS`): the same
     partitions' registers, wgmmas, waits, spills and shared memory; each cubic replaces one ex2 of the unmasked
     blocks' softmax, one in 4 or one in 2 of them (twice as many at 2 as at 4), tanh untouched."""
-    for spec in EXP2_TWINS:
+    assert set(n for shares in EXP2_TWINS.values() for n in shares) == set(fp8_gluon.EXP2_EVERY_CHOICES)
+    for spec, shares in EXP2_TWINS.items():
         plain = compiled[spec]
         moved = {}
-        for n in fp8_gluon.EXP2_EVERY_CHOICES:
+        for n in shares:
             cubic = compiled[f"{spec}@e{n}"]
             for key in ("setmaxnreg", "wgmma", "wait_one_pending", "serialized", "spill", "smem", "tanh", "fdiv"):
                 assert plain[key] == cubic[key], (spec, n, key)
             assert plain["exp2_cubic"] == 0 < cubic["exp2_cubic"] == plain["ex2"] - cubic["ex2"], (spec, n)
             moved[n] = cubic["exp2_cubic"]
-        assert moved[2] == 2 * moved[4], (spec, moved)
+        assert len(moved) == 1 or moved[2] == 2 * moved[4], (spec, moved)
 
 
 def test_the_cubic_is_2_to_the_x_within_its_stated_error():
