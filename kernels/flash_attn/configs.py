@@ -513,8 +513,9 @@ FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
 #: one of that many of the softmax's exponentials (in blocks no row masks) by a cubic on the FMA pipe instead of the
 #: MUFU unit's ex2 (flash-attn 4's answer to that unit's 16 a cycle an SM), wherever the route runs that kernel;
 #: not listed: all by ex2. Built in session 55 on the CPU, not listed: the cubic's relative error at most 1.14e-4 (under
-#: the 2^-9 of the bf16 P it feeds); sm_90a: registers and spills as without (hd 128 one program a tile: 0 B), one in
-#: 4 / 2 of the unmasked blocks' ex2 replaced (9 FMA-pipe instructions each). Where it may pay, by MUFU operations an
+#: the 2^-9 of the bf16 P it feeds); sm_90a: registers and spills as without (hd 64's cell 0 B; hd 128 one program a
+#: tile 0 B, capped 8 B, capped persistent 12 B), one in 4 / 2 of the unmasked blocks' ex2 replaced (9 FMA-pipe
+#: instructions each). Where it may pay, by MUFU operations an
 #: element against the wgmmas' cycles (16 a cycle an SM; 4096 bf16 flops): hd 64, 1 exp2 (0.0625 cycles) against
 #: two 64-deep matmuls (0.0625): a tie, the hd 64 forward softmax-bound since session 16; hd 128 capped, tanh + exp2
 #: (0.125) against 0.125 (session 54: the capped Gluon forward 0.97-0.98x the Triton one). Prediction: hd 64's routed
