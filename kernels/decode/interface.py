@@ -17,7 +17,7 @@ import triton
 
 from kernels import launcher
 from kernels.decode.kernel import _append_kernel, _combine_kernel, _split_kernel
-from kernels.flash_attn.configs import interpreting, patch_interpreter_scalar_index, sm_count
+from kernels.flash_attn.configs import interpreting, patch_interpreter_scalar_index, tensor_sm_count
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ class _Plan:
                 num_splits = INTERPRET_SPLITS
             else:
                 num_splits = split_count(B, Hq, Hk, Sq, D, Dv, rblocks, span, q.element_size(), config,
-                                         sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()))
+                                         tensor_sm_count(q))
         self.chunk = triton.cdiv(triton.cdiv(span, num_splits), config.block_n) * config.block_n
         self.num_splits = max(1, triton.cdiv(span, self.chunk))
         self.direct = self.num_splits == 1  # the split kernel writes the output itself

@@ -587,7 +587,7 @@ def _sms(q) -> int:
     """The multiprocessors of q's GPU (1 on the CPU and under the interpreter)."""
     if configs.interpreting() or q.device.type != "cuda":
         return 1
-    return configs.sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    return configs.tensor_sm_count(q)
 
 
 def _persistent_filled(gluon: dict, q, k, split: int) -> dict:

@@ -140,6 +140,11 @@ def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def tensor_sm_count(t) -> int:
+    """:func:`sm_count` of the CUDA device tensor ``t`` lives on (the current device where its index is unset)."""
+    return sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
 @functools.cache
 def device_smem_bytes(device_index: int) -> int:
     try:
@@ -611,8 +616,7 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     else:
         shape = None  # (the balance model's inputs: asked only when it may change the order)
         if causal and FWD_PERSISTENT_BALANCE_MARGIN is not None:
-            programs = (sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())
-                        if q.is_cuda else H100_SMS)  # (tests: CPU tensors)
+            programs = tensor_sm_count(q) if q.is_cuda else H100_SMS  # (tests: CPU tensors)
             shape = (q.shape[0], q.shape[2], k.shape[2], k.shape[1], programs)
         order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1], shape)
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}

@@ -133,7 +133,7 @@ def _window_blocks(m0, off, window_left, n_blocks, BLOCK_M: gl.constexpr, BLOCK_
 def _cap_scales(sm_scale, softcap, SOFTCAP: gl.constexpr):
     """(qk_scale, cap_in): the scores' scale into base 2, and with ``SOFTCAP`` tanh's argument's (the scores capped,
     softcap * tanh(s * sm_scale / softcap): qk_scale softcap * log2(e), cap_in sm_scale / softcap; without it
-    sm_scale * log2(e) and 0, unread). The 16-bit forwards' and the backward's dQ kernel's."""
+    sm_scale * log2(e) and 0, unread). The 16-bit forwards' and the backward's Gluon kernels'."""
     if SOFTCAP:
         cap_in = sm_scale / softcap  # (first: the kernels' PTX as when each computed these itself)
         return softcap * 1.4426950408889634, cap_in
@@ -1263,7 +1263,7 @@ def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, 
 
 def softcap_refused(softcap: float) -> str | None:
     """Why ``softcap`` is no cap a kernel takes (it is > 0, or 0 for none), or None: the 16-bit forwards' and the
-    backward's dQ kernel's rule."""
+    backward's Gluon kernels' rule."""
     if softcap and not softcap > 0:
         return f"a softcap is a positive cap (0: none), got {softcap}"
     return None
@@ -1348,12 +1348,12 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
     launcher.ensure_allocator()
     tiles = triton.cdiv(q.shape[1], 128) * q.shape[0] * q.shape[2]
     if persistent:
-        from .configs import sm_count
+        from .configs import tensor_sm_count
 
         kernel = _fwd_ws_persistent_kernel
         kwargs = ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages,
                                            consumer_regs, tile_order, softcap, exp2_every)
-        grid = (min(tiles, sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device())),)
+        grid = (min(tiles, tensor_sm_count(q)),)
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,

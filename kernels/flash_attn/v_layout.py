@@ -185,8 +185,7 @@ def v_keys_contiguous(v: torch.Tensor, launches: dict | None = None, mma_order: 
         else:
             n_s = triton.cdiv(padded, SIGNAL_BLOCK_S)
             total = n_s * n_d * b * hk
-            slots = 4 if configs.interpreting() else SIGNAL_PROGRAMS_PER_SM * configs.sm_count(
-                v.device.index if v.device.index is not None else torch.cuda.current_device())
+            slots = 4 if configs.interpreting() else SIGNAL_PROGRAMS_PER_SM * configs.tensor_sm_count(v)
             launch = launcher.launch(_transpose_signal_kernel, (min(total, slots),), dict(
                 args, n_s=n_s, n_d=n_d, total=total, BLOCK_S=SIGNAL_BLOCK_S, ASM=not configs.interpreting()),
                 num_warps=4)

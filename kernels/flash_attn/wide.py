@@ -648,7 +648,7 @@ def keys_split(tiles: int, row_tiles: int, sms: int) -> int:
 def _sms(t: torch.Tensor) -> int:
     if configs.interpreting() or t.device.type != "cuda":
         return 1
-    return configs.sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
+    return configs.tensor_sm_count(t)
 
 
 # --------------------------------------------------------------------------------------------
