@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: install | fa4a | fa4-0|fa4-1|fa4-2|fa4-3 [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | persistent | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: install | fa4a | fa4-0 .. fa4-N [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | persistent | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -20,8 +20,8 @@ setup() {
     if [ ! -d /tmp/site/flash_attn ] && [ -d .whl-fa4b ] && [ -d /tmp/fa4a ]; then
         bash .whl-fa4b/install.sh >/dev/null 2>&1
     fi
-    if [ ! -d /tmp/site/flash_attn ] && [ -d .fa4-4 ] && [ -d /tmp/fa4 ]; then  # benchmarks/fa4_resplit.sh
-        bash .fa4-4/install.sh >/dev/null 2>&1
+    if [ ! -d /tmp/site/flash_attn ] && [ -d .fa4-in ] && [ -d /tmp/fa4 ]; then  # benchmarks/fa4_resplit.sh
+        bash .fa4-in/install.sh 2>&1 | grep -v '^flash-attn-4 installed' || true
     fi
     if [ ! -d /tmp/site/flashinfer ] && [ -d .fi-3 ] && [ -d /tmp/fi ]; then  # benchmarks/flashinfer_wheels.sh
         bash .fi-3/install.sh 2>&1 | tail -n 3
@@ -107,12 +107,12 @@ case "$step" in
 fa4a)  # part A of flash-attn-4 (carry .whl-fa4a alone)
     mkdir -p /tmp/fa4a && cp .whl-fa4a/* /tmp/fa4a/ && ls /tmp/fa4a | wc -l
     ;;
-fa4-0|fa4-1|fa4-2|fa4-3)  # flash-attn-4 in five carries (benchmarks/fa4_resplit.sh): parts 0 to 3, each carried alone;
+fa4-[0-9]|fa4-[0-9][0-9])  # flash-attn-4 in parts (benchmarks/fa4_resplit.sh): parts 0 to N, each carried alone;
     # `fa4-1 STEP ARGS...` then runs STEP in the same call (the part is copied first)
     mkdir -p /tmp/fa4 && cp ".$step"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
     if [ -n "${2:-}" ]; then shift; exec bash "$0" "$@"; fi
     ;;
-install)  # what the carried folders hold (.whl; .fa4-4 after fa4-0 to fa4-3; .fi-3 after fi-1, fi-2, fi-4) into
+install)  # what the carried folders hold (.whl; .fa4-in after fa4-0 to fa4-N; .fi-3 after fi-1, fi-2, fi-4) into
     # /tmp/site, and which of nox / fla / flash_attn / flashinfer import: for a raw command after it in the same call
     # (which then exports PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD itself). Every other
     # step does this first; session 43 ran `fa4-4`, no step, and its bench lost flash-attn-4's column
@@ -124,8 +124,8 @@ fi-1|fi-2|fi-4)  # flashinfer in four carries (benchmarks/flashinfer_wheels.sh):
     [ "$step" = fi-4 ] && [ -d .whl-cudnn ] && cp .whl-cudnn/*.whl /tmp/fi/  # cuDNN's frontend, a flashinfer dep
     if [ -n "${2:-}" ]; then shift; exec bash "$0" "$@"; fi
     ;;
-flashinfer-fp8)  # issue 19: flashinfer's FP8 prefill, first contact (carry [".fa4-4", ".fi-3"] after fi-1, fi-2,
-    # fi-4 and fa4-0 to fa4-3: benchmarks/flashinfer_wheels.sh): import, scale convention, error against the FP64
+flashinfer-fp8)  # issue 19: flashinfer's FP8 prefill, first contact (carry [".fa4-in", ".fi-3"] after fi-1, fi-2,
+    # fi-4 and fa4-0 to fa4-N: benchmarks/flashinfer_wheels.sh): import, scale convention, error against the FP64
     # oracle beside the in-repo FP8 forward, time
     setup
     timeout "${FI_SECONDS:-500}" python3 benchmarks/flashinfer_fp8_probe.py ${FI_ARGS:-} > "$OUT/flashinfer-fp8.md" 2>&1
@@ -284,7 +284,7 @@ accept-pair)  # issue 15: `accept-pair IMPL SECONDS`: this tree's accept, then t
     ;;
 audit-measure)  # issue 20 (committed as docs/claims/audit-h100): the FA3 chart measured here (FA2 -> sdpa_flash, cuDNN, FA3 -> flash-attn-4, standard -> eager);
     # the other two tables (RTX 5090, RTX 4060 Laptop) get ordering checks. Needs flash-attn-4 installed (fa4-0 to
-    # fa4-3, .fa4-4).
+    # fa4-N, .fa4-in).
     setup
     timeout 540 python3 -m harness audit docs/claims/*.csv --measure --out "$OUT/audit" > "$OUT/audit.log" 2>&1
     echo "audit exit $?" >> "$OUT/audit.log"
@@ -292,7 +292,7 @@ audit-measure)  # issue 20 (committed as docs/claims/audit-h100): the FA3 chart 
     summary "$OUT/audit.log" 30
     ;;
 fuzz-shrink)  # issue 17: the three known defects shrunk to standalone repros, then the fuzzer on every installed
-    # backend. Needs flash-attn-4 (fa4-0 to fa4-3, .fa4-4) and fla (.whl). Cases: harness/check/known_issues.py.
+    # backend. Needs flash-attn-4 (fa4-0 to fa4-N, .fa4-in) and fla (.whl). Cases: harness/check/known_issues.py.
     setup
     mkdir -p "$OUT/shrink"
     timeout 150 python3 -m harness shrink --backend sdpa_cudnn --case 'B1-H4/1-S70x33-D16-causal-bf16' --seed 0 \
@@ -310,7 +310,7 @@ fuzz-shrink)  # issue 17: the three known defects shrunk to standalone repros, t
     ;;
 fuzz-10m)  # issue 17: `fuzz-10m A` then `fuzz-10m B` (different seeds): every installed backend of each family
     # (`--backends all`) in bf16 and fp16, the three families side by side on the GPU, 290 s each per call: two
-    # calls make the issue's 10 minutes. Needs flash-attn-4 (fa4-0 to fa4-3, .fa4-4) and fla (.whl).
+    # calls make the issue's 10 minutes. Needs flash-attn-4 (fa4-0 to fa4-N, .fa4-in) and fla (.whl).
     # `fuzz-10m B SHRINK-ARGS...`: after the fuzz, one `harness shrink` with those arguments (150 s).
     setup
     part=${2:?usage: fuzz-10m A|B [shrink args]}; shift 2
@@ -332,7 +332,7 @@ fuzz-10m)  # issue 17: `fuzz-10m A` then `fuzz-10m B` (different seeds): every i
     ;;
 triage)  # issue 17: session 10's fuzz findings, side by side: each shrunk (the shrinker now stops short of
     # another recorded defect), the in-repo linear forward's fault probed per launch config, torch SDPA's
-    # forward determinism per backend. Needs flash-attn-4 (fa4-0 to fa4-3, .fa4-4) and fla (.whl).
+    # forward determinism per backend. Needs flash-attn-4 (fa4-0 to fa4-N, .fa4-in) and fla (.whl).
     setup
     d="$OUT/triage"; mkdir -p "$d"
     shr() { shrink_case "$d" "$@"; }
@@ -352,7 +352,7 @@ triage)  # issue 17: session 10's fuzz findings, side by side: each shrunk (the 
     ;;
 triage2)  # issue 17: the findings shrunk again with the shrinker's severity rule (a smaller case must fail
     # >= 10x its bound), each repro script run once (exit 1 = the defect reproduced), and the in-repo linear
-    # backward's fault probed per config and plan. Needs flash-attn-4 (fa4-0 to fa4-3, .fa4-4) and fla (.whl).
+    # backward's fault probed per config and plan. Needs flash-attn-4 (fa4-0 to fa4-N, .fa4-in) and fla (.whl).
     setup
     d="$OUT/triage2"; mkdir -p "$d"
     shr() { shrink_case "$d" "$@"; }
@@ -398,7 +398,7 @@ main-job)  # issue 21: `python -m harness run` with no options (MAIN_JOB_ARGS ad
     ;;
 decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on the real models' decode steps:
     # correctness against the FP64 oracle (cache written bit for bit), then the forward timed, GB/s against
-    # decode_bytes and the card's copy rate. flash-attn-4 is the peer when installed (fa4-0 to fa4-3, .fa4-4).
+    # decode_bytes and the card's copy rate. flash-attn-4 is the peer when installed (fa4-0 to fa4-N, .fa4-in).
     setup
     timeout 90 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_decode_kernel.py tests/check/test_decode.py \
         > "$OUT/decode-tests.log" 2>&1
@@ -419,7 +419,7 @@ decode)  # issue 18: the decode kernel's GPU tests, then every decode backend on
 layers)  # issue 16: `layers attention-layers [REGEX]` or `layers models [REGEX]`: every fast backend and the
     # in-repo kernel on the seeds' attention-layer configurations (with layer-mha-refs, the MHA twins of its
     # D64 GQA/MQA rows) / real models' shapes, forward and backward, device time (CUDA graphs), one run;
-    # then benchmarks/layer_table.py. flash-attn-4 installed first (fa4-0 to fa4-3, .fa4-4).
+    # then benchmarks/layer_table.py. flash-attn-4 installed first (fa4-0 to fa4-N, .fa4-in).
     setup
     p=${2:-attention-layers}
     presets=$p
@@ -547,14 +547,14 @@ host-floors)  # issue 16: the in-repo kernels' launch paths beside their launche
     tarred host-floors
     ;;
 overhead)  # issue 16: host microseconds per call against the kernels' device time (CUDA graphs), in-repo
-    # kernels and peers (flash-attn-4 and FLA installed first: fa4-0 to fa4-3, then carry .fa4-4 and .whl)
+    # kernels and peers (flash-attn-4 and FLA installed first: fa4-0 to fa4-N, then carry .fa4-in and .whl)
     setup
     timeout 400 python3 benchmarks/host_overhead.py --out "$OUT/overhead" > "$OUT/overhead.log" 2>&1
     echo "overhead exit $?" >> "$OUT/overhead.log"
     cat "$OUT/overhead/overhead.md"
     ;;
 accept-decode)  # issue 18: the in-repo decode kernel and flash-attn-4's paged path accepted under `inference`
-    # (--family decode, bf16, with the speed section). flash-attn-4 installed first (fa4-0 to fa4-3, .fa4-4).
+    # (--family decode, bf16, with the speed section). flash-attn-4 installed first (fa4-0 to fa4-N, .fa4-in).
     setup
     cat > /tmp/triton_decode_impl.py <<'PY'
 from kernels.decode import decode_attention
@@ -744,7 +744,7 @@ fp8-configs)  # issue 19: each FP8 forward tile config alone (registers, spills,
     grep -E "^\||exit" "$OUT/fp8-configs.log"
     ;;
 issue17)  # issue 17's open ends: the recorded defects' examples re-run at seed 0, each in a process of its own
-    # (flash-attn-4 and FLA installed first: fa4-0 to fa4-3, then carry .fa4-4 and .whl); decode_sdpa's one
+    # (flash-attn-4 and FLA installed first: fa4-0 to fa4-N, then carry .fa4-in and .whl); decode_sdpa's one
     # non-deterministic forward (fuzz-10m B) replayed 20 times per SDPA backend; FLA fused_chunk's dg at 10.1x
     # against sequence length, beside FLA's chunk kernel, two seeds
     setup

@@ -11,8 +11,8 @@
 #   carry [".fi-1"]: bash benchmarks/device_show.sh fi-1     (copies the part to /tmp/fi)
 #   carry [".fi-2"]: bash benchmarks/device_show.sh fi-2
 #   carry [".fi-4", ".whl-cudnn"]: bash benchmarks/device_show.sh fi-4
-#   carry [".fa4-1"]: bash benchmarks/device_show.sh fa4-1;  ... fa4-2, fa4-3 alike
-#   carry [".fa4-4", ".fi-3"]: bash benchmarks/device_show.sh flashinfer-fp8  (setup installs both, then the probe)
+#   carry [".fa4-1"]: bash benchmarks/device_show.sh fa4-1;  ... to fa4-N alike (benchmarks/fa4_resplit.sh)
+#   carry [".fa4-in", ".fi-3"]: bash benchmarks/device_show.sh flashinfer-fp8  (setup installs both, then the probe)
 # flashinfer JIT-compiles its kernels with the box's nvcc (/usr/local/cuda-13.0/bin/nvcc) on first use.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
@@ -35,7 +35,7 @@ dd if="$whl" of=.fi-2/fi_b bs=4M iflag=skip_bytes skip="$half" status=none
 sha256sum "$whl" | cut -d' ' -f1 > .fi-3/fi.sha256
 basename "$whl" > .fi-3/fi.name
 mv .fi-dl/nccl_extensions-*.whl .fi-4/
-mv .fi-dl/cuda_bindings-*.whl .fi-1/  # 8.4 MB: the last call carries .fa4-4 (14 MB) with .fi-3
+mv .fi-dl/cuda_bindings-*.whl .fi-1/  # 8.4 MB: the last call carries .fa4-in (install.sh alone) with .fi-3
 find .fi-dl -name '*.whl' ! -name 'flashinfer_python-*' -exec mv {} .fi-3/ \;
 cat > .fi-3/install.sh <<'INSTALL'
 #!/usr/bin/env bash

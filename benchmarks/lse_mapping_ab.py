@@ -10,7 +10,7 @@ through its adapter as it is (``after``) and with the former mapping put back in
     python benchmarks/lse_mapping_ab.py decode    # every decode preset case, CUDA graphs, triton_decode beside
     python benchmarks/lse_mapping_ab.py softmax   # FA sweep causal cells, with and without CUDA graphs
 
-Needs flash-attn-4 (the device's fa4-0 to fa4-3 / .fa4-4 carries).
+Needs flash-attn-4 (the device's fa4-0 to fa4-N / .fa4-in carries: benchmarks/fa4_resplit.sh).
 """
 
 from __future__ import annotations
