@@ -462,9 +462,12 @@ FWD_GLUON_WS_PERSISTENT_MAX_SEQLEN: dict[tuple[int, int], dict[tuple[bool, bool]
 #: Llama-3-8B's 2k (B4 H32/8, the models table's lowest cuDNN cell: 0.354 ms, 0.78x cuDNN, 0.77x flash-attn-4; the
 #: same kernel reaches 0.93x flash-attn-4 at 8k) it reads 0.73 (the snake's period of two units, 128 tiles, against
 #: 132 programs hands some programs only heavy tiles), the query order 0.97; B2 2k 0.68 against 0.92; B4 1k 0.73
-#: against 0.97. Built in session 55 on the CPU, not measured. Prediction at 0.05 (Llama-3-8B B4 2k causal): the
-#: forward 1.10-1.25x (0.354 -> ~0.29-0.32 ms), the 8k / 4k rows unchanged (their orders kept).
-FWD_PERSISTENT_BALANCE_MARGIN: float | None = None
+#: against 0.97. Built in session 55 on the CPU. Prediction at 0.05 (Llama-3-8B B4 2k causal): the forward
+#: 1.10-1.25x (0.354 -> ~0.29-0.32 ms), the 8k / 4k rows unchanged (their orders kept). Measured in session 56 (H200,
+#: docs/perf/gluon-s56, whole forward through the harness, same-call pairs): Llama-3-8B B4 2k 1.209-1.219x (0.356 ->
+#: 0.295 ms), B2 H32/16 4k causal (snake 0.70 in the model) 1.162-1.169x, Llama-3-8B 8k 1.019x (one pair: unchanged);
+#: the models table's Llama-3-8B 2k forward 0.95x cuDNN (was 0.78x). On at 0.05.
+FWD_PERSISTENT_BALANCE_MARGIN: float | None = 0.05
 #: Head dims whose Gluon forward is routed cell by cell instead (:data:`FWD_GLUON_WS` and its neighbours do not apply):
 #: (GQA / MQA, causal) -> (shortest, longest (None: no bound) query and key length, fp8_gluon.ws16_launch's
 #: keywords); a cell not listed, or a length outside its bounds, stays on the Triton forward. hd 64 (sessions 33-34,
@@ -512,8 +515,13 @@ FWD_GLUON_WS_WINDOW = True
 #: calls: ~1.07x more), hd 128's 0.446 ms (Triton's 0.436: ~0.98x, still not routed). Session 54's same-call A/B
 #: (H200, docs/perf/gluon-s54, three pairs against session 53's exp2 form, 4fab229): Gemma-2's row 0.718-0.720 ->
 #: 0.666-0.669 ms, 1.074-1.080x (prediction 1.05-1.10x); the models table 0.656 ms, 0.94x flash-attn-4; hd 128's
-#: capped Gluon forward 0.974-0.984x the Triton one (not routed). MLA's and hd 64's capped kernels not timed.
-FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
+#: capped Gluon forward 0.974-0.984x the Triton one (not routed). Session 56 (H200, docs/perf/gluon-s56; its GPU tests
+#: pass): the capped hd 128 Gluon forward (the cubic off) against the Triton one, from two back-to-back calls' pairs
+#: (Triton -> Gluon with the cubic, then the cubic off -> on): B2 H32/16 4k causal cap 50 (Gemma-2-27B's global
+#: layers; persistent, the balance model's order) 0.832 -> 0.637 ms, ~1.31x; its local layers (8k, window 4095, one
+#: program a tile) 1.222 -> 0.897 ms, ~1.36x; B2 H16 2k non-causal cap 30 0.206 -> 0.159 ms, ~1.30x. Routed at hd
+#: 128. MLA's and hd 64's capped kernels not timed.
+FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(128, 128), (256, 256)})
 #: (q / k head dim, v head dim, capped) -> the 16-bit Gluon forward's ``exp2_every`` (fp8_gluon.EXP2_EVERY_CHOICES):
 #: one of that many of the softmax's exponentials (in blocks no row masks) by a cubic on the FMA pipe instead of the
 #: MUFU unit's ex2 (flash-attn 4's answer to that unit's 16 a cycle an SM), wherever the route runs that kernel;
@@ -525,7 +533,11 @@ FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(256, 256)})
 #: two 64-deep matmuls (0.0625): a tie, the hd 64 forward softmax-bound since session 16; hd 128 capped, tanh + exp2
 #: (0.125) against 0.125 (session 54: the capped Gluon forward 0.97-0.98x the Triton one). Prediction: hd 64's routed
 #: cells (4k+) 1.03-1.10x at 4, the capped hd 128 Gluon forward 1.05-1.12x its uncapped-exp2 form at 2 (then
-#: ahead of the Triton one: Gemma-2-27B's forward).
+#: ahead of the Triton one: Gemma-2-27B's forward). Measured in session 56 (H200, docs/perf/gluon-s56, same-call
+#: pairs; its 12 GPU tests pass): it loses everywhere. Capped hd 128 at 2 against the same kernel all by ex2
+#: 0.861-0.895x (B2 H32/16 4k causal 0.62-0.64 -> 0.71-0.72 ms; 8k window 0.867-0.873x; 2k non-causal 0.861-0.867x);
+#: hd 64's B4 H32 4k non-causal cell at 4 0.903x (one pair, 1.194 -> 1.323 ms). The MUFU count alone does not bound
+#: these kernels: the cubic's 9 FMA-pipe instructions an element cost more than the ex2 they replace. Empty.
 FWD_GLUON_EXP2_EVERY: dict[tuple[int, int, bool], int] = {}
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
@@ -1226,18 +1238,22 @@ BWD_GLUON_WINDOW = True
 #: its Triton twin, the whole backward 1.05-1.12x. Measured in session 54 (H200, docs/perf/gluon-s54, whole backward
 #: through the harness against the Triton dQ, three pairs; its 6 GPU tests against the oracle pass): Gemma-2's row
 #: 3.669-3.690 -> 3.441-3.442 ms, 1.066-1.072x; B4 H16/8 2k causal capped 1.079-1.088x; the models table 3.436 ms,
-#: 0.65x flash-attn-4 (was 0.59x). On at hd 256.
-BWD_GLUON_SOFTCAP: frozenset[int] = frozenset({256})
+#: 0.65x flash-attn-4 (was 0.59x). On at hd 256. hd 128 (:data:`BWD_GLUON_SOFTCAP_CONFIGS`, session 55) measured in
+#: session 56 (H200, docs/perf/gluon-s56, whole backward against the Triton capped one, three same-call pairs; its 7
+#: GPU tests pass): B2 H32/16 4k causal cap 50 (Gemma-2-27B's global layers) 1.410-1.418x (2.95 -> 2.09 ms); its
+#: local layers (8k, window 4095) 1.337-1.355x (4.06 -> 3.02 ms); B2 H16 2k non-causal cap 30 1.392-1.404x (two
+#: pairs; 0.684 -> 0.489 ms). Prediction 1.10-1.30x. On at hd 128 and 256.
+BWD_GLUON_SOFTCAP: frozenset[int] = frozenset({128, 256})
 #: (head dim, kernel, causal) -> the config a softcapped call's split kernel takes where it is not :data:`BWD_GLUON`'s
-#: (or :data:`BWD_GLUON_TRY`'s). hd 128 (Gemma-2-27B's 32 / 16, Grok-1's cap 30; built in session 55 on the CPU, not
-#: listed in :data:`BWD_GLUON_SOFTCAP`): sm_90a with host-made descriptors, the dQ kernel at 64-key tiles over 3
-#: stages 0 B spilled capped, both masks, persistent too (the routed 128-key tiles over 2 stages: 552 B); the dK / dV
-#: kernel at its routed 64-row tiles 120 B non-causal (uncapped 76), 440 B causal (188; 272 with the mask on every
-#: tile, a GQA flat walk 412, persistent 572, windowed 552), so causal at 32-row tiles: 0 B (persistent 32, windowed
-#: and a GQA flat walk 0; session 32 measured the uncapped 32-row tiles 0.96-1.13x the Triton kernel against the
-#: 64-row tiles' 1.08-1.27x). Prediction for the whole capped backward against the Triton one (B2 H32/16 4k causal,
-#: cap 50: Gemma-2-27B's global layers; the Triton backward's B2 H16 4k causal capped ran at ~245 TFLOP/s in session
-#: 54, the uncapped Gluon split route ~350 on Llama-3-70B's 4k causal row): 1.10-1.30x, the cap's tanh one MUFU
+#: (or :data:`BWD_GLUON_TRY`'s). hd 128 (Gemma-2-27B's 32 / 16, Grok-1's cap 30; built in session 55 on the CPU,
+#: listed in :data:`BWD_GLUON_SOFTCAP` since session 56 measured it): sm_90a with host-made descriptors, the dQ kernel
+#: at 64-key tiles over 3 stages 0 B spilled capped, both masks, persistent too (the routed 128-key tiles over 2 stages:
+#: 552 B); the dK / dV kernel at its routed 64-row tiles 120 B non-causal (uncapped 76), 440 B causal (188; 272 with the
+#: mask on every tile, a GQA flat walk 412, persistent 572, windowed 552), so causal at 32-row tiles: 0 B (persistent
+#: 32, windowed and a GQA flat walk 0; session 32 measured the uncapped 32-row tiles 0.96-1.13x the Triton kernel
+#: against the 64-row tiles' 1.08-1.27x). Prediction for the whole capped backward against the Triton one (B2 H32/16 4k
+#: causal, cap 50: Gemma-2-27B's global layers; the Triton backward's B2 H16 4k causal capped ran at ~245 TFLOP/s in
+#: session 54, the uncapped Gluon split route ~350 on Llama-3-70B's 4k causal row): 1.10-1.30x, the cap's tanh one MUFU
 #: operation a score element beside exp2's (~0.125 cycles an element against ~0.31 for the five matmuls at hd 128).
 BWD_GLUON_SOFTCAP_CONFIGS: dict[tuple[int, str, bool], tuple[int, int]] = {
     (128, "dq", False): (64, 3), (128, "dq", True): (64, 3), (128, "dkdv", True): (32, 2)}

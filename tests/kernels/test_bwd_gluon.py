@@ -671,8 +671,9 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
     """configs.BWD_GLUON_WINDOW (built in session 51, on since session 52 measured it): off, a causal call with a window
     on the left keeps the Triton backward; on, it takes the split route's Gluon kernels wherever the windowless causal
     call does, one program a tile (a persistent cell's launch not persistent), ``window_left`` among the keywords;
-    never the fused route (atomic), a window without causal, softcap or a length the route does not take. The
-    kernels' arguments refuse what they cannot run with a window and cap a wide one at Sq + Sk."""
+    never the fused route (atomic), a window without causal, a softcap at a head dim configs.BWD_GLUON_SOFTCAP does
+    not list (hd 128's capped window: its own test) or a length the route does not take. The kernels' arguments refuse
+    what they cannot run with a window and cap a wide one at Sq + Sk."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     causal = dict(causal=True, window_right=0)
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128)
@@ -686,11 +687,12 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
         name: dict({key: x for key, x in kw.items() if key != "persistent"}, window_left=100)
         for name, kw in plain.items()}
     assert _route(q, k, v, window_left=0, **causal)["dkdv"]["window_left"] == 0  # (the diagonal only)
-    for over in (dict(causal=False), dict(causal=False, window_right=-1), dict(atomic=True), dict(softcap=30.0)):
+    for over in (dict(causal=False), dict(causal=False, window_right=-1), dict(atomic=True)):
         assert _route(q, k, v, **dict(causal, window_left=100, **over)) == {}, over
     assert _route(*_inputs(sq=512, sk=512)[:3], window_left=100, **causal) == {}  # (too short for either kernel)
     hd64 = _route(*_inputs(sq=4096, sk=4096, d=64)[:3], window_left=100, **causal)  # (hd 64: dK / dV only)
     assert set(hd64) == {"dkdv"} and hd64["dkdv"]["window_left"] == 100 and "persistent" not in hd64["dkdv"]
+    assert _route(*_inputs(sq=4096, sk=4096, d=64)[:3], window_left=100, softcap=30.0, **causal) == {}  # (not listed)
     small = _inputs(sq=300, sk=500)
     dk, dv = torch.empty_like(small[1]), torch.empty_like(small[2])
     args = bwd_gluon.dkdv_arguments(*small, dk, dv, 0.125, True, window_left=10**9)
@@ -709,7 +711,7 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
 
 
 def test_a_softcap_takes_the_gluon_split_kernels_at_the_listed_head_dims(monkeypatch):
-    """configs.BWD_GLUON_SOFTCAP (hd 256 since session 54, measured; hd 128 built in session 55, not listed): a
+    """configs.BWD_GLUON_SOFTCAP (hd 256 since session 54; hd 128 since session 56, both measured): a
     softcapped call keeps the Triton backward unless its head dim is listed; then the split route's Gluon kernels
     run it where the uncapped call would run them, the cap among their keywords, each at
     configs.BWD_GLUON_SOFTCAP_CONFIGS' config where it lists one (hd 128's dQ at 64-key tiles); never the fused
@@ -722,7 +724,8 @@ def test_a_softcap_takes_the_gluon_split_kernels_at_the_listed_head_dims(monkeyp
     q, k, v, do, lse, delta = _inputs(sq=4096, sk=4096)  # (GQA 4/2, hd 128: dQ and dK / dV on Gluon uncapped)
     plain = _route(q, k, v, **causal)
     assert set(plain) == {"dq", "dkdv"}
-    assert configs.BWD_GLUON_SOFTCAP == frozenset({256})
+    assert configs.BWD_GLUON_SOFTCAP == frozenset({128, 256})  # (the routed default)
+    monkeypatch.setattr(configs, "BWD_GLUON_SOFTCAP", frozenset({256}))
     assert _route(q, k, v, softcap=50.0, **causal) == {}
     gemma = _inputs(sq=4096, sk=4096, hq=16, hk=8, d=256)[:3]
     bn, st = configs.BWD_GLUON[256]["dq"]
@@ -780,9 +783,9 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     1k, both masks; hd 64: dK / dV from 1k, non-causal on 128-row tiles from 4k and MHA only:
     configs.BWD_GLUON_BY_MASK); FLASH_ATTN_BWD=split / atomic: the Triton kernels;
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
-    unmasked calls on sm90, nothing else. The dK / dV kernel walks a GQA group's steps in one flat loop at hd 128
-    (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent launches and host-made descriptors: off here, their
-    own tests below."""
+    unmasked calls on sm90 (capped only at BWD_GLUON_SOFTCAP's head dims), nothing else. The dK / dV kernel walks a
+    GQA group's steps in one flat loop at hd 128 (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent
+    launches and host-made descriptors: off here, their own tests below."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {})
     monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())  # (host-made descriptors: their own test)
@@ -826,9 +829,10 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     want = {"dq": dict(block_n=bn, num_stages=st_q), "dkdv": dict(block_m=bm, num_stages=st_k, walk=1)}
     assert _route(q, k, v) == want == _route(q, k, v, causal=True, window_right=0)
     assert _route(*_inputs(d=64)[:3]) and _route(*_inputs(dtype=torch.float16)[:3])
-    for over in (dict(window_left=8), dict(window_right=4), dict(softcap=30.0), dict(varlen=True), dict(fp8=True),
+    for over in (dict(window_left=8), dict(window_right=4), dict(varlen=True), dict(fp8=True),
                  dict(atomic=True), dict(sm_major=8), dict(sm_major=10), dict(sm_major=None)):
         assert _route(q, k, v, **over) == {}, over
+    assert _route(*_inputs(d=64)[:3], softcap=30.0) == {}  # (a cap at a head dim BWD_GLUON_SOFTCAP does not list)
     assert _route(*_inputs(d=96)[:3]) == {} and _route(q.float(), k.float(), v.float()) == {}
     mq, mk, mv, mdo, *_ = _mla_inputs()  # MLA: both kernels at the tried configs at any length
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, atomic=False,
