@@ -488,6 +488,37 @@ FWD_PERSISTENT_BALANCE_MARGIN: float | None = 0.05
 FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int | None, dict]]] = {
     (64, 64): {(False, False): (4096, None, dict(block_n=128, num_stages=4, consumers=3, overlap=False)),
                (False, True): (8192, None, dict(block_n=128, num_stages=3, consumers=3, overlap=False))}}
+#: (q / k head dim, v head dim) -> {(GQA / MQA, causal): (shortest, fill)}: below its :data:`FWD_GLUON_WS_CELLS`
+#: cell's shortest length, down to ``shortest``, a call whose one-program-a-tile grid (64 x consumers query rows a
+#: tile) fills the GPU's waves to at least ``fill`` (:func:`wave_fill`) takes the cell's launch anyway. Session 51's
+#: A/B of hd 64's non-causal cell from 2k (above): MHA B2 H12, 264 tiles of 192 rows, two full waves of 132 SMs,
+#: 1.114-1.131x; H16's 352 (fill 0.89) and H32's 704 (0.89) 0.96x, GQA 32/8 (0.89) 0.96x, MQA 16/1 (0.89) 0.97x.
+#: The one shape that gained is the one whose Gluon grid leaves no partial wave. Built in session 56 on the CPU, not
+#: measured; empty: off. Switch for the A/B:
+#: ``{(64, 64): {(False, False): (2048, 0.97)}}`` (the MHA non-causal cell, the only one measured gaining).
+#: Prediction: the attention-layers table's two MHA B2 H12 2k hd 64 forwards (fused and separate q / k / v)
+#: 1.10-1.13x (0.072 -> ~0.064 ms, cuDNN's 0.064), B4 H12 2k (528 tiles, four waves) 1.05-1.15x, H16 unchanged.
+FWD_GLUON_WS_WAVE_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, float]]] = {}
+
+
+def wave_fill(tiles: int, programs: int) -> float:
+    """The share of whole waves a one-program-a-tile grid keeps busy: ``tiles`` over the waves of ``programs``
+    (SMs) it takes, rounded up (1.0: every wave full; 264 tiles on 132 SMs: 1.0; 352: 0.89)."""
+    if tiles <= 0 or programs <= 0:
+        raise ValueError(f"wave_fill needs positive tiles and programs, got {tiles} and {programs}")
+    return tiles / (-(-tiles // programs) * programs)
+
+
+def _wave_cell(dims: tuple[int, int], key: tuple[bool, bool], q, seqlen: int, cell) -> bool:
+    """Whether :data:`FWD_GLUON_WS_WAVE_CELLS` gives this call below its cell's shortest length the cell's launch."""
+    rule = FWD_GLUON_WS_WAVE_CELLS.get(dims, {}).get(key)
+    if rule is None or not rule[0] <= seqlen < cell[0]:
+        return False
+    rows = 64 * cell[2].get("consumers", 2)
+    tiles = -(-q.shape[1] // rows) * q.shape[0] * q.shape[2]
+    return wave_fill(tiles, tensor_sm_count(q) if q.is_cuda else H100_SMS) >= rule[1]  # (tests: CPU tensors)
+
+
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
 FWD_GLUON_WS_ENV = "FLASH_ATTN_GLUON_WS"
 #: Causal calls with a sliding window on the left (Mistral's 4096, Gemma-2's local layers: query i sees keys i + Sk -
@@ -593,7 +624,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     """fp8_gluon.ws16_launch's keywords (block_n, num_stages, persistent, tile_order; consumers, overlap) the 16-bit
     warp-specialised Gluon forward runs this call with (:data:`FWD_GLUON_WS`, :data:`FWD_GLUON_WS_PERSISTENT`, or
     :data:`FWD_GLUON_WS_CELLS`), or None where the Triton forward does: those tables' head dims, both sequences at
-    least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds), an sm90 GPU (not the
+    least the mask's :data:`FWD_GLUON_WS_MIN_SEQLEN` long (or within the cell's bounds, or filling the GPU's waves
+    below them: :data:`FWD_GLUON_WS_WAVE_CELLS`), an sm90 GPU (not the
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
     then not persistent, ``window_left`` among the keywords), no softcap (head dims in :data:`FWD_GLUON_WS_SOFTCAP`:
@@ -610,8 +642,10 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         return None
     seqlen = min(q.shape[1], k.shape[1])
     if cells is not None:
-        cell = cells.get((q.shape[2] > k.shape[2], bool(causal)))
-        if cell is None or seqlen < cell[0] or (cell[1] is not None and seqlen > cell[1]):
+        key = (q.shape[2] > k.shape[2], bool(causal))
+        cell = cells.get(key)
+        if cell is None or (cell[1] is not None and seqlen > cell[1]) or (
+                seqlen < cell[0] and not _wave_cell(dims, key, q, seqlen, cell)):
             return None
     elif seqlen < FWD_GLUON_WS_MIN_SEQLEN[dims][bool(causal)]:
         return None

@@ -237,6 +237,33 @@ def test_the_cubic_share_routes_by_head_dims_and_cap_when_listed(monkeypatch):
         fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, exp2_every=3)
 
 
+def test_a_cell_takes_shorter_calls_whose_grid_fills_whole_waves_when_switched_on(monkeypatch):
+    """configs.FWD_GLUON_WS_WAVE_CELLS (session 56, empty: off): below hd 64's non-causal MHA cell's shortest length
+    (4k), down to the rule's (2k), a call takes the cell's launch when its 192-row tiles fill the SMs' waves to the
+    rule's share (configs.wave_fill; 132 SMs for CPU tensors): B2 H12 2k's 264 tiles (two full waves) and B4 H12's
+    528 (four) do, H16's 352 (0.89) does not; nor 1k, causal (a cell the rule does not name) or GQA (no cell at hd
+    64). The cell's own lengths route as before either way."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    assert configs.FWD_GLUON_WS_WAVE_CELLS == {}
+    assert configs.wave_fill(264, 132) == 1.0 and configs.wave_fill(352, 132) == pytest.approx(352 / 396)
+    assert configs.wave_fill(1, 132) == pytest.approx(1 / 132)
+    with pytest.raises(ValueError, match="positive"):
+        configs.wave_fill(0, 132)
+    def layer(b, h, s, hk=None, **kw):
+        return _route(*(torch.empty(b, s, n, 64, dtype=torch.bfloat16) for n in (h, hk or h, hk or h)), **kw)
+
+    cell = configs.FWD_GLUON_WS_CELLS[64, 64][False, False]
+    routed = dict({"persistent": False, "tile_order": "query"} | cell[2], host_desc=True)
+    assert layer(2, 12, 2048) is None and layer(2, 12, cell[0]) == routed  # (off: 2k on the Triton forward)
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_WAVE_CELLS", {(64, 64): {(False, False): (2048, 0.97)}})
+    assert layer(2, 12, 2048) == routed == layer(4, 12, 2048) == layer(2, 12, cell[0])
+    assert layer(2, 16, 2048) is None and layer(2, 12, 1024) is None  # (fill 0.89; shorter than the rule)
+    assert layer(2, 12, 2048, causal=True, window_right=0) is None  # (the causal cell: not in the rule)
+    monkeypatch.setattr(configs, "FWD_GLUON_WS_WAVE_CELLS", {(64, 64): {(False, False): (2048, 0.97),
+                                                                       (True, False): (2048, 0.97)}})
+    assert layer(2, 12, 2048, hk=4) is None  # (GQA at hd 64: no cell to take, whatever the rule names)
+
+
 def test_a_window_routes_only_when_switched_on_causal_and_one_program_a_tile(monkeypatch):
     """configs.FWD_GLUON_WS_WINDOW (built in session 50, on since session 51): off, a window keeps the Triton forward;
     on, a causal call with a window on the left takes the causal route's config, never persistent, the window among
