@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/device_show.sh STEP      (on the device machine, from the repo root)
 #
-# Steps: install | fa4a | fa4-0 .. fa4-N [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | persistent | host-floors | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
+# Steps: install | fa4a | fa4-0 .. fa4-N [STEP...] | fi-1|fi-2|fi-4 [STEP...] | flashinfer-fp8 | flashinfer-bench | flashinfer-warm | accept-flashinfer | hd256-bwd | new-gpu | fp8 | fp8-mma | fp8-overlap | desc-cost | fp8-must | fp8-bwd-ours | fp8-sweep | fp8-configs | issue17 | issue17b | cudnn-fp8 | fp8-out | correctness | accept-ours | accept-gqa | accept-fa4 | accept-pair IMPL SECONDS | trust-gpu | audit-measure | fuzz-shrink | fuzz-10m A|B | triage | triage2 | la-fix | main-job | decode | accept-decode | layers [attention-layers|models] | overhead | host-ab | route-ab | probe-whole | timeline | persistent | host-floors | pipes | launch-check | gate | gate-linear | fa-sweep | fa-sweep-rest |
 #        gluon-ws | gluon-bwd | gluon-route | fused-ordered | fused-adder | gqa-walks | linear | linear-graphs [DTYPE] | linear-kernels [64|128] | gpu-tests [fp16|bf16|fp32] | multi-gpu [DTYPE]
 # Every step installs what is missing, writes its reports under $OUT (tarred: only 8 files come
 # back) and prints a short summary last.
@@ -946,6 +946,27 @@ timeline)  # issue 16 (session 43, runbook item 1): where the SMs' time goes in 
         grep "^| timeline | [0-9]" "$log" | cut -d'|' -f3-8,10-24
     done
     tarred timeline
+    ;;
+pipes)  # issue 16 (session 56): which pipe binds the Gluon forward's softmax, read by Nsight Compute (ncu, on a
+    # Firecracker machine; gVisor has no counters) on one launch of each variant (benchmarks/pipes_probe.py; the third
+    # call, after the compile and a warm-up), with and without the cubic exp2 share that lost 0.86-0.90x in session
+    # 56; then benchmarks/pipes_table.py's table. PIPES: space-separated NAME:ARGS (ARGS: pipes_probe.py's, + for
+    # spaces); default hd 64's Gluon cell and the capped hd 128 forward, each with and without the cubic
+    setup
+    mkdir -p "$OUT/pipes"
+    command -v ncu > /dev/null || { echo "pipes: ncu not on the PATH"; exit 2; }
+    for v in ${PIPES:-hd64-e0:--shape+4,4096,32,32+--head-dim+64 hd64-e4:--shape+4,4096,32,32+--head-dim+64+--exp2-every+4 \
+               hd128cap-e0:--shape+2,4096,32,16+--causal+--softcap+50 \
+               hd128cap-e2:--shape+2,4096,32,16+--causal+--softcap+50+--exp2-every+2}; do
+        name=${v%%:*}; args=${v#*:}
+        timeout "${PIPES_SECONDS:-150}" ncu --clock-control none --kernel-name regex:_fwd_ws --launch-skip 2 \
+            --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+            --section InstructionStats --csv --page raw python3 benchmarks/pipes_probe.py ${args//+/ } \
+            > "$OUT/pipes/$name.csv" 2> "$OUT/pipes/$name.log"
+        echo "$name: ncu exit $?"; grep -h "route:\|ERR\|rror" "$OUT/pipes/$name.csv" "$OUT/pipes/$name.log" | head -n 3
+    done
+    python3 benchmarks/pipes_table.py "$OUT/pipes" | tee "$OUT/pipes/table.md"
+    tarred pipes
     ;;
 tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchmarks/tma_reduce_probe.py, built on the
     # CPU): its sums checked, then GB/s against TMA stores and per-element atomics, in an L2-sized buffer and a
