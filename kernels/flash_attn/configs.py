@@ -145,6 +145,12 @@ def tensor_sm_count(t) -> int:
     return sm_count(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
+def route_sm_count(t) -> int:
+    """The SM count a route's models assume for a call on ``t``: its device's, or the H100's for a CPU tensor (the
+    routes' CPU tests pass CPU tensors as if on an sm90 GPU)."""
+    return tensor_sm_count(t) if t.is_cuda else H100_SMS
+
+
 @functools.cache
 def device_smem_bytes(device_index: int) -> int:
     try:
@@ -506,7 +512,7 @@ def wave_fill(tiles: int, programs: int) -> float:
     (SMs) it takes, rounded up (1.0: every wave full; 264 tiles on 132 SMs: 1.0; 352: 0.89)."""
     if tiles <= 0 or programs <= 0:
         raise ValueError(f"wave_fill needs positive tiles and programs, got {tiles} and {programs}")
-    return tiles / (-(-tiles // programs) * programs)
+    return tiles / (triton.cdiv(tiles, programs) * programs)
 
 
 def _wave_cell(dims: tuple[int, int], key: tuple[bool, bool], q, seqlen: int, cell) -> bool:
@@ -514,9 +520,10 @@ def _wave_cell(dims: tuple[int, int], key: tuple[bool, bool], q, seqlen: int, ce
     rule = FWD_GLUON_WS_WAVE_CELLS.get(dims, {}).get(key)
     if rule is None or not rule[0] <= seqlen < cell[0]:
         return False
-    rows = 64 * cell[2].get("consumers", 2)
-    tiles = -(-q.shape[1] // rows) * q.shape[0] * q.shape[2]
-    return wave_fill(tiles, tensor_sm_count(q) if q.is_cuda else H100_SMS) >= rule[1]  # (tests: CPU tensors)
+    from .fp8_gluon import ws16_grid
+
+    blocks, heads = ws16_grid(q, cell[2].get("consumers", 2))  # (2: ws16_launch's default)
+    return wave_fill(blocks * heads, route_sm_count(q)) >= rule[1]
 
 
 #: ``FLASH_ATTN_GLUON_WS=0`` (read per signature's first call) keeps every forward on the Triton kernel.
@@ -662,8 +669,7 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     else:
         shape = None  # (the balance model's inputs: asked only when it may change the order)
         if causal and FWD_PERSISTENT_BALANCE_MARGIN is not None:
-            programs = tensor_sm_count(q) if q.is_cuda else H100_SMS  # (tests: CPU tensors)
-            shape = (q.shape[0], q.shape[2], k.shape[2], k.shape[1], programs)
+            shape = (q.shape[0], q.shape[2], k.shape[2], k.shape[1], route_sm_count(q))
         order = persistent_order(dims, q.shape[2] > k.shape[2], bool(causal), q.shape[1], shape)
         kw = {"block_n": cfg[0], "num_stages": cfg[1], "persistent": order is not None, "tile_order": order or "query"}
     if window:  # (the persistent kernel has no window: one program a tile)

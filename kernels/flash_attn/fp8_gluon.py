@@ -1331,6 +1331,11 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     return out, lse
 
 
+def ws16_grid(q, consumers: int) -> tuple[int, int]:
+    """The one-program-a-tile forward's grid: query tiles of 64 rows a consumer warpgroup, by batch x query heads."""
+    return (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
+
+
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
                 tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0,
                 exp2_every=0):
@@ -1358,6 +1363,6 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
                                 consumers, overlap, window_left, host_desc, softcap, exp2_every)
-        grid = (triton.cdiv(q.shape[1], 64 * consumers), q.shape[0] * q.shape[2])
+        grid = ws16_grid(q, consumers)
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF if host_desc else None)
