@@ -6,8 +6,8 @@ bottleneck to.
 
     python benchmarks/pipes_probe.py --shape 4,4096,32,32 --head-dim 64 [--causal] [--softcap 50] [--exp2-every 4]
 
-``--check`` prints the output's largest error against the FP64 oracle (harness.oracle) before the profiled calls; ``--calls``
-(default 3) forwards in all, the first of which compiles. Without a GPU it exits 2 with the reason."""
+``--check`` prints the output's largest error against the FP64 oracle (harness.oracle) before the profiled calls;
+``--calls`` (default 3) forwards in all, the first of which compiles. Without a GPU it exits 2 with the reason."""
 
 from __future__ import annotations
 
