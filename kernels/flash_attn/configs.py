@@ -499,12 +499,13 @@ FWD_GLUON_WS_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, int
 #: tile) fills the GPU's waves to at least ``fill`` (:func:`wave_fill`) takes the cell's launch anyway. Session 51's
 #: A/B of hd 64's non-causal cell from 2k (above): MHA B2 H12, 264 tiles of 192 rows, two full waves of 132 SMs,
 #: 1.114-1.131x; H16's 352 (fill 0.89) and H32's 704 (0.89) 0.96x, GQA 32/8 (0.89) 0.96x, MQA 16/1 (0.89) 0.97x.
-#: The one shape that gained is the one whose Gluon grid leaves no partial wave. Built in session 56 on the CPU, not
-#: measured; empty: off. Switch for the A/B:
-#: ``{(64, 64): {(False, False): (2048, 0.97)}}`` (the MHA non-causal cell, the only one measured gaining).
-#: Prediction: the attention-layers table's two MHA B2 H12 2k hd 64 forwards (fused and separate q / k / v)
-#: 1.10-1.13x (0.072 -> ~0.064 ms, cuDNN's 0.064), B4 H12 2k (528 tiles, four waves) 1.05-1.15x, H16 unchanged.
-FWD_GLUON_WS_WAVE_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, float]]] = {}
+#: The one shape that gained is the one whose Gluon grid leaves no partial wave. Built in session 56 (off); routed in
+#: session 57 (docs/perf/gluon-s57, H200, device time against 59c5b81): predicted B2 H12 2k 1.10-1.13x, B4 H12
+#: 1.05-1.15x, H16 1.00; measured 1.127x (0.072 -> 0.064 ms), 1.067x (0.130 -> 0.122), 0.994x (one pair each: the
+#: run's 25 s reached them last), and the attention-layers table in the same session: B2 H12 2k 0.064 ms, 1.01x cuDNN
+#: (fused q / k / v 1.04x). Only the MHA non-causal cell (the one measured gaining).
+FWD_GLUON_WS_WAVE_CELLS: dict[tuple[int, int], dict[tuple[bool, bool], tuple[int, float]]] = {
+    (64, 64): {(False, False): (2048, 0.97)}}
 
 
 def wave_fill(tiles: int, programs: int) -> float:
@@ -558,7 +559,10 @@ FWD_GLUON_WS_WINDOW = True
 #: (Triton -> Gluon with the cubic, then the cubic off -> on): B2 H32/16 4k causal cap 50 (Gemma-2-27B's global
 #: layers; persistent, the balance model's order) 0.832 -> 0.637 ms, ~1.31x; its local layers (8k, window 4095, one
 #: program a tile) 1.222 -> 0.897 ms, ~1.36x; B2 H16 2k non-causal cap 30 0.206 -> 0.159 ms, ~1.30x. Routed at hd
-#: 128. MLA's and hd 64's capped kernels not timed.
+#: 128. Session 57's same-call pairs of that route against 59c5b81 (the Triton capped forward; docs/perf/gluon-s57,
+#: three pairs, 12 / 12 persistent GPU tests pass): B2 H32/16 4k causal cap 50 1.264-1.296x (0.846 -> 0.666 ms);
+#: session 54's MHA row, B2 H16 4k causal cap 50, 1.253-1.270x (0.438 -> 0.347: no longer the 0.97x of the exp2 form's
+#: days; not restricted to GQA); B2 H16 2k cap 30 1.292-1.302x. MLA's and hd 64's capped kernels not timed.
 FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(128, 128), (256, 256)})
 #: (q / k head dim, v head dim, capped) -> the 16-bit Gluon forward's ``exp2_every`` (fp8_gluon.EXP2_EVERY_CHOICES):
 #: one of that many of the softmax's exponentials (in blocks no row masks) by a cubic on the FMA pipe instead of the
