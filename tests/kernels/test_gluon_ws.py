@@ -239,10 +239,10 @@ def test_the_cubic_share_routes_by_head_dims_and_cap_when_listed(monkeypatch):
 
 def test_a_cell_takes_shorter_calls_whose_grid_fills_whole_waves(monkeypatch):
     """configs.FWD_GLUON_WS_WAVE_CELLS (built in session 56, routed in session 57): below hd 64's non-causal MHA
-    cell's shortest length (4k), down to the rule's (2k), a call takes the cell's launch when its 192-row tiles fill the SMs' waves to the
-    rule's share (configs.wave_fill; 132 SMs for CPU tensors): B2 H12 2k's 264 tiles (two full waves) and B4 H12's
-    528 (four) do, H16's 352 (0.89) does not; nor 1k, causal (a cell the rule does not name) or GQA (no cell at hd
-    64). The cell's own lengths route as before either way."""
+    cell's shortest length (4k), down to the rule's (2k), a call takes the cell's launch when its 192-row tiles fill
+    the SMs' waves to the rule's share (configs.wave_fill; 132 SMs for CPU tensors): B2 H12 2k's 264 tiles (two full
+    waves) and B4 H12's 528 (four) do, H16's 352 (0.89) does not; nor 1k, causal (a cell the rule does not name) or
+    GQA (no cell at hd 64). The cell's own lengths route as before either way; emptied, 2k stays on Triton."""
     monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
     assert configs.FWD_GLUON_WS_WAVE_CELLS == {(64, 64): {(False, False): (2048, 0.97)}}
     assert configs.wave_fill(264, 132) == 1.0 and configs.wave_fill(352, 132) == pytest.approx(352 / 396)
