@@ -203,6 +203,8 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "tanh": len(re.findall(r"tanh\.approx\.f32", ptx)),
             # the exponentials the forward's EXP2_EVERY moves to a cubic on the FMA pipe (one per element)
             "exp2_cubic": ptx.count(EXP2_CUBIC[0]),
+            # float-to-integer and rounding conversions: the XU pipe's, as ex2 and tanh are (ncu, session 57)
+            "xu_cvt": len(re.findall(r"cvt\.r[mnpz]i\.", ptx)),
             "ptx": ptx}
 
 

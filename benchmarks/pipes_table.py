@@ -1,11 +1,13 @@
 """One table from the CSVs `device_show.sh pipes` writes (`ncu --csv --page raw`, one profiled kernel launch a
-file): for each file, the kernel's duration, the issue slots' busy share, every pipe's utilisation (instructions
-executed and cycles active, % of the sustained peak, largest first) and the largest warp-stall reasons.
+file): for each file, the kernel's duration, the issue slots' busy share, the XU pipe's work, every pipe's
+utilisation (instructions executed and cycles active, % of the sustained peak, largest first) and the largest
+warp-stall reasons.
 
     python benchmarks/pipes_table.py DIR          (every *.csv in DIR, by name)
 
 A pipe near 100% (or the issue slots) is the bound; a change that moves work off one pipe helps only if another
-does not then bind (session 56: the cubic share moved exponentials from MUFU, ncu's "xu", to "fma")."""
+does not then bind (session 56: the cubic share meant to move exponentials from MUFU, ncu's "xu", to "fma"; session
+57 read its XU work up a quarter: its floor's two conversions ran on XU too)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,18 @@ import sys
 from pathlib import Path
 
 PIPE = re.compile(r"^sm__(?:inst_executed_pipe_(\w+?)|pipe_(\w+?)_cycles_active)\.avg\.pct_of_peak_sustained_active$")
+#: warp-stall reasons, in the forms ncu versions write (session 57's H200: warps stalled per issue slot, ".ratio");
+#: "selected" is the warp that issued, not a stall
 STALL = re.compile(r"^smsp__average_warp_latency_issue_stalled_(\w+)\.ratio$|"
-                   r"^smsp__warp_issue_stalled_(\w+)_per_warp_active\.pct$")
-ISSUE = "sm__inst_issued.avg.pct_of_peak_sustained_active"
+                   r"^smsp__warp_issue_stalled_(\w+)_per_warp_active\.pct$|"
+                   r"^smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
+#: the issue slots' busy share, first present (session 57's H200 wrote only the "elapsed" forms)
+ISSUE = ("sm__inst_issued.avg.pct_of_peak_sustained_active", "sm__issue_active.avg.pct_of_peak_sustained_active",
+         "sm__inst_issued.avg.pct_of_peak_sustained_elapsed")
+XU = "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
 DURATION = "gpu__time_duration.sum"
+#: a duration unit -> microseconds
+_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
 
 
 def _number(text: str) -> float | None:
@@ -45,15 +55,21 @@ def read(path: Path) -> dict[str, tuple[float, str]]:
 
 
 def summarise(metrics: dict[str, tuple[float, str]], pipes: int = 6, stalls: int = 4) -> dict[str, str]:
-    """A table row: duration, issue slots busy, the top ``pipes`` pipe readings and top ``stalls`` stall reasons."""
+    """A table row: duration, issue slots busy, the XU pipe's work (its share of the peak times the duration, in
+    microseconds: comparable across variants of one shape where the shares alone are not, as the durations differ),
+    the top ``pipes`` pipe readings and top ``stalls`` stall reasons."""
     pipe = sorted(((v, f"inst {m.group(1)}" if m.group(1) else f"cycles {m.group(2)}")
                    for name, (v, _) in metrics.items() if (m := PIPE.match(name))), reverse=True)
-    stall = sorted(((v, m.group(1) or m.group(2)) for name, (v, _) in metrics.items() if (m := STALL.match(name))),
+    stall = sorted(((v, reason) for name, (v, _) in metrics.items()
+                    if (m := STALL.match(name)) and (reason := next(g for g in m.groups() if g)) != "selected"),
                    reverse=True)
     duration = metrics.get(DURATION)
+    issue = next((metrics[k][0] for k in ISSUE if k in metrics), None)
+    us = duration[0] * _US[duration[1]] if duration and duration[1] in _US else None
     return {
         "duration": f"{duration[0]:g} {duration[1]}" if duration else "-",
-        "issue busy %": f"{metrics[ISSUE][0]:.1f}" if ISSUE in metrics else "-",
+        "issue busy %": f"{issue:.1f}" if issue is not None else "-",
+        "xu work us": f"{metrics[XU][0] / 100 * us:.1f}" if XU in metrics and us is not None else "-",
         "pipes (% of peak)": ", ".join(f"{name} {v:.1f}" for v, name in pipe[:pipes]) or "-",
         "stalls": ", ".join(f"{name} {v:.2f}" for v, name in stall[:stalls]) or "-",
     }
@@ -68,7 +84,7 @@ def main(argv=None) -> int:
     if not files:
         print(f"pipes_table: no .csv in {argv[0]}", file=sys.stderr)
         return 2
-    cols = ["duration", "issue busy %", "pipes (% of peak)", "stalls"]
+    cols = ["duration", "issue busy %", "xu work us", "pipes (% of peak)", "stalls"]
     print("| variant | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     status = 0

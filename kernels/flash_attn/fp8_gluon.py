@@ -152,6 +152,9 @@ def _tanh_approx(x):
 #: ex2.approx: ~2^-22): (c3, c2, c1) as PTX fp32 literals. flash-attn 4 evaluates a cubic for part of its
 #: exponentials on the FMA pipe, beside the 16-a-cycle MUFU unit.
 EXP2_CUBIC = ("0f3DA057CC", "0f3E67C34B", "0f3F320434")
+#: 1.5 * 2^23 as a PTX fp32 literal: added to x in [-126, 0] rounding down, a float whose integer part is 1.5 * 2^23 +
+#: floor(x) exactly (the units place at 2^23) and whose low mantissa bits are floor(x), all on the FMA and ALU pipes
+EXP2_ROUND_MAGIC = "0f4B400000"
 #: the forward's ``EXP2_EVERY`` choices: one exponential in this many by the cubic, the rest by ex2.approx
 EXP2_EVERY_CHOICES = (2, 4)
 
@@ -159,15 +162,20 @@ EXP2_EVERY_CHOICES = (2, 4)
 @gluon.constexpr_function
 def _exp2_mixed_asm(every: int) -> str:
     """The PTX of :func:`_exp2_mixed`: elements 0 .. every - 2 of each pack by ex2.approx.ftz (as gl.exp2), the last
-    by :data:`EXP2_CUBIC` (x clamped at -126: its 2^-126, not 0, below; inputs x <= 0), 2^n added in the exponent."""
+    by :data:`EXP2_CUBIC` (x clamped at -126: its 2^-126, not 0, below; inputs x <= 0), 2^n added in the exponent.
+    The floor n is :data:`EXP2_ROUND_MAGIC` + x rounded down (an FADD.RM: 1.5 * 2^23 + n, its low bits n in two's
+    complement, so its bits shifted left by 23 are n's exponent field); session 56's form took it by cvt.rmi and
+    cvt.rzi, two conversions on the same XU pipe as ex2, which raised that pipe's work by a quarter (ncu, session 57)
+    where the cubic was to lower it."""
     c3, c2, c1 = EXP2_CUBIC
     lines = [f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(every - 1)]
     last, arg = every - 1, 2 * every - 1
-    lines += ["{", ".reg .f32 x, fl, f, p;", ".reg .s32 n;", ".reg .b32 pb;",
-              f"max.ftz.f32 x, ${arg}, 0fC2FC0000;", "cvt.rmi.ftz.f32.f32 fl, x;", "sub.ftz.f32 f, x, fl;",
+    lines += ["{", ".reg .f32 x, t, fl, f, p;", ".reg .b32 n, pb;",
+              f"max.ftz.f32 x, ${arg}, 0fC2FC0000;", f"add.rm.ftz.f32 t, x, {EXP2_ROUND_MAGIC};",
+              f"sub.ftz.f32 fl, t, {EXP2_ROUND_MAGIC};", "sub.ftz.f32 f, x, fl;",
               f"fma.rn.ftz.f32 p, f, {c3}, {c2};", f"fma.rn.ftz.f32 p, p, f, {c1};",
               "fma.rn.ftz.f32 p, p, f, 0f3F800000;",
-              "cvt.rzi.s32.f32 n, fl;", "shl.b32 n, n, 23;", "mov.b32 pb, p;", f"add.s32 ${last}, pb, n;", "}"]
+              "mov.b32 n, t;", "shl.b32 n, n, 23;", "mov.b32 pb, p;", f"add.s32 ${last}, pb, n;", "}"]
     return "\n".join(lines)
 
 

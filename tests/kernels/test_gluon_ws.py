@@ -116,14 +116,16 @@ def test_the_cubic_takes_a_share_of_the_exponentials_and_nothing_else(compiled):
     """``EXP2_EVERY`` (fp8_gluon._exp2_mixed; session 55; lost in session 56, not routed) beside its twins
     (:data:`EXP2_TWINS`): the same partitions' registers, wgmmas, waits, spills and shared memory; each cubic replaces
     one ex2 of the unmasked blocks' softmax, one in 4 or one in 2 of them (twice as many at 2 as at 4), tanh
-    untouched."""
+    untouched, and no rounding or float-to-integer conversion added (those run on the XU pipe with ex2: session 56's
+    cvt.rmi / cvt.rzi floor raised that pipe's work, ncu in session 57)."""
     assert set(n for shares in EXP2_TWINS.values() for n in shares) == set(fp8_gluon.EXP2_EVERY_CHOICES)
     for spec, shares in EXP2_TWINS.items():
         plain = compiled[spec]
         moved = {}
         for n in shares:
             cubic = compiled[f"{spec}@e{n}"]
-            for key in ("setmaxnreg", "wgmma", "wait_one_pending", "serialized", "spill", "smem", "tanh", "fdiv"):
+            for key in ("setmaxnreg", "wgmma", "wait_one_pending", "serialized", "spill", "smem", "tanh", "fdiv",
+                        "xu_cvt"):
                 assert plain[key] == cubic[key], (spec, n, key)
             assert plain["exp2_cubic"] == 0 < cubic["exp2_cubic"] == plain["ex2"] - cubic["ex2"], (spec, n)
             moved[n] = cubic["exp2_cubic"]
@@ -131,21 +133,27 @@ def test_the_cubic_takes_a_share_of_the_exponentials_and_nothing_else(compiled):
 
 
 def test_the_cubic_is_2_to_the_x_within_its_stated_error():
-    """fp8_gluon.EXP2_CUBIC evaluated as the kernel's PTX does (x clamped at -126, floor, Horner in fp32 fmas, 2^n
-    added in the exponent): relative error at most 1.2e-4 against exact 2^x over x in [-126, 0] (bf16's P rounds at
+    """fp8_gluon.EXP2_CUBIC evaluated as the kernel's PTX does (x clamped at -126; t = 1.5 * 2^23 + x rounded down,
+    its floor 1.5 * 2^23 + n; f = x - n; Horner in fp32 fmas; t's bits shifted left by 23 added to p's: 2^n in the
+    exponent): relative error at most 1.2e-4 against exact 2^x over x in [-126, 0] (bf16's P rounds at
     2^-9), 1 at x = 0 and exact powers of two at the integers; and the refusals of other shares."""
     import numpy as np
 
     c3, c2, c1 = (np.array([int(c[2:], 16)], dtype=np.uint32).view(np.float32)[0] for c in fp8_gluon.EXP2_CUBIC)
     x = np.concatenate([-np.random.default_rng(0).uniform(0, 126, 200_000), -np.arange(0, 127)]).astype(np.float32)
-    fl = np.floor(np.maximum(x, np.float32(-126))).astype(np.float32)
-    f = (x - fl).astype(np.float32)
+    xc = np.maximum(x, np.float32(-126))
+    magic = np.array([int(fp8_gluon.EXP2_ROUND_MAGIC[2:], 16)], dtype=np.uint32).view(np.float32)[0]
+    assert magic == 1.5 * 2**23
+    t = (np.float64(magic) + np.floor(xc.astype(np.float64))).astype(np.float32)  # (add.rm: exact at 1.5 * 2^23)
+    fl = (t - magic).astype(np.float32)
+    f = (xc - fl).astype(np.float32)
+    assert np.array_equal(fl, np.floor(xc)) and f.min() >= 0 and f.max() < 1
 
     def fma(a, b, c):
         return (a.astype(np.float64) * np.float64(b) + np.float64(c)).astype(np.float32)
 
     p = fma(fma(fma(f, c3, c2), f, c1), f, 1.0)
-    got = (p.view(np.int32) + (fl.astype(np.int32) << 23)).view(np.float32).astype(np.float64)
+    got = (p.view(np.uint32) + (t.view(np.uint32) << np.uint32(23))).view(np.float32).astype(np.float64)
     assert np.abs(got / np.exp2(x.astype(np.float64)) - 1).max() < 1.2e-4
     assert np.array_equal(got[-127:], np.exp2(x[-127:].astype(np.float64)))  # (the integers: p(0) = 1 exactly)
     for bad in (1, 3, 8):

@@ -47,6 +47,26 @@ def test_the_table_reads_pipes_issue_slots_and_stalls_largest_first(tmp_path):
     assert pipes_table.summarise({})["pipes (% of peak)"] == "-"
 
 
+#: the forms session 57's H200 (ncu on a Firecracker machine) wrote: issue slots and stalls per issue slot "elapsed"
+H200_METRICS = {
+    "gpu__time_duration.sum": ("nsecond", "629,664"),
+    "sm__inst_issued.avg.pct_of_peak_sustained_elapsed": ("%", "29.92"),
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": ("%", "51.23"),
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": ("%", "50.23"),
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": ("inst", "2.83"),
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": ("inst", "2.18"),
+    "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio": ("inst", "1.00"),
+}
+
+
+def test_the_table_reads_the_forms_an_h200s_ncu_writes_and_the_xu_pipes_work(tmp_path):
+    row = pipes_table.summarise(pipes_table.read(_csv(tmp_path / "hd128cap-e0.csv", H200_METRICS)))
+    assert row["issue busy %"] == "29.9" and row["duration"] == "629664 nsecond"
+    assert row["xu work us"] == "322.6"  # (51.23% of 629.664 us)
+    assert row["stalls"] == "barrier 2.83, wait 2.18"  # ("selected": the warp that issued, not a stall)
+    assert pipes_table.summarise(pipes_table.read(_csv(tmp_path / "a.csv")))["xu work us"] == "1092.5"  # (88.5%)
+
+
 def test_the_table_prints_a_row_a_file_and_flags_an_unreadable_one(tmp_path, capsys):
     _csv(tmp_path / "a-hd64-e0.csv")
     _csv(tmp_path / "b-hd64-e4.csv", prof_lines=False)
@@ -54,7 +74,7 @@ def test_the_table_prints_a_row_a_file_and_flags_an_unreadable_one(tmp_path, cap
     assert pipes_table.main([str(tmp_path)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| variant | duration |") and len(out) == 5
-    assert out[2].startswith("| a-hd64-e0 | 1234.5 usecond | 71.2 | inst xu 88.5")
+    assert out[2].startswith("| a-hd64-e0 | 1234.5 usecond | 71.2 | 1092.5 | inst xu 88.5")
     assert out[3].startswith("| b-hd64-e4 |") and "unreadable" in out[4]
     assert pipes_table.main([str(tmp_path / "missing")]) == 2
     empty = tmp_path / "empty"
