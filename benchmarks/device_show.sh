@@ -462,7 +462,9 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
     # .whl): this tree's harness/ and benchmarks/ measure every tree (each old kernels/ beside them in
     # /tmp/ab-NAME), runs alternating new, old trees, HOST_AB_PAIRS times (default 2), pinned configs (the launch
     # path does not depend on the tile), then host_ab.py's table. The backward cases run the default route
-    # (deterministic: split); FLASH_ATTN_BWD=fused in the environment puts every tree's on the fused route
+    # (deterministic: split); FLASH_ATTN_BWD=fused in the environment puts every tree's on the fused route.
+    # HOST_AB_BACKENDS / HOST_AB_CASES / HOST_AB_MODES narrow each run (host_overhead.py's --backends / --cases /
+    # --modes; defaults: the three in-repo kernels, its cases, both modes)
     setup
     trees=""
     for d in .old .old-*; do
@@ -478,7 +480,9 @@ host-ab)  # issue 16: host time of this tree's kernels against earlier commits',
             if [ $((SECONDS - start)) -gt 400 ]; then echo "host-ab: $side-$i not started (time)"; continue; fi
             root=$PWD; [ "$side" = new ] || root=/tmp/ab-$side
             (cd "$root" && FLASH_ATTN_AUTOTUNE=0 KERNELS_LINEAR_ATTN_AUTOTUNE=0 timeout 150 python3 benchmarks/host_overhead.py \
-                --backends triton_fa,triton_la_chunk,triton_decode --out "$OUT/host-ab/$side-$i") > "$OUT/host-ab/$side-$i.log" 2>&1
+                --backends "${HOST_AB_BACKENDS:-triton_fa,triton_la_chunk,triton_decode}" \
+                ${HOST_AB_CASES:+--cases "$HOST_AB_CASES"} ${HOST_AB_MODES:+--modes "$HOST_AB_MODES"} \
+                --out "$OUT/host-ab/$side-$i") > "$OUT/host-ab/$side-$i.log" 2>&1
             echo "$side-$i exit $?" >> "$OUT/host-ab/$side-$i.log"
         done
     done

@@ -27,7 +27,8 @@ them): its consumers issue without taking turns, its ``turns=False``; @x1 (any o
 stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one program an SM over the tiles, its
 ``persistent``; @p2: the same in the heavy-first tile order, its ``persistent="heavy"``; @hd: its TMA descriptors
 made on the host, its ``host_desc``; @w1 (causal, not fused or persistent): a sliding window on the left, its
-``window_left``; @sc (bwd16 / bwdw16 with FUSED 0): scores softcapped at 50, its ``softcap``; e.g. bwdf16:128,64,2,1@m1,
+``window_left``; @sc (bwd16 / bwdw16 with FUSED 0): scores softcapped at 50, its ``softcap``; @s2 (the same two): a
+group split of 2 summed in the kernel, its ``split_sum``; e.g. bwdf16:128,64,2,1@m1,
 several as @m1@u1), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1][@sc] for its dQ kernel (@p1 / @p2:
 persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores), and
@@ -117,7 +118,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                         adder: bool = False, walk: int = 0, halves: bool | None = None,
                         mask_every_tile: bool = False, dq_unscaled: bool = False, ds_smem: bool = False,
                         turns: bool = True, timeline: bool = False, persistent: bool | str = False,
-                        host_desc: bool = False, window: bool = False, softcap: bool = False) -> dict:
+                        host_desc: bool = False, window: bool = False, softcap: bool = False,
+                        split_sum: bool = False) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
@@ -125,7 +127,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     ``turns``: bwd_gluon.dkdv_arguments'; ``timeline``: its ``times`` (the probes' timeline stamps); ``persistent``: one
     program an SM over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host; ``window``: a
     causal call's sliding window on the left (its ``window_left``); ``softcap``: scores capped at 50 (its
-    ``softcap``; not the fused variants)."""
+    ``softcap``; not the fused variants); ``split_sum``: a group split of 2 summed in the kernel (its ``split_sum``;
+    fp32 partials; not the fused variants)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -138,7 +141,12 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     lse, delta = (torch.empty(b, hk * group, s) for _ in range(2))
     dq_acc = torch.empty(q.shape) if fused or ordered or adder else None
     sem = bwd_gluon.order_counters(q, block_m) if ordered else None
-    call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages, dq_acc=dq_acc,
+    split, sums = 1, None
+    if split_sum:  # (the partials fp32, [2, *k.shape]; the gradients k's / v's)
+        split, sums = 2, (torch.zeros(bwd_gluon.split_counter_count(k), dtype=torch.int32), dk, dv)
+        dk, dv = torch.empty(2, *k.shape), torch.empty(2, *v.shape)
+    call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, dk, dv, 0.125, causal, block_m, stages, split=split,
+                                    split_sum=sums, dq_acc=dq_acc,
                                     dq_order=sem, dq_adder=adder, walk=walk, halves=halves,
                                     mask_every_tile=mask_every_tile, dq_unscaled=dq_unscaled, ds_smem=ds_smem,
                                     turns=turns, times=bwd_gluon.timeline_buffer(k) if timeline else None,
@@ -205,6 +213,8 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "exp2_cubic": ptx.count(EXP2_CUBIC[0]),
             # float-to-integer and rounding conversions: the XU pipe's, as ex2 and tanh are (ncu, session 57)
             "xu_cvt": len(re.findall(r"cvt\.r[mnpz]i\.", ptx)),
+            # gpu-scope acquire-release counts (the dK / dV kernel's in-kernel split sum) and L2-only loads
+            "atom_acq_rel": len(re.findall(r"atom\.acq_rel\.gpu", ptx)), "ld_cg": len(re.findall(r"ld\.global\.cg", ptx)),
             "ptx": ptx}
 
 
@@ -216,12 +226,13 @@ def _head_dims(spec: str) -> tuple[int, int | None, list[int]]:
 
 
 def _dkdv_options(spec: str, options: list[str]) -> dict:
-    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1 / p2, hd, w1, sc) as compile_bwd16_sm90a's
+    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1 / p2, hd, w1, sc, s2) as compile_bwd16_sm90a's
     keywords."""
     known = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
              "u1": dict(dq_unscaled=True), "d1": dict(ds_smem=True), "t0": dict(turns=False),
              "x1": dict(timeline=True), "p1": dict(persistent=True), "p2": dict(persistent="heavy"),
-             "hd": dict(host_desc=True), "w1": dict(window=True), "sc": dict(softcap=True)}
+             "hd": dict(host_desc=True), "w1": dict(window=True), "sc": dict(softcap=True),
+             "s2": dict(split_sum=True)}
     if any(o not in known for o in options):
         raise SystemExit(f"spec {spec}: options after @ are {', '.join(known)}")
     return {key: value for o in options for key, value in known[o].items()}

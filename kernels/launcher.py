@@ -255,6 +255,26 @@ def workspace(like: torch.Tensor, nbytes: int) -> torch.Tensor:
     return buf
 
 
+_COUNTERS = threading.local()
+
+
+def counters(like: torch.Tensor, n: int) -> torch.Tensor:
+    """At least ``n`` int32 counters on ``like``'s device, zero at rest: a kernel that counts in them sets each one it
+    used back to 0 before it ends (the flash backward's dK / dV kernel summing its group split), so the next call on
+    the stream finds them zero without a memset launch. Kept as :func:`workspace` is (per thread, device and stream;
+    a larger ``n`` takes a new zeroed buffer); while a CUDA graph is captured, fresh zeros (the graph's own)."""
+    if like.is_cuda and _capturing():
+        return torch.zeros(n, dtype=torch.int32, device=like.device)
+    index = like.get_device()
+    key = (index, current_stream(index) if like.is_cuda else None)
+    kept = _COUNTERS.__dict__
+    buf = kept.get(key)
+    if buf is None or buf.numel() < n:
+        buf = kept[key] = torch.zeros(max(n, 2 * buf.numel() if buf is not None else 0), dtype=torch.int32,
+                                      device=like.device)
+    return buf
+
+
 def scratch_layout(numels) -> tuple[list[int], int]:
     """Byte offsets of fp32 arrays of ``numels`` elements laid out one after another in a workspace, each at a
     multiple of :data:`SCRATCH_ALIGN`, and the bytes they take."""

@@ -771,8 +771,12 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         split = max(1, min(int(split), hq // hk))
         replays = None
         layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
+        # the Gluon dK / dV kernel's own sum of the split (configs.BWD_GLUON_SPLIT_SUM): its zero-at-rest counters,
+        # one a (batch, kv head, 16 key rows of each 128-key block); taken where that kernel runs (_launch_bwd)
+        summed = split > 1 and fp8 is None and not varlen and d == v.shape[-1] and d in configs.BWD_GLUON_SPLIT_SUM
+        sum_counters = batch * hk * triton.cdiv(sk, 128) * 8 if summed else 0
     else:
-        atomic, split, layout, replays, counters, fused = plan
+        atomic, split, layout, replays, counters, fused, sum_counters = plan
     # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost); atomic:
     # written by _cast_dq from the fp32 buffer
     dq = torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
@@ -814,6 +818,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
                "DKsum": dk, "DVsum": dv}
     if counters:  # (unwritten: the preprocess zeroes them before the kernel counts in them)
         tensors["Sem"] = torch.empty(counters, device=q.device, dtype=torch.int32)
+    if sum_counters:  # (zero at rest: the kernel sets each back to 0)
+        tensors["Count"] = launcher.counters(q, sum_counters)
     if fp8 is not None:  # (otherwise the FP8 arguments are None: constexprs, no slot to fill per call)
         tensors.update(fp8)
     # replays in launch order: delta (the dQ kernel or the atomic mode's preprocess) before dK/dV reads it
@@ -831,7 +837,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
                            softmax_scale, causal, window_left, window_right, softcap, allow_tf32, fp8 is not None,
                            fp8_mma_order, fused)
         if launches is not None and all(x is not None for x in done.values()):
-            launches["plan"] = (atomic, split, layout, tuple(done.values()), counters, fused)
+            launches["plan"] = (atomic, split, layout, tuple(done.values()), counters, fused, sum_counters)
     return dq, dk, dv
 
 
@@ -857,6 +863,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     sob, sos, soh = _s3(out, varlen)
     sdb, sds, sdh = _s3(do, varlen)
     done = {}
+    summed = None  # (the Gluon dK / dV kernel's own sum of the split: its counters and the gradients)
     if atomic:  # no dQ kernel to fold delta into; dense, the same launch zeroes dQ's fp32 buffer
         szb, szs, szh = _s3(t["DQacc"], varlen)
         done["delta"] = launcher.launch(  # O and dO: value dims; DQacc: q's
@@ -944,8 +951,10 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
     elif "dkdv" in gluon:  # the warp-specialised Gluon dK / dV kernel (configs.BWD_GLUON), the same outputs
         from .bwd_gluon import dkdv_launch
 
+        if t.get("Count") is not None:  # (its own sum of the split: no _sum_partials launch below)
+            summed = (t["Count"], t["DKsum"], t["DVsum"])
         done["dkdv"] = dkdv_launch(q, k, v, do, lse, t["Delta"], dk_out, dv_out, softmax_scale, causal, split,
-                                   **gluon["dkdv"])
+                                   split_sum=summed, **gluon["dkdv"])
     else:
         done["dkdv"] = configs.launch(
             _bwd_dkdv_kernel, _bwd_dkdv_tuned, configs.BWD_SPACE, configs.prune_bwd,
@@ -954,7 +963,7 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                                         "QT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale",
                                         "DKDescale", "DVDescale")},
                  **dkdv_args))
-    if split > 1:
+    if split > 1 and summed is None:
         nk, nv = k.numel(), v.numel()
         grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK),)
         scaled = fp8 and t["DKsum"].dtype.itemsize == 1  # FP8 gradients: written over their descales

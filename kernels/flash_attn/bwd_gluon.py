@@ -99,12 +99,12 @@ class _BwdShape:
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
                        "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr,
                        "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr, "WINDOW": gl.constexpr,
-                       "SOFTCAP": gl.constexpr}
+                       "SOFTCAP": gl.constexpr, "SPLIT_SUM": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
                  DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
-                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False, SOFTCAP=False):
+                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False, SOFTCAP=False, SPLIT_SUM=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -127,6 +127,7 @@ class _BwdShape:
         self.PERSISTENT = gl.constexpr(PERSISTENT)
         self.WINDOW = gl.constexpr(WINDOW)
         self.SOFTCAP = gl.constexpr(SOFTCAP)
+        self.SPLIT_SUM = gl.constexpr(SPLIT_SUM)
 
 
 @builtin
@@ -587,13 +588,14 @@ def _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, window_left=0,
-                 cap_in=0.0, Times=None):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, sums=0,
+                 window_left=0, cap_in=0.0, Times=None):
     """One consumer warpgroup (:func:`_bwd_consume_tile`) over the program's tile, or with ``shape.PERSISTENT``
     over each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to j_lo unused, ``DK`` / ``DV``
     without a group part's offset), the query tiles, turns and K / V landings counted over the program's tiles, its
     timeline (``Times``) one record a tile. ``window_left``: read with ``shape.WINDOW`` only (one program a tile);
-    ``cap_in``: with ``shape.SOFTCAP`` only (:func:`_p_and_ds`)."""
+    ``cap_in``: with ``shape.SOFTCAP`` only (:func:`_p_and_ds`); ``sums``: with ``shape.SPLIT_SUM`` only
+    (:func:`_split_sum`)."""
     if shape.PERSISTENT:
         kv_free, stride_dkp, stride_dvp = tiles[5], tiles[6], tiles[7]
         it = 0
@@ -607,7 +609,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                                        stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                                        seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
                                        dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, kv_free, Times,
-                                       cap_in=cap_in)
+                                       cap_in=cap_in, sums=sums)
             i += 1
     else:
         _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta,
@@ -615,7 +617,46 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                           stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                           sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty,
                           gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times, window_left,
-                          cap_in)
+                          cap_in, sums)
+
+
+@gluon.jit
+def _arrive_warp(count):
+    """This warp's part of the group split stored: count it at ``count`` (a gpu-scope acquire-release add by lane 0
+    after the warp's barrier, so every lane's stores precede it and the last arriver sees them all) and return the
+    count before it to every lane (a shuffle, then the barrier again: the lanes' loads after lane 0's acquire)."""
+    return gl.inline_asm_elementwise(
+        "{\n\t.reg .pred lane0;\n\t.reg .u32 lane, old;\n\tmov.u32 lane, %laneid;\n\tsetp.eq.u32 lane0, lane, 0;\n\t"
+        "mov.u32 old, 0;\n\tbar.warp.sync -1;\n\t@lane0 atom.acq_rel.gpu.global.add.u32 old, [$1], 1;\n\t"
+        "shfl.sync.idx.b32 $0, old, 0, 0x1f, -1;\n\tbar.warp.sync -1;\n\t}", "=r,l", [count], dtype=gl.int32,
+        is_pure=False, pack=1)
+
+
+@gluon.jit
+def _split_sum(sums, b64, hk64, key0, r64, cols, keep, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
+               stride_dvh, seqlen_k, HEAD_DIM: gl.constexpr, G_LAYOUT: gl.constexpr):
+    """The group split's sum in the dK / dV kernel itself (``shape.SPLIT_SUM``; bwd._sum_partials' launch otherwise):
+    each warp of a consumer owns 16 of its 64 key rows (the wgmma accumulator's layout), so each warp counts its
+    stored part at ``Count`` (one int32 a (batch, kv head, 16-key rows), zero before the launch) and the warp that
+    arrives last, having seen every part's stores, adds the ``split`` partials of its 16 rows in split order (from
+    0.0, as _sum_partials: the same bits), writes dK / dV in their dtype and sets its counter back to 0 for the next
+    launch. ``sums``: (Count, DKsum, DVsum: the gradients, PK, PV: split 0's partials, split, the partials' split
+    strides, kv heads); the gradients and each split's partials share dK's / dV's strides (all contiguous)."""
+    Count, DKsum, DVsum, PK, PV, split, stride_pk, stride_pv, kv_heads = sums
+    warp = (gl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=gl.int32, is_pure=True, pack=1) // 32) % 4
+    count = Count + (b64 * kv_heads + hk64) * (gl.cdiv(seqlen_k, 128) * 8) + key0 // 16 + warp
+    if _arrive_warp(count) == split - 1:
+        at_k = b64 * stride_dkb + hk64 * stride_dkh + r64 * stride_dks + cols
+        at_v = b64 * stride_dvb + hk64 * stride_dvh + r64 * stride_dvs + cols
+        acc_k = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+        acc_v = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
+        for s in range(split):
+            s64 = s.to(gl.int64)
+            acc_k += gl.load(PK + s64 * stride_pk + at_k, mask=keep, other=0.0, cache_modifier=".cg")
+            acc_v += gl.load(PV + s64 * stride_pv + at_v, mask=keep, other=0.0, cache_modifier=".cg")
+        gl.store(DKsum + at_k, acc_k.to(DKsum.dtype.element_ty), mask=keep)
+        gl.store(DVsum + at_v, acc_v.to(DVsum.dtype.element_ty), mask=keep)
+        gl.store(count, 0)
 
 
 @gluon.jit
@@ -623,7 +664,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                       stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                       stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                       sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
-                      i, it, kv_free, Times=None, window_left=0, cap_in=0.0):
+                      i, it, kv_free, Times=None, window_left=0, cap_in=0.0, sums=0):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it``: the query tiles
     consumed before it; returns the count after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and
     dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two turns a query tile (S^T and
@@ -833,6 +874,9 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                  + gl.expand_dims(dims_b, 0), dk_b.to(DK.dtype.element_ty), mask=gl.expand_dims(rows_b < seqlen_k, 1))
     gl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + r64 * stride_dvs + gl.expand_dims(dims, 0),
              dv.to(DV.dtype.element_ty), mask=keep)
+    if shape.SPLIT_SUM:  # (the group split's partials just stored: the last of a row block's parts sums them)
+        _split_sum(sums, b64, hk64, key0, r64, gl.expand_dims(dims, 0), keep, stride_dkb, stride_dks, stride_dkh,
+                   stride_dvb, stride_dvs, stride_dvh, seqlen_k, HEAD_DIM, G_LAYOUT)
     if TIMES:
         _stamp(stamp + 3)
         _stamp(stamp + 5, True)
@@ -860,7 +904,7 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None,
                         PERSISTENT: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, DOD=None,
                         KD=None, VD=None, DQD=None, window_left=0, WINDOW: gl.constexpr = False, softcap=0.0,
-                        SOFTCAP: gl.constexpr = False):
+                        SOFTCAP: gl.constexpr = False, Count=None, DKsum=None, DVsum=None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -896,8 +940,13 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     Sq; a program's query tiles end at the last that sees one of its keys, the tiles crossing a window edge masked
     (:func:`_p_and_ds`); ``window_left`` is read only with it. ``SOFTCAP`` (not fused): the forward capped the scores
     at ``softcap`` (softcap * tanh(s * sm_scale / softcap)): P^T recomputed through the hardware's tanh, dS^T through
-    the cap's slope (:func:`_p_and_ds`, as the dQ kernel's); ``softcap`` is read only with it."""
+    the cap's slope (:func:`_p_and_ds`, as the dQ kernel's); ``softcap`` is read only with it. ``Count`` (with
+    ``group_split`` > 1, not fused, one head-dim part; the kernel's SPLIT_SUM): int32 counters, zero, one a (batch, kv
+    head, 16-key rows of each 128-key block) (:func:`split_counters`): the part that stores a row block's partials
+    last sums them into ``DKsum`` / ``DVsum`` (the gradients, contiguous) itself (:func:`_split_sum`), no sum launch
+    after."""
     TIMES: gl.constexpr = Times is not None
+    SPLIT_SUM: gl.constexpr = Count is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
         entry = Times + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)) * 20 + 8
         _stamp(entry)
@@ -976,10 +1025,12 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
 
     gl.static_assert(not QUERY_HALVES or (BLOCK_M == 128 and HEAD_DIM_B == 0), "query halves: 128-row tiles")
     gl.static_assert(not SOFTCAP or DQ_COLS == 0, "a softcap: the dK / dV kernel (not fused)")
+    gl.static_assert(not SPLIT_SUM or (DQ_COLS == 0 and HEAD_DIM_B == 0),
+                     "the group split summed in the kernel: the dK / dV kernel, one head-dim part")
     qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
                       WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES, PERSISTENT,
-                      WINDOW, SOFTCAP)
+                      WINDOW, SOFTCAP, SPLIT_SUM)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
                  group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
     gs64 = gs.to(gl.int64)
@@ -988,7 +1039,12 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar,
                     dq_desc, dq_full, dq_empty, tiles)
-    if WINDOW or TIMES or SOFTCAP:  # (only then: a partition's run-time arguments pass through shared memory)
+    if SPLIT_SUM or WINDOW or TIMES or SOFTCAP:  # (only then: a partition's run-time arguments pass through shared
+        sums = 0  # memory)
+        if SPLIT_SUM:
+            sums = (Count, DKsum, DVsum, DK, DV, group_split, stride_dkp, stride_dvp, kv_heads)
+        consume_args = consume_args + (sums, )
+    if WINDOW or TIMES or SOFTCAP:
         consume_args = consume_args + (window_left if WINDOW else 0, )
     if SOFTCAP or TIMES:
         consume_args = consume_args + (cap_in, )
@@ -1368,7 +1424,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
                    ds_smem=False, turns=True, times=None, persistent=False, host_desc=False,
-                   window_left=-1, softcap=0.0) -> dict:
+                   window_left=-1, softcap=0.0, split_sum=None) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -1397,7 +1453,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     HOST_DESC, its TMA descriptors made here (:func:`host_descriptor`) instead of by every program (q / k = v head
     dims). ``window_left`` >= 0 (causal, one program a tile, not the fused kernel): a sliding window on the left,
     the kernel's WINDOW. ``softcap`` > 0 (not the fused kernel): the forward's scores were capped, softcap *
-    tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP)."""
+    tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP). ``split_sum`` (``split`` > 1, no ``dq_acc``, q / k = v
+    head dims): (counters, dK, dV): the kernel sums the partials into the gradients itself (its ``Count``, ``DKsum``,
+    ``DVsum``: :func:`split_counters`' zeroed int32 counters, the contiguous gradients), no sum launch after."""
     if window_left >= 0 and (not causal or persistent or dq_acc is not None):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
                          "kernel (no dq_acc)")
@@ -1444,6 +1502,18 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
         second.update(PERSISTENT=persistent_order(persistent))
+    if split_sum is not None:
+        count, dk_sum, dv_sum = split_sum
+        if split < 2 or dq_acc is not None or d_b:
+            raise ValueError(f"split_sum: a group split (split > 1, got {split}) of the dK / dV kernel (no dq_acc) "
+                             f"with q / k = v head dims (got {q.shape[-1]} / {d})")
+        if count.dtype != torch.int32 or count.numel() < split_counter_count(k):
+            raise ValueError(f"split_sum: at least {split_counter_count(k)} int32 counters, got {count.numel()} "
+                             f"{count.dtype}")
+        if not all(x.is_contiguous() for x in (dk, dv, dk_sum, dv_sum)) or dk_sum.shape != k.shape or (
+                dv_sum.shape != v.shape):
+            raise ValueError("split_sum: dK / dV shaped as k / v and the partials, all contiguous")
+        second.update(Count=count, DKsum=dk_sum, DVsum=dv_sum)
     q_sl = gl.NVMMASharedLayout.get_default_for([1, block_m, 1, d], g)
     k_sl = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
     if host_desc:
@@ -1476,17 +1546,18 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
-                times=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0):
+                times=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0, split_sum=None):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
     DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either; Sem with
-    ``dq_order``). ``persistent``: min(tiles, the GPU's multiprocessors) programs (:func:`dkdv_grid`)."""
+    ``dq_order``; Count, DKsum, DVsum with ``split_sum``). ``persistent``: min(tiles, the GPU's multiprocessors)
+    programs (:func:`dkdv_grid`)."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
                             mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc,
-                            window_left, softcap)
+                            window_left, softcap, split_sum)
     grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
@@ -1498,6 +1569,18 @@ def dkdv_grid(k, split: int = 1, programs: int | None = None) -> tuple[int, int]
     many in one dimension, each walking tiles t, t + grid, ... (:func:`_persistent_tile`)."""
     blocks, units = triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split
     return (blocks, units) if programs is None else (max(1, min(blocks * units, programs)), 1)
+
+
+def split_counter_count(k) -> int:
+    """How many counters the kernel's in-kernel group-split sum (``split_sum``) counts in for ``k`` [B, Sk, Hk, D]:
+    one a (batch, kv head, 16 key rows of each 128-key block)."""
+    return k.shape[0] * k.shape[2] * triton.cdiv(k.shape[1], BLOCK_N) * (BLOCK_N // 16)
+
+
+def split_counters(k) -> torch.Tensor:
+    """The in-kernel group-split sum's counters for ``k``: :func:`kernels.launcher.counters`' (zero at rest; each
+    launch sets those it counted in back to 0)."""
+    return launcher.counters(k, split_counter_count(k))
 
 
 def order_counters(q, block_m=64) -> torch.Tensor:

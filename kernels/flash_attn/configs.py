@@ -1257,6 +1257,16 @@ BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 #: alone, same run, best of three): dK / dV 1.06x / 1.12x on Llama-3-8B (8k) / 70B (4k) causal, 1.06x on Llama-3-8B
 #: non-causal; fused 1.47x / 1.51x; MHA keeps the nested loops (flat 0.96-0.97x there).
 BWD_GLUON_FLAT_WALK = frozenset({128})
+#: q / k = v head dims whose Gluon dK / dV kernel (the split route's, bwd_gluon's ``split_sum``) sums a GQA / MQA
+#: call's group split itself: each warp of a consumer counts its 16 stored key rows in a zero-at-rest counter
+#: (launcher.counters) and the last of the split's parts to arrive adds the fp32 partials in split order (the same
+#: bits as bwd._sum_partials) and writes dK / dV, instead of the backward's third launch. Built in session 57 for the
+#: launch path's one cell over issue 16's 50 us (MQA 16/1 hd 64 2k: 55-60 us, 7.0-8.2 replayed launches against the
+#: others' 5.5-7.4; session 56). sm_90a compile: hd 64 persistent 0 B spilled with it or without; hd 128 (flat walk)
+#: 104 -> 576 B, so hd 64 only if it goes on. Prediction: that cell's host time down one launch (~5-8 us, to the
+#: MHA cells' units), its device time within +-2% (the same reads and writes, moved into the last program of each
+#: row block). Empty: off until measured.
+BWD_GLUON_SPLIT_SUM: frozenset[int] = frozenset()
 
 
 #: Causal calls with a sliding window on the left on the split route's Gluon kernels (dK / dV and dQ, wherever

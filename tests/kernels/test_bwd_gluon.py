@@ -139,7 +139,14 @@ def compiled(tmp_path_factory):
     specs += [f"{spec}@sc" for spec in DQ_SOFTCAP_TWINS + HD256_TWINS]  # (a softcap: the twins are BWD_GLUON_TRY's)
     specs += DKDV_SOFTCAP_TWINS + [f"{spec}@sc" for spec in DKDV_SOFTCAP_TWINS]
     specs += [f"{spec},0,4" for spec in HD256_TWINS]  # (hd 256's dK / dV over a group of 4)
+    specs += SPLIT_SUM_TWINS + [f"{spec}@s2" for spec in SPLIT_SUM_TWINS]  # (the group split summed in the kernel)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
+
+
+#: the dK / dV kernel as the MQA / GQA calls at hd 64 run it (persistent, host-made descriptors, a group of 4 over
+#: the nested loops), beside it with a group split of 2 summed in the kernel (@s2, ``split_sum``;
+#: configs.BWD_GLUON_SPLIT_SUM), both masks
+SPLIT_SUM_TWINS = [f"bwdw16:64,64,2,{c},0,4,0@p1@hd" for c in (0, 1)]
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):
@@ -198,6 +205,95 @@ def test_the_persistent_kernels_do_the_same_work(compiled):
         assert 0 < persistent["smem"] - plain["smem"] <= 32, (spec, plain["smem"], persistent["smem"])
         if spec.split(":")[1].startswith("64,64,"):
             assert persistent["spill"] == 0, (spec, persistent["spill"])
+
+
+def test_the_split_summed_in_the_kernel_adds_one_count_a_warp_and_nothing_else(compiled):
+    """The dK / dV kernel summing its group split itself (``split_sum``, session 57) beside its twin: the same
+    wgmmas, partitions' registers and (none) spills, shared memory within 64 B (its arguments into the partitions);
+    each consumer counts its warps' stored rows by one gpu-scope acquire-release add (two in the kernel, none in the
+    twin) and reads the partials back from L2 (ld.global.cg: none in the twin)."""
+    for spec in SPLIT_SUM_TWINS:
+        plain, summed = compiled[spec], compiled[f"{spec}@s2"]
+        for key in ("wgmma", "setmaxnreg", "serialized", "ex2", "tma_reduce"):
+            assert plain[key] == summed[key], (spec, key)
+        assert plain["spill"] == summed["spill"] == 0, (spec, plain["spill"], summed["spill"])
+        assert 0 <= summed["smem"] - plain["smem"] <= 64, (spec, plain["smem"], summed["smem"])
+        assert (plain["atom_acq_rel"], summed["atom_acq_rel"]) == (0, 2), spec
+        assert plain["ld_cg"] == 0 < summed["ld_cg"], spec
+
+
+def test_launcher_counters_are_kept_zeroed_per_stream():
+    """kernels.launcher.counters: at least n int32 zeros, the same buffer again for the same (thread, device,
+    stream) while it is large enough (a kernel sets back what it counted), a new zeroed one when a call needs more."""
+    from kernels import launcher
+
+    like = torch.empty(1)
+    first = launcher.counters(like, 40)
+    assert first.dtype == torch.int32 and first.numel() >= 40 and not first.any()
+    assert launcher.counters(like, 10) is first
+    first[3] = 5  # (what a kernel that did not finish would leave: the next larger buffer starts from zero anyway)
+    grown = launcher.counters(like, 1000)
+    assert grown is not first and grown.numel() >= 1000 and not grown.any()
+    assert launcher.counters(like, 1000) is grown
+
+
+def test_the_in_kernel_split_sum_says_what_it_cannot_take():
+    """bwd_gluon.dkdv_arguments' ``split_sum``: a group split (split > 1) of the dK / dV kernel (not fused), q / k = v
+    head dims, enough int32 counters (split_counter_count: one a batch, kv head and 16 key rows of each 128-key
+    block), contiguous gradients shaped as k / v."""
+    q, k, v, do, lse, delta = _inputs(sq=300, sk=300, hq=8, hk=2, d=64)
+    pk, pv = torch.empty(2, *k.shape), torch.empty(2, *v.shape)
+    n = bwd_gluon.split_counter_count(k)
+    assert n == 1 * 2 * 3 * 8
+    sums = (torch.zeros(n, dtype=torch.int32), torch.empty_like(k), torch.empty_like(v))
+    call = bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, pk, pv, 0.125, False, split=2, split_sum=sums)
+    assert call["Count"] is sums[0] and call["DKsum"] is sums[1] and call["group_split"] == 2
+    for bad, match in (((sums, 1, pk), "group split"), (((sums[0][:n - 1], *sums[1:]), 2, pk), "int32 counters"),
+                       (((sums[0].long(), *sums[1:]), 2, pk), "int32 counters"),
+                       (((sums[0], sums[1].transpose(1, 2), sums[2]), 2, pk), "contiguous")):
+        with pytest.raises(ValueError, match=match):
+            bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, bad[2], pv, 0.125, False, split=bad[1],
+                                     split_sum=bad[0])
+    with pytest.raises(ValueError, match="group split"):
+        bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, pk, pv, 0.125, False, split=2, split_sum=sums,
+                                 dq_acc=torch.empty(q.shape))
+
+
+def test_the_backward_sums_the_split_in_the_gluon_kernel_only_where_listed(monkeypatch):
+    """configs.BWD_GLUON_SPLIT_SUM (session 57): a split call at a listed head dim hands the Gluon dK / dV launch
+    its counters (launcher.counters, zero) and the gradients, and launches no _sum_partials; unlisted (hd 128, or
+    the set empty) the launch gets none and the sum runs after it; unsplit calls neither. (No sm90 GPU here: the
+    route is made to see one, the Gluon launches recorded, the Triton ones logged by stand-ins.)"""
+    from kernels.flash_attn import bwd
+    from kernels.standins import cpu_replays
+
+    seen, log = [], []
+    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append((a, kw)))
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+
+    def call(hk, d, split):
+        q, k, v, do, _, _ = _inputs(sq=2048, sk=2048, hq=8, hk=hk, d=d)
+        log.clear()
+        with cpu_replays(log):
+            dq, dk, dv = bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, 8, 2048), softmax_scale=0.125,
+                                            causal=False, window_left=-1, window_right=-1, split=split)
+        (args, kw), = seen
+        seen.clear()
+        return kw.get("split_sum"), args[10], dk, dv, [name for _, name, *_ in log]
+
+    monkeypatch.setattr(configs, "BWD_GLUON_SPLIT_SUM", frozenset({64}))
+    sums, split, dk, dv, names = call(1, 64, 4)
+    assert split == 4 and sums is not None and sums[1] is dk and sums[2] is dv and "_sum_partials" not in names
+    assert sums[0].dtype == torch.int32 and sums[0].numel() >= 2048 // 16 and not sums[0].any()
+    sums, split, *_, names = call(1, 128, 4)  # (hd 128: not listed)
+    assert split == 4 and sums is None and "_sum_partials" in names
+    sums, split, *_, names = call(8, 64, None)  # (MHA: no split)
+    assert split == 1 and sums is None and "_sum_partials" not in names
+    monkeypatch.setattr(configs, "BWD_GLUON_SPLIT_SUM", frozenset())
+    sums, split, *_, names = call(2, 64, 4)
+    assert split == 4 and sums is None and "_sum_partials" in names
 
 
 #: kernels compiled with their TMA descriptors made on the device and on the host (@hd, ``host_desc``): the split
@@ -2223,3 +2319,58 @@ def test_gpu_default_fused_route_matches_oracle(sq, sk, d, causal, monkeypatch):
     again = check_against_oracle(1, sq, sk, 2, 2, d, torch.bfloat16, causal, device="cuda")
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
     interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, split", [
+    (2, 2048, 2048, 16, 1, False, None), (1, 1200, 1100, 8, 2, True, 4), (1, 1100, 1200, 8, 1, False, 3)],
+    ids=["MQA-16-1-S2048-default-split", "causal-GQA4-Sq>Sk-split4", "MQA-Sq<Sk-split3"])
+def test_gpu_split_summed_in_the_dkdv_kernel_gives_the_same_bits(b, sq, sk, hq, hk, causal, split, monkeypatch):
+    """configs.BWD_GLUON_SPLIT_SUM (session 57) at hd 64: the Gluon dK / dV kernel summing its group split itself
+    gives dQ, dK and dV bitwise the separate sum's (the same fp32 adds in split order), within twice the Triton
+    backward's error against the FP64 oracle; no _sum_partials launch; three calls in a row (the first launches,
+    the others replay) give the same bits, so each launch left its counters at zero for the next; a CUDA graph of the
+    call replayed twice gives them too. Partial key blocks (keys past the end: their rows' counts still arrive),
+    an odd split, causal."""
+    from kernels import launcher
+    from kernels.flash_attn.bwd import flash_attn_bwd
+
+    d = 64
+    q, k, v, do, out, lse, _, scale, ref, triton_ = _gpu_case(b, sq, sk, hq, hk, d, causal)
+    mask = dict(causal=causal, window_left=-1, window_right=0 if causal else -1)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(configs, "BWD_GLUON_SPLIT_SUM", frozenset())
+    plain_launches = {}
+    plain = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, split=split, launches=plain_launches, **mask)
+    names = {x.compiled.name for x in plain_launches["plan"][3]}
+    assert "_sum_partials" in names and "_bwd_dkdv_ws_kernel" in names, names  # (a split, the Gluon kernel)
+    monkeypatch.setattr(configs, "BWD_GLUON_SPLIT_SUM", frozenset({d}))
+    launches = {}
+    got = [flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, split=split, launches=launches, **mask)
+           for _ in range(3)]
+    names = {x.compiled.name for x in launches["plan"][3]}
+    assert "_sum_partials" not in names and "_bwd_dkdv_ws_kernel" in names, names
+    counters = launcher.counters(q, launches["plan"][6])
+    torch.cuda.synchronize()
+    assert not counters.any()  # (every count set back)
+    for i, grads in enumerate(got):
+        for name, x, y in zip(("dq", "dk", "dv"), grads, plain):
+            assert torch.equal(x, y), (i, name)
+    _assert_within_triton(got[0][1], triton_[1], ref.dk, "dk")
+    _assert_within_triton(got[0][2], triton_[2], ref.dv, "dv")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, split=split, launches=launches, **mask)  # warm
+        with torch.cuda.graph(graph, stream=stream):
+            captured = flash_attn_bwd(do, q, k, v, out, lse, softmax_scale=scale, split=split, launches=launches,
+                                      **mask)
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(2):
+        for x in captured[1:]:
+            x.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured[1], plain[1]) and torch.equal(captured[2], plain[2])
