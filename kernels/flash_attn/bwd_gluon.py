@@ -621,15 +621,19 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
 
 
 @gluon.jit
-def _arrive_warp(count):
+def _arrive_warp(count, last):
     """This warp's part of the group split stored: count it at ``count`` (a gpu-scope acquire-release add by lane 0
     after the warp's barrier, so every lane's stores precede it and the last arriver sees them all) and return the
-    count before it to every lane (a shuffle, then the barrier again: the lanes' loads after lane 0's acquire)."""
+    count before it to every lane (a shuffle, then the barrier again: the lanes' loads after lane 0's acquire). The
+    part that finds ``last`` there (the split less one: every other part counted) sets the counter back to 0 for the
+    next launch at once, in lane 0 (a scalar gl.store would be the partition's thread 0's alone, in its first warp:
+    session 57's first GPU run left warps 1-3's counters growing launch to launch)."""
     return gl.inline_asm_elementwise(
-        "{\n\t.reg .pred lane0;\n\t.reg .u32 lane, old;\n\tmov.u32 lane, %laneid;\n\tsetp.eq.u32 lane0, lane, 0;\n\t"
-        "mov.u32 old, 0;\n\tbar.warp.sync -1;\n\t@lane0 atom.acq_rel.gpu.global.add.u32 old, [$1], 1;\n\t"
-        "shfl.sync.idx.b32 $0, old, 0, 0x1f, -1;\n\tbar.warp.sync -1;\n\t}", "=r,l", [count], dtype=gl.int32,
-        is_pure=False, pack=1)
+        "{\n\t.reg .pred lane0, done;\n\t.reg .u32 lane, old;\n\tmov.u32 lane, %laneid;\n\t"
+        "setp.eq.u32 lane0, lane, 0;\n\tmov.u32 old, 0;\n\tbar.warp.sync -1;\n\t"
+        "@lane0 atom.acq_rel.gpu.global.add.u32 old, [$1], 1;\n\tsetp.eq.and.u32 done, old, $2, lane0;\n\t"
+        "@done st.relaxed.gpu.global.u32 [$1], 0;\n\tshfl.sync.idx.b32 $0, old, 0, 0x1f, -1;\n\t"
+        "bar.warp.sync -1;\n\t}", "=r,l,r", [count, last], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -639,13 +643,15 @@ def _split_sum(sums, b64, hk64, key0, r64, cols, keep, stride_dkb, stride_dks, s
     each warp of a consumer owns 16 of its 64 key rows (the wgmma accumulator's layout), so each warp counts its
     stored part at ``Count`` (one int32 a (batch, kv head, 16-key rows), zero before the launch) and the warp that
     arrives last, having seen every part's stores, adds the ``split`` partials of its 16 rows in split order (from
-    0.0, as _sum_partials: the same bits), writes dK / dV in their dtype and sets its counter back to 0 for the next
-    launch. ``sums``: (Count, DKsum, DVsum: the gradients, PK, PV: split 0's partials, split, the partials' split
-    strides, kv heads); the gradients and each split's partials share dK's / dV's strides (all contiguous)."""
+    0.0, as _sum_partials: the same bits) and writes dK / dV in their dtype; its counter is back at 0 for the next
+    launch (:func:`_arrive_warp`). ``sums``: (Count, DKsum, DVsum: the gradients, PK, PV: split 0's partials, split,
+    the partials' split strides, kv heads); the gradients and each split's partials share dK's / dV's strides (all
+    contiguous). Session 57 measured it 0.80-0.85x the separate sum (configs.BWD_GLUON_SPLIT_SUM): that last warp's
+    loop over the partials is latency-bound at the end of a tile."""
     Count, DKsum, DVsum, PK, PV, split, stride_pk, stride_pv, kv_heads = sums
     warp = (gl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=gl.int32, is_pure=True, pack=1) // 32) % 4
     count = Count + (b64 * kv_heads + hk64) * (gl.cdiv(seqlen_k, 128) * 8) + key0 // 16 + warp
-    if _arrive_warp(count) == split - 1:
+    if _arrive_warp(count, split - 1) == split - 1:
         at_k = b64 * stride_dkb + hk64 * stride_dkh + r64 * stride_dks + cols
         at_v = b64 * stride_dvb + hk64 * stride_dvh + r64 * stride_dvs + cols
         acc_k = gl.zeros([64, HEAD_DIM], gl.float32, layout=G_LAYOUT)
@@ -656,7 +662,6 @@ def _split_sum(sums, b64, hk64, key0, r64, cols, keep, stride_dkb, stride_dks, s
             acc_v += gl.load(PV + s64 * stride_pv + at_v, mask=keep, other=0.0, cache_modifier=".cg")
         gl.store(DKsum + at_k, acc_k.to(DKsum.dtype.element_ty), mask=keep)
         gl.store(DVsum + at_v, acc_v.to(DVsum.dtype.element_ty), mask=keep)
-        gl.store(count, 0)
 
 
 @gluon.jit

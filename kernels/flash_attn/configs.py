@@ -1262,10 +1262,14 @@ BWD_GLUON_FLAT_WALK = frozenset({128})
 #: (launcher.counters) and the last of the split's parts to arrive adds the fp32 partials in split order (the same
 #: bits as bwd._sum_partials) and writes dK / dV, instead of the backward's third launch. Built in session 57 for the
 #: launch path's one cell over issue 16's 50 us (MQA 16/1 hd 64 2k: 55-60 us, 7.0-8.2 replayed launches against the
-#: others' 5.5-7.4; session 56). sm_90a compile: hd 64 persistent 0 B spilled with it or without; hd 128 (flat walk)
-#: 104 -> 576 B, so hd 64 only if it goes on. Prediction: that cell's host time down one launch (~5-8 us, to the
-#: MHA cells' units), its device time within +-2% (the same reads and writes, moved into the last program of each
-#: row block). Empty: off until measured.
+#: others' 5.5-7.4; session 56). Prediction: that cell's host time down one launch (~5-8 us), its device time within
+#: +-2%. Measured (H200, docs/perf/gluon-s57, the whole backward through the harness against the separate sum, three
+#: pairs; its GPU tests pass: the same bits, counters back at 0 across calls and graph replays): MQA 16/1 hd 64 2k
+#: 0.839-0.849x (0.255 -> 0.301 ms), Falcon's 71/1 causal 2k 0.801-0.816x (0.411 -> 0.508); unsplit controls 1.00x.
+#: The prediction was wrong: the last part's sum is one warp's latency-bound loop over the split's partials (8 x
+#: 2 loads of 4 KB a warp, each waiting on L2) at the end of a tile, where the separate launch spreads the same reads
+#: over every SM. sm_90a compile: hd 64 persistent 40 B spilled non-causal, 160 B causal (0 B without). Not routed:
+#: the launch it saves is ~6 us of host time, the device time it costs 46-97 us. Empty.
 BWD_GLUON_SPLIT_SUM: frozenset[int] = frozenset()
 
 
