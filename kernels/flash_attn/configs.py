@@ -579,7 +579,14 @@ FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(128, 128), (256, 
 #: pairs; its 12 GPU tests pass): it loses everywhere. Capped hd 128 at 2 against the same kernel all by ex2
 #: 0.861-0.895x (B2 H32/16 4k causal 0.62-0.64 -> 0.71-0.72 ms; 8k window 0.867-0.873x; 2k non-causal 0.861-0.867x);
 #: hd 64's B4 H32 4k non-causal cell at 4 0.903x (one pair, 1.194 -> 1.323 ms). The MUFU count alone does not bound
-#: these kernels: the cubic's 9 FMA-pipe instructions an element cost more than the ex2 they replace. Empty.
+#: these kernels: the cubic's 9 FMA-pipe instructions an element cost more than the ex2 they replace. Session 57
+#: (ncu, docs/perf/gluon-s57, one launch a variant): the cubic's floor (cvt.rmi, cvt.rzi) ran on the XU pipe as ex2
+#: does, so XU's work rose a quarter (hd 64 at 4: 630 -> 777 us of XU time; capped at 2: 323 -> 396), as counted.
+#: With the floor by a round-down add (fp8_gluon.EXP2_ROUND_MAGIC) XU's work fell as counted (476 / 246 us) and the
+#: launches were still slower: hd 64 at 4 0.95x, capped hd 128 at 2 0.96x, at 4 1.00x, uncapped hd 128 causal GQA at
+#: 4 0.96x. Neither XU (51-55% of its peak) nor the tensor pipe (50-65%) nor the issue slots (30-43%) binds these
+#: kernels; the largest stalls are the consumers' barriers and fixed-latency waits: a shorter softmax chain, not
+#: fewer MUFU operations, is what would move them. Empty.
 FWD_GLUON_EXP2_EVERY: dict[tuple[int, int, bool], int] = {}
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
