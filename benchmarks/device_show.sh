@@ -955,7 +955,10 @@ pipes)  # issue 16 (session 56): which pipe binds the Gluon forward's softmax, r
     # Firecracker machine; gVisor has no counters) on one launch of each variant (benchmarks/pipes_probe.py; the third
     # call, after the compile and a warm-up), with and without the cubic exp2 share that lost 0.86-0.90x in session
     # 56; then benchmarks/pipes_table.py's table. PIPES: space-separated NAME:ARGS (ARGS: pipes_probe.py's, + for
-    # spaces); default hd 64's Gluon cell and the capped hd 128 forward, each with and without the cubic
+    # spaces); default hd 64's Gluon cell and the capped hd 128 forward, each with and without the cubic.
+    # PIPES_SOURCE=1 (session 57, not run yet): a second ncu run a variant with the SourceCounters section, its source
+    # page per SASS instruction (NAME.source.csv), then benchmarks/pipes_source.py's stalls by instruction family
+    # (named barriers, mbarrier waits, wgmma waits) and heaviest instructions
     setup
     mkdir -p "$OUT/pipes"
     command -v ncu > /dev/null || { echo "pipes: ncu not on the PATH"; exit 2; }
@@ -968,8 +971,15 @@ pipes)  # issue 16 (session 56): which pipe binds the Gluon forward's softmax, r
             --section InstructionStats --csv --page raw python3 benchmarks/pipes_probe.py ${args//+/ } \
             > "$OUT/pipes/$name.csv" 2> "$OUT/pipes/$name.log"
         echo "$name: ncu exit $?"; grep -h "route:\|ERR\|rror" "$OUT/pipes/$name.csv" "$OUT/pipes/$name.log" | head -n 3
+        if [ -n "${PIPES_SOURCE:-}" ]; then
+            timeout "${PIPES_SECONDS:-150}" ncu --clock-control none --kernel-name regex:_fwd_ws --launch-skip 2 \
+                --launch-count 1 --section SourceCounters --page source --print-source sass --csv \
+                python3 benchmarks/pipes_probe.py ${args//+/ } > "$OUT/pipes/$name.source.csv" 2>> "$OUT/pipes/$name.log"
+            echo "$name: ncu source page exit $?"
+        fi
     done
     python3 benchmarks/pipes_table.py "$OUT/pipes" | tee "$OUT/pipes/table.md"
+    if [ -n "${PIPES_SOURCE:-}" ]; then python3 benchmarks/pipes_source.py "$OUT/pipes" | tee "$OUT/pipes/source.md"; fi
     tarred pipes
     ;;
 tma-reduce)  # issue 16 (session 33): Hopper's TMA reduce-add from Gluon (benchmarks/tma_reduce_probe.py, built on the

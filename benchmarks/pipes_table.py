@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_dir():
         print("usage: pipes_table.py DIR (a folder of ncu raw CSVs)", file=sys.stderr)
         return 2
-    files = sorted(Path(argv[0]).glob("*.csv"))
+    files = sorted(p for p in Path(argv[0]).glob("*.csv") if not p.name.endswith(".source.csv"))  # (pipes_source's)
     if not files:
         print(f"pipes_table: no .csv in {argv[0]}", file=sys.stderr)
         return 2

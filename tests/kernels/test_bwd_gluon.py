@@ -147,6 +147,8 @@ def compiled(tmp_path_factory):
 #: the nested loops), beside it with a group split of 2 summed in the kernel (@s2, ``split_sum``;
 #: configs.BWD_GLUON_SPLIT_SUM), both masks
 SPLIT_SUM_TWINS = [f"bwdw16:64,64,2,{c},0,4,0@p1@hd" for c in (0, 1)]
+#: ... whose spills (sm_90a, session 57: 40 B non-causal, 160 B causal; the twins none) stay within
+SPLIT_SUM_SPILL_AT_MOST = 160
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):
@@ -167,6 +169,8 @@ def test_the_kernels_compile_with_their_partitions(compiled):
                  "bwd256": HD256_SPILL_AT_MOST}.get(kernel, 0)
         if ("@p1" in spec or "@p2" in spec) and kernel != "bwdq16":  # (the dQ kernel's: none, as one a tile)
             bound = PERSISTENT_SPILL_AT_MOST[d, block]
+        if "@s2" in spec:  # (the in-kernel split sum, not routed: its own test's bound)
+            bound = SPLIT_SUM_SPILL_AT_MOST
         assert r["spill"] <= bound, (spec, r["spill"])
         adds = kernel in ("bwdf16", "bwda16", "bwdo16") or (kernel == "bwdw16" and cfg.split("@")[0].endswith(",1"))
         assert (r["tma_reduce"] > 0) == adds, spec  # only the fused ones add dQ by TMA reduce
@@ -217,7 +221,7 @@ def test_the_split_summed_in_the_kernel_adds_one_count_a_warp_and_nothing_else(c
         plain, summed = compiled[spec], compiled[f"{spec}@s2"]
         for key in ("wgmma", "setmaxnreg", "serialized", "ex2", "tma_reduce"):
             assert plain[key] == summed[key], (spec, key)
-        assert plain["spill"] == 0 and summed["spill"] <= 160, (spec, plain["spill"], summed["spill"])
+        assert plain["spill"] == 0 and summed["spill"] <= SPLIT_SUM_SPILL_AT_MOST, (spec, summed["spill"])
         assert 0 <= summed["smem"] - plain["smem"] <= 64, (spec, plain["smem"], summed["smem"])
         assert (plain["atom_acq_rel"], summed["atom_acq_rel"]) == (0, 2), spec
         assert plain["ld_cg"] == 0 < summed["ld_cg"], spec

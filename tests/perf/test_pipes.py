@@ -1,5 +1,6 @@
-"""benchmarks/pipes_table.py (ncu's raw CSVs as one table of pipes, issue slots and stalls) and
-benchmarks/pipes_probe.py's arguments: the `device_show.sh pipes` step's two scripts, on the CPU."""
+"""benchmarks/pipes_table.py (ncu's raw CSVs as one table of pipes, issue slots and stalls), benchmarks/pipes_source.py
+(ncu's source page: stalls by SASS instruction) and benchmarks/pipes_probe.py's arguments: the `device_show.sh pipes`
+step's scripts, on the CPU."""
 
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 try:
     import pipes_probe
+    import pipes_source
     import pipes_table
 finally:
     sys.path.pop(0)
@@ -93,3 +95,48 @@ def test_the_probe_refuses_bad_arguments_and_needs_a_gpu(capsys):
     if not __import__("torch").cuda.is_available():
         assert pipes_probe.main(["--shape", "1,128,2,2"]) == 2
         assert "no CUDA device" in capsys.readouterr().err
+
+
+#: a source page as ncu writes it (session 57's guess at its columns: the two sampling names of ncu versions, one each
+#: file), SASS rows with their stall samples
+SOURCE_ROWS = [("/*0100*/", "@!P0 BAR.SYNC.DEFER_BLOCKING 0x1, 0x100 ;", "300"),
+               ("/*0110*/", "BAR.ARV 0x2, 0x100 ;", "20"),
+               ("/*0120*/", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x10], R3 ;", "150"),
+               ("/*0130*/", "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "100"),
+               ("/*0140*/", "MUFU.EX2 R4, R5 ;", "1,000"),
+               ("/*0150*/", "IADD3 R1, R2, |R3|, RZ ;", "0"),
+               ("/*0160*/", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;", "30")]
+
+
+def _source_csv(path: Path, samples_name: str) -> Path:
+    lines = ["==PROF== Connected to process 123", "route: {'block_n': 128}"]
+    lines.append(",".join(f'"{x}"' for x in ("Address", "Source", samples_name, "Instructions Executed")))
+    lines += [",".join(f'"{x}"' for x in (a, src, n, "64")) for a, src, n in SOURCE_ROWS]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("samples_name", ["Warp Stall Sampling (All Samples)", "Sampling Data (All)"])
+def test_the_source_page_reads_stalls_by_instruction_family(tmp_path, samples_name):
+    rows = pipes_source.read(_source_csv(tmp_path / "v.source.csv", samples_name))
+    assert len(rows) == len(SOURCE_ROWS) and rows[4] == ("MUFU.EX2 R4, R5 ;", 1000.0)
+    assert pipes_source.opcode(rows[0][0]) == "BAR.SYNC.DEFER_BLOCKING" and pipes_source.opcode("") == ""
+    families, heaviest = pipes_source.summarise(rows, top=3)
+    total = 1600
+    assert families[:4] == [("MUFU", 100 * 1000 / total), ("named barrier (BAR)", 100 * 320 / total),
+                            ("mbarrier (SYNCS)", 100 * 150 / total), ("wgmma wait / arrive", 100 * 100 / total)]
+    assert ("IADD3", 0.0) not in families and [i for i, _ in heaviest] == [r[1] for r in SOURCE_ROWS[4:5]] + [
+        r[1] for r in SOURCE_ROWS[0:1]] + [r[1] for r in SOURCE_ROWS[2:3]]
+
+
+def test_the_source_table_prints_a_section_a_file_and_flags_an_unreadable_one(tmp_path, capsys):
+    _source_csv(tmp_path / "a.source.csv", "Warp Stall Sampling (All Samples)")
+    (tmp_path / "b.source.csv").write_text('"Address","Source"\n"/*0*/","NOP ;"\n')  # (no sampling column)
+    _csv(tmp_path / "a.csv")  # (the raw page beside it: not this script's)
+    assert pipes_source.main([str(tmp_path), "--top", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "### a\n" in out and "| MUFU | 62.5 |" in out and "| `MUFU.EX2 R4, R5 ;` | 62.5 |" in out
+    assert "### b\n\nunreadable" in out
+    assert pipes_table.main([str(tmp_path)]) == 0  # (the raw table skips the source pages)
+    capsys.readouterr()
+    assert pipes_source.main([str(tmp_path / "missing")]) == 2
