@@ -242,17 +242,22 @@ def workspace(like: torch.Tensor, nbytes: int) -> torch.Tensor:
     """A uint8 buffer of at least ``nbytes`` on ``like``'s device for one call's scratch: this thread's kept buffer
     for the current stream, or a fresh one (above :data:`WORKSPACE_KEEP_BYTES`, or while a CUDA graph is captured).
     Keyed by the tensor's device index and the stream (``like.get_device()``: no torch.device made per call)."""
-    cuda = like.is_cuda
-    if nbytes > WORKSPACE_KEEP_BYTES or cuda and _capturing():
+    if nbytes > WORKSPACE_KEEP_BYTES or like.is_cuda and _capturing():
         return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
-    index = like.get_device()  # -1 on the CPU
-    key = (index, current_stream(index) if cuda else None)
+    key = _stream_key(like)
     kept = _WORKSPACE.__dict__
     buf = kept.get(key)
     if buf is None or buf.numel() < nbytes:
         grown = min(2 * buf.numel(), WORKSPACE_KEEP_BYTES) if buf is not None else 0  # doubling, within the limit
         buf = kept[key] = torch.empty(max(nbytes, grown), dtype=torch.uint8, device=like.device)
     return buf
+
+
+def _stream_key(like: torch.Tensor) -> tuple:
+    """The kept buffers' key: ``like``'s device index (-1 on the CPU; ``get_device()``: no torch.device made per
+    call) and, on a GPU, its current stream."""
+    index = like.get_device()
+    return index, current_stream(index) if like.is_cuda else None
 
 
 _COUNTERS = threading.local()
@@ -265,8 +270,7 @@ def counters(like: torch.Tensor, n: int) -> torch.Tensor:
     a larger ``n`` takes a new zeroed buffer); while a CUDA graph is captured, fresh zeros (the graph's own)."""
     if like.is_cuda and _capturing():
         return torch.zeros(n, dtype=torch.int32, device=like.device)
-    index = like.get_device()
-    key = (index, current_stream(index) if like.is_cuda else None)
+    key = _stream_key(like)
     kept = _COUNTERS.__dict__
     buf = kept.get(key)
     if buf is None or buf.numel() < n:

@@ -773,8 +773,11 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
         # the Gluon dK / dV kernel's own sum of the split (configs.BWD_GLUON_SPLIT_SUM): its zero-at-rest counters,
         # one a (batch, kv head, 16 key rows of each 128-key block); taken where that kernel runs (_launch_bwd)
-        summed = split > 1 and fp8 is None and not varlen and d == v.shape[-1] and d in configs.BWD_GLUON_SPLIT_SUM
-        sum_counters = batch * hk * triton.cdiv(sk, 128) * 8 if summed else 0
+        sum_counters = 0
+        if split > 1 and fp8 is None and not varlen and d == v.shape[-1] and d in configs.BWD_GLUON_SPLIT_SUM:
+            from .bwd_gluon import split_counter_count
+
+            sum_counters = split_counter_count(k)
     else:
         atomic, split, layout, replays, counters, fused, sum_counters = plan
     # dq contiguous whatever q's layout (empty_like with a memory format: half of new_empty's host cost); atomic:
