@@ -947,9 +947,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     at ``softcap`` (softcap * tanh(s * sm_scale / softcap)): P^T recomputed through the hardware's tanh, dS^T through
     the cap's slope (:func:`_p_and_ds`, as the dQ kernel's); ``softcap`` is read only with it. ``Count`` (with
     ``group_split`` > 1, not fused, one head-dim part; the kernel's SPLIT_SUM): int32 counters, zero, one a (batch, kv
-    head, 16-key rows of each 128-key block) (:func:`split_counters`): the part that stores a row block's partials
-    last sums them into ``DKsum`` / ``DVsum`` (the gradients, contiguous) itself (:func:`_split_sum`), no sum launch
-    after."""
+    head, 16-key rows of each 128-key block) (:func:`split_counter_count`): the part that stores a row block's
+    partials last sums them into ``DKsum`` / ``DVsum`` (the gradients, contiguous) itself (:func:`_split_sum`), no
+    sum launch after."""
     TIMES: gl.constexpr = Times is not None
     SPLIT_SUM: gl.constexpr = Count is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
@@ -1460,7 +1460,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     the kernel's WINDOW. ``softcap`` > 0 (not the fused kernel): the forward's scores were capped, softcap *
     tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP). ``split_sum`` (``split`` > 1, no ``dq_acc``, q / k = v
     head dims): (counters, dK, dV): the kernel sums the partials into the gradients itself (its ``Count``, ``DKsum``,
-    ``DVsum``: :func:`split_counters`' zeroed int32 counters, the contiguous gradients), no sum launch after."""
+    ``DVsum``: launcher.counters' zeroed int32 counters, :func:`split_counter_count` of them; the contiguous
+    gradients), no sum launch after."""
     if window_left >= 0 and (not causal or persistent or dq_acc is not None):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
                          "kernel (no dq_acc)")
@@ -1580,12 +1581,6 @@ def split_counter_count(k) -> int:
     """How many counters the kernel's in-kernel group-split sum (``split_sum``) counts in for ``k`` [B, Sk, Hk, D]:
     one a (batch, kv head, 16 key rows of each 128-key block)."""
     return k.shape[0] * k.shape[2] * triton.cdiv(k.shape[1], BLOCK_N) * (BLOCK_N // 16)
-
-
-def split_counters(k) -> torch.Tensor:
-    """The in-kernel group-split sum's counters for ``k``: :func:`kernels.launcher.counters`' (zero at rest; each
-    launch sets those it counted in back to 0)."""
-    return launcher.counters(k, split_counter_count(k))
 
 
 def order_counters(q, block_m=64) -> torch.Tensor:
