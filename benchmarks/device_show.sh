@@ -956,23 +956,26 @@ pipes)  # issue 16 (session 56): which pipe binds the Gluon forward's softmax, r
     # call, after the compile and a warm-up), with and without the cubic exp2 share that lost 0.86-0.90x in session
     # 56; then benchmarks/pipes_table.py's table. PIPES: space-separated NAME:ARGS (ARGS: pipes_probe.py's, + for
     # spaces); default hd 64's Gluon cell and the capped hd 128 forward, each with and without the cubic.
-    # PIPES_SOURCE=1 (session 57, not run yet): a second ncu run a variant with the SourceCounters section, its source
-    # page per SASS instruction (NAME.source.csv), then benchmarks/pipes_source.py's stalls by instruction family
-    # (named barriers, mbarrier waits, wgmma waits) and heaviest instructions
+    # PIPES_SOURCE=1 (session 57; first run in session 58): a second ncu run a variant with the SourceCounters
+    # section, its source page per SASS instruction (NAME.source.csv), then benchmarks/pipes_source.py's stalls by
+    # reason, by instruction family (named barriers, mbarrier waits, wgmma waits) and heaviest instructions. A NAME
+    # may name the kernel to profile, NAME=REGEX (default _fwd_ws): e.g. dkdv=_bwd_dkdv with pipes_probe.py's
+    # --backward
     setup
     mkdir -p "$OUT/pipes"
     command -v ncu > /dev/null || { echo "pipes: ncu not on the PATH"; exit 2; }
     for v in ${PIPES:-hd64-e0:--shape+4,4096,32,32+--head-dim+64 hd64-e4:--shape+4,4096,32,32+--head-dim+64+--exp2-every+4 \
                hd128cap-e0:--shape+2,4096,32,16+--causal+--softcap+50 \
                hd128cap-e2:--shape+2,4096,32,16+--causal+--softcap+50+--exp2-every+2}; do
-        name=${v%%:*}; args=${v#*:}
-        timeout "${PIPES_SECONDS:-150}" ncu --clock-control none --kernel-name regex:_fwd_ws --launch-skip 2 \
+        name=${v%%:*}; args=${v#*:}; kernel=_fwd_ws
+        if [[ $name == *=* ]]; then kernel=${name#*=}; name=${name%%=*}; fi
+        timeout "${PIPES_SECONDS:-150}" ncu --clock-control none --kernel-name "regex:$kernel" --launch-skip 2 \
             --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
             --section InstructionStats --csv --page raw python3 benchmarks/pipes_probe.py ${args//+/ } \
             > "$OUT/pipes/$name.csv" 2> "$OUT/pipes/$name.log"
         echo "$name: ncu exit $?"; grep -h "route:\|ERR\|rror" "$OUT/pipes/$name.csv" "$OUT/pipes/$name.log" | head -n 3
         if [ -n "${PIPES_SOURCE:-}" ]; then
-            timeout "${PIPES_SECONDS:-150}" ncu --clock-control none --kernel-name regex:_fwd_ws --launch-skip 2 \
+            timeout "${PIPES_SECONDS:-150}" ncu --clock-control none --kernel-name "regex:$kernel" --launch-skip 2 \
                 --launch-count 1 --section SourceCounters --page source --print-source sass --csv \
                 python3 benchmarks/pipes_probe.py ${args//+/ } > "$OUT/pipes/$name.source.csv" 2>> "$OUT/pipes/$name.log"
             echo "$name: ncu source page exit $?"

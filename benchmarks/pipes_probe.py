@@ -5,6 +5,10 @@ predicted a gain; this probe's counters, with and without ``--exp2-every``, say 
 bottleneck to.
 
     python benchmarks/pipes_probe.py --shape 4,4096,32,32 --head-dim 64 [--causal] [--softcap 50] [--exp2-every 4]
+                                     [--backward]
+
+``--backward`` (session 58): one forward, then ``--calls`` backwards of it (the dQ and dK / dV kernels: ncu picks its
+launch by `device_show.sh pipes`' kernel regex, NAME=REGEX in PIPES).
 
 ``--check`` prints the output's largest error against the FP64 oracle (harness.oracle) before the profiled calls;
 ``--calls`` (default 3) forwards in all, the first of which compiles. Without a GPU it exits 2 with the reason."""
@@ -28,6 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--causal", action="store_true")
     p.add_argument("--softcap", type=float, default=0.0)
     p.add_argument("--exp2-every", type=int, default=0, help="one of N exponentials by the cubic (0: none)")
+    p.add_argument("--backward", action="store_true", help="profile the backward: one forward, then --calls backwards")
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--check", action="store_true", help="compare the output with the FP64 oracle first")
     args = p.parse_args(argv)
@@ -66,8 +71,15 @@ def main(argv=None) -> int:
         ref = softmax_attention(q[:1], k[:1], v[:1], causal=args.causal, softcap=args.softcap).out  # (batch 1)
         err = (flash_attn_func(q, k, v, **kw)[:1].double() - ref).abs().max().item()
         print(f"max |out - oracle| over batch 0: {err:.3e} (the GPU tests hold the tolerance rule)")
-    for _ in range(args.calls):
-        flash_attn_func(q, k, v, **kw)
+    if args.backward:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        out = flash_attn_func(q, k, v, **kw)
+        grad = torch.randn(out.shape, device="cuda", dtype=out.dtype, generator=gen)
+        for _ in range(args.calls):
+            out.backward(grad, retain_graph=True)
+    else:
+        for _ in range(args.calls):
+            flash_attn_func(q, k, v, **kw)
     torch.cuda.synchronize()
     return 0
 

@@ -87,6 +87,7 @@ def test_the_table_prints_a_row_a_file_and_flags_an_unreadable_one(tmp_path, cap
 def test_the_probe_refuses_bad_arguments_and_needs_a_gpu(capsys):
     args = pipes_probe.parse_args(["--shape", "4,4096,32,8", "--head-dim", "64", "--exp2-every", "4"])
     assert args.shape == (4, 4096, 32, 8) and args.exp2_every == 4 and args.calls == 3 and not args.causal
+    assert not args.backward and pipes_probe.parse_args(["--shape", "1,128,2,2", "--backward"]).backward
     for bad in (["--shape", "4,4096,32,7"], ["--shape", "1,1,1,1", "--calls", "0"],
                 ["--shape", "1,1,1,1", "--softcap", "-1"], ["--shape", "1,1,1,1", "--head-dim", "96"]):
         with pytest.raises(SystemExit):
@@ -108,10 +109,16 @@ SOURCE_ROWS = [("/*0100*/", "@!P0 BAR.SYNC.DEFER_BLOCKING 0x1, 0x100 ;", "300"),
                ("/*0160*/", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;", "30")]
 
 
-def _source_csv(path: Path, samples_name: str) -> Path:
+def _source_csv(path: Path, samples_name: str, reasons: bool = False) -> Path:
+    """A source page of :data:`SOURCE_ROWS`; ``reasons``: with the H200's per-reason columns (session 58), each
+    row's samples split between two of them, and a "(Not Issued)" twin the reader leaves out."""
     lines = ["==PROF== Connected to process 123", "route: {'block_n': 128}"]
-    lines.append(",".join(f'"{x}"' for x in ("Address", "Source", samples_name, "Instructions Executed")))
-    lines += [",".join(f'"{x}"' for x in (a, src, n, "64")) for a, src, n in SOURCE_ROWS]
+    extra = ("stall_barrier", "stall_wait", "stall_wait (Not Issued)") if reasons else ()
+    lines.append(",".join(f'"{x}"' for x in ("Address", "Source", samples_name, "Instructions Executed", *extra)))
+    for a, src, n in SOURCE_ROWS:
+        total = float(n.replace(",", ""))
+        split = (f"{total * 0.75:g}", f"{total * 0.25:g}", "7") if reasons else ()
+        lines.append(",".join(f'"{x}"' for x in (a, src, n, "64", *split)))
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -119,14 +126,25 @@ def _source_csv(path: Path, samples_name: str) -> Path:
 @pytest.mark.parametrize("samples_name", ["Warp Stall Sampling (All Samples)", "Sampling Data (All)"])
 def test_the_source_page_reads_stalls_by_instruction_family(tmp_path, samples_name):
     rows = pipes_source.read(_source_csv(tmp_path / "v.source.csv", samples_name))
-    assert len(rows) == len(SOURCE_ROWS) and rows[4] == ("MUFU.EX2 R4, R5 ;", 1000.0)
+    assert len(rows) == len(SOURCE_ROWS) and rows[4] == ("MUFU.EX2 R4, R5 ;", 1000.0, {})
     assert pipes_source.opcode(rows[0][0]) == "BAR.SYNC.DEFER_BLOCKING" and pipes_source.opcode("") == ""
-    families, heaviest = pipes_source.summarise(rows, top=3)
+    summary = pipes_source.summarise(rows, top=3)
     total = 1600
-    assert families[:4] == [("MUFU", 100 * 1000 / total), ("named barrier (BAR)", 100 * 320 / total),
-                            ("mbarrier (SYNCS)", 100 * 150 / total), ("wgmma wait / arrive", 100 * 100 / total)]
-    assert ("IADD3", 0.0) not in families and [i for i, _ in heaviest] == [r[1] for r in SOURCE_ROWS[4:5]] + [
-        r[1] for r in SOURCE_ROWS[0:1]] + [r[1] for r in SOURCE_ROWS[2:3]]
+    assert summary.families[:4] == [("MUFU", 100 * 1000 / total), ("named barrier (BAR)", 100 * 320 / total),
+                                    ("mbarrier (SYNCS)", 100 * 150 / total), ("wgmma wait / arrive", 100 * 100 / total)]
+    assert ("IADD3", 0.0) not in summary.families and summary.reasons == []  # (no reason columns on this page)
+    assert [h[0] for h in summary.heaviest] == [SOURCE_ROWS[4][1], SOURCE_ROWS[0][1], SOURCE_ROWS[2][1]]
+
+
+def test_the_source_page_reads_each_instructions_reasons_and_what_it_waits_behind(tmp_path):
+    """The H200's page (session 58): per-reason columns; a sample sits on the instruction a warp waits to issue, so
+    each heavy row names its largest reason and the instruction before it."""
+    rows = pipes_source.read(_source_csv(tmp_path / "v.source.csv", "Warp Stall Sampling (All Samples)", True))
+    assert rows[4].reasons == {"barrier": 750.0, "wait": 250.0} and rows[5].reasons == {}  # (zeros dropped)
+    summary = pipes_source.summarise(rows, top=2)
+    assert summary.reasons == [("barrier", 75.0), ("wait", 25.0)]  # (of all 1600 samples; "Not Issued" left out)
+    assert summary.heaviest == [(SOURCE_ROWS[4][1], 62.5, "barrier", SOURCE_ROWS[3][1]),
+                                (SOURCE_ROWS[0][1], 18.75, "barrier", "")]  # (the first row has nothing before it)
 
 
 def test_the_source_table_prints_a_section_a_file_and_flags_an_unreadable_one(tmp_path, capsys):
@@ -135,7 +153,8 @@ def test_the_source_table_prints_a_section_a_file_and_flags_an_unreadable_one(tm
     _csv(tmp_path / "a.csv")  # (the raw page beside it: not this script's)
     assert pipes_source.main([str(tmp_path), "--top", "2"]) == 1
     out = capsys.readouterr().out
-    assert "### a\n" in out and "| MUFU | 62.5 |" in out and "| `MUFU.EX2 R4, R5 ;` | 62.5 |" in out
+    assert "### a\n" in out and "| MUFU | 62.5 |" in out and "| `MUFU.EX2 R4, R5 ;` | 62.5 |  | `WARPGROUP" in out
+    assert "| stall reason |" not in out  # (a page without reason columns)
     assert "### b\n\nunreadable" in out
     assert pipes_table.main([str(tmp_path)]) == 0  # (the raw table skips the source pages)
     capsys.readouterr()
