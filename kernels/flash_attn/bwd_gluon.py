@@ -99,12 +99,13 @@ class _BwdShape:
                        "DQ_COL_HALVES": gl.constexpr, "DQ_ROW_HALVES": gl.constexpr, "DQ_ALTERNATE": gl.constexpr,
                        "DQ_UNSCALED": gl.constexpr, "DS_SMEM": gl.constexpr, "WG_TURNS": gl.constexpr,
                        "TIMES": gl.constexpr, "PERSISTENT": gl.constexpr, "WINDOW": gl.constexpr,
-                       "SOFTCAP": gl.constexpr, "SPLIT_SUM": gl.constexpr}
+                       "SOFTCAP": gl.constexpr, "SPLIT_SUM": gl.constexpr, "LSE_TMA": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B=0, DQ_COLS=0, DQ_SINK=0, DQ_ADDER=0,
                  DQ_TURNS=0, WALK=0, QUERY_HALVES=False, MASK_EVERY_TILE=False, DQ_UNSCALED=False, DS_SMEM=False,
-                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False, SOFTCAP=False, SPLIT_SUM=False):
+                 WG_TURNS=True, TIMES=False, PERSISTENT=False, WINDOW=False, SOFTCAP=False, SPLIT_SUM=False,
+                 LSE_TMA=False):
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.NUM_STAGES = gl.constexpr(NUM_STAGES)
@@ -127,6 +128,7 @@ class _BwdShape:
         self.PERSISTENT = gl.constexpr(PERSISTENT)
         self.WINDOW = gl.constexpr(WINDOW)
         self.SOFTCAP = gl.constexpr(SOFTCAP)
+        self.LSE_TMA = gl.constexpr(LSE_TMA)
         self.SPLIT_SUM = gl.constexpr(SPLIT_SUM)
 
 
@@ -245,7 +247,7 @@ def _s_and_dp_halves(a_s, b_s, a_dp, b_dp, other, S_LAYOUT: gl.constexpr, TURNS:
 def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL: gl.constexpr, N: gl.constexpr,
               S_LAYOUT: gl.constexpr, WAIT_S: gl.constexpr, WAIT_DP: gl.constexpr,
               MASK_EVERY_TILE: gl.constexpr = False, window_left=0, WINDOW: gl.constexpr = False, cap_in=0.0,
-              SOFTCAP: gl.constexpr = False):
+              SOFTCAP: gl.constexpr = False, LSE_SMEM: gl.constexpr = False):
     """P^T and dS^T of one consumer's 64 keys from ``key0`` and ``N`` queries from ``q0``, their S^T and dP^T still in
     flight (``WAIT_S`` / ``WAIT_DP``: the wgmmas left pending once each is done): lse and delta read while the
     wgmmas run (loaded late: fewer registers live across the waits); rows past the sequence: lse +inf makes P 0
@@ -255,9 +257,14 @@ def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSA
     .. i + off; the branch's tiles those that cross the diagonal or the last query's window edge. ``SOFTCAP``: the
     forward capped the scores, t = tanh(S^T * ``cap_in``) (``qk_scale`` then softcap * log2(e)) and dS^T through the
     cap's slope (1 - t^2), as the dQ kernel's (the split dK / dV kernels', a window's too; not with the mask every
-    tile, which only the fused kernel takes)."""
+    tile, which only the fused kernel takes). ``LSE_SMEM``: ``lse_s`` / ``delta_s`` are the tile's N values in shared
+    memory (the loader's TMA copies, zero past the sequence: those rows' Q and dO are zero too, so P^T is 1 there and
+    dS^T and both products with dO and Q 0), not pointers."""
     cols = q0 + gl.arange(0, N, layout=gl.SliceLayout(0, S_LAYOUT))
-    lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
+    if LSE_SMEM:
+        lse2 = lse_s.load(gl.SliceLayout(0, S_LAYOUT)) * 1.4426950408889634
+    else:
+        lse2 = gl.load(lse_s + cols, mask=cols < seqlen_q, other=float("inf")) * 1.4426950408889634
     s = warpgroup_mma_wait(WAIT_S, deps=(s, ))  # S^T done; dP^T may still run
     if SOFTCAP:
         s = _tanh_approx(s * cap_in)
@@ -283,7 +290,10 @@ def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSA
             keys = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, S_LAYOUT))
             keep = gl.expand_dims(keys, 1) <= gl.expand_dims(cols + off, 0)
             p = gl.where(keep, p, 0.0)
-    delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
+    if LSE_SMEM:
+        delta = delta_s.load(gl.SliceLayout(0, S_LAYOUT))
+    else:
+        delta = gl.load(delta_s + cols, mask=cols < seqlen_q, other=0.0)
     dp = warpgroup_mma_wait(WAIT_DP, deps=(dp, ))
     if SOFTCAP:
         return p, p * (dp - gl.expand_dims(delta, 0)) * slope
@@ -381,7 +391,8 @@ def _tile_coords(t, tiles, group, shape):
 
 @gluon.jit
 def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-              group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0):
+              group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles=0, lse_desc=0,
+              delta_desc=0, lse_smem=0, delta_smem=0):
     """The loader warp: the program's K and V (two 64-key tiles each) once, then per query head of its part of the
     group ([g_lo, g_hi)) and query tile the Q and dO tiles into the slot both consumers released (slot
     ``it % NUM_STAGES``). With ``shape.HEAD_DIM_B`` the second q / k head-dim part's K and Q tiles too (``*_b``:
@@ -390,7 +401,8 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
     tile's (``kv_free``: after their last query tile, before their dK / dV stores), then its Q and dO tiles, the
     ring's slots counted over the tiles: the next tile's K, V and first Q / dO tiles load while this one's dK and
     dV are stored (not earlier: issuing the first Q / dO tiles before the ``kv_free`` wait would start them during
-    this tile's last query tiles; not built)."""
+    this tile's last query tiles; not built). ``shape.LSE_TMA``: each query tile's lse and delta rows too, by TMA
+    (``lse_desc`` / ``delta_desc``) into the slot's ``lse_smem`` / ``delta_smem``, on the same barrier."""
     if shape.PERSISTENT:
         kv_free = tiles[5]
         it = 0
@@ -400,16 +412,18 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
             mbarrier.wait(kv_free, (i - 1) & 1, pred=i > 0)  # (both consumers' last reads of the last K / V)
             it = _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready,
                                 empty, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b,
-                                k_smem_b, it)
+                                k_smem_b, it, lse_desc, delta_desc, lse_smem, delta_smem)
             i += 1
     else:
         _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
-                       n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, 0)
+                       n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, 0, lse_desc,
+                       delta_desc, lse_smem, delta_smem)
 
 
 @gluon.jit
 def _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk,
-                   n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, it):
+                   n0, group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, it, lse_desc=0,
+                   delta_desc=0, lse_smem=0, delta_smem=0):
     """:func:`_bwd_load`'s work for one tile (a program's, or a persistent program's next), the ring's slots counted
     from ``it``; returns the count after it."""
     it = gl.to_tensor(it)  # (a loop-carried count: a plain 0 for a program's only tile)
@@ -417,6 +431,7 @@ def _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_s
     HEAD_DIM_B: gl.constexpr = shape.HEAD_DIM_B
     BLOCK_M: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    LSE_BYTES: gl.constexpr = 2 * BLOCK_M * 4 if shape.LSE_TMA else 0  # (a query tile's lse and delta, fp32)
     mbarrier.expect(kv_bar, 2 * 64 * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
     for w in gl.static_range(2):
         tma.async_copy_global_to_shared(k_desc, [b, n0 + 64 * w, hk, 0], kv_bar, k_smem.index(w))
@@ -430,7 +445,11 @@ def _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_s
             h = hk * group + g
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
-            mbarrier.expect(ready.index(slot), BLOCK_M * (2 * HEAD_DIM + HEAD_DIM_B) * 2)
+            mbarrier.expect(ready.index(slot), BLOCK_M * (2 * HEAD_DIM + HEAD_DIM_B) * 2 + LSE_BYTES)
+            if shape.LSE_TMA:
+                tma.async_copy_global_to_shared(lse_desc, [b, h, j * BLOCK_M], ready.index(slot), lse_smem.index(slot))
+                tma.async_copy_global_to_shared(delta_desc, [b, h, j * BLOCK_M], ready.index(slot),
+                                                delta_smem.index(slot))
             tma.async_copy_global_to_shared(q_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), do_smem.index(slot))
             if HEAD_DIM_B > 0:
@@ -588,14 +607,14 @@ def _dq_adder_tile(dq_smem, dq_full, dq_empty, dq_desc, Sem, b, hk, n0, group, g
 def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta, stride_dkb,
                  stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh, stride_db,
                  stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, shape,
-                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, sums=0,
-                 window_left=0, cap_in=0.0, Times=None):
+                 q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, tiles=0, lse_smem=0,
+                 delta_smem=0, sums=0, window_left=0, cap_in=0.0, Times=None):
     """One consumer warpgroup (:func:`_bwd_consume_tile`) over the program's tile, or with ``shape.PERSISTENT``
     over each of its tiles in turn (``tiles``: the kernel's persistent arguments; b to j_lo unused, ``DK`` / ``DV``
     without a group part's offset), the query tiles, turns and K / V landings counted over the program's tiles, its
     timeline (``Times``) one record a tile. ``window_left``: read with ``shape.WINDOW`` only (one program a tile);
     ``cap_in``: with ``shape.SOFTCAP`` only (:func:`_p_and_ds`); ``sums``: with ``shape.SPLIT_SUM`` only
-    (:func:`_split_sum`)."""
+    (:func:`_split_sum`); ``lse_smem`` / ``delta_smem``: with ``shape.LSE_TMA`` only (the loader's copies)."""
     if shape.PERSISTENT:
         kv_free, stride_dkp, stride_dvp = tiles[5], tiles[6], tiles[7]
         it = 0
@@ -609,7 +628,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                                        stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                                        seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem,
                                        dq_smem, ds_bar, dq_desc, dq_full, dq_empty, t, i, it, kv_free, Times,
-                                       cap_in=cap_in, sums=sums)
+                                       cap_in=cap_in, sums=sums, lse_smem=lse_smem, delta_smem=delta_smem)
             i += 1
     else:
         _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK, DV, Lse, Delta,
@@ -617,7 +636,7 @@ def _bwd_consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn
                           stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                           sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty,
                           gl.program_id(1) * gl.num_programs(0) + gl.program_id(0), 0, 0, kv_bar, Times, window_left,
-                          cap_in, sums)
+                          cap_in, sums, lse_smem, delta_smem)
 
 
 @gluon.jit
@@ -669,7 +688,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                       stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_lb, stride_lh,
                       stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m, seqlen_q, seqlen_k, qk_scale,
                       sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar, dq_desc, dq_full, dq_empty, rec,
-                      i, it, kv_free, Times=None, window_left=0, cap_in=0.0, sums=0):
+                      i, it, kv_free, Times=None, window_left=0, cap_in=0.0, sums=0, lse_smem=0, delta_smem=0):
     """One consumer warpgroup's work on one tile (``i``: the program's tiles before it; ``it``: the query tiles
     consumed before it; returns the count after it; ``rec``: its timeline record): keys [n0 + 64 wg, + 64), dK and
     dV accumulated over every query tile of the heads [g_lo, g_hi) of the group; two turns a query tile (S^T and
@@ -731,6 +750,7 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
     DQ_ROW_HALVES: gl.constexpr = shape.DQ_ROW_HALVES
     DQ_ALTERNATE: gl.constexpr = shape.DQ_ALTERNATE
     DS_SMEM: gl.constexpr = shape.DS_SMEM  # (fused: dK's A operand, dS^T, from the shared buffer dQ reads too)
+    LSE_TMA: gl.constexpr = shape.LSE_TMA  # (lse and delta from the loader's copies in shared memory)
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     key0 = n0 + 64 * wg
@@ -776,23 +796,36 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
             q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
             do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
             q_t_b = q_smem_b.index(slot).reshape([BLOCK_M, KB_DIM])
+            lse_in = lse_s  # (the rows' lse and delta: pointers, or with the loader's copies those in shared memory)
+            delta_in = delta_s
+            lse_in_b = lse_s
+            delta_in_b = delta_s
+            if LSE_TMA:
+                lse_in = lse_smem.index(slot).reshape([BLOCK_M])
+                delta_in = delta_smem.index(slot).reshape([BLOCK_M])
+                if QUERY_HALVES:
+                    lse_in_b = lse_in.slice(64, 64)
+                    delta_in_b = delta_in.slice(64, 64)
+                    lse_in = lse_in.slice(0, 64)
+                    delta_in = delta_in.slice(0, 64)
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
             if TURNS:
                 mbarrier.wait(mine, 0)  # (two turns a query tile: the first one's phase is even)
             if QUERY_HALVES:  # S^T and dP^T as two 64-query halves each, one half's P^T / dS^T made while the
                 # other's wgmmas run (at 128 columns lse, delta and the mask's indices take 32 registers each)
                 s, dp, s_b, dp_b = _s_and_dp_halves(k_w, q_t, v_w, do_t, other, S_LAYOUT, TURNS)
-                p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
-                                  3, 2, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in, shape.SOFTCAP)
+                p, ds = _p_and_ds(s, dp, m0, lse_in, delta_in, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64, S_LAYOUT,
+                                  3, 2, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in, shape.SOFTCAP,
+                                  LSE_TMA)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).slice(0, 64, dim=1).store(ds.to(DTYPE))
                 p16 = gl.convert_layout(p.to(DTYPE), A_LAYOUT)
                 if not (FUSED and DS_SMEM):
                     ds16 = gl.convert_layout(ds.to(DTYPE), A_LAYOUT)
-                p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, 64,
-                                  S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in,
-                                  shape.SOFTCAP)
+                p, ds = _p_and_ds(s_b, dp_b, m0 + 64, lse_in_b, delta_in_b, key0, off, qk_scale, seqlen_q,
+                                  IS_CAUSAL, 64, S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW,
+                                  cap_in, shape.SOFTCAP, LSE_TMA)
                 if FUSED:
                     ds_t.slice(64 * wg, 64).slice(64, 64, dim=1).store(ds.to(DTYPE))
                     fence_async_shared()
@@ -812,9 +845,9 @@ def _bwd_consume_tile(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
             else:
                 s, dp = _s_and_dp(k_w, q_t, v_w, do_t, other, BLOCK_M, S_LAYOUT, k_w_b, q_t_b, HEAD_DIM_B > 0,
                                   TURNS)  # S^T, dP^T
-                p, ds = _p_and_ds(s, dp, m0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
+                p, ds = _p_and_ds(s, dp, m0, lse_in, delta_in, key0, off, qk_scale, seqlen_q, IS_CAUSAL, BLOCK_M,
                                   S_LAYOUT, 1, 0, shape.MASK_EVERY_TILE, window_left, shape.WINDOW, cap_in,
-                                  shape.SOFTCAP)
+                                  shape.SOFTCAP, LSE_TMA)
                 if FUSED:  # this consumer's dS^T for the tile's dQ: both consumers' halves make [128 keys, BLOCK_M]
                     ds_t = ds_smem.index(it % 2)
                     ds_t.slice(64 * wg, 64).store(ds.to(DTYPE))
@@ -909,7 +942,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         DS_SMEM: gl.constexpr = False, NO_TURNS: gl.constexpr = False, Times=None,
                         PERSISTENT: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, DOD=None,
                         KD=None, VD=None, DQD=None, window_left=0, WINDOW: gl.constexpr = False, softcap=0.0,
-                        SOFTCAP: gl.constexpr = False, Count=None, DKsum=None, DVsum=None):
+                        SOFTCAP: gl.constexpr = False, Count=None, DKsum=None, DVsum=None,
+                        LSE_TMA: gl.constexpr = False, L_SL: gl.constexpr = None):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
     split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
@@ -949,7 +983,10 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ``group_split`` > 1, not fused, one head-dim part; the kernel's SPLIT_SUM): int32 counters, zero, one a (batch, kv
     head, 16-key rows of each 128-key block) (:func:`split_counter_count`): the part that stores a row block's
     partials last sums them into ``DKsum`` / ``DVsum`` (the gradients, contiguous) itself (:func:`_split_sum`), no
-    sum launch after."""
+    sum launch after. ``LSE_TMA`` (not fused; lse and delta [batch, heads, seqlen_q] with 16-byte strides): each query
+    tile's lse and delta rows come with its Q and dO tiles, by TMA into shared memory (``L_SL``: [1, 1, BLOCK_M] fp32),
+    not by the consumers' own loads, which session 58's ncu source page (H200, GQA 40/8 2k hd 128) showed them waiting
+    on after their S^T wgmma (a long-scoreboard stall on lse's first use)."""
     TIMES: gl.constexpr = Times is not None
     SPLIT_SUM: gl.constexpr = Count is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
@@ -998,6 +1035,16 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
         _stamp(entry + 1)
         _stamp(entry + 11)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
+    if LSE_TMA:
+        gl.static_assert(DQ_COLS == 0, "lse and delta by TMA: the dK / dV kernel (not fused)")
+        lse_desc = tma.make_tensor_descriptor(Lse, [batch, num_heads, seqlen_q], [stride_lb, stride_lh, 1],
+                                              [1, 1, BLOCK_M], L_SL)
+        delta_desc = tma.make_tensor_descriptor(Delta, [batch, num_heads, seqlen_q], [stride_db, stride_dh, 1],
+                                                [1, 1, BLOCK_M], L_SL)
+        lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, BLOCK_M], L_SL)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, BLOCK_M], L_SL)
+    else:  # stand-ins, never read
+        lse_desc, delta_desc, lse_smem, delta_smem = q_desc, q_desc, q_smem, q_smem
     if DQ_COLS > 0:
         gl.static_assert((BLOCK_M == 64 or (BLOCK_M == 128 and DQ_COLS == HEAD_DIM)) and HEAD_DIM_B == 0,
                          "the fused dQ: 64-row tiles (hd 64: or 128-row), one head-dim part")
@@ -1035,15 +1082,16 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     shape = _BwdShape(HEAD_DIM, BLOCK_M, NUM_STAGES, IS_CAUSAL, HEAD_DIM_B, DQ_COLS, DQ_SINK, ADDER, DQ_TURNS,
                       WALK, QUERY_HALVES, MASK_EVERY_TILE, DQ_UNSCALED, DS_SMEM, not NO_TURNS, TIMES, PERSISTENT,
-                      WINDOW, SOFTCAP, SPLIT_SUM)
+                      WINDOW, SOFTCAP, SPLIT_SUM, LSE_TMA)
     load_args = (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0,
-                 group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles)
+                 group, g_lo, g_hi, j_lo, n_m, shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b, tiles, lse_desc,
+                 delta_desc, lse_smem, delta_smem)
     gs64 = gs.to(gl.int64)
     consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, turn, DK + gs64 * stride_dkp,
                     DV + gs64 * stride_dvp, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs,
                     stride_dvh, stride_lb, stride_lh, stride_db, stride_dh, b, hk, n0, group, g_lo, g_hi, j_lo, n_m,
                     seqlen_q, seqlen_k, qk_scale, sm_scale, shape, q_smem_b, k_smem_b, ds_smem, dq_smem, ds_bar,
-                    dq_desc, dq_full, dq_empty, tiles)
+                    dq_desc, dq_full, dq_empty, tiles, lse_smem, delta_smem)
     if SPLIT_SUM or WINDOW or TIMES or SOFTCAP:  # (only then: a partition's run-time arguments pass through shared
         sums = 0  # memory)
         if SPLIT_SUM:
@@ -1429,7 +1477,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
                    ds_smem=False, turns=True, times=None, persistent=False, host_desc=False,
-                   window_left=-1, softcap=0.0, split_sum=None) -> dict:
+                   window_left=-1, softcap=0.0, split_sum=None, lse_tma=False) -> dict:
     """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
@@ -1461,7 +1509,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP). ``split_sum`` (``split`` > 1, no ``dq_acc``, q / k = v
     head dims): (counters, dK, dV): the kernel sums the partials into the gradients itself (its ``Count``, ``DKsum``,
     ``DVsum``: launcher.counters' zeroed int32 counters, :func:`split_counter_count` of them; the contiguous
-    gradients), no sum launch after."""
+    gradients), no sum launch after. ``lse_tma`` (no ``dq_acc``; :func:`lse_tma_refused` says what it takes): each
+    query tile's lse and delta rows loaded by the loader warp's TMA with its Q and dO tiles (the kernel's LSE_TMA)."""
+    if lse_tma and (why := lse_tma_refused(lse, delta, dq_acc)):
+        raise ValueError(f"dkdv_arguments: lse_tma: {why}")
     if window_left >= 0 and (not causal or persistent or dq_acc is not None):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
                          "kernel (no dq_acc)")
@@ -1508,6 +1559,8 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
         second.update(PERSISTENT=persistent_order(persistent))
+    if lse_tma:
+        second.update(LSE_TMA=True, L_SL=gl.NVMMASharedLayout.get_default_for([1, 1, block_m], gl.float32))
     if split_sum is not None:
         count, dk_sum, dv_sum = split_sum
         if split < 2 or dq_acc is not None or d_b:
@@ -1542,6 +1595,20 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 **second)
 
 
+def lse_tma_refused(lse, delta, dq_acc=None) -> str | None:
+    """Why lse and delta cannot come by TMA (:func:`dkdv_arguments`' ``lse_tma``), or None: the dK / dV kernel's (not
+    the fused one's), both fp32 [batch, heads, seqlen_q] with the sequence contiguous and their other strides and
+    addresses on 16 bytes (a TMA descriptor's rule: seqlen_q a multiple of 4 for a contiguous lse)."""
+    if dq_acc is not None:
+        return "the dK / dV kernel's (not the fused kernel's)"
+    for name, t in (("lse", lse), ("delta", delta)):
+        if t.dtype != torch.float32 or t.dim() != 3 or t.stride(-1) != 1:
+            return f"{name}: fp32 [batch, heads, seqlen_q] with the sequence contiguous"
+        if t.stride(0) % 4 or t.stride(1) % 4 or t.data_ptr() % 16:
+            return f"{name}: strides and address on 16 bytes (strides {tuple(t.stride())})"
+    return None
+
+
 def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
     """Whether 128-row tiles split S^T and dP^T into 64-query halves by default: where it spilled less in the sm_90a
     compile (session 38, hd 64): the fused kernel 232 -> 96 B non-causal, 660 -> 208 B causal; the dK / dV kernel
@@ -1552,7 +1619,8 @@ def query_halves(block_m: int, d_b: int, fused: bool, causal: bool) -> bool:
 def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, block_m=64, num_stages=2,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
-                times=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0, split_sum=None):
+                times=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0, split_sum=None,
+                lse_tma=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
@@ -1563,7 +1631,7 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
                             mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc,
-                            window_left, softcap, split_sum)
+                            window_left, softcap, split_sum, lse_tma)
     grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
@@ -1593,7 +1661,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None,
-               persistent=False, host_desc=False, window_left=-1, softcap=0.0):
+               persistent=False, host_desc=False, window_left=-1, softcap=0.0, lse_tma=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1615,7 +1683,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`). ``host_desc``: the TMA descriptors made on the host
     (:func:`dkdv_arguments`'; a replay describes its own call's tensors). ``window_left`` >= 0 (causal, not fused,
     not persistent): query i sees keys i + Sk - Sq - window_left .. i + Sk - Sq. ``softcap`` > 0 (not fused): the
-    forward's scores were capped (:func:`dkdv_arguments`')."""
+    forward's scores were capped (:func:`dkdv_arguments`'). ``lse_tma`` (not fused): lse and delta by the loader's
+    TMA (:func:`dkdv_arguments`')."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
@@ -1634,7 +1703,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
         sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent,
-        host_desc, window_left, softcap))
+        host_desc, window_left, softcap, lse_tma=lse_tma))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

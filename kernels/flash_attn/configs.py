@@ -1256,6 +1256,14 @@ BWD_GLUON_BY_MASK: dict[tuple[int, str, bool], tuple[int, tuple[int, int]]] = {(
 #: non-causal's routed 128-row tiles without turns 0.43-0.46x alone (12 -> 788 B spilled), MLA's 32-row ones
 #: 0.90-0.96x (48 -> 40 B).
 BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
+#: (head dim, causal) cells whose routed Gluon dK / dV kernel (:data:`BWD_GLUON`) takes each query tile's lse and delta
+#: rows by the loader warp's TMA with its Q and dO tiles (bwd_gluon.dkdv_launch's ``lse_tma``), where lse allows it
+#: (bwd_gluon.lse_tma_refused: seqlen_q a multiple of 4 for the forward's lse), instead of the consumers' own loads.
+#: Session 58's ncu source page (H200, GQA 40/8 2k hd 128 and Llama-3-70B's 4k causal) had the consumers waiting on
+#: those loads after their S^T wgmma (long-scoreboard stalls on lse's first use, ~7% of the kernel's samples); the
+#: sm_90a compile spills less with it (hd 128 persistent non-causal 104 -> 8 B, causal 188 -> 0 B; hd 64 128-row 12 ->
+#: 0 B). Not measured on a GPU yet: empty.
+BWD_GLUON_LSE_TMA: frozenset[tuple[int, bool]] = frozenset()
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
 #: tile) steps in one flat loop (bwd_gluon._walk_bounds' walk 1) instead of heads outside, tiles inside: with a group
@@ -1387,6 +1395,11 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
             out["dkdv"]["turns"] = False
+        if not wide and (q.shape[-1], bool(causal)) in BWD_GLUON_LSE_TMA and lse.dim() == 3:
+            from .bwd_gluon import lse_tma_refused
+
+            if lse_tma_refused(lse, lse) is None:  # (delta: lse's shape and strides, bwd.py's workspace or its own)
+                out["dkdv"]["lse_tma"] = True
     longer = max(q.shape[1], k.shape[1])  # (dense: varlen calls returned above)
     for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
         if window:  # (the persistent kernels have no window: one program a tile)

@@ -1891,6 +1891,50 @@ def test_gpu_host_made_descriptors_give_the_same_gradients_and_replay(kind, b, s
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra", [
+    (2, 1000, 1000, 4, 4, 128, 128, False, 64, 2, {}), (1, 780, 1500, 8, 2, 128, 128, True, 64, 2, dict(walk=1)),
+    (1, 1500, 780, 8, 2, 128, 128, True, 64, 2, dict(persistent="heavy")),
+    (2, 1000, 1000, 8, 1, 128, 128, False, 64, 2, dict(persistent=True, host_desc=True)),
+    (1, 1000, 1100, 4, 4, 64, 64, False, 128, 2, {}), (1, 1000, 1000, 4, 2, 64, 64, True, 128, 2, {}),
+    (2, 600, 600, 8, 2, 64, 64, True, 64, 2, {}), (1, 700, 700, 4, 4, 192, 128, True, 32, 3, {})],
+    ids=["hd128", "hd128-causal-GQA-Sq<Sk-flat", "hd128-causal-GQA-Sq>Sk-persistent", "hd128-MQA-persistent-host-desc",
+         "hd64-128-row", "hd64-128-row-causal-halves", "hd64-causal-GQA4", "mla-causal"])
+def test_gpu_lse_by_tma_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra):
+    """The dK / dV kernel with lse and delta loaded by the loader's TMA (``lse_tma``; configs.BWD_GLUON_LSE_TMA): dK
+    and dV bitwise the kernel's with the consumers' own loads (the same values into the same arithmetic; rows past the
+    sequence read 0 for lse there, +inf here, and add exact zeros either way: their Q and dO tiles are zero), run
+    twice, and within twice the Triton backward's error against the FP64 oracle. The query lengths are multiples of
+    4 (TMA's 16-byte rule for lse's rows) but not of the tiles, so the last tile reads past the sequence."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
+    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    for _ in range(2):
+        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, lse_tma=True, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    _assert_within_triton(got[0], dk_t, ref.dk, "dk")
+    _assert_within_triton(got[1], dv_t, ref.dv, "dv")
+
+
+def test_lse_by_tma_takes_16_byte_rows_and_the_dkdv_kernel_only():
+    """``lse_tma`` is refused, with the reason, where TMA cannot read lse's rows (a query length not a multiple of 4,
+    a strided or misaligned lse, not fp32) and for the fused kernel; the route asks for it only in the listed cells
+    where it is allowed."""
+    lse = torch.empty(2, 4, 1000)
+    assert bwd_gluon.lse_tma_refused(lse, lse) is None
+    assert "16 bytes" in bwd_gluon.lse_tma_refused(torch.empty(2, 4, 777), lse)
+    assert "16 bytes" in bwd_gluon.lse_tma_refused(lse, torch.empty(2, 4, 1001)[..., 1:])
+    assert "fp32" in bwd_gluon.lse_tma_refused(lse.double(), lse)
+    assert "fp32" in bwd_gluon.lse_tma_refused(lse, torch.empty(2, 1000, 4).transpose(1, 2))
+    assert "not the fused" in bwd_gluon.lse_tma_refused(lse, lse, dq_acc=lse)
+    q, k = torch.empty(1, 777, 4, 128, dtype=torch.bfloat16), torch.empty(1, 777, 2, 128, dtype=torch.bfloat16)
+    odd = torch.empty(1, 4, 777)
+    with pytest.raises(ValueError, match="lse_tma: lse: strides"):
+        bwd_gluon.dkdv_arguments(q, k, k, q, odd, odd, k, k, 0.1, False, lse_tma=True)
+
+
+@pytest.mark.gpu
+@needs_sm90
 @pytest.mark.parametrize("programs", [None, 7], ids=["an-SM-each", "7-programs"])
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal, block_m, stages, extra", [
     (2, 1000, 1000, 4, 4, 64, True, 64, 2, {}), (1, 777, 1500, 8, 2, 128, False, 64, 2, dict(walk=1)),
