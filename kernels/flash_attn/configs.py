@@ -1259,11 +1259,16 @@ BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 #: (head dim, causal) cells whose routed Gluon dK / dV kernel (:data:`BWD_GLUON`) takes each query tile's lse and delta
 #: rows by the loader warp's TMA with its Q and dO tiles (bwd_gluon.dkdv_launch's ``lse_tma``), where lse allows it
 #: (bwd_gluon.lse_tma_refused: seqlen_q a multiple of 4 for the forward's lse), instead of the consumers' own loads.
-#: Session 58's ncu source page (H200, GQA 40/8 2k hd 128 and Llama-3-70B's 4k causal) had the consumers waiting on
-#: those loads after their S^T wgmma (long-scoreboard stalls on lse's first use, ~7% of the kernel's samples); the
-#: sm_90a compile spills less with it (hd 128 persistent non-causal 104 -> 8 B, causal 188 -> 0 B; hd 64 128-row 12 ->
-#: 0 B). Not measured on a GPU yet: empty.
-BWD_GLUON_LSE_TMA: frozenset[tuple[int, bool]] = frozenset()
+#: Session 58's ncu source page (H200, GQA 40/8 2k hd 128 and a 64/8 4k causal) had the consumers waiting on those
+#: loads after their S^T wgmma (long-scoreboard stalls on lse's first use, ~7% of the kernel's samples); the sm_90a
+#: compile spills less with it (hd 128 persistent non-causal 104 -> 8 B, causal 188 -> 0, capped 440 -> 216, windowed
+#: 224 -> 4; MLA 68 -> 0; hd 64 128-row 12 -> 0). Measured on an H200 (session 58, docs/perf/gluon-s58: the whole
+#: backward through the harness, CUDA graphs, three pairs against the consumers' loads, every pair gaining):
+#: GQA 40/8 2k hd 128 1.061x, 64/8 4k causal 1.073x, Llama-3-8B B4 2k causal 1.082x, GQA 32/8 2k hd 64 1.147x, MQA
+#: 16/1 2k hd 64 1.075x, B2 H16 2k capped at 30 1.036x, DeepSeek-V3's MLA 4k causal 1.026x, GQA 32/8 2k hd 64 causal
+#: 1.023x, Falcon's 71/1 2k causal 1.048x; MHA hd 128 4k (the fused route: unchanged) 1.004x.
+BWD_GLUON_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True),
+                                                           (192, False), (192, True)})
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
 #: tile) steps in one flat loop (bwd_gluon._walk_bounds' walk 1) instead of heads outside, tiles inside: with a group
