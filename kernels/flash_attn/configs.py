@@ -1261,8 +1261,8 @@ BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 #: (bwd_gluon.lse_tma_refused: seqlen_q a multiple of 4 for the forward's lse), instead of the consumers' own loads.
 #: Session 58's ncu source page (H200, GQA 40/8 2k hd 128 and a 64/8 4k causal) had the consumers waiting on those
 #: loads after their S^T wgmma (long-scoreboard stalls on lse's first use, ~7% of the kernel's samples); the sm_90a
-#: compile spills less with it (hd 128 persistent non-causal 104 -> 8 B, causal 188 -> 0, capped 440 -> 216, windowed
-#: 224 -> 4; MLA 68 -> 0; hd 64 128-row 12 -> 0). Measured on an H200 (session 58, docs/perf/gluon-s58: the whole
+#: compile spills less with it (hd 128 non-causal 76 -> 0 B, persistent 104 -> 8, causal 188 -> 0, capped 440 -> 216,
+#: windowed 224 -> 4; MLA 48 / 68 -> 0; hd 64 128-row 12 -> 0; hd 64's routed 64-row tiles none either way). Measured on an H200 (session 58, docs/perf/gluon-s58: the whole
 #: backward through the harness, CUDA graphs, three pairs against the consumers' loads, every pair gaining):
 #: GQA 40/8 2k hd 128 1.061x, 64/8 4k causal 1.073x, Llama-3-8B B4 2k causal 1.082x, GQA 32/8 2k hd 64 1.147x, MQA
 #: 16/1 2k hd 64 1.075x, B2 H16 2k capped at 30 1.036x, DeepSeek-V3's MLA 4k causal 1.026x, GQA 32/8 2k hd 64 causal

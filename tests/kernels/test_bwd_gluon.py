@@ -140,6 +140,7 @@ def compiled(tmp_path_factory):
     specs += DKDV_SOFTCAP_TWINS + [f"{spec}@sc" for spec in DKDV_SOFTCAP_TWINS]
     specs += [f"{spec},0,4" for spec in HD256_TWINS]  # (hd 256's dK / dV over a group of 4)
     specs += SPLIT_SUM_TWINS + [f"{spec}@s2" for spec in SPLIT_SUM_TWINS]  # (the group split summed in the kernel)
+    specs += LSE_TMA_TWINS + [f"{spec}@l1" for spec in LSE_TMA_TWINS]  # (lse and delta by the loader's TMA)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
 
 
@@ -149,6 +150,11 @@ def compiled(tmp_path_factory):
 SPLIT_SUM_TWINS = [f"bwdw16:64,64,2,{c},0,4,0@p1@hd" for c in (0, 1)]
 #: ... whose spills (sm_90a, session 57: 40 B non-causal, 160 B causal; the twins none) stay within
 SPLIT_SUM_SPILL_AT_MOST = 160
+#: the routed dK / dV configs as the route launches them (host-made descriptors; MLA's two head-dim parts without),
+#: both masks, beside their lse-by-TMA twins (@l1, ``lse_tma``; configs.BWD_GLUON_LSE_TMA, session 58)
+LSE_TMA_TWINS = [f"bwd16:{'192/128' if d == 192 else d},{bm},{st},{c}{'' if d == 192 else '@hd'}"
+                 for d, cfg in configs.BWD_GLUON.items() if d != 256 for n, (bm, st) in cfg.items() if n == "dkdv"
+                 for c in (0, 1)]
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):
@@ -225,6 +231,23 @@ def test_the_split_summed_in_the_kernel_adds_one_count_a_warp_and_nothing_else(c
         assert 0 <= summed["smem"] - plain["smem"] <= 64, (spec, plain["smem"], summed["smem"])
         assert (plain["atom_acq_rel"], summed["atom_acq_rel"]) == (0, 2), spec
         assert plain["ld_cg"] == 0 < summed["ld_cg"], spec
+
+
+def test_lse_by_tma_keeps_the_kernel_and_spills_no_more(compiled):
+    """The dK / dV kernel taking lse and delta from the loader's TMA copies (``lse_tma``) beside its twin at every
+    routed config: the same wgmmas, partitions' registers and exponentials, spills no more than the twin's (sm_90a,
+    session 58: hd 128 76 -> 0 B non-causal, 188 -> 0 B causal; MLA 48 / 68 -> 0 B; hd 64 none either way), and shared
+    memory larger by the ring's lse and delta rows (2 x stages x BLOCK_M fp32; MLA: 112 B of alignment more)."""
+    assert len(LSE_TMA_TWINS) >= 6
+    for spec in LSE_TMA_TWINS:
+        plain, by_tma = compiled[spec], compiled[f"{spec}@l1"]
+        for key in ("wgmma", "serialized", "ex2"):
+            assert plain[key] == by_tma[key], (spec, key)
+        assert sorted(plain["setmaxnreg"]) == sorted(by_tma["setmaxnreg"]), spec  # (the code's order may move)
+        assert by_tma["spill"] <= plain["spill"], (spec, plain["spill"], by_tma["spill"])
+        bm, st = (int(x) for x in spec.split(",")[1:3])
+        ring = 2 * st * bm * 4
+        assert ring <= by_tma["smem"] - plain["smem"] <= ring + 128, (spec, plain["smem"], by_tma["smem"])
 
 
 def test_launcher_counters_are_kept_zeroed_per_stream():
@@ -886,9 +909,10 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90 (capped only at BWD_GLUON_SOFTCAP's head dims), nothing else. The dK / dV kernel walks a
     GQA group's steps in one flat loop at hd 128 (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent
-    launches and host-made descriptors: off here, their own tests below."""
+    launches, host-made descriptors and lse by TMA: off here, their own tests."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {})
+    monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", frozenset())  # (test_lse_by_tma_routes_...)
     monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())  # (host-made descriptors: their own test)
     dq, dkdv = (dict(zip(configs._BWD_GLUON_KEYS[n], configs.BWD_GLUON[128][n])) for n in ("dq", "dkdv"))
     dkdv = dict(dkdv, walk=1)
@@ -1914,6 +1938,19 @@ def test_gpu_lse_by_tma_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causa
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
     _assert_within_triton(got[0], dk_t, ref.dk, "dk")
     _assert_within_triton(got[1], dv_t, ref.dv, "dv")
+
+
+def test_lse_by_tma_routes_in_the_listed_cells_where_tma_can_read_lse(monkeypatch):
+    """configs.BWD_GLUON_LSE_TMA (session 58): the routed dK / dV launch takes ``lse_tma`` in a listed (head dim,
+    mask) cell when lse's rows are on 16 bytes (a query length a multiple of 4), not otherwise, and never the dQ
+    launch or a cell the set leaves out."""
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", frozenset({(128, True)}))
+    causal = dict(causal=True, window_right=0)
+    routed = _route(*_inputs(sq=2048, sk=2048)[:3], **causal)
+    assert routed["dkdv"]["lse_tma"] is True and "lse_tma" not in routed["dq"]
+    assert "lse_tma" not in _route(*_inputs(sq=2046, sk=2048)[:3], **causal)["dkdv"]  # (2046 fp32: not 16 bytes)
+    assert "lse_tma" not in _route(*_inputs(sq=2048, sk=2048)[:3])["dkdv"]  # (non-causal: not listed here)
 
 
 def test_lse_by_tma_takes_16_byte_rows_and_the_dkdv_kernel_only():
