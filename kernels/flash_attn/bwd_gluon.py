@@ -983,10 +983,11 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     ``group_split`` > 1, not fused, one head-dim part; the kernel's SPLIT_SUM): int32 counters, zero, one a (batch, kv
     head, 16-key rows of each 128-key block) (:func:`split_counter_count`): the part that stores a row block's
     partials last sums them into ``DKsum`` / ``DVsum`` (the gradients, contiguous) itself (:func:`_split_sum`), no
-    sum launch after. ``LSE_TMA`` (not fused; lse and delta [batch, heads, seqlen_q] with 16-byte strides): each query
-    tile's lse and delta rows come with its Q and dO tiles, by TMA into shared memory (``L_SL``: [1, 1, BLOCK_M] fp32),
-    not by the consumers' own loads, which session 58's ncu source page (H200, GQA 40/8 2k hd 128) showed them waiting
-    on after their S^T wgmma (a long-scoreboard stall on lse's first use)."""
+    sum launch after. ``LSE_TMA`` (lse and delta [batch, heads, seqlen_q] with 16-byte strides): each query tile's lse
+    and delta rows come with its Q and dO tiles, by TMA into shared memory (``L_SL``: [1, 1, BLOCK_M] fp32), not by the
+    consumers' own loads, which session 58's ncu source page (H200, GQA 40/8 2k hd 128) showed them waiting on after
+    their S^T wgmma (a long-scoreboard stall on lse's first use). The fused kernel's too: a row past the sequence gets
+    P^T 1 and dS^T 0 there, so its dQ partial is 0 as well (and the TMA reduce clips it)."""
     TIMES: gl.constexpr = Times is not None
     SPLIT_SUM: gl.constexpr = Count is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
@@ -1036,7 +1037,6 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
         _stamp(entry + 11)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
     if LSE_TMA:
-        gl.static_assert(DQ_COLS == 0, "lse and delta by TMA: the dK / dV kernel (not fused)")
         lse_desc = tma.make_tensor_descriptor(Lse, [batch, num_heads, seqlen_q], [stride_lb, stride_lh, 1],
                                               [1, 1, BLOCK_M], L_SL)
         delta_desc = tma.make_tensor_descriptor(Delta, [batch, num_heads, seqlen_q], [stride_db, stride_dh, 1],
@@ -1509,9 +1509,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP). ``split_sum`` (``split`` > 1, no ``dq_acc``, q / k = v
     head dims): (counters, dK, dV): the kernel sums the partials into the gradients itself (its ``Count``, ``DKsum``,
     ``DVsum``: launcher.counters' zeroed int32 counters, :func:`split_counter_count` of them; the contiguous
-    gradients), no sum launch after. ``lse_tma`` (no ``dq_acc``; :func:`lse_tma_refused` says what it takes): each
-    query tile's lse and delta rows loaded by the loader warp's TMA with its Q and dO tiles (the kernel's LSE_TMA)."""
-    if lse_tma and (why := lse_tma_refused(lse, delta, dq_acc)):
+    gradients), no sum launch after. ``lse_tma`` (:func:`lse_tma_refused` says what it takes): each query tile's lse
+    and delta rows loaded by the loader warp's TMA with its Q and dO tiles (the kernel's LSE_TMA; the fused kernel's
+    too)."""
+    if lse_tma and (why := lse_tma_refused(lse, delta)):
         raise ValueError(f"dkdv_arguments: lse_tma: {why}")
     if window_left >= 0 and (not causal or persistent or dq_acc is not None):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
@@ -1595,12 +1596,10 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 **second)
 
 
-def lse_tma_refused(lse, delta, dq_acc=None) -> str | None:
-    """Why lse and delta cannot come by TMA (:func:`dkdv_arguments`' ``lse_tma``), or None: the dK / dV kernel's (not
-    the fused one's), both fp32 [batch, heads, seqlen_q] with the sequence contiguous and their other strides and
-    addresses on 16 bytes (a TMA descriptor's rule: seqlen_q a multiple of 4 for a contiguous lse)."""
-    if dq_acc is not None:
-        return "the dK / dV kernel's (not the fused kernel's)"
+def lse_tma_refused(lse, delta) -> str | None:
+    """Why lse and delta cannot come by TMA (:func:`dkdv_arguments`' ``lse_tma``), or None: both fp32 [batch, heads,
+    seqlen_q] with the sequence contiguous and their other strides and addresses on 16 bytes (a TMA descriptor's
+    rule: seqlen_q a multiple of 4 for a contiguous lse)."""
     for name, t in (("lse", lse), ("delta", delta)):
         if t.dtype != torch.float32 or t.dim() != 3 or t.stride(-1) != 1:
             return f"{name}: fp32 [batch, heads, seqlen_q] with the sequence contiguous"
@@ -1683,8 +1682,8 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     :data:`PERSISTENT_ORDERS` (:func:`_persistent_tile`). ``host_desc``: the TMA descriptors made on the host
     (:func:`dkdv_arguments`'; a replay describes its own call's tensors). ``window_left`` >= 0 (causal, not fused,
     not persistent): query i sees keys i + Sk - Sq - window_left .. i + Sk - Sq. ``softcap`` > 0 (not fused): the
-    forward's scores were capped (:func:`dkdv_arguments`'). ``lse_tma`` (not fused): lse and delta by the loader's
-    TMA (:func:`dkdv_arguments`')."""
+    forward's scores were capped (:func:`dkdv_arguments`'). ``lse_tma``: lse and delta by the loader's TMA
+    (:func:`dkdv_arguments`')."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:

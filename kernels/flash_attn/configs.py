@@ -973,6 +973,12 @@ BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 #: ``FLASH_ATTN_BWD=ordered`` runs it wherever the fused kernel can, at any length, deterministic call or not
 #: (tests, probes).
 BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
+#: (head dim, causal) cells whose fused kernel (routed, ordered or ``FLASH_ATTN_BWD=fused``) takes lse and delta by
+#: the loader's TMA (bwd_gluon.dkdv_launch's ``lse_tma``, where bwd_gluon.lse_tma_refused allows it), as the split
+#: route's dK / dV kernel does in :data:`BWD_GLUON_LSE_TMA`'s cells (session 58: 1.02-1.15x there). Built in session
+#: 58 after the device budget: the same GPU test as the dK / dV kernel's, the sm_90a compile checked; not measured:
+#: empty (the MHA hd 128 cells it would reach read 0.88-0.90x cuDNN's backward in session 58's table).
+BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset()
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
 #: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
 #: persistent (bwd_gluon.dkdv_launch's / dq_launch's ``persistent``: one program an SM over the (key block, head) or
@@ -1125,7 +1131,7 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
     """bwd_gluon.dkdv_launch's keywords (block_m, num_stages, dq_adder: :data:`BWD_GLUON_FUSED_ADDER`, walk:
     :func:`bwd_walk`, mask_every_tile: :data:`BWD_GLUON_FUSED_MASK_EVERY_TILE`, dq_unscaled:
     :data:`BWD_GLUON_FUSED_DQ_UNSCALED`, ds_smem: :data:`BWD_GLUON_FUSED_DS_SMEM`, turns: not
-    :data:`BWD_GLUON_FUSED_NO_TURNS`) where the backward runs fused (dQ
+    :data:`BWD_GLUON_FUSED_NO_TURNS`, lse_tma: :data:`BWD_GLUON_FUSED_LSE_TMA`) where the backward runs fused (dQ
     by TMA reduce, the atomic mode's launches around it), or None: a head dim and cell of :data:`BWD_GLUON_FUSED`
     with both sequences at least its length (:func:`fused_bwd_cell`; ``FLASH_ATTN_BWD=fused``: at any length,
     deterministic or not; ``split`` / ``atomic`` / ``gluon``: never), and :func:`gluon_bwd`'s input rules
@@ -1158,6 +1164,11 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
         route["persistent"] = persistent
     if host_desc_bwd("fused", q.shape[-1], v.shape[-1]):
         route["host_desc"] = True
+    if (q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_LSE_TMA and lse.dim() == 3:
+        from .bwd_gluon import lse_tma_refused
+
+        if lse_tma_refused(lse, lse) is None:  # (delta: lse's shape and strides, as above)
+            route["lse_tma"] = True
     return route
 
 

@@ -151,10 +151,11 @@ SPLIT_SUM_TWINS = [f"bwdw16:64,64,2,{c},0,4,0@p1@hd" for c in (0, 1)]
 #: ... whose spills (sm_90a, session 57: 40 B non-causal, 160 B causal; the twins none) stay within
 SPLIT_SUM_SPILL_AT_MOST = 160
 #: the routed dK / dV configs as the route launches them (host-made descriptors; MLA's two head-dim parts without),
-#: both masks, beside their lse-by-TMA twins (@l1, ``lse_tma``; configs.BWD_GLUON_LSE_TMA, session 58)
+#: both masks, beside their lse-by-TMA twins (@l1, ``lse_tma``; configs.BWD_GLUON_LSE_TMA, session 58), and the fused
+#: kernel's largest in shared memory (hd 128 non-causal, 3 stages, the adder warp: configs.BWD_GLUON_FUSED_LSE_TMA)
 LSE_TMA_TWINS = [f"bwd16:{'192/128' if d == 192 else d},{bm},{st},{c}{'' if d == 192 else '@hd'}"
                  for d, cfg in configs.BWD_GLUON.items() if d != 256 for n, (bm, st) in cfg.items() if n == "dkdv"
-                 for c in (0, 1)]
+                 for c in (0, 1)] + ["bwda16:128,64,3,0@hd"]
 
 
 def test_the_kernels_compile_with_their_partitions(compiled):
@@ -235,10 +236,11 @@ def test_the_split_summed_in_the_kernel_adds_one_count_a_warp_and_nothing_else(c
 
 def test_lse_by_tma_keeps_the_kernel_and_spills_no_more(compiled):
     """The dK / dV kernel taking lse and delta from the loader's TMA copies (``lse_tma``) beside its twin at every
-    routed config: the same wgmmas, partitions' registers and exponentials, spills no more than the twin's (sm_90a,
-    session 58: hd 128 76 -> 0 B non-causal, 188 -> 0 B causal; MLA 48 / 68 -> 0 B; hd 64 none either way), and shared
-    memory larger by the ring's lse and delta rows (2 x stages x BLOCK_M fp32; MLA: 112 B of alignment more)."""
-    assert len(LSE_TMA_TWINS) >= 6
+    routed config and the fused kernel's largest: the same wgmmas, partitions' registers and exponentials, spills no
+    more than the twin's (sm_90a, session 58: hd 128 76 -> 0 B non-causal, 188 -> 0 B causal; MLA 48 / 68 -> 0 B; hd
+    64 none either way; the fused adder's 112 -> 8 B), and shared memory larger by the ring's lse and delta rows (2 x
+    stages x BLOCK_M fp32; MLA: 112 B of alignment more), within the H100's 227 KiB."""
+    assert len(LSE_TMA_TWINS) >= 7
     for spec in LSE_TMA_TWINS:
         plain, by_tma = compiled[spec], compiled[f"{spec}@l1"]
         for key in ("wgmma", "serialized", "ex2"):
@@ -248,6 +250,7 @@ def test_lse_by_tma_keeps_the_kernel_and_spills_no_more(compiled):
         bm, st = (int(x) for x in spec.split(",")[1:3])
         ring = 2 * st * bm * 4
         assert ring <= by_tma["smem"] - plain["smem"] <= ring + 128, (spec, plain["smem"], by_tma["smem"])
+        assert by_tma["smem"] <= configs.H100_SMEM_BYTES, spec  # (the fused hd 128 kernel: 226 KiB of 227)
 
 
 def test_launcher_counters_are_kept_zeroed_per_stream():
@@ -1920,15 +1923,24 @@ def test_gpu_host_made_descriptors_give_the_same_gradients_and_replay(kind, b, s
     (1, 1500, 780, 8, 2, 128, 128, True, 64, 2, dict(persistent="heavy")),
     (2, 1000, 1000, 8, 1, 128, 128, False, 64, 2, dict(persistent=True, host_desc=True)),
     (1, 1000, 1100, 4, 4, 64, 64, False, 128, 2, {}), (1, 1000, 1000, 4, 2, 64, 64, True, 128, 2, {}),
-    (2, 600, 600, 8, 2, 64, 64, True, 64, 2, {}), (1, 700, 700, 4, 4, 192, 128, True, 32, 3, {})],
+    (2, 600, 600, 8, 2, 64, 64, True, 64, 2, {}), (1, 700, 700, 4, 4, 192, 128, True, 32, 3, {}),
+    (2, 1000, 1000, 4, 4, 128, 128, False, 64, 3, dict(fused=True, adder=True)),
+    (1, 780, 1500, 4, 2, 128, 128, True, 64, 2, dict(fused=True, mask_every_tile=True, walk=1)),
+    (1, 1000, 1100, 4, 4, 64, 64, False, 128, 2, dict(fused=True)),
+    (2, 1000, 1000, 4, 4, 64, 64, True, 64, 2, dict(fused=True, turns=False, persistent="heavy")),
+    (1, 1000, 1000, 4, 2, 128, 128, False, 64, 2, dict(fused=True, ordered=True))],
     ids=["hd128", "hd128-causal-GQA-Sq<Sk-flat", "hd128-causal-GQA-Sq>Sk-persistent", "hd128-MQA-persistent-host-desc",
-         "hd64-128-row", "hd64-128-row-causal-halves", "hd64-causal-GQA4", "mla-causal"])
+         "hd64-128-row", "hd64-128-row-causal-halves", "hd64-causal-GQA4", "mla-causal", "fused-hd128-adder",
+         "fused-hd128-causal-every-tile-GQA-flat", "fused-hd64-128-row", "fused-hd64-causal-no-turns-heavy-first",
+         "fused-hd128-ordered"])
 def test_gpu_lse_by_tma_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra):
     """The dK / dV kernel with lse and delta loaded by the loader's TMA (``lse_tma``; configs.BWD_GLUON_LSE_TMA): dK
     and dV bitwise the kernel's with the consumers' own loads (the same values into the same arithmetic; rows past the
     sequence read 0 for lse there, +inf here, and add exact zeros either way: their Q and dO tiles are zero), run
     twice, and within twice the Triton backward's error against the FP64 oracle. The query lengths are multiples of
-    4 (TMA's 16-byte rule for lse's rows) but not of the tiles, so the last tile reads past the sequence."""
+    4 (TMA's 16-byte rule for lse's rows) but not of the tiles, so the last tile reads past the sequence. The fused
+    kernel's (configs.BWD_GLUON_FUSED_LSE_TMA; built in session 58, not measured) the same way, its dQ (added in
+    arrival order; the ordered kernel's bitwise) within the same rule."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
     kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
     plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
@@ -1936,6 +1948,10 @@ def test_gpu_lse_by_tma_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causa
         got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, lse_tma=True, **kw)
         torch.cuda.synchronize()
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+        if extra.get("ordered"):
+            assert torch.equal(got[2], plain[2])
+        if len(got) == 3:
+            _assert_within_triton(got[2], dq_t, ref.dq, "dq")
     _assert_within_triton(got[0], dk_t, ref.dk, "dk")
     _assert_within_triton(got[1], dv_t, ref.dv, "dv")
 
@@ -1951,19 +1967,25 @@ def test_lse_by_tma_routes_in_the_listed_cells_where_tma_can_read_lse(monkeypatc
     assert routed["dkdv"]["lse_tma"] is True and "lse_tma" not in routed["dq"]
     assert "lse_tma" not in _route(*_inputs(sq=2046, sk=2048)[:3], **causal)["dkdv"]  # (2046 fp32: not 16 bytes)
     assert "lse_tma" not in _route(*_inputs(sq=2048, sk=2048)[:3])["dkdv"]  # (non-causal: not listed here)
+    monkeypatch.setattr(configs, "BWD_GLUON_FUSED_LSE_TMA", frozenset({(128, False)}))  # (the fused route's own set)
+    q, k, v, *_ = _inputs(sq=4096, sk=4096, hk=4)
+    kw = dict(window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
+    fused = configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(1, 4, 4096), causal=False, **kw)
+    assert fused is not None and fused["lse_tma"] is True
+    causal = configs.gluon_fused_bwd(q, k, v, q, q, torch.empty(1, 4, 4096), causal=True, window_right=0,
+                                     **{n: x for n, x in kw.items() if n != "window_right"})
+    assert causal is None or "lse_tma" not in causal
 
 
 def test_lse_by_tma_takes_16_byte_rows_and_the_dkdv_kernel_only():
     """``lse_tma`` is refused, with the reason, where TMA cannot read lse's rows (a query length not a multiple of 4,
-    a strided or misaligned lse, not fp32) and for the fused kernel; the route asks for it only in the listed cells
-    where it is allowed."""
+    a strided or misaligned lse, not fp32)."""
     lse = torch.empty(2, 4, 1000)
     assert bwd_gluon.lse_tma_refused(lse, lse) is None
     assert "16 bytes" in bwd_gluon.lse_tma_refused(torch.empty(2, 4, 777), lse)
     assert "16 bytes" in bwd_gluon.lse_tma_refused(lse, torch.empty(2, 4, 1001)[..., 1:])
     assert "fp32" in bwd_gluon.lse_tma_refused(lse.double(), lse)
     assert "fp32" in bwd_gluon.lse_tma_refused(lse, torch.empty(2, 1000, 4).transpose(1, 2))
-    assert "not the fused" in bwd_gluon.lse_tma_refused(lse, lse, dq_acc=lse)
     q, k = torch.empty(1, 777, 4, 128, dtype=torch.bfloat16), torch.empty(1, 777, 2, 128, dtype=torch.bfloat16)
     odd = torch.empty(1, 4, 777)
     with pytest.raises(ValueError, match="lse_tma: lse: strides"):
