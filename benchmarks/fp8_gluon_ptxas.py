@@ -179,9 +179,9 @@ def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: 
 
 
 def compile_bwd256_sm90a(stages: int, causal: bool, fp16: bool = False, group: int = 2,
-                         softcap: bool = False) -> dict:
+                         softcap: bool = False, lse_tma: bool = False) -> dict:
     """The same report for hd 256's dK / dV kernel (kernels/flash_attn/bwd_gluon_hd256.py) over a GQA group of
-    ``group`` query heads; ``softcap``: scores capped at 50."""
+    ``group`` query heads; ``softcap``: scores capped at 50; ``lse_tma``: lse and delta by the loader's TMA."""
     from kernels.flash_attn import bwd_gluon_hd256
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -190,7 +190,7 @@ def compile_bwd256_sm90a(stages: int, causal: bool, fp16: bool = False, group: i
     k, v, dk, dv = (torch.empty(b, s, hk, 256, dtype=dtype) for _ in range(4))
     lse, delta = (torch.empty(b, hk * group, s) for _ in range(2))
     call = bwd_gluon_hd256.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, causal, num_stages=stages,
-                                             softcap=50.0 if softcap else 0.0)
+                                             softcap=50.0 if softcap else 0.0, lse_tma=lse_tma)
     return _report(compile_call(bwd_gluon_hd256._bwd_dkdv256_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -267,12 +267,12 @@ def main(argv=None) -> int:
     for spec in a.specs:
         if spec.startswith("bwd256:"):
             plain, *options = spec.split("@")
-            if any(o != "sc" for o in options):
-                raise SystemExit(f"spec {spec}: hd 256's dK / dV kernel's option after @ is sc")
+            if any(o not in ("sc", "l1") for o in options):
+                raise SystemExit(f"spec {spec}: hd 256's dK / dV kernel's options after @ are sc and l1")
             stages, causal, *more = (int(x) for x in plain.split(":", 1)[1].split(","))
             d, bm, bn, overlap = 256, 64, 64, 1
             r = compile_bwd256_sm90a(stages, bool(causal), bool(more and more[0]), more[1] if len(more) > 1 else 2,
-                                     "sc" in options)
+                                     "sc" in options, "l1" in options)
         elif spec.startswith("bwdq16:"):
             plain, *options = spec.split("@")
             orders = [o for o in options if o in ("p1", "p2")]

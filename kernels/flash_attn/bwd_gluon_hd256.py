@@ -55,6 +55,7 @@ from .bwd_gluon import (
     _outputs,
     _p_and_ds,
     _replay_or_launch,
+    lse_tma_refused,
 )
 from .bwd_gluon import unsupported as _unsupported
 from .fp8_gluon import _cap_scales, _pass, _ws_barriers, softcap_refused
@@ -68,12 +69,15 @@ BLOCK_M = 64
 
 @gluon.jit
 def _load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0, group,
-          g_lo, g_hi, j_lo, n_m, shape):
+          g_lo, g_hi, j_lo, n_m, shape, lse_desc, delta_desc, lse_smem, delta_smem):
     """The loader warp: the program's K and V (64 keys) once, then per query head of its part of the group ([g_lo,
-    g_hi)) and query tile from ``j_lo`` the Q and dO tiles into the slot both consumers released."""
+    g_hi)) and query tile from ``j_lo`` the Q and dO tiles into the slot both consumers released; with
+    ``shape.LSE_TMA`` the tile's lse and delta rows too (``lse_desc`` / ``delta_desc`` into ``lse_smem`` /
+    ``delta_smem``, on the same barrier)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     ROWS: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
+    LSE_BYTES: gl.constexpr = 2 * ROWS * 4 if shape.LSE_TMA else 0  # (a query tile's lse and delta, fp32)
     mbarrier.expect(kv_bar, 2 * 64 * HEAD_DIM * 2)
     tma.async_copy_global_to_shared(k_desc, [b, n0, hk, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [b, n0, hk, 0], kv_bar, v_smem)
@@ -83,7 +87,11 @@ def _load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_b
         for j in range(j_lo, n_m):
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
-            mbarrier.expect(ready.index(slot), 2 * ROWS * HEAD_DIM * 2)
+            mbarrier.expect(ready.index(slot), 2 * ROWS * HEAD_DIM * 2 + LSE_BYTES)
+            if shape.LSE_TMA:
+                tma.async_copy_global_to_shared(lse_desc, [b, h, j * ROWS], ready.index(slot), lse_smem.index(slot))
+                tma.async_copy_global_to_shared(delta_desc, [b, h, j * ROWS], ready.index(slot),
+                                                delta_smem.index(slot))
             tma.async_copy_global_to_shared(q_desc, [b, j * ROWS, h, 0], ready.index(slot), q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [b, j * ROWS, h, 0], ready.index(slot), do_smem.index(slot))
             it += 1
@@ -93,9 +101,10 @@ def _load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_b
 def _consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, p_smem, ds_smem, pds_ready, pds_free, DK,
              DV, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_dkp,
              stride_dvp, stride_lb, stride_lh, stride_db, stride_dh, b, hk, gs, n0, group, g_lo, g_hi, j_lo, n_m,
-             seqlen_q, seqlen_k, qk_scale, sm_scale, cap_in, shape):
+             seqlen_q, seqlen_k, qk_scale, sm_scale, cap_in, shape, lse_smem, delta_smem):
     """Consumer ``wg``'s work (the module's docstring): S^T and dP^T of its 32 queries of each tile, P^T and dS^T
-    through shared memory to both consumers, dV and dK of its 128 columns; stored (dK scaled) at the end."""
+    through shared memory to both consumers, dV and dK of its 128 columns; stored (dK scaled) at the end. With
+    ``shape.LSE_TMA`` its queries' lse and delta from the loader's copies (``lse_smem`` / ``delta_smem``)."""
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     ROWS: gl.constexpr = shape.BLOCK_M
     NUM_STAGES: gl.constexpr = shape.NUM_STAGES
@@ -121,12 +130,17 @@ def _consume(wg, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, p_smem, 
             slot = it % NUM_STAGES
             q_t = q_smem.index(slot).reshape([ROWS, HEAD_DIM])
             do_t = do_smem.index(slot).reshape([ROWS, HEAD_DIM])
+            lse_in = lse_s
+            delta_in = delta_s
+            if shape.LSE_TMA:  # (this consumer's 32 queries of the tile's rows)
+                lse_in = lse_smem.index(slot).reshape([ROWS]).slice(QW * wg, QW)
+                delta_in = delta_smem.index(slot).reshape([ROWS]).slice(QW * wg, QW)
             mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
             zero = gl.zeros([64, QW], gl.float32, layout=S_LAYOUT)
             s = warpgroup_mma(k_t, q_t.slice(QW * wg, QW).permute((1, 0)), zero, use_acc=False, is_async=True)
             dp = warpgroup_mma(v_t, do_t.slice(QW * wg, QW).permute((1, 0)), zero, use_acc=False, is_async=True)
-            p, ds = _p_and_ds(s, dp, j * ROWS + QW * wg, lse_s, delta_s, n0, off, qk_scale, seqlen_q, IS_CAUSAL, QW,
-                              S_LAYOUT, 1, 0, cap_in=cap_in, SOFTCAP=shape.SOFTCAP)
+            p, ds = _p_and_ds(s, dp, j * ROWS + QW * wg, lse_in, delta_in, n0, off, qk_scale, seqlen_q, IS_CAUSAL,
+                              QW, S_LAYOUT, 1, 0, cap_in=cap_in, SOFTCAP=shape.SOFTCAP, LSE_SMEM=shape.LSE_TMA)
             # both consumers' wgmmas of the last tile read the halves there: then this one's are stored
             mbarrier.wait(pds_free, (it - 1) & 1, pred=it > 0)
             p_smem.index(wg).store(p.to(DTYPE))
@@ -161,11 +175,14 @@ def _bwd_dkdv256_kernel(Q, K, V, DO, Lse, Delta, DK, DV, QD, DOD, KD, VD, stride
                         stride_dh, group_split, seqlen_q, seqlen_k, num_heads, group, sm_scale, softcap,
                         HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         SOFTCAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr, K_SL: gl.constexpr,
-                        P_SL: gl.constexpr, num_warps: gl.constexpr):
+                        P_SL: gl.constexpr, num_warps: gl.constexpr, batch=1, LSE_TMA: gl.constexpr = False,
+                        L_SL: gl.constexpr = None):
     """dK and dV of 64 keys of one (batch, kv head, group part) a program (grid: key blocks x batch x kv heads x
     group parts); Q's, dO's, K's and V's TMA descriptors made on the host (``QD`` .. ``VD``; Q .. DO themselves
     unread, the launch's replay slots). ``SOFTCAP``: the forward's scores were capped at ``softcap`` (read only
-    then). ``stride_dkp`` / ``stride_dvp``: the group split's partials (0 without a split)."""
+    then). ``stride_dkp`` / ``stride_dvp``: the group split's partials (0 without a split). ``LSE_TMA``: lse and
+    delta ([``batch``, heads, seqlen_q], 16-byte strides) by the loader's TMA with each query tile (``L_SL``: [1, 1,
+    64] fp32), as bwd_gluon's dK / dV kernel takes them (session 58)."""
     b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(gl.program_id(0), gl.program_id(1), seqlen_q, seqlen_k,
                                                    num_heads // group, group, group_split, 64, IS_CAUSAL, 64)
     n_m = gl.cdiv(seqlen_q, 64)
@@ -181,14 +198,23 @@ def _bwd_dkdv256_kernel(Q, K, V, DO, Lse, Delta, DK, DV, QD, DOD, KD, VD, stride
     pds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(pds_ready, count=2)  # both consumers' halves stored
     mbarrier.init(pds_free, count=2)  # both consumers' wgmmas over them retired
+    if LSE_TMA:
+        lse_desc = tma.make_tensor_descriptor(Lse, [batch, num_heads, seqlen_q], [stride_lb, stride_lh, 1], [1, 1, 64],
+                                              L_SL)
+        delta_desc = tma.make_tensor_descriptor(Delta, [batch, num_heads, seqlen_q], [stride_db, stride_dh, 1],
+                                                [1, 1, 64], L_SL)
+        lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, 64], L_SL)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, 64], L_SL)
+    else:  # stand-ins, never read
+        lse_desc, delta_desc, lse_smem, delta_smem = QD, QD, q_smem, q_smem
     qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
-    shape = _BwdShape(HEAD_DIM, 64, NUM_STAGES, IS_CAUSAL, SOFTCAP=SOFTCAP)
+    shape = _BwdShape(HEAD_DIM, 64, NUM_STAGES, IS_CAUSAL, SOFTCAP=SOFTCAP, LSE_TMA=LSE_TMA)
     load_args = (QD, DOD, KD, VD, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0, group, g_lo, g_hi,
-                 j_lo, n_m, shape)
+                 j_lo, n_m, shape, lse_desc, delta_desc, lse_smem, delta_smem)
     consume_args = (q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, p_smem, ds_smem, pds_ready, pds_free, DK,
                     DV, Lse, Delta, stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh, stride_dkp,
                     stride_dvp, stride_lb, stride_lh, stride_db, stride_dh, b, hk, gs, n0, group, g_lo, g_hi, j_lo,
-                    n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, cap_in, shape)
+                    n_m, seqlen_q, seqlen_k, qk_scale, sm_scale, cap_in, shape, lse_smem, delta_smem)
     gl.warp_specialize([(_consume, (0, ) + consume_args), (_consume, (1, ) + consume_args), (_load, load_args)],
                        [4, 1], [CONSUMER_REGS, 24])
 
@@ -202,12 +228,17 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, num_stages=2,
-                      consumer_regs=240, softcap=0.0) -> dict:
+                      consumer_regs=240, softcap=0.0, lse_tma=False) -> dict:
     """Every argument of ``_bwd_dkdv256_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. ``softcap`` > 0: the
-    forward's scores were capped, softcap * tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP)."""
+    forward's scores were capped, softcap * tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP). ``lse_tma``:
+    lse and delta by the loader's TMA (the kernel's LSE_TMA; bwd_gluon.lse_tma_refused says what it takes)."""
     if why := softcap_refused(softcap):
         raise ValueError(f"dkdv256_arguments: {why}")
+    if lse_tma and (why := lse_tma_refused(lse, delta)):
+        raise ValueError(f"dkdv256_arguments: lse_tma: {why}")
+    by_tma = dict(batch=q.shape[0], LSE_TMA=True,
+                  L_SL=gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_M], gl.float32)) if lse_tma else {}
     if num_stages != 2:
         raise ValueError(f"dkdv256_arguments: 2 stages (3 would need 272 KiB of shared memory), got {num_stages}")
     g = _DTYPES[q.dtype]
@@ -226,7 +257,7 @@ def dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, sp
                 seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), softcap=float(softcap or 0.0), HEAD_DIM=d, NUM_STAGES=num_stages,
                 IS_CAUSAL=bool(causal), SOFTCAP=bool(softcap), CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl,
-                P_SL=gl.NVMMASharedLayout.get_default_for([64, BLOCK_M // 2], g), num_warps=4)
+                P_SL=gl.NVMMASharedLayout.get_default_for([64, BLOCK_M // 2], g), num_warps=4, **by_tma)
 
 
 def dkdv256_grid(k, split: int = 1) -> tuple[int, int]:
@@ -235,27 +266,28 @@ def dkdv256_grid(k, split: int = 1) -> tuple[int, int]:
 
 
 def dkdv256_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, num_stages=2,
-                   consumer_regs=240, softcap=0.0):
+                   consumer_regs=240, softcap=0.0, lse_tma=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32 partials;
     inputs checked by the caller: :func:`unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
     (slots Q, K, V, DO, Lse, Delta, DK, DV: the Triton dK / dV kernel's names, so the backward's replay fills
     either)."""
     launcher.ensure_allocator()
     kwargs = dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split, num_stages,
-                               consumer_regs, softcap)
+                               consumer_regs, softcap, lse_tma)
     grid = dkdv256_grid(k, split)
     return launcher.launched(_bwd_dkdv256_kernel, _bwd_dkdv256_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
 
 
 def dkdv256_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, num_stages=2, consumer_regs=240, softcap=0.0,
-                  poison=False, launches=None):
+                  poison=False, launches=None, lse_tma=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, 256] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with this kernel. sm90 GPUs only.
-    ``softcap``: the forward's cap; ``launches`` / ``poison``: bwd_gluon.dkdv_gluon's."""
+    ``softcap``: the forward's cap; ``launches`` / ``poison``: bwd_gluon.dkdv_gluon's; ``lse_tma``:
+    :func:`dkdv256_arguments`'."""
     _check_call("dkdv256_gluon", unsupported(q, k, v, do, lse, delta), num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv}
     _replay_or_launch(launches, "dkdv256", tensors, lambda: dkdv256_launch(
-        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, num_stages, consumer_regs, softcap))
+        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, num_stages, consumer_regs, softcap, lse_tma))
     return dk, dv

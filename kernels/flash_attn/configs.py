@@ -1277,7 +1277,9 @@ BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 #: backward through the harness, CUDA graphs, three pairs against the consumers' loads, every pair gaining):
 #: GQA 40/8 2k hd 128 1.061x, 64/8 4k causal 1.073x, Llama-3-8B B4 2k causal 1.082x, GQA 32/8 2k hd 64 1.147x, MQA
 #: 16/1 2k hd 64 1.075x, B2 H16 2k capped at 30 1.036x, DeepSeek-V3's MLA 4k causal 1.026x, GQA 32/8 2k hd 64 causal
-#: 1.023x, Falcon's 71/1 2k causal 1.048x; MHA hd 128 4k (the fused route: unchanged) 1.004x.
+#: 1.023x, Falcon's 71/1 2k causal 1.048x; MHA hd 128 4k (the fused route: unchanged) 1.004x. hd 256's own dK / dV
+#: kernel (bwd_gluon_hd256) takes it too where listed (built after session 58's device budget: its compile spills 144
+#: -> 32 B, capped causal 448 -> 168 B; not measured, so not listed).
 BWD_GLUON_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True),
                                                            (192, False), (192, True)})
 
@@ -1411,7 +1413,7 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
             out["dkdv"]["turns"] = False
-        if not wide and (q.shape[-1], bool(causal)) in BWD_GLUON_LSE_TMA and lse.dim() == 3:
+        if (q.shape[-1], bool(causal)) in BWD_GLUON_LSE_TMA and lse.dim() == 3:
             from .bwd_gluon import lse_tma_refused
 
             if lse_tma_refused(lse, lse) is None:  # (delta: lse's shape and strides, bwd.py's workspace or its own)
@@ -1425,7 +1427,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         if host_desc_bwd(name, q.shape[-1], v.shape[-1]):
             keywords["host_desc"] = True
     if wide and "dkdv" in out:  # (bwd_gluon_hd256.dkdv256_launch: 64-row tiles, its descriptors made on the host)
-        out["dkdv"] = {"num_stages": cfg["dkdv"][1]} | ({"softcap": float(softcap)} if softcap else {})
+        out["dkdv"] = ({"num_stages": cfg["dkdv"][1]} | ({"softcap": float(softcap)} if softcap else {})
+                       | ({"lse_tma": True} if out["dkdv"].get("lse_tma") else {}))
     return out
 
 

@@ -139,6 +139,7 @@ def compiled(tmp_path_factory):
     specs += [f"{spec}@sc" for spec in DQ_SOFTCAP_TWINS + HD256_TWINS]  # (a softcap: the twins are BWD_GLUON_TRY's)
     specs += DKDV_SOFTCAP_TWINS + [f"{spec}@sc" for spec in DKDV_SOFTCAP_TWINS]
     specs += [f"{spec},0,4" for spec in HD256_TWINS]  # (hd 256's dK / dV over a group of 4)
+    specs += [f"{spec}@sc@l1" for spec in HD256_TWINS]  # (... capped, with lse and delta by the loader's TMA)
     specs += SPLIT_SUM_TWINS + [f"{spec}@s2" for spec in SPLIT_SUM_TWINS]  # (the group split summed in the kernel)
     specs += LSE_TMA_TWINS + [f"{spec}@l1" for spec in LSE_TMA_TWINS]  # (lse and delta by the loader's TMA)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
@@ -1379,6 +1380,9 @@ def test_hd256_dkdv_kernel_splits_the_head_dim_and_takes_the_cap(compiled):
             assert r["spill"] <= HD256_SPILL_AT_MOST and r["tma_reduce"] == 0, (spec, r["spill"])
         assert plain["tanh"] == 0 == group4["tanh"] and capped["tanh"] == plain["ex2"], spec
         assert group4["spill"] == plain["spill"], spec
+        by_tma = compiled[f"{spec}@sc@l1"]  # (lse and delta by TMA, session 58: capped causal 448 -> 168 B spilled)
+        assert (by_tma["wgmma"], by_tma["ex2"], by_tma["tanh"]) == (capped["wgmma"], capped["ex2"], capped["tanh"])
+        assert by_tma["spill"] <= capped["spill"] and capped["smem"] < by_tma["smem"] <= configs.H100_SMEM_BYTES, spec
 
 
 def test_hd256_dkdv_kernel_takes_only_what_it_can_run():
@@ -2165,6 +2169,32 @@ def test_gpu_gluon_dq_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window,
     assert "_bwd_dkdv_kernel" in names, names
     again = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
     assert all(torch.equal(x, y) for x, y in zip(first[2:5], again[2:5]))
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal, window, softcap, dtype",
+                         [c for c in HD256_CASES if c[6] < 0], ids=[i for i, c in zip(HD256_IDS, HD256_CASES) if c[6] < 0])
+def test_gpu_hd256_dkdv_takes_lse_by_tma_to_the_same_gradients(b, sq, sk, hq, hk, causal, window, softcap, dtype,
+                                                               monkeypatch):
+    """hd 256's dK / dV kernel with lse and delta by the loader's TMA (configs.BWD_GLUON_LSE_TMA listing hd 256; built
+    in session 58, not measured): every gradient bitwise the consumers' own loads' (Sq 777: refused by the route,
+    the same kernel), within the tolerance rule of the FP64 oracle."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import interface
+
+    monkeypatch.setitem(configs.BWD_GLUON, 256, dict(configs.BWD_GLUON_TRY[256]))
+    monkeypatch.setitem(configs.BWD_GLUON_MIN_SEQLEN, 256, {"dq": {False: 1, True: 1}, "dkdv": {False: 1, True: 1}})
+    kw = dict(window=(-1, 0 if causal else -1), device="cuda", softcap=softcap)
+    interface._SIGNATURES.clear()
+    plain = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
+    monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", configs.BWD_GLUON_LSE_TMA | {(256, False), (256, True)})
+    interface._SIGNATURES.clear()
+    by_tma = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
+    assert "_bwd_dkdv256_kernel" in _backward_kernels(interface)
+    assert all(torch.equal(x, y) for x, y in zip(plain[2:5], by_tma[2:5]))
     interface._SIGNATURES.clear()
 
 
