@@ -1164,12 +1164,20 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
         route["persistent"] = persistent
     if host_desc_bwd("fused", q.shape[-1], v.shape[-1]):
         route["host_desc"] = True
-    if (q.shape[-1], bool(causal)) in BWD_GLUON_FUSED_LSE_TMA and lse.dim() == 3:
-        from .bwd_gluon import lse_tma_refused
-
-        if lse_tma_refused(lse, lse) is None:  # (delta: lse's shape and strides, as above)
-            route["lse_tma"] = True
+    if lse_by_tma(BWD_GLUON_FUSED_LSE_TMA, q, causal, lse):
+        route["lse_tma"] = True
     return route
+
+
+def lse_by_tma(cells: frozenset, q, causal: bool, lse) -> bool:
+    """Whether a Gluon dK / dV launch (``cells``: :data:`BWD_GLUON_LSE_TMA` or :data:`BWD_GLUON_FUSED_LSE_TMA`) takes
+    lse and delta by the loader's TMA: its (head dim, causal) cell listed and lse's rows on 16 bytes
+    (bwd_gluon.lse_tma_refused; delta has lse's shape and strides: bwd.py's workspace, or made like lse)."""
+    if (q.shape[-1], bool(causal)) not in cells or lse.dim() != 3:
+        return False
+    from .bwd_gluon import lse_tma_refused
+
+    return lse_tma_refused(lse, lse) is None
 
 
 #: bf16 / fp16 backward q / k head dims whose split-mode kernels run the warp-specialised Gluon ones
@@ -1413,11 +1421,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
         out["dkdv"]["walk"] = bwd_walk(q, k)
         if (q.shape[-1], bool(causal)) in BWD_GLUON_NO_TURNS:
             out["dkdv"]["turns"] = False
-        if (q.shape[-1], bool(causal)) in BWD_GLUON_LSE_TMA and lse.dim() == 3:
-            from .bwd_gluon import lse_tma_refused
-
-            if lse_tma_refused(lse, lse) is None:  # (delta: lse's shape and strides, bwd.py's workspace or its own)
-                out["dkdv"]["lse_tma"] = True
+        if lse_by_tma(BWD_GLUON_LSE_TMA, q, causal, lse):
+            out["dkdv"]["lse_tma"] = True
     longer = max(q.shape[1], k.shape[1])  # (dense: varlen calls returned above)
     for name, keywords in out.items():  # (the split route's dQ and dK / dV launches)
         if window:  # (the persistent kernels have no window: one program a tile)
