@@ -1945,19 +1945,9 @@ def test_gpu_lse_by_tma_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causa
     4 (TMA's 16-byte rule for lse's rows) but not of the tiles, so the last tile reads past the sequence. The fused
     kernel's (configs.BWD_GLUON_FUSED_LSE_TMA; built in session 58, not measured) the same way, its dQ (added in
     arrival order; the ordered kernel's bitwise) within the same rule."""
-    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
-    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
-    plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
-    for _ in range(2):
-        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, lse_tma=True, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
-        if extra.get("ordered"):
-            assert torch.equal(got[2], plain[2])
-        if len(got) == 3:
-            _assert_within_triton(got[2], dq_t, ref.dq, "dq")
-    _assert_within_triton(got[0], dk_t, ref.dk, "dk")
-    _assert_within_triton(got[1], dv_t, ref.dv, "dv")
+    case = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
+    kw = dict(causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    _same_gradients_twice(case, kw, dict(lse_tma=True), dq_bitwise=bool(extra.get("ordered")))
 
 
 def test_lse_by_tma_routes_in_the_listed_cells_where_tma_can_read_lse(monkeypatch):
@@ -2026,13 +2016,23 @@ def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, ca
         monkeypatch.setattr(configs, "sm_count", lambda device_index: programs)
     extra = dict(extra)
     order = extra.pop("persistent", True)
-    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal)
-    kw = dict(softmax_scale=scale, causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    kw = dict(causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    _same_gradients_twice(_gpu_case(b, sq, sk, hq, hk, d, causal), kw, dict(persistent=order))
+
+
+def _same_gradients_twice(case, kw: dict, variant: dict, dq_bitwise: bool = False):
+    """bwd_gluon.dkdv_gluon with ``variant``'s keywords beside the same call without (``kw``; ``case``:
+    :func:`_gpu_case`'s), run twice: dK and dV bitwise, the fused kernel's dQ within twice the Triton backward's error
+    (bitwise with ``dq_bitwise``: the ordered adds), and dK and dV within it against the FP64 oracle."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = case
+    kw = dict(kw, softmax_scale=scale)
     plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
     for _ in range(2):
-        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, persistent=order, **kw)
+        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **variant, **kw)
         torch.cuda.synchronize()
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+        if dq_bitwise:
+            assert torch.equal(got[2], plain[2])
         if len(got) == 3:
             _assert_within_triton(got[2], dq_t, ref.dq, "dq")
     _assert_within_triton(got[0], dk_t, ref.dk, "dk")
