@@ -301,6 +301,34 @@ def _p_and_ds(s, dp, q0, lse_s, delta_s, key0, off, qk_scale, seqlen_q, IS_CAUSA
 
 
 @gluon.jit
+def _lse_ring(Lse, Delta, batch, num_heads, seqlen_q, stride_lb, stride_lh, stride_db, stride_dh, desc, smem,
+              ROWS: gl.constexpr, NUM_STAGES: gl.constexpr, L_SL: gl.constexpr, LSE_TMA: gl.constexpr):
+    """With ``LSE_TMA``: (lse's and delta's TMA descriptors over [batch, heads, seqlen_q], a [1, 1, ``ROWS``] box
+    each, and their rows' ring in shared memory, ``NUM_STAGES`` slots each, layout ``L_SL``) for a dK / dV kernel's
+    loader to fill (:func:`_copy_lse_rows`) and its consumers to read (:func:`_p_and_ds`' ``LSE_SMEM``); else the
+    stand-ins ``desc``, ``desc``, ``smem``, ``smem`` (never read)."""
+    lse_desc, delta_desc, lse_smem, delta_smem = desc, desc, smem, smem
+    if LSE_TMA:
+        lse_desc = tma.make_tensor_descriptor(Lse, [batch, num_heads, seqlen_q], [stride_lb, stride_lh, 1],
+                                              [1, 1, ROWS], L_SL)
+        delta_desc = tma.make_tensor_descriptor(Delta, [batch, num_heads, seqlen_q], [stride_db, stride_dh, 1],
+                                                [1, 1, ROWS], L_SL)
+        lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, ROWS], L_SL)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, ROWS], L_SL)
+    return lse_desc, delta_desc, lse_smem, delta_smem
+
+
+@gluon.jit
+def _copy_lse_rows(lse_desc, delta_desc, lse_smem, delta_smem, b, h, row, bar, slot, LSE_TMA: gl.constexpr):
+    """The loader's copies of one query tile's lse and delta rows (from ``row`` of (batch ``b``, head ``h``)) into
+    slot ``slot`` of :func:`_lse_ring`'s ring, on ``bar`` (2 x rows x 4 bytes more for its expect); nothing without
+    ``LSE_TMA``."""
+    if LSE_TMA:
+        tma.async_copy_global_to_shared(lse_desc, [b, h, row], bar, lse_smem.index(slot))
+        tma.async_copy_global_to_shared(delta_desc, [b, h, row], bar, delta_smem.index(slot))
+
+
+@gluon.jit
 def _walk_bounds(g_lo, g_hi, j_lo, n_m, WALK: gl.constexpr):
     """The ranges (outer lo, hi, inner lo, hi) of a dK / dV program's two loops over its (query head of its group
     part, query tile) steps, by ``WALK``: 0 (the default) the heads outside, each head's tiles inside from the
@@ -446,10 +474,8 @@ def _bwd_load_tile(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_s
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
             mbarrier.expect(ready.index(slot), BLOCK_M * (2 * HEAD_DIM + HEAD_DIM_B) * 2 + LSE_BYTES)
-            if shape.LSE_TMA:
-                tma.async_copy_global_to_shared(lse_desc, [b, h, j * BLOCK_M], ready.index(slot), lse_smem.index(slot))
-                tma.async_copy_global_to_shared(delta_desc, [b, h, j * BLOCK_M], ready.index(slot),
-                                                delta_smem.index(slot))
+            _copy_lse_rows(lse_desc, delta_desc, lse_smem, delta_smem, b, h, j * BLOCK_M, ready.index(slot), slot,
+                           shape.LSE_TMA)
             tma.async_copy_global_to_shared(q_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [b, j * BLOCK_M, h, 0], ready.index(slot), do_smem.index(slot))
             if HEAD_DIM_B > 0:
@@ -1036,15 +1062,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
         _stamp(entry + 1)
         _stamp(entry + 11)
     kv_bar, ready, empty, turn = _ws_barriers(NUM_STAGES)
-    if LSE_TMA:
-        lse_desc = tma.make_tensor_descriptor(Lse, [batch, num_heads, seqlen_q], [stride_lb, stride_lh, 1],
-                                              [1, 1, BLOCK_M], L_SL)
-        delta_desc = tma.make_tensor_descriptor(Delta, [batch, num_heads, seqlen_q], [stride_db, stride_dh, 1],
-                                                [1, 1, BLOCK_M], L_SL)
-        lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, BLOCK_M], L_SL)
-        delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, BLOCK_M], L_SL)
-    else:  # stand-ins, never read
-        lse_desc, delta_desc, lse_smem, delta_smem = q_desc, q_desc, q_smem, q_smem
+    lse_desc, delta_desc, lse_smem, delta_smem = _lse_ring(Lse, Delta, batch, num_heads, seqlen_q, stride_lb,
+                                                           stride_lh, stride_db, stride_dh, q_desc, q_smem, BLOCK_M,
+                                                           NUM_STAGES, L_SL, LSE_TMA)
     if DQ_COLS > 0:
         gl.static_assert((BLOCK_M == 64 or (BLOCK_M == 128 and DQ_COLS == HEAD_DIM)) and HEAD_DIM_B == 0,
                          "the fused dQ: 64-row tiles (hd 64: or 128-row), one head-dim part")

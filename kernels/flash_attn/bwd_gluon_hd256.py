@@ -50,8 +50,10 @@ from .bwd_gluon import (
     _acc_layout,
     _BwdShape,
     _check_call,
+    _copy_lse_rows,
     _dkdv_coords,
     _host_descriptors,
+    _lse_ring,
     _outputs,
     _p_and_ds,
     _replay_or_launch,
@@ -88,10 +90,8 @@ def _load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_b
             slot = it % NUM_STAGES
             mbarrier.wait(empty.index(slot), ((it // NUM_STAGES) - 1) & 1, pred=it >= NUM_STAGES)
             mbarrier.expect(ready.index(slot), 2 * ROWS * HEAD_DIM * 2 + LSE_BYTES)
-            if shape.LSE_TMA:
-                tma.async_copy_global_to_shared(lse_desc, [b, h, j * ROWS], ready.index(slot), lse_smem.index(slot))
-                tma.async_copy_global_to_shared(delta_desc, [b, h, j * ROWS], ready.index(slot),
-                                                delta_smem.index(slot))
+            _copy_lse_rows(lse_desc, delta_desc, lse_smem, delta_smem, b, h, j * ROWS, ready.index(slot), slot,
+                           shape.LSE_TMA)
             tma.async_copy_global_to_shared(q_desc, [b, j * ROWS, h, 0], ready.index(slot), q_smem.index(slot))
             tma.async_copy_global_to_shared(do_desc, [b, j * ROWS, h, 0], ready.index(slot), do_smem.index(slot))
             it += 1
@@ -198,15 +198,9 @@ def _bwd_dkdv256_kernel(Q, K, V, DO, Lse, Delta, DK, DV, QD, DOD, KD, VD, stride
     pds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(pds_ready, count=2)  # both consumers' halves stored
     mbarrier.init(pds_free, count=2)  # both consumers' wgmmas over them retired
-    if LSE_TMA:
-        lse_desc = tma.make_tensor_descriptor(Lse, [batch, num_heads, seqlen_q], [stride_lb, stride_lh, 1], [1, 1, 64],
-                                              L_SL)
-        delta_desc = tma.make_tensor_descriptor(Delta, [batch, num_heads, seqlen_q], [stride_db, stride_dh, 1],
-                                                [1, 1, 64], L_SL)
-        lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, 64], L_SL)
-        delta_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, 1, 1, 64], L_SL)
-    else:  # stand-ins, never read
-        lse_desc, delta_desc, lse_smem, delta_smem = QD, QD, q_smem, q_smem
+    lse_desc, delta_desc, lse_smem, delta_smem = _lse_ring(Lse, Delta, batch, num_heads, seqlen_q, stride_lb,
+                                                           stride_lh, stride_db, stride_dh, QD, q_smem, 64, NUM_STAGES,
+                                                           L_SL, LSE_TMA)
     qk_scale, cap_in = _cap_scales(sm_scale, softcap, SOFTCAP)
     shape = _BwdShape(HEAD_DIM, 64, NUM_STAGES, IS_CAUSAL, SOFTCAP=SOFTCAP, LSE_TMA=LSE_TMA)
     load_args = (QD, DOD, KD, VD, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, b, hk, n0, group, g_lo, g_hi,
