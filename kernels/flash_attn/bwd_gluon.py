@@ -1532,8 +1532,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     gradients), no sum launch after. ``lse_tma`` (:func:`lse_tma_refused` says what it takes): each query tile's lse
     and delta rows loaded by the loader warp's TMA with its Q and dO tiles (the kernel's LSE_TMA; the fused kernel's
     too)."""
-    if lse_tma and (why := lse_tma_refused(lse, delta)):
-        raise ValueError(f"dkdv_arguments: lse_tma: {why}")
+    by_tma = lse_tma_arguments(lse, delta, block_m, "dkdv_arguments") if lse_tma else {}
     if window_left >= 0 and (not causal or persistent or dq_acc is not None):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False), the dK / dV "
                          "kernel (no dq_acc)")
@@ -1580,8 +1579,7 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
         second.update(PERSISTENT=persistent_order(persistent))
-    if lse_tma:
-        second.update(LSE_TMA=True, L_SL=gl.NVMMASharedLayout.get_default_for([1, 1, block_m], gl.float32))
+    second.update(by_tma)
     if split_sum is not None:
         count, dk_sum, dv_sum = split_sum
         if split < 2 or dq_acc is not None or d_b:
@@ -1614,6 +1612,14 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                 LAST_FIRST=bool(last_first), WALK=int(walk), QUERY_HALVES=bool(halves),
                 MASK_EVERY_TILE=bool(mask_every_tile and causal), window_left=window_argument(window_left, q, k),
                 **second)
+
+
+def lse_tma_arguments(lse, delta, rows: int, caller: str) -> dict:
+    """A dK / dV kernel's LSE_TMA arguments (its [1, 1, ``rows``] fp32 ring layout ``L_SL``); ValueError, named after
+    ``caller``, where :func:`lse_tma_refused` refuses lse / delta."""
+    if why := lse_tma_refused(lse, delta):
+        raise ValueError(f"{caller}: lse_tma: {why}")
+    return dict(LSE_TMA=True, L_SL=gl.NVMMASharedLayout.get_default_for([1, 1, rows], gl.float32))
 
 
 def lse_tma_refused(lse, delta) -> str | None:

@@ -57,7 +57,7 @@ from .bwd_gluon import (
     _outputs,
     _p_and_ds,
     _replay_or_launch,
-    lse_tma_refused,
+    lse_tma_arguments,
 )
 from .bwd_gluon import unsupported as _unsupported
 from .fp8_gluon import _cap_scales, _pass, _ws_barriers, softcap_refused
@@ -229,10 +229,7 @@ def dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, sp
     lse and delta by the loader's TMA (the kernel's LSE_TMA; bwd_gluon.lse_tma_refused says what it takes)."""
     if why := softcap_refused(softcap):
         raise ValueError(f"dkdv256_arguments: {why}")
-    if lse_tma and (why := lse_tma_refused(lse, delta)):
-        raise ValueError(f"dkdv256_arguments: lse_tma: {why}")
-    by_tma = dict(batch=q.shape[0], LSE_TMA=True,
-                  L_SL=gl.NVMMASharedLayout.get_default_for([1, 1, BLOCK_M], gl.float32)) if lse_tma else {}
+    by_tma = dict(lse_tma_arguments(lse, delta, BLOCK_M, "dkdv256_arguments"), batch=q.shape[0]) if lse_tma else {}
     if num_stages != 2:
         raise ValueError(f"dkdv256_arguments: 2 stages (3 would need 272 KiB of shared memory), got {num_stages}")
     g = _DTYPES[q.dtype]
