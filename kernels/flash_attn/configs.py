@@ -975,10 +975,12 @@ BWD_GLUON_FUSED_NO_TURNS: frozenset[tuple[int, bool]] = frozenset({(64, True)})
 BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: (head dim, causal) cells whose fused kernel (routed, ordered or ``FLASH_ATTN_BWD=fused``) takes lse and delta by
 #: the loader's TMA (bwd_gluon.dkdv_launch's ``lse_tma``, where bwd_gluon.lse_tma_refused allows it), as the split
-#: route's dK / dV kernel does in :data:`BWD_GLUON_LSE_TMA`'s cells (session 58: 1.02-1.15x there). Built in session
-#: 58 after the device budget: the same GPU test as the dK / dV kernel's, the sm_90a compile checked; not measured:
-#: empty (the MHA hd 128 cells it would reach read 0.88-0.90x cuDNN's backward in session 58's table).
-BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset()
+#: route's dK / dV kernel does in :data:`BWD_GLUON_LSE_TMA`'s cells. Built in session 58 (compile: hd 128 spills 104
+#: -> 0 B); measured in session 59 (docs/perf/gluon-s59, H200, the whole backward through the harness, CUDA graphs,
+#: three pairs against the consumers' loads, every pair gaining): MHA hd 128 4k 1.072-1.079x, H40 hd 128 2k
+#: 1.081-1.090x, hd 128 causal 4k 1.039-1.063x, hd 64 4k 1.085-1.107x (prediction 1.02-1.08x). hd 64 causal and the
+#: ordered kernel (deterministic calls from 8k) take it too: same kernel and GPU test, not timed apart.
+BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True)})
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
 #: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
 #: persistent (bwd_gluon.dkdv_launch's / dq_launch's ``persistent``: one program an SM over the (key block, head) or
@@ -1286,10 +1288,10 @@ BWD_GLUON_NO_TURNS: frozenset[tuple[int, bool]] = frozenset()
 #: GQA 40/8 2k hd 128 1.061x, 64/8 4k causal 1.073x, Llama-3-8B B4 2k causal 1.082x, GQA 32/8 2k hd 64 1.147x, MQA
 #: 16/1 2k hd 64 1.075x, B2 H16 2k capped at 30 1.036x, DeepSeek-V3's MLA 4k causal 1.026x, GQA 32/8 2k hd 64 causal
 #: 1.023x, Falcon's 71/1 2k causal 1.048x; MHA hd 128 4k (the fused route: unchanged) 1.004x. hd 256's own dK / dV
-#: kernel (bwd_gluon_hd256) takes it too where listed (built after session 58's device budget: its compile spills 144
-#: -> 32 B, capped causal 448 -> 168 B; not measured, so not listed).
+#: kernel (bwd_gluon_hd256; compile spills 144 -> 32 B, capped causal 448 -> 168 B) from session 59 (same method, two
+#: backends, six pairs each): Gemma-2-9B's B2 16/8 4k causal capped 1.055-1.079x, hd 256 MHA B2 2k 1.004-1.018x.
 BWD_GLUON_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True),
-                                                           (192, False), (192, True)})
+                                                           (192, False), (192, True), (256, False), (256, True)})
 
 #: q / k head dims whose Gluon dK / dV kernels (split route's and fused) walk a GQA / MQA program's (query head, query
 #: tile) steps in one flat loop (bwd_gluon._walk_bounds' walk 1) instead of heads outside, tiles inside: with a group

@@ -860,7 +860,7 @@ def test_a_softcap_takes_the_gluon_split_kernels_at_the_listed_head_dims(monkeyp
     gemma = _inputs(sq=4096, sk=4096, hq=16, hk=8, d=256)[:3]
     bn, st = configs.BWD_GLUON[256]["dq"]
     routed = {"dq": dict(block_n=bn, num_stages=st, host_desc=True),
-              "dkdv": dict(num_stages=configs.BWD_GLUON[256]["dkdv"][1])}
+              "dkdv": dict(num_stages=configs.BWD_GLUON[256]["dkdv"][1], lse_tma=True)}  # (BWD_GLUON_LSE_TMA)
     assert _route(*gemma, **causal) == routed
     assert _route(*gemma, softcap=50.0, **causal) == {n: dict(kw, softcap=50.0) for n, kw in routed.items()}
     for causal_ in (False, True):  # (dK / dV from 512, dQ from 1k: shorter sequences stay on the Triton kernels)
@@ -885,6 +885,7 @@ def test_a_softcap_takes_the_gluon_split_kernels_at_the_listed_head_dims(monkeyp
     monkeypatch.setenv("FLASH_ATTN_BWD", "gluon")  # (hd 256's dK / dV kernel too: bwd_gluon_hd256, its stages alone)
     bn, st = configs.BWD_GLUON_TRY[256]["dq"]
     wide = dict(num_stages=configs.BWD_GLUON_TRY[256]["dkdv"][1])
+    wide["lse_tma"] = True  # (BWD_GLUON_LSE_TMA lists hd 256 since session 59)
     assert _route(*gemma, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True), "dkdv": wide}
     assert _route(*gemma, softcap=50.0, **causal) == {"dq": dict(block_n=bn, num_stages=st, host_desc=True,
                                                                   softcap=50.0), "dkdv": dict(wide, softcap=50.0)}
@@ -1012,13 +1013,14 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
         x = _inputs(d=d)[:3]
         plain, causal = fused(*x), fused(*x, causal=True, window_right=0)  # (GQA 4/2: flat walk at hd 128)
         unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
+        tma = {c: {"lse_tma": True} if (d, c) in configs.BWD_GLUON_FUSED_LSE_TMA else {} for c in (False, True)}
         assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
                              dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS)  # (forced: never persistent)
+                             turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS, **tma[False])  # (forced)
         assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
                               mask_every_tile=d == 128, dq_unscaled=unscaled,
                               ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM,
-                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS)
+                              turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS, **tma[True])
         assert _route(*x, atomic=True) == {"fused": plain}
     assert fused(*_inputs(sq=1, sk=1)[:3]) and fused(*_inputs(dtype=torch.float16)[:3])
     for d, cells in configs.BWD_GLUON_FUSED.items():  # a routed cell: its config, at any length
@@ -1046,7 +1048,8 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
                 dq_unscaled=d in configs.BWD_GLUON_FUSED_DQ_UNSCALED,
                 ds_smem=(d, causal) in configs.BWD_GLUON_FUSED_DS_SMEM,
                 turns=(d, causal) not in configs.BWD_GLUON_FUSED_NO_TURNS,
-                **persistent(d, causal, least))
+                **persistent(d, causal, least), **({"lse_tma": True} if (d, causal) in configs.BWD_GLUON_FUSED_LSE_TMA
+                                                   else {}))
             assert fused(*_inputs(sq=least - 1, sk=least - 1, d=d, **heads)[:3], **mask) is None
     assert configs.BWD_GLUON_FUSED[128][False, False][0] == 1024  # measured (session 44, H200): 1.07-1.09x whole at 1k
     assert configs.BWD_GLUON_FUSED[128][False, True][0] == 1024  # measured (session 46, H200, persistent at 1k):
@@ -1058,6 +1061,8 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.BWD_GLUON_FUSED_NO_TURNS == {(64, True)}  # measured (session 42): 1.09-1.12x whole, hd 64 causal
     assert configs.BWD_GLUON_NO_TURNS == frozenset()  # measured (sessions 42-43): 1.00-1.02x whole, hd 128 non-causal
     assert configs.BWD_GLUON_FUSED_ORDERED == {(128, False): 8192}  # measured (session 44): 1.08-1.10x whole 8k-16k
+    assert configs.BWD_GLUON_FUSED_LSE_TMA == {(64, False), (64, True), (128, False), (128, True)}  # measured
+    # (session 59): 1.04-1.11x whole at hd 64 / 128, 2k-4k
     monkeypatch.setenv("FLASH_ATTN_BWD", "ordered")  # the ordered kernel: 64-row tiles, any length, GQA too
     assert configs.ordered_bwd_cell(64, 64, False, False, 64) == (64, configs.BWD_GLUON_FUSED[64][False, False][1][1])
     assert configs.ordered_bwd_cell(128, 128, True, True, 64) == (64, configs.BWD_GLUON_FUSED_TRY[128][1])
@@ -1948,7 +1953,7 @@ def test_gpu_lse_by_tma_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causa
     sequence read 0 for lse there, +inf here, and add exact zeros either way: their Q and dO tiles are zero), run
     twice, and within twice the Triton backward's error against the FP64 oracle. The query lengths are multiples of
     4 (TMA's 16-byte rule for lse's rows) but not of the tiles, so the last tile reads past the sequence. The fused
-    kernel's (configs.BWD_GLUON_FUSED_LSE_TMA; built in session 58, not measured) the same way, its dQ (added in
+    kernel's (configs.BWD_GLUON_FUSED_LSE_TMA; built in session 58, routed in session 59) the same way, its dQ (added in
     arrival order; the ordered kernel's bitwise) within the same rule."""
     case = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
     kw = dict(causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
@@ -2184,8 +2189,8 @@ def test_gpu_gluon_dq_at_hd256_matches_oracle(b, sq, sk, hq, hk, causal, window,
 def test_gpu_hd256_dkdv_takes_lse_by_tma_to_the_same_gradients(b, sq, sk, hq, hk, causal, window, softcap, dtype,
                                                                monkeypatch):
     """hd 256's dK / dV kernel with lse and delta by the loader's TMA (configs.BWD_GLUON_LSE_TMA listing hd 256; built
-    in session 58, not measured): every gradient bitwise the consumers' own loads' (Sq 777: refused by the route,
-    the same kernel), within the tolerance rule of the FP64 oracle."""
+    in session 58, routed in session 59): every gradient bitwise the consumers' own loads' (the set without hd 256;
+    Sq 777: refused by the route, the same kernel), within the tolerance rule of the FP64 oracle."""
     from test_flash_attn import check_against_oracle
 
     from kernels.flash_attn import interface
@@ -2194,8 +2199,10 @@ def test_gpu_hd256_dkdv_takes_lse_by_tma_to_the_same_gradients(b, sq, sk, hq, hk
     monkeypatch.setitem(configs.BWD_GLUON_MIN_SEQLEN, 256, {"dq": {False: 1, True: 1}, "dkdv": {False: 1, True: 1}})
     kw = dict(window=(-1, 0 if causal else -1), device="cuda", softcap=softcap)
     interface._SIGNATURES.clear()
+    listed = configs.BWD_GLUON_LSE_TMA | {(256, False), (256, True)}
+    monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", listed - {(256, False), (256, True)})  # (own loads)
     plain = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
-    monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", configs.BWD_GLUON_LSE_TMA | {(256, False), (256, True)})
+    monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", listed)
     interface._SIGNATURES.clear()
     by_tma = check_against_oracle(b, sq, sk, hq, hk, 256, dtype, causal, **kw)
     assert "_bwd_dkdv256_kernel" in _backward_kernels(interface)
