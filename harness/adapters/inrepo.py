@@ -5,8 +5,8 @@
 * ``triton_fa``: ``kernels.flash_attn.flash_attn_func(q, k, v, *, causal, softmax_scale,
   window_size, return_lse=case.return_lse, deterministic=False)`` (and ``flash_attn_varlen_func`` for
   varlen cases). ``deterministic=False`` (where the function takes it) is flash-attn's default and the
-  vendor kernels' timed path: the fused backward's dQ by TMA reduce (MHA hd 128 from 1k, hd 64 causal from 1k,
-  non-causal from 4k, sm90: configs.BWD_GLUON_FUSED), so the adapter declares those cells' backward nondeterministic
+  vendor kernels' timed path: the fused backward's dQ by TMA reduce (sm90, configs.BWD_GLUON_FUSED's cells: hd 64 /
+  128, MHA and GQA / MQA, from 1k-8k by cell), so the adapter declares those cells' backward nondeterministic
   (two runs' dQ may differ by fp32 rounding there: reported with the spread) and every other cell's deterministic
   (a difference fails).
 * ``triton_fa_det``: the same call with ``deterministic=True``, the kernel's own default (its backward in a fixed

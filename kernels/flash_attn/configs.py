@@ -887,8 +887,9 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: / 1.14x; hd 64 non-causal 0.97x at 4k, 1.05x / 1.07x at 8k / 16k. The probe (docs/perf/gluon-fused-s34; whole
 #: backwards against the autotuned Triton backward and the split route in one run): hd 128 0.98-1.01x the Triton
 #: backward at 1k (split route 1.02-1.05x); hd 64 causal even with the split route at 4k (1.04x / 1.05x), 1.16x /
-#: 1.09x at 16k. GQA loses: Llama-3-8B (32/8, 8k causal) 0.80x, Llama-3-70B (64/8, 4k) 0.70x (split route 1.09x /
-#: 1.15x; a group split of 4 recovers part: 0.84x / 0.80x the split route): not routed. hd 128 non-causal runs 3
+#: 1.09x at 16k. GQA lost then: Llama-3-8B (32/8, 8k causal) 0.80x, Llama-3-70B (64/8, 4k) 0.70x (split route 1.09x
+#: / 1.15x; a group split of 4 recovers part: 0.84x / 0.80x the split route): not routed until session 59 (below,
+#: where today's kernel wins most GQA / MQA cells). hd 128 non-causal runs 3
 #: stages (the kernel alone 1.19-1.29x the Triton backward against 1.13-1.18x at 2), causal 2 (1.32-1.40x against
 #: 1.12-1.19x at 3). hd 64 non-causal runs 128-row tiles (session 39, docs/perf/gluon-hd64-s39: S^T and dP^T in
 #: query halves, bwd_gluon.query_halves; the kernel alone 1.035-1.109x the 64-row tiles at 4k, 1.016-1.116x at 16k,
@@ -909,10 +910,21 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: (docs/perf/gluon-s46, H200), their kernels persistent there (:data:`BWD_GLUON_PERSISTENT`): through the harness
 #: against session 45's route (Triton split / Gluon dK / dV split at 1k-2k), same host, three pairs: hd 64 1.168-1.177x
 #: at 1k, 1.209-1.222x at 2k; hd 128 1.092-1.099x at 1k. hd 64 non-causal from 1k the same way (persistent): 0.964-
-#: 0.968x at 1k, 1.019-1.032x at 2k: stays from 4k.
+#: 0.968x at 1k, 1.019-1.032x at 2k: stays from 4k. Session 59 (docs/perf/gluon-s59, H200), with lse by TMA
+#: (:data:`BWD_GLUON_FUSED_LSE_TMA`), through the harness against the split route (its dK / dV kernel with lse by TMA
+#: too), CUDA graphs, three pairs, every pair gaining: hd 64 non-causal from 2k (B2 H12 / H16 / H32 2k
+#: 1.095-1.124x); GQA / MQA, their group split as the split route's (bwd.group_split): hd 128 non-causal from 1k
+#: (32/8 1k 1.071-1.078x, 40/8 2k 1.045-1.071x, 32/8 4k 1.132-1.151x, MQA 40/1 2k 1.060-1.075x, MQA 32/1 4k
+#: 1.114-1.159x), hd 64 non-causal from 2k (32/8 2k 1.122-1.131x, 4k 1.346-1.384x, MQA 16/1 2k 1.112-1.131x), hd 64
+#: causal from 2k (32/8 2k 1.067-1.074x); hd 128 causal from 8k only (32/8 8k 1.072-1.093x; 32/8 B4 2k 0.996-1.011x,
+#: 64/8 4k 0.912-0.924x: one program a (kv head, key block) walks its whole group, 256 of them at 64/8 4k, and the
+#: causal tiles' uneven work sets the span). The GQA / MQA cells' launch path gains a launch (the fused route's four
+#: against the split route's three with a group split): 6.2-8.9 launch floors (host-floors, session 59).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
-    128: {(False, False): (1024, (64, 3)), (False, True): (1024, (64, 2))},
-    64: {(False, False): (4096, (128, 2)), (False, True): (1024, (64, 2))}}
+    128: {(False, False): (1024, (64, 3)), (False, True): (1024, (64, 2)), (True, False): (1024, (64, 3)),
+          (True, True): (8192, (64, 2))},
+    64: {(False, False): (2048, (128, 2)), (False, True): (1024, (64, 2)), (True, False): (2048, (128, 2)),
+         (True, True): (2048, (64, 2))}}
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
 #: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing
 #: length would run, so probes time it)

@@ -200,8 +200,9 @@ def flash_attn_func(q, k, v, *, causal=False, softmax_scale=None, window_size=(-
         of the default full-precision ones.
     deterministic: True (default): the backward's gradients are bitwise the same on every run. False
         (flash-attn's default): the backward may add dQ's partials in whatever order they arrive, where
-        that is faster (the fused Gluon backward, configs.BWD_GLUON_FUSED: MHA hd 128 from 1k, hd 64 causal
-        from 1k, non-causal from 4k, on an H100 / H200); dQ then varies by fp32 rounding between runs. True
+        that is faster (the fused Gluon backward, configs.BWD_GLUON_FUSED, on an H100 / H200: hd 128 MHA from
+        1k, GQA / MQA non-causal from 1k and causal from 8k; hd 64 MHA causal from 1k, non-causal from 2k,
+        GQA / MQA from 2k); dQ then varies by fp32 rounding between runs. True
         runs the same fused kernel with its dQ adds in a fixed order where that is faster than the split
         kernels (configs.BWD_GLUON_FUSED_ORDERED: MHA hd 128 non-causal from 8k).
     Returns out [B, Sq, Hq, D] in q's dtype (rows that see no key are 0), or (out, lse).

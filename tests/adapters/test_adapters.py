@@ -244,9 +244,10 @@ def test_triton_fa_det_calls_the_kernels_default_and_declares_it_deterministic(m
 def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monkeypatch):
     """On an sm90 GPU (capability faked here) triton_fa declares a nondeterministic backward exactly where the
     kernel's fused backward runs (configs.fused_bwd_cell: MHA hd 128 from 1k (sessions 44 / 46), hd 64 non-causal
-    from 4k, causal from 1k (session 46), bf16 / fp16, causal or no mask, dense) and under
-    FLASH_ATTN_BWD=atomic; GQA, short, fp32, windowed, softcap and varlen cells stay declared deterministic (a
-    difference between two runs fails there)."""
+    from 2k (session 59), causal from 1k (session 46); GQA / MQA from their cells' lengths (session 59: hd 128 causal
+    from 8k); bf16 / fp16, causal or no mask, dense) and under FLASH_ATTN_BWD=atomic; short, fp32, windowed, softcap
+    and varlen cells, and GQA below its cell's length, stay declared deterministic (a difference between two runs
+    fails there)."""
     from harness.adapters import inrepo
     from kernels.flash_attn import configs
 
@@ -261,11 +262,15 @@ def test_triton_fa_declares_nondeterministic_only_the_fused_backward_cells(monke
     assert adapter.deterministic_backward_for(causal, gpu) is False
     shorter_c = dataclasses.replace(causal, seqlen_q=least_c - 1, seqlen_k=least_c - 1)
     assert adapter.deterministic_backward_for(shorter_c, gpu) is True  # (below its own length: the split route)
-    for other in (dataclasses.replace(mha, heads_k=2), dataclasses.replace(mha, seqlen_q=least - 1),
+    gqa_c = configs.BWD_GLUON_FUSED[128][True, True][0]  # (GQA causal hd 128: from 8k since session 59)
+    gqa = dataclasses.replace(causal, heads_k=2, seqlen_q=gqa_c, seqlen_k=gqa_c)
+    assert adapter.deterministic_backward_for(gqa, gpu) is False
+    shorter_gqa = dataclasses.replace(gqa, seqlen_q=gqa_c - 1, seqlen_k=gqa_c - 1)
+    for other in (shorter_gqa, dataclasses.replace(mha, seqlen_q=least - 1),
                   dataclasses.replace(mha, dtype="fp32"), dataclasses.replace(mha, window=(64, 64)),
                   dataclasses.replace(mha, softcap=30.0)):
         assert adapter.deterministic_backward_for(other, gpu) is True, other
-    nc64 = configs.BWD_GLUON_FUSED[64][False, False][0]  # hd 64 non-causal: from its own length (session 40: 4k)
+    nc64 = configs.BWD_GLUON_FUSED[64][False, False][0]  # hd 64 non-causal: from its own length (session 59: 2k)
     hd64nc = dataclasses.replace(mha, d=64, d_v=64, seqlen_q=nc64, seqlen_k=nc64)
     assert adapter.deterministic_backward_for(hd64nc, gpu) is False
     assert adapter.deterministic_backward_for(dataclasses.replace(hd64nc, seqlen_q=nc64 - 1), gpu) is True

@@ -1008,16 +1008,18 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
 
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")
     q, k, v, *_ = _inputs()
-    for d in bwd_gluon.FUSED_HEAD_DIMS:
-        bm, st = configs.BWD_GLUON_FUSED_TRY[d]
+    for d in bwd_gluon.FUSED_HEAD_DIMS:  # (GQA's cells: listed since session 59, their config; else the TRY one)
+        tried = {c: configs.BWD_GLUON_FUSED.get(d, {}).get((True, c), (0, configs.BWD_GLUON_FUSED_TRY[d]))[1]
+                 for c in (False, True)}
         x = _inputs(d=d)[:3]
         plain, causal = fused(*x), fused(*x, causal=True, window_right=0)  # (GQA 4/2: flat walk at hd 128)
         unscaled = d in configs.BWD_GLUON_FUSED_DQ_UNSCALED
         tma = {c: {"lse_tma": True} if (d, c) in configs.BWD_GLUON_FUSED_LSE_TMA else {} for c in (False, True)}
+        (bm, st), (bm_c, st_c) = tried[False], tried[True]
         assert plain == dict(block_m=bm, num_stages=st, dq_adder=d == 128, walk=int(d == 128), mask_every_tile=False,
                              dq_unscaled=unscaled, ds_smem=(d, False) in configs.BWD_GLUON_FUSED_DS_SMEM,
                              turns=(d, False) not in configs.BWD_GLUON_FUSED_NO_TURNS, **tma[False])  # (forced)
-        assert causal == dict(block_m=bm, num_stages=st, dq_adder=False, walk=int(d == 128),
+        assert causal == dict(block_m=bm_c, num_stages=st_c, dq_adder=False, walk=int(d == 128),
                               mask_every_tile=d == 128, dq_unscaled=unscaled,
                               ds_smem=(d, True) in configs.BWD_GLUON_FUSED_DS_SMEM,
                               turns=(d, True) not in configs.BWD_GLUON_FUSED_NO_TURNS, **tma[True])
@@ -1083,15 +1085,19 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     assert configs.ordered_bwd_cell(128, 128, True, True, least) is None  # (MHA only)
     monkeypatch.setattr(configs, "BWD_GLUON_FUSED_ORDERED", {})
     assert configs.BWD_GLUON_FUSED[64][False, True][0] == 1024  # (session 46: persistent, 1.17-1.22x at 1k-2k)
-    assert configs.BWD_GLUON_FUSED[64][False, False][0] == 4096  # (session 46: 0.965x at 1k, 1.026x at 2k)
+    assert configs.BWD_GLUON_FUSED[64][False, False][0] == 2048  # (session 59, with lse by TMA: 1.10-1.12x at 2k)
     assert configs.BWD_GLUON_FUSED[64][False, False][1] == (128, 2)  # (session 39: 128-row tiles non-causal)
     routed = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]  # ... for calls that allow a nondeterministic backward
     assert fused(*routed) is not None and fused(*routed, deterministic=True) is None
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")  # (forced: tests and probes, deterministic or not)
     assert fused(*routed, deterministic=True) is not None
     monkeypatch.delenv("FLASH_ATTN_BWD")
-    for gqa_heads in (dict(hq=4, hk=2), dict(hq=4, hk=1)):  # GQA / MQA: not routed (Llama-3 0.70-0.80x)
-        assert fused(*_inputs(sq=8192, sk=8192, **gqa_heads)[:3], causal=True, window_right=0) is None
+    # GQA / MQA (session 59): hd 128 non-causal from 1k, causal from 8k only (64/8 4k causal 0.91-0.92x)
+    assert configs.BWD_GLUON_FUSED[128][True, False][0] == 1024 and configs.BWD_GLUON_FUSED[128][True, True][0] == 8192
+    for gqa_heads in (dict(hq=4, hk=2), dict(hq=4, hk=1)):
+        assert fused(*_inputs(sq=4096, sk=4096, **gqa_heads)[:3], causal=True, window_right=0) is None
+        assert fused(*_inputs(sq=8192, sk=8192, **gqa_heads)[:3], causal=True, window_right=0)["walk"] == 1
+        assert fused(*_inputs(sq=1024, sk=1024, **gqa_heads)[:3]) is not None
     lse = torch.empty(1, 4, 256)
     assert "64-row" in bwd_gluon.fused_unsupported(q, k, v, q, lse, lse, 32)
     assert "64-row query tiles at hd 128" in bwd_gluon.fused_unsupported(q, k, v, q, lse, lse, 128)
