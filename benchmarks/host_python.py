@@ -164,11 +164,13 @@ def main(argv=None) -> int:
                 print(f"## flash_attn_bwd, {name}: cProfile, by own time")
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
         # the atomic-dQ backward (FLASH_ATTN_BWD=atomic): the fused Gluon route's host path on a GPU (delta's
-        # preprocess zeroing dQ's fp32 buffer, the kernel, dQ's cast to bf16), the Triton kernel in its place here
-        with mock.patch.dict(os.environ, FLASH_ATTN_BWD="atomic"):  # (read by the first call; the plan keeps it)
-            _, bwd_call, _, bwd_cache, _ = launch_paths(*CASES[1][1:], dtype=torch.bfloat16)
-        rows.append((f"flash_attn_bwd, atomic dQ, bf16, {CASES[1][0]}", fastest_us(bwd_call, args.calls, args.repeats),
-                     len(bwd_cache["plan"][3])))
+        # preprocess zeroing dQ's fp32 buffer, the kernel, dQ's cast to bf16; under a group split the split's sum
+        # casts dQ in the same launch), the Triton kernel in its place here
+        for name, *shape in (CASES[1], CASES[0]):
+            with mock.patch.dict(os.environ, FLASH_ATTN_BWD="atomic"):  # (read by the first call; the plan keeps it)
+                _, bwd_call, _, bwd_cache, _ = launch_paths(*shape, dtype=torch.bfloat16)
+            rows.append((f"flash_attn_bwd, atomic dQ, bf16, {name}", fastest_us(bwd_call, args.calls, args.repeats),
+                         len(bwd_cache["plan"][3])))
         # the public function around the forward's launch path: its signature lookup, and autograd's node where a
         # call needs one (an input requiring grad) or the forward alone (no grad mode)
         qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))

@@ -637,20 +637,38 @@ def _sum_rows(P, D, Scale, start, numel, split, per_batch, dim, heads_k, stride_
 
 @triton.jit
 def _sum_partials(PK, PV, DKsum, DVsum, DKDescale, DVDescale, numel_k, numel_v, split, per_batch_k, per_batch_v,
-                  head_dim, head_dim_v, heads_k, stride_dsb, BLOCK: tl.constexpr, SCALED: tl.constexpr = False,
-                  EXACT_CAST: tl.constexpr = False):
+                  head_dim, head_dim_v, heads_k, stride_dsb, DQacc, DQ, numel_q, scale, BLOCK: tl.constexpr,
+                  SCALED: tl.constexpr = False, EXACT_CAST: tl.constexpr = False, CAST_DQ: tl.constexpr = False,
+                  SCALE_DQ: tl.constexpr = False):
     """dK and dV from the group split's fp32 partials ([split, numel] each, contiguous), summed in
     split order and cast to the gradients' dtype: one launch for both (the first cdiv(numel_k, BLOCK)
-    programs do dK, the rest dV). SCALED: FP8 gradients, each written over its (batch, kv head)
-    descale (DKDescale / DVDescale)."""
+    programs do dK, the next cdiv(numel_v, BLOCK) dV). SCALED: FP8 gradients, each written over its (batch, kv head)
+    descale (DKDescale / DVDescale). ``CAST_DQ`` (the atomic / fused backward under a group split): the programs
+    after those cast dQ's fp32 buffer as :func:`_cast_dq` does (``SCALE_DQ``: times ``scale`` first), the backward's
+    last two launches in one (both wait for the dK / dV kernel; one launch's host time less a call)."""
     pid = tl.program_id(0)
     k_blocks = tl.cdiv(numel_k, BLOCK)
+    v_blocks = tl.cdiv(numel_v, BLOCK)
     if pid < k_blocks:
         _sum_rows(PK, DKsum, DKDescale, pid.to(tl.int64) * BLOCK, numel_k, split, per_batch_k, head_dim, heads_k,
                   stride_dsb, BLOCK, SCALED, EXACT_CAST)
-    else:
+    elif pid < k_blocks + v_blocks or not CAST_DQ:
         _sum_rows(PV, DVsum, DVDescale, (pid - k_blocks).to(tl.int64) * BLOCK, numel_v, split, per_batch_v,
                   head_dim_v, heads_k, stride_dsb, BLOCK, SCALED, EXACT_CAST)
+    else:
+        _cast_rows(DQacc, DQ, (pid - k_blocks - v_blocks).to(tl.int64) * BLOCK, numel_q, scale, BLOCK, SCALE_DQ)
+
+
+@triton.jit
+def _cast_rows(DQacc, DQ, start, numel, scale, BLOCK: tl.constexpr, SCALE: tl.constexpr):
+    """``BLOCK`` elements of dQ's fp32 buffer from ``start`` (contiguous) cast to the gradient's dtype (``DQ``,
+    contiguous); ``SCALE``: times ``scale`` first."""
+    offs = start + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.load(DQacc + offs, mask=mask, other=0.0)
+    if SCALE:
+        acc = acc * scale
+    tl.store(DQ + offs, acc.to(DQ.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -658,13 +676,9 @@ def _cast_dq(DQacc, DQ, numel, scale, BLOCK: tl.constexpr, SCALE: tl.constexpr =
     """The atomic / fused backward's dQ: its fp32 buffer (contiguous) cast to the gradient's dtype (``DQ``,
     contiguous): a launch the backward's replay cache keeps with its others (no torch op dispatched per call).
     ``SCALE``: times ``scale`` first (the softmax scale, where the fused kernel added dQ's partials without it:
-    configs.BWD_GLUON_FUSED_DQ_UNSCALED; one multiply an element here instead of one per partial there)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < numel
-    acc = tl.load(DQacc + offs, mask=mask, other=0.0)
-    if SCALE:
-        acc = acc * scale
-    tl.store(DQ + offs, acc.to(DQ.dtype.element_ty), mask=mask)
+    configs.BWD_GLUON_FUSED_DQ_UNSCALED; one multiply an element here instead of one per partial there). Under a
+    group split the sum's launch does this instead (:func:`_sum_partials`' ``CAST_DQ``)."""
+    _cast_rows(DQacc, DQ, tl.program_id(0).to(tl.int64) * BLOCK, numel, scale, BLOCK, SCALE)
 
 
 #: device -> a one-element fp32 tensor passed where a kernel takes a pointer it never reads.
@@ -966,20 +980,24 @@ def _launch_bwd(t, varlen, batch, hq, hk, d, sq, sk, atomic, split, softmax_scal
                                         "QT", "DOT", "QDescale", "KDescale", "VDescale", "DODescale", "DSDescale",
                                         "DKDescale", "DVDescale")},
                  **dkdv_args))
+    # dQ from its fp32 buffer (atomic), once every partial is in (the same stream: after dK / dV's kernel); under a
+    # group split, by the sum's launch (its programs after dK's and dV's): one launch fewer
+    nq = t["DQ"].numel()
+    unscaled = bool(gluon.get("fused", {}).get("dq_unscaled"))  # the fused kernel left the softmax scale here
     if split > 1 and summed is None:
         nk, nv = k.numel(), v.numel()
-        grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK),)
+        cast = bool(atomic)
+        grid = (triton.cdiv(nk, SUM_BLOCK) + triton.cdiv(nv, SUM_BLOCK) + (triton.cdiv(nq, SUM_BLOCK) if cast else 0),)
         scaled = fp8 and t["DKsum"].dtype.itemsize == 1  # FP8 gradients: written over their descales
-        kwargs = dict({n: t.get(n) for n in ("PK", "PV", "DKsum", "DVsum", "DKDescale", "DVDescale")}, numel_k=nk,
-                      numel_v=nv, split=split, per_batch_k=nk // batch, per_batch_v=nv // batch, head_dim=d,
-                      head_dim_v=dv_dim, heads_k=hk, stride_dsb=common["stride_dsb"], BLOCK=SUM_BLOCK, SCALED=scaled,
-                      EXACT_CAST=scaled and configs.interpreting())
+        kwargs = dict({n: t.get(n) for n in ("PK", "PV", "DKsum", "DVsum", "DKDescale", "DVDescale", "DQacc", "DQ")},
+                      numel_k=nk, numel_v=nv, split=split, per_batch_k=nk // batch, per_batch_v=nv // batch,
+                      head_dim=d, head_dim_v=dv_dim, heads_k=hk, stride_dsb=common["stride_dsb"],
+                      numel_q=nq if cast else 0, scale=float(softmax_scale), BLOCK=SUM_BLOCK, SCALED=scaled,
+                      EXACT_CAST=scaled and configs.interpreting(), CAST_DQ=cast, SCALE_DQ=cast and unscaled)
         done["sum"] = launcher.launch(_sum_partials, grid, kwargs)
-    if atomic:  # dQ from its fp32 buffer, once every partial is in (the same stream: after dK / dV's kernel)
-        n = t["DQ"].numel()
-        unscaled = bool(gluon.get("fused", {}).get("dq_unscaled"))  # the fused kernel left the softmax scale here
-        done["cast"] = launcher.launch(_cast_dq, (triton.cdiv(n, SUM_BLOCK),),
-                                       dict(DQacc=t["DQacc"], DQ=t["DQ"], numel=n, scale=float(softmax_scale),
+    elif atomic:
+        done["cast"] = launcher.launch(_cast_dq, (triton.cdiv(nq, SUM_BLOCK),),
+                                       dict(DQacc=t["DQacc"], DQ=t["DQ"], numel=nq, scale=float(softmax_scale),
                                             BLOCK=SUM_BLOCK, SCALE=unscaled))
     return done
 

@@ -1206,6 +1206,37 @@ def test_the_atomic_backwards_dq_cast_writes_every_element_rounded_once(dtype):
             assert torch.equal(out[:n], want.to(dtype)), scale
 
 
+@pytest.mark.parametrize("scale", [None, 0.125], ids=["scaled-partials", "unscaled-partials"])
+def test_the_split_sum_launch_casts_dq_as_the_cast_launch_does(scale):
+    """bwd._sum_partials with CAST_DQ (the atomic / fused backward under a group split: its last two launches in
+    one): the dK / dV sums exactly as without it, and dQ's cast exactly as bwd._cast_dq writes it (SCALE_DQ: times
+    the scale first), every element of sizes that are no multiple of the block, nothing past them."""
+    from kernels.flash_attn import bwd
+
+    gen = torch.Generator().manual_seed(5)
+    split, nk, nv, nq, blk = 3, 2 * bwd.SUM_BLOCK + 13, bwd.SUM_BLOCK + 7, 2 * bwd.SUM_BLOCK + 77, bwd.SUM_BLOCK
+    pk = torch.randn(split, nk, generator=gen).to(DEVICE)
+    pv = torch.randn(split, nv, generator=gen).to(DEVICE)
+    acc = (torch.randn(nq, generator=gen) * 1e3).to(DEVICE)
+    unused = torch.zeros(1, device=DEVICE)
+
+    def run(cast):
+        dk, dv, dq = (torch.full((n + 5,), float("nan"), dtype=torch.float16, device=DEVICE) for n in (nk, nv, nq))
+        blocks = triton.cdiv(nk, blk) + triton.cdiv(nv, blk) + (triton.cdiv(nq, blk) if cast else 0)
+        bwd._sum_partials[(blocks,)](pk, pv, dk, dv, unused, unused, nk, nv, split, nk, nv, 16, 16, 1, 0, acc, dq,
+                                     nq if cast else 0, scale or 2.0, BLOCK=blk, CAST_DQ=cast,
+                                     SCALE_DQ=cast and scale is not None)
+        return dk, dv, dq
+
+    (dk, dv, dq), (dk0, dv0, dq0) = run(True), run(False)
+    assert torch.equal(dk[:nk], dk0[:nk]) and torch.equal(dv[:nv], dv0[:nv]) and dq0.isnan().all()
+    want = torch.full_like(dq, float("nan"))
+    bwd._cast_dq[(triton.cdiv(nq, blk),)](acc, want, nq, scale or 2.0, BLOCK=blk, SCALE=scale is not None)
+    assert torch.equal(dq[:nq], want[:nq]) and dq[nq:].isnan().all() and dk[nk:].isnan().all()
+    assert dv[nv:].isnan().all() and not dq[:nq].isnan().any()
+    assert torch.allclose(dk[:nk].float(), pk.sum(0), rtol=1e-3, atol=1e-3)
+
+
 def test_fp8_backward_tensor_descriptors_read_what_pointers_do(monkeypatch):
     """The TMA (tensor-descriptor) loads of the FP8 backward, the sequence-contiguous copies' tiles among
     them (rows padded to 16 positions; 45 and 70 here), compute what the pointer loads do, bitwise."""
