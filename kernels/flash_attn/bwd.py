@@ -702,23 +702,28 @@ def _dq_buffer(q, varlen: bool) -> torch.Tensor:
     return (torch.zeros if varlen else torch.empty)(q.shape, device=q.device, dtype=torch.float32)
 
 
-def _scratch_layout(lse, k, v, split: int) -> tuple[int, int, int]:
-    """Byte offsets of delta (lse's shape, fp32) and the split's dK / dV partials ([split, *k.shape] and
-    [split, *v.shape], fp32; none without a split) in the workspace (:func:`kernels.launcher.workspace`), and
-    its size."""
+def _scratch_layout(lse, k, v, split: int, dq_acc_of=None) -> tuple[int, int, int, int]:
+    """Byte offsets of delta (lse's shape, fp32), the split's dK / dV partials ([split, *k.shape] and
+    [split, *v.shape], fp32; none without a split) and, given ``dq_acc_of`` (q, of a dense atomic / fused call),
+    dQ's fp32 buffer (q's shape, contiguous; offset 0: none) in the workspace (:func:`kernels.launcher.workspace`),
+    and its size: one allocation a call for all of them at most, none where the kept workspace holds them."""
     offsets, nbytes = launcher.scratch_layout([lse.numel(), split * k.numel() if split > 1 else 0,
-                                               split * v.numel() if split > 1 else 0])
-    return offsets[1], offsets[2], nbytes
+                                               split * v.numel() if split > 1 else 0,
+                                               dq_acc_of.numel() if dq_acc_of is not None else 0])
+    return offsets[1], offsets[2], offsets[3] if dq_acc_of is not None else 0, nbytes
 
 
-def _scratch_views(ws, lse, k, v, split: int, pk: int, pv: int, dk_out, dv_out):
-    """(delta, dK's and dV's kernel outputs) as tensors viewing the workspace ``ws`` (:func:`_scratch_layout`'s
-    offsets); ``dk_out`` / ``dv_out`` pass through without a split (the kernel writes the gradients)."""
+def _scratch_views(ws, lse, k, v, split: int, pk: int, pv: int, pq: int, q, dk_out, dv_out, dq_acc):
+    """(delta, dK's and dV's kernel outputs, dQ's fp32 buffer) as tensors viewing the workspace ``ws``
+    (:func:`_scratch_layout`'s offsets); ``dk_out`` / ``dv_out`` pass through without a split (the kernel writes the
+    gradients), ``dq_acc`` where the layout holds no dQ buffer (``pq`` 0)."""
     delta = launcher.scratch_view(ws, 0, lse.shape)
     if split > 1:
         dk_out = launcher.scratch_view(ws, pk, (split, *k.shape))
         dv_out = launcher.scratch_view(ws, pv, (split, *v.shape))
-    return delta, dk_out, dv_out
+    if pq:
+        dq_acc = launcher.scratch_view(ws, pq, q.shape)
+    return delta, dk_out, dv_out, dq_acc
 
 
 # Elements per program of the partial sum: a bandwidth pass, 1024 fp32 loads in flight per split.
@@ -784,7 +789,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
             split = group_split(batch, hk, hq // hk, sk, _sms(q))
         split = max(1, min(int(split), hq // hk))
         replays = None
-        layout = _scratch_layout(lse, k, v, split) if lse.is_contiguous() else (0, 0, 0)
+        # (dense atomic / fused: dQ's fp32 buffer in the workspace too, unwritten: the preprocess zeroes it)
+        layout = _scratch_layout(lse, k, v, split, q if atomic and not varlen else None) if lse.is_contiguous() \
+            else (0, 0, 0, 0)
         # the Gluon dK / dV kernel's own sum of the split (configs.BWD_GLUON_SPLIT_SUM): its zero-at-rest counters,
         # one a (batch, kv head, 16 key rows of each 128-key block); taken where that kernel runs (_launch_bwd)
         sum_counters = 0
@@ -799,7 +806,7 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     dq = torch.empty_like(q, dtype=gdt, memory_format=_CONTIGUOUS)
     # delta and the split's partials: in the workspace (launcher.workspace); a replay takes their pointers,
     # the first call of a signature views (the kernels' strides come from them: lse's, contiguous partials)
-    pk, pv, nbytes = layout
+    pk, pv, pq, nbytes = layout
     ws = launcher.workspace(q, nbytes) if nbytes else None
     if split > 1:  # partial dK / dV per split, fp32, summed by _sum_partials in a fixed order (deterministic);
         # the sum reads partials and writes dK / dV as flat arrays: all contiguous, whatever k's layout
@@ -812,6 +819,12 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
     else:
         dk_out = dk = torch.empty_like(k)
         dv_out = dv = torch.empty_like(v)
+    # atomic: the dK/dV kernel also adds dS K into an fp32 dQ buffer (5 matmuls instead of 7, not
+    # bitwise deterministic), in the workspace where the layout holds it (pq) or its own; split: a one-element
+    # stand-in the kernel never touches. Not an alias of a live tensor: the autotuner zeroes DQacc before each trial
+    # (reset_to_zero), and delta in its place got zeroed between the dQ kernel writing it and the dK/dV kernel
+    # reading it (dK wrong on every first call of a tuning key, found on the H100): its own region of the workspace.
+    dq_acc = None
     if ws is None:  # lse not contiguous (a caller's own): delta as lse, the partials apart
         delta = torch.empty_like(lse)
         if split > 1:
@@ -822,14 +835,12 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         delta = base
         if split > 1:
             dk_out, dv_out = base + pk, base + pv
+        if pq:
+            dq_acc = base + pq
     else:
-        delta, dk_out, dv_out = _scratch_views(ws, lse, k, v, split, pk, pv, dk_out, dv_out)
-    # atomic: the dK/dV kernel also adds dS K into an fp32 dQ buffer (5 matmuls instead of 7, not
-    # bitwise deterministic); split: a one-element stand-in the kernel never touches. Not an alias of
-    # a live tensor: the autotuner zeroes DQacc before each trial (reset_to_zero), and delta in its
-    # place got zeroed between the dQ kernel writing it and the dK/dV kernel reading it (dK wrong on
-    # every first call of a tuning key, found on the H100).
-    dq_acc = _dq_buffer(q, varlen) if atomic else _unused_buffer(q.device)
+        delta, dk_out, dv_out, dq_acc = _scratch_views(ws, lse, k, v, split, pk, pv, pq, q, dk_out, dv_out, None)
+    if dq_acc is None:
+        dq_acc = _dq_buffer(q, varlen) if atomic else _unused_buffer(q.device)
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq, "CuSeqQ": cuq,
                "CuSeqK": cuk, "DK": dk_out, "DV": dv_out, "DQacc": dq_acc, "PK": dk_out, "PV": dv_out,
                "DKsum": dk, "DVsum": dv}
@@ -848,8 +859,9 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
                 break
     if refused:
         if replays is not None and ws is not None:  # a replay refused (another device): views for a launch
-            delta, dk_out, dv_out = _scratch_views(ws, lse, k, v, split, pk, pv, dk_out, dv_out)
-            tensors.update(Delta=delta, DK=dk_out, DV=dv_out, PK=dk_out, PV=dv_out)
+            delta, dk_out, dv_out, dq_acc = _scratch_views(ws, lse, k, v, split, pk, pv, pq, q, dk_out, dv_out,
+                                                           dq_acc)
+            tensors.update(Delta=delta, DK=dk_out, DV=dv_out, PK=dk_out, PV=dv_out, DQacc=dq_acc)
         done = _launch_bwd(tensors, varlen, *_dims(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k), atomic, split,
                            softmax_scale, causal, window_left, window_right, softcap, allow_tf32, fp8 is not None,
                            fp8_mma_order, fused)

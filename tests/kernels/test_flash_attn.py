@@ -112,6 +112,26 @@ def test_tma_descriptor_path_and_atomic_dq(monkeypatch, bwd):
     check_against_oracle(1, 17, 42, 2, 1, 32, torch.float16, window=(9, 4))
 
 
+def test_the_atomic_backward_takes_dq_buffer_from_the_workspace_when_dense(monkeypatch):
+    """The atomic / fused backward's fp32 dQ buffer comes from the backward's workspace on a dense call (one
+    allocation fewer a call; the workspace comes 0xFF-filled here, so the preprocess's zeroing is what the oracle
+    check sees), its own zeroed allocation on a varlen one (rows past the last sequence stay unwritten), and the
+    gradients match the oracle either way, split or not."""
+    from kernels.flash_attn import bwd as bwd_mod
+
+    monkeypatch.setenv("FLASH_ATTN_BWD", "atomic")
+    made = []
+    real = bwd_mod._dq_buffer
+    monkeypatch.setattr(bwd_mod, "_dq_buffer", lambda q, varlen: made.append(varlen) or real(q, varlen))
+    for split in (1, 3):
+        monkeypatch.setattr(bwd_mod, "group_split", lambda *a, s=split: s)
+        interface._SIGNATURES.clear()
+        check_against_oracle(1, 33, 39, 4, 1, 32, torch.float32, causal=True)
+    assert made == []  # (dense: the workspace's)
+    check_varlen()
+    assert made and all(made)  # (varlen: its own buffer)
+
+
 @pytest.mark.parametrize("bwd, split", [("split", 2), ("split", 3), ("atomic", 3)])
 def test_group_split_backward_matches_oracle(monkeypatch, split, bwd):
     """MQA / GQA with few programs: the dK/dV kernel shares a group's query heads among `split`

@@ -26,15 +26,24 @@ from kernels.standins import StandInKernel, cpu_replays  # noqa: E402
 CUDA = torch.cuda.is_available()
 
 
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes [first, last + 1) a tensor's elements cover in its storage's address space."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
 def _no_alias_of_a_reset_argument(tuned, kwargs):
-    """The autotuner zeroes its reset_to_zero arguments before every trial: such an argument must share
-    no memory with another one (a stand-in buffer that aliased delta zeroed it between the dQ kernel
-    writing it and the dK/dV kernel reading it: dK wrong on every first call of a tuning key)."""
+    """The autotuner zeroes its reset_to_zero arguments before every trial: such an argument must overlap
+    no other one's bytes (a stand-in buffer that aliased delta zeroed it between the dQ kernel writing it and
+    the dK/dV kernel reading it: dK wrong on every first call of a tuning key). Disjoint views of one buffer
+    (the backward's workspace: delta, the split's partials, dQ's fp32 buffer) are fine: zero_() writes the view."""
     for name in getattr(tuned, "reset_to_zero", []):
-        mine = kwargs[name].untyped_storage().data_ptr()
-        shared = [n for n, v in kwargs.items()
-                  if n != name and isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == mine]
-        assert not shared, f"{name} (zeroed by the autotuner) shares memory with {shared}"
+        lo, hi = _byte_span(kwargs[name])
+        shared = [n for n, v in kwargs.items() if n != name and isinstance(v, torch.Tensor)
+                  and (span := _byte_span(v))[0] < hi and lo < span[1]]
+        assert not shared, f"{name} (zeroed by the autotuner) overlaps {shared}"
 
 
 @pytest.fixture

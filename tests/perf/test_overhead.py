@@ -260,7 +260,8 @@ def test_interleaved_windows_take_turns_and_rotate():
 def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp_path, capsys):
     """benchmarks/host_python.py: the launch paths' own Python with no GPU; the backward's replay cache holds the
     split's three launches, the unsplit two, the atomic-dQ mode's three (delta with dQ's buffer zeroed, the kernel,
-    dQ's cast); the mode's environment setting restored; the stand-ins are gone afterwards."""
+    dQ's cast) and three again under a group split (the split's sum launch casts dQ too); the mode's environment
+    setting restored; the stand-ins are gone afterwards."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import host_python
 
@@ -273,7 +274,7 @@ def test_host_python_times_replays_into_stand_ins_and_restores_the_launchers(tmp
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     by_path = {r["path"]: r for r in rows}
     assert all(r["us_per_call"] > 0 for r in rows)
-    assert [r["launches"] for r in rows if r["path"].startswith("flash_attn_bwd")] == [3, 2, 3]
+    assert [r["launches"] for r in rows if r["path"].startswith("flash_attn_bwd")] == [3, 2, 3, 3]
     assert any("atomic dQ" in p for p in by_path) and os.environ.get("FLASH_ATTN_BWD") == mode
     assert "| a replay alone" in capsys.readouterr().out
     assert (configs.launch, launcher.launch, configs.interpreting, launcher.current_device) == real
