@@ -925,6 +925,24 @@ BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]]
           (True, True): (8192, (64, 2))},
     64: {(False, False): (2048, (128, 2)), (False, True): (1024, (64, 2)), (True, False): (2048, (128, 2)),
          (True, True): (2048, (64, 2))}}
+#: (head dim, causal) -> the least group split the fused route gives a GQA / MQA call (bwd.flash_attn_bwd: the larger
+#: of this, capped at the group, and bwd.group_split's, which stays 1 once the (kv head, key block) programs fill the
+#: SMs once). A fused GQA program walks its whole group of query heads for one key block, so a causal call's
+#: heaviest programs (the first key blocks) hold group x all query tiles: at Llama-3-70B 64/8 4k, 256 programs of up
+#: to 512 tile steps for 132 SMs, where the split route's own dQ kernel has 2048 short ones (session 59: the fused
+#: route 0.912-0.924x the split route there, 1.072-1.093x at 32/8 8k). A split of 4 makes 1024 programs of up to 128
+#: steps, as MHA's; its partials cost a sum launch (the same launch casts dQ). Built in session 59 after the device
+#: budget, not measured: empty (runbook session 60 (d) A/Bs it with :data:`BWD_GLUON_FUSED`'s GQA causal hd 128
+#: cell from 1k).
+BWD_GLUON_FUSED_GQA_SPLIT: dict[tuple[int, bool], int] = {}
+
+
+def fused_gqa_split(d: int, causal: bool) -> int:
+    """:data:`BWD_GLUON_FUSED_GQA_SPLIT`'s least group split for a fused GQA / MQA call of this head dim and mask
+    (1: none listed)."""
+    return BWD_GLUON_FUSED_GQA_SPLIT.get((d, bool(causal)), 1)
+
+
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
 #: :data:`BWD_GLUON_FUSED` does not list (a listed cell runs its routed config at any length: what a lower routing
 #: length would run, so probes time it)

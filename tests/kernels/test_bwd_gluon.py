@@ -1159,6 +1159,46 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
         monkeypatch.setattr(configs, name, frozenset())
 
 
+def test_the_fused_gqa_route_takes_its_least_group_split(monkeypatch):
+    """configs.BWD_GLUON_FUSED_GQA_SPLIT (built in session 59, empty until measured): a fused GQA / MQA call of a
+    listed (head dim, mask) cell runs at least that group split (capped at the group), where bwd.group_split alone
+    gives 1 once the programs fill the SMs; its dK / dV partials then go through the sum's launch, which casts dQ
+    too (no _cast_dq launch). MHA, an unlisted cell, the split route and a caller's own split are unchanged. (No sm90
+    GPU here: the route is made to see one, the Gluon launch is recorded, the Triton ones go to stand-ins.)"""
+    from kernels.flash_attn import bwd
+    from kernels.standins import cpu_replays
+
+    seen, log = [], []
+    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append((a[10], kw)))
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(bwd, "group_split", lambda *a: 1)  # (as once the programs fill the SMs)
+    monkeypatch.setitem(configs.BWD_GLUON_FUSED, 128, {**configs.BWD_GLUON_FUSED[128], (True, True): (1024, (64, 2))})
+
+    def call(hq, hk, causal=True, deterministic=False, split=None):
+        q, k, v, do, _, _ = _inputs(sq=1024, sk=1024, hq=hq, hk=hk)
+        log.clear()
+        with cpu_replays(log):
+            bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, hq, 1024), softmax_scale=0.1, causal=causal,
+                               window_left=-1, window_right=0 if causal else -1, deterministic=deterministic,
+                               split=split)
+        names = [name for _, name, _, _ in log]
+        split_used, kw = seen.pop()
+        return split_used, "dq_acc" in kw, names
+
+    assert configs.BWD_GLUON_FUSED_GQA_SPLIT == {}  # (not measured: off)
+    assert call(8, 2)[0] == 1
+    monkeypatch.setitem(configs.BWD_GLUON_FUSED_GQA_SPLIT, (128, True), 4)
+    split, fused, names = call(8, 2)
+    assert (split, fused) == (4, True) and "_sum_partials" in names and "_cast_dq" not in names
+    assert call(8, 1)[0] == 4 and call(4, 2)[0] == 2  # (capped at the group)
+    assert call(8, 2, causal=False)[:2] == (1, True)  # (an unlisted cell)
+    assert call(8, 8)[:2] == (1, True)  # (MHA)
+    assert call(8, 2, deterministic=True)[:2] == (1, False)  # (the split route: no dQ buffer)
+    assert call(8, 2, split=2)[0] == 2  # (the caller's own split)
+
+
 def test_the_preprocess_zeroes_the_ordered_adds_counters():
     """bwd._bwd_preprocess with ``Sem`` (the ordered fused backward's counters, bwd_gluon.order_counters' layout:
     a spare one, then one a (batch, head, 64-row query tile)): every counter zeroed, delta and dQ's zeroed buffer as
