@@ -1739,6 +1739,34 @@ def test_gpu_default_backward_route_matches_oracle(b, sq, sk, hq, hk, d, causal,
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
+    (1, 1024, 1024, 8, 2, 128, False), (1, 2048, 2048, 16, 1, 64, False), (1, 2048, 2048, 8, 2, 64, True),
+    (2, 2048, 2048, 4, 4, 64, False)],
+    ids=["hd128-GQA-S1024", "hd64-MQA-S2048-group-split", "hd64-causal-GQA-S2048", "hd64-MHA-S2048"])
+def test_gpu_fused_default_route_matches_oracle(b, sq, sk, hq, hk, d, causal, monkeypatch):
+    """flash_attn_func(deterministic=False)'s backward in the cells session 59 routed to the fused kernel
+    (configs.BWD_GLUON_FUSED: GQA / MQA, hd 64 from 2k): out and every gradient within the tolerance rule of the FP64
+    oracle; the fused launches and no split-route dQ kernel; under a group split (MQA 16/1) the split's sum launch
+    casts dQ (no _cast_dq launch); a second call (the replay: dQ's buffer by its workspace pointer) within the same
+    rule (dQ's adds arrive in any order: not bitwise)."""
+    from test_flash_attn import check_against_oracle
+
+    from kernels.flash_attn import bwd, interface
+
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    assert configs.fused_bwd_cell(d, d, hq != hk, causal, min(sq, sk)) is not None  # (a routed fused cell)
+    interface._SIGNATURES.clear()
+    for _ in range(2):
+        check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, device="cuda", deterministic=False)
+    names = _backward_kernels(interface)
+    split = bwd.group_split(b, hk, hq // hk, sk, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert "_bwd_dkdv_ws_kernel" in names and not {"_bwd_dq_ws_kernel", "_bwd_dq_kernel"} & names, names
+    assert ("_sum_partials" in names) == (split > 1) and ("_cast_dq" in names) == (split == 1), (names, split)
+    interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
 @pytest.mark.parametrize("block_n, stages", [(64, 3), (128, 2)])
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, causal", [
     (2, 1000, 1000, 4, 2, 128, False), (1, 777, 1500, 4, 4, 128, True), (1, 1500, 777, 4, 1, 128, True),
