@@ -28,7 +28,9 @@ stamps, its ``times`` (gluon_bwd_probe.py --timeline); @p1 (not bwdo16): one pro
 ``persistent``; @p2: the same in the heavy-first tile order, its ``persistent="heavy"``; @hd: its TMA descriptors
 made on the host, its ``host_desc``; @w1 (causal, not fused or persistent): a sliding window on the left, its
 ``window_left``; @sc (bwd16 / bwdw16 with FUSED 0): scores softcapped at 50, its ``softcap``; @s2 (the same two): a
-group split of 2 summed in the kernel, its ``split_sum``; e.g. bwdf16:128,64,2,1@m1,
+group split of 2 summed in the kernel, its ``split_sum``; @l1: lse and delta by the loader's TMA, its ``lse_tma``;
+@g1 (one program a tile, not bwdo16): the grid's units before its key blocks, its ``units_first``; e.g.
+bwdf16:128,64,2,1@m1,
 several as @m1@u1), and
 bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1][@sc] for its dQ kernel (@p1 / @p2:
 persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores), and
@@ -119,7 +121,7 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                         mask_every_tile: bool = False, dq_unscaled: bool = False, ds_smem: bool = False,
                         turns: bool = True, timeline: bool = False, persistent: bool | str = False,
                         host_desc: bool = False, window: bool = False, softcap: bool = False,
-                        split_sum: bool = False, lse_tma: bool = False) -> dict:
+                        split_sum: bool = False, lse_tma: bool = False, units_first: bool = False) -> dict:
     """The same report for the warp-specialised dK / dV kernel (kernels/flash_attn/bwd_gluon.py), 128 keys a
     program, ``block_m`` query rows a tile; ``dv``: v's head dim where it is not q / k's ``d`` (MLA 192 / 128);
     ``fused``: the fused backward's variant (dQ too, by TMA reduce); ``adder``: that one with its adds in an adder
@@ -128,8 +130,8 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
     program an SM over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host; ``window``: a
     causal call's sliding window on the left (its ``window_left``); ``softcap``: scores capped at 50 (its
     ``softcap``; not the fused variants); ``split_sum``: a group split of 2 summed in the kernel (its ``split_sum``;
-    fp32 partials; not the fused variants); ``lse_tma``: lse and delta by the loader's TMA (its ``lse_tma``; not the
-    fused variants)."""
+    fp32 partials; not the fused variants); ``lse_tma``: lse and delta by the loader's TMA (its ``lse_tma``);
+    ``units_first``: the grid's units before its key blocks (its ``units_first``; one program a tile, unordered)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -152,7 +154,7 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
                                     mask_every_tile=mask_every_tile, dq_unscaled=dq_unscaled, ds_smem=ds_smem,
                                     turns=turns, times=bwd_gluon.timeline_buffer(k) if timeline else None,
                                     persistent=persistent, host_desc=host_desc, window_left=100 if window else -1,
-                                    softcap=50.0 if softcap else 0.0, lse_tma=lse_tma)
+                                    softcap=50.0 if softcap else 0.0, lse_tma=lse_tma, units_first=units_first)
     return _report(compile_call(bwd_gluon._bwd_dkdv_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -227,13 +229,13 @@ def _head_dims(spec: str) -> tuple[int, int | None, list[int]]:
 
 
 def _dkdv_options(spec: str, options: list[str]) -> dict:
-    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1 / p2, hd, w1, sc, s2, l1) as compile_bwd16_sm90a's
-    keywords."""
+    """A dK / dV spec's @-options (h0 / h1, m1, u1, d1, t0, x1, p1 / p2, hd, w1, sc, s2, l1, g1) as
+    compile_bwd16_sm90a's keywords."""
     known = {"h0": dict(halves=False), "h1": dict(halves=True), "m1": dict(mask_every_tile=True),
              "u1": dict(dq_unscaled=True), "d1": dict(ds_smem=True), "t0": dict(turns=False),
              "x1": dict(timeline=True), "p1": dict(persistent=True), "p2": dict(persistent="heavy"),
              "hd": dict(host_desc=True), "w1": dict(window=True), "sc": dict(softcap=True),
-             "s2": dict(split_sum=True), "l1": dict(lse_tma=True)}
+             "s2": dict(split_sum=True), "l1": dict(lse_tma=True), "g1": dict(units_first=True)}
     if any(o not in known for o in options):
         raise SystemExit(f"spec {spec}: options after @ are {', '.join(known)}")
     return {key: value for o in options for key, value in known[o].items()}

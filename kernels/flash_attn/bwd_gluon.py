@@ -969,9 +969,9 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         PERSISTENT: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, DOD=None,
                         KD=None, VD=None, DQD=None, window_left=0, WINDOW: gl.constexpr = False, softcap=0.0,
                         SOFTCAP: gl.constexpr = False, Count=None, DKsum=None, DVsum=None,
-                        LSE_TMA: gl.constexpr = False, L_SL: gl.constexpr = None):
+                        LSE_TMA: gl.constexpr = False, L_SL: gl.constexpr = None, UNITS_FIRST: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
-    split). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
+    split; ``UNITS_FIRST``: batch x kv heads x group split x key blocks, :func:`dkdv_grid`'s ``units_first``). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
     the Triton dK / dV kernel does. ``HEAD_DIM_B``: a second part of the q / k head dim (DeepSeek's MLA: 192 =
     128 + 64, v 128 = HEAD_DIM; TMA boxes are powers of two), its Q and K tiles (layouts QB_SL, KB_SL) from column
@@ -1013,7 +1013,11 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     and delta rows come with its Q and dO tiles, by TMA into shared memory (``L_SL``: [1, 1, BLOCK_M] fp32), not by the
     consumers' own loads, which session 58's ncu source page (H200, GQA 40/8 2k hd 128) showed them waiting on after
     their S^T wgmma (a long-scoreboard stall on lse's first use). The fused kernel's too: a row past the sequence gets
-    P^T 1 and dS^T 0 there, so its dQ partial is 0 as well (and the TMA reduce clips it)."""
+    P^T 1 and dS^T 0 there, so its dQ partial is 0 as well (and the TMA reduce clips it). ``UNITS_FIRST`` (one
+    program a tile): the grid's first dimension the (batch, kv head, group part) units, its second the key blocks, so
+    the GPU, which starts programs in the grid's order as SMs free up, starts every unit's first key block before
+    any unit's second: causal, a program's work falls with its key block, and the heaviest start first (the
+    longest-processing-first rule) instead of each unit's heavy blocks waiting behind earlier units' light ones."""
     TIMES: gl.constexpr = Times is not None
     SPLIT_SUM: gl.constexpr = Count is not None
     if TIMES:  # (the program's entry, before its descriptors and barriers: both consumers' records of its first tile)
@@ -1027,10 +1031,15 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
     gl.static_assert(not ADDER or DQ_SINK == 0, "the adder warp adds every partial")
     gl.static_assert(WALK != 2 or not DQ_TURNS, "the ordered adds walk each head's tiles from the diagonal")
     gl.static_assert(not PERSISTENT or not (DQ_TURNS or LAST_FIRST), "the persistent kernel: unordered adds")
-    pid_n = gl.program_id(0)
+    gl.static_assert(not PERSISTENT or not UNITS_FIRST, "units first: one program a tile")
+    if UNITS_FIRST:
+        pid_n = gl.program_id(1)
+        pid_bh = gl.program_id(0)
+    else:
+        pid_n = gl.program_id(0)
+        pid_bh = gl.program_id(1)  # (persistent: 0, its b to j_lo unused but gs: 0, DK / DV without an offset)
     if LAST_FIRST:  # a tile's first adder launched before those that wait on it (the ordered kernel, long keys)
         pid_n = gl.cdiv(seqlen_k, 128) - 1 - pid_n
-    pid_bh = gl.program_id(1)  # (persistent: 0, its b to j_lo unused but gs: 0, DK / DV without an offset)
     b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_bh, seqlen_q, seqlen_k, kv_heads, group, group_split,
                                                    BLOCK_M, IS_CAUSAL)
     n_m = gl.cdiv(seqlen_q, BLOCK_M)
@@ -1497,8 +1506,9 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
                    consumer_regs=240, split=1, dq_acc=None, dq_sink=0, dq_order=None, last_first=False,
                    dq_adder=False, walk=0, halves=None, mask_every_tile=False, dq_unscaled=False,
                    ds_smem=False, turns=True, times=None, persistent=False, host_desc=False,
-                   window_left=-1, softcap=0.0, split_sum=None, lse_tma=False) -> dict:
-    """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
+                   window_left=-1, softcap=0.0, split_sum=None, lse_tma=False, units_first=False) -> dict:
+    """Every argument of ``_bwd_dkdv_ws_kernel`` by name (a CPU compile binds the same). ``units_first`` (one
+    program a tile): the kernel's UNITS_FIRST, for :func:`dkdv_grid`'s grid of the same name. ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. q / k wider than v (MLA):
     the kernel's HEAD_DIM is v's and the rest of q / k's its second part (HEAD_DIM_B). ``dq_acc`` (the fused
     backward: an fp32 buffer shaped like q, zeroed): dQ is added into it (:data:`FUSED_HEAD_DIMS`); ``dq_sink``
@@ -1578,7 +1588,13 @@ def dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block
     if persistent:
         if dq_order is not None or last_first:
             raise ValueError("persistent: the unordered kernels only (no dq_order, no last_first)")
+        if units_first:
+            raise ValueError("units_first: one program a tile (not persistent)")
         second.update(PERSISTENT=persistent_order(persistent))
+    if units_first:
+        if dq_order is not None:  # (the ordered adds' waits follow the launch order: not tested with this one)
+            raise ValueError("units_first: the unordered kernels only (no dq_order)")
+        second.update(UNITS_FIRST=True)
     second.update(by_tma)
     if split_sum is not None:
         count, dk_sum, dv_sum = split_sum
@@ -1645,29 +1661,33 @@ def dkdv_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1,
                 consumer_regs=240, dq_acc=None, dq_sink=0, dq_order=None, last_first=False, dq_adder=False,
                 walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True,
                 times=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0, split_sum=None,
-                lse_tma=False):
+                lse_tma=False, units_first=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32
     partials; inputs checked by the caller: :func:`unsupported`, an sm90 GPU; with ``dq_acc`` dQ added into it,
     :func:`fused_unsupported` too); returns its :class:`kernels.launcher.Launch` (slots Q, K, V, DO, Lse, Delta,
     DK, DV, DQacc: the Triton dK / dV kernel's names, so the backward's replay fills either; Sem with
     ``dq_order``; Count, DKsum, DVsum with ``split_sum``). ``persistent``: min(tiles, the GPU's multiprocessors)
-    programs (:func:`dkdv_grid`)."""
+    programs (:func:`dkdv_grid`); ``units_first``: :func:`dkdv_grid`'s."""
     launcher.ensure_allocator()
     kwargs = dkdv_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, block_m, num_stages,
                             consumer_regs, split, dq_acc, dq_sink, dq_order, last_first, dq_adder, walk, halves,
                             mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent, host_desc,
-                            window_left, softcap, split_sum, lse_tma)
-    grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None)
+                            window_left, softcap, split_sum, lse_tma, units_first)
+    grid = dkdv_grid(k, split, configs.sm_count(k.get_device()) if persistent else None, units_first)
     return launcher.launched(_bwd_dkdv_ws_kernel, _bwd_dkdv_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
 
 
-def dkdv_grid(k, split: int = 1, programs: int | None = None) -> tuple[int, int]:
+def dkdv_grid(k, split: int = 1, programs: int | None = None, units_first: bool = False) -> tuple[int, int]:
     """The dK / dV kernel's grid over ``k`` [B, Sk, Hk, D]: one program a tile (key blocks x (batch, kv head, group
-    part)), or with ``programs`` (the persistent kernel: the GPU's multiprocessors, one program each) at most that
-    many in one dimension, each walking tiles t, t + grid, ... (:func:`_persistent_tile`)."""
+    part); ``units_first``: the units first, the key blocks second, so that the GPU starts every unit's first key
+    block before any unit's second: the kernel's UNITS_FIRST), or with ``programs`` (the persistent kernel: the GPU's
+    multiprocessors, one program each) at most that many in one dimension, each walking tiles t, t + grid, ...
+    (:func:`_persistent_tile`)."""
     blocks, units = triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split
-    return (blocks, units) if programs is None else (max(1, min(blocks * units, programs)), 1)
+    if programs is not None:
+        return max(1, min(blocks * units, programs)), 1
+    return (units, blocks) if units_first else (blocks, units)
 
 
 def split_counter_count(k) -> int:
@@ -1686,7 +1706,7 @@ def order_counters(q, block_m=64) -> torch.Tensor:
 def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, num_stages=2, consumer_regs=240,
                poison=False, launches=None, fused=False, dq_sink=0, ordered=False, last_first=None, adder=False,
                walk=0, halves=None, mask_every_tile=False, dq_unscaled=False, ds_smem=False, turns=True, times=None,
-               persistent=False, host_desc=False, window_left=-1, softcap=0.0, lse_tma=False):
+               persistent=False, host_desc=False, window_left=-1, softcap=0.0, lse_tma=False, units_first=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, D] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with the warp-specialised kernel.
     sm90 GPUs only. ``launches``: a dict this call replays its launch from, or leaves it in (kernels/launcher.py).
@@ -1709,7 +1729,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     (:func:`dkdv_arguments`'; a replay describes its own call's tensors). ``window_left`` >= 0 (causal, not fused,
     not persistent): query i sees keys i + Sk - Sq - window_left .. i + Sk - Sq. ``softcap`` > 0 (not fused): the
     forward's scores were capped (:func:`dkdv_arguments`'). ``lse_tma``: lse and delta by the loader's TMA
-    (:func:`dkdv_arguments`')."""
+    (:func:`dkdv_arguments`'). ``units_first``: the grid's units before its key blocks (:func:`dkdv_grid`'s)."""
     if persistent and ordered:
         raise ValueError("dkdv_gluon: persistent runs the unordered adds only (ordered=False)")
     if times is not None and launches is not None:
@@ -1728,7 +1748,7 @@ def dkdv_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, block_m=64, nu
     _replay_or_launch(launches, "dkdv", tensors, lambda: dkdv_launch(
         q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, block_m, num_stages, consumer_regs, dq, dq_sink,
         sem, last_first, adder, walk, halves, mask_every_tile, dq_unscaled, ds_smem, turns, times, persistent,
-        host_desc, window_left, softcap, lse_tma=lse_tma))
+        host_desc, window_left, softcap, lse_tma=lse_tma, units_first=units_first))
     return (dk, dv, dq) if fused else (dk, dv)
 
 

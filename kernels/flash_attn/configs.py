@@ -1011,6 +1011,15 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: 1.081-1.090x, hd 128 causal 4k 1.039-1.063x, hd 64 4k 1.085-1.107x (prediction 1.02-1.08x). hd 64 causal and the
 #: ordered kernel (deterministic calls from 8k) take it too: same kernel and GPU test, not timed apart.
 BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True)})
+#: (kernel "dkdv" / "fused", head dim) cells whose causal launches, one program a tile (not persistent, not ordered),
+#: put the grid's (batch, kv head, group part) units first and its key blocks second (bwd_gluon.dkdv_launch's
+#: ``units_first``): the GPU starts programs in grid order as SMs free up, and a causal dK / dV program's work falls
+#: with its key block, so in the default order (key blocks first) each unit's heavy first blocks wait behind the earlier
+#: units' light ones. A list-scheduling model of that dispatch (session 59, a program's work = its heads x query
+#: tiles, 132 SMs) puts the last SM's finish at 1.59x the mean at Llama-3-70B 64/8 4k and Llama-3-8B 32/8 4k, 1.30x at
+#: B4 32/8 2k and MHA B2 H16 2k, 1.14x at MHA B2 H16 4k, 1.24x at 32/8 8k; units first: 1.00-1.03x in every one. Built
+#: in session 59 after the device budget, not measured: empty (runbook session 60 (d)).
+BWD_GLUON_UNITS_FIRST: frozenset[tuple[str, int]] = frozenset()
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
 #: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
 #: persistent (bwd_gluon.dkdv_launch's / dq_launch's ``persistent``: one program an SM over the (key block, head) or
@@ -1194,6 +1203,8 @@ def gluon_fused_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, wi
         route["ordered"] = True
     elif persistent := persistent_bwd("fused", q.shape[-1], causal, max(q.shape[1], k.shape[1])):  # (unordered only)
         route["persistent"] = persistent
+    elif causal and ("fused", q.shape[-1]) in BWD_GLUON_UNITS_FIRST:  # (unordered, one program a tile)
+        route["units_first"] = True
     if host_desc_bwd("fused", q.shape[-1], v.shape[-1]):
         route["host_desc"] = True
     if lse_by_tma(BWD_GLUON_FUSED_LSE_TMA, q, causal, lse):
@@ -1408,8 +1419,9 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     ``window_left`` among the keywords), no softcap (at a head dim of :data:`BWD_GLUON_SOFTCAP`, a softcap too:
     ``softcap`` among both kernels' keywords, their configs :data:`BWD_GLUON_SOFTCAP_CONFIGS`' where it lists one),
     an sm90 GPU (not the interpreter). hd 256's dK / dV runs
-    bwd_gluon_hd256's kernel: its keywords ``num_stages`` alone (and ``softcap``), no window. ``sm_major``: as
-    :func:`gluon_ws_fwd`'s."""
+    bwd_gluon_hd256's kernel: its keywords ``num_stages`` alone (and ``softcap``), no window. A causal dK / dV
+    launch that is neither windowed nor persistent takes ``units_first`` in :data:`BWD_GLUON_UNITS_FIRST`'s cells.
+    ``sm_major``: as :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
         return {}
@@ -1461,6 +1473,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
             keywords["window_left"] = window_left
         elif persistent := persistent_bwd(name, q.shape[-1], causal, longer):
             keywords["persistent"] = persistent
+        elif name == "dkdv" and causal and not wide and ("dkdv", q.shape[-1]) in BWD_GLUON_UNITS_FIRST:
+            keywords["units_first"] = True
         if host_desc_bwd(name, q.shape[-1], v.shape[-1]):
             keywords["host_desc"] = True
     if wide and "dkdv" in out:  # (bwd_gluon_hd256.dkdv256_launch: 64-row tiles, its descriptors made on the host)

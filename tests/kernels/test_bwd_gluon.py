@@ -142,7 +142,14 @@ def compiled(tmp_path_factory):
     specs += [f"{HD256_TWINS[1]}@sc@l1"]  # (... capped causal, with lse and delta by the loader's TMA)
     specs += SPLIT_SUM_TWINS + [f"{spec}@s2" for spec in SPLIT_SUM_TWINS]  # (the group split summed in the kernel)
     specs += LSE_TMA_TWINS + [f"{spec}@l1" for spec in LSE_TMA_TWINS]  # (lse and delta by the loader's TMA)
+    specs += UNITS_FIRST_TWINS + [f"{spec}@g1" for spec in UNITS_FIRST_TWINS]  # (the grid's units first)
     return sm90_reports(specs, tmp_path_factory.mktemp("ptx"))
+
+
+#: causal dK / dV kernels as the route would give them ``units_first`` (configs.BWD_GLUON_UNITS_FIRST, built in
+#: session 59): the split route's hd 128 and the fused kernel's GQA flat walk, both with lse by TMA
+UNITS_FIRST_TWINS = [f"bwd16:128,{configs.BWD_GLUON[128]['dkdv'][0]},{configs.BWD_GLUON[128]['dkdv'][1]},1@hd@l1",
+                     "bwdw16:128,64,2,1,1,4,1@m1@l1"]
 
 
 #: the dK / dV kernel as the MQA / GQA calls at hd 64 run it (persistent, host-made descriptors, a group of 4 over
@@ -235,6 +242,15 @@ def test_the_split_summed_in_the_kernel_adds_one_count_a_warp_and_nothing_else(c
         assert 0 <= summed["smem"] - plain["smem"] <= 64, (spec, plain["smem"], summed["smem"])
         assert (plain["atom_acq_rel"], summed["atom_acq_rel"]) == (0, 2), spec
         assert plain["ld_cg"] == 0 < summed["ld_cg"], spec
+
+
+def test_units_first_changes_only_which_grid_dimension_is_which(compiled):
+    """A kernel with its grid's units first (``units_first``) compiles to its twin's wgmmas, TMA reduces, registers,
+    spills and shared memory: the two program ids swap, nothing else."""
+    for spec in UNITS_FIRST_TWINS:
+        plain, swapped = compiled[spec], compiled[f"{spec}@g1"]
+        for key in ("wgmma", "tma_reduce", "regs", "spill", "smem", "setmaxnreg"):
+            assert plain[key] == swapped[key], (spec, key, plain[key], swapped[key])
 
 
 def test_lse_by_tma_keeps_the_kernel_and_spills_no_more(compiled):
@@ -1470,6 +1486,41 @@ def test_hd256_dkdv_kernel_takes_only_what_it_can_run():
         wide.dkdv256_gluon(*_inputs(d=128), softmax_scale=0.1, causal=False)
 
 
+def test_units_first_transposes_the_grid_and_routes_where_listed(monkeypatch):
+    """``units_first`` (configs.BWD_GLUON_UNITS_FIRST; built in session 59, empty until measured): the dK / dV grid's
+    (batch, kv head, group part) units in its first dimension and its key blocks in its second, the kernel told so
+    (UNITS_FIRST), refused with the persistent kernel or the ordered adds; the route gives it to causal dK / dV and
+    fused launches of a listed (kernel, head dim) that are neither persistent, windowed nor ordered."""
+    k = torch.empty(2, 1000, 3, 64)
+    assert bwd_gluon.dkdv_grid(k, units_first=True) == (6, 8) and bwd_gluon.dkdv_grid(k, 2, None, True) == (12, 8)
+    assert bwd_gluon.dkdv_grid(k, 1, 132, True) == (48, 1)  # (persistent: its own grid; the arguments refuse both)
+    q, k, v, do, lse, delta = _inputs(sq=256, sk=256, hq=4, hk=4, d=64)
+    assert bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, units_first=True)["UNITS_FIRST"]
+    assert "UNITS_FIRST" not in bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True)
+    with pytest.raises(ValueError, match="units_first: one program a tile"):
+        bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, units_first=True, persistent=True)
+    with pytest.raises(ValueError, match="units_first: the unordered kernels only"):
+        bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, dq_acc=torch.zeros(q.shape),
+                                 dq_order=bwd_gluon.order_counters(q), units_first=True)
+    assert configs.BWD_GLUON_UNITS_FIRST == frozenset()  # (not measured: off)
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    monkeypatch.setattr(configs, "BWD_GLUON_UNITS_FIRST", frozenset({("dkdv", 128), ("fused", 128)}))
+    causal = dict(causal=True, window_right=0)
+    x = _inputs(sq=4096, sk=4096)[:3]  # (GQA 4/2 hd 128: dK / dV on Gluon, one program a tile at 4k)
+    assert _route(*x, **causal)["dkdv"]["units_first"] is True and "units_first" not in _route(*x)["dkdv"]
+    assert "units_first" not in _route(*x, window_left=100, **causal)["dkdv"]  # (windowed)
+    assert "units_first" not in _route(*_inputs(sq=4096, sk=4096, d=64)[:3], **causal).get("dkdv", {})  # (hd 64)
+    short = _inputs(sq=1024, sk=1024)[:3]  # (persistent there: its own order)
+    assert _route(*short, **causal)["dkdv"].get("persistent") and "units_first" not in _route(*short, **causal)["dkdv"]
+    kw = dict(window_left=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
+    mha = _inputs(sq=4096, sk=4096, hq=4, hk=4)[:3]
+    lse = torch.empty(1, 4, 4096)
+    assert configs.gluon_fused_bwd(*mha, mha[0], mha[0], lse, causal=True, window_right=0, **kw)["units_first"]
+    assert "units_first" not in configs.gluon_fused_bwd(*mha, mha[0], mha[0], lse, causal=False, window_right=-1, **kw)
+    ordered = configs.gluon_fused_bwd(*mha, mha[0], mha[0], lse, causal=True, window_right=0, deterministic=True, **kw)
+    assert ordered is None or "units_first" not in ordered
+
+
 def test_the_persistent_grid_and_its_refusals():
     """The persistent kernel's grid: min(tiles, programs) in one dimension (one program a tile otherwise: key blocks x
     (batch, kv head, group part)); the ordered adds and the key blocks last first are refused by name."""
@@ -2068,6 +2119,23 @@ def test_lse_by_tma_takes_16_byte_rows_and_the_dkdv_kernel_only():
     odd = torch.empty(1, 4, 777)
     with pytest.raises(ValueError, match="lse_tma: lse: strides"):
         bwd_gluon.dkdv_arguments(q, k, k, q, odd, odd, k, k, 0.1, False, lse_tma=True)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra", [
+    (1, 1000, 1000, 8, 2, 128, 128, True, 64, 2, dict(walk=1, lse_tma=True)),
+    (2, 1000, 1100, 4, 4, 64, 64, True, 64, 2, {}),
+    (1, 1000, 1000, 8, 2, 128, 128, True, 64, 2, dict(fused=True, mask_every_tile=True, walk=1, lse_tma=True)),
+    (2, 1000, 1000, 4, 4, 64, 64, True, 64, 2, dict(fused=True, turns=False))],
+    ids=["hd128-causal-GQA", "hd64-causal-Sq<Sk", "fused-hd128-causal-GQA", "fused-hd64-causal-no-turns"])
+def test_gpu_units_first_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, causal, block_m, stages, extra):
+    """The dK / dV kernel with its grid's units first (``units_first``; configs.BWD_GLUON_UNITS_FIRST, built in session
+    59): the same programs in another launch order, so dK and dV bitwise the default grid's, run twice; the fused
+    kernel's dQ (added in arrival order) within twice the Triton backward's error against the FP64 oracle."""
+    case = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
+    kw = dict(causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
+    _same_gradients_twice(case, kw, dict(units_first=True))
 
 
 @pytest.mark.gpu
