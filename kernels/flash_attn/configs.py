@@ -1017,8 +1017,11 @@ BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (
 #: with its key block, so in the default order (key blocks first) each unit's heavy first blocks wait behind the earlier
 #: units' light ones. A list-scheduling model of that dispatch (session 59, a program's work = its heads x query
 #: tiles, 132 SMs) puts the last SM's finish at 1.59x the mean at Llama-3-70B 64/8 4k and Llama-3-8B 32/8 4k, 1.30x at
-#: B4 32/8 2k and MHA B2 H16 2k, 1.14x at MHA B2 H16 4k, 1.24x at 32/8 8k; units first: 1.00-1.03x in every one. Built
-#: in session 59 after the device budget, not measured: empty (runbook session 60 (d)).
+#: B4 32/8 2k and MHA B2 H16 2k, 1.14x at MHA B2 H16 4k, 1.24x at 32/8 8k; units first: 1.00-1.03x in every one.
+#: Session 58's ncu run agrees at 64/8 4k causal: the split route's dK / dV kernel kept the tensor pipe 67.4% busy
+#: over the SMs' active cycles but ran its 568 GFLOP in 1.369 ms, 42% of the H200's 989 TFLOP/s: the SMs were active
+#: ~62% of the kernel's time on average (the model: 1 / 1.59 = 0.63; its dQ kernel: 0.90). Built in session 59 after
+#: the device budget, not measured: empty (runbook session 60 (b2)).
 BWD_GLUON_UNITS_FIRST: frozenset[tuple[str, int]] = frozenset()
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
 #: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
