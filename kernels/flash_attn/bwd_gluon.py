@@ -971,7 +971,8 @@ def _bwd_dkdv_ws_kernel(Q, K, V, DO, Lse, Delta, DK, DV, stride_qb, stride_qs, s
                         SOFTCAP: gl.constexpr = False, Count=None, DKsum=None, DVsum=None,
                         LSE_TMA: gl.constexpr = False, L_SL: gl.constexpr = None, UNITS_FIRST: gl.constexpr = False):
     """dK and dV of 128 keys of one (batch, kv head) a program (grid: key blocks x batch x kv heads x group
-    split; ``UNITS_FIRST``: batch x kv heads x group split x key blocks, :func:`dkdv_grid`'s ``units_first``). ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
+    split; ``UNITS_FIRST``: batch x kv heads x group split x key blocks, :func:`dkdv_grid`'s ``units_first``).
+    ``group_split`` > 1 (MQA / GQA with few kv heads): that many programs share a group's query heads, each
     writing its fp32 partial dK / dV at DK + split * stride_dkp (bwd._sum_partials adds them in split order), as
     the Triton dK / dV kernel does. ``HEAD_DIM_B``: a second part of the q / k head dim (DeepSeek's MLA: 192 =
     128 + 64, v 128 = HEAD_DIM; TMA boxes are powers of two), its Q and K tiles (layouts QB_SL, KB_SL) from column

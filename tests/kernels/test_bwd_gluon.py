@@ -317,11 +317,7 @@ def test_the_backward_sums_the_split_in_the_gluon_kernel_only_where_listed(monke
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen, log = [], []
-    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append((a, kw)))
-    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
-    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    seen, log = _record_gluon_launches(monkeypatch)[0], []
 
     def call(hk, d, split):
         q, k, v, do, _, _ = _inputs(sq=2048, sk=2048, hq=8, hk=hk, d=d)
@@ -591,6 +587,18 @@ def test_tma_reduce_add_compiles_from_gluon_for_sm90a():
     # 4 row blocks of 64, 5 programs adding p + 1 into blocks p, p + 1, p + 2 (mod 4)
     sums = tma_reduce_probe.expected(256, 8, 64, 3, 5)[::64, 0].tolist()
     assert sums == [1 + 3 + 4 + 5, 1 + 2 + 4 + 5, 1 + 2 + 3 + 5, 2 + 3 + 4]
+
+
+def _record_gluon_launches(monkeypatch) -> tuple[list, list]:
+    """The backward's route made to see an sm90 GPU (``FLASH_ATTN_BWD`` unset) and its Gluon launches recorded instead
+    of run (no sm90 GPU here; the Triton launches go to the caller's stand-ins): (each dK / dV launch's (positional
+    arguments, keywords), each dQ launch's keywords)."""
+    dkdv, dq = [], []
+    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
+    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: dkdv.append((a, kw)))
+    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: dq.append(kw))
+    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    return dkdv, dq
 
 
 def _inputs(b=1, sq=256, sk=256, hq=4, hk=2, d=128, dtype=torch.bfloat16, device="cpu"):
@@ -1133,11 +1141,7 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen, log = [], []
-    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
-    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
-    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    seen, log = _record_gluon_launches(monkeypatch)[0], []
 
     def call(hq, hk, d, causal=True, deterministic=True, s=4096):
         q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=hq, hk=hk, d=d)
@@ -1146,7 +1150,7 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
         with cpu_replays(log):
             bwd.flash_attn_bwd(do, q, k, v, q.clone(), lse, softmax_scale=d ** -0.5, causal=causal, window_left=-1,
                                window_right=0 if causal else -1, deterministic=deterministic)
-        return seen.pop()
+        return seen.pop()[1]
 
     def cast_args():  # (scale, SCALE) of the last call's dQ cast launch
         (args,) = [a for how, name, a, _ in log if name == "_cast_dq"]
@@ -1184,11 +1188,7 @@ def test_the_fused_gqa_route_takes_its_least_group_split(monkeypatch):
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen, log = [], []
-    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append((a[10], kw)))
-    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
-    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    seen, log = _record_gluon_launches(monkeypatch)[0], []
     monkeypatch.setattr(bwd, "group_split", lambda *a: 1)  # (as once the programs fill the SMs)
     monkeypatch.setitem(configs.BWD_GLUON_FUSED, 128, {**configs.BWD_GLUON_FUSED[128], (True, True): (1024, (64, 2))})
 
@@ -1200,8 +1200,8 @@ def test_the_fused_gqa_route_takes_its_least_group_split(monkeypatch):
                                window_left=-1, window_right=0 if causal else -1, deterministic=deterministic,
                                split=split)
         names = [name for _, name, _, _ in log]
-        split_used, kw = seen.pop()
-        return split_used, "dq_acc" in kw, names
+        args, kw = seen.pop()
+        return args[10], "dq_acc" in kw, names
 
     assert configs.BWD_GLUON_FUSED_GQA_SPLIT == {}  # (not measured: off)
     assert call(8, 2)[0] == 1
@@ -1243,18 +1243,14 @@ def test_persistent_launches_only_where_asked(monkeypatch):
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen, seen_dq = [], []
-    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
-    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: seen_dq.append(kw))
-    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    seen, seen_dq = _record_gluon_launches(monkeypatch)
 
     def call(d, causal, s, deterministic):
         q, k, v, do, _, _ = _inputs(sq=s, sk=s, hq=4, hk=4, d=d)
         with cpu_replays([]):
             bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, 4, s), softmax_scale=d ** -0.5, causal=causal,
                                window_left=-1, window_right=0 if causal else -1, deterministic=deterministic)
-        return seen.pop()
+        return seen.pop()[1]
 
     assert configs.BWD_GLUON_PERSISTENT == {  # measured (sessions 46-47, H200): whole backward 1.02-1.22x a cell
         ("fused", 64, True): 4096, ("fused", 128, True): 1024, ("dkdv", 128, False): 2048, ("dkdv", 128, True): 1024,
@@ -1310,7 +1306,7 @@ def test_persistent_launches_only_where_asked(monkeypatch):
         with cpu_replays([]):
             bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, hq, s), softmax_scale=0.125, causal=causal,
                                window_left=-1, window_right=0 if causal else -1, deterministic=True)
-        return seen.pop()
+        return seen.pop()[1]
 
     # causal: the snake order with the dK / dV kernel's configs.PERSISTENT_CAUSAL_TILES_PER_SM tiles an SM, heaviest
     # first below (MQA 71/1 at 2k with B2; these inputs are B1: 16 key tiles x a split of 15 = 240 tiles, about 2 an SM)
@@ -1551,11 +1547,7 @@ def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(mon
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
-    seen, log = [], []
-    monkeypatch.setattr(configs, "_on_sm90", lambda q, sm_major: True)
-    monkeypatch.setattr(bwd_gluon, "dkdv_launch", lambda *a, **kw: seen.append(kw))
-    monkeypatch.setattr(bwd_gluon, "dq_launch", lambda *a, **kw: None)
-    monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
+    seen, log = _record_gluon_launches(monkeypatch)[0], []
     sem_at = bwd._bwd_preprocess.arg_names.index("Sem")
 
     def call(hq, hk, d, causal, deterministic=True, s=4096):
@@ -1565,7 +1557,7 @@ def test_deterministic_calls_take_the_ordered_fused_kernel_only_where_routed(mon
             bwd.flash_attn_bwd(do, q, k, v, q.clone(), torch.zeros(1, hq, s), softmax_scale=d ** -0.5, causal=causal,
                                window_left=-1, window_right=0 if causal else -1, deterministic=deterministic)
         pre = [a for how, name, a, _ in log if name == "_bwd_preprocess"]
-        return (seen.pop() if seen else None), (pre[0][sem_at] if pre else "no preprocess")
+        return (seen.pop()[1] if seen else None), (pre[0][sem_at] if pre else "no preprocess")
 
     assert set(configs.BWD_GLUON_FUSED_ORDERED) == {(128, False)}  # hd 64 causal: the split kernels
     kw, _ = call(8, 8, 64, True)
