@@ -1020,9 +1020,12 @@ BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (
 #: B4 32/8 2k and MHA B2 H16 2k, 1.14x at MHA B2 H16 4k, 1.24x at 32/8 8k; units first: 1.00-1.03x in every one.
 #: Session 58's ncu run agrees at 64/8 4k causal: the split route's dK / dV kernel kept the tensor pipe 67.4% busy
 #: over the SMs' active cycles but ran its 568 GFLOP in 1.369 ms, 42% of the H200's 989 TFLOP/s: the SMs were active
-#: ~62% of the kernel's time on average (the model: 1 / 1.59 = 0.63; its dQ kernel: 0.90). Built in session 59 after
-#: the device budget, not measured: empty (runbook session 60 (b2)).
-BWD_GLUON_UNITS_FIRST: frozenset[tuple[str, int]] = frozenset()
+#: ~62% of the kernel's time on average (the model: 1 / 1.59 = 0.63; its dQ kernel: 0.90). Measured on an H200
+#: (session 60, docs/perf/gluon-s60, the whole backward, CUDA graphs, three pairs): 64/8 4k causal 1.186-1.207x, 32/8
+#: 4k 1.165-1.208x, B4 32/8 2k 1.060-1.082x, 32/8 8k 1.070-1.089x, MHA B2 H16 2k (fused) 1.148-1.153x; controls
+#: (persistent or non-causal: the same code) 0.965-1.084x, 0.996-1.006x.
+BWD_GLUON_UNITS_FIRST: frozenset[tuple[str, int]] = frozenset({("dkdv", 128), ("fused", 128), ("dkdv", 64),
+                                                               ("fused", 64)})
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
 #: route's), unordered fused kernel or dQ kernel (the split route's, where :data:`BWD_GLUON` runs it) runs
 #: persistent (bwd_gluon.dkdv_launch's / dq_launch's ``persistent``: one program an SM over the (key block, head) or
