@@ -787,8 +787,8 @@ def flash_attn_bwd(do, q, k, v, out, lse, *, softmax_scale, causal, window_left,
         counters = 1 + batch * hq * triton.cdiv(sq, PREPROCESS_BLOCK_M) if fused and fused.get("ordered") else 0
         if split is None:
             split = group_split(batch, hk, hq // hk, sk, _sms(q))
-            if fused is not None and hq != hk:  # (configs.BWD_GLUON_FUSED_GQA_SPLIT: the fused GQA programs' length)
-                split = max(split, configs.fused_gqa_split(d, causal))
+            if fused is not None and hq != hk:  # (configs.BWD_GLUON_FUSED_GQA_HEADS: the fused GQA programs' length)
+                split = max(split, configs.fused_gqa_split(d, causal, hq // hk))
         split = max(1, min(int(split), hq // hk))
         replays = None
         # (dense atomic / fused: dQ's fp32 buffer in the workspace too, unwritten: the preprocess zeroes it)

@@ -918,29 +918,37 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: 1.114-1.159x), hd 64 non-causal from 2k (32/8 2k 1.122-1.131x, 4k 1.346-1.384x, MQA 16/1 2k 1.112-1.131x), hd 64
 #: causal from 2k (32/8 2k 1.067-1.074x); hd 128 causal from 8k only (32/8 8k 1.072-1.093x; 32/8 B4 2k 0.996-1.011x,
 #: 64/8 4k 0.912-0.924x: one program a (kv head, key block) walks its whole group, 256 of them at 64/8 4k, and the
-#: causal tiles' uneven work sets the span). The GQA / MQA cells' launch path gains a launch (the fused route's four
+#: causal tiles' uneven work sets the span). Session 60, with units first in the dK / dV grids
+#: (:data:`BWD_GLUON_UNITS_FIRST`) and at most 4 heads a fused GQA program (:data:`BWD_GLUON_FUSED_GQA_HEADS`): hd 128
+#: causal GQA / MQA from 1k (1.00-1.06x in five rows). The GQA / MQA cells' launch path gains a launch (the fused route's four
 #: against the split route's three with a group split): 6.2-8.9 launch floors (host-floors, session 59).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (1024, (64, 3)), (False, True): (1024, (64, 2)), (True, False): (1024, (64, 3)),
-          (True, True): (8192, (64, 2))},
+          (True, True): (1024, (64, 2))},
     64: {(False, False): (2048, (128, 2)), (False, True): (1024, (64, 2)), (True, False): (2048, (128, 2)),
          (True, True): (2048, (64, 2))}}
-#: (head dim, causal) -> the least group split the fused route gives a GQA / MQA call (bwd.flash_attn_bwd: the larger
-#: of this, capped at the group, and bwd.group_split's, which stays 1 once the (kv head, key block) programs fill the
-#: SMs once). A fused GQA program walks its whole group of query heads for one key block, so a causal call's
-#: heaviest programs (the first key blocks) hold group x all query tiles: at Llama-3-70B 64/8 4k, 256 programs of up
-#: to 512 tile steps for 132 SMs, where the split route's own dQ kernel has 2048 short ones (session 59: the fused
-#: route 0.912-0.924x the split route there, 1.072-1.093x at 32/8 8k). A split of 4 makes 1024 programs of up to 128
-#: steps, as MHA's; its partials cost a sum launch (the same launch casts dQ). Built in session 59 after the device
-#: budget, not measured: empty (runbook session 60 (d) A/Bs it with :data:`BWD_GLUON_FUSED`'s GQA causal hd 128
-#: cell from 1k).
-BWD_GLUON_FUSED_GQA_SPLIT: dict[tuple[int, bool], int] = {}
+#: (head dim, causal) -> the most query heads one program of a fused GQA / MQA call walks (bwd.flash_attn_bwd takes
+#: the larger of :func:`fused_gqa_split`'s split and bwd.group_split's, which stays 1 once the (kv head, key block)
+#: programs fill the SMs once). A fused GQA program walks its share of the group for one key block, so a causal
+#: call's heaviest programs (the first key blocks) hold heads x all query tiles: at Llama-3-70B 64/8 4k, 256 programs
+#: of up to 8 x 64 tile steps for 132 SMs. Its partials cost the sum's launch (which casts dQ too). Measured on an H200
+#: (session 60, docs/perf/gluon-s60, the whole backward, CUDA graphs, three pairs, units first routed in both trees),
+#: the fused route at hd 128 causal from 1k against the split route, without a split / with a split of 2: 64/8 4k
+#: 0.932-0.975x / 1.032-1.065x, 32/8 4k 1.017-1.060x / 1.000-1.036x, B4 32/8 2k 1.007-1.050x / 0.940-0.946x, 40/8 2k
+#: 1.039-1.042x / 1.037-1.049x, MQA 32/1 4k (bwd.group_split's 8 in both) 1.015-1.054x / 1.027-1.062x, 32/8 8k
+#: (fused in both) 1.000-1.018x / 0.983-1.002x. So at most 4 heads a program: groups of 8 split in two, 4 not.
+BWD_GLUON_FUSED_GQA_HEADS: dict[tuple[int, bool], int] = {(128, True): 4}
 
 
-def fused_gqa_split(d: int, causal: bool) -> int:
-    """:data:`BWD_GLUON_FUSED_GQA_SPLIT`'s least group split for a fused GQA / MQA call of this head dim and mask
-    (1: none listed)."""
-    return BWD_GLUON_FUSED_GQA_SPLIT.get((d, bool(causal)), 1)
+def fused_gqa_split(d: int, causal: bool, group: int) -> int:
+    """The least group split of a fused GQA / MQA call of this head dim, mask and group (query heads a kv head): the
+    fewest splits leaving :data:`BWD_GLUON_FUSED_GQA_HEADS`'s heads or fewer a program, no split without a head (1:
+    the cell is not listed)."""
+    heads = BWD_GLUON_FUSED_GQA_HEADS.get((d, bool(causal)))
+    if not heads or group <= heads:
+        return 1
+    split = -(-group // heads)
+    return -(-group // -(-group // split))
 
 
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that

@@ -1180,17 +1180,17 @@ def test_the_backward_hands_each_gluon_launch_its_routed_walk(monkeypatch):
 
 
 def test_the_fused_gqa_route_takes_its_least_group_split(monkeypatch):
-    """configs.BWD_GLUON_FUSED_GQA_SPLIT (built in session 59, empty until measured): a fused GQA / MQA call of a
-    listed (head dim, mask) cell runs at least that group split (capped at the group), where bwd.group_split alone
-    gives 1 once the programs fill the SMs; its dK / dV partials then go through the sum's launch, which casts dQ
-    too (no _cast_dq launch). MHA, an unlisted cell, the split route and a caller's own split are unchanged. (No sm90
-    GPU here: the route is made to see one, the Gluon launch is recorded, the Triton ones go to stand-ins.)"""
+    """configs.BWD_GLUON_FUSED_GQA_HEADS: a fused GQA / MQA call of a listed (head dim, mask) cell splits its group so
+    that no program walks more than the listed query heads (hd 128 causal: 4; a group of 8 in two, 5 in two, 4 not),
+    where bwd.group_split alone gives 1 once the programs fill the SMs; its dK / dV partials then go through the sum's
+    launch, which casts dQ too (no _cast_dq launch). MHA, an unlisted cell, the split route and a caller's own split
+    are unchanged. (No sm90 GPU here: the route is made to see one, the Gluon launch is recorded, the Triton ones go to
+    stand-ins.)"""
     from kernels.flash_attn import bwd
     from kernels.standins import cpu_replays
 
     seen, log = _record_gluon_launches(monkeypatch)[0], []
     monkeypatch.setattr(bwd, "group_split", lambda *a: 1)  # (as once the programs fill the SMs)
-    monkeypatch.setitem(configs.BWD_GLUON_FUSED, 128, {**configs.BWD_GLUON_FUSED[128], (True, True): (1024, (64, 2))})
 
     def call(hq, hk, causal=True, deterministic=False, split=None):
         q, k, v, do, _, _ = _inputs(sq=1024, sk=1024, hq=hq, hk=hk)
@@ -1203,16 +1203,19 @@ def test_the_fused_gqa_route_takes_its_least_group_split(monkeypatch):
         args, kw = seen.pop()
         return args[10], "dq_acc" in kw, names
 
-    assert configs.BWD_GLUON_FUSED_GQA_SPLIT == {}  # (not measured: off)
-    assert call(8, 2)[0] == 1
-    monkeypatch.setitem(configs.BWD_GLUON_FUSED_GQA_SPLIT, (128, True), 4)
+    assert configs.BWD_GLUON_FUSED_GQA_HEADS == {(128, True): 4}
+    assert configs.BWD_GLUON_FUSED[128][True, True][0] <= 1024  # (the fused route at 1k: these calls take it)
     split, fused, names = call(8, 2)
-    assert (split, fused) == (4, True) and "_sum_partials" in names and "_cast_dq" not in names
-    assert call(8, 1)[0] == 4 and call(4, 2)[0] == 2  # (capped at the group)
-    assert call(8, 2, causal=False)[:2] == (1, True)  # (an unlisted cell)
+    assert (split, fused) == (1, True) and "_cast_dq" in names and "_sum_partials" not in names  # (4 heads)
+    split, fused, names = call(8, 1)
+    assert (split, fused) == (2, True) and "_sum_partials" in names and "_cast_dq" not in names  # (8 heads)
+    assert call(10, 2)[0] == 2 and call(16, 1)[0] == 4 and call(32, 1)[0] == 8
+    assert call(8, 1, causal=False)[:2] == (1, True)  # (an unlisted cell)
     assert call(8, 8)[:2] == (1, True)  # (MHA)
-    assert call(8, 2, deterministic=True)[:2] == (1, False)  # (the split route: no dQ buffer)
-    assert call(8, 2, split=2)[0] == 2  # (the caller's own split)
+    assert call(8, 1, deterministic=True)[:2] == (1, False)  # (the split route: no dQ buffer)
+    assert call(8, 1, split=8)[0] == 8 and call(8, 2, split=3)[0] == 3  # (the caller's own split)
+    monkeypatch.setitem(configs.BWD_GLUON_FUSED_GQA_HEADS, (128, True), 0)
+    assert call(8, 1)[0] == 1  # (listed as nothing: no split)
 
 
 def test_the_preprocess_zeroes_the_ordered_adds_counters():
