@@ -32,10 +32,12 @@ group split of 2 summed in the kernel, its ``split_sum``; @l1: lse and delta by 
 @g1 (one program a tile, not bwdo16): the grid's units before its key blocks, its ``units_first``; e.g.
 bwdf16:128,64,2,1@m1,
 several as @m1@u1), and
-bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1][@sc] for its dQ kernel (@p1 / @p2:
-persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores), and
-bwd256:STAGES,CAUSAL[,FP16[,GROUP]][@sc] for hd 256's dK / dV kernel (bwd_gluon_hd256.py: 64 keys a program, the
-head dim split between its consumers; GROUP query heads a kv head, default 2; @sc: softcapped scores).
+bwdq16:HEAD_DIM[/HEAD_DIM_V],BLOCK_N,STAGES,CAUSAL[,FP16][@p1|@p2][@hd][@w1][@sc][@g1] for its dQ kernel (@p1 / @p2:
+persistent; @hd: host-made descriptors; @w1: a window; @sc: softcapped scores; @g1: the grid's units first, its
+``units_first``), and
+bwd256:STAGES,CAUSAL[,FP16[,GROUP]][@sc][@l1][@g1] for hd 256's dK / dV kernel (bwd_gluon_hd256.py: 64 keys a program,
+the head dim split between its consumers; GROUP query heads a kv head, default 2; @sc: softcapped scores; @l1: lse
+and delta by the loader's TMA; @g1: the grid's units first).
 Gluon has no interpreter, so this is how the CPU suite checks the kernel (tests/kernels/test_fp8_gluon.py runs it
 in a subprocess: the suite's interpreter setting would otherwise turn the kernel's helpers into interpreted
 functions).
@@ -161,11 +163,12 @@ def compile_bwd16_sm90a(d: int, block_m: int, stages: int, causal: bool, fp16: b
 
 def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
                          dv: int | None = None, persistent: bool | str = False, host_desc: bool = False,
-                         window: bool = False, softcap: bool = False) -> dict:
+                         window: bool = False, softcap: bool = False, units_first: bool = False) -> dict:
     """The same report for the warp-specialised dQ kernel (kernels/flash_attn/bwd_gluon.py), 128 query rows a
     program, ``block_n`` keys a block; ``dv`` as :func:`compile_bwd16_sm90a`'s; ``persistent``: one program an SM
     over the tiles (its ``persistent``); ``host_desc``: its descriptors made on the host; ``window``: as
-    :func:`compile_bwd16_sm90a`'s; ``softcap``: scores capped at 50 (its ``softcap``)."""
+    :func:`compile_bwd16_sm90a`'s; ``softcap``: scores capped at 50 (its ``softcap``); ``units_first``: the grid's
+    units first, its query blocks last first (its ``units_first``)."""
     from kernels.flash_attn import bwd_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -175,15 +178,16 @@ def compile_bwdq16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: 
     lse, delta = (torch.empty(b, h, s) for _ in range(2))
     call = bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, dq, 0.125, causal, block_n, stages,
                                   persistent=persistent, host_desc=host_desc, window_left=100 if window else -1,
-                                  softcap=50.0 if softcap else 0.0)
+                                  softcap=50.0 if softcap else 0.0, units_first=units_first)
     return _report(compile_call(bwd_gluon._bwd_dq_ws_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
 def compile_bwd256_sm90a(stages: int, causal: bool, fp16: bool = False, group: int = 2,
-                         softcap: bool = False, lse_tma: bool = False) -> dict:
+                         softcap: bool = False, lse_tma: bool = False, units_first: bool = False) -> dict:
     """The same report for hd 256's dK / dV kernel (kernels/flash_attn/bwd_gluon_hd256.py) over a GQA group of
-    ``group`` query heads; ``softcap``: scores capped at 50; ``lse_tma``: lse and delta by the loader's TMA."""
+    ``group`` query heads; ``softcap``: scores capped at 50; ``lse_tma``: lse and delta by the loader's TMA;
+    ``units_first``: the grid's units first (its ``units_first``)."""
     from kernels.flash_attn import bwd_gluon_hd256
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -192,7 +196,8 @@ def compile_bwd256_sm90a(stages: int, causal: bool, fp16: bool = False, group: i
     k, v, dk, dv = (torch.empty(b, s, hk, 256, dtype=dtype) for _ in range(4))
     lse, delta = (torch.empty(b, hk * group, s) for _ in range(2))
     call = bwd_gluon_hd256.dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, 0.0625, causal, num_stages=stages,
-                                             softcap=50.0 if softcap else 0.0, lse_tma=lse_tma)
+                                             softcap=50.0 if softcap else 0.0, lse_tma=lse_tma,
+                                             units_first=units_first)
     return _report(compile_call(bwd_gluon_hd256._bwd_dkdv256_kernel, call),
                    r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
@@ -269,23 +274,24 @@ def main(argv=None) -> int:
     for spec in a.specs:
         if spec.startswith("bwd256:"):
             plain, *options = spec.split("@")
-            if any(o not in ("sc", "l1") for o in options):
-                raise SystemExit(f"spec {spec}: hd 256's dK / dV kernel's options after @ are sc and l1")
+            if any(o not in ("sc", "l1", "g1") for o in options):
+                raise SystemExit(f"spec {spec}: hd 256's dK / dV kernel's options after @ are sc, l1 and g1")
             stages, causal, *more = (int(x) for x in plain.split(":", 1)[1].split(","))
             d, bm, bn, overlap = 256, 64, 64, 1
             r = compile_bwd256_sm90a(stages, bool(causal), bool(more and more[0]), more[1] if len(more) > 1 else 2,
-                                     "sc" in options, "l1" in options)
+                                     "sc" in options, "l1" in options, "g1" in options)
         elif spec.startswith("bwdq16:"):
             plain, *options = spec.split("@")
             orders = [o for o in options if o in ("p1", "p2")]
-            if len(orders) > 1 or any(o not in ("p1", "p2", "hd", "w1", "sc") for o in options):
-                raise SystemExit(f"spec {spec}: the dQ kernel's options after @ are one of p1 / p2, hd, w1 and sc")
+            if len(orders) > 1 or any(o not in ("p1", "p2", "hd", "w1", "sc", "g1") for o in options):
+                raise SystemExit(f"spec {spec}: the dQ kernel's options after @ are one of p1 / p2, hd, w1, sc and g1")
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_bwdq16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), dv=dv,
                                      persistent={"p1": True, "p2": "heavy"}.get(orders[0]) if orders else False,
-                                     host_desc="hd" in options, window="w1" in options, softcap="sc" in options)
+                                     host_desc="hd" in options, window="w1" in options, softcap="sc" in options,
+                                     units_first="g1" in options)
         elif spec.startswith(("bwdw16:", "bwd16:", "bwdf16:", "bwda16:", "bwdo16:")):
             plain, *options = spec.split("@")
             variant = _dkdv_options(spec, options)

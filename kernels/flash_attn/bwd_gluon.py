@@ -1375,7 +1375,8 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
                       K_SL: gl.constexpr, num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0,
                       QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
                       HOST_DESC: gl.constexpr = False, QD=None, DOD=None, KD=None, VD=None, window_left=0,
-                      WINDOW: gl.constexpr = False, softcap=0.0, SOFTCAP: gl.constexpr = False):
+                      WINDOW: gl.constexpr = False, softcap=0.0, SOFTCAP: gl.constexpr = False,
+                      UNITS_FIRST: gl.constexpr = False):
     """dQ of 128 query rows of one (batch, query head) a program (grid: query blocks x batch x query heads), and
     delta = rowsum(dO * O) of those rows (Delta, in lse's layout) for the dK / dV kernel that runs next.
     ``HEAD_DIM_B``: a second part of the q / k head dim (MLA), as ``_bwd_dkdv_ws_kernel``'s. ``PERSISTENT``: one
@@ -1385,10 +1386,18 @@ def _bwd_dq_ws_kernel(Q, K, V, DO, Out, Lse, Delta, DQ, stride_qb, stride_qs, st
     (causal, one program a tile): row i sees keys i + Sk - Sq - ``window_left`` .. i + Sk - Sq, a tile's key blocks
     from the first its first row sees (fp8_gluon._window_blocks, as the forward's); ``window_left`` read only with
     it. ``SOFTCAP``: the forward's scores were capped, ``softcap`` * tanh(s * sm_scale / ``softcap``) (read only
-    then): P recomputed through the cap and dS through its slope (:func:`_dq_consume_tile`)."""
+    then): P recomputed through the cap and dS through its slope (:func:`_dq_consume_tile`). ``UNITS_FIRST`` (one
+    program a tile; grid: batch x query heads x query blocks, :func:`dq_grid`'s ``units_first``): the query blocks
+    last first, so the GPU, which starts programs in grid order, starts every unit's heaviest causal block (the
+    last: the most key blocks) before any unit's lighter ones."""
     D_QK: gl.constexpr = HEAD_DIM + HEAD_DIM_B  # q / k columns in memory
-    pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
+    gl.static_assert(not PERSISTENT or not UNITS_FIRST, "units first: one program a tile")
+    if UNITS_FIRST:
+        pid_m = gl.cdiv(seqlen_q, 128) - 1 - gl.program_id(1)
+        pid_bh = gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+        pid_bh = gl.program_id(1)
     b = pid_bh // num_heads
     h = pid_bh % num_heads
     hk = h // group
@@ -1837,17 +1846,21 @@ def _replay_or_launch(launches, key: str, tensors: dict, launch) -> None:
 
 
 def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3,
-                 consumer_regs=240, persistent=False, host_desc=False, window_left=-1, softcap=0.0) -> dict:
+                 consumer_regs=240, persistent=False, host_desc=False, window_left=-1, softcap=0.0,
+                 units_first=False) -> dict:
     """Every argument of ``_bwd_dq_ws_kernel`` by name (``delta`` in lse's layout: the kernel writes it with lse's
     strides, as the Triton dQ kernel does). q / k wider than v (MLA): as :func:`dkdv_arguments`. ``persistent``:
     the kernel's PERSISTENT (one program an SM over the tiles; :func:`dq_launch` sizes its grid). ``host_desc``: as
     :func:`dkdv_arguments`'. ``window_left`` >= 0 (causal, not persistent): a sliding window on the left, the
     kernel's WINDOW. ``softcap`` > 0: the forward's scores were capped, softcap * tanh(s * softmax_scale / softcap)
-    (the kernel's SOFTCAP)."""
+    (the kernel's SOFTCAP). ``units_first`` (one program a tile): the kernel's UNITS_FIRST, for :func:`dq_grid`'s
+    grid of the same name."""
     if window_left >= 0 and (not causal or persistent):
         raise ValueError("a window (window_left >= 0): causal, one program a tile (persistent=False)")
     if why := softcap_refused(softcap):
         raise ValueError(f"dq_arguments: {why}")
+    if units_first and persistent:
+        raise ValueError("units_first: one program a tile (not persistent)")
     g = _DTYPES[q.dtype]
     d = v.shape[-1]
     d_b = q.shape[-1] - d
@@ -1859,6 +1872,8 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
         second.update(WINDOW=True)
     if softcap:
         second.update(SOFTCAP=True, softcap=float(softcap))
+    if units_first:
+        second.update(UNITS_FIRST=True)
     q_sl = gl.NVMMASharedLayout.get_default_for([1, 64, 1, d], g)
     k_sl = gl.NVMMASharedLayout.get_default_for([1, block_n, 1, d], g)
     if host_desc:
@@ -1877,39 +1892,43 @@ def dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_
 
 
 def dq_launch(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-              persistent=False, host_desc=False, window_left=-1, softcap=0.0):
+              persistent=False, host_desc=False, window_left=-1, softcap=0.0, units_first=False):
     """Launch the dQ kernel into ``dq`` (and delta into ``delta``, lse's shape and strides; inputs checked by the
     caller: :func:`unsupported` with out as dO's twin, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
     (slots Q, K, V, DO, Out, Lse, Delta, DQ: the Triton dQ kernel's names). ``persistent``: min(tiles, the GPU's
-    multiprocessors) programs (:func:`dq_grid`); ``softcap``: :func:`dq_arguments`'."""
+    multiprocessors) programs (:func:`dq_grid`); ``softcap``, ``units_first``: :func:`dq_arguments`'."""
     launcher.ensure_allocator()
     kwargs = dq_arguments(q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                          persistent, host_desc, window_left, softcap)
-    grid = dq_grid(q, configs.sm_count(q.get_device()) if persistent else None)
+                          persistent, host_desc, window_left, softcap, units_first)
+    grid = dq_grid(q, configs.sm_count(q.get_device()) if persistent else None, units_first)
     return launcher.launched(_bwd_dq_ws_kernel, _bwd_dq_ws_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
 
 
-def dq_grid(q, programs: int | None = None) -> tuple[int, int]:
+def dq_grid(q, programs: int | None = None, units_first: bool = False) -> tuple[int, int]:
     """The dQ kernel's grid over ``q`` [B, Sq, Hq, D]: one program a tile (query blocks of 128 rows x (batch, query
-    head)), or with ``programs`` (the persistent kernel) at most that many in one dimension, each walking tiles t,
-    t + grid, ... (``_dq_tile_coords``)."""
+    head); ``units_first``: the (batch, query head) units first, the query blocks second: the kernel's UNITS_FIRST,
+    which walks them last first), or with ``programs`` (the persistent kernel) at most that many in one dimension,
+    each walking tiles t, t + grid, ... (``_dq_tile_coords``)."""
     blocks, units = triton.cdiv(q.shape[1], 128), q.shape[0] * q.shape[2]
-    return (blocks, units) if programs is None else (max(1, min(blocks * units, programs)), 1)
+    if programs is not None:
+        return max(1, min(blocks * units, programs)), 1
+    return (units, blocks) if units_first else (blocks, units)
 
 
 def dq_gluon(q, k, v, do, out, lse, *, softmax_scale, causal, block_n=64, num_stages=3, consumer_regs=240,
-             poison=False, launches=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0):
+             poison=False, launches=None, persistent=False, host_desc=False, window_left=-1, softcap=0.0,
+             units_first=False):
     """(dQ in q's layout and dtype, delta = rowsum(dO * O) [B, Hq, Sq] fp32) with the warp-specialised dQ kernel,
     from q, k, v, dO, the forward's out and lse. sm90 GPUs only. ``launches`` / ``poison`` as :func:`dkdv_gluon`'s;
     ``persistent``: one program an SM over the tiles (the kernel's PERSISTENT; True or a name of
     :data:`PERSISTENT_ORDERS`); ``host_desc``, ``window_left``: :func:`dkdv_gluon`'s; ``softcap``: the forward's
-    cap (:func:`dq_arguments`)."""
+    cap (:func:`dq_arguments`); ``units_first``: :func:`dq_grid`'s."""
     _check_call("dq_gluon", unsupported(q, k, v, do, lse, lse, "dq") or unsupported(q, k, v, out, lse, lse, "dq"),
                 num_stages, q)
     dq, delta = _outputs(poison, torch.empty_like(q), torch.empty_like(lse))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Out": out, "Lse": lse, "Delta": delta, "DQ": dq}
     _replay_or_launch(launches, "dq", tensors, lambda: dq_launch(
         q, k, v, do, out, lse, delta, dq, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-        host_desc, window_left, softcap))
+        host_desc, window_left, softcap, units_first))
     return dq, delta

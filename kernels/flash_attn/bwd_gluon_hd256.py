@@ -176,15 +176,23 @@ def _bwd_dkdv256_kernel(Q, K, V, DO, Lse, Delta, DK, DV, QD, DOD, KD, VD, stride
                         HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         SOFTCAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SL: gl.constexpr, K_SL: gl.constexpr,
                         P_SL: gl.constexpr, num_warps: gl.constexpr, batch=1, LSE_TMA: gl.constexpr = False,
-                        L_SL: gl.constexpr = None):
+                        L_SL: gl.constexpr = None, UNITS_FIRST: gl.constexpr = False):
     """dK and dV of 64 keys of one (batch, kv head, group part) a program (grid: key blocks x batch x kv heads x
     group parts); Q's, dO's, K's and V's TMA descriptors made on the host (``QD`` .. ``VD``; Q .. DO themselves
     unread, the launch's replay slots). ``SOFTCAP``: the forward's scores were capped at ``softcap`` (read only
     then). ``stride_dkp`` / ``stride_dvp``: the group split's partials (0 without a split). ``LSE_TMA``: lse and
     delta ([``batch``, heads, seqlen_q], 16-byte strides) by the loader's TMA with each query tile (``L_SL``: [1, 1,
-    64] fp32), as bwd_gluon's dK / dV kernel takes them (session 58)."""
-    b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(gl.program_id(0), gl.program_id(1), seqlen_q, seqlen_k,
-                                                   num_heads // group, group, group_split, 64, IS_CAUSAL, 64)
+    64] fp32), as bwd_gluon's dK / dV kernel takes them (session 58). ``UNITS_FIRST``: the grid's (batch, kv head,
+    group part) units first and its key blocks second (:func:`dkdv256_grid`'s ``units_first``), as bwd_gluon's
+    kernel's (session 60)."""
+    if UNITS_FIRST:
+        pid_n = gl.program_id(1)
+        pid_u = gl.program_id(0)
+    else:
+        pid_n = gl.program_id(0)
+        pid_u = gl.program_id(1)
+    b, hk, gs, n0, g_lo, g_hi, j_lo = _dkdv_coords(pid_n, pid_u, seqlen_q, seqlen_k, num_heads // group, group,
+                                                   group_split, 64, IS_CAUSAL, 64)
     n_m = gl.cdiv(seqlen_q, 64)
     dtype: gl.constexpr = Q.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 64, 1, HEAD_DIM], Q_SL)
@@ -222,11 +230,12 @@ def unsupported(q, k, v, do, lse, delta) -> str | None:
 
 
 def dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, num_stages=2,
-                      consumer_regs=240, softcap=0.0, lse_tma=False) -> dict:
+                      consumer_regs=240, softcap=0.0, lse_tma=False, units_first=False) -> dict:
     """Every argument of ``_bwd_dkdv256_kernel`` by name (a CPU compile binds the same). ``split`` > 1: ``dk`` /
     ``dv`` are the group split's fp32 partials, [split, *k.shape] and [split, *v.shape]. ``softcap`` > 0: the
     forward's scores were capped, softcap * tanh(s * softmax_scale / softcap) (the kernel's SOFTCAP). ``lse_tma``:
-    lse and delta by the loader's TMA (the kernel's LSE_TMA; bwd_gluon.lse_tma_refused says what it takes)."""
+    lse and delta by the loader's TMA (the kernel's LSE_TMA; bwd_gluon.lse_tma_refused says what it takes).
+    ``units_first``: the kernel's UNITS_FIRST, for :func:`dkdv256_grid`'s grid of the same name."""
     if why := softcap_refused(softcap):
         raise ValueError(f"dkdv256_arguments: {why}")
     by_tma = dict(lse_tma_arguments(lse, delta, BLOCK_M, "dkdv256_arguments"), batch=q.shape[0]) if lse_tma else {}
@@ -248,37 +257,42 @@ def dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, sp
                 seqlen_k=k.shape[1], num_heads=q.shape[2], group=q.shape[2] // k.shape[2],
                 sm_scale=float(softmax_scale), softcap=float(softcap or 0.0), HEAD_DIM=d, NUM_STAGES=num_stages,
                 IS_CAUSAL=bool(causal), SOFTCAP=bool(softcap), CONSUMER_REGS=consumer_regs, Q_SL=q_sl, K_SL=k_sl,
-                P_SL=gl.NVMMASharedLayout.get_default_for([64, BLOCK_M // 2], g), num_warps=4, **by_tma)
+                P_SL=gl.NVMMASharedLayout.get_default_for([64, BLOCK_M // 2], g), num_warps=4, **by_tma,
+                **({"UNITS_FIRST": True} if units_first else {}))
 
 
-def dkdv256_grid(k, split: int = 1) -> tuple[int, int]:
-    """The kernel's grid over ``k`` [B, Sk, Hk, D]: key blocks of 64 x (batch, kv head, group part)."""
-    return triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split
+def dkdv256_grid(k, split: int = 1, units_first: bool = False) -> tuple[int, int]:
+    """The kernel's grid over ``k`` [B, Sk, Hk, D]: key blocks of 64 x (batch, kv head, group part); ``units_first``:
+    the units first, the key blocks second (the kernel's UNITS_FIRST: every unit's heavy first causal blocks start
+    before any unit's lighter ones)."""
+    blocks, units = triton.cdiv(k.shape[1], BLOCK_N), k.shape[0] * k.shape[2] * split
+    return (units, blocks) if units_first else (blocks, units)
 
 
 def dkdv256_launch(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split=1, num_stages=2,
-                   consumer_regs=240, softcap=0.0, lse_tma=False):
+                   consumer_regs=240, softcap=0.0, lse_tma=False, units_first=False):
     """Launch the kernel into ``dk`` / ``dv`` (the gradients, or with ``split`` > 1 the group split's fp32 partials;
     inputs checked by the caller: :func:`unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch`
     (slots Q, K, V, DO, Lse, Delta, DK, DV: the Triton dK / dV kernel's names, so the backward's replay fills
-    either)."""
+    either). ``units_first``: :func:`dkdv256_grid`'s."""
     launcher.ensure_allocator()
     kwargs = dkdv256_arguments(q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, split, num_stages,
-                               consumer_regs, softcap, lse_tma)
-    grid = dkdv256_grid(k, split)
+                               consumer_regs, softcap, lse_tma, units_first)
+    grid = dkdv256_grid(k, split, units_first)
     return launcher.launched(_bwd_dkdv256_kernel, _bwd_dkdv256_kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF)
 
 
 def dkdv256_gluon(q, k, v, do, lse, delta, *, softmax_scale, causal, num_stages=2, consumer_regs=240, softcap=0.0,
-                  poison=False, launches=None, lse_tma=False):
+                  poison=False, launches=None, lse_tma=False, units_first=False):
     """(dK, dV) in k's / v's layout and dtype from q, k, v, dO [B, S, H, 256] (GQA when Hq > Hk; causal bottom-right
     aligned), the forward's lse and delta = rowsum(dO * O) ([B, Hq, Sq] fp32), with this kernel. sm90 GPUs only.
-    ``softcap``: the forward's cap; ``launches`` / ``poison``: bwd_gluon.dkdv_gluon's; ``lse_tma``:
-    :func:`dkdv256_arguments`'."""
+    ``softcap``: the forward's cap; ``launches`` / ``poison``: bwd_gluon.dkdv_gluon's; ``lse_tma``,
+    ``units_first``: :func:`dkdv256_arguments`'."""
     _check_call("dkdv256_gluon", unsupported(q, k, v, do, lse, delta), num_stages, q)
     dk, dv = _outputs(poison, torch.empty_like(k), torch.empty_like(v))
     tensors = {"Q": q, "K": k, "V": v, "DO": do, "Lse": lse, "Delta": delta, "DK": dk, "DV": dv}
     _replay_or_launch(launches, "dkdv256", tensors, lambda: dkdv256_launch(
-        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, num_stages, consumer_regs, softcap, lse_tma))
+        q, k, v, do, lse, delta, dk, dv, softmax_scale, causal, 1, num_stages, consumer_regs, softcap, lse_tma,
+        units_first))
     return dk, dv

@@ -1019,9 +1019,11 @@ BWD_GLUON_FUSED_ORDERED: dict[tuple[int, bool], int] = {(128, False): 8192}
 #: 1.081-1.090x, hd 128 causal 4k 1.039-1.063x, hd 64 4k 1.085-1.107x (prediction 1.02-1.08x). hd 64 causal and the
 #: ordered kernel (deterministic calls from 8k) take it too: same kernel and GPU test, not timed apart.
 BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True)})
-#: (kernel "dkdv" / "fused", head dim) cells whose causal launches, one program a tile (not persistent, not ordered),
-#: put the grid's (batch, kv head, group part) units first and its key blocks second (bwd_gluon.dkdv_launch's
-#: ``units_first``): the GPU starts programs in grid order as SMs free up, and a causal dK / dV program's work falls
+#: (kernel "dkdv" / "fused" / "dq", head dim) cells whose causal launches, one program a tile (not persistent, not
+#: ordered, not windowed), put the grid's (batch, kv head, group part) units first and its key blocks second
+#: (bwd_gluon.dkdv_launch's ``units_first``; hd 256's dK / dV: bwd_gluon_hd256.dkdv256_launch's; the dQ kernel,
+#: bwd_gluon.dq_launch's: its (batch, query head) units first and its query blocks second, last first, since a
+#: causal dQ program's work grows with its query block): the GPU starts programs in grid order as SMs free up, and a causal dK / dV program's work falls
 #: with its key block, so in the default order (key blocks first) each unit's heavy first blocks wait behind the earlier
 #: units' light ones. A list-scheduling model of that dispatch (session 59, a program's work = its heads x query
 #: tiles, 132 SMs) puts the last SM's finish at 1.59x the mean at Llama-3-70B 64/8 4k and Llama-3-8B 32/8 4k, 1.30x at
@@ -1031,7 +1033,11 @@ BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (
 #: ~62% of the kernel's time on average (the model: 1 / 1.59 = 0.63; its dQ kernel: 0.90). Measured on an H200
 #: (session 60, docs/perf/gluon-s60, the whole backward, CUDA graphs, three pairs): 64/8 4k causal 1.186-1.207x, 32/8
 #: 4k 1.165-1.208x, B4 32/8 2k 1.060-1.082x, 32/8 8k 1.070-1.089x, MHA B2 H16 2k (fused) 1.148-1.153x; controls
-#: (persistent or non-causal: the same code) 0.965-1.084x, 0.996-1.006x.
+#: (persistent or non-causal: the same code) 0.965-1.084x, 0.996-1.006x. Built in session 60 after the device
+#: budget, not listed (benchmarks/dispatch_model.py's span over mean, blocks first -> units first): hd 256's dK / dV
+#: (Gemma-2-9B B2 16/8 4k causal 1.12 -> 1.00) and the dQ kernel (hd 256 at Gemma-2's 1.16 -> 1.01; hd 128 32/8 4k
+#: 1.16 -> 1.01, where it runs: deterministic causal calls from 8k, persistent below; MLA 192 / 128 H128 4k 1.04 ->
+#: 1.00): runbook session 61.
 BWD_GLUON_UNITS_FIRST: frozenset[tuple[str, int]] = frozenset({("dkdv", 128), ("fused", 128), ("dkdv", 64),
                                                                ("fused", 64)})
 #: (kernel "dkdv" / "fused" / "dq", head dim, causal) -> the longest sequence whose Gluon dK / dV kernel (the split
@@ -1434,7 +1440,8 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
     ``softcap`` among both kernels' keywords, their configs :data:`BWD_GLUON_SOFTCAP_CONFIGS`' where it lists one),
     an sm90 GPU (not the interpreter). hd 256's dK / dV runs
     bwd_gluon_hd256's kernel: its keywords ``num_stages`` alone (and ``softcap``), no window. A causal dK / dV
-    launch that is neither windowed nor persistent takes ``units_first`` in :data:`BWD_GLUON_UNITS_FIRST`'s cells.
+    or dQ launch that is neither windowed nor persistent takes ``units_first`` in :data:`BWD_GLUON_UNITS_FIRST`'s
+    cells.
     ``sm_major``: as :func:`gluon_ws_fwd`'s."""
     forced = os.environ.get("FLASH_ATTN_BWD", "")
     if forced in ("split", "atomic"):  # the Triton kernels, as asked
@@ -1487,13 +1494,13 @@ def gluon_bwd(q, k, v, do, out, lse, *, causal: bool, window_left: int, window_r
             keywords["window_left"] = window_left
         elif persistent := persistent_bwd(name, q.shape[-1], causal, longer):
             keywords["persistent"] = persistent
-        elif name == "dkdv" and causal and not wide and ("dkdv", q.shape[-1]) in BWD_GLUON_UNITS_FIRST:
+        elif causal and (name, q.shape[-1]) in BWD_GLUON_UNITS_FIRST:  # (hd 256's dK / dV too, below)
             keywords["units_first"] = True
         if host_desc_bwd(name, q.shape[-1], v.shape[-1]):
             keywords["host_desc"] = True
     if wide and "dkdv" in out:  # (bwd_gluon_hd256.dkdv256_launch: 64-row tiles, its descriptors made on the host)
         out["dkdv"] = ({"num_stages": cfg["dkdv"][1]} | ({"softcap": float(softcap)} if softcap else {})
-                       | ({"lse_tma": True} if out["dkdv"].get("lse_tma") else {}))
+                       | {key: True for key in ("lse_tma", "units_first") if out["dkdv"].get(key)})
     return out
 
 

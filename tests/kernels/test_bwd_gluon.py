@@ -147,9 +147,11 @@ def compiled(tmp_path_factory):
 
 
 #: causal dK / dV kernels as the route would give them ``units_first`` (configs.BWD_GLUON_UNITS_FIRST, built in
-#: session 59): the split route's hd 128 and the fused kernel's GQA flat walk, both with lse by TMA
+#: session 59): the split route's hd 128 and the fused kernel's GQA flat walk, both with lse by TMA; and (built in
+#: session 60) hd 256's dK / dV kernel capped with lse by TMA (Gemma-2's) and its causal dQ kernel
 UNITS_FIRST_TWINS = [f"bwd16:128,{configs.BWD_GLUON[128]['dkdv'][0]},{configs.BWD_GLUON[128]['dkdv'][1]},1@hd@l1",
-                     "bwdw16:128,64,2,1,1,4,1@m1@l1"]
+                     "bwdw16:128,64,2,1,1,4,1@m1@l1", f"{HD256_TWINS[1]}@sc@l1",
+                     f"bwdq16:256,{configs.BWD_GLUON[256]['dq'][0]},{configs.BWD_GLUON[256]['dq'][1]},1"]
 
 
 #: the dK / dV kernel as the MQA / GQA calls at hd 64 run it (persistent, host-made descriptors, a group of 4 over
@@ -246,11 +248,14 @@ def test_the_split_summed_in_the_kernel_adds_one_count_a_warp_and_nothing_else(c
 
 def test_units_first_changes_only_which_grid_dimension_is_which(compiled):
     """A kernel with its grid's units first (``units_first``) compiles to its twin's wgmmas, TMA reduces, registers,
-    spills and shared memory: the two program ids swap, nothing else."""
+    shared memory and partitions' register budgets, and spills no more: the two program ids swap (the dQ kernel's
+    query block counted from the end), nothing else. (sm_90a, session 60: hd 256's dQ 4 -> 0 B spilled, the others
+    the same bytes.)"""
     for spec in UNITS_FIRST_TWINS:
         plain, swapped = compiled[spec], compiled[f"{spec}@g1"]
-        for key in ("wgmma", "tma_reduce", "regs", "spill", "smem", "setmaxnreg"):
+        for key in ("wgmma", "tma_reduce", "regs", "smem", "setmaxnreg"):
             assert plain[key] == swapped[key], (spec, key, plain[key], swapped[key])
+        assert swapped["spill"] <= plain["spill"], (spec, plain["spill"], swapped["spill"])
 
 
 def test_lse_by_tma_keeps_the_kernel_and_spills_no_more(compiled):
@@ -1486,10 +1491,12 @@ def test_hd256_dkdv_kernel_takes_only_what_it_can_run():
 
 
 def test_units_first_transposes_the_grid_and_routes_where_listed(monkeypatch):
-    """``units_first`` (configs.BWD_GLUON_UNITS_FIRST; built in session 59, empty until measured): the dK / dV grid's
-    (batch, kv head, group part) units in its first dimension and its key blocks in its second, the kernel told so
-    (UNITS_FIRST), refused with the persistent kernel or the ordered adds; the route gives it to causal dK / dV and
-    fused launches of a listed (kernel, head dim) that are neither persistent, windowed nor ordered."""
+    """``units_first`` (configs.BWD_GLUON_UNITS_FIRST; built in session 59, routed at hd 64 / 128 in session 60): the
+    dK / dV grid's (batch, kv head, group part) units in its first dimension and its key blocks in its second, the
+    kernel told so (UNITS_FIRST), refused with the persistent kernel or the ordered adds; the route gives it to causal
+    dK / dV and fused launches of a listed (kernel, head dim) that are neither persistent, windowed nor ordered. The
+    same for hd 256's dK / dV kernel and the dQ kernel (built in session 60, not listed): their grids' units first
+    (the dQ kernel's (batch, query head) units), refused persistent, routed where listed."""
     k = torch.empty(2, 1000, 3, 64)
     assert bwd_gluon.dkdv_grid(k, units_first=True) == (6, 8) and bwd_gluon.dkdv_grid(k, 2, None, True) == (12, 8)
     assert bwd_gluon.dkdv_grid(k, 1, 132, True) == (48, 1)  # (persistent: its own grid; the arguments refuse both)
@@ -1501,7 +1508,20 @@ def test_units_first_transposes_the_grid_and_routes_where_listed(monkeypatch):
     with pytest.raises(ValueError, match="units_first: the unordered kernels only"):
         bwd_gluon.dkdv_arguments(q, k, v, do, lse, delta, k, v, 0.125, True, dq_acc=torch.zeros(q.shape),
                                  dq_order=bwd_gluon.order_counters(q), units_first=True)
-    assert configs.BWD_GLUON_UNITS_FIRST == frozenset()  # (not measured: off)
+    assert bwd_gluon.dq_grid(q, units_first=True) == (4, 2) and bwd_gluon.dq_grid(q) == (2, 4)
+    assert bwd_gluon.dq_grid(q, 3, True) == (3, 1)  # (persistent: its own grid)
+    out = torch.empty_like(q)
+    assert bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, q, 0.125, True, units_first=True)["UNITS_FIRST"]
+    assert "UNITS_FIRST" not in bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, q, 0.125, True)
+    with pytest.raises(ValueError, match="units_first: one program a tile"):
+        bwd_gluon.dq_arguments(q, k, v, do, out, lse, delta, q, 0.125, True, persistent=True, units_first=True)
+    from kernels.flash_attn import bwd_gluon_hd256 as wide
+
+    q2, k2, v2, do2, lse2, delta2 = _inputs(sq=300, sk=300, hq=4, hk=2, d=256)
+    assert wide.dkdv256_grid(k2, units_first=True) == (2, 5) and wide.dkdv256_grid(k2, 2, True) == (4, 5)
+    assert wide.dkdv256_arguments(q2, k2, v2, do2, lse2, delta2, k2, v2, 0.0625, True, units_first=True)["UNITS_FIRST"]
+    assert "UNITS_FIRST" not in wide.dkdv256_arguments(q2, k2, v2, do2, lse2, delta2, k2, v2, 0.0625, True)
+    assert configs.BWD_GLUON_UNITS_FIRST == {("dkdv", 128), ("fused", 128), ("dkdv", 64), ("fused", 64)}
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     monkeypatch.setattr(configs, "BWD_GLUON_UNITS_FIRST", frozenset({("dkdv", 128), ("fused", 128)}))
     causal = dict(causal=True, window_right=0)
@@ -1518,6 +1538,15 @@ def test_units_first_transposes_the_grid_and_routes_where_listed(monkeypatch):
     assert "units_first" not in configs.gluon_fused_bwd(*mha, mha[0], mha[0], lse, causal=False, window_right=-1, **kw)
     ordered = configs.gluon_fused_bwd(*mha, mha[0], mha[0], lse, causal=True, window_right=0, deterministic=True, **kw)
     assert ordered is None or "units_first" not in ordered
+    # (session 60's builds, listed here: hd 256's dK / dV and dQ, hd 128's dQ where it is not persistent)
+    monkeypatch.setattr(configs, "BWD_GLUON_UNITS_FIRST", frozenset({("dkdv", 256), ("dq", 256), ("dq", 128)}))
+    gemma = _route(*_inputs(sq=4096, sk=4096, hq=4, hk=2, d=256)[:3], softcap=50.0, **causal)
+    assert gemma["dkdv"]["units_first"] is True and gemma["dq"]["units_first"] is True
+    assert set(gemma["dkdv"]) <= {"num_stages", "softcap", "lse_tma", "units_first"}  # (hd 256's kernel's keywords)
+    assert "units_first" not in _route(*_inputs(sq=4096, sk=4096, d=256)[:3])["dq"]  # (not causal)
+    long = _route(*_inputs(sq=8192, sk=8192)[:3], **causal)
+    assert long["dq"]["units_first"] is True and "units_first" not in long["dkdv"]  # (dK / dV not listed now)
+    assert "units_first" not in _route(*x, **causal)["dq"] and _route(*x, **causal)["dq"].get("persistent")
 
 
 def test_the_persistent_grid_and_its_refusals():
@@ -2131,6 +2160,49 @@ def test_gpu_units_first_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, caus
     case = _gpu_case(b, sq, sk, hq, hk, d, causal, dv=dv)
     kw = dict(causal=causal, block_m=block_m, num_stages=stages, poison=True, **extra)
     _same_gradients_twice(case, kw, dict(units_first=True))
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, block_n, stages", [
+    (2, 1000, 1000, 4, 4, 128, None, 128, 2), (1, 777, 1500, 8, 2, 128, None, 128, 2),
+    (2, 1100, 1000, 4, 1, 128, None, 64, 3), (1, 600, 700, 4, 4, 192, 128, 64, 2), (2, 1000, 1000, 4, 2, 256, None, 32, 3)],
+    ids=["hd128-causal", "hd128-GQA-Sq<Sk", "hd128-MQA-Sq>Sk", "mla-causal", "hd256-GQA-causal"])
+def test_gpu_dq_units_first_gives_the_same_dq_and_delta(b, sq, sk, hq, hk, d, dv, block_n, stages):
+    """The dQ kernel with its grid's units first and its query blocks last first (``units_first``; built in session
+    60): the same programs in another launch order, so dQ and delta bitwise the default grid's, run twice (causal:
+    the diagonal's masked blocks, rows that see no key, keys no row sees), dQ within twice the Triton backward's
+    error against the FP64 oracle."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, _, _) = _gpu_case(b, sq, sk, hq, hk, d, True, dv)
+    kw = dict(softmax_scale=scale, causal=True, block_n=block_n, num_stages=stages, poison=True)
+    plain = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **kw)
+    for _ in range(2):
+        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, units_first=True, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    _assert_within_triton(got[0], dq_t, ref.dq, "dq")
+    assert torch.allclose(got[1], delta, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("b, sq, sk, hq, hk, lse_tma", [
+    (1, 1100, 1100, 4, 2, True), (2, 1500, 777, 4, 1, False), (1, 800, 1500, 4, 4, True)],
+    ids=["GQA-lse-by-TMA", "MQA-Sq>Sk", "Sq<Sk-lse-by-TMA"])
+def test_gpu_hd256_dkdv_units_first_gives_the_same_gradients(b, sq, sk, hq, hk, lse_tma):
+    """hd 256's dK / dV kernel with its grid's units first (``units_first``; built in session 60), causal: dK and dV
+    bitwise the default grid's, run twice, within twice the Triton backward's error against the FP64 oracle."""
+    from kernels.flash_attn import bwd_gluon_hd256 as wide
+
+    q, k, v, do, out, lse, delta, scale, ref, (_, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, 256, True)
+    kw = dict(softmax_scale=scale, causal=True, poison=True, lse_tma=lse_tma)
+    plain = wide.dkdv256_gluon(q, k, v, do, lse, delta, **kw)
+    for _ in range(2):
+        got = wide.dkdv256_gluon(q, k, v, do, lse, delta, units_first=True, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    _assert_within_triton(got[0], dk_t, ref.dk, "dk")
+    _assert_within_triton(got[1], dv_t, ref.dv, "dv")
 
 
 @pytest.mark.gpu
