@@ -842,8 +842,8 @@ def test_a_window_takes_the_split_gluon_kernels_one_program_a_tile_when_switched
     monkeypatch.setattr(configs, "BWD_GLUON_WINDOW", False)
     assert _route(q, k, v, window_left=100, **causal) == {}
     monkeypatch.setattr(configs, "BWD_GLUON_WINDOW", True)
-    assert _route(q, k, v, window_left=100, **causal) == {
-        name: dict({key: x for key, x in kw.items() if key != "persistent"}, window_left=100)
+    assert _route(q, k, v, window_left=100, **causal) == {  # (one program a tile in the default order)
+        name: dict({key: x for key, x in kw.items() if key not in ("persistent", "units_first")}, window_left=100)
         for name, kw in plain.items()}
     assert _route(q, k, v, window_left=0, **causal)["dkdv"]["window_left"] == 0  # (the diagonal only)
     for over in (dict(causal=False), dict(causal=False, window_right=-1), dict(atomic=True)):
@@ -945,9 +945,10 @@ def test_the_backward_routes_to_gluon_only_where_asked_and_able(monkeypatch):
     FLASH_ATTN_BWD=gluon: both Gluon kernels at any length. Only the split mode, dense bf16 / fp16 causal or
     unmasked calls on sm90 (capped only at BWD_GLUON_SOFTCAP's head dims), nothing else. The dK / dV kernel walks a
     GQA group's steps in one flat loop at hd 128 (these inputs are GQA 4/2: walk 1; hd 64 and MHA: 0). Persistent
-    launches, host-made descriptors and lse by TMA: off here, their own tests."""
+    launches, host-made descriptors, lse by TMA and units first: off here, their own tests."""
     monkeypatch.delenv("FLASH_ATTN_BWD", raising=False)
     monkeypatch.setattr(configs, "BWD_GLUON_PERSISTENT", {})
+    monkeypatch.setattr(configs, "BWD_GLUON_UNITS_FIRST", frozenset())
     monkeypatch.setattr(configs, "BWD_GLUON_LSE_TMA", frozenset())  # (test_lse_by_tma_routes_...)
     monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())  # (host-made descriptors: their own test)
     dq, dkdv = (dict(zip(configs._BWD_GLUON_KEYS[n], configs.BWD_GLUON[128][n])) for n in ("dq", "dkdv"))
@@ -1023,9 +1024,10 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     lower routing length would run), others at BWD_GLUON_FUSED_TRY's; by default BWD_GLUON_FUSED's cells
     from their lengths; never under split / atomic / gluon. gluon_bwd in the atomic mode names it "fused". The adds
     go through an adder warp in BWD_GLUON_FUSED_ADDER's cells (hd 128 non-causal), and causal ones put the mask on
-    every tile at BWD_GLUON_FUSED_MASK_EVERY_TILE's head dims (hd 128), either way. (Host-made descriptors: off here,
-    their own test.)"""
+    every tile at BWD_GLUON_FUSED_MASK_EVERY_TILE's head dims (hd 128), either way. (Host-made descriptors and units
+    first: off here, their own tests.)"""
     monkeypatch.setattr(configs, "BWD_GLUON_HOST_DESC", frozenset())
+    monkeypatch.setattr(configs, "BWD_GLUON_UNITS_FIRST", frozenset())
     kw = dict(causal=False, window_left=-1, window_right=-1, softcap=0.0, varlen=False, fp8=False, sm_major=9)
 
     def fused(q, k, v, **over):
@@ -1121,11 +1123,12 @@ def test_the_fused_backward_routes_only_where_asked_and_able(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_BWD", "fused")  # (forced: tests and probes, deterministic or not)
     assert fused(*routed, deterministic=True) is not None
     monkeypatch.delenv("FLASH_ATTN_BWD")
-    # GQA / MQA (session 59): hd 128 non-causal from 1k, causal from 8k only (64/8 4k causal 0.91-0.92x)
-    assert configs.BWD_GLUON_FUSED[128][True, False][0] == 1024 and configs.BWD_GLUON_FUSED[128][True, True][0] == 8192
+    # GQA / MQA: hd 128 non-causal from 1k (session 59), causal from 1k (session 60, with units first and at most 4
+    # heads a program; session 59 without: from 8k only, 64/8 4k causal 0.91-0.92x)
+    assert configs.BWD_GLUON_FUSED[128][True, False][0] == 1024 and configs.BWD_GLUON_FUSED[128][True, True][0] == 1024
     for gqa_heads in (dict(hq=4, hk=2), dict(hq=4, hk=1)):
-        assert fused(*_inputs(sq=4096, sk=4096, **gqa_heads)[:3], causal=True, window_right=0) is None
-        assert fused(*_inputs(sq=8192, sk=8192, **gqa_heads)[:3], causal=True, window_right=0)["walk"] == 1
+        assert fused(*_inputs(sq=1000, sk=1000, **gqa_heads)[:3], causal=True, window_right=0) is None
+        assert fused(*_inputs(sq=1024, sk=1024, **gqa_heads)[:3], causal=True, window_right=0)["walk"] == 1
         assert fused(*_inputs(sq=1024, sk=1024, **gqa_heads)[:3]) is not None
     lse = torch.empty(1, 4, 256)
     assert "64-row" in bwd_gluon.fused_unsupported(q, k, v, q, lse, lse, 32)
