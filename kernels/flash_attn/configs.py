@@ -919,9 +919,10 @@ def bwd_mode(head_dim: int, dtype, causal: bool, bucket: int) -> str:
 #: causal from 2k (32/8 2k 1.067-1.074x); hd 128 causal from 8k only (32/8 8k 1.072-1.093x; 32/8 B4 2k 0.996-1.011x,
 #: 64/8 4k 0.912-0.924x: one program a (kv head, key block) walks its whole group, 256 of them at 64/8 4k, and the
 #: causal tiles' uneven work sets the span). Session 60, with units first in the dK / dV grids
-#: (:data:`BWD_GLUON_UNITS_FIRST`) and at most 4 heads a fused GQA program (:data:`BWD_GLUON_FUSED_GQA_HEADS`): hd 128
-#: causal GQA / MQA from 1k (1.00-1.06x in five rows). The GQA / MQA cells' launch path gains a launch (the fused route's four
-#: against the split route's three with a group split): 6.2-8.9 launch floors (host-floors, session 59).
+#: (:data:`BWD_GLUON_UNITS_FIRST`) and at most 4 heads a fused GQA program (:data:`BWD_GLUON_FUSED_GQA_HEADS`):
+#: hd 128 causal GQA / MQA from 1k (1.00-1.06x in five rows). Under a group split the GQA / MQA cells launch three
+#: kernels, as the split route (the sum's launch casts dQ; session 59 measured four: 6.2-8.9 launch floors, and
+#: session 60 6.1-8.7 with three: within host-floors' spread).
 BWD_GLUON_FUSED: dict[int, dict[tuple[bool, bool], tuple[int, tuple[int, int]]]] = {
     128: {(False, False): (1024, (64, 3)), (False, True): (1024, (64, 2)), (True, False): (1024, (64, 3)),
           (True, True): (1024, (64, 2))},
@@ -1023,10 +1024,10 @@ BWD_GLUON_FUSED_LSE_TMA: frozenset[tuple[int, bool]] = frozenset({(64, False), (
 #: ordered, not windowed), put the grid's (batch, kv head, group part) units first and its key blocks second
 #: (bwd_gluon.dkdv_launch's ``units_first``; hd 256's dK / dV: bwd_gluon_hd256.dkdv256_launch's; the dQ kernel,
 #: bwd_gluon.dq_launch's: its (batch, query head) units first and its query blocks second, last first, since a
-#: causal dQ program's work grows with its query block): the GPU starts programs in grid order as SMs free up, and a causal dK / dV program's work falls
-#: with its key block, so in the default order (key blocks first) each unit's heavy first blocks wait behind the earlier
-#: units' light ones. A list-scheduling model of that dispatch (session 59, a program's work = its heads x query
-#: tiles, 132 SMs) puts the last SM's finish at 1.59x the mean at Llama-3-70B 64/8 4k and Llama-3-8B 32/8 4k, 1.30x at
+#: causal dQ program's work grows with its query block): the GPU starts programs in grid order as SMs free up, and
+#: a causal dK / dV program's work falls with its key block, so in the default order (key blocks first) each unit's
+#: heavy first blocks wait behind the earlier units' light ones. A list-scheduling model of that dispatch (session
+#: 59, a program's work = its heads x query tiles, 132 SMs; benchmarks/dispatch_model.py since session 60) puts the last SM's finish at 1.59x the mean at Llama-3-70B 64/8 4k and Llama-3-8B 32/8 4k, 1.30x at
 #: B4 32/8 2k and MHA B2 H16 2k, 1.14x at MHA B2 H16 4k, 1.24x at 32/8 8k; units first: 1.00-1.03x in every one.
 #: Session 58's ncu run agrees at 64/8 4k causal: the split route's dK / dV kernel kept the tensor pipe 67.4% busy
 #: over the SMs' active cycles but ran its 568 GFLOP in 1.369 ms, 42% of the H200's 989 TFLOP/s: the SMs were active

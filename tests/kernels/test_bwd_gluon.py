@@ -2169,7 +2169,8 @@ def test_gpu_units_first_gives_the_same_gradients(b, sq, sk, hq, hk, d, dv, caus
 @needs_sm90
 @pytest.mark.parametrize("b, sq, sk, hq, hk, d, dv, block_n, stages", [
     (2, 1000, 1000, 4, 4, 128, None, 128, 2), (1, 777, 1500, 8, 2, 128, None, 128, 2),
-    (2, 1100, 1000, 4, 1, 128, None, 64, 3), (1, 600, 700, 4, 4, 192, 128, 64, 2), (2, 1000, 1000, 4, 2, 256, None, 32, 3)],
+    (2, 1100, 1000, 4, 1, 128, None, 64, 3), (1, 600, 700, 4, 4, 192, 128, 64, 2),
+    (2, 1000, 1000, 4, 2, 256, None, 32, 3)],
     ids=["hd128-causal", "hd128-GQA-Sq<Sk", "hd128-MQA-Sq>Sk", "mla-causal", "hd256-GQA-causal"])
 def test_gpu_dq_units_first_gives_the_same_dq_and_delta(b, sq, sk, hq, hk, d, dv, block_n, stages):
     """The dQ kernel with its grid's units first and its query blocks last first (``units_first``; built in session

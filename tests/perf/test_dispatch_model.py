@@ -53,4 +53,5 @@ def test_the_model_reproduces_session_59s_numbers_and_prints_a_table(capsys):
     assert dm.span_over_mean(b4, 132) == pytest.approx(1.30, abs=0.01)
     assert dm.main([]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 + len(dm.SHAPES) and lines[2].startswith("| Llama-3-70B 64/8 4k, dK / dV | 256 | 1.59 | 1.00")
+    assert len(lines) == 2 + len(dm.SHAPES)
+    assert lines[2].startswith("| Llama-3-70B 64/8 4k, dK / dV | 256 | 1.59 | 1.00")
