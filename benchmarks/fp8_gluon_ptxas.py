@@ -12,7 +12,8 @@ ws16w3:HEAD_DIM,BLOCK_N,STAGES,CAUSAL[,FP16[,REGS]] for the 16-bit kernel's thre
 ws16w3n:... for them without the in-block overlap, ws16n:... the two-consumer kernel without it (these four
 not persistent ones may end in @w1: a causal call's sliding window on the left, ``fwd_gluon_ws``'s ``window_left``;
 and in @hd: its TMA descriptors made on the host, its ``host_desc``; and any ws16 spec, persistent too, in @sc: its
-scores softcapped at 50, its ``softcap``, and in @e2 / @e4: one of 2 / 4 exponentials by a cubic, its ``exp2_every``;
+scores softcapped at 50, its ``softcap``, and in @e2 / @e4: one of 2 / 4 exponentials by a cubic, its ``exp2_every``,
+and in @lz: the lazy rescale at its bound of 8, its ``lazy``;
 e.g. ws16:128,128,3,1@w1@hd),
 or bwd16:HEAD_DIM[/HEAD_DIM_V],BLOCK_M,STAGES,CAUSAL[,FP16] for the warp-specialised dK / dV kernel (bwd_gluon.py),
 bwdf16:... for its fused variant (dQ too, added by TMA reduce), bwda16:... for that one with its adds in an adder
@@ -90,14 +91,15 @@ def compile_sm90a(d: int, block_m: int, block_n: int, causal: bool, overlap: int
 def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bool = False,
                        persistent: bool | str = False, dv: int | None = None, consumers: int = 2,
                        regs: int | None = None, overlap: bool = True, window: bool = False,
-                       host_desc: bool = False, softcap: bool = False, exp2_every: int = 0) -> dict:
+                       host_desc: bool = False, softcap: bool = False, exp2_every: int = 0, lazy: int = 0) -> dict:
     """The same report for the 16-bit warp-specialised forward (``fwd_gluon_ws``: bf16, or fp16), 128-row tiles;
     ``persistent``: its persistent kernel (True, or a tile order of fp8_gluon.TILE_ORDERS); ``dv``: v's head dim
     where it is not q's (MLA's 192 / 128); ``consumers``: 3 for the 192-row tiles (three consumer warpgroups),
     ``regs`` their registers (None: fp8_gluon.WS16_CONSUMER_REGS), ``overlap`` False: no in-block overlap;
     ``window``: a sliding window on the left (causal, not persistent; the kernel's ``WINDOW``); ``host_desc``: its
     descriptors made on the host (not persistent; the kernel's ``HOST_DESC``); ``softcap``: the scores capped at 50
-    (the kernel's ``SOFTCAP``); ``exp2_every``: one of that many exponentials by a cubic (its ``EXP2_EVERY``)."""
+    (the kernel's ``SOFTCAP``); ``exp2_every``: one of that many exponentials by a cubic (its ``EXP2_EVERY``);
+    ``lazy``: the lazy rescale's bound (its ``LAZY``; 0: off)."""
     from kernels.flash_attn import fp8_gluon
 
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -110,10 +112,11 @@ def compile_ws16_sm90a(d: int, block_n: int, stages: int, causal: bool, fp16: bo
     if persistent:
         order = persistent if isinstance(persistent, str) else "query"
         fn, call = fp8_gluon._fwd_ws_persistent_kernel, fp8_gluon.ws16_persistent_arguments(
-            *args, order, 50.0 if softcap else 0.0, exp2_every)
+            *args, order, 50.0 if softcap else 0.0, exp2_every, lazy)
     else:
         fn, call = fp8_gluon._fwd_ws_kernel, fp8_gluon.ws16_arguments(*args, consumers, overlap, 100 if window else -1,
-                                                                      host_desc, 50.0 if softcap else 0.0, exp2_every)
+                                                                      host_desc, 50.0 if softcap else 0.0, exp2_every,
+                                                                      lazy)
     return _report(compile_call(fn, call), r"wgmma\.mma_async\S*\.f16\.f16|wgmma\.mma_async\S*\.bf16\.bf16")
 
 
@@ -223,6 +226,8 @@ def _report(kernel, wgmma_pattern: str) -> dict:
             "xu_cvt": len(re.findall(r"cvt\.r[mnpz]i\.", ptx)),
             # gpu-scope acquire-release counts (the dK / dV kernel's in-kernel split sum) and L2-only loads
             "atom_acq_rel": len(re.findall(r"atom\.acq_rel\.gpu", ptx)), "ld_cg": len(re.findall(r"ld\.global\.cg", ptx)),
+            # named barriers of a warpgroup (bar.sync ID, 128): the turns' hand-over, cross-warp reductions
+            "bar_sync_128": len(re.findall(r"bar\.sync\s+\d+,\s*128;", ptx)),
             "ptx": ptx}
 
 
@@ -246,20 +251,21 @@ def _dkdv_options(spec: str, options: list[str]) -> dict:
     return {key: value for o in options for key, value in known[o].items()}
 
 
-def _forward_options(spec: str, persistent: bool | str = False) -> tuple[str, bool, bool, bool, int]:
+def _forward_options(spec: str, persistent: bool | str = False) -> tuple[str, bool, bool, bool, int, int]:
     """A forward spec without its @-options, whether it asked for a window (@w1: causal), for host-made
-    descriptors (@hd), for softcapped scores (@sc), and its exponentials' cubic share (@e2 / @e4: one in 2 / 4; else
-    0); the first two only for the not persistent kernel."""
+    descriptors (@hd), for softcapped scores (@sc), its exponentials' cubic share (@e2 / @e4: one in 2 / 4; else
+    0) and its lazy rescale's bound (@lz: 8; else 0); the first two only for the not persistent kernel."""
     plain, *options = spec.split("@")
     cubic = [o for o in options if o in ("e2", "e4")]
-    if any(o not in ("w1", "hd", "sc", "e2", "e4") for o in options) or len(cubic) > 1 or (
-            persistent and set(options) - {"sc", "e2", "e4"}):
+    if any(o not in ("w1", "hd", "sc", "e2", "e4", "lz") for o in options) or len(cubic) > 1 or (
+            persistent and set(options) - {"sc", "e2", "e4", "lz"}):
         raise SystemExit(f"spec {spec}: the forwards' options after @ are w1 (a window), hd (host-made descriptors), "
-                         "sc (a softcap) and one of e2 / e4 (a cubic for one exponential in 2 / 4); the persistent "
-                         "kernel's sc and e2 / e4 alone")
+                         "sc (a softcap), one of e2 / e4 (a cubic for one exponential in 2 / 4) and lz (the lazy "
+                         "rescale); the persistent kernel's sc, e2 / e4 and lz alone")
     if "w1" in options and not int(plain.split(",")[3]):
         raise SystemExit(f"spec {spec}: a window (@w1) needs CAUSAL 1")
-    return plain, "w1" in options, "hd" in options, "sc" in options, int(cubic[0][1:]) if cubic else 0
+    return (plain, "w1" in options, "hd" in options, "sc" in options, int(cubic[0][1:]) if cubic else 0,
+            8 if "lz" in options else 0)
 
 
 def main(argv=None) -> int:
@@ -308,22 +314,22 @@ def main(argv=None) -> int:
                                         fused=spec.startswith("bwdf16:"), ordered=spec.startswith("bwdo16:"),
                                         adder=spec.startswith("bwda16:"), **variant)
         elif spec.startswith(("ws16w3:", "ws16w3n:", "ws16n:")):
-            plain, window, host, cap, every = _forward_options(spec)
+            plain, window, host, cap, every, lazy = _forward_options(spec)
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *more = rest
             kind = spec.split(":")[0]
             consumers, overlap = (2 if kind == "ws16n" else 3), int(not kind.endswith("n"))
             bm = 64 * consumers
             r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(more and more[0]), False, dv, consumers,
-                                   more[1] if len(more) > 1 else None, bool(overlap), window, host, cap, every)
+                                   more[1] if len(more) > 1 else None, bool(overlap), window, host, cap, every, lazy)
         elif spec.startswith(("ws16:", "ws16p:", "ws16pk:", "ws16ps:")):
             persistent = {"ws16p": "query", "ws16pk": "kv", "ws16ps": "kv-snake"}.get(spec.split(":")[0], False)
-            plain, window, host, cap, every = _forward_options(spec, persistent)
+            plain, window, host, cap, every, lazy = _forward_options(spec, persistent)
             d, dv, rest = _head_dims(plain)
             bn, stages, causal, *fp16 = rest
             bm, overlap = 128, 1
             r = compile_ws16_sm90a(d, bn, stages, bool(causal), bool(fp16 and fp16[0]), persistent, dv,
-                                   window=window, host_desc=host, softcap=cap, exp2_every=every)
+                                   window=window, host_desc=host, softcap=cap, exp2_every=every, lazy=lazy)
         elif spec.startswith("ws:"):
             d, bn, stages, causal, *out8 = (int(x) for x in spec[3:].split(","))
             bm, overlap = 128, 1

@@ -588,6 +588,16 @@ FWD_GLUON_WS_SOFTCAP: frozenset[tuple[int, int]] = frozenset({(128, 128), (256, 
 #: kernels; the largest stalls are the consumers' barriers and fixed-latency waits: a shorter softmax chain, not
 #: fewer MUFU operations, is what would move them. Empty.
 FWD_GLUON_EXP2_EVERY: dict[tuple[int, int, bool], int] = {}
+#: (q / k head dim, v head dim, capped) -> the 16-bit Gluon forward's ``lazy`` (fp8_gluon.LAZY_CHOICES; both its
+#: kernels, wherever the route runs them): in a block no row masks, each consumer keeps its rows' running max, and
+#: skips O's rescale (64 FMULs a thread at hd 128), unless some row's max grew by more than that many base-2 units
+#: (fp8_gluon._softmax_step_lazy; P then stays below 2^8; flash-attn 4's rule). Built in session 60 on the CPU, not
+#: listed: sm_90a (the routed hd 128 cells) the same wgmmas, registers and ex2s, a cross-warp max a block (two named
+#: barriers of the warpgroup and a shared-memory word: the consumer's one bool), the rescale's FMULs in a branch of
+#: their own after S_{j+1}'s eight wgmmas (session 59's SASS: the eager rescale sat between S_{j+1}'s first and
+#: second wgmma, with P's conversion, holding the consumer's turn ~80 issue slots longer). Prediction: runbook
+#: session 61 (c).
+FWD_GLUON_LAZY: dict[tuple[int, int, bool], int] = {}
 #: The 16-bit Gluon forward's one-program-a-tile launches (hd 64's cells, hd 128 MHA causal past the persistent
 #: kernel's longest, windows) with their four TMA descriptors made on the host (``fp8_gluon._fwd_ws_kernel``'s
 #: ``HOST_DESC``: rank 4, encoded once per pointer by a replay) instead of by every program; q / k = v head dims only.
@@ -647,7 +657,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
     interpreter), dense bf16 / fp16 inputs the kernel takes (fp8_gluon.ws16_unsupported: its head dims,
     TMA-readable rows), causal or no mask (with :data:`FWD_GLUON_WS_WINDOW`, causal with a window on the left too:
     then not persistent, ``window_left`` among the keywords), no softcap (head dims in :data:`FWD_GLUON_WS_SOFTCAP`:
-    a softcap too: ``softcap`` among the keywords; :data:`FWD_GLUON_EXP2_EVERY`'s cells ``exp2_every`` too), and the
+    a softcap too: ``softcap`` among the keywords; :data:`FWD_GLUON_EXP2_EVERY`'s cells ``exp2_every`` too,
+    :data:`FWD_GLUON_LAZY`'s ``lazy``), and the
     environment knob not 0. With
     :data:`FWD_GLUON_HOST_DESC` a launch that is not persistent gets ``host_desc`` (q / k = v head dims).
     ``sm_major``: the GPU's compute capability major (default: q's device's; a test passes 9 with CPU tensors)."""
@@ -689,6 +700,8 @@ def gluon_ws_fwd(q, k, v, *, causal: bool, window_left: int, window_right: int, 
         kw["softcap"] = float(softcap)
     if every := FWD_GLUON_EXP2_EVERY.get((*dims, bool(softcap))):
         kw["exp2_every"] = every
+    if lazy := FWD_GLUON_LAZY.get((*dims, bool(softcap))):
+        kw["lazy"] = lazy
     if FWD_GLUON_HOST_DESC and not kw["persistent"] and dims[0] == dims[1]:
         kw["host_desc"] = True
     return kw

@@ -157,6 +157,9 @@ EXP2_CUBIC = ("0f3DA057CC", "0f3E67C34B", "0f3F320434")
 EXP2_ROUND_MAGIC = "0f4B400000"
 #: the forward's ``EXP2_EVERY`` choices: one exponential in this many by the cubic, the rest by ex2.approx
 EXP2_EVERY_CHOICES = (2, 4)
+#: the 16-bit forward's ``LAZY`` choices (:func:`_softmax_step_lazy`): how far, in base-2 units, a row's max may grow
+#: before O is rescaled (P below 2^LAZY: 256 at 8, as flash-attn 4 keeps it; bf16 / fp16 P and fp32 sums hold it)
+LAZY_CHOICES = (8, )
 
 
 @gluon.constexpr_function
@@ -232,6 +235,61 @@ def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
         alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _softmax_step_lazy(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
+                       IS_CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, window_left=0,
+                       WINDOW: gl.constexpr = False, cap_in=0.0, SOFTCAP: gl.constexpr = False,
+                       EXP2_EVERY: gl.constexpr = 0, LAZY: gl.constexpr = 8):
+    """:func:`_softmax_step` with a lazy rescale: (p, alpha, m_new, l_new, rescale). In a block no row masks the
+    running max stays where it was unless some row of the consumer's 64 grew by more than ``LAZY`` (base-2 units),
+    so p stays below 2^LAZY and ``rescale`` (one bool for the consumer's four warps) False says alpha is all ones:
+    the caller skips O's rescale. A masked block rescales as :func:`_softmax_step` does (``rescale`` True)."""
+    if masked:
+        p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
+                                               IS_CAUSAL, BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
+                                               EXP2_EVERY)
+        rescale = seqlen_k >= 0  # (True, as a run-time bool: both branches yield the same type)
+    else:
+        if SOFTCAP:
+            s = _tanh_approx(s * cap_in)
+        m_blk = gl.max(s, 1) * qk_scale
+        rescale = gl.max(m_blk - m_i, 0) > LAZY
+        m_new = gl.where(rescale, gl.maximum(m_i, m_blk), m_i)
+        if EXP2_EVERY:
+            p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_EVERY)
+        else:
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+        l_new = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_new, rescale
+
+
+@gluon.jit
+def _ws_softmax(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked, IS_CAUSAL: gl.constexpr,
+                BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, window_left, WINDOW: gl.constexpr, cap_in,
+                SOFTCAP: gl.constexpr, EXP2_EVERY: gl.constexpr, LAZY: gl.constexpr):
+    """A consumer's softmax step: :func:`_softmax_step_lazy` with ``LAZY`` (> 0), else :func:`_softmax_step` and
+    ``rescale`` True."""
+    if LAZY:
+        return _softmax_step_lazy(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked, IS_CAUSAL, BLOCK_N,
+                                  S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP, EXP2_EVERY, LAZY)
+    else:
+        p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked, IS_CAUSAL,
+                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP, EXP2_EVERY)
+        return p, alpha, m_new, l_new, True
+
+
+@gluon.jit
+def _rescale_o(acc, alpha, rescale, O_ROWS: gl.constexpr, LAZY: gl.constexpr):
+    """O's rows times alpha (the running max moved); with ``LAZY`` only where ``rescale`` says it did."""
+    if LAZY:
+        if rescale:
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+    else:
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+    return acc
 
 
 @gluon.jit
@@ -379,11 +437,12 @@ class _WsShape:
                        "IS_CAUSAL": gl.constexpr, "FP8": gl.constexpr, "HEAD_DIM_B": gl.constexpr,
                        "TILE_ORDER": gl.constexpr, "NUM_WG": gl.constexpr, "OVERLAP": gl.constexpr,
                        "WINDOW": gl.constexpr, "RANK4": gl.constexpr, "SOFTCAP": gl.constexpr,
-                       "EXP2_EVERY": gl.constexpr}
+                       "EXP2_EVERY": gl.constexpr, "LAZY": gl.constexpr}
 
     @gluon.constexpr_function
     def __init__(self, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, FP8=True, HEAD_DIM_B=0, TILE_ORDER=0, NUM_WG=2,
-                 OVERLAP=True, WINDOW=False, RANK4=False, SOFTCAP=False, EXP2_EVERY=0):
+                 OVERLAP=True, WINDOW=False, RANK4=False, SOFTCAP=False, EXP2_EVERY=0, LAZY=0):
+        self.LAZY = gl.constexpr(LAZY)
         self.EXP2_EVERY = gl.constexpr(EXP2_EVERY)
         self.SOFTCAP = gl.constexpr(SOFTCAP)
         self.WINDOW = gl.constexpr(WINDOW)
@@ -502,6 +561,7 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     P_DTYPE: gl.constexpr = k_smem.dtype
     NUM_WG: gl.constexpr = shape.NUM_WG
+    LAZY: gl.constexpr = shape.LAZY
     row0 = m0 + wg * 64
     q = _slot(q_smem, wg, 64, HEAD_DIM, RANK4)
     q_b = q_smem_b.index(wg)
@@ -526,10 +586,9 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
     base = 0  # the first block's first key
     if WINDOW:
         base = lo * BLOCK_N
-    p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, base, seqlen_k, off,
-                                       _block_masked(base, mask_from, clear_from, WINDOW), IS_CAUSAL, BLOCK_N,
-                                       S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
-                                       EXP2_EVERY=shape.EXP2_EVERY)
+    p, alpha, m_i, l_i, rescale = _ws_softmax(s, m_i, l_i, qk_scale, offs_m, base, seqlen_k, off,
+                                              _block_masked(base, mask_from, clear_from, WINDOW), IS_CAUSAL, BLOCK_N,
+                                              S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP, shape.EXP2_EVERY, LAZY)
     for j in range(0, n_blocks - 1):
         nxt = j + 1
         start = base + nxt * BLOCK_N
@@ -537,29 +596,29 @@ def _ws_consume(wg, q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o
         mbarrier.wait(mine, nxt & 1)
         s_next = _ws_scores(q, q_b, _slot(k_smem, nxt % NUM_STAGES, BLOCK_N, HEAD_DIM, RANK4),
                             k_smem_b.index(nxt % NUM_STAGES), s_zero, HEAD_DIM_B)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+        acc = _rescale_o(acc, alpha, rescale, O_ROWS, LAZY)
         p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
         acc = warpgroup_mma(p8, _ws_v(_slot(v_smem, j % NUM_STAGES, BLOCK_N, HEAD_DIM, RANK4), FP8), acc,
                             is_async=True)
         _pass(other)
         if shape.OVERLAP:
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
-                                               _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
-                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
-                                               EXP2_EVERY=shape.EXP2_EVERY)
+            p, alpha, m_i, l_i, rescale = _ws_softmax(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
+                                                      _block_masked(start, mask_from, clear_from, WINDOW),
+                                                      IS_CAUSAL, BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in,
+                                                      SOFTCAP, shape.EXP2_EVERY, LAZY)
             acc = warpgroup_mma_wait(0, deps=(acc, ))  # (P_j in registers: ptxas keeps them until this wait)
             _pass(empty.index(j % NUM_STAGES))  # block j's K and V read: the slot is free
         else:  # both retire before the softmax: P_j dead, one score tile live
             s, acc = warpgroup_mma_wait(0, deps=(s_next, acc))
             _pass(empty.index(j % NUM_STAGES))
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
-                                               _block_masked(start, mask_from, clear_from, WINDOW), IS_CAUSAL,
-                                               BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in, SOFTCAP,
-                                               EXP2_EVERY=shape.EXP2_EVERY)
+            p, alpha, m_i, l_i, rescale = _ws_softmax(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off,
+                                                      _block_masked(start, mask_from, clear_from, WINDOW),
+                                                      IS_CAUSAL, BLOCK_N, S_LAYOUT, window_left, WINDOW, cap_in,
+                                                      SOFTCAP, shape.EXP2_EVERY, LAZY)
     last = n_blocks - 1
     mbarrier.wait(mine, n_blocks & 1)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+    acc = _rescale_o(acc, alpha, rescale, O_ROWS, LAZY)
     p8 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
     acc = warpgroup_mma(p8, _ws_v(_slot(v_smem, last % NUM_STAGES, BLOCK_N, HEAD_DIM, RANK4), FP8), acc,
                         is_async=True)
@@ -695,7 +754,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
                    num_warps: gl.constexpr, HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None,
                    KB_SL: gl.constexpr = None, NUM_WG: gl.constexpr = 2, OVERLAP: gl.constexpr = True,
                    WINDOW: gl.constexpr = False, HOST_DESC: gl.constexpr = False, QD=None, KD=None, VD=None, OD=None,
-                   SOFTCAP: gl.constexpr = False, EXP2_EVERY: gl.constexpr = 0):
+                   SOFTCAP: gl.constexpr = False, EXP2_EVERY: gl.constexpr = 0, LAZY: gl.constexpr = 0):
     """The warp-specialised forward in bf16 / fp16 (session 30): the FP8 kernel's loader and ping-pong consumers
     (``_ws_load``, ``_ws_consume`` with ``FP8`` off) over q, k, v as the public function takes them
     ([B, S, H, D], V not transposed: a 16-bit wgmma reads its B operand either way round). HEAD_DIM_B: a second
@@ -760,7 +819,7 @@ def _fwd_ws_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh, stride_kb
     q_bar, ready, empty, turn = _ws_barriers(NUM_STAGES, NUM_WG)
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, 0, NUM_WG, OVERLAP, WINDOW,
-                     HOST_DESC, SOFTCAP, EXP2_EVERY)
+                     HOST_DESC, SOFTCAP, EXP2_EVERY, LAZY)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, m0, n_blocks, shape, q_desc_b,
                  k_desc_b, q_smem_b, k_smem_b, win[0], coords)
     consume_args = (q_smem, k_smem, v_smem, o_smem, q_bar, ready, empty, turn, o_desc, lse_ptr, m0, n_blocks,
@@ -897,6 +956,7 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
     O_ROWS: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
     O_COLS: gl.constexpr = gl.SliceLayout(0, O_LAYOUT)
     P_DTYPE: gl.constexpr = k_smem.dtype
+    LAZY: gl.constexpr = shape.LAZY
     mine = turn.index(wg)
     other = turn.index(1 - wg)
     off = seqlen_k - seqlen_q
@@ -923,9 +983,9 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
         _pass(other)
         tc += 1
         s = warpgroup_mma_wait(0, deps=(s, ))
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
-                                           IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False, cap_in, shape.SOFTCAP,
-                                           EXP2_EVERY=shape.EXP2_EVERY)
+        p, alpha, m_i, l_i, rescale = _ws_softmax(s, m_i, l_i, qk_scale, offs_m, 0, seqlen_k, off, mask_from <= 0,
+                                                  IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False, cap_in, shape.SOFTCAP,
+                                                  shape.EXP2_EVERY, LAZY)
         for j in range(0, n_blocks - 1):
             cur = it + j
             nxt = cur + 1
@@ -933,22 +993,23 @@ def _p_consume(wg, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty, turn, Ou
             mbarrier.wait(mine, tc & 1)
             s_next = _ws_scores(q, q_b, k_smem.index(nxt % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]),
                                 k_smem_b.index(nxt % NUM_STAGES).reshape([BLOCK_N, KB_DIM]), s_zero, HEAD_DIM_B)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+            acc = _rescale_o(acc, alpha, rescale, O_ROWS, LAZY)
             p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
             acc = warpgroup_mma(p16, v_smem.index(cur % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
             _pass(other)
             tc += 1
             s = warpgroup_mma_wait(1, deps=(s_next, ))  # S_{j+1} done; P_j V_j may still run
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, (j + 1) * BLOCK_N, seqlen_k, off,
-                                               (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N, S_LAYOUT, 0, False,
-                                               cap_in, shape.SOFTCAP, EXP2_EVERY=shape.EXP2_EVERY)
+            p, alpha, m_i, l_i, rescale = _ws_softmax(s, m_i, l_i, qk_scale, offs_m, (j + 1) * BLOCK_N, seqlen_k,
+                                                      off, (j + 1) * BLOCK_N >= mask_from, IS_CAUSAL, BLOCK_N,
+                                                      S_LAYOUT, 0, False, cap_in, shape.SOFTCAP, shape.EXP2_EVERY,
+                                                      LAZY)
             acc = warpgroup_mma_wait(0, deps=(acc, ))
             _pass(empty.index(cur % NUM_STAGES))  # block cur's K and V read: the slot is free
         # every Q K^T of this tile retired (waited above by every warp): Q's tile is the loader's again
         _pass(q_free)
         last = it + n_blocks - 1
         mbarrier.wait(mine, tc & 1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, O_ROWS), 1)
+        acc = _rescale_o(acc, alpha, rescale, O_ROWS, LAZY)
         p16 = gl.convert_layout(p.to(P_DTYPE), P_LAYOUT)
         acc = warpgroup_mma(p16, v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
         _pass(other)
@@ -975,7 +1036,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
                               NUM_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, TILE_ORDER: gl.constexpr,
                               Q_SL: gl.constexpr, K_SL: gl.constexpr, V_SL: gl.constexpr, num_warps: gl.constexpr,
                               HEAD_DIM_B: gl.constexpr = 0, QB_SL: gl.constexpr = None, KB_SL: gl.constexpr = None,
-                              SOFTCAP: gl.constexpr = False, EXP2_EVERY: gl.constexpr = 0):
+                              SOFTCAP: gl.constexpr = False, EXP2_EVERY: gl.constexpr = 0, LAZY: gl.constexpr = 0):
     """``_fwd_ws_kernel`` as one program an SM looping over the 128-row tiles (grid: at most the SM count): the
     descriptors made once a program (rank 4, over [B, S, H, D]), the next tile's Q and first key blocks loaded
     while this tile's last P V and epilogue run. ``TILE_ORDER``: the tile order (``_p_coords``). ``HEAD_DIM_B``: a
@@ -1006,7 +1067,7 @@ def _fwd_ws_persistent_kernel(Q, K, V, Out, Lse, stride_qb, stride_qs, stride_qh
     mbarrier.init(q_free, count=2)  # both consumers retire their Q K^T
 
     shape = _WsShape(HEAD_DIM, BLOCK_N, NUM_STAGES, IS_CAUSAL, False, HEAD_DIM_B, TILE_ORDER, SOFTCAP=SOFTCAP,
-                     EXP2_EVERY=EXP2_EVERY)
+                     EXP2_EVERY=EXP2_EVERY, LAZY=LAZY)
     tiles = (num_tiles, n_m, batch_heads, num_heads, group, seqlen_q, seqlen_k)
     load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, ready, empty) + tiles + (
         shape, q_desc_b, k_desc_b, q_smem_b, k_smem_b)
@@ -1184,16 +1245,19 @@ def window_argument(window_left: int, q, k) -> int:
 
 
 def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                   consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0, exp2_every=0) -> dict:
+                   consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0, exp2_every=0,
+                   lazy=0) -> dict:
     """Every argument of ``_fwd_ws_kernel`` by name for a dense call (a CPU compile binds the same); ``consumers``:
     its consumer warpgroups (:data:`WS16_CONSUMERS`; 64 query rows each); ``consumer_regs`` None: theirs by
     :data:`WS16_CONSUMER_REGS`; ``overlap`` False: no in-block overlap (``_WsShape.OVERLAP``); ``window_left`` >= 0
     (causal calls only): a sliding window on the left (the kernel's ``WINDOW``); ``host_desc``: its TMA descriptors
     made here (its ``HOST_DESC``: rank 4, :data:`HOST_DESCRIPTOR_OF`; q / k = v head dims) instead of by every
     program; ``softcap`` > 0: the scores capped, softcap * tanh(s / softcap) (its ``SOFTCAP``); ``exp2_every`` (one
-    of :data:`EXP2_EVERY_CHOICES`; 0: off): one of each that many exponentials by a cubic (its ``EXP2_EVERY``)."""
+    of :data:`EXP2_EVERY_CHOICES`; 0: off): one of each that many exponentials by a cubic (its ``EXP2_EVERY``);
+    ``lazy`` (one of :data:`LAZY_CHOICES`; 0: off): the lazy rescale, O rescaled only in blocks where a row's max
+    grew by more than that many base-2 units (its ``LAZY``, :func:`_softmax_step_lazy`)."""
     why = ws16_refused(causal, False, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1], softcap,
-                       exp2_every)
+                       exp2_every, lazy)
     if why:
         raise ValueError(f"ws16_arguments: {why}")
     if consumer_regs is None:
@@ -1210,7 +1274,7 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
     return dict(({} if consumers == 2 else {"NUM_WG": consumers}), **({} if overlap else {"OVERLAP": False}),
                 **({"WINDOW": True} if window_left >= 0 else {}), window_left=window_argument(window_left, q, k),
                 **({"SOFTCAP": True} if softcap else {}), softcap=float(softcap or 0.0),
-                **({"EXP2_EVERY": int(exp2_every)} if exp2_every else {}),
+                **({"EXP2_EVERY": int(exp2_every)} if exp2_every else {}), **({"LAZY": int(lazy)} if lazy else {}),
                 Q=q, K=k, V=v, Out=out, Lse=lse, stride_qb=q.stride(0), stride_qs=q.stride(1), stride_qh=q.stride(2),
                 stride_kb=k.stride(0), stride_ks=k.stride(1), stride_kh=k.stride(2), stride_vb=v.stride(0),
                 stride_vs=v.stride(1), stride_vh=v.stride(2), stride_ob=out.stride(0), stride_os=out.stride(1),
@@ -1221,13 +1285,13 @@ def ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages
 
 
 def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                              tile_order="query", softcap=0.0, exp2_every=0) -> dict:
+                              tile_order="query", softcap=0.0, exp2_every=0, lazy=0) -> dict:
     """Every argument of ``_fwd_ws_persistent_kernel`` by name (its layouts rank 4: boxes [1, rows, 1, D]);
     ``tile_order``: one of :data:`TILE_ORDERS`; ``softcap`` > 0: the scores capped (its ``SOFTCAP``);
-    ``exp2_every``: :func:`ws16_arguments`'."""
+    ``exp2_every``, ``lazy``: :func:`ws16_arguments`'."""
     if tile_order not in TILE_ORDERS:
         raise ValueError(f"tile_order: one of {TILE_ORDERS}, got {tile_order!r}")
-    why = ws16_refused(causal, True, 2, True, -1, False, q.shape[-1], v.shape[-1], softcap, exp2_every)
+    why = ws16_refused(causal, True, 2, True, -1, False, q.shape[-1], v.shape[-1], softcap, exp2_every, lazy)
     if why:
         raise ValueError(f"ws16_persistent_arguments: {why}")
     if consumer_regs is None:
@@ -1247,17 +1311,21 @@ def ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n,
                 sm_scale=float(softmax_scale), HEAD_DIM=d, BLOCK_N=block_n, IS_CAUSAL=bool(causal),
                 NUM_STAGES=num_stages, CONSUMER_REGS=consumer_regs, TILE_ORDER=TILE_ORDERS.index(tile_order),
                 Q_SL=rows, K_SL=keys, V_SL=keys, num_warps=4, **parts, softcap=float(softcap or 0.0),
-                **({"SOFTCAP": True} if softcap else {}), **({"EXP2_EVERY": int(exp2_every)} if exp2_every else {}))
+                **({"SOFTCAP": True} if softcap else {}), **({"EXP2_EVERY": int(exp2_every)} if exp2_every else {}),
+                **({"LAZY": int(lazy)} if lazy else {}))
 
 
 def ws16_refused(causal: bool, persistent: bool, consumers: int, overlap: bool, window_left: int, host_desc: bool,
-                 d: int, dv: int, softcap: float = 0.0, exp2_every: int = 0) -> str | None:
+                 d: int, dv: int, softcap: float = 0.0, exp2_every: int = 0, lazy: int = 0) -> str | None:
     """Why the 16-bit forward cannot run these options together (q / k head dim ``d``, v's ``dv``), or None: the
     persistent kernel has two consumers with their in-block overlap, no window and its own descriptors; a window
     on the left needs causal (its right bound); host-made descriptors one head-dim part; a softcap is > 0; the
-    cubic's share of the exponentials one of :data:`EXP2_EVERY_CHOICES` (0: none)."""
+    cubic's share of the exponentials one of :data:`EXP2_EVERY_CHOICES` (0: none); the lazy rescale's bound one of
+    :data:`LAZY_CHOICES` (0: none)."""
     if exp2_every and exp2_every not in EXP2_EVERY_CHOICES:
         return f"exp2_every: one of {EXP2_EVERY_CHOICES} (0: off), got {exp2_every}"
+    if lazy and lazy not in LAZY_CHOICES:
+        return f"lazy: one of {LAZY_CHOICES} (0: off), got {lazy}"
     if consumers not in WS16_CONSUMERS or (persistent and consumers != 2):
         return f"consumers {WS16_CONSUMERS} (the persistent kernel: 2), got {consumers}"
     if persistent and not overlap:
@@ -1298,7 +1366,7 @@ def ws16_unsupported(q, k, v) -> str | None:
 
 def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, consumer_regs=None, poison=False,
                  launches=None, persistent=False, tile_order="query", consumers=2, overlap=True, window_left=-1,
-                 host_desc=False, softcap=0.0, exp2_every=0):
+                 host_desc=False, softcap=0.0, exp2_every=0, lazy=0):
     """out [B, Sq, Hq, D] (q's dtype) and lse [B, Hq, Sq] fp32 of bf16 / fp16 q [B, Sq, Hq, D], k and v
     [B, Sk, Hk, D] (GQA when Hq > Hk; causal bottom-right aligned), with the warp-specialised kernel: a loader
     warp, two consumer warpgroups of 64 query rows in flash-attn 3's ping-pong, 128-row tiles. sm90 GPUs only
@@ -1311,12 +1379,13 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     ``window_left`` >= 0: a causal call's sliding window on the left (query i sees keys i + Sk - Sq - window_left
     .. i + Sk - Sq; not persistent). ``host_desc``: its TMA descriptors made on the host (not persistent; q / k = v
     head dims). ``softcap`` > 0: the scores capped, softcap * tanh(s * softmax_scale / softcap). ``exp2_every`` (2
-    or 4; 0: off): one of each that many of the softmax's exponentials by a cubic on the FMA pipe."""
+    or 4; 0: off): one of each that many of the softmax's exponentials by a cubic on the FMA pipe. ``lazy`` (8; 0:
+    off): O rescaled only in blocks where some row's max grew by more than that (:func:`ws16_arguments`')."""
     why = ws16_unsupported(q, k, v)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     why = ws16_refused(causal, persistent, consumers, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
-                       softcap, exp2_every)
+                       softcap, exp2_every, lazy)
     if why:
         raise ValueError(f"fwd_gluon_ws: {why}")
     if num_stages < 2:
@@ -1333,7 +1402,7 @@ def fwd_gluon_ws(q, k, v, *, softmax_scale, causal, block_n=128, num_stages=2, c
     if replay is not None and replay({"Q": q, "K": k, "V": v, "Out": out, "Lse": lse}):
         return out, lse
     made = ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs, persistent,
-                       tile_order, consumers, overlap, window_left, host_desc, softcap, exp2_every)
+                       tile_order, consumers, overlap, window_left, host_desc, softcap, exp2_every, lazy)
     if launches is not None and made is not None:
         launches["ws16"] = made
     return out, lse
@@ -1346,16 +1415,16 @@ def ws16_grid(q, consumers: int) -> tuple[int, int]:
 
 def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs=None, persistent=False,
                 tile_order="query", consumers=2, overlap=True, window_left=-1, host_desc=False, softcap=0.0,
-                exp2_every=0):
+                exp2_every=0, lazy=0):
     """Launch the 16-bit warp-specialised forward into ``out`` [B, Sq, Hq, D] and ``lse`` [B, Hq, Sq] (checked by
     the caller: :func:`ws16_unsupported`, an sm90 GPU); returns its :class:`kernels.launcher.Launch` (slots Q, K,
     V, Out, Lse). ``persistent``: the persistent kernel, at most one program an SM, its tiles in ``tile_order``
     (:data:`TILE_ORDERS`); ``consumers``, ``overlap``: the (not persistent) kernel's consumer warpgroups and their
     in-block overlap; ``window_left`` >= 0: a causal call's sliding window on the left (not persistent);
     ``host_desc``: the TMA descriptors made on the host (not persistent: that kernel makes its own once a
-    program); ``softcap`` > 0: the scores capped; ``exp2_every``: :func:`ws16_arguments`'."""
+    program); ``softcap`` > 0: the scores capped; ``exp2_every``, ``lazy``: :func:`ws16_arguments`'."""
     why = persistent and ws16_refused(causal, True, 2, overlap, window_left, host_desc, q.shape[-1], v.shape[-1],
-                                      softcap, exp2_every)
+                                      softcap, exp2_every, lazy)
     if why:  # (not persistent: ws16_arguments checks)
         raise ValueError(f"ws16_launch: {why}")
     launcher.ensure_allocator()
@@ -1365,12 +1434,12 @@ def ws16_launch(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, c
 
         kernel = _fwd_ws_persistent_kernel
         kwargs = ws16_persistent_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages,
-                                           consumer_regs, tile_order, softcap, exp2_every)
+                                           consumer_regs, tile_order, softcap, exp2_every, lazy)
         grid = (min(tiles, tensor_sm_count(q)),)
     else:
         kernel = _fwd_ws_kernel
         kwargs = ws16_arguments(q, k, v, out, lse, softmax_scale, causal, block_n, num_stages, consumer_regs,
-                                consumers, overlap, window_left, host_desc, softcap, exp2_every)
+                                consumers, overlap, window_left, host_desc, softcap, exp2_every, lazy)
         grid = ws16_grid(q, consumers)
     return launcher.launched(kernel, kernel[grid](**kwargs), grid, kwargs,
                              descriptors=HOST_DESCRIPTOR_OF if host_desc else None)

@@ -59,6 +59,10 @@ SOFTCAPPED = CAPPED_TWINS + [f"{spec}@sc" for spec in CAPPED_TWINS]
 #: names: hd 64's routed cell (three consumers, host-made descriptors) at both, hd 128 capped one program a tile and
 #: persistent at 2 (Gemma-2-27B's launches)
 EXP2_TWINS = {"ws16w3n:64,128,4,0@hd": (4, 2), "ws16:128,128,3,1@hd@sc": (2, ), "ws16ps:128,128,3,1@sc": (2, )}
+#: kernels compiled with the lazy rescale (@lz, the kernel's LAZY; built in session 60, not routed) beside their
+#: twins, with the spills their compile showed (sm_90a, session 60: 4 -> 12 B and 8 -> 48 B): hd 128 causal one
+#: program a tile (host-made descriptors) and persistent (kv heads outer snaking: Llama-3's causal rows)
+LAZY_TWINS = {"ws16:128,128,3,1@hd": 12, "ws16ps:128,128,3,1": 48}
 #: every routed cell's config, causal or not
 CELLS = sorted({_cell_spec(dims, c, kw) for dims, cells in configs.FWD_GLUON_WS_CELLS.items()
                 for (_, causal), (_, _, kw) in cells.items() for c in (False, True)})
@@ -73,8 +77,9 @@ def compiled():
     persistent += [f"ws16{p}:192/128,64,4,{c}" for p in ("pk", "ps") for c in (0, 1)]
     three = [f"ws16w3{'' if ov else 'n'}:64,{bn},{st},{c}" for bn, st, ov in THREE_CONSUMERS for c in (0, 1)]
     cubic = [*EXP2_TWINS, *(f"{spec}@e{n}" for spec, shares in EXP2_TWINS.items() for n in shares)]
+    lazy = [*LAZY_TWINS, *(f"{spec}@lz" for spec in LAZY_TWINS)]
     return sm90_reports(list(dict.fromkeys([*specs, *persistent, *three, *CELLS, *WINDOWED, *HOST_MADE, *SOFTCAPPED,
-                                            *cubic])))
+                                            *cubic, *lazy])))
 
 
 def test_the_routed_configs_compile_with_their_registers_and_shared_memory(compiled):
@@ -130,6 +135,19 @@ def test_the_cubic_takes_a_share_of_the_exponentials_and_nothing_else(compiled):
             assert plain["exp2_cubic"] == 0 < cubic["exp2_cubic"] == plain["ex2"] - cubic["ex2"], (spec, n)
             moved[n] = cubic["exp2_cubic"]
         assert len(moved) == 1 or moved[2] == 2 * moved[4], (spec, moved)
+
+
+def test_the_lazy_rescale_adds_one_cross_warp_max_a_softmax_and_nothing_else(compiled):
+    """``LAZY`` (fp8_gluon._softmax_step_lazy; built in session 60, not routed) beside its twins (:data:`LAZY_TWINS`):
+    the same partitions' registers, wgmmas, ping-pong waits, exponentials and shared memory; two more named barriers
+    of a warpgroup for each of the three unmasked softmaxes a consumer inlines (the cross-warp max behind its one
+    bool), twelve for the two consumers; spills within the bound its compile showed."""
+    for spec, spill_at_most in LAZY_TWINS.items():
+        plain, lazy = compiled[spec], compiled[f"{spec}@lz"]
+        for key in ("setmaxnreg", "wgmma", "wait_one_pending", "serialized", "ex2", "smem", "tanh"):
+            assert plain[key] == lazy[key], (spec, key)
+        assert lazy["bar_sync_128"] - plain["bar_sync_128"] == 12, (spec, plain["bar_sync_128"], lazy["bar_sync_128"])
+        assert plain["spill"] <= lazy["spill"] <= spill_at_most, (spec, plain["spill"], lazy["spill"])
 
 
 def test_the_cubic_is_2_to_the_x_within_its_stated_error():
@@ -243,6 +261,28 @@ def test_the_cubic_share_routes_by_head_dims_and_cap_when_listed(monkeypatch):
                                                exp2_every=2)["EXP2_EVERY"] == 2
     with pytest.raises(ValueError, match="exp2_every"):
         fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, exp2_every=3)
+
+
+def test_the_lazy_rescale_routes_by_head_dims_and_cap_when_listed(monkeypatch):
+    """configs.FWD_GLUON_LAZY (built in session 60, empty until measured): a listed (head dims, capped) cell's launch
+    takes ``lazy`` (persistent or one program a tile); the kernels' arguments carry it as LAZY (absent at 0); a bound
+    other than fp8_gluon.LAZY_CHOICES' is refused by name."""
+    monkeypatch.delenv(configs.FWD_GLUON_WS_ENV, raising=False)
+    assert configs.FWD_GLUON_LAZY == {}
+    q, k, v = _qkv(hk=4, sq=4096, sk=4096)
+    causal = dict(causal=True, window_right=0)
+    plain = _route(q, k, v, **causal)
+    assert "lazy" not in plain
+    monkeypatch.setattr(configs, "FWD_GLUON_LAZY", {(128, 128, False): 8})
+    assert _route(q, k, v, **causal) == dict(plain, lazy=8)
+    assert "lazy" not in _route(*_qkv(d=64, hk=4, sq=4096, sk=4096))  # (not listed)
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 4096)
+    assert fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, lazy=8)["LAZY"] == 8
+    assert "LAZY" not in fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None)
+    assert fp8_gluon.ws16_persistent_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, lazy=8)["LAZY"] == 8
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match="lazy: one of"):
+            fp8_gluon.ws16_arguments(q, k, v, out, lse, 0.125, True, 128, 3, None, lazy=bad)
 
 
 def test_a_cell_takes_shorter_calls_whose_grid_fills_whole_waves(monkeypatch):
@@ -614,6 +654,47 @@ def test_gpu_the_cubic_share_matches_oracle(b, sq, sk, hq, hk, causal, window, s
     again = check_against_oracle(b, sq, sk, hq, hk, d, torch.bfloat16, causal, **kw)
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     interface._SIGNATURES.clear()
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("persistent", [False, "kv-snake"], ids=["a-program-a-tile", "persistent"])
+@pytest.mark.parametrize("scores", ["random", "creeping", "jumps"])
+@pytest.mark.parametrize("b, sq, sk, hq, hk, causal", [(1, 1500, 1500, 4, 2, True), (2, 1000, 1300, 4, 4, False),
+                                                      (1, 1300, 700, 4, 1, True)],
+                         ids=["causal-GQA", "Sq<Sk", "causal-MQA-Sq>Sk"])
+def test_gpu_the_lazy_rescale_matches_oracle(b, sq, sk, hq, hk, causal, scores, persistent):
+    """The 16-bit forward with the lazy rescale (``lazy`` 8; built in session 60): out within twice the eager
+    kernel's error against the FP64 oracle and lse within 1e-3 of it, on random scores, on scores that creep up
+    along the keys (each block's max a little above the last: the running max stays behind, P grows towards 2^8 until
+    a block rescales) and on scores with jumps of more than 8 base-2 units (every such block rescales), causal or
+    not, rows that see no key (Sq > Sk); run twice, the same bits."""
+    from harness.oracle.softmax import softmax_attention
+
+    g = torch.Generator(device="cpu").manual_seed(11)
+    q = torch.randn(b, sq, hq, 128, generator=g)
+    k = torch.randn(b, sk, hk, 128, generator=g)
+    v = torch.randn(b, sk, hk, 128, generator=g)
+    if scores != "random":  # a shared direction in q and k whose weight grows along the keys
+        q[..., 0] = 4.0
+        keys = torch.arange(sk, dtype=torch.float32)
+        k[..., 0] = (keys / sk * 24.0)[None, :, None] if scores == "creeping" else \
+            torch.where(keys % 300 < 150, 0.0, 30.0)[None, :, None] + (keys / sk * 4.0)[None, :, None]
+    q, k, v = (t.to("cuda", torch.bfloat16) for t in (q, k, v))
+    scale = 128 ** -0.5
+    ref = softmax_attention(q.double(), k.double(), v.double(), causal=causal, softmax_scale=scale)
+    kw = dict(softmax_scale=scale, causal=causal, num_stages=configs.FWD_GLUON_WS[128, 128][1], poison=True,
+              persistent=bool(persistent), tile_order=persistent or "query")
+    eager, _ = fp8_gluon.fwd_gluon_ws(q, k, v, **kw)
+    out, lse = fp8_gluon.fwd_gluon_ws(q, k, v, lazy=8, **kw)
+    again = fp8_gluon.fwd_gluon_ws(q, k, v, lazy=8, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(out, again[0]) and torch.equal(lse, again[1])
+    err, err_eager = ((x.double() - ref.out).abs().max().item() for x in (out, eager))
+    assert err <= 2 * err_eager + 1e-3, (err, err_eager)
+    seen = torch.isfinite(ref.lse)
+    assert torch.equal(torch.isfinite(lse), seen)
+    assert (lse[seen].double() - ref.lse[seen]).abs().max().item() <= 1e-3
 
 
 @pytest.mark.gpu
