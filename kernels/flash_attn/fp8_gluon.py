@@ -228,13 +228,20 @@ def _softmax_step(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, masked,
         alpha = gl.exp2(m_i - m_sub)
     else:
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        if EXP2_EVERY:
-            p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_EVERY)
-        else:
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-        alpha = gl.exp2(m_i - m_new)
+        p, alpha = _unmasked_exp(s, m_i, m_new, qk_scale, EXP2_EVERY)
     l_new = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _unmasked_exp(s, m_i, m_new, qk_scale, EXP2_EVERY: gl.constexpr):
+    """An unmasked block's p = 2^(s * qk_scale - m_new) (one of ``EXP2_EVERY`` by the cubic, :func:`_exp2_mixed`)
+    and alpha = 2^(m_i - m_new), the running max's move."""
+    if EXP2_EVERY:
+        p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_EVERY)
+    else:
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    return p, gl.exp2(m_i - m_new)
 
 
 @gluon.jit
@@ -257,11 +264,7 @@ def _softmax_step_lazy(s, m_i, l_i, qk_scale, offs_m, start, seqlen_k, off, mask
         m_blk = gl.max(s, 1) * qk_scale
         rescale = gl.max(m_blk - m_i, 0) > LAZY
         m_new = gl.where(rescale, gl.maximum(m_i, m_blk), m_i)
-        if EXP2_EVERY:
-            p = _exp2_mixed(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_EVERY)
-        else:
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-        alpha = gl.exp2(m_i - m_new)
+        p, alpha = _unmasked_exp(s, m_i, m_new, qk_scale, EXP2_EVERY)
         l_new = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_new, rescale
 

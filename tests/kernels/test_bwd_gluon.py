@@ -2177,15 +2177,8 @@ def test_gpu_dq_units_first_gives_the_same_dq_and_delta(b, sq, sk, hq, hk, d, dv
     60): the same programs in another launch order, so dQ and delta bitwise the default grid's, run twice (causal:
     the diagonal's masked blocks, rows that see no key, keys no row sees), dQ within twice the Triton backward's
     error against the FP64 oracle."""
-    q, k, v, do, out, lse, delta, scale, ref, (dq_t, _, _) = _gpu_case(b, sq, sk, hq, hk, d, True, dv)
-    kw = dict(softmax_scale=scale, causal=True, block_n=block_n, num_stages=stages, poison=True)
-    plain = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **kw)
-    for _ in range(2):
-        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, units_first=True, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
-    _assert_within_triton(got[0], dq_t, ref.dq, "dq")
-    assert torch.allclose(got[1], delta, atol=1e-4, rtol=1e-4)
+    case = _gpu_case(b, sq, sk, hq, hk, d, True, dv)
+    _same_dq_twice(case, dict(causal=True, block_n=block_n, num_stages=stages, poison=True), dict(units_first=True))
 
 
 @pytest.mark.gpu
@@ -2198,15 +2191,9 @@ def test_gpu_hd256_dkdv_units_first_gives_the_same_gradients(b, sq, sk, hq, hk, 
     bitwise the default grid's, run twice, within twice the Triton backward's error against the FP64 oracle."""
     from kernels.flash_attn import bwd_gluon_hd256 as wide
 
-    q, k, v, do, out, lse, delta, scale, ref, (_, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, 256, True)
-    kw = dict(softmax_scale=scale, causal=True, poison=True, lse_tma=lse_tma)
-    plain = wide.dkdv256_gluon(q, k, v, do, lse, delta, **kw)
-    for _ in range(2):
-        got = wide.dkdv256_gluon(q, k, v, do, lse, delta, units_first=True, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
-    _assert_within_triton(got[0], dk_t, ref.dk, "dk")
-    _assert_within_triton(got[1], dv_t, ref.dv, "dv")
+    case = _gpu_case(b, sq, sk, hq, hk, 256, True)
+    _same_gradients_twice(case, dict(causal=True, poison=True, lse_tma=lse_tma), dict(units_first=True),
+                          dkdv=wide.dkdv256_gluon)
 
 
 @pytest.mark.gpu
@@ -2243,15 +2230,17 @@ def test_gpu_persistent_kernels_give_the_same_gradients(b, sq, sk, hq, hk, d, ca
     _same_gradients_twice(_gpu_case(b, sq, sk, hq, hk, d, causal), kw, dict(persistent=order))
 
 
-def _same_gradients_twice(case, kw: dict, variant: dict, dq_bitwise: bool = False):
-    """bwd_gluon.dkdv_gluon with ``variant``'s keywords beside the same call without (``kw``; ``case``:
-    :func:`_gpu_case`'s), run twice: dK and dV bitwise, the fused kernel's dQ within twice the Triton backward's error
-    (bitwise with ``dq_bitwise``: the ordered adds), and dK and dV within it against the FP64 oracle."""
+def _same_gradients_twice(case, kw: dict, variant: dict, dq_bitwise: bool = False, dkdv=None):
+    """bwd_gluon.dkdv_gluon (or ``dkdv``: a function of its arguments, hd 256's) with ``variant``'s keywords beside the
+    same call without (``kw``; ``case``: :func:`_gpu_case`'s), run twice: dK and dV bitwise, the fused kernel's dQ
+    within twice the Triton backward's error (bitwise with ``dq_bitwise``: the ordered adds), and dK and dV within it
+    against the FP64 oracle."""
     q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = case
     kw = dict(kw, softmax_scale=scale)
-    plain = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **kw)
+    dkdv = dkdv or bwd_gluon.dkdv_gluon
+    plain = dkdv(q, k, v, do, lse, delta, **kw)
     for _ in range(2):
-        got = bwd_gluon.dkdv_gluon(q, k, v, do, lse, delta, **variant, **kw)
+        got = dkdv(q, k, v, do, lse, delta, **variant, **kw)
         torch.cuda.synchronize()
         assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
         if dq_bitwise:
@@ -2260,6 +2249,21 @@ def _same_gradients_twice(case, kw: dict, variant: dict, dq_bitwise: bool = Fals
             _assert_within_triton(got[2], dq_t, ref.dq, "dq")
     _assert_within_triton(got[0], dk_t, ref.dk, "dk")
     _assert_within_triton(got[1], dv_t, ref.dv, "dv")
+
+
+def _same_dq_twice(case, kw: dict, variant: dict):
+    """bwd_gluon.dq_gluon with ``variant``'s keywords beside the same call without (``kw``; ``case``:
+    :func:`_gpu_case`'s), run twice: dQ and delta bitwise, dQ within twice the Triton backward's error against the
+    FP64 oracle, delta within 1e-4 of the case's."""
+    q, k, v, do, out, lse, delta, scale, ref, (dq_t, _, _) = case
+    kw = dict(kw, softmax_scale=scale)
+    plain = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **kw)
+    for _ in range(2):
+        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **variant, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
+    _assert_within_triton(got[0], dq_t, ref.dq, "dq")
+    assert torch.allclose(got[1], delta, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.gpu
@@ -2283,15 +2287,8 @@ def test_gpu_persistent_dq_kernel_gives_the_same_dq_and_delta(b, sq, sk, hq, hk,
 
     if programs is not None:
         monkeypatch.setattr(configs, "sm_count", lambda device_index: programs)
-    q, k, v, do, out, lse, delta, scale, ref, (dq_t, dk_t, dv_t) = _gpu_case(b, sq, sk, hq, hk, d, causal, dv)
-    kw = dict(softmax_scale=scale, causal=causal, block_n=block_n, num_stages=stages, poison=True)
-    plain = bwd_gluon.dq_gluon(q, k, v, do, out, lse, **kw)
-    for _ in range(2):
-        got = bwd_gluon.dq_gluon(q, k, v, do, out, lse, persistent=order, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1])
-    _assert_within_triton(got[0], dq_t, ref.dq, "dq")
-    assert torch.allclose(got[1], delta, atol=1e-4, rtol=1e-4)
+    case = _gpu_case(b, sq, sk, hq, hk, d, causal, dv)
+    _same_dq_twice(case, dict(causal=causal, block_n=block_n, num_stages=stages, poison=True), dict(persistent=order))
 
 
 @pytest.mark.gpu
