@@ -961,8 +961,8 @@ def fused_gqa_split(d: int, causal: bool, group: int) -> int:
     heads = BWD_GLUON_FUSED_GQA_HEADS.get((d, bool(causal)))
     if not heads or group <= heads:
         return 1
-    split = -(-group // heads)
-    return -(-group // -(-group // split))
+    split = triton.cdiv(group, heads)
+    return triton.cdiv(group, triton.cdiv(group, split))  # (as bwd.group_split: no split left without a head)
 
 
 #: the configs ``FLASH_ATTN_BWD=fused`` runs wherever the kernel can (tests, probes), at any length, in a cell that
